@@ -1,0 +1,103 @@
+// The rkv data-plane protocol between a client and one server, on top of a
+// transport (common/transport/transport.h). Fixed-size little-endian POD
+// messages; every field that arrives from a peer is validated by the
+// receiver before use.
+//
+// Connection setup:
+//   client -> server: ConnectRequestData as the connect private data
+//                     (<= 56 bytes: the limit of rdma_connect on IB/RoCE).
+//   server -> client: AcceptData as the accept private data (<= 196 bytes),
+//                     or RejectData as the reject private data (<= 148).
+// Requests (PUT / DELETE):
+//   client RDMA-WRITEs a record (common/record.h, version 0) into its
+//   staging ring at a 64-byte aligned offset, then SENDs a RequestMsg naming
+//   it, chained in one doorbell. The server replies with a ReplyMsg SEND.
+//   At most AcceptData::request_credits requests may be outstanding on a
+//   connection; each reply returns ReplyMsg::credits of them.
+// Staging ring use: the server processes a connection's requests in order,
+//   so the ring is a FIFO: a request's bytes are free again once its reply
+//   has arrived.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "common/layout.h"
+
+namespace rkv::protocol {
+
+inline constexpr uint32_t kConnectMagic = 0x43564B52;  // "RKVC"
+inline constexpr uint32_t kAcceptMagic = 0x41564B52;   // "RKVA"
+inline constexpr uint32_t kRejectMagic = 0x52564B52;   // "RKVR"
+inline constexpr uint16_t kProtocolVersion = 1;
+
+inline constexpr size_t kMaxConnectPrivateData = 56;
+inline constexpr size_t kMaxAcceptPrivateData = 196;
+inline constexpr size_t kMaxRejectPrivateData = 148;
+
+inline constexpr size_t kTokenDigestBytes = 32;
+
+struct ConnectRequestData {
+  uint32_t magic;             // kConnectMagic
+  uint16_t protocol_version;  // kProtocolVersion
+  uint16_t layout_version;    // layout::kLayoutVersion
+  uint64_t client_id;         // random per client process, for logs
+  uint8_t token_digest[kTokenDigestBytes];  // TokenDigest(token), never the raw token
+};
+static_assert(sizeof(ConnectRequestData) <= kMaxConnectPrivateData);
+
+struct RegionDescriptor {
+  uint64_t addr;    // remote virtual address of the first byte
+  uint64_t length;  // bytes
+  uint32_t rkey;
+  uint32_t reserved;
+};
+static_assert(sizeof(RegionDescriptor) == 24);
+
+struct AcceptData {
+  uint32_t magic;             // kAcceptMagic
+  uint16_t protocol_version;
+  uint16_t layout_version;
+  uint64_t epoch;             // server epoch; also in the table header
+  RegionDescriptor index;     // REMOTE_READ: TableHeader + buckets
+  RegionDescriptor heap;      // REMOTE_READ: blocks
+  RegionDescriptor ring;      // REMOTE_WRITE, this connection only
+  uint32_t request_credits;   // max outstanding requests on this connection
+  uint32_t max_key_bytes;
+  uint32_t max_value_bytes;
+  uint32_t grace_period_us;   // heap quarantine; a GET lease is half of it
+};
+static_assert(sizeof(AcceptData) <= kMaxAcceptPrivateData);
+
+struct RejectData {
+  uint32_t magic;      // kRejectMagic
+  int32_t status_code; // StatusCode
+  char message[120];   // NUL-terminated
+};
+static_assert(sizeof(RejectData) <= kMaxRejectPrivateData);
+
+enum class Op : uint8_t { kPut = 1, kDelete = 2 };
+
+struct RequestMsg {
+  uint8_t op;            // Op
+  uint8_t reserved[3];   // 0
+  uint32_t length;       // bytes of the record in the ring (block length)
+  uint64_t request_id;   // echoed in the reply
+  uint64_t ring_offset;  // 64-byte aligned offset of the record in the ring
+};
+static_assert(sizeof(RequestMsg) == 24);
+
+struct ReplyMsg {
+  uint64_t request_id;
+  int32_t status_code;  // StatusCode
+  uint32_t credits;     // request credits returned (normally 1)
+  uint64_t version;     // the key's new version (PUT) or the deleted one
+  char message[96];     // NUL-terminated error text when status_code != 0
+};
+static_assert(sizeof(ReplyMsg) == 120);
+
+// Receive buffers are sized for the larger of the two messages.
+inline constexpr size_t kMaxMessageBytes = 128;
+static_assert(sizeof(RequestMsg) <= kMaxMessageBytes && sizeof(ReplyMsg) <= kMaxMessageBytes);
+
+}  // namespace rkv::protocol

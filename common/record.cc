@@ -1,0 +1,63 @@
+#include "common/record.h"
+
+#include <cstring>
+
+#include "common/crc32c.h"
+
+namespace rkv {
+
+uint64_t EncodeRecord(std::span<uint8_t> out, std::string_view key, std::string_view value,
+                      uint64_t version, uint16_t flags) {
+  const uint64_t block = layout::BlockBytes(key.size(), value.size());
+  layout::BlockHeader h{};
+  h.key_length = static_cast<uint16_t>(key.size());
+  h.flags = flags;
+  h.value_length = static_cast<uint32_t>(value.size());
+  h.reserved = 0;
+  h.version = version;
+  uint8_t* p = out.data();
+  std::memcpy(p, &h, sizeof(h));
+  if (!key.empty()) std::memcpy(p + sizeof(h), key.data(), key.size());
+  if (!value.empty()) std::memcpy(p + sizeof(h) + key.size(), value.data(), value.size());
+  const uint64_t used = layout::RecordBytes(key.size(), value.size());
+  std::memset(p + used, 0, block - used);
+  ResealRecord(out.first(block));
+  return block;
+}
+
+void ResealRecord(std::span<uint8_t> block) {
+  layout::BlockHeader h;
+  std::memcpy(&h, block.data(), sizeof(h));
+  const uint64_t used = layout::RecordBytes(h.key_length, h.value_length);
+  const uint32_t crc = Crc32c(block.data() + 4, used - 4);
+  std::memcpy(block.data(), &crc, sizeof(crc));
+}
+
+StatusOr<RecordView> DecodeRecord(std::span<const uint8_t> in) {
+  if (in.size() < layout::kBlockHeaderBytes) {
+    return InvalidArgument("record of " + std::to_string(in.size()) + " bytes is shorter than its header");
+  }
+  layout::BlockHeader h;
+  std::memcpy(&h, in.data(), sizeof(h));
+  if (h.key_length == 0) return InvalidArgument("record has an empty key");
+  if ((h.flags & ~layout::kBlockFlagsKnown) != 0) {
+    return InvalidArgument("record has unknown flags " + std::to_string(h.flags));
+  }
+  if (h.reserved != 0) return InvalidArgument("record has a non-zero reserved field");
+  const uint64_t used = layout::RecordBytes(h.key_length, h.value_length);
+  if (used > in.size()) {
+    return InvalidArgument("record claims " + std::to_string(used) + " bytes but only " +
+                           std::to_string(in.size()) + " are present");
+  }
+  const uint32_t crc = Crc32c(in.data() + 4, used - 4);
+  if (crc != h.crc) return DataLoss("record checksum mismatch");
+  RecordView v;
+  const char* base = reinterpret_cast<const char*>(in.data());
+  v.key = std::string_view(base + layout::kBlockHeaderBytes, h.key_length);
+  v.value = std::string_view(base + layout::kBlockHeaderBytes + h.key_length, h.value_length);
+  v.version = h.version;
+  v.flags = h.flags;
+  return v;
+}
+
+}  // namespace rkv

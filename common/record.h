@@ -1,0 +1,40 @@
+// Encoding and checking of one block (common/layout.h): used by the client
+// to build staging-ring records and to check blocks it READs, and by the
+// server to check staging-ring records and write heap blocks.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string_view>
+
+#include "common/layout.h"
+#include "common/status.h"
+
+namespace rkv {
+
+struct RecordView {
+  std::string_view key;
+  std::string_view value;
+  uint64_t version = 0;
+  uint16_t flags = 0;
+};
+
+// Writes header, key, value and zero padding into `out`, which must hold at
+// least layout::BlockBytes(key.size(), value.size()) bytes; computes the CRC.
+// Returns the block length. Caller checks the sizes against its limits.
+uint64_t EncodeRecord(std::span<uint8_t> out, std::string_view key, std::string_view value,
+                      uint64_t version, uint16_t flags);
+
+// Parses and verifies the record at the start of `in` (bytes that came from
+// another machine: nothing is trusted). Checks that the header fits, that
+// key and value fit inside `in`, that key_length > 0, that no unknown flag
+// or reserved bit is set, and the CRC. The views point into `in`.
+// DATA_LOSS when the CRC does not hold (a torn or reused block),
+// INVALID_ARGUMENT for any other malformation.
+StatusOr<RecordView> DecodeRecord(std::span<const uint8_t> in);
+
+// Recomputes the CRC of an encoded block in place (after the version
+// field was changed).
+void ResealRecord(std::span<uint8_t> block);
+
+}  // namespace rkv

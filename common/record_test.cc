@@ -1,0 +1,83 @@
+#include "common/record.h"
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+namespace rkv {
+namespace {
+
+std::vector<uint8_t> Encode(std::string_view key, std::string_view value, uint64_t version,
+                            uint16_t flags = 0) {
+  std::vector<uint8_t> buf(layout::BlockBytes(key.size(), value.size()));
+  EXPECT_EQ(EncodeRecord(buf, key, value, version, flags), buf.size());
+  return buf;
+}
+
+TEST(RecordTest, RoundTripBinary) {
+  const std::string key("k\0\xff", 3);
+  std::string value(1000, '\0');
+  for (size_t i = 0; i < value.size(); ++i) value[i] = static_cast<char>(i * 7);
+  auto buf = Encode(key, value, 9);
+  EXPECT_EQ(buf.size() % layout::kBlockAlign, 0u);
+  auto v = DecodeRecord(buf);
+  ASSERT_TRUE(v.ok()) << v.status();
+  EXPECT_EQ(v->key, key);
+  EXPECT_EQ(v->value, value);
+  EXPECT_EQ(v->version, 9u);
+}
+
+TEST(RecordTest, EmptyValue) {
+  auto buf = Encode("key", "", 1, layout::kBlockFlagTombstone);
+  auto v = DecodeRecord(buf);
+  ASSERT_TRUE(v.ok());
+  EXPECT_EQ(v->value.size(), 0u);
+  EXPECT_EQ(v->flags, layout::kBlockFlagTombstone);
+}
+
+TEST(RecordTest, EveryFlippedBitIsDetected) {
+  auto good = Encode("some-key", "some value bytes", 3);
+  const size_t used = layout::RecordBytes(8, 16);
+  for (size_t byte = 0; byte < used; ++byte) {
+    for (int bit = 0; bit < 8; ++bit) {
+      auto bad = good;
+      bad[byte] ^= static_cast<uint8_t>(1 << bit);
+      EXPECT_FALSE(DecodeRecord(bad).ok()) << "byte " << byte << " bit " << bit;
+    }
+  }
+}
+
+TEST(RecordTest, MalformedHeadersAreRejectedNotRead) {
+  auto buf = Encode("key", "value", 1);
+  EXPECT_EQ(DecodeRecord(std::span<const uint8_t>(buf.data(), 10)).status().code(),
+            StatusCode::kInvalidArgument);
+  auto huge = buf;
+  const uint32_t big = 1u << 30;
+  std::memcpy(huge.data() + 8, &big, 4);  // value_length
+  EXPECT_EQ(DecodeRecord(huge).status().code(), StatusCode::kInvalidArgument);
+  auto nokey = buf;
+  nokey[4] = nokey[5] = 0;
+  EXPECT_EQ(DecodeRecord(nokey).status().code(), StatusCode::kInvalidArgument);
+  auto flags = buf;
+  flags[6] = 0x80;
+  EXPECT_EQ(DecodeRecord(flags).status().code(), StatusCode::kInvalidArgument);
+  auto crc = buf;
+  crc[30] ^= 1;
+  EXPECT_EQ(DecodeRecord(crc).status().code(), StatusCode::kDataLoss);
+}
+
+TEST(RecordTest, ResealAfterVersionChange) {
+  auto buf = Encode("key", "value", 0);
+  const uint64_t version = 77;
+  std::memcpy(buf.data() + 16, &version, 8);
+  EXPECT_EQ(DecodeRecord(buf).status().code(), StatusCode::kDataLoss);
+  ResealRecord(buf);
+  auto v = DecodeRecord(buf);
+  ASSERT_TRUE(v.ok());
+  EXPECT_EQ(v->version, 77u);
+}
+
+}  // namespace
+}  // namespace rkv

@@ -1,0 +1,201 @@
+// The transport interface: moves bytes between registered memory regions of
+// two processes with RDMA semantics, and knows nothing of keys or tables.
+//
+// Two implementations: `verbs` (librdmacm + ibverbs; the product) and `tcp`
+// (a software emulation for machines without an RDMA device). Both enforce
+// the same access rights: a remote READ of memory not registered with
+// kRemoteRead, a remote WRITE into memory not registered with kRemoteWrite
+// (or registered for another connection), or any access outside a region's
+// bounds fails the requester's work request with a REMOTE_ACCESS error and
+// changes nothing at the target.
+//
+// Model (that of an RC queue pair):
+//   - Operations on one Connection execute in the order posted. A WRITE
+//     posted before a SEND is visible in the target's memory before the
+//     target sees the SEND's receive completion.
+//   - Unsignaled operations produce no completion on success; a failed
+//     operation always produces an error completion and the connection then
+//     fails every later operation (as a QP in the error state does).
+//   - A SEND consumes one receive buffer posted by the peer with PostRecv,
+//     in order. A SEND that arrives with no receive posted waits for one
+//     (verbs retries on RNR; tcp queues it).
+//
+// Thread safety: Transport and MemoryRegion are thread-safe. A Connection's
+// Post* and Poll may be called from one thread at a time (callers serialize);
+// a Connection may be destroyed only when no call on it is in progress.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace rkv::transport {
+
+enum Access : uint32_t {
+  kLocalWrite = 1u << 0,
+  kRemoteRead = 1u << 1,
+  kRemoteWrite = 1u << 2,
+};
+
+enum class Kind { kTcp, kVerbs };
+const char* KindName(Kind kind);
+
+// Registered memory. The memory itself is owned by the caller and must
+// outlive the region.
+class MemoryRegion {
+ public:
+  virtual ~MemoryRegion() = default;
+  virtual uint8_t* data() const = 0;
+  virtual size_t size() const = 0;
+  virtual uint32_t lkey() const = 0;
+  virtual uint32_t rkey() const = 0;
+  // The address a peer names to access byte 0 of this region.
+  uint64_t remote_addr() const { return reinterpret_cast<uint64_t>(data()); }
+};
+
+// A span of a local registered region.
+struct LocalBuf {
+  const MemoryRegion* mr = nullptr;
+  size_t offset = 0;
+  uint32_t length = 0;
+};
+
+struct RemoteBuf {
+  uint64_t addr = 0;
+  uint32_t rkey = 0;
+};
+
+enum class OpType : uint8_t { kRead, kWrite, kSend, kRecv };
+
+struct Completion {
+  uint64_t wr_id = 0;
+  OpType op = OpType::kRead;
+  // OK, or the failure: UNAVAILABLE for a broken connection (peer gone),
+  // PERMISSION_DENIED for a remote access error (bad rkey, rights or
+  // bounds), INTERNAL for anything else.
+  Status status;
+  uint32_t byte_len = 0;  // bytes received, for kRecv
+};
+
+struct ReadOp {
+  LocalBuf local;   // destination; its region needs kLocalWrite
+  RemoteBuf remote;
+  uint64_t wr_id = 0;
+  bool signaled = false;
+};
+
+class Connection {
+ public:
+  virtual ~Connection() = default;
+
+  // The peer's private data: for a server, what the client sent with
+  // Connect; for a client, what the server sent with Accept.
+  virtual std::span<const uint8_t> peer_private_data() const = 0;
+  // "HOST:PORT" of the peer, for logs.
+  virtual std::string peer_address() const = 0;
+
+  // Server side, before Accept: registers memory that only this
+  // connection's peer may access remotely. The region lives as long as the
+  // connection. Not for use after Accept.
+  virtual StatusOr<MemoryRegion*> RegisterPrivate(void* addr, size_t length, uint32_t access) = 0;
+  // Server side: completes the handshake, sending `reply` (<= 196 bytes) to
+  // the peer, whose Connect returns. Receives should be posted before.
+  virtual Status Accept(std::span<const uint8_t> reply) = 0;
+  // Server side: refuses the connection, sending `reply` (<= 148 bytes);
+  // the peer's Connect fails with PERMISSION_DENIED or UNAVAILABLE and
+  // carries the reply in its message when it is text. The connection is
+  // unusable after this.
+  virtual void Reject(std::span<const uint8_t> reply) = 0;
+
+  // Posts READs as one linked list (one doorbell). Only ops with
+  // `signaled` produce a completion on success.
+  virtual Status PostReads(std::span<const ReadOp> ops) = 0;
+  // Posts an unsignaled WRITE of `write_src` to `write_dst` followed by a
+  // signaled SEND of `send` with wr_id `wr_id`, linked in one doorbell.
+  virtual Status PostWriteSend(LocalBuf write_src, RemoteBuf write_dst, LocalBuf send,
+                               uint64_t wr_id) = 0;
+  // Posts a signaled SEND.
+  virtual Status PostSend(LocalBuf send, uint64_t wr_id) = 0;
+  // Posts a receive buffer (its region needs kLocalWrite).
+  virtual Status PostRecv(LocalBuf buf, uint64_t wr_id) = 0;
+
+  // Waits up to `timeout` for completions; fills `out` from the front and
+  // returns how many (0 on timeout). A non-OK return means the connection
+  // is unusable (e.g. UNAVAILABLE: peer disconnected and nothing is left
+  // to report).
+  virtual StatusOr<size_t> Poll(std::span<Completion> out, std::chrono::microseconds timeout) = 0;
+
+  // Sends or receives a disconnect; later posts fail. Idempotent.
+  virtual void Disconnect() = 0;
+};
+
+// Accepts connection requests on one address.
+class Listener {
+ public:
+  virtual ~Listener() = default;
+  // "HOST:PORT" actually bound (the port is filled in when 0 was asked).
+  virtual std::string address() const = 0;
+  // Waits up to `timeout` for the next connection request; returns nullptr
+  // on timeout. The returned connection is pending: inspect its
+  // peer_private_data, register private memory, post receives, then Accept
+  // or Reject it.
+  virtual StatusOr<std::unique_ptr<Connection>> Next(std::chrono::milliseconds timeout) = 0;
+  // Wakes a thread blocked in Next, which returns CANCELLED. Later calls
+  // also return CANCELLED.
+  virtual void Shutdown() = 0;
+};
+
+struct Options {
+  // verbs only: RoCE GID index; -1 picks one (RoCE v2 IPv4-mapped) per port.
+  int gid_index = -1;
+  // verbs only: device name, e.g. "rxe0" or "mlx5_0"; empty resolves the
+  // address through rdma_cm.
+  std::string device;
+  // Queue depths per connection; the implementation may raise them to what
+  // it needs and clamps them to device limits.
+  uint32_t max_send_wr = 256;
+  uint32_t max_recv_wr = 256;
+};
+
+class Transport {
+ public:
+  virtual ~Transport() = default;
+  virtual Kind kind() const = 0;
+
+  // Registers memory that every connection of this transport may use
+  // locally, and remotely with the rights in `access`.
+  virtual StatusOr<std::unique_ptr<MemoryRegion>> Register(void* addr, size_t length,
+                                                           uint32_t access) = 0;
+  // Listens on "HOST:PORT" (port 0: any free port).
+  virtual StatusOr<std::unique_ptr<Listener>> Listen(const std::string& address) = 0;
+  // Connects to "HOST:PORT", sending `private_data` (<= 56 bytes); returns
+  // once the server accepted. UNAVAILABLE when nothing listens,
+  // DEADLINE_EXCEEDED on timeout, PERMISSION_DENIED when the server
+  // rejected the request (with the server's reason).
+  virtual StatusOr<std::unique_ptr<Connection>> Connect(const std::string& address,
+                                                        std::span<const uint8_t> private_data,
+                                                        std::chrono::milliseconds timeout) = 0;
+};
+
+// Creates a transport. kVerbs fails with UNAVAILABLE when no RDMA device
+// with an active port exists.
+StatusOr<std::unique_ptr<Transport>> CreateTransport(Kind kind, const Options& options);
+
+// True when an RDMA device with an active port exists.
+bool VerbsDeviceAvailable();
+
+// Parses "auto" | "tcp" | "verbs". "auto" picks verbs when
+// VerbsDeviceAvailable(), else tcp; `why` (optional) gets a sentence that
+// says which was picked and why, for logs.
+StatusOr<Kind> ResolveKind(const std::string& name, std::string* why);
+
+// Splits "HOST:PORT" ("[v6]:PORT" too). INVALID_ARGUMENT with the reason.
+Status ParseHostPort(const std::string& address, std::string* host, uint16_t* port);
+
+}  // namespace rkv::transport
