@@ -4,6 +4,10 @@
 // control-plane error read the same to a caller. A Status is [[nodiscard]]:
 // ignoring one fails the build under -Werror.
 #pragma once
+// A classic guard as well: this file is also installed as <rkv/status.h>,
+// and a translation unit that sees both copies must get one definition.
+#ifndef RKV_COMMON_STATUS_H_
+#define RKV_COMMON_STATUS_H_
 
 #include <cstdint>
 #include <optional>
@@ -137,3 +141,5 @@ class [[nodiscard]] StatusOr {
   auto tmp = (expr);                               \
   if (!tmp.ok()) return tmp.status();              \
   lhs = std::move(tmp).value()
+
+#endif  // RKV_COMMON_STATUS_H_

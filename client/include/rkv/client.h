@@ -1,0 +1,123 @@
+// librkv: the C++ client of one rkv server.
+//
+// GET reads the server's hash index and value heap with one-sided reads (no
+// server CPU); PUT and DELETE write a record into this connection's staging
+// ring on the server and send a request that names it; the server applies
+// it and replies. See the project's design notes for the protocol.
+//
+// Example:
+//   rkv::ClientOptions options;
+//   options.server = "10.0.0.5:7700";
+//   options.token = token;
+//   auto client = rkv::Client::Connect(options);
+//   if (!client.ok()) return client.status();
+//   auto version = (*client)->Put("user:42", "alice");
+//   auto value = (*client)->Get("user:42");   // "alice"
+//
+// Errors are rkv::Status values with gRPC's canonical codes:
+//   NOT_FOUND          Get/Delete of a key that is absent.
+//   INVALID_ARGUMENT   a key outside 1..max_key_bytes() bytes or a value over
+//                      max_value_bytes() bytes (checked before anything is
+//                      sent), or bad ClientOptions.
+//   PERMISSION_DENIED  the server refused the token.
+//   UNAVAILABLE        the server could not be reached (or stayed down)
+//                      within the call's deadline.
+//   DEADLINE_EXCEEDED  the server is reachable but the call could not
+//                      complete in time (the message says what kept failing).
+//   DATA_LOSS          the server's table is corrupt (a slot pointing
+//                      outside the heap, seen repeatedly).
+//   others             as returned by the server (e.g. RESOURCE_EXHAUSTED
+//                      when its table or heap is full).
+//
+// Retries: a call that meets a broken connection reconnects (the server may
+// have restarted under a new epoch) and retries within its deadline. A PUT
+// may therefore be applied twice (harmless: last writer wins); a DELETE
+// retried after a lost reply may report NOT_FOUND.
+//
+// Thread safety: a Client is thread-safe. Concurrent calls share a pool of
+// ClientOptions::connections connections; each call takes a free one (or
+// waits for one), so up to that many calls run in parallel.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "rkv/status.h"
+
+namespace rkv {
+
+struct ClientOptions {
+  // "HOST:PORT" of the server's data-plane listener ("[v6]:PORT" too).
+  std::string server = "127.0.0.1:7700";
+  // The shared secret; only a digest of it is sent. Must not be empty.
+  std::string token;
+  // "auto" (verbs when an RDMA device has an active port, else tcp),
+  // "tcp" or "verbs".
+  std::string transport = "auto";
+  // Default deadline of Connect and of every call (> 0).
+  std::chrono::milliseconds timeout{5000};
+  // Connection pool size, 1..64: the number of calls that can run at once.
+  int connections = 1;
+};
+
+struct CallOptions {
+  // Deadline of this call; 0 means ClientOptions::timeout.
+  std::chrono::milliseconds timeout{0};
+};
+
+// A value with the version the server assigned to it.
+struct VersionedValue {
+  std::string value;
+  uint64_t version = 0;
+};
+
+class Client {
+ public:
+  // Connects every pool connection (retrying within options.timeout while
+  // the server is unreachable) and checks the server's table. Errors:
+  // INVALID_ARGUMENT for bad options, PERMISSION_DENIED for a refused
+  // token, FAILED_PRECONDITION for an incompatible server, UNAVAILABLE when
+  // the server stayed unreachable.
+  static StatusOr<std::unique_ptr<Client>> Connect(const ClientOptions& options);
+
+  ~Client();
+  Client(const Client&) = delete;
+  Client& operator=(const Client&) = delete;
+
+  // The value of `key`; NOT_FOUND when absent.
+  StatusOr<std::string> Get(std::string_view key, const CallOptions& call = {});
+  // Same, with the value's version.
+  StatusOr<VersionedValue> GetVersioned(std::string_view key, const CallOptions& call = {});
+  // Stores `value` under `key`; returns the key's new version (versions of
+  // a key grow monotonically). Acknowledged means durable per the server's
+  // durability setting.
+  StatusOr<uint64_t> Put(std::string_view key, std::string_view value,
+                         const CallOptions& call = {});
+  // Removes `key`; NOT_FOUND when it was absent.
+  Status Delete(std::string_view key, const CallOptions& call = {});
+  // Gets many keys with pipelined reads: one result per key, in order,
+  // each as Get would return it. All keys share one deadline.
+  std::vector<StatusOr<std::string>> MultiGet(std::span<const std::string> keys,
+                                              const CallOptions& call = {});
+
+  // The server's limits, as announced when the newest connection was made.
+  uint32_t max_key_bytes() const;
+  uint32_t max_value_bytes() const;
+  // The epoch of the server incarnation of the newest connection.
+  uint64_t server_epoch() const;
+  // "tcp" or "verbs", and a sentence saying why that one was picked.
+  std::string transport_name() const;
+  std::string transport_reason() const;
+
+ private:
+  class Impl;
+  explicit Client(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace rkv

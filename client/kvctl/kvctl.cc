@@ -1,0 +1,208 @@
+// kvctl: command-line client of an rkv server (get / put / del).
+#include <gflags/gflags.h>
+#include <glog/logging.h>
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "client/kvctl/kvctl_util.h"
+#include "common/layout.h"
+#include "common/token.h"
+#include "rkv/client.h"
+
+DEFINE_string(server, "127.0.0.1:7700", "HOST:PORT of the rkv server's data plane (default 127.0.0.1:7700)");
+DEFINE_string(token_file, "", "file holding the access token (required)");
+DEFINE_string(transport, "auto", "data-plane transport: auto, tcp or verbs (default auto)");
+DEFINE_int32(timeout, 5000, "deadline of the whole command, in milliseconds (default 5000)");
+DEFINE_string(output, "text", "output format: text (raw value bytes) or json (default text)");
+DEFINE_bool(key_hex, false, "KEY is given as hex digits, for binary keys (default false)");
+DEFINE_string(value_file, "", "put: read the value from this file instead of VALUE (binary-safe)");
+
+DECLARE_bool(help);
+DECLARE_bool(helpshort);
+
+// gflags reports a bad flag by calling this hook (exit by default); kvctl
+// routes it to its own exit status for errors.
+namespace GFLAGS_NAMESPACE {
+extern void (*gflags_exitfunc)(int);
+}  // namespace GFLAGS_NAMESPACE
+
+namespace {
+
+constexpr int kExitOk = 0;
+constexpr int kExitNotFound = 1;
+constexpr int kExitError = 2;
+
+constexpr char kUsage[] =
+    "command-line client of an rkv server.\n"
+    "\n"
+    "Usage:\n"
+    "  kvctl [flags] get KEY          print KEY's value: the raw bytes, no newline added\n"
+    "                                 (--output=json: {\"key\":..,\"value\":..,\"version\":..})\n"
+    "  kvctl [flags] put KEY [VALUE]  store a value and print its new version; the value is\n"
+    "                                 VALUE, or the contents of --value_file, or stdin when\n"
+    "                                 VALUE is '-' or absent and stdin is not a terminal\n"
+    "  kvctl [flags] del KEY          delete KEY\n"
+    "\n"
+    "Flags of every command: --server, --token_file (required), --transport, --timeout,\n"
+    "--output, --key_hex; put also takes --value_file. --v=1 logs connection details to\n"
+    "stderr. When KEY or VALUE starts with '-', end the flags with '--' before the\n"
+    "command: kvctl --token_file=T -- put KEY -5\n"
+    "\n"
+    "Exit status: 0 done (found), 1 key not found, 2 any other error (one line on stderr).\n";
+
+void PrintHelp() {
+  std::cout << "kvctl: " << kUsage << "\nFlags:\n";
+  std::vector<gflags::CommandLineFlagInfo> flags;
+  gflags::GetAllFlags(&flags);
+  for (const auto& f : flags) {
+    if (f.filename == __FILE__) std::cout << gflags::DescribeOneFlag(f);
+  }
+}
+
+void UsageError(const std::string& message) {
+  std::cerr << "kvctl: " << message << "\n\nkvctl: " << kUsage << "Run 'kvctl --help' for the flags.\n";
+}
+
+// Prints the one-line error; returns the exit status for it.
+int Fail(const std::string& command, const rkv::Status& s) {
+  std::cerr << "kvctl: " << command << ": " << s.ToString() << "\n";
+  return kExitError;
+}
+
+// Same, for the result of a get or del: NOT_FOUND is the key's absence.
+int FailKey(const std::string& command, const rkv::Status& s) {
+  const int code = Fail(command, s);
+  return s.code() == rkv::StatusCode::kNotFound ? kExitNotFound : code;
+}
+
+// Reads all of `fd` (binary-safe), refusing more than `limit` bytes.
+rkv::StatusOr<std::string> ReadAll(int fd, size_t limit, const std::string& what) {
+  std::string out;
+  char buf[1 << 16];
+  while (true) {
+    const ssize_t n = read(fd, buf, sizeof(buf));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return rkv::PosixError("read(" + what + ")", errno);
+    }
+    if (n == 0) return out;
+    if (out.size() + static_cast<size_t>(n) > limit) {
+      return rkv::InvalidArgument(what + " holds more than " + std::to_string(limit) +
+                                  " bytes, over any rkv value limit");
+    }
+    out.append(buf, static_cast<size_t>(n));
+  }
+}
+
+rkv::StatusOr<std::string> ReadValue(const rkv::kvctl::Invocation& inv) {
+  auto source = rkv::kvctl::ChooseValueSource(inv, !FLAGS_value_file.empty(), isatty(STDIN_FILENO) == 1);
+  if (!source.ok()) return source.status();
+  switch (*source) {
+    case rkv::kvctl::ValueSource::kArgument:
+      return inv.value_arg;
+    case rkv::kvctl::ValueSource::kStdin:
+      return ReadAll(STDIN_FILENO, rkv::layout::kMaxValueBytesLimit, "stdin");
+    case rkv::kvctl::ValueSource::kFile: {
+      const int fd = ::open(FLAGS_value_file.c_str(), O_RDONLY | O_CLOEXEC);
+      if (fd < 0) return rkv::PosixError("open(" + FLAGS_value_file + ")", errno);
+      auto value = ReadAll(fd, rkv::layout::kMaxValueBytesLimit, FLAGS_value_file);
+      ::close(fd);
+      return value;
+    }
+  }
+  return rkv::Internal("unreachable value source");
+}
+
+bool WriteAll(const std::string& bytes) {
+  return std::fwrite(bytes.data(), 1, bytes.size(), stdout) == bytes.size() && std::fflush(stdout) == 0;
+}
+
+int Run(const rkv::kvctl::Invocation& inv) {
+  const std::string& cmd = inv.command_name;
+  if (FLAGS_output != "text" && FLAGS_output != "json") {
+    return Fail(cmd, rkv::InvalidArgument("--output must be text or json, not '" + FLAGS_output + "'"));
+  }
+  if (FLAGS_timeout <= 0) return Fail(cmd, rkv::InvalidArgument("--timeout must be positive (milliseconds)"));
+  if (FLAGS_token_file.empty()) return Fail(cmd, rkv::InvalidArgument("--token_file is required"));
+  const bool json = FLAGS_output == "json";
+
+  std::string value;
+  if (inv.command == rkv::kvctl::Command::kPut) {
+    auto v = ReadValue(inv);
+    if (!v.ok()) return Fail(cmd, v.status());
+    value = std::move(*v);
+  }
+  auto token = rkv::ReadTokenFile(FLAGS_token_file);
+  if (!token.ok()) return Fail(cmd, token.status().WithContext("--token_file"));
+
+  rkv::ClientOptions options;
+  options.server = FLAGS_server;
+  options.token = std::move(*token);
+  options.transport = FLAGS_transport;
+  options.timeout = std::chrono::milliseconds(FLAGS_timeout);
+  auto client = rkv::Client::Connect(options);
+  if (!client.ok()) return Fail(cmd, client.status());
+
+  switch (inv.command) {
+    case rkv::kvctl::Command::kGet: {
+      auto got = (*client)->GetVersioned(inv.key);
+      if (!got.ok()) return FailKey(cmd, got.status());
+      const std::string out = json ? rkv::kvctl::FormatGetJson(inv.key, got->value, got->version) : got->value;
+      if (!WriteAll(out)) return Fail(cmd, rkv::PosixError("write(stdout)", errno));
+      return kExitOk;
+    }
+    case rkv::kvctl::Command::kPut: {
+      auto version = (*client)->Put(inv.key, value);
+      if (!version.ok()) return Fail(cmd, version.status());
+      const std::string out =
+          json ? rkv::kvctl::FormatPutJson(inv.key, *version) : std::to_string(*version) + "\n";
+      if (!WriteAll(out)) return Fail(cmd, rkv::PosixError("write(stdout)", errno));
+      return kExitOk;
+    }
+    case rkv::kvctl::Command::kDel: {
+      const rkv::Status s = (*client)->Delete(inv.key);
+      if (!s.ok()) return FailKey(cmd, s);
+      if (json && !WriteAll(rkv::kvctl::FormatDelJson(inv.key))) {
+        return Fail(cmd, rkv::PosixError("write(stdout)", errno));
+      }
+      return kExitOk;
+    }
+  }
+  return kExitError;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  gflags::SetUsageMessage(kUsage);
+  gflags::SetVersionString("0.1.0");
+  GFLAGS_NAMESPACE::gflags_exitfunc = [](int code) { std::exit(code == 0 ? kExitOk : kExitError); };
+  gflags::ParseCommandLineNonHelpFlags(&argc, &argv, /*remove_flags=*/true);
+  if (FLAGS_help || FLAGS_helpshort) {
+    PrintHelp();
+    return kExitOk;
+  }
+  // --helpfull, --version and friends keep gflags' behaviour.
+  gflags::HandleCommandLineHelpFlags();
+
+  // Quiet unless --v: no log files, and only fatal messages otherwise.
+  FLAGS_logtostderr = true;
+  if (FLAGS_v <= 0) FLAGS_minloglevel = google::GLOG_FATAL;
+  google::InitGoogleLogging(argv[0]);
+
+  std::vector<std::string> args(argv + 1, argv + argc);
+  auto inv = rkv::kvctl::ParseInvocation(args, FLAGS_key_hex);
+  if (!inv.ok()) {
+    UsageError(inv.status().message());
+    return kExitError;
+  }
+  return Run(*inv);
+}

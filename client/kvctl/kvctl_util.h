@@ -1,0 +1,62 @@
+// The testable parts of kvctl: command-line parsing, value-source choice
+// and output formatting. No I/O here.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/status.h"
+
+namespace rkv::kvctl {
+
+enum class Command { kGet, kPut, kDel };
+
+// A parsed command line (after flags): COMMAND KEY [VALUE].
+struct Invocation {
+  Command command = Command::kGet;
+  std::string command_name;
+  std::string key;            // raw bytes (decoded when --key_hex)
+  bool has_value_arg = false; // put only: VALUE was given (may be "-")
+  std::string value_arg;
+};
+
+// Parses the positional arguments. INVALID_ARGUMENT for a missing or
+// unknown command, a wrong number of arguments, or (with key_hex) a key
+// that is not hex; UNIMPLEMENTED is never returned.
+StatusOr<Invocation> ParseInvocation(const std::vector<std::string>& args, bool key_hex);
+
+// Where put takes its value from.
+enum class ValueSource { kArgument, kFile, kStdin };
+
+// VALUE given (and not "-") -> argument; --value_file -> file; VALUE "-",
+// or absent with stdin not a terminal -> stdin. INVALID_ARGUMENT for VALUE
+// together with --value_file, or no value at all.
+StatusOr<ValueSource> ChooseValueSource(const Invocation& inv, bool has_value_file,
+                                        bool stdin_is_tty);
+
+// "0a1B" -> "\x0a\x1b". INVALID_ARGUMENT for an odd length or a non-hex
+// digit.
+StatusOr<std::string> DecodeHex(std::string_view hex);
+
+// True when `s` is well-formed UTF-8 (no overlongs, surrogates or code
+// points over U+10FFFF).
+bool IsValidUtf8(std::string_view s);
+
+// `s` (valid UTF-8) as a JSON string literal, quotes included: escapes '"',
+// '\\' and every control character.
+std::string JsonQuote(std::string_view s);
+
+// Standard base64 with padding.
+std::string Base64Encode(std::string_view bytes);
+
+// `"name":"..."` for valid UTF-8, else `"name_base64":"..."`.
+std::string JsonBytesField(std::string_view name, std::string_view bytes);
+
+// One-line JSON objects (with a trailing newline) for each command.
+std::string FormatGetJson(std::string_view key, std::string_view value, uint64_t version);
+std::string FormatPutJson(std::string_view key, uint64_t version);
+std::string FormatDelJson(std::string_view key);
+
+}  // namespace rkv::kvctl

@@ -1,0 +1,442 @@
+#include "client/server_connection.h"
+
+#include <algorithm>
+#include <array>
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#include "client/wire_checks.h"
+#include "common/hash.h"
+#include "common/record.h"
+
+namespace rkv::client {
+namespace {
+
+using std::chrono::duration_cast;
+using std::chrono::microseconds;
+using std::chrono::milliseconds;
+using std::to_string;
+
+// Receive completions carry this bit plus the receive buffer's index;
+// READ and SEND wr_ids come from a counter that never reaches it.
+constexpr uint64_t kRecvTag = uint64_t{1} << 63;
+
+constexpr size_t kBucketPairBytes = 2 * sizeof(layout::Bucket);
+constexpr size_t kBucketAreaBytes = kMaxBatchKeys * kBucketPairBytes;
+
+constexpr size_t RoundUp(size_t v, size_t to) { return (v + to - 1) / to * to; }
+
+microseconds Remaining(Deadline deadline) {
+  const auto left = deadline - Clock::now();
+  return left <= Clock::duration::zero() ? microseconds(0) : duration_cast<microseconds>(left);
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<ServerConnection>> ServerConnection::Open(
+    transport::Transport& transport, const std::string& address,
+    const protocol::ConnectRequestData& request, Deadline deadline) {
+  const microseconds left = Remaining(deadline);
+  if (left.count() == 0) return DeadlineExceeded("no time left to connect to " + address);
+  const auto timeout = std::max(milliseconds(1), duration_cast<milliseconds>(left));
+  RKV_ASSIGN_OR_RETURN(
+      std::unique_ptr<transport::Connection> conn,
+      transport.Connect(address,
+                        std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(&request),
+                                                 sizeof(request)),
+                        timeout));
+  auto accept = ParseAcceptData(conn->peer_private_data());
+  if (!accept.ok()) {
+    conn->Disconnect();
+    return accept.status().WithContext("server " + address);
+  }
+  std::unique_ptr<ServerConnection> c(new ServerConnection(std::move(conn), *accept, address));
+  RKV_RETURN_IF_ERROR(c->Init(transport, deadline));
+  return c;
+}
+
+ServerConnection::ServerConnection(std::unique_ptr<transport::Connection> conn,
+                                   const protocol::AcceptData& accept, std::string address)
+    : conn_(std::move(conn)),
+      address_(std::move(address)),
+      accept_(accept),
+      lease_(accept.grace_period_us / 2),
+      max_block_(MaxBlockBytes(accept)),
+      ring_(accept.ring.length) {}
+
+ServerConnection::~ServerConnection() {
+  if (conn_) conn_->Disconnect();
+}
+
+Status ServerConnection::Init(transport::Transport& transport, Deadline deadline) {
+  posted_recvs_ = std::min(accept_.request_credits, kMaxPostedRecvs);
+  credits_ = posted_recvs_;
+  max_credits_ = posted_recvs_;
+
+  block_area_offset_ = kBucketAreaBytes;
+  block_area_bytes_ = RoundUp(std::max<size_t>(max_block_, kMinBlockArea), layout::kBlockAlign);
+  build_offset_ = block_area_offset_ + block_area_bytes_;
+  send_offset_ = build_offset_ + RoundUp(max_block_, layout::kBlockAlign);
+  recv_offset_ = send_offset_ + protocol::kMaxMessageBytes;
+  const size_t total =
+      RoundUp(recv_offset_ + size_t{posted_recvs_} * protocol::kMaxMessageBytes, 4096);
+
+  buffer_.reset(static_cast<uint8_t*>(std::aligned_alloc(4096, total)));
+  if (!buffer_) return ResourceExhausted("cannot allocate a " + to_string(total) + "-byte client buffer");
+  std::memset(buffer_.get(), 0, total);
+  RKV_ASSIGN_OR_RETURN(mr_, transport.Register(buffer_.get(), total, transport::kLocalWrite));
+
+  for (uint32_t i = 0; i < posted_recvs_; ++i) {
+    const transport::LocalBuf buf{mr_.get(), recv_offset_ + size_t{i} * protocol::kMaxMessageBytes,
+                                  static_cast<uint32_t>(protocol::kMaxMessageBytes)};
+    const Status s = conn_->PostRecv(buf, kRecvTag | i);
+    if (!s.ok()) return MarkBroken(s.WithContext("posting receives"));
+  }
+
+  std::vector<transport::ReadOp> ops(1);
+  ops[0].local = {mr_.get(), 0, static_cast<uint32_t>(sizeof(layout::TableHeader))};
+  ops[0].remote = {accept_.index.addr, accept_.index.rkey};
+  RKV_RETURN_IF_ERROR(PostReadsAndWait(ops, deadline, "the table header READ"));
+  std::memcpy(&table_, buffer_.get(), sizeof(table_));
+  const Status s = CheckTableHeader(table_, accept_);
+  if (!s.ok()) {
+    MarkBroken(s).IgnoreError();
+    return s.WithContext("server " + address_);
+  }
+  return Status::Ok();
+}
+
+Status ServerConnection::MarkBroken(Status why) {
+  if (!broken_) {
+    broken_ = true;
+    broken_status_ = why.ok() ? Internal("connection marked broken") : std::move(why);
+    conn_->Disconnect();
+  }
+  return broken_status_;
+}
+
+Status ServerConnection::PollOnce(microseconds wait) {
+  std::array<transport::Completion, 32> completions;
+  auto n = conn_->Poll(completions, wait);
+  if (!n.ok()) return MarkBroken(n.status().WithContext("connection to " + address_));
+  for (size_t i = 0; i < *n; ++i) {
+    const transport::Completion& c = completions[i];
+    if (!c.status.ok()) {
+      MarkBroken(c.status.WithContext("connection to " + address_)).IgnoreError();
+      continue;
+    }
+    switch (c.op) {
+      case transport::OpType::kRead:
+        completed_read_wr_ = std::max(completed_read_wr_, c.wr_id);
+        break;
+      case transport::OpType::kSend:
+        completed_send_wr_ = std::max(completed_send_wr_, c.wr_id);
+        break;
+      case transport::OpType::kRecv:
+        if ((c.wr_id & kRecvTag) == 0 || (c.wr_id & ~kRecvTag) >= posted_recvs_) {
+          MarkBroken(Internal("receive completion with unknown wr_id " + to_string(c.wr_id)))
+              .IgnoreError();
+          break;
+        }
+        HandleReceive(c.wr_id & ~kRecvTag, c.byte_len);
+        break;
+      case transport::OpType::kWrite:
+        break;  // WRITEs are posted unsignaled; nothing to track
+    }
+  }
+  return broken_ ? broken_status_ : Status::Ok();
+}
+
+void ServerConnection::HandleReceive(uint64_t index, uint32_t byte_len) {
+  if (broken_) return;
+  const size_t offset = recv_offset_ + index * protocol::kMaxMessageBytes;
+  if (byte_len > protocol::kMaxMessageBytes) {
+    MarkBroken(Internal("server sent a " + to_string(byte_len) + "-byte message")).IgnoreError();
+    return;
+  }
+  auto reply = ParseReply(std::span<const uint8_t>(buffer_.get() + offset, byte_len));
+  // The reply is copied out: the buffer can take the next message.
+  const Status posted = conn_->PostRecv(
+      {mr_.get(), offset, static_cast<uint32_t>(protocol::kMaxMessageBytes)}, kRecvTag | index);
+  if (!posted.ok()) {
+    MarkBroken(posted.WithContext("re-posting a receive")).IgnoreError();
+    return;
+  }
+  if (!reply.ok()) {
+    MarkBroken(reply.status().WithContext("bad reply from " + address_)).IgnoreError();
+    return;
+  }
+  if (outstanding_.empty() || reply->request_id != outstanding_.front()) {
+    MarkBroken(Internal("server " + address_ + " replied to request " + to_string(reply->request_id) +
+                        ", which is not the oldest outstanding one"))
+        .IgnoreError();
+    return;
+  }
+  outstanding_.pop_front();
+  ring_.ReleaseOldest();  // FIFO: the server is done with the oldest record
+  credits_ = std::min<uint64_t>(uint64_t{credits_} + reply->credits, max_credits_);
+  last_reply_ = *reply;
+}
+
+template <typename Done>
+Status ServerConnection::WaitFor(Done done, Deadline deadline, std::string_view what) {
+  while (!done()) {
+    if (broken_) return broken_status_;
+    const microseconds left = Remaining(deadline);
+    if (left.count() == 0) {
+      return MarkBroken(DeadlineExceeded("timed out waiting for " + std::string(what) + " from " +
+                                         address_));
+    }
+    RKV_RETURN_IF_ERROR(PollOnce(std::min(left, microseconds(50'000))));
+  }
+  return Status::Ok();
+}
+
+Status ServerConnection::PostReadsAndWait(std::vector<transport::ReadOp>& ops, Deadline deadline,
+                                          std::string_view what) {
+  if (broken_) return broken_status_;
+  for (auto& op : ops) {
+    op.signaled = false;
+    op.wr_id = NextWrId();
+  }
+  ops.back().signaled = true;
+  const uint64_t wr = ops.back().wr_id;
+  const Status s = conn_->PostReads(ops);
+  if (!s.ok()) return MarkBroken(s.WithContext("posting " + std::string(what)));
+  return WaitFor([&] { return completed_read_wr_ >= wr; }, deadline, what);
+}
+
+Status ServerConnection::Lookup(std::span<const std::string_view> keys,
+                                std::span<LookupResult> results, Deadline deadline) {
+  if (broken_) return broken_status_;
+  std::vector<size_t> pending;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if (!results[i].done) pending.push_back(i);
+  }
+  for (size_t start = 0; start < pending.size(); start += kMaxBatchKeys) {
+    const size_t n = std::min(kMaxBatchKeys, pending.size() - start);
+    RKV_RETURN_IF_ERROR(
+        LookupBatch(keys, results, std::span<const size_t>(pending).subspan(start, n), deadline));
+  }
+  return Status::Ok();
+}
+
+Status ServerConnection::LookupBatch(std::span<const std::string_view> keys,
+                                     std::span<LookupResult> results,
+                                     std::span<const size_t> batch, Deadline deadline) {
+  struct KeyState {
+    BucketChoice choice;
+    int attempts = 0;
+    int corrupt_rounds = 0;
+    std::string last_failure;
+  };
+  // What one round saw for one key.
+  struct Outcome {
+    bool found = false;
+    bool lease_expired = false;
+    bool unreadable = false;  // a candidate block failed to decode
+    bool corrupt = false;     // a candidate slot points outside the heap
+    std::string why;
+    std::string value;
+    uint64_t version = 0;
+  };
+  struct Candidate {
+    size_t t;  // index into `todo`
+    uint64_t heap_offset;
+    uint64_t bytes;
+    size_t local_offset = 0;
+  };
+
+  std::vector<KeyState> state(batch.size());
+  for (size_t j = 0; j < batch.size(); ++j) {
+    state[j].choice =
+        ChooseBuckets(TableHash(keys[batch[j]], table_.hash_seed), table_.bucket_count_log2);
+  }
+  std::vector<size_t> todo(batch.size());
+  for (size_t j = 0; j < todo.size(); ++j) todo[j] = j;
+  microseconds backoff(20);
+  std::vector<transport::ReadOp> ops;
+
+  while (!todo.empty()) {
+    // 1. Both candidate buckets of every key, one list; the lease starts
+    //    when they are posted.
+    ops.clear();
+    for (size_t t = 0; t < todo.size(); ++t) {
+      const BucketChoice& ch = state[todo[t]].choice;
+      for (int k = 0; k < 2; ++k) {
+        transport::ReadOp op;
+        op.local = {mr_.get(), t * kBucketPairBytes + k * sizeof(layout::Bucket),
+                    static_cast<uint32_t>(sizeof(layout::Bucket))};
+        op.remote = {accept_.index.addr + layout::BucketOffset(k == 0 ? ch.b1 : ch.b2),
+                     accept_.index.rkey};
+        ops.push_back(op);
+      }
+    }
+    const Clock::time_point posted = Clock::now();
+    RKV_RETURN_IF_ERROR(PostReadsAndWait(ops, deadline, "bucket READs"));
+
+    // 2. Slots whose fingerprint matches.
+    std::vector<Outcome> outcome(todo.size());
+    std::vector<Candidate> candidates;
+    for (size_t t = 0; t < todo.size(); ++t) {
+      const uint8_t* pair = buffer_.get() + t * kBucketPairBytes;
+      for (size_t s = 0; s < 2 * layout::kSlotsPerBucket; ++s) {
+        uint64_t slot;
+        std::memcpy(&slot, pair + s * sizeof(uint64_t), sizeof(slot));
+        if (slot == layout::kEmptySlot ||
+            layout::SlotFingerprint(slot) != state[todo[t]].choice.fingerprint) {
+          continue;
+        }
+        const uint64_t offset = layout::SlotBlockOffset(slot);
+        const uint64_t bytes = layout::SlotBlockBytes(slot);
+        if (bytes == 0 || bytes > max_block_ || offset > accept_.heap.length ||
+            bytes > accept_.heap.length - offset) {
+          outcome[t].corrupt = true;
+          outcome[t].why = "slot " + to_string(slot) + " names block [" + to_string(offset) + ", +" +
+                           to_string(bytes) + ") outside the " + to_string(accept_.heap.length) +
+                           "-byte heap or over the largest block";
+          continue;
+        }
+        candidates.push_back(Candidate{t, offset, bytes});
+      }
+    }
+
+    // 3. Candidate blocks, as many per list as the block area holds.
+    for (size_t c = 0; c < candidates.size();) {
+      ops.clear();
+      size_t used = 0;
+      const size_t first = c;
+      while (c < candidates.size() && ops.size() < kMaxReadsPerList &&
+             used + candidates[c].bytes <= block_area_bytes_) {
+        candidates[c].local_offset = block_area_offset_ + used;
+        transport::ReadOp op;
+        op.local = {mr_.get(), candidates[c].local_offset, static_cast<uint32_t>(candidates[c].bytes)};
+        op.remote = {accept_.heap.addr + candidates[c].heap_offset, accept_.heap.rkey};
+        ops.push_back(op);
+        used += candidates[c].bytes;
+        ++c;
+      }
+      RKV_RETURN_IF_ERROR(PostReadsAndWait(ops, deadline, "block READs"));
+      const auto elapsed = Clock::now() - posted;
+      const bool in_lease = elapsed < lease_;
+      for (size_t k = first; k < c; ++k) {
+        Outcome& o = outcome[candidates[k].t];
+        if (!in_lease) {
+          // The block may have been freed and reused since the bucket READ.
+          o.lease_expired = true;
+          o.why = "reads took " + to_string(duration_cast<microseconds>(elapsed).count()) +
+                  " us, over the " + to_string(lease_.count()) + " us lease";
+          continue;
+        }
+        auto record = DecodeRecord(std::span<const uint8_t>(
+            buffer_.get() + candidates[k].local_offset, candidates[k].bytes));
+        if (!record.ok()) {
+          o.unreadable = true;
+          o.why = "block at heap offset " + to_string(candidates[k].heap_offset) + ": " +
+                  record.status().ToString();
+          continue;
+        }
+        if (record->key != keys[batch[todo[candidates[k].t]]]) continue;  // fingerprint collision
+        if ((record->flags & layout::kBlockFlagTombstone) != 0) continue;  // never live in a heap
+        if (!o.found || record->version > o.version) {
+          o.found = true;
+          o.value.assign(record->value);
+          o.version = record->version;
+        }
+      }
+    }
+
+    // 4. Answers, or another round.
+    std::vector<size_t> next;
+    for (size_t t = 0; t < todo.size(); ++t) {
+      KeyState& ks = state[todo[t]];
+      LookupResult& r = results[batch[todo[t]]];
+      Outcome& o = outcome[t];
+      if (o.found) {
+        r.done = true;
+        r.status = Status::Ok();
+        r.value = std::move(o.value);
+        r.version = o.version;
+        continue;
+      }
+      if (!o.lease_expired && !o.unreadable && !o.corrupt) {
+        r.done = true;
+        r.status = NotFound("key not found");
+        continue;
+      }
+      ++ks.attempts;
+      ks.last_failure = o.why;
+      ks.corrupt_rounds = o.corrupt ? ks.corrupt_rounds + 1 : 0;
+      if (ks.corrupt_rounds >= kCorruptRounds) {
+        r.done = true;
+        r.status = DataLoss("corrupt table on " + address_ + ": " + o.why);
+        continue;
+      }
+      next.push_back(todo[t]);
+    }
+    todo = std::move(next);
+    if (todo.empty()) break;
+
+    if (Remaining(deadline) <= backoff) {
+      for (size_t j : todo) {
+        LookupResult& r = results[batch[j]];
+        r.done = true;
+        r.status = DeadlineExceeded("GET gave up after " + to_string(state[j].attempts) +
+                                    " attempts; last: " + state[j].last_failure);
+      }
+      break;
+    }
+    std::this_thread::sleep_for(backoff);
+    backoff = std::min(backoff * 2, microseconds(5000));
+  }
+  return Status::Ok();
+}
+
+StatusOr<ApplyResult> ServerConnection::Apply(protocol::Op op, std::string_view key,
+                                              std::string_view value, Deadline deadline) {
+  if (broken_) return broken_status_;
+  if (credits_ == 0) return MarkBroken(Unavailable("server " + address_ + " left no request credits"));
+  const uint16_t flags = op == protocol::Op::kDelete ? layout::kBlockFlagTombstone : 0;
+  const uint64_t block = EncodeRecord(std::span<uint8_t>(buffer_.get() + build_offset_, max_block_),
+                                      key, value, /*version=*/0, flags);
+  const std::optional<uint64_t> ring_offset = ring_.Allocate(block);
+  if (!ring_offset) {
+    return MarkBroken(Internal("no room for a " + to_string(block) + "-byte record in the " +
+                               to_string(ring_.capacity()) + "-byte staging ring"));
+  }
+  protocol::RequestMsg request{};
+  request.op = static_cast<uint8_t>(op);
+  request.length = static_cast<uint32_t>(block);
+  request.request_id = next_request_id_++;
+  request.ring_offset = *ring_offset;
+  std::memcpy(buffer_.get() + send_offset_, &request, sizeof(request));
+
+  const uint64_t wr = NextWrId();
+  const Status posted = conn_->PostWriteSend(
+      {mr_.get(), build_offset_, static_cast<uint32_t>(block)},
+      {accept_.ring.addr + *ring_offset, accept_.ring.rkey},
+      {mr_.get(), send_offset_, static_cast<uint32_t>(sizeof(request))}, wr);
+  if (!posted.ok()) return MarkBroken(posted.WithContext("posting a request"));
+  --credits_;
+  outstanding_.push_back(request.request_id);
+  last_reply_.reset();
+
+  // The SEND completion frees the send and build areas; the reply frees
+  // the ring space and the credit.
+  RKV_RETURN_IF_ERROR(WaitFor(
+      [&] {
+        return completed_send_wr_ >= wr && last_reply_.has_value() &&
+               last_reply_->request_id == request.request_id;
+      },
+      deadline, "the reply"));
+  ApplyResult result;
+  result.version = last_reply_->version;
+  if (last_reply_->status_code != 0) {
+    result.status = Status(static_cast<StatusCode>(last_reply_->status_code),
+                           std::string(last_reply_->message));
+  }
+  return result;
+}
+
+}  // namespace rkv::client

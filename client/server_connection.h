@@ -1,0 +1,169 @@
+// ServerConnection: one data-plane connection of a client to a server, with
+// everything the protocol needs on the client side: the validated accept
+// data and table header, one registered local buffer, the staging-ring
+// bookkeeping and request credits.
+//
+// Local buffer (one region, kLocalWrite), in this order:
+//   bucket area   kMaxBatchKeys * 2 buckets: landing area of bucket READs
+//                 (and of the table header READ at connect time);
+//   block area    max(largest block, kMinBlockArea): landing area of block
+//                 READs, packed at 64-byte offsets;
+//   build area    the largest block: a PUT/DELETE record is built here and
+//                 WRITTEN to the staging ring;
+//   send area     one RequestMsg;
+//   recv area     kMaxMessageBytes per posted receive.
+//
+// Failure: any transport error, error completion, malformed or unexpected
+// reply, or a deadline that expires while operations are in flight marks
+// the connection broken (and disconnects it). A broken connection fails
+// every later call with the status that broke it; the owner reconnects.
+//
+// Thread safety: none. The owner serializes all calls (Client keeps each
+// connection under a mutex).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <cstdlib>
+#include <deque>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "client/staging_ring.h"
+#include "common/layout.h"
+#include "common/protocol.h"
+#include "common/status.h"
+#include "common/transport/transport.h"
+
+namespace rkv::client {
+
+using Clock = std::chrono::steady_clock;
+using Deadline = Clock::time_point;
+
+// Keys per pipelined lookup batch: 2 bucket READs each in one list.
+inline constexpr size_t kMaxBatchKeys = 64;
+// READs per posted list (bounded by the send queue depth).
+inline constexpr size_t kMaxReadsPerList = 2 * kMaxBatchKeys;
+// The block area holds at least this much, so that small blocks of a whole
+// batch are fetched with one list.
+inline constexpr size_t kMinBlockArea = 256 * 1024;
+// Receives posted per connection, at most (and so outstanding requests).
+inline constexpr uint32_t kMaxPostedRecvs = 64;
+// Consecutive rounds that see a slot pointing outside the heap before a
+// GET reports DATA_LOSS.
+inline constexpr int kCorruptRounds = 3;
+
+// The outcome of one key's lookup. `done` is false until the key has an
+// answer: OK (value and version valid), NOT_FOUND, DEADLINE_EXCEEDED (what
+// kept failing is in the message) or DATA_LOSS.
+struct LookupResult {
+  bool done = false;
+  Status status;
+  std::string value;
+  uint64_t version = 0;
+};
+
+// The server's verdict on a PUT or DELETE.
+struct ApplyResult {
+  Status status;         // as the server replied
+  uint64_t version = 0;  // the new (PUT) or deleted (DELETE) version
+};
+
+class ServerConnection {
+ public:
+  // Connects to `address` with `request` as private data, validates the
+  // accept data, registers and lays out the local buffer, posts receives,
+  // READs and checks the table header. Errors as transport::Connect, or
+  // those of ParseAcceptData / CheckTableHeader with the address prepended.
+  static StatusOr<std::unique_ptr<ServerConnection>> Open(
+      transport::Transport& transport, const std::string& address,
+      const protocol::ConnectRequestData& request, Deadline deadline);
+
+  ~ServerConnection();
+  ServerConnection(const ServerConnection&) = delete;
+  ServerConnection& operator=(const ServerConnection&) = delete;
+
+  bool broken() const { return broken_; }
+  const protocol::AcceptData& accept() const { return accept_; }
+  const layout::TableHeader& table() const { return table_; }
+
+  // Looks up every key whose result is not done yet (keys.size() ==
+  // results.size()), retrying torn, reused or leased-out reads with
+  // backoff until `deadline`; afterwards every such result is done.
+  // Returns non-OK only when the connection broke: results already done
+  // stay valid, the others stay not done.
+  Status Lookup(std::span<const std::string_view> keys, std::span<LookupResult> results,
+                Deadline deadline);
+
+  // Sends one PUT (value) or DELETE (empty value, tombstone) and waits for
+  // its reply. Sizes must have been checked against the accept data's
+  // limits. Non-OK only when the connection broke (the request may or may
+  // not have been applied).
+  StatusOr<ApplyResult> Apply(protocol::Op op, std::string_view key, std::string_view value,
+                              Deadline deadline);
+
+ private:
+  struct FreeDeleter {
+    void operator()(uint8_t* p) const { std::free(p); }
+  };
+
+  ServerConnection(std::unique_ptr<transport::Connection> conn, const protocol::AcceptData& accept,
+                   std::string address);
+  Status Init(transport::Transport& transport, Deadline deadline);
+  Status LookupBatch(std::span<const std::string_view> keys, std::span<LookupResult> results,
+                     std::span<const size_t> batch, Deadline deadline);
+
+  // Posts `ops` (the last one signaled, wr_ids filled in here) and waits
+  // for the signaled completion.
+  Status PostReadsAndWait(std::vector<transport::ReadOp>& ops, Deadline deadline,
+                          std::string_view what);
+  // Polls until done() or the deadline (which breaks the connection: work
+  // is in flight).
+  template <typename Done>
+  Status WaitFor(Done done, Deadline deadline, std::string_view what);
+  // Polls once, up to `wait`, and dispatches the completions.
+  Status PollOnce(std::chrono::microseconds wait);
+  void HandleReceive(uint64_t index, uint32_t byte_len);
+  Status MarkBroken(Status why);
+
+  uint64_t NextWrId() { return next_wr_id_++; }
+
+  // Declaration order is teardown order, reversed: the connection (queue
+  // pair) goes first, then the registration, then the memory it covered.
+  std::unique_ptr<uint8_t, FreeDeleter> buffer_;
+  std::unique_ptr<transport::MemoryRegion> mr_;
+  std::unique_ptr<transport::Connection> conn_;
+
+  const std::string address_;
+  const protocol::AcceptData accept_;
+  layout::TableHeader table_{};
+  const std::chrono::microseconds lease_;
+  const uint64_t max_block_;
+
+  // Offsets into buffer_.
+  size_t block_area_offset_ = 0;
+  size_t block_area_bytes_ = 0;
+  size_t build_offset_ = 0;
+  size_t send_offset_ = 0;
+  size_t recv_offset_ = 0;
+  uint32_t posted_recvs_ = 0;
+
+  StagingRing ring_;
+  uint32_t credits_ = 0;
+  uint32_t max_credits_ = 0;
+  uint64_t next_request_id_ = 1;
+  std::deque<uint64_t> outstanding_;  // request ids, in send order
+  std::optional<protocol::ReplyMsg> last_reply_;
+
+  uint64_t next_wr_id_ = 1;
+  uint64_t completed_read_wr_ = 0;  // highest signaled READ completed
+  uint64_t completed_send_wr_ = 0;  // highest SEND completed
+
+  bool broken_ = false;
+  Status broken_status_;
+};
+
+}  // namespace rkv::client

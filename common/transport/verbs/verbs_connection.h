@@ -1,0 +1,228 @@
+// One RC connection of the verbs transport (both sides) and its registered
+// memory. Internal to common/transport/verbs/; users see the Connection and
+// MemoryRegion interfaces of common/transport/transport.h.
+//
+// Connection setup. The QP is created with ibv_create_qp and is never
+// attached to the cm_id ("user-managed" QP): the transport moves it through
+// INIT, RTR and RTS itself, with the attributes rdma_init_qp_attr computes
+// from the rdma_cm route and handshake. That lets it
+//   - clamp path_mtu to the port's active_mtu and the read depths to the
+//     device limits,
+//   - apply Options::gid_index (>= 0) as the source GID index of the RTR
+//     address vector on both sides (-1 keeps the GID rdma_cm resolved for
+//     the address, a RoCE v2 IPv4-mapped GID for an IPv4 address), and
+//   - on the server, reach RTS and bind the connection's memory windows
+//     before rdma_accept sends the reply, so a client can never write into
+//     its ring before the window is valid.
+// The active side therefore sees RDMA_CM_EVENT_CONNECT_RESPONSE (not
+// ESTABLISHED), moves its QP to RTR/RTS and completes with rdma_establish.
+//
+// Connection parameters: retry_count 7 (transport retries before
+// IBV_WC_RETRY_EXC_ERR, the most the CM carries) and rnr_retry_count 7,
+// which means "retry forever" on RNR NAKs: a server keeps receives posted,
+// so a SEND that finds none waits for one instead of failing the QP (the
+// transport contract). responder_resources / initiator_depth are the
+// device's max_qp_rd_atom / max_qp_init_rd_atom (capped at 255, the CM's
+// field size) and the server answers with the minimum of both sides'.
+//
+// Private memory (RegisterPrivate). An MR belongs to the whole PD, which
+// every connection of a transport shares, so an MR with REMOTE_WRITE could
+// be written by any peer that learns (or guesses: rxe rkeys carry 8 random
+// bits) its rkey. When the device supports type 2 memory windows, the
+// memory is registered with LOCAL_WRITE | MW_BIND only and a type 2 window,
+// bound on this connection's QP, carries the remote rights: its rkey is
+// valid on this QP alone. Otherwise the region is a plain MR with the
+// remote rights (the weaker fallback); the transport logs which it uses.
+//
+// Send queue accounting. Every send WR gets a sequence number as its wr_id;
+// a completion for sequence s retires every WR up to s (an RC send queue
+// completes in order). At most `send_depth` WRs are outstanding, and a post
+// whose last WR would leave `signal_interval` (= send_depth / 2) or more
+// unsignaled WRs with no signaled WR after them is signaled internally (its
+// success completion is swallowed), so a full send queue always holds a
+// signaled WR whose completion frees room. The send CQ holds send_depth
+// entries and the receive CQ recv_depth: every outstanding WR can complete
+// (in error, unsignaled ones too) without overflowing a CQ.
+//
+// Thread safety: as the Connection interface says (one caller at a time).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "common/transport/transport.h"
+#include "common/transport/verbs/verbs_resources.h"
+
+namespace rkv::transport::verbs {
+
+// The smallest send queue the accounting above accepts: a WRITE+SEND pair
+// must fit with room to spare under the signal interval.
+inline constexpr uint32_t kWrsPerWriteSend = 2;
+inline constexpr uint32_t kMinSendDepth = 16;
+inline constexpr uint32_t kMinRecvDepth = 4;
+static_assert(kMinSendDepth / 2 >= 2 * kWrsPerWriteSend,
+              "the signal interval must hold at least two WRITE+SEND pairs");
+
+// What every connection of one transport shares.
+struct ConnectionConfig {
+  std::shared_ptr<ProtectionDomain> pd;
+  bool use_memory_windows = false;
+  int gid_index = -1;
+  uint32_t send_depth = 0;  // clamped to device limits, >= kMinSendDepth
+  uint32_t recv_depth = 0;  // clamped to device limits, >= kMinRecvDepth
+  uint32_t max_inline_wish = 0;
+  uint8_t responder_resources = 0;  // min(max_qp_rd_atom, 255)
+  uint8_t initiator_depth = 0;      // min(max_qp_init_rd_atom, 255)
+  ibv_mtu active_mtu = IBV_MTU_1024;
+};
+
+// A registered region (shared or connection-private).
+class VerbsRegion final : public MemoryRegion {
+ public:
+  VerbsRegion(std::shared_ptr<MemoryRegistration> mr, uint8_t* data, size_t size, uint32_t rkey)
+      : mr_(std::move(mr)), data_(data), size_(size), rkey_(rkey) {}
+  uint8_t* data() const override { return data_; }
+  size_t size() const override { return size_; }
+  uint32_t lkey() const override { return mr_->get()->lkey; }
+  uint32_t rkey() const override { return rkey_; }
+  const std::shared_ptr<MemoryRegistration>& registration() const { return mr_; }
+
+ private:
+  std::shared_ptr<MemoryRegistration> mr_;
+  uint8_t* data_;
+  size_t size_;
+  uint32_t rkey_;  // the MR's, or the memory window's for a private region
+};
+
+// Maps transport::Access bits to IBV_ACCESS_* (kRemoteWrite implies
+// LOCAL_WRITE, which verbs requires with REMOTE_WRITE).
+int IbvAccess(uint32_t access);
+
+class VerbsConnection final : public Connection {
+ public:
+  // Server side: takes the cm_id of a CONNECT_REQUEST (its event already
+  // acked), moves it to a channel of its own and creates the QP. On
+  // failure the request is rejected.
+  static StatusOr<std::unique_ptr<VerbsConnection>> CreatePassive(
+      const ConnectionConfig& config, CmId id, std::vector<uint8_t> peer_private_data,
+      uint8_t peer_responder_resources, uint8_t peer_initiator_depth);
+  // Client side: the whole active handshake.
+  static StatusOr<std::unique_ptr<VerbsConnection>> Connect(const ConnectionConfig& config,
+                                                            const std::string& address,
+                                                            std::span<const uint8_t> private_data,
+                                                            std::chrono::milliseconds timeout);
+
+  ~VerbsConnection() override;
+
+  std::span<const uint8_t> peer_private_data() const override { return peer_private_data_; }
+  std::string peer_address() const override { return peer_address_; }
+  StatusOr<MemoryRegion*> RegisterPrivate(void* addr, size_t length, uint32_t access) override;
+  Status Accept(std::span<const uint8_t> reply) override;
+  void Reject(std::span<const uint8_t> reply) override;
+  Status PostReads(std::span<const ReadOp> ops) override;
+  Status PostWriteSend(LocalBuf write_src, RemoteBuf write_dst, LocalBuf send,
+                       uint64_t wr_id) override;
+  Status PostSend(LocalBuf send, uint64_t wr_id) override;
+  Status PostRecv(LocalBuf buf, uint64_t wr_id) override;
+  StatusOr<size_t> Poll(std::span<Completion> out, std::chrono::microseconds timeout) override;
+  void Disconnect() override;
+
+  // For tests and logs.
+  bool uses_memory_windows() const { return config_.use_memory_windows; }
+  uint32_t max_inline_data() const { return max_inline_; }
+
+ private:
+  // kPending: a server connection before Accept/Reject. kClosed: nothing
+  // to answer (setup failed, handshake lost, or a client not yet connected).
+  enum class State { kPending, kConnected, kRejected, kClosed };
+
+  struct SendEntry {
+    uint64_t user_wr_id = 0;
+    OpType op = OpType::kRead;
+    bool report_success = false;  // the caller asked for a completion
+    bool internal = false;        // a memory window bind: never reported
+  };
+  struct PendingBind {
+    size_t window;  // index into windows_
+    std::shared_ptr<MemoryRegistration> mr;
+    uint8_t* addr;
+    size_t length;
+    int access;
+    uint32_t rkey;
+  };
+
+  VerbsConnection(const ConnectionConfig& config, CmId id);
+
+  Status CreateQueues();
+  Status ModifyQp(ibv_qp_state state, const char* what);
+  Status BindWindows(Clock::time_point deadline);
+
+  Status CheckSendable() const;
+  Status CheckLocal(const LocalBuf& buf, const char* what) const;
+  // Waits (bounded) until `n` more send WRs fit.
+  Status ReserveSend(uint32_t n);
+  // Gives send_wrs_[index] (filled in by the caller) its sequence number,
+  // records `entry` and decides whether it is signaled.
+  void AddSend(uint32_t index, const SendEntry& entry, bool want_signal, bool last);
+  // Posts send_wrs_[0, count) linked, with one doorbell.
+  Status PostSendChain(uint32_t count, const char* what);
+
+  // Polls both CQs once, turning completions into pending_ entries and
+  // retiring send WRs. Returns how many work completions were read.
+  StatusOr<int> DrainCqs();
+  void OnSendCompletion(const ibv_wc& wc);
+  void OnRecvCompletion(const ibv_wc& wc);
+  // Reads every queued cm event of this connection (non-blocking).
+  Status HandleCmEvents();
+  // Arms both CQs, re-polls, and blocks on the completion and cm channels
+  // until something is ready or `deadline`.
+  Status WaitEvents(Clock::time_point deadline);
+  void MoveQpToError();
+  bool Broken() const;
+  Status BrokenStatus() const;
+  uint32_t SendOutstanding() const { return static_cast<uint32_t>(next_seq_ - retired_seq_); }
+
+  ConnectionConfig config_;
+  std::shared_ptr<EventChannel> channel_;  // this connection's own cm channel
+  CmId id_;
+  std::shared_ptr<CompletionChannel> comp_channel_;
+  std::shared_ptr<CompletionQueue> send_cq_;
+  std::shared_ptr<CompletionQueue> recv_cq_;
+  QueuePair qp_;
+  std::vector<std::unique_ptr<VerbsRegion>> private_regions_;
+  std::vector<MemoryWindow> windows_;
+  std::vector<PendingBind> pending_binds_;
+
+  State state_ = State::kPending;
+  std::vector<uint8_t> peer_private_data_;
+  std::string peer_address_;
+  uint8_t responder_resources_ = 0;  // what this side grants as responder
+  uint8_t initiator_depth_ = 0;      // RDMA READs this side may have in flight
+  uint32_t max_inline_ = 0;
+  uint32_t send_depth_ = 0;
+  uint32_t recv_depth_ = 0;
+  uint32_t signal_interval_ = 0;
+
+  std::vector<SendEntry> send_ring_;  // indexed by sequence % send_depth_
+  std::vector<ibv_send_wr> send_wrs_;
+  std::vector<ibv_sge> send_sges_;
+  uint64_t next_seq_ = 0;         // sequence number of the next send WR
+  uint64_t retired_seq_ = 0;      // every send WR below this is retired
+  uint32_t unsignaled_run_ = 0;   // unsignaled WRs since the last signaled
+  uint32_t recv_outstanding_ = 0;
+  std::deque<Completion> pending_;  // completions not yet returned by Poll
+
+  bool failed_ = false;              // a WR completed in error
+  bool remote_disconnected_ = false; // DISCONNECTED (or device removal) seen
+  bool local_disconnected_ = false;  // Disconnect() called
+  bool disconnect_sent_ = false;     // rdma_disconnect called
+  bool qp_in_error_ = false;
+  Status bind_status_;
+};
+
+}  // namespace rkv::transport::verbs

@@ -1,0 +1,775 @@
+// Tests of the verbs transport against a real RDMA device. They need one:
+// on a machine without an active RDMA port every test fails and says so
+// (run them inside the SoftRoCE guest: deploy/softroce/run-in-guest.sh).
+// The device's address comes from $RKV_RDMA_ADDR. Server and client are two
+// transports (two PDs) in one process, as two processes would be.
+#include "common/transport/verbs/verbs_transport.h"
+
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <infiniband/verbs.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <future>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/protocol.h"
+#include "common/transport/verbs/verbs_connection.h"
+
+namespace rkv::transport {
+namespace {
+
+using namespace std::chrono_literals;
+
+// Safety limits only (a hung test fails instead of hanging); no test
+// asserts on how long anything takes.
+constexpr auto kConnectTimeout = 60s;
+constexpr auto kNextTimeout = 60s;
+constexpr auto kPollLimit = 60s;
+
+// What the test server announces in its accept private data.
+struct Descriptor {
+  uint64_t heap_addr;
+  uint32_t heap_rkey;
+  uint32_t heap_len;
+  uint64_t ring_addr;
+  uint32_t ring_rkey;
+  uint32_t ring_len;
+};
+static_assert(sizeof(Descriptor) <= protocol::kMaxAcceptPrivateData);
+
+std::span<const uint8_t> Bytes(const void* p, size_t n) {
+  return {static_cast<const uint8_t*>(p), n};
+}
+
+Descriptor ParseDescriptor(const Connection& c) {
+  Descriptor d{};
+  const auto data = c.peer_private_data();
+  EXPECT_GE(data.size(), sizeof d);
+  if (data.size() >= sizeof d) std::memcpy(&d, data.data(), sizeof d);
+  return d;
+}
+
+// Polls until `n` completions arrived (or the safety limit); a failed Poll
+// fails the test.
+std::vector<Completion> PollFor(Connection& c, size_t n) {
+  std::vector<Completion> got;
+  Completion buf[16];
+  const auto limit = std::chrono::steady_clock::now() + kPollLimit;
+  while (got.size() < n && std::chrono::steady_clock::now() < limit) {
+    auto r = c.Poll(std::span<Completion>(buf, std::min<size_t>(16, n - got.size())), 100ms);
+    if (!r.ok()) {
+      ADD_FAILURE() << "Poll failed: " << r.status();
+      break;
+    }
+    for (size_t i = 0; i < *r; ++i) got.push_back(buf[i]);
+  }
+  EXPECT_EQ(got.size(), n) << "completions missing";
+  return got;
+}
+
+// Polls until Poll itself fails; returns that status and every completion
+// seen before.
+Status PollUntilBroken(Connection& c, std::vector<Completion>* seen) {
+  Completion buf[16];
+  const auto limit = std::chrono::steady_clock::now() + kPollLimit;
+  while (std::chrono::steady_clock::now() < limit) {
+    auto r = c.Poll(buf, 100ms);
+    if (!r.ok()) return r.status();
+    for (size_t i = 0; i < *r; ++i) seen->push_back(buf[i]);
+  }
+  return DeadlineExceeded("the connection never reported a failure");
+}
+
+// The GID table index that holds `ipv4` as an IPv4-mapped GID (RoCE), or
+// -1.
+int FindIpv4GidIndex(const std::string& ipv4) {
+  in_addr addr{};
+  if (inet_pton(AF_INET, ipv4.c_str(), &addr) != 1) return -1;
+  uint8_t want[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+  std::memcpy(want + 12, &addr, 4);
+  int found = -1;
+  int count = 0;
+  ibv_device** list = ibv_get_device_list(&count);
+  for (int d = 0; list != nullptr && d < count && found < 0; ++d) {
+    ibv_context* context = ibv_open_device(list[d]);
+    if (context == nullptr) continue;
+    ibv_port_attr port{};
+    if (ibv_query_port(context, 1, &port) == 0) {
+      for (int i = 0; i < port.gid_tbl_len && found < 0; ++i) {
+        ibv_gid gid{};
+        if (ibv_query_gid(context, 1, i, &gid) == 0 && std::memcmp(gid.raw, want, 16) == 0) found = i;
+      }
+    }
+    ibv_close_device(context);
+  }
+  if (list != nullptr) ibv_free_device_list(list);
+  return found;
+}
+
+class VerbsTransportTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(VerbsDeviceAvailable())
+        << "no RDMA device with an active port on this machine; this test needs one "
+           "(run it inside the SoftRoCE guest: deploy/softroce/run-in-guest.sh -- "
+           "build/release/common/verbs_transport_test)";
+    const char* addr = std::getenv("RKV_RDMA_ADDR");
+    ASSERT_NE(addr, nullptr) << "set RKV_RDMA_ADDR to an IP address of the RDMA device";
+    host_ = addr;
+    auto server = CreateVerbsTransport(Options{});
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = std::move(server).value();
+    Options client_options;
+    // A small send queue, so that the tests wrap it many times.
+    client_options.max_send_wr = 16;
+    auto client = CreateVerbsTransport(client_options);
+    ASSERT_TRUE(client.ok()) << client.status();
+    client_ = std::move(client).value();
+    auto listener = server_->Listen(host_ + ":0");
+    ASSERT_TRUE(listener.ok()) << listener.status();
+    listener_ = std::move(listener).value();
+
+    heap_.resize(64 * 1024);
+    for (size_t i = 0; i < heap_.size(); ++i) heap_[i] = static_cast<uint8_t>(i * 7 + i / 256);
+    auto heap_mr = server_->Register(heap_.data(), heap_.size(), kRemoteRead);
+    ASSERT_TRUE(heap_mr.ok()) << heap_mr.status();
+    heap_mr_ = std::move(heap_mr).value();
+  }
+
+  // The server side of one handshake: Next, `setup` (may register private
+  // memory, post receives and fill the reply), Accept. Runs on its own
+  // thread while the caller connects.
+  using Setup = std::function<void(Connection&, Descriptor*)>;
+
+  struct Pair {
+    std::unique_ptr<Connection> server;
+    std::unique_ptr<Connection> client;
+  };
+
+  Pair Connect(const Setup& setup = nullptr) {
+    auto server = std::async(std::launch::async, [&]() -> StatusOr<std::unique_ptr<Connection>> {
+      auto next = listener_->Next(kNextTimeout);
+      if (!next.ok()) return next.status();
+      if (*next == nullptr) return DeadlineExceeded("no connection request arrived");
+      std::unique_ptr<Connection> conn = std::move(next).value();
+      Descriptor d{};
+      d.heap_addr = heap_mr_->remote_addr();
+      d.heap_rkey = heap_mr_->rkey();
+      d.heap_len = static_cast<uint32_t>(heap_mr_->size());
+      if (setup) setup(*conn, &d);
+      RKV_RETURN_IF_ERROR(conn->Accept(Bytes(&d, sizeof d)));
+      return conn;
+    });
+    auto client = client_->Connect(listener_->address(), {}, kConnectTimeout);
+    auto accepted = server.get();
+    Pair pair;
+    EXPECT_TRUE(client.ok()) << client.status();
+    EXPECT_TRUE(accepted.ok()) << accepted.status();
+    if (client.ok()) pair.client = std::move(client).value();
+    if (accepted.ok()) pair.server = std::move(accepted).value();
+    return pair;
+  }
+
+  std::unique_ptr<MemoryRegion> ClientRegion(std::vector<uint8_t>& buf, uint32_t access = kLocalWrite) {
+    auto mr = client_->Register(buf.data(), buf.size(), access);
+    EXPECT_TRUE(mr.ok()) << mr.status();
+    return mr.ok() ? std::move(mr).value() : nullptr;
+  }
+
+  std::string host_;
+  std::unique_ptr<Transport> server_;
+  std::unique_ptr<Transport> client_;
+  std::unique_ptr<Listener> listener_;
+  std::vector<uint8_t> heap_;
+  std::unique_ptr<MemoryRegion> heap_mr_;
+};
+
+TEST_F(VerbsTransportTest, ListenerReportsItsPort) {
+  const std::string address = listener_->address();
+  EXPECT_EQ(address.rfind(host_ + ":", 0), 0u) << address;
+  EXPECT_NE(address, host_ + ":0");
+}
+
+TEST_F(VerbsTransportTest, ConnectAcceptCarriesPrivateData) {
+  uint8_t request[protocol::kMaxConnectPrivateData];
+  for (size_t i = 0; i < sizeof request; ++i) request[i] = static_cast<uint8_t>(0xA0 + i);
+  uint8_t reply[protocol::kMaxAcceptPrivateData];
+  for (size_t i = 0; i < sizeof reply; ++i) reply[i] = static_cast<uint8_t>(255 - i);
+
+  auto server = std::async(std::launch::async, [&]() -> StatusOr<std::unique_ptr<Connection>> {
+    auto next = listener_->Next(kNextTimeout);
+    if (!next.ok()) return next.status();
+    if (*next == nullptr) return DeadlineExceeded("no request");
+    std::unique_ptr<Connection> conn = std::move(next).value();
+    // IB/RoCE pad the private data: at least what was sent arrives.
+    const auto got = conn->peer_private_data();
+    if (got.size() < sizeof request || std::memcmp(got.data(), request, sizeof request) != 0) {
+      return Internal("connect private data differs");
+    }
+    RKV_RETURN_IF_ERROR(conn->Accept(reply));
+    return conn;
+  });
+  auto client = client_->Connect(listener_->address(), request, kConnectTimeout);
+  auto accepted = server.get();
+  ASSERT_TRUE(client.ok()) << client.status();
+  ASSERT_TRUE(accepted.ok()) << accepted.status();
+  const auto got = (*client)->peer_private_data();
+  ASSERT_GE(got.size(), sizeof reply);
+  EXPECT_EQ(std::memcmp(got.data(), reply, sizeof reply), 0);
+  EXPECT_FALSE((*accepted)->peer_address().empty());
+  EXPECT_EQ((*client)->peer_address(), listener_->address());
+}
+
+TEST_F(VerbsTransportTest, ConnectRejectsOversizedPrivateData) {
+  uint8_t request[protocol::kMaxConnectPrivateData + 1] = {};
+  auto client = client_->Connect(listener_->address(), request, kConnectTimeout);
+  EXPECT_EQ(client.status().code(), StatusCode::kInvalidArgument) << client.status();
+}
+
+TEST_F(VerbsTransportTest, RejectCarriesTheReason) {
+  auto server = std::async(std::launch::async, [&]() -> Status {
+    auto next = listener_->Next(kNextTimeout);
+    if (!next.ok()) return next.status();
+    if (*next == nullptr) return DeadlineExceeded("no request");
+    protocol::RejectData reject{};
+    reject.magic = protocol::kRejectMagic;
+    reject.status_code = static_cast<int32_t>(StatusCode::kPermissionDenied);
+    std::snprintf(reject.message, sizeof reject.message, "%s", "token digest mismatch");
+    (*next)->Reject(Bytes(&reject, sizeof reject));
+    return Status::Ok();
+  });
+  auto client = client_->Connect(listener_->address(), {}, kConnectTimeout);
+  ASSERT_TRUE(server.get().ok());
+  ASSERT_FALSE(client.ok());
+  EXPECT_EQ(client.status().code(), StatusCode::kPermissionDenied) << client.status();
+  EXPECT_NE(client.status().message().find("token digest mismatch"), std::string::npos)
+      << client.status();
+}
+
+TEST_F(VerbsTransportTest, ConnectToNothingIsUnavailable) {
+  auto other = server_->Listen(host_ + ":0");
+  ASSERT_TRUE(other.ok()) << other.status();
+  const std::string address = (*other)->address();
+  other->reset();  // nothing listens there any more
+  auto client = client_->Connect(address, {}, kConnectTimeout);
+  EXPECT_EQ(client.status().code(), StatusCode::kUnavailable) << client.status();
+}
+
+TEST_F(VerbsTransportTest, ShutdownCancelsNext) {
+  auto waiter = std::async(std::launch::async, [&] { return listener_->Next(kNextTimeout); });
+  listener_->Shutdown();
+  auto next = waiter.get();
+  EXPECT_EQ(next.status().code(), StatusCode::kCancelled) << next.status();
+  EXPECT_EQ(listener_->Next(1ms).status().code(), StatusCode::kCancelled);
+}
+
+TEST_F(VerbsTransportTest, RegisterRejectsUnknownAccessBits) {
+  std::vector<uint8_t> buf(64);
+  EXPECT_EQ(client_->Register(buf.data(), buf.size(), 1u << 7).status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(client_->Register(buf.data(), 0, kLocalWrite).status().code(),
+            StatusCode::kInvalidArgument);
+}
+
+TEST_F(VerbsTransportTest, ReadChainReturnsTheRightBytes) {
+  Pair p = Connect();
+  ASSERT_TRUE(p.client && p.server);
+  const Descriptor d = ParseDescriptor(*p.client);
+  std::vector<uint8_t> local(8 * 1024, 0);
+  auto mr = ClientRegion(local);
+  ASSERT_NE(mr, nullptr);
+  // Eight READs of different sizes and offsets, one post; only the last
+  // is signaled, so exactly one completion comes back.
+  std::vector<ReadOp> ops;
+  size_t local_off = 0;
+  const size_t sizes[] = {1, 63, 64, 100, 1000, 1024, 2048, 3000};
+  const size_t remote_offs[] = {0, 7, 4096, 333, 60000, 12345, 20000, 64 * 1024 - 3000};
+  for (size_t i = 0; i < 8; ++i) {
+    ReadOp op;
+    op.local = {mr.get(), local_off, static_cast<uint32_t>(sizes[i])};
+    op.remote = {d.heap_addr + remote_offs[i], d.heap_rkey};
+    op.wr_id = 100 + i;
+    op.signaled = i == 7;
+    ops.push_back(op);
+    local_off += sizes[i];
+  }
+  ASSERT_TRUE(p.client->PostReads(ops).ok());
+  auto got = PollFor(*p.client, 1);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_TRUE(got[0].status.ok()) << got[0].status;
+  EXPECT_EQ(got[0].wr_id, 107u);
+  EXPECT_EQ(got[0].op, OpType::kRead);
+  local_off = 0;
+  for (size_t i = 0; i < 8; ++i) {
+    EXPECT_EQ(std::memcmp(local.data() + local_off, heap_.data() + remote_offs[i], sizes[i]), 0)
+        << "READ " << i;
+    local_off += sizes[i];
+  }
+  // Nothing else is reported (no completion for the unsignaled READs).
+  Completion extra[4];
+  auto more = p.client->Poll(extra, 0us);
+  ASSERT_TRUE(more.ok()) << more.status();
+  EXPECT_EQ(*more, 0u);
+}
+
+TEST_F(VerbsTransportTest, ManyUnsignaledReadsNeverOverflowTheSendQueue) {
+  Pair p = Connect();
+  ASSERT_TRUE(p.client && p.server);
+  const Descriptor d = ParseDescriptor(*p.client);
+  std::vector<uint8_t> local(64 * 1024, 0);
+  auto mr = ClientRegion(local);
+  ASSERT_NE(mr, nullptr);
+  // The client's send queue holds 16 WRs; 400 unsignaled READs in posts of
+  // 5 only go through if the transport signals some internally and
+  // swallows those completions.
+  constexpr size_t kReads = 400;
+  constexpr size_t kChunk = 64 * 1024 / kReads / 8 * 8;
+  size_t done = 0;
+  while (done < kReads) {
+    std::vector<ReadOp> ops;
+    for (size_t i = 0; i < 5 && done < kReads; ++i, ++done) {
+      ReadOp op;
+      op.local = {mr.get(), done * kChunk, static_cast<uint32_t>(kChunk)};
+      op.remote = {d.heap_addr + done * kChunk, d.heap_rkey};
+      op.wr_id = done;
+      op.signaled = done + 1 == kReads;
+      ops.push_back(op);
+    }
+    const Status s = p.client->PostReads(ops);
+    ASSERT_TRUE(s.ok()) << s;
+  }
+  auto got = PollFor(*p.client, 1);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_TRUE(got[0].status.ok()) << got[0].status;
+  EXPECT_EQ(got[0].wr_id, kReads - 1);
+  EXPECT_EQ(std::memcmp(local.data(), heap_.data(), kReads * kChunk), 0);
+}
+
+TEST_F(VerbsTransportTest, ReadWithBadRkeyIsDeniedAndTheServerServesOthers) {
+  {
+    Pair p = Connect();
+    ASSERT_TRUE(p.client && p.server);
+    const Descriptor d = ParseDescriptor(*p.client);
+    std::vector<uint8_t> local(256, 0);
+    auto mr = ClientRegion(local);
+    ReadOp op;
+    op.local = {mr.get(), 0, 64};
+    op.remote = {d.heap_addr, d.heap_rkey ^ 0x5a5a00u};
+    op.wr_id = 7;
+    op.signaled = true;
+    ASSERT_TRUE(p.client->PostReads({&op, 1}).ok());
+    auto got = PollFor(*p.client, 1);
+    ASSERT_EQ(got.size(), 1u);
+    EXPECT_EQ(got[0].wr_id, 7u);
+    EXPECT_EQ(got[0].status.code(), StatusCode::kPermissionDenied) << got[0].status;
+    // The connection is unusable now.
+    ReadOp again = op;
+    again.remote.rkey = d.heap_rkey;
+    EXPECT_FALSE(p.client->PostReads({&again, 1}).ok());
+  }
+  {
+    Pair p = Connect();
+    ASSERT_TRUE(p.client && p.server);
+    const Descriptor d = ParseDescriptor(*p.client);
+    std::vector<uint8_t> local(256, 0);
+    auto mr = ClientRegion(local);
+    // Out of bounds: the last 8 bytes of the heap and 56 beyond.
+    ReadOp op;
+    op.local = {mr.get(), 0, 64};
+    op.remote = {d.heap_addr + d.heap_len - 8, d.heap_rkey};
+    op.wr_id = 8;
+    op.signaled = true;
+    ASSERT_TRUE(p.client->PostReads({&op, 1}).ok());
+    auto got = PollFor(*p.client, 1);
+    ASSERT_EQ(got.size(), 1u);
+    EXPECT_EQ(got[0].status.code(), StatusCode::kPermissionDenied) << got[0].status;
+  }
+  {
+    // A fresh connection still works.
+    Pair p = Connect();
+    ASSERT_TRUE(p.client && p.server);
+    const Descriptor d = ParseDescriptor(*p.client);
+    std::vector<uint8_t> local(256, 0);
+    auto mr = ClientRegion(local);
+    ReadOp op;
+    op.local = {mr.get(), 0, 256};
+    op.remote = {d.heap_addr + 1000, d.heap_rkey};
+    op.wr_id = 9;
+    op.signaled = true;
+    ASSERT_TRUE(p.client->PostReads({&op, 1}).ok());
+    auto got = PollFor(*p.client, 1);
+    ASSERT_EQ(got.size(), 1u);
+    EXPECT_TRUE(got[0].status.ok()) << got[0].status;
+    EXPECT_EQ(std::memcmp(local.data(), heap_.data() + 1000, 256), 0);
+  }
+}
+
+TEST_F(VerbsTransportTest, WriteToReadOnlyRegionIsDeniedAndChangesNothing) {
+  Pair p = Connect();
+  ASSERT_TRUE(p.client && p.server);
+  const Descriptor d = ParseDescriptor(*p.client);
+  const std::vector<uint8_t> before = heap_;
+  std::vector<uint8_t> local(256, 0xEE);
+  auto mr = ClientRegion(local);
+  ASSERT_TRUE(p.client
+                  ->PostWriteSend({mr.get(), 0, 128}, {d.heap_addr + 256, d.heap_rkey},
+                                  {mr.get(), 128, 16}, 42)
+                  .ok());
+  std::vector<Completion> seen;
+  const Status end = PollUntilBroken(*p.client, &seen);
+  EXPECT_EQ(end.code(), StatusCode::kUnavailable) << end;
+  ASSERT_FALSE(seen.empty());
+  EXPECT_EQ(seen[0].op, OpType::kWrite);
+  EXPECT_EQ(seen[0].wr_id, 42u);
+  EXPECT_EQ(seen[0].status.code(), StatusCode::kPermissionDenied) << seen[0].status;
+  for (size_t i = 1; i < seen.size(); ++i) EXPECT_FALSE(seen[i].status.ok());
+  EXPECT_EQ(heap_, before);
+}
+
+// The server side of a request/reply loop over a private ring: each
+// request names a ring offset and an iteration; the ring must already hold
+// that iteration's pattern when the SEND arrives.
+struct RingMessage {
+  uint64_t iteration;
+  uint64_t offset;
+  uint32_t length;
+  uint32_t ok;
+};
+
+uint8_t PatternByte(uint64_t iteration, size_t i) {
+  return static_cast<uint8_t>(iteration * 31 + i * 13 + 1);
+}
+
+TEST_F(VerbsTransportTest, WriteIsVisibleBeforeItsSend) {
+  constexpr size_t kRing = 16 * 1024;
+  constexpr size_t kSlot = 1024;
+  constexpr int kRecvs = 8;
+  constexpr uint64_t kIterations = 300;
+  std::vector<uint8_t> ring(kRing, 0);
+  std::vector<uint8_t> server_msgs(2 * kRecvs * 64, 0);
+  std::unique_ptr<MemoryRegion> server_msgs_mr;
+  {
+    auto mr = server_->Register(server_msgs.data(), server_msgs.size(), kLocalWrite);
+    ASSERT_TRUE(mr.ok()) << mr.status();
+    server_msgs_mr = std::move(mr).value();
+  }
+  MemoryRegion* ring_mr = nullptr;
+  Pair p = Connect([&](Connection& c, Descriptor* d) {
+    auto mr = c.RegisterPrivate(ring.data(), ring.size(), kRemoteWrite | kLocalWrite);
+    ASSERT_TRUE(mr.ok()) << mr.status();
+    ring_mr = *mr;
+    d->ring_addr = ring_mr->remote_addr();
+    d->ring_rkey = ring_mr->rkey();
+    d->ring_len = static_cast<uint32_t>(ring_mr->size());
+    for (int i = 0; i < kRecvs; ++i) {
+      ASSERT_TRUE(c.PostRecv({server_msgs_mr.get(), static_cast<size_t>(i) * 64, 64}, i).ok());
+    }
+  });
+  ASSERT_TRUE(p.client && p.server && ring_mr != nullptr);
+  EXPECT_EQ(p.server->RegisterPrivate(ring.data(), 64, kRemoteWrite).status().code(),
+            StatusCode::kFailedPrecondition);
+  const Descriptor d = ParseDescriptor(*p.client);
+
+  std::thread server([&] {
+    Connection& c = *p.server;
+    uint64_t served = 0;
+    while (served < kIterations) {
+      auto got = PollFor(c, 1);
+      if (got.empty()) return;
+      const Completion& done = got[0];
+      if (done.op == OpType::kSend) continue;  // a reply went out
+      ASSERT_EQ(done.op, OpType::kRecv);
+      ASSERT_TRUE(done.status.ok()) << done.status;
+      ASSERT_EQ(done.byte_len, sizeof(RingMessage));
+      RingMessage msg;
+      std::memcpy(&msg, server_msgs.data() + done.wr_id * 64, sizeof msg);
+      bool ok = msg.offset + msg.length <= kRing;
+      for (size_t i = 0; ok && i < msg.length; ++i) {
+        ok = ring[msg.offset + i] == PatternByte(msg.iteration, i);
+      }
+      msg.ok = ok ? 1 : 0;
+      ASSERT_TRUE(c.PostRecv({server_msgs_mr.get(), done.wr_id * 64, 64}, done.wr_id).ok());
+      const size_t reply_off = (kRecvs + served % kRecvs) * 64;
+      std::memcpy(server_msgs.data() + reply_off, &msg, sizeof msg);
+      ASSERT_TRUE(c.PostSend({server_msgs_mr.get(), reply_off, sizeof msg}, 1000 + served).ok());
+      ++served;
+    }
+  });
+
+  std::vector<uint8_t> client_buf(kSlot + 2 * 64, 0);
+  auto mr = ClientRegion(client_buf);
+  ASSERT_NE(mr, nullptr);
+  uint64_t good = 0;
+  for (uint64_t it = 0; it < kIterations; ++it) {
+    const size_t length = 1 + (it * 97) % kSlot;
+    const uint64_t offset = (it % (kRing / kSlot)) * kSlot;
+    for (size_t i = 0; i < length; ++i) client_buf[i] = PatternByte(it, i);
+    RingMessage msg{it, offset, static_cast<uint32_t>(length), 0};
+    std::memcpy(client_buf.data() + kSlot, &msg, sizeof msg);
+    ASSERT_TRUE(p.client->PostRecv({mr.get(), kSlot + 64, 64}, 5000 + it).ok());
+    const Status s = p.client->PostWriteSend({mr.get(), 0, static_cast<uint32_t>(length)},
+                                             {d.ring_addr + offset, d.ring_rkey},
+                                             {mr.get(), kSlot, sizeof msg}, it);
+    ASSERT_TRUE(s.ok()) << s;
+    // The SEND's completion and the reply, in either order.
+    auto got = PollFor(*p.client, 2);
+    ASSERT_EQ(got.size(), 2u);
+    for (const Completion& c : got) {
+      ASSERT_TRUE(c.status.ok()) << c.status;
+      if (c.op == OpType::kRecv) {
+        RingMessage reply;
+        std::memcpy(&reply, client_buf.data() + kSlot + 64, sizeof reply);
+        EXPECT_EQ(reply.iteration, it);
+        good += reply.ok;
+      } else {
+        EXPECT_EQ(c.op, OpType::kSend);
+        EXPECT_EQ(c.wr_id, it);
+      }
+    }
+  }
+  server.join();
+  EXPECT_EQ(good, kIterations);
+}
+
+TEST_F(VerbsTransportTest, PeerDisconnectMakesPollUnavailable) {
+  std::vector<uint8_t> msgs(4 * 64, 0);
+  auto msgs_mr = server_->Register(msgs.data(), msgs.size(), kLocalWrite);
+  ASSERT_TRUE(msgs_mr.ok()) << msgs_mr.status();
+  for (const bool destroy : {false, true}) {
+    Pair p = Connect([&](Connection& c, Descriptor*) {
+      for (int i = 0; i < 4; ++i) {
+        ASSERT_TRUE(c.PostRecv({msgs_mr->get(), static_cast<size_t>(i) * 64, 64}, i).ok());
+      }
+    });
+    ASSERT_TRUE(p.client && p.server);
+    if (destroy) {
+      p.client.reset();
+    } else {
+      p.client->Disconnect();
+      p.client->Disconnect();  // idempotent
+    }
+    std::vector<Completion> seen;
+    const Status end = PollUntilBroken(*p.server, &seen);
+    EXPECT_EQ(end.code(), StatusCode::kUnavailable) << end;
+    // The posted receives come back flushed, never as successes.
+    EXPECT_LE(seen.size(), 4u);
+    for (const Completion& c : seen) {
+      EXPECT_EQ(c.op, OpType::kRecv);
+      EXPECT_EQ(c.status.code(), StatusCode::kUnavailable) << c.status;
+    }
+    EXPECT_FALSE(p.server->PostSend({msgs_mr->get(), 0, 8}, 1).ok());
+    if (!destroy) {
+      std::vector<Completion> client_seen;
+      EXPECT_EQ(PollUntilBroken(*p.client, &client_seen).code(), StatusCode::kUnavailable);
+    }
+  }
+}
+
+TEST_F(VerbsTransportTest, PrivateRingIsWritableOnlyByItsConnection) {
+  std::vector<uint8_t> ring_a(4096, 0);
+  std::vector<uint8_t> ring_b(4096, 0);
+  auto with_ring = [](std::vector<uint8_t>& ring) {
+    return [&ring](Connection& c, Descriptor* d) {
+      auto mr = c.RegisterPrivate(ring.data(), ring.size(), kRemoteWrite | kLocalWrite);
+      ASSERT_TRUE(mr.ok()) << mr.status();
+      d->ring_addr = (*mr)->remote_addr();
+      d->ring_rkey = (*mr)->rkey();
+      d->ring_len = static_cast<uint32_t>((*mr)->size());
+    };
+  };
+  Pair a = Connect(with_ring(ring_a));
+  Pair b = Connect(with_ring(ring_b));
+  ASSERT_TRUE(a.client && a.server && b.client && b.server);
+  auto* verbs_a = dynamic_cast<verbs::VerbsConnection*>(a.server.get());
+  ASSERT_NE(verbs_a, nullptr);
+  if (!verbs_a->uses_memory_windows()) {
+    GTEST_SKIP() << "this device has no type 2 memory windows: private rings are plain MRs";
+  }
+  const Descriptor da = ParseDescriptor(*a.client);
+  const Descriptor db = ParseDescriptor(*b.client);
+  std::vector<uint8_t> local(256, 0x77);
+  auto mr = ClientRegion(local);
+
+  // A writes its own ring: allowed. Its SEND waits (RNR) until A's server
+  // posts a receive below; the WRITE before it has landed by then.
+  ASSERT_TRUE(a.client
+                  ->PostWriteSend({mr.get(), 0, 128}, {da.ring_addr, da.ring_rkey},
+                                  {mr.get(), 128, 8}, 1)
+                  .ok());
+  // B writes into A's ring with A's rkey: refused, A's ring unchanged
+  // beyond A's own write.
+  ASSERT_TRUE(b.client
+                  ->PostWriteSend({mr.get(), 0, 128}, {da.ring_addr + 1024, da.ring_rkey},
+                                  {mr.get(), 128, 8}, 2)
+                  .ok());
+  std::vector<Completion> seen;
+  const Status end = PollUntilBroken(*b.client, &seen);
+  EXPECT_EQ(end.code(), StatusCode::kUnavailable) << end;
+  ASSERT_FALSE(seen.empty());
+  EXPECT_EQ(seen[0].op, OpType::kWrite);
+  EXPECT_EQ(seen[0].status.code(), StatusCode::kPermissionDenied) << seen[0].status;
+  for (size_t i = 1024; i < 1024 + 128; ++i) ASSERT_EQ(ring_a[i], 0) << i;
+  // B's own ring was never touched either.
+  EXPECT_EQ(db.ring_len, 4096u);
+  for (uint8_t byte : ring_b) ASSERT_EQ(byte, 0);
+  // A's write landed: A's server sees its SEND once it posts a receive.
+  std::vector<uint8_t> msgs(64, 0);
+  auto msgs_mr = server_->Register(msgs.data(), msgs.size(), kLocalWrite);
+  ASSERT_TRUE(msgs_mr.ok());
+  ASSERT_TRUE(a.server->PostRecv({msgs_mr->get(), 0, 64}, 9).ok());
+  auto got = PollFor(*a.server, 1);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_TRUE(got[0].status.ok()) << got[0].status;
+  for (size_t i = 0; i < 128; ++i) ASSERT_EQ(ring_a[i], 0x77) << i;
+}
+
+TEST_F(VerbsTransportTest, LargeAndSmallSendsArrive) {
+  std::vector<uint8_t> server_buf(4096, 0);
+  auto server_mr = server_->Register(server_buf.data(), server_buf.size(), kLocalWrite);
+  ASSERT_TRUE(server_mr.ok());
+  Pair p = Connect([&](Connection& c, Descriptor*) {
+    ASSERT_TRUE(c.PostRecv({server_mr->get(), 0, 2048}, 1).ok());
+    ASSERT_TRUE(c.PostRecv({server_mr->get(), 2048, 2048}, 2).ok());
+  });
+  ASSERT_TRUE(p.client && p.server);
+  auto* verbs_client = dynamic_cast<verbs::VerbsConnection*>(p.client.get());
+  ASSERT_NE(verbs_client, nullptr);
+  std::printf("client QP max_inline_data: %u\n", verbs_client->max_inline_data());
+  std::vector<uint8_t> local(2048);
+  for (size_t i = 0; i < local.size(); ++i) local[i] = static_cast<uint8_t>(i ^ 0x3c);
+  auto mr = ClientRegion(local);
+  ASSERT_TRUE(p.client->PostSend({mr.get(), 0, 16}, 11).ok());
+  ASSERT_TRUE(p.client->PostSend({mr.get(), 0, 2000}, 12).ok());
+  auto sent = PollFor(*p.client, 2);
+  ASSERT_EQ(sent.size(), 2u);
+  EXPECT_EQ(sent[0].wr_id, 11u);
+  EXPECT_EQ(sent[1].wr_id, 12u);
+  auto got = PollFor(*p.server, 2);
+  ASSERT_EQ(got.size(), 2u);
+  EXPECT_EQ(got[0].wr_id, 1u);
+  EXPECT_EQ(got[0].byte_len, 16u);
+  EXPECT_EQ(got[1].wr_id, 2u);
+  EXPECT_EQ(got[1].byte_len, 2000u);
+  EXPECT_EQ(std::memcmp(server_buf.data(), local.data(), 16), 0);
+  EXPECT_EQ(std::memcmp(server_buf.data() + 2048, local.data(), 2000), 0);
+}
+
+}  // namespace
+}  // namespace rkv::transport
+
+namespace rkv::transport {
+namespace {
+
+TEST_F(VerbsTransportTest, AcceptRejectsOversizedReply) {
+  auto server = std::async(std::launch::async, [&]() -> Status {
+    auto next = listener_->Next(kNextTimeout);
+    if (!next.ok()) return next.status();
+    if (*next == nullptr) return DeadlineExceeded("no request");
+    uint8_t reply[protocol::kMaxAcceptPrivateData + 1] = {};
+    const Status s = (*next)->Accept(reply);
+    if (s.code() != StatusCode::kInvalidArgument) return Internal("Accept said " + s.ToString());
+    (*next)->Reject({});
+    return Status::Ok();
+  });
+  auto client = client_->Connect(listener_->address(), {}, kConnectTimeout);
+  const Status server_status = server.get();
+  EXPECT_TRUE(server_status.ok()) << server_status;
+  EXPECT_EQ(client.status().code(), StatusCode::kPermissionDenied) << client.status();
+}
+
+TEST_F(VerbsTransportTest, ExplicitGidIndexConnects) {
+  const int gid_index = FindIpv4GidIndex(host_);
+  ASSERT_GE(gid_index, 0) << "no IPv4-mapped GID for " << host_;
+  Options options;
+  options.gid_index = gid_index;
+  auto server = CreateVerbsTransport(options);
+  auto client = CreateVerbsTransport(options);
+  ASSERT_TRUE(server.ok()) << server.status();
+  ASSERT_TRUE(client.ok()) << client.status();
+  server_ = std::move(server).value();
+  client_ = std::move(client).value();
+  auto heap_mr = server_->Register(heap_.data(), heap_.size(), kRemoteRead);
+  ASSERT_TRUE(heap_mr.ok());
+  heap_mr_ = std::move(heap_mr).value();
+  auto listener = server_->Listen(host_ + ":0");
+  ASSERT_TRUE(listener.ok()) << listener.status();
+  listener_ = std::move(listener).value();
+  Pair p = Connect();
+  ASSERT_TRUE(p.client && p.server);
+  const Descriptor d = ParseDescriptor(*p.client);
+  std::vector<uint8_t> local(512, 0);
+  auto mr = ClientRegion(local);
+  ReadOp op;
+  op.local = {mr.get(), 0, 512};
+  op.remote = {d.heap_addr + 512, d.heap_rkey};
+  op.wr_id = 1;
+  op.signaled = true;
+  ASSERT_TRUE(p.client->PostReads({&op, 1}).ok());
+  auto got = PollFor(*p.client, 1);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_TRUE(got[0].status.ok()) << got[0].status;
+  EXPECT_EQ(std::memcmp(local.data(), heap_.data() + 512, 512), 0);
+
+  Options bad;
+  bad.gid_index = 1 << 16;
+  EXPECT_EQ(CreateVerbsTransport(bad).status().code(), StatusCode::kInvalidArgument);
+}
+
+// Without memory windows a private region is a plain MR in the shared PD
+// (the documented weaker fallback); it must still work for its connection.
+TEST_F(VerbsTransportTest, PlainMrFallbackForPrivateRegions) {
+  auto server = verbs::CreateWithoutMemoryWindows(Options{});
+  ASSERT_TRUE(server.ok()) << server.status();
+  listener_.reset();
+  heap_mr_.reset();
+  server_ = std::move(server).value();
+  auto heap_mr = server_->Register(heap_.data(), heap_.size(), kRemoteRead);
+  ASSERT_TRUE(heap_mr.ok());
+  heap_mr_ = std::move(heap_mr).value();
+  auto listener = server_->Listen(host_ + ":0");
+  ASSERT_TRUE(listener.ok()) << listener.status();
+  listener_ = std::move(listener).value();
+
+  std::vector<uint8_t> ring(4096, 0);
+  std::vector<uint8_t> msgs(64, 0);
+  auto msgs_mr = server_->Register(msgs.data(), msgs.size(), kLocalWrite);
+  ASSERT_TRUE(msgs_mr.ok());
+  Pair p = Connect([&](Connection& c, Descriptor* d) {
+    auto mr = c.RegisterPrivate(ring.data(), ring.size(), kRemoteWrite);
+    ASSERT_TRUE(mr.ok()) << mr.status();
+    d->ring_addr = (*mr)->remote_addr();
+    d->ring_rkey = (*mr)->rkey();
+    d->ring_len = static_cast<uint32_t>((*mr)->size());
+    ASSERT_TRUE(c.PostRecv({msgs_mr->get(), 0, 64}, 3).ok());
+  });
+  ASSERT_TRUE(p.client && p.server);
+  auto* verbs_server = dynamic_cast<verbs::VerbsConnection*>(p.server.get());
+  ASSERT_NE(verbs_server, nullptr);
+  EXPECT_FALSE(verbs_server->uses_memory_windows());
+  const Descriptor d = ParseDescriptor(*p.client);
+  std::vector<uint8_t> local(256, 0x42);
+  auto mr = ClientRegion(local);
+  ASSERT_TRUE(p.client
+                  ->PostWriteSend({mr.get(), 0, 200}, {d.ring_addr + 64, d.ring_rkey},
+                                  {mr.get(), 200, 8}, 5)
+                  .ok());
+  auto sent = PollFor(*p.client, 1);
+  ASSERT_EQ(sent.size(), 1u);
+  EXPECT_TRUE(sent[0].status.ok()) << sent[0].status;
+  auto got = PollFor(*p.server, 1);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_TRUE(got[0].status.ok()) << got[0].status;
+  EXPECT_EQ(got[0].byte_len, 8u);
+  for (size_t i = 0; i < ring.size(); ++i) {
+    ASSERT_EQ(ring[i], i >= 64 && i < 264 ? 0x42 : 0) << i;
+  }
+}
+
+}  // namespace
+}  // namespace rkv::transport

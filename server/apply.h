@@ -1,0 +1,103 @@
+// The PUT / DELETE apply path: turns one RequestMsg and the record it names
+// in a connection's staging ring into a durable write, a published slot and
+// a ReplyMsg.
+//
+// Validation (before any lock; a failure is an error reply, never a crash):
+//   - the message is exactly sizeof(RequestMsg), op is known, reserved is 0;
+//   - ring_offset is 64-byte aligned and [ring_offset, ring_offset + length)
+//     lies inside the ring;
+//   - length is at least a block header and at most the block of the
+//     largest allowed record;
+//   - the record is copied out of the ring first (the client may keep
+//     writing its ring: what is checked must be what is stored), then
+//     DecodeRecord must accept exactly those bytes, with
+//     RecordBytes <= length <= BlockBytes and version 0;
+//   - key 1..max_key_bytes, value <= max_value_bytes;
+//   - DELETE carries the tombstone flag and an empty value, PUT no tombstone.
+// Bad framing is INVALID_ARGUMENT; a record whose CRC fails is DATA_LOSS.
+//
+// Apply (under the apply mutex, so requests of all connections are applied
+// one at a time, in arrival order per connection):
+//   PUT:    version = store.NextVersion(); store.Put (durable per
+//           --durability); table.Upsert (publishes the slot: the
+//           linearization point); reply. If the table or heap refuses
+//           after the store write, the store write is undone (the previous
+//           value restored, or the key deleted) so store and table agree,
+//           and the reply is RESOURCE_EXHAUSTED. When the heap is full only
+//           because of quarantined blocks, the apply waits (holding the
+//           mutex: every writer waits, which is the back-pressure) until the
+//           oldest one is reusable — at most one grace period — and retries
+//           once.
+//   DELETE: NOT_FOUND if the table lacks the key; else store.Delete, then
+//           table.Delete; the reply carries the deleted version.
+// Acknowledged therefore means durable per --durability, and the slot is
+// published only after the durable write.
+//
+// Thread safety: Apply and the accessors are thread-safe (one internal
+// mutex). The Store, Table and Heap must not be used by anyone else while
+// the Applier exists, except through mutex().
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <mutex>
+#include <span>
+
+#include "common/protocol.h"
+#include "common/status.h"
+#include "server/heap.h"
+#include "server/store.h"
+#include "server/table.h"
+
+namespace rkv::server {
+
+struct ApplyLimits {
+  uint32_t max_key_bytes = 1024;
+  uint32_t max_value_bytes = 1024 * 1024;
+};
+
+class Applier {
+ public:
+  Applier(Store* store, Table* table, Heap* heap, ApplyLimits limits);
+
+  Applier(const Applier&) = delete;
+  Applier& operator=(const Applier&) = delete;
+
+  // Validates and applies the request in `msg` (the bytes received) whose
+  // record lies in `ring` (the connection's staging ring). Always returns a
+  // reply with credits = 1 and the request id (0 if the message is too
+  // short to hold one).
+  protocol::ReplyMsg Apply(std::span<const uint8_t> msg, std::span<const uint8_t> ring);
+
+  struct Snapshot {
+    uint64_t puts = 0;            // PUTs applied
+    uint64_t deletes = 0;         // DELETEs applied
+    uint64_t request_errors = 0;  // replies other than OK and NOT_FOUND
+    uint64_t keys = 0;
+    Heap::Stats heap;
+  };
+  Snapshot snapshot() const;
+
+  // The largest block a valid request may name.
+  uint64_t max_block_bytes() const;
+
+ private:
+  protocol::ReplyMsg ApplyPut(uint64_t request_id, std::string_view key, std::string_view value);
+  protocol::ReplyMsg ApplyDelete(uint64_t request_id, std::string_view key);
+  protocol::ReplyMsg Error(uint64_t request_id, const Status& status);
+
+  Store* const store_;
+  Table* const table_;
+  Heap* const heap_;
+  const ApplyLimits limits_;
+
+  mutable std::mutex mu_;  // guards store_ writes, table_ and heap_
+  std::atomic<uint64_t> puts_{0};
+  std::atomic<uint64_t> deletes_{0};
+  std::atomic<uint64_t> errors_{0};
+};
+
+// Fills a reply; `message` is cut to fit and NUL-terminated.
+protocol::ReplyMsg MakeReply(uint64_t request_id, StatusCode code, uint64_t version, std::string_view message);
+
+}  // namespace rkv::server

@@ -1,0 +1,316 @@
+#include "server/apply.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include "common/record.h"
+
+namespace rkv::server {
+namespace {
+
+using namespace std::chrono_literals;
+
+struct FreeDeleter {
+  void operator()(uint8_t* p) const { std::free(p); }
+};
+using Buffer = std::unique_ptr<uint8_t, FreeDeleter>;
+Buffer AlignedZeroed(size_t n) {
+  Buffer b(static_cast<uint8_t*>(std::aligned_alloc(64, n)));
+  std::memset(b.get(), 0, n);
+  return b;
+}
+
+constexpr size_t kRingBytes = 64 * 1024;
+
+// An applier over a real store, table and heap, with one staging ring.
+class ApplyTest : public ::testing::Test {
+ protected:
+  void SetUp() override { Build(/*log2=*/6, /*heap_bytes=*/1 << 20, 100ms, ApplyLimits{64, 8192}); }
+  void TearDown() override {
+    applier_.reset();
+    table_.reset();
+    store_.reset();
+    std::filesystem::remove_all(dir_);
+  }
+
+  void Build(uint32_t log2, uint64_t heap_bytes, std::chrono::milliseconds grace, ApplyLimits limits) {
+    applier_.reset();
+    table_.reset();
+    store_.reset();
+    dir_ = std::filesystem::path(::testing::TempDir()) /
+           ("rkv_apply_test_" + std::to_string(::getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::remove_all(dir_);
+    auto s = Store::Open(dir_.string(), Durability::kWal);
+    ASSERT_TRUE(s.ok()) << s.status();
+    store_ = std::move(s).value();
+    index_bytes_ = layout::IndexBytes(uint64_t{1} << log2);
+    index_ = AlignedZeroed(index_bytes_);
+    heap_mem_ = AlignedZeroed(heap_bytes);
+    heap_ = std::make_unique<Heap>(heap_bytes, grace);
+    table_ = std::make_unique<Table>(std::span<uint8_t>(index_.get(), index_bytes_),
+                                     std::span<uint8_t>(heap_mem_.get(), heap_bytes), heap_.get());
+    ASSERT_TRUE(table_->Init(log2, store_->epoch(), 42).ok());
+    applier_ = std::make_unique<Applier>(store_.get(), table_.get(), heap_.get(), limits);
+    ring_.assign(kRingBytes, 0);
+  }
+
+  // Writes a record at `offset` of the ring; returns its block length.
+  uint32_t Stage(uint64_t offset, std::string_view key, std::string_view value, uint16_t flags = 0,
+                 uint64_t version = 0) {
+    return static_cast<uint32_t>(EncodeRecord(std::span<uint8_t>(ring_).subspan(offset), key, value, version, flags));
+  }
+
+  static std::vector<uint8_t> Msg(protocol::Op op, uint64_t offset, uint32_t length, uint64_t id) {
+    protocol::RequestMsg m{};
+    m.op = static_cast<uint8_t>(op);
+    m.length = length;
+    m.request_id = id;
+    m.ring_offset = offset;
+    std::vector<uint8_t> out(sizeof(m));
+    std::memcpy(out.data(), &m, sizeof(m));
+    return out;
+  }
+
+  protocol::ReplyMsg Send(const std::vector<uint8_t>& msg) { return applier_->Apply(msg, ring_); }
+
+  protocol::ReplyMsg Put(std::string_view key, std::string_view value, uint64_t id = 1, uint64_t offset = 0) {
+    const uint32_t len = Stage(offset, key, value);
+    return Send(Msg(protocol::Op::kPut, offset, len, id));
+  }
+  protocol::ReplyMsg Del(std::string_view key, uint64_t id = 1, uint64_t offset = 0) {
+    const uint32_t len = Stage(offset, key, "", layout::kBlockFlagTombstone);
+    return Send(Msg(protocol::Op::kDelete, offset, len, id));
+  }
+
+  std::optional<std::string> TableValue(std::string_view key) {
+    auto e = table_->Lookup(key);
+    if (!e) return std::nullopt;
+    return std::string(table_->RecordAt(e->slot).value);
+  }
+  std::optional<std::string> StoreValue(std::string_view key) {
+    auto v = store_->Get(key);
+    EXPECT_TRUE(v.ok()) << v.status();
+    if (!v.ok() || !v->has_value()) return std::nullopt;
+    return (*v)->value;
+  }
+
+  // The reply is an error with `code`, echoes `id`, returns a credit and
+  // says why; and nothing was stored.
+  void ExpectError(const protocol::ReplyMsg& r, StatusCode code, uint64_t id) {
+    EXPECT_EQ(r.status_code, static_cast<int32_t>(code)) << r.message;
+    EXPECT_EQ(r.request_id, id);
+    EXPECT_EQ(r.credits, 1u);
+    EXPECT_EQ(r.version, 0u);
+    const size_t len = strnlen(r.message, sizeof(r.message));
+    EXPECT_LT(len, sizeof(r.message));
+    EXPECT_GT(len, 0u);
+  }
+
+  std::filesystem::path dir_;
+  std::unique_ptr<Store> store_;
+  size_t index_bytes_ = 0;
+  Buffer index_;
+  Buffer heap_mem_;
+  std::unique_ptr<Heap> heap_;
+  std::unique_ptr<Table> table_;
+  std::unique_ptr<Applier> applier_;
+  std::vector<uint8_t> ring_;
+};
+
+TEST_F(ApplyTest, PutReplaceDelete) {
+  auto r = Put("key", "v1", 11);
+  EXPECT_EQ(r.status_code, 0) << r.message;
+  EXPECT_EQ(r.request_id, 11u);
+  EXPECT_EQ(r.credits, 1u);
+  EXPECT_EQ(r.version, 1u);
+  EXPECT_EQ(r.message[0], '\0');
+  EXPECT_EQ(TableValue("key"), "v1");
+  EXPECT_EQ(StoreValue("key"), "v1");
+
+  r = Put("key", "v2", 12, 128);
+  EXPECT_EQ(r.status_code, 0) << r.message;
+  EXPECT_EQ(r.version, 2u);
+  EXPECT_EQ(TableValue("key"), "v2");
+  EXPECT_EQ(StoreValue("key"), "v2");
+  EXPECT_EQ(table_->Lookup("key")->version, 2u);
+
+  r = Del("key", 13);
+  EXPECT_EQ(r.status_code, 0) << r.message;
+  EXPECT_EQ(r.version, 2u) << "a DELETE reply carries the deleted version";
+  EXPECT_FALSE(TableValue("key").has_value());
+  EXPECT_FALSE(StoreValue("key").has_value());
+
+  // Versions keep growing across the delete.
+  r = Put("key", "v3", 14);
+  EXPECT_EQ(r.version, 3u);
+
+  const auto snap = applier_->snapshot();
+  EXPECT_EQ(snap.puts, 3u);
+  EXPECT_EQ(snap.deletes, 1u);
+  EXPECT_EQ(snap.request_errors, 0u);
+  EXPECT_EQ(snap.keys, 1u);
+}
+
+TEST_F(ApplyTest, DeleteOfAMissingKeyIsNotFound) {
+  auto r = Del("nothing", 5);
+  ExpectError(r, StatusCode::kNotFound, 5);
+  EXPECT_EQ(applier_->snapshot().request_errors, 0u);
+}
+
+TEST_F(ApplyTest, EmptyValueAndBinaryKey) {
+  const std::string key("\0k\xff", 3);
+  auto r = Put(key, "");
+  EXPECT_EQ(r.status_code, 0) << r.message;
+  EXPECT_EQ(TableValue(key), "");
+  EXPECT_EQ(StoreValue(key), "");
+}
+
+TEST_F(ApplyTest, MalformedMessagesGetClearErrors) {
+  const uint32_t len = Stage(0, "key", "value");
+  auto good = Msg(protocol::Op::kPut, 0, len, 77);
+
+  auto shorter = good;
+  shorter.resize(20);
+  ExpectError(Send(shorter), StatusCode::kInvalidArgument, 77);
+  auto longer = good;
+  longer.push_back(0);
+  ExpectError(Send(longer), StatusCode::kInvalidArgument, 77);
+  ExpectError(Send(std::vector<uint8_t>(3, 0)), StatusCode::kInvalidArgument, 0);
+
+  auto m = good;
+  m[0] = 9;  // op
+  ExpectError(Send(m), StatusCode::kInvalidArgument, 77);
+  m = good;
+  m[2] = 1;  // reserved
+  ExpectError(Send(m), StatusCode::kInvalidArgument, 77);
+
+  ExpectError(Send(Msg(protocol::Op::kPut, 32, len, 77)), StatusCode::kInvalidArgument, 77);  // unaligned
+  ExpectError(Send(Msg(protocol::Op::kPut, kRingBytes, 64, 77)), StatusCode::kInvalidArgument, 77);
+  ExpectError(Send(Msg(protocol::Op::kPut, kRingBytes - 64, 128, 77)), StatusCode::kInvalidArgument, 77);
+  ExpectError(Send(Msg(protocol::Op::kPut, ~uint64_t{63}, 128, 77)), StatusCode::kInvalidArgument, 77);
+  ExpectError(Send(Msg(protocol::Op::kPut, 0, 16, 77)), StatusCode::kInvalidArgument, 77);  // < header
+  ExpectError(Send(Msg(protocol::Op::kPut, 0, 0xFFFFFFFF, 77)), StatusCode::kInvalidArgument, 77);
+  // Longer than the record's block (the next block's bytes would count).
+  ExpectError(Send(Msg(protocol::Op::kPut, 0, len + 64, 77)), StatusCode::kInvalidArgument, 77);
+  // Shorter than the record.
+  ExpectError(Send(Msg(protocol::Op::kPut, 0, 24, 77)), StatusCode::kInvalidArgument, 77);
+
+  EXPECT_FALSE(TableValue("key").has_value());
+  EXPECT_FALSE(StoreValue("key").has_value());
+  EXPECT_EQ(applier_->snapshot().request_errors, 13u);
+
+  // And the good one still works afterwards.
+  EXPECT_EQ(Send(good).status_code, 0);
+  EXPECT_EQ(TableValue("key"), "value");
+}
+
+TEST_F(ApplyTest, BadRecordsGetClearErrors) {
+  // CRC mismatch: DATA_LOSS.
+  uint32_t len = Stage(0, "key", "value");
+  ring_[30] ^= 0x40;
+  ExpectError(Send(Msg(protocol::Op::kPut, 0, len, 1)), StatusCode::kDataLoss, 1);
+  // A record not yet (or half) written: zeros.
+  std::memset(ring_.data(), 0, 256);
+  ExpectError(Send(Msg(protocol::Op::kPut, 0, 64, 2)), StatusCode::kInvalidArgument, 2);
+  // Version set by the client.
+  len = Stage(0, "key", "value", 0, 5);
+  ExpectError(Send(Msg(protocol::Op::kPut, 0, len, 3)), StatusCode::kInvalidArgument, 3);
+  // Key and value limits (64 and 8192 in this fixture).
+  len = Stage(0, std::string(65, 'k'), "v");
+  ExpectError(Send(Msg(protocol::Op::kPut, 0, len, 4)), StatusCode::kInvalidArgument, 4);
+  len = Stage(0, "k", std::string(8193, 'v'));
+  ExpectError(Send(Msg(protocol::Op::kPut, 0, len, 5)), StatusCode::kInvalidArgument, 5);
+  // Tombstone rules.
+  len = Stage(0, "k", "v", layout::kBlockFlagTombstone);
+  ExpectError(Send(Msg(protocol::Op::kPut, 0, len, 6)), StatusCode::kInvalidArgument, 6);
+  ExpectError(Send(Msg(protocol::Op::kDelete, 0, len, 7)), StatusCode::kInvalidArgument, 7);  // has a value
+  len = Stage(0, "k", "");
+  ExpectError(Send(Msg(protocol::Op::kDelete, 0, len, 8)), StatusCode::kInvalidArgument, 8);  // no tombstone
+  EXPECT_EQ(table_->size(), 0u);
+
+  // The largest allowed record is accepted.
+  len = Stage(0, std::string(64, 'k'), std::string(8192, 'v'));
+  EXPECT_EQ(Send(Msg(protocol::Op::kPut, 0, len, 9)).status_code, 0);
+}
+
+TEST_F(ApplyTest, GarbageNeverCrashesOrChangesAnything) {
+  std::mt19937_64 rng(1234);
+  for (auto& b : ring_) b = static_cast<uint8_t>(rng());
+  for (int i = 0; i < 20000; ++i) {
+    protocol::RequestMsg m{};
+    m.op = static_cast<uint8_t>(1 + rng() % 2);
+    m.length = static_cast<uint32_t>(rng() % 4096);
+    m.request_id = i;
+    m.ring_offset = (rng() % (kRingBytes / 64 + 2)) * 64;
+    std::vector<uint8_t> msg(sizeof(m));
+    std::memcpy(msg.data(), &m, sizeof(m));
+    const auto r = Send(msg);
+    ASSERT_NE(r.status_code, 0);
+    ASSERT_EQ(r.request_id, static_cast<uint64_t>(i));
+    ASSERT_EQ(r.credits, 1u);
+  }
+  EXPECT_EQ(table_->size(), 0u);
+  EXPECT_EQ(store_->version_high_water(), 0u);
+}
+
+TEST_F(ApplyTest, TableFullIsRefusedWithoutAStoreWrite) {
+  Build(/*log2=*/1, 1 << 20, 100ms, ApplyLimits{64, 8192});
+  int accepted = 0;
+  protocol::ReplyMsg r{};
+  for (int i = 0; i < 100; ++i) {
+    r = Put("k" + std::to_string(i), "v", i);
+    if (r.status_code != 0) {
+      ExpectError(r, StatusCode::kResourceExhausted, i);
+      EXPECT_FALSE(StoreValue("k" + std::to_string(i)).has_value());
+      break;
+    }
+    ++accepted;
+  }
+  EXPECT_EQ(r.status_code, static_cast<int32_t>(StatusCode::kResourceExhausted));
+  EXPECT_EQ(table_->size(), static_cast<uint64_t>(accepted));
+  EXPECT_EQ(store_->version_high_water(), static_cast<uint64_t>(accepted));
+}
+
+TEST_F(ApplyTest, HeapFullUndoesTheStoreWrite) {
+  // 4 KiB of heap, and a grace period long enough that nothing comes back.
+  Build(6, 4096, std::chrono::hours(1), ApplyLimits{64, 8192});
+  ASSERT_EQ(Put("old", std::string(1000, 'a')).status_code, 0);  // 1088 -> 1280 class
+  ASSERT_EQ(Put("other", std::string(1000, 'b')).status_code, 0);
+  // Replace: no room for a 3 KiB block.
+  auto r = Put("old", std::string(3000, 'c'), 3);
+  ExpectError(r, StatusCode::kResourceExhausted, 3);
+  EXPECT_EQ(TableValue("old"), std::string(1000, 'a'));
+  EXPECT_EQ(StoreValue("old"), std::string(1000, 'a')) << "the store must be restored";
+  EXPECT_EQ((*store_->Get("old"))->version, 1u);
+  // New key: removed from the store again.
+  r = Put("new", std::string(3000, 'd'), 4);
+  ExpectError(r, StatusCode::kResourceExhausted, 4);
+  EXPECT_FALSE(TableValue("new").has_value());
+  EXPECT_FALSE(StoreValue("new").has_value());
+  EXPECT_EQ(table_->size(), 2u);
+}
+
+TEST_F(ApplyTest, HeapFullOfQuarantineWaitsOneGracePeriod) {
+  // Room for exactly one 1280-byte block, and a short grace period.
+  Build(6, 1280, 20ms, ApplyLimits{64, 8192});
+  ASSERT_EQ(Put("k", std::string(1000, 'a')).status_code, 0);
+  ASSERT_EQ(Del("k").status_code, 0);  // the block goes into quarantine
+  EXPECT_EQ(heap_->stats().quarantined_bytes, 1280u);
+  // The next PUT finds the heap full, waits for the quarantine and succeeds.
+  auto r = Put("k2", std::string(1000, 'b'));
+  EXPECT_EQ(r.status_code, 0) << r.message;
+  EXPECT_EQ(TableValue("k2"), std::string(1000, 'b'));
+  EXPECT_EQ(heap_->stats().quarantined_bytes, 0u);
+}
+
+}  // namespace
+}  // namespace rkv::server

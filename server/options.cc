@@ -1,0 +1,98 @@
+#include "server/options.h"
+
+#include <cctype>
+#include <charconv>
+#include <string>
+
+#include "common/layout.h"
+#include "common/transport/transport.h"
+#include "server/heap.h"
+#include "server/table.h"
+
+namespace rkv::server {
+
+uint64_t MaxBlockBytes(const ServerOptions& o) { return layout::BlockBytes(o.max_key_bytes, o.max_value_bytes); }
+
+Status ValidateOptions(const ServerOptions& o) {
+  std::string host;
+  uint16_t port = 0;
+  if (Status s = transport::ParseHostPort(o.listen, &host, &port); !s.ok()) {
+    return InvalidArgument("--listen: " + s.message());
+  }
+  if (o.data_dir.empty()) return InvalidArgument("--data_dir is required");
+  if (o.token.empty()) return InvalidArgument("--token_file must name a file holding a non-empty token");
+  if (o.max_key_bytes < 1 || o.max_key_bytes > layout::kMaxKeyBytesLimit) {
+    return InvalidArgument("--max_key_bytes " + std::to_string(o.max_key_bytes) + " is outside [1, " +
+                           std::to_string(layout::kMaxKeyBytesLimit) + "]");
+  }
+  if (o.max_value_bytes > layout::kMaxValueBytesLimit) {
+    return InvalidArgument("--max_value_bytes " + std::to_string(o.max_value_bytes) + " is over the layout limit " +
+                           std::to_string(layout::kMaxValueBytesLimit));
+  }
+  const uint64_t block = MaxBlockBytes(o);
+  const uint64_t block_class = Heap::ClassBytes(Heap::ClassOf(block));
+  if (o.memory_bytes < block_class || o.memory_bytes > layout::kMaxHeapBytes) {
+    return InvalidArgument("--memory " + std::to_string(o.memory_bytes) + " is outside [" +
+                           std::to_string(block_class) + " (the largest record's block), " +
+                           std::to_string(layout::kMaxHeapBytes) + "]");
+  }
+  if (Status s = Table::BucketCountLog2ForKeys(o.max_keys).status(); !s.ok()) {
+    return InvalidArgument("--max_keys: " + s.message());
+  }
+  if (o.ring_bytes % layout::kBlockAlign != 0 || o.ring_bytes > kMaxRingBytes) {
+    return InvalidArgument("--ring_bytes " + std::to_string(o.ring_bytes) + " must be a multiple of 64 and at most " +
+                           std::to_string(kMaxRingBytes));
+  }
+  if (o.ring_bytes < 2 * block) {
+    return InvalidArgument("--ring_bytes " + std::to_string(o.ring_bytes) +
+                           " is below twice the largest block (2 * " + std::to_string(block) +
+                           "); raise it or lower --max_value_bytes");
+  }
+  if (o.max_connections < 1 || o.max_connections > kMaxConnectionsLimit) {
+    return InvalidArgument("--max_connections " + std::to_string(o.max_connections) + " is outside [1, " +
+                           std::to_string(kMaxConnectionsLimit) + "]");
+  }
+  if (o.grace_period_ms < kMinGracePeriodMs || o.grace_period_ms > kMaxGracePeriodMs) {
+    return InvalidArgument("--grace_period_ms " + std::to_string(o.grace_period_ms) + " is outside [" +
+                           std::to_string(kMinGracePeriodMs) + ", " + std::to_string(kMaxGracePeriodMs) + "]");
+  }
+  if (o.request_credits < 1 || o.request_credits > kMaxRequestCredits) {
+    return InvalidArgument("request credits " + std::to_string(o.request_credits) + " outside [1, " +
+                           std::to_string(kMaxRequestCredits) + "]");
+  }
+  return Status::Ok();
+}
+
+StatusOr<uint64_t> ParseByteSize(std::string_view text) {
+  const std::string shown(text);
+  uint64_t n = 0;
+  const char* begin = text.data();
+  const char* end = text.data() + text.size();
+  const auto [p, ec] = std::from_chars(begin, end, n);
+  if (text.empty() || p == begin || ec != std::errc()) {
+    return InvalidArgument("'" + shown + "' is not a byte count (e.g. 4096, 64K, 256M, 1G)");
+  }
+  std::string suffix(p, end);
+  for (char& c : suffix) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  int shift = 0;
+  if (suffix.empty() || suffix == "B") {
+    shift = 0;
+  } else {
+    const char unit = suffix[0];
+    const std::string rest = suffix.substr(1);
+    if (rest != "" && rest != "B" && rest != "IB") {
+      return InvalidArgument("'" + shown + "' has an unknown unit (use K, M, G or T)");
+    }
+    switch (unit) {
+      case 'K': shift = 10; break;
+      case 'M': shift = 20; break;
+      case 'G': shift = 30; break;
+      case 'T': shift = 40; break;
+      default: return InvalidArgument("'" + shown + "' has an unknown unit (use K, M, G or T)");
+    }
+  }
+  if (shift > 0 && n > (~uint64_t{0} >> shift)) return InvalidArgument("'" + shown + "' overflows");
+  return n << shift;
+}
+
+}  // namespace rkv::server

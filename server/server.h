@@ -1,0 +1,133 @@
+// One rkv server: owns the index and heap regions, the table over them,
+// the durable store and the data-plane connections.
+//
+// Start:
+//   1. opens the store (a new epoch; FAILED_PRECONDITION if another process
+//      holds the data directory);
+//   2. maps the index and heap (zeroed), initializes the table header with
+//      the epoch and a fresh random hash seed, rebuilds the table from the
+//      store (logs how many keys in how long);
+//   3. registers index and heap with the transport, REMOTE_READ only;
+//   4. listens and starts the accept thread.
+// Accept thread: for each pending connection, validates the
+//   ConnectRequestData (size, magic, versions, token digest) and refuses a
+//   bad one with a RejectData before accepting; refuses with
+//   RESOURCE_EXHAUSTED beyond max_connections. Otherwise maps the
+//   connection's staging ring (REMOTE_WRITE for that connection only) and
+//   message buffers, posts request_credits receives, and accepts with an
+//   AcceptData that names the regions.
+// One worker thread per connection: polls the connection, applies its
+//   requests in order (server/apply.h), re-posts each receive buffer before
+//   replying, and replies with a SEND. A broken connection (Poll error or an
+//   error completion) is logged and destroyed, which releases its ring and
+//   queue pair; the accept thread reaps finished workers.
+//
+// No GET ever reaches this process: clients read the index and heap with
+// one-sided READs (Stats::gets_served_by_cpu stays 0; there is no GET
+// message in the protocol).
+//
+// Thread safety: Stats, address, epoch are thread-safe. Shutdown may be
+// called from any thread but once at a time; the destructor calls it.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <list>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "common/status.h"
+#include "common/transport/transport.h"
+#include "server/apply.h"
+#include "server/heap.h"
+#include "server/mapped_memory.h"
+#include "server/options.h"
+#include "server/store.h"
+#include "server/table.h"
+
+namespace rkv::server {
+
+struct ServerStats {
+  uint64_t puts = 0;
+  uint64_t deletes = 0;
+  uint64_t request_errors = 0;        // error replies (NOT_FOUND excluded)
+  uint64_t connections = 0;           // open now
+  uint64_t connections_accepted = 0;  // since start
+  uint64_t connections_rejected = 0;  // since start
+  uint64_t keys = 0;
+  uint64_t heap_bytes_used = 0;
+  uint64_t heap_bytes_quarantined = 0;
+  uint64_t heap_bytes_free = 0;
+  uint64_t gets_served_by_cpu = 0;    // always 0: GETs are one-sided READs
+};
+
+class Server {
+ public:
+  // Starts a server with validated `options` (see ValidateOptions) on
+  // `transport`, which must outlive the server. Errors name what failed.
+  static StatusOr<std::unique_ptr<Server>> Start(const ServerOptions& options, transport::Transport* transport);
+
+  ~Server();
+  Server(const Server&) = delete;
+  Server& operator=(const Server&) = delete;
+
+  // Stops accepting, disconnects every client, joins all threads and closes
+  // the store. Idempotent.
+  void Shutdown();
+
+  // "HOST:PORT" actually listened on (the real port when 0 was asked).
+  std::string address() const;
+  uint64_t epoch() const { return epoch_; }
+  uint64_t keys_at_start() const { return keys_at_start_; }
+  std::chrono::milliseconds rebuild_time() const { return rebuild_time_; }
+  ServerStats Stats() const;
+
+ private:
+  struct Worker;
+  friend class ServerTestPeer;
+
+  explicit Server(const ServerOptions& options, transport::Transport* transport);
+  Status Init();
+  Status Rebuild();
+  void AcceptLoop();
+  void HandlePending(std::unique_ptr<transport::Connection> conn);
+  void Refuse(transport::Connection& conn, StatusCode code, const std::string& message);
+  void ServeConnection(Worker* w);
+  void ReapFinished();
+
+  const ServerOptions options_;
+  transport::Transport* const transport_;
+  uint64_t epoch_ = 0;
+  uint64_t keys_at_start_ = 0;
+  std::chrono::milliseconds rebuild_time_{0};
+
+  // Declaration order is teardown order reversed: workers (connections,
+  // then their rings), the listener, the index/heap registrations, then the
+  // applier, table, heap, store and last the memory they point into.
+  MappedMemory index_mem_;
+  MappedMemory heap_mem_;
+  std::unique_ptr<Store> store_;
+  std::unique_ptr<Heap> heap_;
+  std::unique_ptr<Table> table_;
+  std::unique_ptr<Applier> applier_;
+  std::unique_ptr<transport::MemoryRegion> index_mr_;
+  std::unique_ptr<transport::MemoryRegion> heap_mr_;
+  std::unique_ptr<transport::Listener> listener_;
+  std::string address_;
+
+  std::atomic<bool> stopping_{false};
+  std::thread accept_thread_;
+  std::mutex workers_mu_;  // guards workers_
+  std::list<std::unique_ptr<Worker>> workers_;
+  std::mutex shutdown_mu_;  // serializes Shutdown
+  bool shut_down_ = false;
+
+  std::atomic<uint64_t> connections_open_{0};
+  std::atomic<uint64_t> connections_accepted_{0};
+  std::atomic<uint64_t> connections_rejected_{0};
+};
+
+}  // namespace rkv::server

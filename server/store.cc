@@ -1,0 +1,251 @@
+#include "server/store.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cstring>
+
+#include <glog/logging.h>
+#include <rocksdb/db.h>
+#include <rocksdb/iterator.h>
+#include <rocksdb/options.h>
+#include <rocksdb/write_batch.h>
+
+#include "common/crc32c.h"
+
+namespace rkv::server {
+namespace {
+
+constexpr char kDataPrefix = 'd';
+constexpr char kMetaPrefix = 'm';
+constexpr std::string_view kVersionKey = "mversion";
+constexpr std::string_view kEpochKey = "mepoch";
+
+constexpr uint8_t kRecordFormat = 1;
+constexpr size_t kRecordHeaderBytes = 1 + 8 + 4;
+
+rocksdb::Slice ToSlice(std::string_view s) { return rocksdb::Slice(s.data(), s.size()); }
+
+void PutU64(std::string* out, uint64_t v) {
+  char b[8];
+  for (int i = 0; i < 8; ++i) b[i] = static_cast<char>(v >> (8 * i));
+  out->append(b, 8);
+}
+uint64_t GetU64(const char* p) {
+  uint64_t v = 0;
+  for (int i = 0; i < 8; ++i) v |= uint64_t{static_cast<uint8_t>(p[i])} << (8 * i);
+  return v;
+}
+uint32_t GetU32(const char* p) {
+  uint32_t v = 0;
+  for (int i = 0; i < 4; ++i) v |= uint32_t{static_cast<uint8_t>(p[i])} << (8 * i);
+  return v;
+}
+
+uint32_t RecordCrc(uint8_t format, uint64_t version, std::string_view key, std::string_view value) {
+  std::string head;
+  head.push_back(static_cast<char>(format));
+  PutU64(&head, version);
+  uint32_t crc = Crc32c(head.data(), head.size());
+  crc = Crc32cExtend(crc, key.data(), key.size());
+  return Crc32cExtend(crc, value.data(), value.size());
+}
+
+std::string EncodeStored(std::string_view key, std::string_view value, uint64_t version) {
+  std::string out;
+  out.reserve(kRecordHeaderBytes + value.size());
+  out.push_back(static_cast<char>(kRecordFormat));
+  PutU64(&out, version);
+  const uint32_t crc = RecordCrc(kRecordFormat, version, key, value);
+  for (int i = 0; i < 4; ++i) out.push_back(static_cast<char>(crc >> (8 * i)));
+  out.append(value);
+  return out;
+}
+
+struct Decoded {
+  uint64_t version;
+  std::string_view value;
+};
+
+StatusOr<Decoded> DecodeStored(std::string_view key, std::string_view stored) {
+  const std::string where = "stored record of key '" + PrintableKey(key) + "'";
+  if (key.empty()) return DataLoss("stored record with an empty key");
+  if (stored.size() < kRecordHeaderBytes) {
+    return DataLoss(where + " is " + std::to_string(stored.size()) + " bytes, shorter than its header");
+  }
+  const uint8_t format = static_cast<uint8_t>(stored[0]);
+  if (format != kRecordFormat) return DataLoss(where + " has unknown format " + std::to_string(format));
+  const uint64_t version = GetU64(stored.data() + 1);
+  const uint32_t crc = GetU32(stored.data() + 9);
+  const std::string_view value = stored.substr(kRecordHeaderBytes);
+  if (version == 0) return DataLoss(where + " has version 0");
+  if (RecordCrc(format, version, key, value) != crc) return DataLoss(where + " fails its checksum");
+  return Decoded{version, value};
+}
+
+StatusOr<uint64_t> ReadMeta(rocksdb::DB* db, std::string_view key, const std::string& dir) {
+  std::string v;
+  const rocksdb::Status s = db->Get(rocksdb::ReadOptions(), ToSlice(key), &v);
+  if (s.IsNotFound()) return uint64_t{0};
+  if (!s.ok()) return Internal("rocksdb get " + std::string(key) + " in " + dir + ": " + s.ToString());
+  if (v.size() != 8) {
+    return DataLoss("meta key '" + std::string(key.substr(1)) + "' in " + dir + " is " +
+                    std::to_string(v.size()) + " bytes, expected 8");
+  }
+  return GetU64(v.data());
+}
+
+Status FromRocks(const rocksdb::Status& s, std::string_view context) {
+  if (s.ok()) return Status::Ok();
+  if (s.IsCorruption()) return DataLoss(std::string(context) + ": " + s.ToString());
+  if (s.IsNoSpace()) return ResourceExhausted(std::string(context) + ": " + s.ToString());
+  return Internal(std::string(context) + ": " + s.ToString());
+}
+
+}  // namespace
+
+StatusOr<Durability> ParseDurability(std::string_view name) {
+  if (name == "none") return Durability::kNone;
+  if (name == "wal") return Durability::kWal;
+  if (name == "sync") return Durability::kSync;
+  return InvalidArgument("unknown durability '" + std::string(name) + "': expected none, wal or sync");
+}
+
+const char* DurabilityName(Durability d) {
+  switch (d) {
+    case Durability::kNone: return "none";
+    case Durability::kWal: return "wal";
+    case Durability::kSync: return "sync";
+  }
+  return "?";
+}
+
+std::string PrintableKey(std::string_view key) {
+  constexpr size_t kMax = 64;
+  std::string out;
+  for (size_t i = 0; i < key.size() && i < kMax; ++i) {
+    const unsigned char c = static_cast<unsigned char>(key[i]);
+    if (std::isprint(c) && c != '\\' && c != '\'') {
+      out.push_back(static_cast<char>(c));
+    } else {
+      static constexpr char kHex[] = "0123456789abcdef";
+      out += "\\x";
+      out.push_back(kHex[c >> 4]);
+      out.push_back(kHex[c & 15]);
+    }
+  }
+  if (key.size() > kMax) out += "...";
+  return out;
+}
+
+Store::Store(std::string dir, Durability durability, rocksdb::DB* db)
+    : dir_(std::move(dir)), durability_(durability), db_(db) {}
+
+Store::~Store() {
+  if (!db_) return;
+  if (durability_ == Durability::kNone) {
+    const rocksdb::Status s = db_->Flush(rocksdb::FlushOptions());
+    if (!s.ok()) LOG(ERROR) << "rocksdb flush of " << dir_ << " failed: " << s.ToString();
+  }
+  const rocksdb::Status s = db_->Close();
+  if (!s.ok()) LOG(ERROR) << "rocksdb close of " << dir_ << " failed: " << s.ToString();
+}
+
+StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& dir, Durability durability) {
+  rocksdb::Options options;
+  options.create_if_missing = true;
+  options.paranoid_checks = true;
+  options.keep_log_file_num = 4;
+  rocksdb::DB* raw = nullptr;
+  const rocksdb::Status s = rocksdb::DB::Open(options, dir, &raw);
+  if (!s.ok()) {
+    std::string text = s.ToString();
+    std::string lower = text;
+    std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return std::tolower(c); });
+    if (s.IsIOError() && lower.find("lock") != std::string::npos) {
+      return FailedPrecondition("data_dir " + dir + " is in use by another process (RocksDB LOCK held): " + text);
+    }
+    return FromRocks(s, "opening RocksDB in " + dir);
+  }
+  std::unique_ptr<Store> store(new Store(dir, durability, raw));
+  RKV_ASSIGN_OR_RETURN(const uint64_t old_epoch, ReadMeta(raw, kEpochKey, dir));
+  RKV_ASSIGN_OR_RETURN(store->version_hw_, ReadMeta(raw, kVersionKey, dir));
+  store->epoch_ = old_epoch + 1;
+  std::string v;
+  PutU64(&v, store->epoch_);
+  rocksdb::WriteOptions wo;
+  wo.sync = true;  // a new epoch must never be handed out twice
+  RKV_RETURN_IF_ERROR(FromRocks(raw->Put(wo, ToSlice(kEpochKey), v), "writing the epoch in " + dir));
+  return store;
+}
+
+Status Store::Write(std::string_view what, std::string_view key, bool put, std::string_view value,
+                    uint64_t version) {
+  rocksdb::WriteBatch batch;
+  std::string dkey;
+  dkey.reserve(1 + key.size());
+  dkey.push_back(kDataPrefix);
+  dkey.append(key);
+  const uint64_t new_hw = std::max(version_hw_, version);
+  if (put) {
+    RKV_RETURN_IF_ERROR(FromRocks(batch.Put(dkey, ToSlice(EncodeStored(key, value, version))), "batch"));
+    std::string hw;
+    PutU64(&hw, new_hw);
+    RKV_RETURN_IF_ERROR(FromRocks(batch.Put(ToSlice(kVersionKey), hw), "batch"));
+  } else {
+    RKV_RETURN_IF_ERROR(FromRocks(batch.Delete(dkey), "batch"));
+  }
+  rocksdb::WriteOptions wo;
+  wo.disableWAL = durability_ == Durability::kNone;
+  wo.sync = durability_ == Durability::kSync;
+  RKV_RETURN_IF_ERROR(FromRocks(db_->Write(wo, &batch),
+                                "rocksdb " + std::string(what) + " of key '" + PrintableKey(key) + "'"));
+  version_hw_ = new_hw;
+  return Status::Ok();
+}
+
+Status Store::Put(std::string_view key, std::string_view value, uint64_t version) {
+  if (key.empty()) return InvalidArgument("empty key");
+  if (version == 0) return InvalidArgument("version 0 is reserved");
+  return Write("put", key, /*put=*/true, value, version);
+}
+
+Status Store::Delete(std::string_view key) {
+  if (key.empty()) return InvalidArgument("empty key");
+  // Versions come from one counter for all keys, so a delete need not
+  // advance the high-water mark: the key's next PUT still gets a higher one.
+  return Write("delete", key, /*put=*/false, {}, 0);
+}
+
+StatusOr<std::optional<Store::Value>> Store::Get(std::string_view key) const {
+  std::string dkey(1, kDataPrefix);
+  dkey.append(key);
+  std::string stored;
+  const rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), dkey, &stored);
+  if (s.IsNotFound()) return std::optional<Value>();
+  RKV_RETURN_IF_ERROR(FromRocks(s, "rocksdb get of key '" + PrintableKey(key) + "'"));
+  RKV_ASSIGN_OR_RETURN(const Decoded d, DecodeStored(key, stored));
+  return std::optional<Value>(Value{d.version, std::string(d.value)});
+}
+
+Status Store::Scan(const ScanFn& fn) const {
+  rocksdb::ReadOptions ro;
+  ro.verify_checksums = true;
+  ro.fill_cache = false;
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(ro));
+  const std::string prefix(1, kDataPrefix);
+  for (it->Seek(prefix); it->Valid(); it->Next()) {
+    const rocksdb::Slice k = it->key();
+    if (k.size() == 0 || k[0] != kDataPrefix) break;
+    const std::string_view key(k.data() + 1, k.size() - 1);
+    const rocksdb::Slice v = it->value();
+    RKV_ASSIGN_OR_RETURN(const Decoded d, DecodeStored(key, std::string_view(v.data(), v.size())));
+    if (d.version > version_hw_) {
+      return DataLoss("stored record of key '" + PrintableKey(key) + "' has version " +
+                      std::to_string(d.version) + " above the high-water mark " + std::to_string(version_hw_));
+    }
+    RKV_RETURN_IF_ERROR(fn(key, d.version, d.value));
+  }
+  return FromRocks(it->status(), "rocksdb scan of " + dir_);
+}
+
+}  // namespace rkv::server

@@ -1,0 +1,355 @@
+#include "server/table.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <atomic>
+#include <unordered_map>
+
+#include <gtest/gtest.h>
+
+#include "common/hash.h"
+#include "common/record.h"
+
+namespace rkv::server {
+
+// Test access to the raw slot words.
+class TableTestPeer {
+ public:
+  static uint64_t Slot(const Table& t, uint64_t bucket, uint32_t index) {
+    return t.bucket(bucket)->slots[index];
+  }
+};
+
+namespace {
+
+using namespace std::chrono_literals;
+using Clock = Heap::Clock;
+
+struct FreeDeleter {
+  void operator()(uint8_t* p) const { std::free(p); }
+};
+
+// A table over its own index and heap memory.
+class TableFixture {
+ public:
+  TableFixture(uint32_t log2, uint64_t heap_bytes, uint64_t seed = 0x5eed)
+      : index_bytes_(layout::IndexBytes(uint64_t{1} << log2)),
+        index_(static_cast<uint8_t*>(std::aligned_alloc(64, index_bytes_))),
+        heap_mem_(static_cast<uint8_t*>(std::aligned_alloc(64, heap_bytes))),
+        heap_(heap_bytes, 100ms),
+        table_(std::span<uint8_t>(index_.get(), index_bytes_), std::span<uint8_t>(heap_mem_.get(), heap_bytes),
+               &heap_),
+        heap_bytes_(heap_bytes) {
+    std::memset(index_.get(), 0xAB, index_bytes_);  // Init must clear it
+    EXPECT_TRUE(table_.Init(log2, /*epoch=*/7, seed).ok());
+  }
+  Table& table() { return table_; }
+  Heap& heap() { return heap_; }
+  std::span<const uint8_t> Block(uint64_t slot) const {
+    return std::span<const uint8_t>(heap_mem_.get() + layout::SlotBlockOffset(slot), layout::SlotBlockBytes(slot));
+  }
+
+ private:
+  uint64_t index_bytes_;
+  std::unique_ptr<uint8_t, FreeDeleter> index_;
+  std::unique_ptr<uint8_t, FreeDeleter> heap_mem_;
+  Heap heap_;
+  Table table_;
+  uint64_t heap_bytes_;
+};
+
+TEST(TableTest, InitWritesTheHeaderAndEmptiesBuckets) {
+  TableFixture f(4, 1 << 16, 0x1234);
+  const layout::TableHeader& h = f.table().header();
+  EXPECT_EQ(h.magic, layout::kTableMagic);
+  EXPECT_EQ(h.layout_version, layout::kLayoutVersion);
+  EXPECT_EQ(h.bucket_count_log2, 4u);
+  EXPECT_EQ(h.bucket_count, 16u);
+  EXPECT_EQ(h.epoch, 7u);
+  EXPECT_EQ(h.hash_seed, 0x1234u);
+  EXPECT_EQ(h.heap_size, uint64_t{1} << 16);
+  for (uint64_t b = 0; b < 16; ++b) {
+    for (uint32_t i = 0; i < layout::kSlotsPerBucket; ++i) EXPECT_EQ(TableTestPeer::Slot(f.table(), b, i), 0u);
+  }
+  f.table().SetEpoch(8);
+  EXPECT_EQ(f.table().header().epoch, 8u);
+}
+
+TEST(TableTest, InitRejectsAMismatchedIndexSize) {
+  Heap heap(4096, 1ms);
+  std::unique_ptr<uint8_t, FreeDeleter> index(static_cast<uint8_t*>(std::aligned_alloc(64, 64 * 5)));
+  std::vector<uint8_t> heap_mem(4096);
+  Table t(std::span<uint8_t>(index.get(), 64 * 5), heap_mem, &heap);
+  EXPECT_EQ(t.Init(3, 1, 1).code(), StatusCode::kInvalidArgument);  // needs 64 * 9
+  EXPECT_TRUE(t.Init(2, 1, 1).ok());
+}
+
+TEST(TableTest, InsertPublishesASlotThatDecodes) {
+  TableFixture f(4, 1 << 16);
+  auto e = f.table().Upsert("alpha", "one", 5, Clock::now());
+  ASSERT_TRUE(e.ok()) << e.status();
+  const BucketChoice c = ChooseBuckets(TableHash("alpha", f.table().hash_seed()), 4);
+  EXPECT_TRUE(e->bucket == c.b1 || e->bucket == c.b2);
+  const uint64_t slot = TableTestPeer::Slot(f.table(), e->bucket, e->slot_index);
+  EXPECT_EQ(slot, e->slot);
+  EXPECT_EQ(layout::SlotFingerprint(slot), c.fingerprint);
+  EXPECT_EQ(layout::SlotBlockBytes(slot), layout::BlockBytes(5, 3));
+  auto rec = DecodeRecord(f.Block(slot));
+  ASSERT_TRUE(rec.ok()) << rec.status();
+  EXPECT_EQ(rec->key, "alpha");
+  EXPECT_EQ(rec->value, "one");
+  EXPECT_EQ(rec->version, 5u);
+  EXPECT_EQ(rec->flags, 0);
+  EXPECT_EQ(f.table().size(), 1u);
+
+  auto found = f.table().Lookup("alpha");
+  ASSERT_TRUE(found.has_value());
+  EXPECT_EQ(found->slot, slot);
+  EXPECT_EQ(found->version, 5u);
+  EXPECT_FALSE(f.table().Lookup("alphb").has_value());
+}
+
+TEST(TableTest, ReplaceRewritesTheSameSlotWord) {
+  TableFixture f(4, 1 << 16);
+  const Clock::time_point t0 = Clock::now();
+  auto first = f.table().Upsert("k", "v1", 1, t0);
+  ASSERT_TRUE(first.ok());
+  auto second = f.table().Upsert("k", std::string(300, 'x'), 2, t0);
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_EQ(second->bucket, first->bucket);
+  EXPECT_EQ(second->slot_index, first->slot_index);
+  EXPECT_NE(second->slot, first->slot);
+  EXPECT_EQ(TableTestPeer::Slot(f.table(), first->bucket, first->slot_index), second->slot);
+  EXPECT_EQ(layout::SlotFingerprint(second->slot), layout::SlotFingerprint(first->slot));
+  EXPECT_NE(layout::SlotBlockOffset(second->slot), layout::SlotBlockOffset(first->slot));
+  auto rec = DecodeRecord(f.Block(second->slot));
+  ASSERT_TRUE(rec.ok());
+  EXPECT_EQ(rec->value, std::string(300, 'x'));
+  EXPECT_EQ(rec->version, 2u);
+  // The old block is quarantined, untouched: a reader holding the old slot
+  // word still decodes the old record within the grace period.
+  EXPECT_EQ(f.heap().stats().quarantined_bytes, 64u);
+  auto old = DecodeRecord(f.Block(first->slot));
+  ASSERT_TRUE(old.ok());
+  EXPECT_EQ(old->value, "v1");
+  EXPECT_EQ(f.table().size(), 1u);
+}
+
+TEST(TableTest, DeleteEmptiesTheSlotAndRetiresTheBlock) {
+  TableFixture f(4, 1 << 16);
+  auto e = f.table().Upsert("gone", "soon", 9, Clock::now());
+  ASSERT_TRUE(e.ok());
+  auto v = f.table().Delete("gone", Clock::now());
+  ASSERT_TRUE(v.ok()) << v.status();
+  EXPECT_EQ(*v, 9u);
+  EXPECT_EQ(TableTestPeer::Slot(f.table(), e->bucket, e->slot_index), layout::kEmptySlot);
+  EXPECT_FALSE(f.table().Lookup("gone").has_value());
+  EXPECT_EQ(f.table().size(), 0u);
+  EXPECT_EQ(f.heap().stats().quarantined_bytes, 64u);
+  EXPECT_EQ(f.table().Delete("gone", Clock::now()).status().code(), StatusCode::kNotFound);
+}
+
+TEST(TableTest, BinaryKeys) {
+  TableFixture f(4, 1 << 16);
+  const std::string a("a\0b", 3);
+  const std::string b("a\0c", 3);
+  const std::string c("\xff\x00\x80", 3);
+  ASSERT_TRUE(f.table().Upsert(a, "A", 1, Clock::now()).ok());
+  ASSERT_TRUE(f.table().Upsert(b, "B", 2, Clock::now()).ok());
+  ASSERT_TRUE(f.table().Upsert(c, std::string("\0\1", 2), 3, Clock::now()).ok());
+  EXPECT_EQ(f.table().RecordAt(f.table().Lookup(a)->slot).value, "A");
+  EXPECT_EQ(f.table().RecordAt(f.table().Lookup(b)->slot).value, "B");
+  EXPECT_EQ(f.table().RecordAt(f.table().Lookup(c)->slot).value, std::string("\0\1", 2));
+  EXPECT_FALSE(f.table().Lookup("a").has_value());
+  EXPECT_EQ(f.table().size(), 3u);
+}
+
+TEST(TableTest, KeysSharingAFingerprintAreToldApart) {
+  constexpr uint64_t kSeed = 0x5eed;
+  // Two keys with one fingerprint; in a 2-bucket table they share buckets.
+  std::unordered_map<uint16_t, std::string> seen;
+  std::string k1, k2;
+  for (int i = 0; k1.empty(); ++i) {
+    std::string k = "key" + std::to_string(i);
+    const uint16_t fp = layout::FingerprintOf(TableHash(k, kSeed));
+    auto [it, inserted] = seen.emplace(fp, k);
+    if (!inserted) {
+      k1 = it->second;
+      k2 = k;
+    }
+  }
+  TableFixture f(1, 1 << 16, kSeed);
+  ASSERT_TRUE(f.table().Upsert(k1, "first", 1, Clock::now()).ok());
+  ASSERT_TRUE(f.table().Upsert(k2, "second", 2, Clock::now()).ok());
+  EXPECT_EQ(f.table().RecordAt(f.table().Lookup(k1)->slot).value, "first");
+  EXPECT_EQ(f.table().RecordAt(f.table().Lookup(k2)->slot).value, "second");
+  ASSERT_TRUE(f.table().Delete(k1, Clock::now()).ok());
+  EXPECT_FALSE(f.table().Lookup(k1).has_value());
+  EXPECT_EQ(f.table().RecordAt(f.table().Lookup(k2)->slot).value, "second");
+}
+
+TEST(TableTest, FullTableRefusesAnInsertAndChangesNothing) {
+  TableFixture f(3, 1 << 20);
+  std::map<std::string, std::string> inserted;
+  Status refusal;
+  for (int i = 0; refusal.ok(); ++i) {
+    const std::string k = "k" + std::to_string(i);
+    const std::string v = "v" + std::to_string(i);
+    auto e = f.table().Upsert(k, v, i + 1, Clock::now());
+    if (e.ok()) {
+      inserted[k] = v;
+    } else {
+      refusal = e.status();
+      EXPECT_FALSE(f.table().CanPlace(k));
+      EXPECT_FALSE(f.table().Lookup(k).has_value());
+    }
+  }
+  EXPECT_EQ(refusal.code(), StatusCode::kResourceExhausted);
+  EXPECT_EQ(f.table().size(), inserted.size());
+  const uint64_t used = f.heap().stats().used_bytes;
+  EXPECT_EQ(used, inserted.size() * 64);  // no block leaked by the refusal
+  for (const auto& [k, v] : inserted) {
+    auto e = f.table().Lookup(k);
+    ASSERT_TRUE(e.has_value()) << k;
+    EXPECT_EQ(f.table().RecordAt(e->slot).value, v);
+  }
+  // A full table still replaces a present key in place.
+  const std::string some = inserted.begin()->first;
+  EXPECT_TRUE(f.table().CanPlace(some));
+  auto r = f.table().Upsert(some, "replaced", 1000, Clock::now());
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(f.table().RecordAt(f.table().Lookup(some)->slot).value, "replaced");
+}
+
+TEST(TableTest, FullHeapLeavesTheOldValueReadable) {
+  TableFixture f(4, 1024);
+  auto e = f.table().Upsert("key", std::string(500, 'a'), 1, Clock::now());
+  ASSERT_TRUE(e.ok());
+  // 1000 more bytes do not fit next to the live 512-byte block.
+  auto r = f.table().Upsert("key", std::string(1000, 'b'), 2, Clock::now());
+  EXPECT_EQ(r.status().code(), StatusCode::kResourceExhausted);
+  auto now = f.table().Lookup("key");
+  ASSERT_TRUE(now.has_value());
+  EXPECT_EQ(now->slot, e->slot);
+  auto rec = DecodeRecord(f.Block(now->slot));
+  ASSERT_TRUE(rec.ok());
+  EXPECT_EQ(rec->value, std::string(500, 'a'));
+  EXPECT_EQ(rec->version, 1u);
+  EXPECT_EQ(f.heap().stats().quarantined_bytes, 0u);
+  // Nor does a new key get a slot.
+  EXPECT_EQ(f.table().Upsert("other", std::string(1000, 'c'), 3, Clock::now()).status().code(),
+            StatusCode::kResourceExhausted);
+  EXPECT_FALSE(f.table().Lookup("other").has_value());
+  EXPECT_EQ(f.table().size(), 1u);
+}
+
+TEST(TableTest, SizingFitsMaxKeys) {
+  EXPECT_EQ(Table::BucketCountLog2ForKeys(0).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(*Table::BucketCountLog2ForKeys(1), 1u);
+  EXPECT_EQ(*Table::BucketCountLog2ForKeys(13), 1u);  // 16 slots at 0.85 -> 2 buckets
+  EXPECT_EQ(*Table::BucketCountLog2ForKeys(14), 2u);  // 17 slots -> 3 buckets -> 4
+  EXPECT_EQ(*Table::BucketCountLog2ForKeys(1'048'576), 18u);
+  EXPECT_EQ(Table::BucketCountLog2ForKeys(uint64_t{1} << 40).status().code(), StatusCode::kInvalidArgument);
+  for (uint64_t keys : {1ULL, 100ULL, 1000ULL, 1'000'000ULL}) {
+    const uint32_t log2 = *Table::BucketCountLog2ForKeys(keys);
+    const double slots = static_cast<double>((uint64_t{1} << log2) * layout::kSlotsPerBucket);
+    EXPECT_LE(static_cast<double>(keys) / slots, Table::kTargetLoad);
+    if (log2 > 1) {
+      EXPECT_GT(static_cast<double>(keys) / (slots / 2), Table::kTargetLoad) << "not the smallest";
+    }
+  }
+}
+
+// Fills a table sized for `max_keys` until the first refused insert: all
+// max_keys must fit, and the load reached must be at least 0.85, the
+// DESIGN.md target (relocation makes it ~0.97; without it ~0.7).
+void FillUntilRefused(uint64_t max_keys) {
+  const uint32_t log2 = *Table::BucketCountLog2ForKeys(max_keys);
+  const uint64_t slots = (uint64_t{1} << log2) * layout::kSlotsPerBucket;
+  TableFixture f(log2, slots * 64, /*seed=*/max_keys);
+  uint64_t n = 0;
+  for (;; ++n) {
+    auto e = f.table().Upsert("key-" + std::to_string(n), "", n + 1, Clock::now());
+    if (!e.ok()) {
+      ASSERT_EQ(e.status().code(), StatusCode::kResourceExhausted) << e.status();
+      break;
+    }
+  }
+  const double load = static_cast<double>(n) / static_cast<double>(slots);
+  ::testing::Test::RecordProperty("load_at_first_refusal", std::to_string(load));
+  std::cout << "2^" << log2 << " buckets: first refusal at load " << load << "\n";
+  EXPECT_GE(n, max_keys);
+  EXPECT_GE(load, 0.85);
+  EXPECT_GT(f.table().relocations(), 0u);
+  // Every key is still found, with its own value, after all the moves.
+  for (uint64_t i = 0; i < n; ++i) {
+    auto e = f.table().Lookup("key-" + std::to_string(i));
+    ASSERT_TRUE(e.has_value()) << i;
+    ASSERT_EQ(e->version, i + 1);
+    const BucketChoice c = ChooseBuckets(TableHash("key-" + std::to_string(i), max_keys), log2);
+    ASSERT_TRUE(e->bucket == c.b1 || e->bucket == c.b2);
+  }
+  EXPECT_DOUBLE_EQ(f.table().load_factor(), load);
+}
+
+TEST(TableTest, LoadFactorAtFirstRefusalSmall) { FillUntilRefused(1000); }
+TEST(TableTest, LoadFactorAtFirstRefusalLarge) { FillUntilRefused(300'000); }
+
+}  // namespace
+}  // namespace rkv::server
+
+namespace rkv::server {
+namespace {
+
+// A reader that does what a remote GET does, bucket b1 then bucket b2 with
+// acquire loads, never misses a key while inserts relocate keys around it.
+TEST(TableTest, RelocationNeverHidesAKeyFromAnInOrderReader) {
+  constexpr uint32_t kLog2 = 6;
+  const uint64_t slots = (uint64_t{1} << kLog2) * layout::kSlotsPerBucket;
+  TableFixture f(kLog2, slots * 64, /*seed=*/77);
+  const uint64_t seed = f.table().hash_seed();
+  const uint8_t* index = reinterpret_cast<const uint8_t*>(&f.table().header());
+  std::atomic<uint64_t> inserted{0};
+  std::atomic<bool> done{false};
+  std::atomic<uint64_t> misses{0};
+  std::thread reader([&] {
+    while (!done.load(std::memory_order_acquire)) {
+      const uint64_t n = inserted.load(std::memory_order_acquire);
+      for (uint64_t i = 0; i < n; ++i) {
+        const std::string key = "key-" + std::to_string(i);
+        const BucketChoice c = ChooseBuckets(TableHash(key, seed), kLog2);
+        bool found = false;
+        for (const uint64_t b : {c.b1, c.b2}) {
+          const auto* words = reinterpret_cast<const uint64_t*>(index + layout::BucketOffset(b));
+          for (size_t s = 0; s < layout::kSlotsPerBucket && !found; ++s) {
+            const uint64_t w = std::atomic_ref<const uint64_t>(words[s]).load(std::memory_order_acquire);
+            if (w != layout::kEmptySlot && layout::SlotFingerprint(w) == c.fingerprint &&
+                f.table().RecordAt(w).key == key) {
+              found = true;
+            }
+          }
+        }
+        if (!found) misses.fetch_add(1);
+      }
+    }
+  });
+  uint64_t n = 0;
+  for (;; ++n) {
+    auto e = f.table().Upsert("key-" + std::to_string(n), "v", n + 1, Clock::now());
+    if (!e.ok()) break;
+    inserted.store(n + 1, std::memory_order_release);
+  }
+  done.store(true, std::memory_order_release);
+  reader.join();
+  EXPECT_GT(f.table().relocations(), 0u);
+  EXPECT_GE(static_cast<double>(n) / static_cast<double>(slots), 0.85);
+  EXPECT_EQ(misses.load(), 0u);
+}
+
+}  // namespace
+}  // namespace rkv::server

@@ -1,0 +1,497 @@
+// The cross-process suite: a real rkv-server process on this machine,
+// driven through librkv and kvctl. Runs over the transport named by
+// $RKV_TEST_TRANSPORT (tcp on the host; verbs in the SoftRoCE guest, where
+// $RKV_TEST_SCALE shrinks the loads for the emulated CPU).
+#include <sys/wait.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "rkv/client.h"
+#include "tests/run_command.h"
+#include "tests/server_process.h"
+
+namespace rkv::testing {
+namespace {
+
+constexpr uint32_t kMaxValue = 1 << 20;
+constexpr uint32_t kMaxKey = 1024;
+
+int Scaled(int n, int minimum = 1) {
+  return std::max(minimum, static_cast<int>(std::lround(n * TestScale())));
+}
+
+class ServerTest : public ::testing::Test {
+ protected:
+  void SetUp() override { StartServer({"--memory=536870912"}); }
+
+  void StartServer(std::vector<std::string> flags) {
+    token_file_ = dir_.path() + "/token";
+    WriteFile(token_file_, "integration-token\n");
+    server_ = std::make_unique<ServerProcess>(dir_.path() + "/data", token_file_, std::move(flags));
+    const Status s = server_->Start();
+    ASSERT_TRUE(s.ok()) << s;
+  }
+
+  std::unique_ptr<Client> NewClient(std::string token = "integration-token", int connections = 1) {
+    ClientOptions o;
+    o.server = server_->address();
+    o.token = std::move(token);
+    o.transport = TestTransport();
+    o.timeout = std::chrono::milliseconds(30000);
+    o.connections = connections;
+    auto c = Client::Connect(o);
+    EXPECT_TRUE(c.ok()) << c.status() << "\nserver log:\n" << server_->Log();
+    return c.ok() ? std::move(c).value() : nullptr;
+  }
+
+  CommandResult Kvctl(std::vector<std::string> args, const std::string& input = "",
+                      const std::string& token_file = "") {
+    std::vector<std::string> argv = {RKV_KVCTL_BIN, "--server=" + server_->address(),
+                                     "--token_file=" + (token_file.empty() ? token_file_ : token_file),
+                                     "--transport=" + TestTransport(), "--timeout=30000"};
+    argv.insert(argv.end(), args.begin(), args.end());
+    return RunCommand(argv, input);
+  }
+
+  TempDir dir_;
+  std::string token_file_;
+  std::unique_ptr<ServerProcess> server_;
+};
+
+// Deterministic pseudo-random bytes for (key, generation).
+std::string MakeValue(const std::string& key, uint64_t generation, size_t size) {
+  std::string v(size, '\0');
+  std::mt19937_64 rng(std::hash<std::string>()(key) ^ (generation * 0x9E3779B97F4A7C15ULL));
+  size_t i = 0;
+  while (i + 8 <= size) {
+    const uint64_t r = rng();
+    std::memcpy(v.data() + i, &r, 8);
+    i += 8;
+  }
+  for (; i < size; ++i) v[i] = static_cast<char>(rng());
+  return v;
+}
+
+// Value sizes from 0 B to the 1 MiB limit: always 0, 1 and exactly the
+// limit; otherwise log-uniform over [1 B, 64 KiB] for 99% of keys and over
+// [64 KiB, 1 MiB] for 1%. (Log-uniform over the whole range would average
+// ~75 KB a key, 750 MB for 10,000 keys; this mix keeps most values small
+// and the whole set well under 200 MB while every size band is covered.)
+size_t ValueSize(int i, std::mt19937_64& rng) {
+  if (i == 0) return 0;
+  if (i == 1) return 1;
+  if (i == 2) return kMaxValue;
+  std::uniform_real_distribution<double> u(0.0, 1.0);
+  const bool large = u(rng) < 0.01;
+  const double lo = large ? std::log(65536.0) : 0.0;
+  const double hi = large ? std::log(double(kMaxValue)) : std::log(65536.0);
+  return static_cast<size_t>(std::exp(lo + (hi - lo) * u(rng)));
+}
+
+TEST_F(ServerTest, TenThousandKeysRoundTripAtEverySize) {
+  auto client = NewClient();
+  ASSERT_NE(client, nullptr);
+  EXPECT_EQ(client->max_value_bytes(), kMaxValue);
+  EXPECT_EQ(client->transport_name(), TestTransport());
+  const int n = Scaled(10000, 50);
+  std::mt19937_64 rng(1);
+  std::vector<std::string> keys;
+  std::vector<size_t> sizes;
+  size_t total = 0;
+  for (int i = 0; i < n; ++i) {
+    keys.push_back("key-" + std::to_string(i));
+    sizes.push_back(ValueSize(i, rng));
+    total += sizes.back();
+  }
+  ASSERT_LT(total, 200u << 20) << "the value set must stay under 200 MB";
+  for (int i = 0; i < n; ++i) {
+    auto v = client->Put(keys[i], MakeValue(keys[i], 1, sizes[i]));
+    ASSERT_TRUE(v.ok()) << keys[i] << " (" << sizes[i] << " B): " << v.status();
+  }
+  for (int i = 0; i < n; ++i) {
+    auto got = client->Get(keys[i]);
+    ASSERT_TRUE(got.ok()) << keys[i] << ": " << got.status();
+    ASSERT_EQ(got->size(), sizes[i]) << keys[i];
+    ASSERT_TRUE(*got == MakeValue(keys[i], 1, sizes[i])) << keys[i] << " has the wrong bytes";
+  }
+  // The same keys again through the pipelined MultiGet, with absent keys mixed in.
+  for (int start = 0; start < n; start += 64) {
+    std::vector<std::string> batch;
+    for (int i = start; i < std::min(n, start + 64); ++i) {
+      batch.push_back(keys[i]);
+      if (i % 16 == 0) batch.push_back("absent-" + std::to_string(i));
+    }
+    auto results = client->MultiGet(batch);
+    ASSERT_EQ(results.size(), batch.size());
+    for (size_t j = 0; j < batch.size(); ++j) {
+      if (batch[j].rfind("absent-", 0) == 0) {
+        EXPECT_EQ(results[j].status().code(), StatusCode::kNotFound) << batch[j];
+        continue;
+      }
+      const int i = std::stoi(batch[j].substr(4));
+      ASSERT_TRUE(results[j].ok()) << batch[j] << ": " << results[j].status();
+      ASSERT_TRUE(*results[j] == MakeValue(keys[i], 1, sizes[i])) << batch[j];
+    }
+  }
+}
+
+TEST_F(ServerTest, BinaryKeysAndValues) {
+  auto client = NewClient();
+  ASSERT_NE(client, nullptr);
+  std::vector<std::string> keys;
+  for (int b = 0; b < 256; ++b) keys.push_back(std::string(1, static_cast<char>(b)));
+  keys.push_back(std::string("a\0b", 3));
+  keys.push_back(std::string("a\0c", 3));
+  keys.push_back(std::string(kMaxKey, '\xff'));
+  std::string all_bytes;
+  for (int b = 0; b < 256; ++b) all_bytes += static_cast<char>(b);
+  for (size_t i = 0; i < keys.size(); ++i) {
+    ASSERT_TRUE(client->Put(keys[i], all_bytes + keys[i]).ok()) << i;
+  }
+  for (size_t i = 0; i < keys.size(); ++i) {
+    auto got = client->Get(keys[i]);
+    ASSERT_TRUE(got.ok()) << i << ": " << got.status();
+    EXPECT_EQ(*got, all_bytes + keys[i]) << i;
+  }
+}
+
+TEST_F(ServerTest, ReplaceAndDelete) {
+  auto client = NewClient();
+  ASSERT_NE(client, nullptr);
+  auto v1 = client->Put("k", "one");
+  ASSERT_TRUE(v1.ok()) << v1.status();
+  auto v2 = client->Put("k", std::string(5000, 'x'));
+  ASSERT_TRUE(v2.ok());
+  EXPECT_GT(*v2, *v1) << "versions of a key grow";
+  auto got = client->GetVersioned("k");
+  ASSERT_TRUE(got.ok());
+  EXPECT_EQ(got->value, std::string(5000, 'x'));
+  EXPECT_EQ(got->version, *v2);
+  ASSERT_TRUE(client->Delete("k").ok());
+  EXPECT_EQ(client->Get("k").status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(client->Delete("k").code(), StatusCode::kNotFound);
+  auto v3 = client->Put("k", "again");
+  ASSERT_TRUE(v3.ok());
+  EXPECT_GT(*v3, *v2) << "a key put after a delete still gets a higher version";
+  EXPECT_EQ(client->Get("never-written").status().code(), StatusCode::kNotFound);
+}
+
+// Values that say whose and which they are: "<key>|<generation>|" then
+// bytes derived from both, so a torn value or another key's value fails.
+std::string Tagged(const std::string& key, uint64_t gen, size_t size) {
+  std::string head = key + "|" + std::to_string(gen) + "|";
+  return head + MakeValue(key, gen, size);
+}
+
+bool CheckTagged(const std::string& key, const std::string& value, uint64_t* gen) {
+  if (value.rfind(key + "|", 0) != 0) return false;
+  const size_t bar = value.find('|', key.size() + 1);
+  if (bar == std::string::npos) return false;
+  *gen = std::stoull(value.substr(key.size() + 1, bar - key.size() - 1));
+  const std::string body = value.substr(bar + 1);
+  return body == MakeValue(key, *gen, body.size());
+}
+
+TEST_F(ServerTest, GetsRacingPutsNeverSeeTornOrForeignValues) {
+  auto writer_client = NewClient("integration-token", 2);
+  auto reader_client = NewClient("integration-token", 2);
+  ASSERT_NE(writer_client, nullptr);
+  ASSERT_NE(reader_client, nullptr);
+  const std::vector<std::string> keys = {"race-a", "race-b"};
+  for (const auto& k : keys) ASSERT_TRUE(writer_client->Put(k, Tagged(k, 0, 10)).ok());
+
+  const int writes = Scaled(3000, 100);
+  std::atomic<bool> done{false};
+  std::atomic<int> bad{0};
+  std::atomic<long> reads{0};
+  std::string first_bad;
+  std::mutex bad_mu;
+
+  std::vector<std::thread> writers;
+  for (const auto& k : keys) {
+    writers.emplace_back([&, k] {
+      std::mt19937_64 rng(std::hash<std::string>()(k));
+      for (int g = 1; g <= writes; ++g) {
+        // Sizes that cross size classes, so heap blocks are recycled.
+        const size_t size = std::uniform_int_distribution<size_t>(0, 20000)(rng);
+        auto v = writer_client->Put(k, Tagged(k, g, size));
+        if (!v.ok()) {
+          std::lock_guard<std::mutex> l(bad_mu);
+          if (first_bad.empty()) first_bad = "put failed: " + v.status().ToString();
+          bad++;
+        }
+      }
+    });
+  }
+  std::vector<std::thread> readers;
+  for (int r = 0; r < 2; ++r) {
+    readers.emplace_back([&, r] {
+      const std::string& k = keys[r];
+      uint64_t last_gen = 0;
+      uint64_t last_version = 0;
+      while (!done.load()) {
+        auto got = reader_client->GetVersioned(k);
+        reads++;
+        uint64_t gen = 0;
+        std::string problem;
+        if (!got.ok()) {
+          problem = "get failed: " + got.status().ToString();
+        } else if (!CheckTagged(k, got->value, &gen)) {
+          problem = "torn or foreign value for " + k;
+        } else if (gen < last_gen || got->version < last_version) {
+          problem = "went back in time on " + k;
+        }
+        if (!problem.empty()) {
+          std::lock_guard<std::mutex> l(bad_mu);
+          if (first_bad.empty()) first_bad = problem;
+          bad++;
+          continue;
+        }
+        last_gen = gen;
+        last_version = got->version;
+      }
+    });
+  }
+  for (auto& t : writers) t.join();
+  done = true;
+  for (auto& t : readers) t.join();
+  EXPECT_EQ(bad.load(), 0) << first_bad;
+  EXPECT_GT(reads.load(), 0);
+  for (const auto& k : keys) {
+    auto got = reader_client->Get(k);
+    ASSERT_TRUE(got.ok());
+    uint64_t gen = 0;
+    ASSERT_TRUE(CheckTagged(k, *got, &gen));
+    EXPECT_EQ(gen, static_cast<uint64_t>(writes)) << "the last acknowledged write wins";
+  }
+}
+
+TEST_F(ServerTest, Kill9LosesNoAcknowledgedWrite) {
+  std::map<std::string, std::optional<std::string>> acked;  // nullopt: deleted
+  uint64_t epoch_before = 0;
+  {
+    auto client = NewClient();
+    ASSERT_NE(client, nullptr);
+    epoch_before = client->server_epoch();
+    const int n = Scaled(2000, 100);
+    std::mt19937_64 rng(3);
+    for (int i = 0; i < n; ++i) {
+      const std::string key = "durable-" + std::to_string(rng() % (n / 2));
+      if (i % 10 == 9 && acked.count(key) && acked[key]) {
+        ASSERT_TRUE(client->Delete(key).ok());
+        acked[key] = std::nullopt;
+        continue;
+      }
+      const std::string value = MakeValue(key, i, rng() % 3000);
+      ASSERT_TRUE(client->Put(key, value).ok());
+      acked[key] = value;
+    }
+  }
+  server_->Kill9();
+  ASSERT_TRUE(server_->Start().ok()) << server_->Log();
+  auto client = NewClient();
+  ASSERT_NE(client, nullptr);
+  EXPECT_NE(client->server_epoch(), epoch_before) << "a restart is a new epoch";
+  for (const auto& [key, value] : acked) {
+    auto got = client->Get(key);
+    if (!value) {
+      EXPECT_EQ(got.status().code(), StatusCode::kNotFound) << key << " was deleted";
+      continue;
+    }
+    ASSERT_TRUE(got.ok()) << key << ": " << got.status();
+    EXPECT_TRUE(*got == *value) << key << " lost its last acknowledged value";
+  }
+}
+
+TEST_F(ServerTest, Kill9UnderLoadKeepsEveryAcknowledgedPut) {
+  auto client = NewClient();
+  ASSERT_NE(client, nullptr);
+  std::atomic<int> last_acked{-1};
+  std::atomic<bool> stop{false};
+  std::thread writer([&] {
+    for (int i = 0; !stop.load(); ++i) {
+      auto v = client->Put("load-" + std::to_string(i), MakeValue("load", i, 100 + i % 900),
+                           CallOptions{std::chrono::milliseconds(2000)});
+      if (!v.ok()) break;
+      last_acked = i;
+    }
+  });
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (last_acked.load() < Scaled(500, 20) && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  server_->Kill9();
+  stop = true;
+  writer.join();
+  const int acked = last_acked.load();
+  ASSERT_GE(acked, 0);
+  ASSERT_TRUE(server_->Start().ok()) << server_->Log();
+  auto after = NewClient();
+  ASSERT_NE(after, nullptr);
+  for (int i = 0; i <= acked; ++i) {
+    auto got = after->Get("load-" + std::to_string(i));
+    ASSERT_TRUE(got.ok()) << "acknowledged put " << i << " of " << acked << " lost: " << got.status();
+    ASSERT_TRUE(*got == MakeValue("load", i, 100 + i % 900)) << i;
+  }
+}
+
+TEST_F(ServerTest, SigtermShutsDownCleanlyAndKeepsData) {
+  {
+    auto client = NewClient();
+    ASSERT_NE(client, nullptr);
+    ASSERT_TRUE(client->Put("kept", "value").ok());
+  }
+  const int wstatus = server_->Terminate();
+  EXPECT_TRUE(WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0) << server_->Log();
+  ASSERT_TRUE(server_->Start().ok());
+  auto client = NewClient();
+  ASSERT_NE(client, nullptr);
+  auto got = client->Get("kept");
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(*got, "value");
+}
+
+TEST_F(ServerTest, OversizeKeyAndValueAreRejectedClearly) {
+  auto client = NewClient();
+  ASSERT_NE(client, nullptr);
+  ASSERT_TRUE(client->Put("keep", "me").ok());
+  auto big_key = client->Put(std::string(kMaxKey + 1, 'k'), "v");
+  EXPECT_EQ(big_key.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(big_key.status().message().find("1024"), std::string::npos) << big_key.status();
+  auto big_value = client->Put("k", std::string(kMaxValue + 1, 'v'));
+  EXPECT_EQ(big_value.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(big_value.status().message().find("1048576"), std::string::npos) << big_value.status();
+  EXPECT_EQ(client->Put("", "v").status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(client->Get(std::string(kMaxKey + 1, 'k')).status().code(), StatusCode::kInvalidArgument);
+  // Nothing was lost or changed.
+  EXPECT_EQ(client->Get("k").status().code(), StatusCode::kNotFound);
+  auto kept = client->Get("keep");
+  ASSERT_TRUE(kept.ok());
+  EXPECT_EQ(*kept, "me");
+
+  auto r = Kvctl({"put", "k"}, std::string(kMaxValue + 1, 'v'));
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("INVALID_ARGUMENT"), std::string::npos) << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << "one-line error: " << r.err;
+}
+
+TEST_F(ServerTest, WrongTokenIsRefusedAndOthersAreServed) {
+  ClientOptions o;
+  o.server = server_->address();
+  o.token = "not-the-token";
+  o.transport = TestTransport();
+  o.timeout = std::chrono::milliseconds(10000);
+  auto bad = Client::Connect(o);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_TRUE(bad.status().code() == StatusCode::kPermissionDenied ||
+              bad.status().code() == StatusCode::kUnauthenticated)
+      << bad.status();
+
+  const std::string wrong_file = dir_.path() + "/wrong-token";
+  WriteFile(wrong_file, "wrong\n");
+  auto r = Kvctl({"get", "x"}, "", wrong_file);
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("token"), std::string::npos) << r.err;
+
+  auto good = NewClient();
+  ASSERT_NE(good, nullptr);
+  ASSERT_TRUE(good->Put("after", "bad clients").ok());
+}
+
+TEST_F(ServerTest, KvctlCommandsAndExitCodes) {
+  auto r = Kvctl({"put", "greeting", "hello world"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  r = Kvctl({"get", "greeting"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "hello world");
+  r = Kvctl({"get", "missing"});
+  EXPECT_EQ(r.exit_code, 1);
+  r = Kvctl({"--output=json", "get", "greeting"});
+  ASSERT_EQ(r.exit_code, 0);
+  EXPECT_NE(r.out.find("\"value\":\"hello world\""), std::string::npos) << r.out;
+
+  // Binary-safe through stdin.
+  std::string binary;
+  for (int i = 0; i < 70000; ++i) binary += static_cast<char>((i * 131) & 0xFF);
+  r = Kvctl({"put", "blob", "-"}, binary);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  r = Kvctl({"get", "blob"});
+  ASSERT_EQ(r.exit_code, 0);
+  EXPECT_TRUE(r.out == binary) << "got " << r.out.size() << " bytes";
+
+  const std::string file = dir_.path() + "/value.bin";
+  WriteFile(file, binary.substr(0, 1234));
+  r = Kvctl({"--value_file=" + file, "put", "fromfile"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  r = Kvctl({"get", "fromfile"});
+  EXPECT_TRUE(r.out == binary.substr(0, 1234));
+
+  r = Kvctl({"del", "greeting"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  r = Kvctl({"del", "greeting"});
+  EXPECT_EQ(r.exit_code, 1);
+  r = Kvctl({"frobnicate", "x"});
+  EXPECT_EQ(r.exit_code, 2);
+
+  r = RunCommand({RKV_KVCTL_BIN, "--help"});
+  EXPECT_EQ(r.exit_code, 0);
+  const std::string help = r.out + r.err;
+  for (const char* word : {"get", "put", "del", "--server", "--token_file", "--transport", "--timeout",
+                           "--output", "--value_file"}) {
+    EXPECT_NE(help.find(word), std::string::npos) << "kvctl --help does not mention " << word;
+  }
+}
+
+class SmallServerTest : public ServerTest {
+ protected:
+  void SetUp() override { StartServer({"--memory=8388608", "--grace_period_ms=100"}); }
+};
+
+TEST_F(SmallServerTest, FullHeapRefusesThePutAndKeepsWhatIsStored) {
+  auto client = NewClient();
+  ASSERT_NE(client, nullptr);
+  const std::string big(512 * 1024, 'b');
+  int stored = 0;
+  Status refused;
+  for (int i = 0; i < 64; ++i) {
+    auto v = client->Put("big-" + std::to_string(i), big + std::to_string(i));
+    if (!v.ok()) {
+      refused = v.status();
+      break;
+    }
+    ++stored;
+  }
+  ASSERT_EQ(refused.code(), StatusCode::kResourceExhausted) << refused;
+  ASSERT_GT(stored, 0);
+  for (int i = 0; i < stored; ++i) {
+    auto got = client->Get("big-" + std::to_string(i));
+    ASSERT_TRUE(got.ok()) << i << ": " << got.status();
+    EXPECT_TRUE(*got == big + std::to_string(i)) << i;
+  }
+  // A refused replace leaves the old value readable.
+  auto replace = client->Put("big-0", std::string(1 << 20, 'r'));
+  EXPECT_FALSE(replace.ok());
+  auto got = client->Get("big-0");
+  ASSERT_TRUE(got.ok());
+  EXPECT_TRUE(*got == big + "0");
+  // Freed space comes back once its grace period has passed.
+  for (int i = 0; i < stored; ++i) ASSERT_TRUE(client->Delete("big-" + std::to_string(i)).ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_TRUE(client->Put("after-free", big).ok());
+}
+
+}  // namespace
+}  // namespace rkv::testing

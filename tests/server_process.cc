@@ -1,0 +1,160 @@
+#include "tests/server_process.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#ifndef RKV_SERVER_BIN
+#error "RKV_SERVER_BIN must name the rkv-server binary"
+#endif
+
+namespace rkv::testing {
+
+std::string TestTransport() {
+  const char* t = std::getenv("RKV_TEST_TRANSPORT");
+  return t && *t ? t : "tcp";
+}
+
+std::string TestHost() {
+  const char* h = std::getenv("RKV_TEST_HOST");
+  return h && *h ? h : "127.0.0.1";
+}
+
+double TestScale() {
+  const char* s = std::getenv("RKV_TEST_SCALE");
+  if (!s || !*s) return 1.0;
+  const double v = std::atof(s);
+  return v > 0 ? v : 1.0;
+}
+
+TempDir::TempDir() {
+  std::random_device rd;
+  std::string base = ::testing::TempDir();
+  if (base.empty()) base = "/tmp/";
+  if (base.back() != '/') base += '/';
+  path_ = base + "rkv-test-" + std::to_string(getpid()) + "-" + std::to_string(rd());
+  std::filesystem::create_directories(path_);
+}
+
+TempDir::~TempDir() {
+  std::error_code ec;
+  std::filesystem::remove_all(path_, ec);
+}
+
+void WriteFile(const std::string& path, const std::string& contents) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << contents;
+  out.close();
+  ::chmod(path.c_str(), 0600);
+}
+
+ServerProcess::ServerProcess(std::string data_dir, std::string token_file,
+                             std::vector<std::string> extra_flags)
+    : data_dir_(std::move(data_dir)),
+      token_file_(std::move(token_file)),
+      extra_flags_(std::move(extra_flags)),
+      log_path_(data_dir_ + ".log") {}
+
+ServerProcess::~ServerProcess() {
+  if (pid_ > 0) Kill9();
+}
+
+Status ServerProcess::Start(std::chrono::seconds timeout) {
+  if (pid_ > 0) return FailedPrecondition("server already running");
+  const std::string listen = address_.empty() ? TestHost() + ":0" : address_;
+  std::vector<std::string> args = {
+      RKV_SERVER_BIN,
+      "--listen=" + listen,
+      "--data_dir=" + data_dir_,
+      "--token_file=" + token_file_,
+      "--transport=" + TestTransport(),
+  };
+  args.insert(args.end(), extra_flags_.begin(), extra_flags_.end());
+
+  // stdout goes to a file (a pipe closed after start-up would kill the
+  // server with SIGPIPE on its next line); start-up is read from there.
+  const std::string out_path = data_dir_ + ".out";
+  const int out_fd = open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (out_fd < 0) return PosixError("open " + out_path, errno);
+  const pid_t pid = fork();
+  if (pid < 0) {
+    close(out_fd);
+    return PosixError("fork", errno);
+  }
+  if (pid == 0) {
+    dup2(out_fd, STDOUT_FILENO);
+    const int log_fd = open(log_path_.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+    if (log_fd >= 0) dup2(log_fd, STDERR_FILENO);
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  close(out_fd);
+  pid_ = pid;
+
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    std::ifstream in(out_path);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    const std::string seen = ss.str();
+    const size_t at = seen.find("listening on ");
+    if (at != std::string::npos) {
+      const size_t start = at + 13;
+      const size_t end = seen.find_first_of(" \n", start);
+      if (end != std::string::npos) {
+        address_ = seen.substr(start, end - start);
+        return Status::Ok();
+      }
+    }
+    int wstatus = 0;
+    if (waitpid(pid_, &wstatus, WNOHANG) == pid_) {
+      pid_ = -1;
+      return Unavailable("rkv-server exited during start-up; log:\n" + Log());
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  Kill9();
+  return DeadlineExceeded("rkv-server did not report listening; log:\n" + Log());
+}
+
+void ServerProcess::Kill9() {
+  if (pid_ <= 0) return;
+  ::kill(pid_, SIGKILL);
+  int wstatus = 0;
+  waitpid(pid_, &wstatus, 0);
+  pid_ = -1;
+}
+
+int ServerProcess::Terminate() {
+  if (pid_ <= 0) return -1;
+  ::kill(pid_, SIGTERM);
+  int wstatus = 0;
+  waitpid(pid_, &wstatus, 0);
+  pid_ = -1;
+  return wstatus;
+}
+
+std::string ServerProcess::Log() const {
+  std::ifstream in(log_path_);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  std::string s = ss.str();
+  if (s.size() > 8000) s = "..." + s.substr(s.size() - 8000);
+  return s;
+}
+
+}  // namespace rkv::testing

@@ -1,0 +1,71 @@
+// Starts and stops a real rkv-server process for cross-process tests.
+//
+// The suite runs over the transport named by $RKV_TEST_TRANSPORT (tcp when
+// unset) and listens on $RKV_TEST_HOST (127.0.0.1 when unset; the SoftRoCE
+// guest sets the rxe0 address), port 0, reading the real address from the
+// server's "listening on" line.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include "rkv/status.h"
+
+namespace rkv::testing {
+
+std::string TestTransport();  // "tcp" or "verbs"
+std::string TestHost();
+// A scale factor for loads: 1 on the host, smaller in the emulated guest
+// ($RKV_TEST_SCALE, a positive float).
+double TestScale();
+
+// A fresh directory under the test temp dir, removed by the destructor.
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+// Writes `contents` to `path` (mode 0600).
+void WriteFile(const std::string& path, const std::string& contents);
+
+class ServerProcess {
+ public:
+  // `data_dir` and `token_file` must exist for as long as the server runs.
+  ServerProcess(std::string data_dir, std::string token_file, std::vector<std::string> extra_flags = {});
+  ~ServerProcess();  // SIGKILLs a server still running
+  ServerProcess(const ServerProcess&) = delete;
+  ServerProcess& operator=(const ServerProcess&) = delete;
+
+  // Starts the server and waits (up to `timeout`) for its listening line.
+  // The first start listens on port 0; a restart reuses the port it got.
+  Status Start(std::chrono::seconds timeout = std::chrono::seconds(120));
+  // SIGKILL, then reap.
+  void Kill9();
+  // SIGTERM; returns the exit status (waitpid form) once it exited.
+  int Terminate();
+  bool running() const { return pid_ > 0; }
+  // "HOST:PORT".
+  const std::string& address() const { return address_; }
+  // What the server wrote to stderr (its log), for failure messages.
+  std::string Log() const;
+
+ private:
+  std::string data_dir_;
+  std::string token_file_;
+  std::vector<std::string> extra_flags_;
+  std::string log_path_;
+  std::string address_;
+  pid_t pid_ = -1;
+};
+
+}  // namespace rkv::testing
