@@ -41,7 +41,15 @@ run_gtest_binary() {  # BINARY TIMEOUT
     echo "verbs-suite: FAIL ${bin} is missing"
     return
   fi
-  local suite="" line
+  local suite="" line list count=0
+  list="$(mktemp /tmp/rkv-gtest-list.XXXXXX)"
+  if ! "${bin}" --gtest_list_tests > "${list}" || ! grep -q '^ ' "${list}"; then
+    failed=$((failed + 1))
+    failures+=("${bin} (could not list its tests)")
+    echo "verbs-suite: FAIL ${bin} lists no tests"
+    rm -f "${list}"
+    return
+  fi
   while IFS= read -r line; do
     if [[ "${line}" =~ ^[^[:space:]] ]]; then
       suite="${line%%#*}"
@@ -49,13 +57,18 @@ run_gtest_binary() {  # BINARY TIMEOUT
     else
       local t="${line%%#*}"
       t="${t// /}"
-      [ -n "${t}" ] && run_one "${suite}${t}" "${limit}" "${bin}" --gtest_filter="${suite}${t}"
+      if [ -n "${t}" ]; then
+        count=$((count + 1))
+        run_one "${suite}${t}" "${limit}" "${bin}" --gtest_filter="${suite}${t}"
+      fi
     fi
-  done < <("${bin}" --gtest_list_tests)
+  done < "${list}"
+  rm -f "${list}"
+  echo "verbs-suite: ran ${count} tests of ${bin##*/}"
 }
 
 check_auto_picks_verbs() {
-  local dir
+  local build="$1" dir
   dir="$(mktemp -d /tmp/rkv-auto.XXXXXX)"
   echo "auto-token" > "${dir}/token"
   timeout 60 "${build}/server/rkv-server" --listen="${RKV_RDMA_ADDR}:0" --data_dir="${dir}/data" \
@@ -78,7 +91,8 @@ check_auto_picks_verbs() {
 }
 
 run_gtest_binary "${build}/common/verbs_transport_test" 300
-run_one "TransportAutoPicksVerbs" 120 check_auto_picks_verbs
+export -f check_auto_picks_verbs
+run_one "TransportAutoPicksVerbs" 120 bash -c 'check_auto_picks_verbs "$1"' _ "${build}"
 run_gtest_binary "${build}/tests/rkv_integration_test" 900
 
 echo

@@ -211,6 +211,9 @@ mkdir -p $R/dev/pts $R/dev/shm
 mount -t devpts devpts $R/dev/pts || fatal "mount devpts"
 mount -t tmpfs tmpfs $R/dev/shm || fatal "mount /dev/shm"
 mount -t tmpfs -o mode=1777 tmpfs $R/tmp || fatal "mount /tmp"
+# Process substitution and /dev/std* need these links; devtmpfs lacks them.
+ln -sf /proc/self/fd $R/dev/fd; ln -sf /proc/self/fd/0 $R/dev/stdin
+ln -sf /proc/self/fd/1 $R/dev/stdout; ln -sf /proc/self/fd/2 $R/dev/stderr
 mount -t tmpfs -o mode=755 tmpfs $R/run || fatal "mount /run"
 [ -d $R/var/tmp ] && { mount -t tmpfs -o mode=1777 tmpfs $R/var/tmp || fatal "mount /var/tmp"; }
 for t in $kept; do
