@@ -1,0 +1,236 @@
+#!/usr/bin/env bash
+# run-verbs.sh - rkv over real verbs (SoftRoCE) against the raw device, in the
+# same guest, in the same run. Meant to run INSIDE the SoftRoCE guest:
+#
+#   deploy/softroce/run-in-guest.sh --timeout 1500 --out DIR -- bench/run-verbs.sh BUILD_DIR
+#
+# (bench/verbs.sh does exactly that from the host and files the report.)
+#
+# BUILD_DIR holds a built server/rkv-server and bench/rkv-ycsb; nothing is
+# built here. Steps:
+#   1. rkv-server --transport=verbs on $RKV_RDMA_ADDR (a free port), data dir
+#      under /tmp, durability $RKV_BENCH_DURABILITY (default none: the
+#      figures compare the data path with the raw device, not RocksDB under
+#      emulation);
+#   2. rkv-ycsb, one client thread: get and put with 1024- and 64-byte values,
+#      then get with $RKV_BENCH_THREADS threads (default 2) for throughput;
+#   3. deploy/softroce/perftest.sh: ib_read_lat, ib_read_bw, ib_send_lat at
+#      the same sizes;
+#   4. $RKV_GUEST_OUT/verbs-results.md: rkv next to the raw figures, and the
+#      raw data (ycsb.txt, perftest.txt, server.log) beside it.
+#
+# Environment (optional):
+#   RKV_BENCH_RECORDS     records loaded (default 1000)
+#   RKV_BENCH_OPS         timed operations per run (default 3000)
+#   RKV_BENCH_DURATION_S  cap per timed run in seconds (default 120)
+#   RKV_BENCH_THREADS     threads of the throughput run (default 2)
+#   RKV_BENCH_DURABILITY  none | wal | sync (default none)
+#   RKV_BENCH_COMMAND     the host command line to quote in the report
+#
+# Emulated CPUs (QEMU TCG) run 10-50x slower than the host: absolute figures
+# mean nothing outside the guest; the ratios to perftest's figures do.
+#
+# Exit status: 0 when every step was clean; 1 when a run reported errors or
+# a step failed (the report is still written with what there is); 2 for
+# bad usage or a missing build or device.
+set -euo pipefail
+
+die() { printf 'run-verbs.sh: ERROR: %s\n' "$*" >&2; exit 2; }
+log() { printf 'run-verbs.sh: %s\n' "$*" >&2; }
+
+[[ $# -eq 1 ]] || die "usage: bench/run-verbs.sh BUILD_DIR (inside the SoftRoCE guest)"
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)
+build_dir=$(cd "$1" 2>/dev/null && pwd -P) || die "build dir '$1' not found"
+server_bin=$build_dir/server/rkv-server
+ycsb_bin=$build_dir/bench/rkv-ycsb
+perftest=$repo/deploy/softroce/perftest.sh
+for f in "$server_bin" "$ycsb_bin" "$perftest"; do
+  [[ -x $f ]] || die "$f missing or not executable"
+done
+[[ -n ${RKV_RDMA_ADDR:-} ]] || die "RKV_RDMA_ADDR is not set: run this inside deploy/softroce/run-in-guest.sh"
+[[ -n ${RKV_GUEST_OUT:-} && -d ${RKV_GUEST_OUT:-} ]] || die "RKV_GUEST_OUT is not a folder"
+dev=${RKV_RDMA_DEV:-rxe0}
+[[ -d /sys/class/infiniband/$dev ]] || die "RDMA device $dev not present"
+
+records=${RKV_BENCH_RECORDS:-1000}
+ops=${RKV_BENCH_OPS:-3000}
+duration_s=${RKV_BENCH_DURATION_S:-120}
+tp_threads=${RKV_BENCH_THREADS:-2}
+durability=${RKV_BENCH_DURABILITY:-none}
+command_line=${RKV_BENCH_COMMAND:-bench/run-verbs.sh $1}
+for n in "$records" "$ops" "$duration_s" "$tp_threads"; do
+  [[ $n =~ ^[0-9]+$ && $n -gt 0 ]] || die "not a positive integer: $n"
+done
+case $durability in none | wal | sync) ;; *) die "RKV_BENCH_DURABILITY must be none, wal or sync" ;; esac
+
+out=$RKV_GUEST_OUT
+report=$out/verbs-results.md
+ycsb_results=$out/ycsb.txt
+perf_results=$out/perftest.txt
+rm -f "$ycsb_results" "$perf_results"
+
+work=$(mktemp -d /tmp/rkv-bench-verbs.XXXXXX)
+server_pid=""
+# shellcheck disable=SC2317  # invoked by the EXIT trap
+cleanup() {
+  if [[ -n $server_pid ]]; then
+    kill "$server_pid" 2>/dev/null || true
+    wait "$server_pid" 2>/dev/null || true
+  fi
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+failed=()
+head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$work/token"
+
+# 1. The server.
+: >"$work/server.stdout"  # exists before the server's redirection does: polled below
+"$server_bin" --listen="$RKV_RDMA_ADDR:0" --data_dir="$work/data" --token_file="$work/token" \
+  --transport=verbs --durability="$durability" --memory=256M \
+  >"$work/server.stdout" 2>"$out/server.log" &
+server_pid=$!
+addr=""
+for ((i = 0; i < 1200; i++)); do
+  addr=$(sed -n 's/^rkv-server listening on \([^ ]*\) .*/\1/p' "$work/server.stdout")
+  [[ -n $addr ]] && break
+  kill -0 "$server_pid" 2>/dev/null || break
+  sleep 0.1
+done
+if [[ -z $addr ]]; then
+  tail -n 20 "$out/server.log" >&2 || true
+  die "rkv-server did not come up on $RKV_RDMA_ADDR (log: server.log)"
+fi
+log "rkv-server: $(head -n 1 "$work/server.stdout")"
+
+# 2. rkv-ycsb.
+ycsb() { # label workload size threads
+  local rc=0
+  "$ycsb_bin" --target=rkv --server="$addr" --token_file="$work/token" --transport=verbs \
+    --workload="$2" --value_bytes="$3" --threads="$4" --records="$records" \
+    --operations="$ops" --duration_s="$duration_s" --timeout_ms=20000 \
+    --label="$1" --output="$ycsb_results" >"$work/ycsb.out" 2>&1 || rc=$?
+  sed "s/^/  [$1 $2 $3 x$4] /" "$work/ycsb.out" >&2
+  if ((rc != 0)); then
+    failed+=("rkv-ycsb $1 $2 $3 (rc $rc)")
+    grep -q "^$1 $2 $3 " "$ycsb_results" 2>/dev/null ||
+      echo "$1 $2 $3 $4 - FAILED - - - - -" >>"$ycsb_results"
+  fi
+}
+for size in 1024 64; do
+  ycsb rkv get "$size" 1
+  ycsb rkv put "$size" 1
+done
+ycsb rkv-mt get 1024 "$tp_threads"
+kill "$server_pid" 2>/dev/null || true
+wait "$server_pid" 2>/dev/null || true
+server_pid=""
+
+# 3. The raw device.
+if ! "$perftest" "$perf_results" 64 1024; then
+  failed+=("perftest.sh")
+fi
+[[ -f $perf_results ]] || : >"$perf_results"
+
+# 4. The report.
+ycsb_field() { # label workload size column
+  awk -v l="$1" -v w="$2" -v s="$3" -v c="$4" '
+    $1 == l && $2 == w && $3 == s { v = $c } END { print (v == "" ? "-" : v) }' "$ycsb_results"
+}
+perf_field() { # test size column
+  awk -v t="$1" -v s="$2" -v c="$3" '
+    $1 == t && $2 == s { v = $c } END { print (v == "" ? "-" : v) }' "$perf_results"
+}
+# a / b with two decimals, or "-" when either is missing.
+ratio() {
+  awk -v a="$1" -v b="$2" 'BEGIN {
+    if (a ~ /^[0-9.]+$/ && b ~ /^[0-9.]+$/ && b > 0) printf "%.2f", a / b; else print "-" }'
+}
+times() { # a * b
+  awk -v a="$1" -v b="$2" 'BEGIN {
+    if (a ~ /^[0-9.]+$/ && b ~ /^[0-9.]+$/) printf "%.2f", a * b; else print "-" }'
+}
+
+cpu_model=$(awk -F': ' '/^model name/ {print $2; exit}' /proc/cpuinfo)
+{
+  echo "# rkv over verbs (SoftRoCE, $dev) vs the raw device ($(date -u +%Y-%m-%dT%H%MZ))"
+  echo
+  echo "Produced by \`$command_line\`."
+  echo
+  echo "Guest: $(nproc) vCPUs (QEMU TCG, ${cpu_model:-unknown CPU}), Linux $(uname -r), $dev on veth0;"
+  echo "client and server on the same rxe device (rxe loopback). Emulation makes absolute"
+  echo "figures meaningless outside this guest: read the ratios, taken in the same run."
+  echo
+  echo "rkv-server --transport=verbs --durability=$durability; rkv-ycsb: $records records loaded, then"
+  echo "$ops operations (cap $duration_s s), uniform keys, one client thread unless noted. rkv has"
+  echo "no client location cache, so every GET is cold: two dependent READ rounds (both"
+  echo "candidate buckets in one doorbell, then the block)."
+  echo
+  echo "## GET latency vs ib_read_lat"
+  echo
+  echo "| value | rkv GET p50 us | rkv GET p99 us | ib_read_lat typical us | ib_read_lat p99 us | p50 / typical | target |"
+  echo "|---:|---:|---:|---:|---:|---:|---|"
+  for size in 1024 64; do
+    g50=$(ycsb_field rkv get "$size" 7)
+    g99=$(ycsb_field rkv get "$size" 8)
+    rt=$(perf_field ib_read_lat "$size" 3)
+    r99=$(perf_field ib_read_lat "$size" 4)
+    target="-"
+    [[ $size == 1024 ]] && target="<= 2.3 (two dependent READs)"
+    echo "| $size | $g50 | $g99 | $rt | $r99 | $(ratio "$g50" "$rt") | $target |"
+  done
+  echo
+  echo "## GET throughput vs ib_read_bw"
+  echo
+  echo "ib_read_bw keeps many READs in flight on one QP; an rkv GET waits for its own two"
+  echo "rounds, so one client thread is bounded by latency, not by the device."
+  echo
+  echo "| value | client threads | rkv GET ops/s | ib_read_bw msg/s | ratio |"
+  echo "|---:|---:|---:|---:|---:|"
+  for row in "rkv 1024 1" "rkv-mt 1024 $tp_threads" "rkv 64 1"; do
+    read -r l size th <<<"$row"
+    gops=$(ycsb_field "$l" get "$size" 6)
+    bw=$(perf_field ib_read_bw "$size" 5)
+    echo "| $size | $th | $gops | $bw | $(ratio "$gops" "$bw") |"
+  done
+  echo
+  echo "## PUT latency vs ib_send_lat"
+  echo
+  echo "ib_send_lat reports half a round trip (perftest's convention). A PUT is a WRITE and a"
+  echo "SEND in one doorbell, the server's apply, and a reply SEND: one round trip plus the"
+  echo "server's work, so the fair raw reference is 2 x ib_send_lat."
+  echo
+  echo "| value | rkv PUT p50 us | rkv PUT p99 us | ib_send_lat typical us | 2 x typical | p50 / (2 x typical) |"
+  echo "|---:|---:|---:|---:|---:|---:|"
+  for size in 1024 64; do
+    p50=$(ycsb_field rkv put "$size" 9)
+    p99=$(ycsb_field rkv put "$size" 10)
+    st=$(perf_field ib_send_lat "$size" 3)
+    st2=$(times "$st" 2)
+    echo "| $size | $p50 | $p99 | $st | $st2 | $(ratio "$p50" "$st2") |"
+  done
+  echo
+  if [[ ${#failed[@]} -gt 0 ]]; then
+    echo "**STEPS WITH ERRORS (their figures are missing or not valid): ${failed[*]}**"
+    echo
+  fi
+  echo "## Raw data"
+  echo
+  echo "rkv-ycsb --output lines:"
+  echo
+  echo '```'
+  cat "$ycsb_results" 2>/dev/null || true
+  echo '```'
+  echo
+  echo "deploy/softroce/perftest.sh:"
+  echo
+  echo '```'
+  cat "$perf_results"
+  echo '```'
+} >"$report.tmp"
+mv "$report.tmp" "$report"
+log "wrote $report"
+if [[ ${#failed[@]} -gt 0 ]]; then
+  log "STEPS WITH ERRORS: ${failed[*]}"
+  exit 1
+fi

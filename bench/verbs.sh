@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# verbs.sh - runs bench/run-verbs.sh inside a SoftRoCE guest and files its
+# report as bench/results/verbs-<UTC date>.md.
+#
+# Usage: bench/verbs.sh [BUILD_DIR]   (default build/release)
+#
+# Nothing is built here: build first (cmake --preset release && cmake
+# --build build/release -j2). The guest comes from
+# deploy/softroce/run-in-guest.sh (QEMU TCG; the first run downloads a
+# kernel). RKV_BENCH_* variables are passed through to run-verbs.sh (see
+# there). The guest's raw files (ycsb.txt, perftest.txt, server.log) stay in
+# a temporary folder that is printed at the end.
+#
+# Exit status: run-verbs.sh's (0 clean, 1 errors in a step, 2 usage), 124
+# when the guest timed out, 125 when the guest could not be started, or 2
+# when the report is missing.
+set -euo pipefail
+
+die() { printf 'verbs.sh: ERROR: %s\n' "$*" >&2; exit 2; }
+
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)
+[[ $# -le 1 ]] || die "usage: bench/verbs.sh [BUILD_DIR]"
+build_arg=${1:-$repo/build/release}
+build_dir=$(cd "$build_arg" 2>/dev/null && pwd -P) ||
+  die "build dir '$build_arg' missing; build first: cmake --preset release && cmake --build build/release -j2"
+for b in server/rkv-server bench/rkv-ycsb; do
+  [[ -x $build_dir/$b ]] || die "$build_dir/$b not built"
+done
+
+stamp=$(date -u +%Y-%m-%dT%H%MZ)
+raw=$(mktemp -d "${TMPDIR:-/tmp}/rkv-verbs-results.XXXXXX")
+export RKV_BENCH_COMMAND="bench/verbs.sh${*:+ $*} (in the guest: bench/run-verbs.sh $build_dir)"
+rc=0
+(cd "$repo" && deploy/softroce/run-in-guest.sh --timeout 1500 --out "$raw" -- \
+  bench/run-verbs.sh "$build_dir") || rc=$?
+if [[ -f $raw/verbs-results.md ]]; then
+  mkdir -p "$repo/bench/results"
+  cp "$raw/verbs-results.md" "$repo/bench/results/verbs-$stamp.md"
+  printf 'verbs.sh: wrote bench/results/verbs-%s.md (raw files in %s)\n' "$stamp" "$raw" >&2
+else
+  printf 'verbs.sh: no report came back (guest exit code %d; files in %s)\n' "$rc" "$raw" >&2
+  ((rc != 0)) || rc=2
+fi
+exit "$rc"

@@ -1,0 +1,52 @@
+// The store under test, behind one small interface so that rkv and the
+// baselines (memcached, Redis) run the very same load and timing code.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "rkv/status.h"
+
+namespace rkv::bench {
+
+// One connection to one store. Thread safety: none; each benchmark thread
+// opens its own.
+class KvTarget {
+ public:
+  virtual ~KvTarget() = default;
+
+  // Stores `value` under `key`. OK only when the store acknowledged it.
+  virtual Status Put(std::string_view key, std::string_view value) = 0;
+  // Fetches `key` and returns the length of its value (the bytes themselves
+  // are fetched in full and dropped). NOT_FOUND when absent.
+  virtual StatusOr<size_t> Get(std::string_view key) = 0;
+  // One line about the connection (e.g. the transport rkv picked), or "".
+  virtual std::string Description() const { return ""; }
+};
+
+// Settings shared by every kind of target.
+struct TargetOptions {
+  std::string kind;    // "rkv", "memcached" or "redis"
+  std::string server;  // HOST:PORT
+  // rkv only.
+  std::string token;
+  std::string transport = "auto";
+  int timeout_ms = 5000;
+};
+
+// Opens a new connection. INVALID_ARGUMENT for an unknown kind or a bad
+// address; the store's own error when it cannot be reached.
+StatusOr<std::unique_ptr<KvTarget>> OpenTarget(const TargetOptions& options);
+
+// Splits "HOST:PORT" or "[V6]:PORT"; INVALID_ARGUMENT when malformed or the
+// port is outside 1..65535.
+Status SplitHostPort(std::string_view address, std::string* host, int* port);
+
+// Implementations, one per file.
+StatusOr<std::unique_ptr<KvTarget>> OpenRkvTarget(const TargetOptions& options);
+StatusOr<std::unique_ptr<KvTarget>> OpenMemcachedTarget(const TargetOptions& options);
+StatusOr<std::unique_ptr<KvTarget>> OpenRedisTarget(const TargetOptions& options);
+
+}  // namespace rkv::bench

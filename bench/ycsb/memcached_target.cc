@@ -1,0 +1,105 @@
+// The memcached baseline: libmemcached's text protocol (binary protocol off:
+// it is deprecated in memcached) with TCP_NODELAY, memcached_set and
+// memcached_get, one memcached_st per benchmark thread.
+#include <libmemcached/memcached.h>
+
+#include <cstdlib>
+#include <string>
+
+#include "bench/ycsb/kv_target.h"
+
+namespace rkv::bench {
+namespace {
+
+// Owns one memcached_st.
+class MemcachedHandle {
+ public:
+  MemcachedHandle() : memc_(memcached_create(nullptr)) {}
+  ~MemcachedHandle() {
+    if (memc_ != nullptr) memcached_free(memc_);
+  }
+  MemcachedHandle(const MemcachedHandle&) = delete;
+  MemcachedHandle& operator=(const MemcachedHandle&) = delete;
+
+  memcached_st* get() const { return memc_; }
+
+ private:
+  memcached_st* memc_;
+};
+
+Status MemcachedError(const char* call, memcached_st* memc, memcached_return_t rc) {
+  const StatusCode code = rc == MEMCACHED_NOTFOUND ? StatusCode::kNotFound
+                          : rc == MEMCACHED_TIMEOUT ? StatusCode::kDeadlineExceeded
+                                                    : StatusCode::kUnavailable;
+  std::string message = std::string(call) + ": " + memcached_strerror(memc, rc);
+  const char* last = memcached_last_error_message(memc);
+  if (last != nullptr && *last != '\0' && message.find(last) == std::string::npos) {
+    message += std::string(" (") + last + ")";
+  }
+  return Status(code, std::move(message));
+}
+
+class MemcachedTarget final : public KvTarget {
+ public:
+  Status Init(const TargetOptions& options) {
+    memcached_st* memc = handle_.get();
+    if (memc == nullptr) return Internal("memcached_create failed");
+    std::string host;
+    int port = 0;
+    if (Status s = SplitHostPort(options.server, &host, &port); !s.ok()) return s;
+    struct Setting {
+      memcached_behavior_t behavior;
+      uint64_t value;
+    };
+    const uint64_t timeout_ms = static_cast<uint64_t>(options.timeout_ms);
+    const Setting settings[] = {
+        {MEMCACHED_BEHAVIOR_BINARY_PROTOCOL, 0},
+        {MEMCACHED_BEHAVIOR_TCP_NODELAY, 1},
+        {MEMCACHED_BEHAVIOR_CONNECT_TIMEOUT, timeout_ms},
+        {MEMCACHED_BEHAVIOR_POLL_TIMEOUT, timeout_ms},
+    };
+    for (const Setting& setting : settings) {
+      memcached_return_t rc = memcached_behavior_set(memc, setting.behavior, setting.value);
+      if (rc != MEMCACHED_SUCCESS) return MemcachedError("memcached_behavior_set", memc, rc);
+    }
+    memcached_return_t rc = memcached_server_add(memc, host.c_str(), static_cast<in_port_t>(port));
+    if (rc != MEMCACHED_SUCCESS) return MemcachedError("memcached_server_add", memc, rc);
+    // libmemcached connects lazily: ask for the version so that an
+    // unreachable server fails here rather than in the first timed call.
+    rc = memcached_version(memc);
+    if (rc != MEMCACHED_SUCCESS) return MemcachedError("memcached_version", memc, rc);
+    return Status::Ok();
+  }
+
+  Status Put(std::string_view key, std::string_view value) override {
+    memcached_return_t rc = memcached_set(handle_.get(), key.data(), key.size(), value.data(),
+                                          value.size(), /*expiration=*/0, /*flags=*/0);
+    if (rc != MEMCACHED_SUCCESS) return MemcachedError("memcached_set", handle_.get(), rc);
+    return Status::Ok();
+  }
+
+  StatusOr<size_t> Get(std::string_view key) override {
+    size_t length = 0;
+    uint32_t flags = 0;
+    memcached_return_t rc = MEMCACHED_SUCCESS;
+    char* value = memcached_get(handle_.get(), key.data(), key.size(), &length, &flags, &rc);
+    std::free(value);  // malloc'ed by libmemcached; null when absent
+    if (rc != MEMCACHED_SUCCESS) return MemcachedError("memcached_get", handle_.get(), rc);
+    return length;
+  }
+
+ private:
+  MemcachedHandle handle_;
+};
+
+}  // namespace
+
+StatusOr<std::unique_ptr<KvTarget>> OpenMemcachedTarget(const TargetOptions& options) {
+  auto target = std::make_unique<MemcachedTarget>();
+  if (Status s = target->Init(options); !s.ok()) {
+    return s.WithContext("memcached connect to " + options.server);
+  }
+  return std::unique_ptr<KvTarget>(std::move(target));
+}
+
+}  // namespace rkv::bench

@@ -1,0 +1,85 @@
+// The Redis baseline: hiredis, synchronous GET and SET (binary-safe %b
+// arguments), one redisContext per benchmark thread.
+#include <hiredis.h>
+
+#include <string>
+#include <sys/time.h>
+
+#include "bench/ycsb/kv_target.h"
+
+namespace rkv::bench {
+namespace {
+
+struct ContextDeleter {
+  void operator()(redisContext* c) const { redisFree(c); }
+};
+struct ReplyDeleter {
+  void operator()(redisReply* r) const { freeReplyObject(r); }
+};
+using ContextPtr = std::unique_ptr<redisContext, ContextDeleter>;
+using ReplyPtr = std::unique_ptr<redisReply, ReplyDeleter>;
+
+// The context's I/O error. After one, hiredis refuses further commands on
+// the context, so every later call fails too and is counted.
+Status ContextError(const char* call, const redisContext* c) {
+  return Unavailable(std::string(call) + ": " + (c->errstr[0] != '\0' ? c->errstr : "I/O error"));
+}
+
+Status UnexpectedReply(const char* call, const redisReply* r) {
+  if (r->type == REDIS_REPLY_ERROR) {
+    return Internal(std::string(call) + ": server error: " + std::string(r->str, r->len));
+  }
+  return Internal(std::string(call) + ": unexpected reply type " + std::to_string(r->type));
+}
+
+class RedisTarget final : public KvTarget {
+ public:
+  explicit RedisTarget(ContextPtr context) : c_(std::move(context)) {}
+
+  Status Put(std::string_view key, std::string_view value) override {
+    ReplyPtr reply(static_cast<redisReply*>(
+        redisCommand(c_.get(), "SET %b %b", key.data(), key.size(), value.data(), value.size())));
+    if (reply == nullptr) return ContextError("SET", c_.get());
+    if (reply->type != REDIS_REPLY_STATUS || std::string_view(reply->str, reply->len) != "OK") {
+      return UnexpectedReply("SET", reply.get());
+    }
+    return Status::Ok();
+  }
+
+  StatusOr<size_t> Get(std::string_view key) override {
+    ReplyPtr reply(
+        static_cast<redisReply*>(redisCommand(c_.get(), "GET %b", key.data(), key.size())));
+    if (reply == nullptr) return ContextError("GET", c_.get());
+    if (reply->type == REDIS_REPLY_NIL) return NotFound("GET: key not found");
+    if (reply->type != REDIS_REPLY_STRING) return UnexpectedReply("GET", reply.get());
+    return static_cast<size_t>(reply->len);
+  }
+
+ private:
+  ContextPtr c_;
+};
+
+}  // namespace
+
+StatusOr<std::unique_ptr<KvTarget>> OpenRedisTarget(const TargetOptions& options) {
+  std::string host;
+  int port = 0;
+  if (Status s = SplitHostPort(options.server, &host, &port); !s.ok()) return s;
+  timeval timeout{};
+  timeout.tv_sec = options.timeout_ms / 1000;
+  timeout.tv_usec = (options.timeout_ms % 1000) * 1000;
+  ContextPtr context(redisConnectWithTimeout(host.c_str(), port, timeout));
+  if (context == nullptr) return ResourceExhausted("redis connect: cannot allocate a context");
+  if (context->err != 0) return Unavailable("redis connect to " + options.server + ": " + context->errstr);
+  // Later commands wait at most the same time for a reply.
+  if (redisSetTimeout(context.get(), timeout) != REDIS_OK) {
+    return Internal("redis connect to " + options.server + ": setting the timeout failed");
+  }
+  // A PING proves the server answers before the timed phase starts.
+  ReplyPtr pong(static_cast<redisReply*>(redisCommand(context.get(), "PING")));
+  if (pong == nullptr) return ContextError("PING", context.get());
+  if (pong->type != REDIS_REPLY_STATUS) return UnexpectedReply("PING", pong.get());
+  return std::unique_ptr<KvTarget>(std::make_unique<RedisTarget>(std::move(context)));
+}
+
+}  // namespace rkv::bench

@@ -1,0 +1,50 @@
+// The rkv target: one rkv::Client with a single connection per benchmark
+// thread, so --threads is also the number of connections, as for the
+// baselines.
+#include <utility>
+
+#include "bench/ycsb/kv_target.h"
+#include "rkv/client.h"
+
+namespace rkv::bench {
+namespace {
+
+class RkvTarget final : public KvTarget {
+ public:
+  explicit RkvTarget(std::unique_ptr<Client> client) : client_(std::move(client)) {}
+
+  Status Put(std::string_view key, std::string_view value) override {
+    StatusOr<uint64_t> version = client_->Put(key, value);
+    return version.ok() ? Status::Ok() : version.status();
+  }
+
+  StatusOr<size_t> Get(std::string_view key) override {
+    StatusOr<std::string> value = client_->Get(key);
+    if (!value.ok()) return value.status();
+    return value->size();
+  }
+
+  std::string Description() const override {
+    const std::string reason = client_->transport_reason();
+    return "rkv " + (reason.empty() ? "transport " + client_->transport_name() : reason);
+  }
+
+ private:
+  std::unique_ptr<Client> client_;
+};
+
+}  // namespace
+
+StatusOr<std::unique_ptr<KvTarget>> OpenRkvTarget(const TargetOptions& options) {
+  ClientOptions client_options;
+  client_options.server = options.server;
+  client_options.token = options.token;
+  client_options.transport = options.transport;
+  client_options.timeout = std::chrono::milliseconds(options.timeout_ms);
+  client_options.connections = 1;
+  StatusOr<std::unique_ptr<Client>> client = Client::Connect(client_options);
+  if (!client.ok()) return client.status().WithContext("rkv connect to " + options.server);
+  return std::unique_ptr<KvTarget>(std::make_unique<RkvTarget>(std::move(*client)));
+}
+
+}  // namespace rkv::bench
