@@ -60,6 +60,10 @@ using tcp::FrameType;
 using tcp::kHeaderBytes;
 
 // A peer that opens a socket and sends no CONNECT frame is dropped after this.
+// How long a connection that refused a remote access waits, when destroyed,
+// for the peer to read the refusal and close (see ~TcpConnection).
+constexpr auto kLingerOnError = std::chrono::milliseconds(250);
+
 constexpr auto kHandshakeTimeout = std::chrono::seconds(10);
 // Sockets in setup at once per listener; more are closed at once.
 constexpr size_t kMaxPendingHandshakes = 256;
@@ -547,6 +551,7 @@ class TcpConnection final : public Connection {
   // (members), then deregister private regions (members, after the join:
   // the reader may be copying into one until then).
   ~TcpConnection() override {
+    LingerIfRefused();
     stop_.store(true, std::memory_order_release);
     ::shutdown(fd_.get(), SHUT_RDWR);
     SignalEventFd(wake_fd_.get());
@@ -750,6 +755,7 @@ class TcpConnection final : public Connection {
   }
 
   void Disconnect() override {
+    LingerIfRefused();
     Fail("disconnected locally");
     stop_.store(true, std::memory_order_release);
     ::shutdown(fd_.get(), SHUT_RDWR);
@@ -861,9 +867,27 @@ class TcpConnection final : public Connection {
     return out_closed_ ? 0 : out_.size();
   }
 
+  // After this side refused a remote access, its last words (the refusal)
+  // are sent and its side is shut: give the peer a moment to read them and
+  // close. Closing at once, with the bytes the peer pipelined still unread
+  // here, would send an RST, and an RST can destroy those last words before
+  // the peer reads them.
+  void LingerIfRefused() {
+    if (!lingering_.load(std::memory_order_acquire)) return;
+    const auto until = std::chrono::steady_clock::now() + kLingerOnError;
+    while (!reader_done_.load(std::memory_order_acquire) && std::chrono::steady_clock::now() < until) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+  }
+
   // ---- reader thread
 
   void ReaderLoop() {
+    ReaderBody();
+    reader_done_.store(true, std::memory_order_release);
+  }
+
+  void ReaderBody() {
     Status end = ProcessFrames();
     if (end.ok()) end = FlushFromReader();
     while (end.ok()) {
@@ -995,6 +1019,7 @@ class TcpConnection final : public Connection {
     AppendResponse(response, seq, why.code(), why.message());
     discard_ = true;
     close_after_flush_ = true;
+    lingering_.store(true, std::memory_order_release);
     Fail("peer made an invalid remote " + std::string(op) + " (" + why.message() + ")");
   }
 
@@ -1138,6 +1163,8 @@ class TcpConnection final : public Connection {
   ByteBuffer rx_;
   bool discard_ = false;            // ignore the peer's frames (after an access error)
   bool close_after_flush_ = false;  // shut down our side once out_ is sent
+  std::atomic<bool> lingering_{false};    // an access error was answered
+  std::atomic<bool> reader_done_{false};  // the reader thread has finished
   bool paused_ = false;             // not reading: too much output backlog
 
   std::thread reader_;
