@@ -1,16 +1,32 @@
 // rkv-server: serves one hash table over a transport, with RocksDB as its
 // durable copy. See server/server.h.
 //
-// Exit codes: 0 after SIGTERM/SIGINT and a clean shutdown; 1 when the
-// server cannot start (data directory, memory, transport, listen); 2 for a
-// bad flag.
+// With --coordinator the server also joins the cluster (server/membership.h)
+// and serves the Admin service; the Join runs on its own thread, so the
+// data plane serves clients whether or not the coordinator is reachable.
+//
+// Stdout: "rkv-server listening on HOST:PORT (transport T, epoch E, K keys)"
+// once the data plane listens, then, when the server has an identity
+// (--coordinator or --admin_listen), "rkv-server id ID admin HOST:PORT"
+// ("admin none" without the Admin service).
+//
+// Exit codes: 0 after SIGTERM/SIGINT and a clean shutdown (which first
+// leaves the cluster); 1 when the server cannot start (data directory,
+// memory, transport, listen, Admin service) or the coordinator refuses it
+// for good (wrong token, cluster full); 2 for a bad flag.
 
+#include <atomic>
 #include <csignal>
 #include <cstdio>
+#include <ctime>
 #include <filesystem>
 #include <iostream>
+#include <memory>
+#include <mutex>
+#include <optional>
 #include <string>
 #include <system_error>
+#include <thread>
 
 #include <gflags/gflags.h>
 #include <glog/logging.h>
@@ -20,6 +36,8 @@
 #include "common/layout.h"
 #include "common/token.h"
 #include "common/transport/transport.h"
+#include "server/admin_service.h"
+#include "server/membership.h"
 #include "server/options.h"
 #include "server/server.h"
 
@@ -38,7 +56,56 @@ DEFINE_uint32(max_connections, 64, "most client connections at once; more are re
 DEFINE_uint32(grace_period_ms, 100, "heap quarantine in milliseconds before a replaced block is reused; "
                                     "clients' GET lease is half of it (default 100)");
 
+DEFINE_string(coordinator, "", "HOST:PORT of rkv-coordinator to join; empty runs standalone (default empty)");
+DEFINE_string(admin_listen, "", "HOST:PORT of the Admin gRPC service, port 0 picks a free one; default: none when "
+                                "standalone, the --listen host with port 0 with --coordinator");
+DEFINE_string(advertise_address, "", "HOST:PORT clients should use for the data plane (default: the address "
+                                     "listened on; required with --coordinator when --listen is 0.0.0.0 or ::)");
+
 namespace {
+
+// The Join with the coordinator, run on its own thread so that neither the
+// data plane nor the signal wait depend on the coordinator. A fatal refusal
+// is kept for the main thread, which polls failed().
+class JoinThread {
+ public:
+  explicit JoinThread(rkv::server::Membership* membership)
+      : membership_(membership), thread_([this] { Run(); }) {}
+  ~JoinThread() { Stop(); }
+  JoinThread(const JoinThread&) = delete;
+  JoinThread& operator=(const JoinThread&) = delete;
+
+  bool failed() const { return failed_.load(std::memory_order_acquire); }
+  // The refusal; meaningful once failed() is true.
+  rkv::Status error() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return error_;
+  }
+  // Aborts a Join still retrying, then sends Leave if joined (via
+  // Membership::Stop), and joins the thread. Idempotent.
+  void Stop() {
+    membership_->Stop();
+    if (thread_.joinable()) thread_.join();
+  }
+
+ private:
+  void Run() {
+    rkv::Status s = membership_->Start();
+    if (s.ok() || s.code() == rkv::StatusCode::kCancelled) return;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      error_ = std::move(s);
+    }
+    // Release: error_ is written before failed() reads true.
+    failed_.store(true, std::memory_order_release);
+  }
+
+  rkv::server::Membership* const membership_;
+  mutable std::mutex mu_;
+  rkv::Status error_;  // guarded by mu_
+  std::atomic<bool> failed_{false};
+  std::thread thread_;  // last: starts after the members it uses
+};
 
 int BadFlag(const std::string& message) {
   std::cerr << "rkv-server: " << message << "\n";
@@ -85,6 +152,12 @@ int main(int argc, char** argv) {
   o.token = *token;
   o.token.shrink_to_fit();
   if (rkv::Status s = rkv::server::ValidateOptions(o); !s.ok()) return BadFlag(s.message());
+  rkv::server::ControlOptions control;
+  control.coordinator = FLAGS_coordinator;
+  control.admin_listen = FLAGS_admin_listen;
+  control.advertise_address = FLAGS_advertise_address;
+  if (rkv::Status s = rkv::server::ValidateControlOptions(control, o.listen); !s.ok()) return BadFlag(s.message());
+  const std::string admin_listen = rkv::server::EffectiveAdminListen(control, o.listen);
 
   // The data directory: created if missing, and it must be a writable
   // directory.
@@ -118,14 +191,126 @@ int main(int argc, char** argv) {
     std::cerr << "rkv-server: " << server.status() << "\n";
     return 1;
   }
-  std::cout << "rkv-server listening on " << (*server)->address() << " (transport "
-            << rkv::transport::KindName(*kind) << ", epoch " << (*server)->epoch() << ", "
-            << (*server)->keys_at_start() << " keys)" << std::endl;
+  rkv::server::Server* const srv = server->get();
+  std::cout << "rkv-server listening on " << srv->address() << " (transport "
+            << rkv::transport::KindName(*kind) << ", epoch " << srv->epoch() << ", "
+            << srv->keys_at_start() << " keys)" << std::endl;
 
+  // Whatever fails below stops the data plane cleanly before exiting.
+  const auto fail = [&](const std::string& message) {
+    std::cerr << "rkv-server: " << message << std::endl;
+    srv->Shutdown();
+    return 1;
+  };
+
+  // The control plane: identity, Admin service, membership.
+  std::string server_id;
+  std::unique_ptr<rkv::server::AdminServer> admin;
+  std::string admin_address;
+  std::string data_address;
+  if (!control.coordinator.empty() || !admin_listen.empty()) {
+    auto identity = rkv::server::ServerIdentity::LoadOrCreate(o.data_dir);
+    if (!identity.ok()) return fail("loading the server id in " + o.data_dir + " failed: " + identity.status().ToString());
+    server_id = identity->server_id;
+    auto advertised = rkv::server::AdvertisedAddress(srv->address(), control.advertise_address, "");
+    if (!advertised.ok() && !control.coordinator.empty()) {
+      return fail("no data address to announce: " + advertised.status().ToString() +
+                  " (pass --advertise_address=HOST:PORT)");
+    }
+    if (advertised.ok()) data_address = *advertised;
+  }
+  if (!admin_listen.empty()) {
+    const uint64_t epoch = srv->epoch();
+    auto started = rkv::server::AdminServer::Start(admin_listen, o.token, [srv, server_id, epoch] {
+      const rkv::server::ServerStats st = srv->Stats();
+      rkv::server::AdminStats a;
+      a.server_id = server_id;
+      a.epoch = epoch;
+      a.serving = true;  // the data plane listens for as long as the Admin service runs
+      a.keys = st.keys;
+      a.puts = st.puts;
+      a.deletes = st.deletes;
+      a.request_errors = st.request_errors;
+      a.connections = st.connections;
+      a.gets_served_by_cpu = st.gets_served_by_cpu;
+      a.heap_bytes = srv->heap_bytes();
+      a.heap_bytes_used = st.heap_bytes_used;
+      a.heap_bytes_quarantined = st.heap_bytes_quarantined;
+      return a;
+    });
+    if (!started.ok()) return fail("starting the Admin service on " + admin_listen + " failed: " + started.status().ToString());
+    admin = std::move(*started);
+    // A wildcard admin host is announced with the data address's host.
+    std::string data_host;
+    uint16_t data_port = 0;
+    if (!data_address.empty()) (void)rkv::transport::ParseHostPort(data_address, &data_host, &data_port);
+    auto advertised = rkv::server::AdvertisedAddress(admin->address(), "", data_host);
+    admin_address = advertised.ok() ? *advertised : admin->address();
+    if (!advertised.ok() && !control.coordinator.empty()) {
+      admin->Shutdown();
+      return fail("no Admin address to announce: " + advertised.status().ToString() +
+                  " (pass --admin_listen=HOST:PORT)");
+    }
+  }
+  if (!server_id.empty()) {
+    std::cout << "rkv-server id " << server_id << " admin " << (admin ? admin_address : std::string("none"))
+              << std::endl;
+  }
+
+  std::unique_ptr<rkv::server::Membership> membership;
+  std::optional<JoinThread> join;
+  if (!control.coordinator.empty()) {
+    rkv::server::MembershipOptions m;
+    m.coordinator_address = control.coordinator;
+    m.token = o.token;
+    m.self.server_id = server_id;
+    m.self.epoch = srv->epoch();
+    m.self.data_address = data_address;
+    m.self.admin_address = admin_address;
+    m.self.transport = rkv::transport::KindName(*kind);
+    const rkv::server::RegionView index = srv->index_region();
+    const rkv::server::RegionView heap = srv->heap_region();
+    m.self.index = {index.addr, index.length, index.rkey};
+    m.self.heap = {heap.addr, heap.length, heap.rkey};
+    m.self.table.bucket_count_log2 = srv->bucket_count_log2();
+    m.self.table.hash_seed = srv->hash_seed();
+    m.self.table.heap_size = srv->heap_bytes();
+    m.self.table.max_key_bytes = o.max_key_bytes;
+    m.self.table.max_value_bytes = o.max_value_bytes;
+    m.self.table.grace_period_us = uint64_t{o.grace_period_ms} * 1000;
+    m.stats = [srv] {
+      const rkv::server::ServerStats st = srv->Stats();
+      return rkv::server::MembershipStats{st.keys, st.heap_bytes_used};
+    };
+    membership = std::make_unique<rkv::server::Membership>(std::move(m));
+    join.emplace(membership.get());
+  }
+
+  // Wait for SIGTERM/SIGINT, or for the coordinator to refuse this server.
   int sig = 0;
-  sigwait(&signals, &sig);
-  LOG(INFO) << "received signal " << sig << ", shutting down";
-  (*server)->Shutdown();
+  const timespec poll{0, 200'000'000};
+  for (;;) {
+    sig = sigtimedwait(&signals, nullptr, &poll);
+    if (sig > 0) break;
+    if (join && join->failed()) break;
+  }
+  int rc = 0;
+  if (sig > 0) {
+    LOG(INFO) << "received signal " << sig << ", shutting down";
+  } else {
+    const rkv::Status why = join->error();
+    std::cerr << "rkv-server: the coordinator at " << control.coordinator << " refused this server: " << why
+              << std::endl;
+    rc = 1;
+  }
+  // Leave first, so that the coordinator marks this server DOWN before its
+  // data plane goes away; then the Admin service, then the data plane.
+  if (join) join->Stop();
+  join.reset();
+  membership.reset();
+  if (admin) admin->Shutdown();
+  admin.reset();
+  srv->Shutdown();
   server.value().reset();
-  return 0;
+  return rc;
 }

@@ -63,6 +63,82 @@ Status ValidateOptions(const ServerOptions& o) {
   return Status::Ok();
 }
 
+bool IsWildcardHost(std::string_view host) {
+  return host == "0.0.0.0" || host == "::" || host == "0:0:0:0:0:0:0:0";
+}
+
+std::string JoinHostPort(std::string_view host, uint16_t port) {
+  std::string out;
+  if (host.find(':') != std::string_view::npos) {
+    out.append("[").append(host).append("]");
+  } else {
+    out.append(host);
+  }
+  return out + ":" + std::to_string(port);
+}
+
+Status ValidateControlOptions(const ControlOptions& c, const std::string& listen) {
+  std::string host;
+  uint16_t port = 0;
+  if (Status s = transport::ParseHostPort(listen, &host, &port); !s.ok()) {
+    return InvalidArgument("--listen: " + s.message());
+  }
+  const std::string listen_host = host;
+  if (!c.coordinator.empty()) {
+    if (Status s = transport::ParseHostPort(c.coordinator, &host, &port); !s.ok()) {
+      return InvalidArgument("--coordinator: " + s.message());
+    }
+    if (port == 0 || IsWildcardHost(host)) {
+      return InvalidArgument("--coordinator " + c.coordinator + " must name a reachable HOST:PORT (not a wildcard, not port 0)");
+    }
+  }
+  if (!c.admin_listen.empty()) {
+    if (Status s = transport::ParseHostPort(c.admin_listen, &host, &port); !s.ok()) {
+      return InvalidArgument("--admin_listen: " + s.message());
+    }
+    if (c.admin_listen == listen && port != 0) {
+      return InvalidArgument("--admin_listen " + c.admin_listen + " is the same address as --listen");
+    }
+  }
+  if (!c.advertise_address.empty()) {
+    if (Status s = transport::ParseHostPort(c.advertise_address, &host, &port); !s.ok()) {
+      return InvalidArgument("--advertise_address: " + s.message());
+    }
+    if (port == 0 || IsWildcardHost(host)) {
+      return InvalidArgument("--advertise_address " + c.advertise_address +
+                             " must be an address clients can connect to (not a wildcard, not port 0)");
+    }
+  } else if (!c.coordinator.empty() && IsWildcardHost(listen_host)) {
+    return InvalidArgument("--listen " + listen +
+                           " binds every interface, so clients would not know where to connect: with "
+                           "--coordinator, also pass --advertise_address=HOST:PORT");
+  }
+  return Status::Ok();
+}
+
+std::string EffectiveAdminListen(const ControlOptions& c, const std::string& listen) {
+  if (!c.admin_listen.empty()) return c.admin_listen;
+  if (c.coordinator.empty()) return "";
+  std::string host;
+  uint16_t port = 0;
+  if (!transport::ParseHostPort(listen, &host, &port).ok()) return "";
+  return JoinHostPort(host, 0);
+}
+
+StatusOr<std::string> AdvertisedAddress(const std::string& bound, const std::string& advertise,
+                                        const std::string& fallback_host) {
+  const std::string& chosen = advertise.empty() ? bound : advertise;
+  std::string host;
+  uint16_t port = 0;
+  RKV_RETURN_IF_ERROR(transport::ParseHostPort(chosen, &host, &port));
+  if (port == 0) return InvalidArgument("address " + chosen + " has port 0");
+  if (!IsWildcardHost(host)) return chosen;
+  if (!advertise.empty() || fallback_host.empty() || IsWildcardHost(fallback_host)) {
+    return InvalidArgument("address " + chosen + " binds every interface and has no host clients can use");
+  }
+  return JoinHostPort(fallback_host, port);
+}
+
 StatusOr<uint64_t> ParseByteSize(std::string_view text) {
   const std::string shown(text);
   uint64_t n = 0;

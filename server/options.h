@@ -26,6 +26,41 @@ struct ServerOptions {
   uint32_t request_credits = 32;          // outstanding requests per connection
 };
 
+// The control plane of one rkv-server: membership with a coordinator and
+// the Admin service. All empty: standalone, no Admin service.
+struct ControlOptions {
+  std::string coordinator;        // HOST:PORT of rkv-coordinator; empty = standalone
+  // HOST:PORT of the Admin service; port 0 picks a free one. Empty: none
+  // when standalone, "<--listen host>:0" with a coordinator.
+  std::string admin_listen;
+  // HOST:PORT clients should use for the data plane; empty = the address
+  // actually listened on. Required with a coordinator when --listen is a
+  // wildcard (0.0.0.0 or ::).
+  std::string advertise_address;
+};
+
+// True for a host that binds every interface ("0.0.0.0", "::"), which no
+// client can connect to.
+bool IsWildcardHost(std::string_view host);
+
+// "HOST:PORT", with brackets around an IPv6 host.
+std::string JoinHostPort(std::string_view host, uint16_t port);
+
+// Checks the control options against the data plane's --listen (already
+// valid per ValidateOptions); INVALID_ARGUMENT naming the flag otherwise.
+Status ValidateControlOptions(const ControlOptions& c, const std::string& listen);
+
+// The address the Admin service binds: --admin_listen when given, else
+// "<listen host>:0" with a coordinator, else empty (no Admin service).
+std::string EffectiveAdminListen(const ControlOptions& c, const std::string& listen);
+
+// The address to announce for a service bound at `bound` (HOST:PORT): the
+// explicit `advertise` when non-empty; else `bound`, with a wildcard host
+// replaced by `fallback_host` when that is non-empty. INVALID_ARGUMENT when
+// the result would still be a wildcard or is malformed.
+StatusOr<std::string> AdvertisedAddress(const std::string& bound, const std::string& advertise,
+                                        const std::string& fallback_host);
+
 // Bounds that ValidateOptions enforces besides the layout's own.
 inline constexpr uint32_t kMaxGracePeriodMs = 60'000;
 inline constexpr uint32_t kMinGracePeriodMs = 2;

@@ -72,5 +72,65 @@ TEST(OptionsTest, ParsesByteSizes) {
   }
 }
 
+TEST(ControlOptionsTest, StandaloneNeedsNothing) {
+  EXPECT_TRUE(ValidateControlOptions(ControlOptions{}, "127.0.0.1:7700").ok());
+  EXPECT_TRUE(ValidateControlOptions(ControlOptions{}, "0.0.0.0:7700").ok());
+  EXPECT_EQ(EffectiveAdminListen(ControlOptions{}, "127.0.0.1:7700"), "");
+}
+
+TEST(ControlOptionsTest, BadValuesAreRejectedNamingTheirFlag) {
+  struct Case {
+    const char* flag;
+    ControlOptions c;
+    const char* listen;
+  };
+  const Case cases[] = {
+      {"--coordinator", {"no-port", "", ""}, "127.0.0.1:7700"},
+      {"--coordinator", {"127.0.0.1:0", "", ""}, "127.0.0.1:7700"},
+      {"--coordinator", {"0.0.0.0:7600", "", ""}, "127.0.0.1:7700"},
+      {"--coordinator", {"host:70000", "", ""}, "127.0.0.1:7700"},
+      {"--admin_listen", {"", "nohostport", ""}, "127.0.0.1:7700"},
+      {"--admin_listen", {"", "127.0.0.1:7700", ""}, "127.0.0.1:7700"},
+      {"--advertise_address", {"", "", "10.0.0.1"}, "127.0.0.1:7700"},
+      {"--advertise_address", {"", "", "10.0.0.1:0"}, "127.0.0.1:7700"},
+      {"--advertise_address", {"127.0.0.1:7600", "", "0.0.0.0:7700"}, "0.0.0.0:7700"},
+      {"--advertise_address", {"127.0.0.1:7600", "", ""}, "0.0.0.0:7700"},
+      {"--advertise_address", {"127.0.0.1:7600", "", ""}, "[::]:7700"},
+  };
+  for (const Case& c : cases) {
+    const Status s = ValidateControlOptions(c.c, c.listen);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << c.flag << " " << c.c.coordinator << "|"
+                                                      << c.c.admin_listen << "|" << c.c.advertise_address;
+    EXPECT_NE(s.message().find(c.flag), std::string::npos) << s;
+  }
+}
+
+TEST(ControlOptionsTest, WildcardListenIsFineWithAnAdvertisedAddress) {
+  ControlOptions c{"127.0.0.1:7600", "", "10.1.2.3:7700"};
+  EXPECT_TRUE(ValidateControlOptions(c, "0.0.0.0:7700").ok());
+  EXPECT_TRUE(ValidateControlOptions(c, "[::]:7700").ok());
+}
+
+TEST(ControlOptionsTest, AdminListenDefaultsToTheDataHostWithACoordinator) {
+  ControlOptions c{"127.0.0.1:7600", "", ""};
+  EXPECT_EQ(EffectiveAdminListen(c, "127.0.0.1:7701"), "127.0.0.1:0");
+  EXPECT_EQ(EffectiveAdminListen(c, "[::1]:7701"), "[::1]:0");
+  c.admin_listen = "127.0.0.1:9000";
+  EXPECT_EQ(EffectiveAdminListen(c, "127.0.0.1:7701"), "127.0.0.1:9000");
+  // Standalone with an explicit --admin_listen serves Admin too.
+  EXPECT_EQ(EffectiveAdminListen(ControlOptions{"", "127.0.0.1:0", ""}, "127.0.0.1:7701"), "127.0.0.1:0");
+}
+
+TEST(ControlOptionsTest, AdvertisedAddressNeverAnnouncesAWildcard) {
+  EXPECT_EQ(*AdvertisedAddress("127.0.0.1:7701", "", ""), "127.0.0.1:7701");
+  EXPECT_EQ(*AdvertisedAddress("0.0.0.0:7701", "10.0.0.5:7701", ""), "10.0.0.5:7701");
+  EXPECT_EQ(*AdvertisedAddress("0.0.0.0:40123", "", "10.0.0.5"), "10.0.0.5:40123");
+  EXPECT_EQ(*AdvertisedAddress("[::]:40123", "", "fd00::5"), "[fd00::5]:40123");
+  EXPECT_FALSE(AdvertisedAddress("0.0.0.0:7701", "", "").ok());
+  EXPECT_FALSE(AdvertisedAddress("0.0.0.0:7701", "", "0.0.0.0").ok());
+  EXPECT_FALSE(AdvertisedAddress("127.0.0.1:0", "", "").ok());
+  EXPECT_FALSE(AdvertisedAddress("garbage", "", "").ok());
+}
+
 }  // namespace
 }  // namespace rkv::server

@@ -74,7 +74,9 @@ Status Server::Init() {
   RKV_ASSIGN_OR_RETURN(heap_mem_, MappedMemory::Allocate(heap_bytes));
   heap_ = std::make_unique<Heap>(heap_bytes, std::chrono::milliseconds(options_.grace_period_ms));
   table_ = std::make_unique<Table>(index_mem_.span(), heap_mem_.span(), heap_.get());
-  RKV_RETURN_IF_ERROR(table_->Init(log2, epoch_, RandomSeed()));
+  bucket_count_log2_ = log2;
+  hash_seed_ = RandomSeed();
+  RKV_RETURN_IF_ERROR(table_->Init(log2, epoch_, hash_seed_));
   RKV_RETURN_IF_ERROR(Rebuild());
   applier_ = std::make_unique<Applier>(store_.get(), table_.get(), heap_.get(),
                                        ApplyLimits{options_.max_key_bytes, options_.max_value_bytes});
@@ -83,6 +85,8 @@ Status Server::Init() {
   // server itself (it writes with the CPU) and is not granted.
   RKV_ASSIGN_OR_RETURN(index_mr_, transport_->Register(index_mem_.data(), index_bytes, transport::kRemoteRead));
   RKV_ASSIGN_OR_RETURN(heap_mr_, transport_->Register(heap_mem_.data(), heap_bytes, transport::kRemoteRead));
+  index_region_ = RegionView{index_mr_->remote_addr(), index_mr_->size(), index_mr_->rkey()};
+  heap_region_ = RegionView{heap_mr_->remote_addr(), heap_mr_->size(), heap_mr_->rkey()};
 
   RKV_ASSIGN_OR_RETURN(listener_, transport_->Listen(options_.listen));
   address_ = listener_->address();

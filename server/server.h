@@ -64,6 +64,14 @@ struct ServerStats {
   uint64_t gets_served_by_cpu = 0;    // always 0: GETs are one-sided READs
 };
 
+// A registered region as clients address it (remote address, length,
+// rkey), for announcing it to the control plane.
+struct RegionView {
+  uint64_t addr = 0;
+  uint64_t length = 0;
+  uint32_t rkey = 0;
+};
+
 class Server {
  public:
   // Starts a server with validated `options` (see ValidateOptions) on
@@ -85,6 +93,16 @@ class Server {
   std::chrono::milliseconds rebuild_time() const { return rebuild_time_; }
   ServerStats Stats() const;
 
+  // The index (TableHeader + buckets) and heap regions and the table's
+  // parameters, fixed at Start and unchanged afterwards (also after
+  // Shutdown, when they no longer name live registrations).
+  RegionView index_region() const { return index_region_; }
+  RegionView heap_region() const { return heap_region_; }
+  uint32_t bucket_count_log2() const { return bucket_count_log2_; }
+  uint64_t hash_seed() const { return hash_seed_; }
+  uint64_t heap_bytes() const { return heap_region_.length; }
+  const ServerOptions& options() const { return options_; }
+
  private:
   struct Worker;
   friend class ServerTestPeer;
@@ -103,6 +121,10 @@ class Server {
   uint64_t epoch_ = 0;
   uint64_t keys_at_start_ = 0;
   std::chrono::milliseconds rebuild_time_{0};
+  RegionView index_region_;
+  RegionView heap_region_;
+  uint32_t bucket_count_log2_ = 0;
+  uint64_t hash_seed_ = 0;
 
   // Declaration order is teardown order reversed: workers (connections,
   // then their rings), the listener, the index/heap registrations, then the

@@ -1,4 +1,5 @@
-// kvctl: command-line client of an rkv server (get / put / del).
+// kvctl: command-line client of an rkv server or cluster (get / put / del,
+// and members / stats through the coordinator).
 #include <gflags/gflags.h>
 #include <glog/logging.h>
 #include <fcntl.h>
@@ -6,6 +7,8 @@
 
 #include <cerrno>
 #include <cstdio>
+#include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <fstream>
 #include <iostream>
@@ -18,6 +21,8 @@
 #include "rkv/client.h"
 
 DEFINE_string(server, "127.0.0.1:7700", "HOST:PORT of the rkv server's data plane (default 127.0.0.1:7700)");
+DEFINE_string(coordinator, "",
+              "HOST:PORT of the rkv-coordinator: cluster mode (instead of --server; needed by members and stats)");
 DEFINE_string(token_file, "", "file holding the access token (required)");
 DEFINE_string(transport, "auto", "data-plane transport: auto, tcp or verbs (default auto)");
 DEFINE_int32(timeout, 5000, "deadline of the whole command, in milliseconds (default 5000)");
@@ -41,7 +46,7 @@ constexpr int kExitNotFound = 1;
 constexpr int kExitError = 2;
 
 constexpr char kUsage[] =
-    "command-line client of an rkv server.\n"
+    "command-line client of an rkv server or cluster.\n"
     "\n"
     "Usage:\n"
     "  kvctl [flags] get KEY          print KEY's value: the raw bytes, no newline added\n"
@@ -50,11 +55,21 @@ constexpr char kUsage[] =
     "                                 VALUE, or the contents of --value_file, or stdin when\n"
     "                                 VALUE is '-' or absent and stdin is not a terminal\n"
     "  kvctl [flags] del KEY          delete KEY\n"
+    "  kvctl --coordinator=H:P [flags] members\n"
+    "                                 the cluster's servers: id, epoch, state, address, shards,\n"
+    "                                 keys, memory used/total (--output=json: a JSON array)\n"
+    "  kvctl --coordinator=H:P [flags] stats [SERVER_ID]\n"
+    "                                 each server's counters from its admin service (keys,\n"
+    "                                 puts, deletes, errors, connections, gets served by CPU,\n"
+    "                                 heap used/quarantined/total); SERVER_ID limits it to one\n"
+    "                                 (--output=json: a JSON array); an unreachable server\n"
+    "                                 gets an error line on stderr and exit status 2\n"
     "\n"
-    "Flags of every command: --server, --token_file (required), --transport, --timeout,\n"
-    "--output, --key_hex; put also takes --value_file. --v=1 logs connection details to\n"
-    "stderr. When KEY or VALUE starts with '-', end the flags with '--' before the\n"
-    "command: kvctl --token_file=T -- put KEY -5\n"
+    "Flags of every command: --server or --coordinator (not both; default\n"
+    "--server=127.0.0.1:7700), --token_file (required), --transport, --timeout, --output,\n"
+    "--key_hex; put also takes --value_file. members and stats need --coordinator.\n"
+    "--v=1 logs connection details to stderr. When KEY or VALUE starts with '-', end the\n"
+    "flags with '--' before the command: kvctl --token_file=T -- put KEY -5\n"
     "\n"
     "Exit status: 0 done (found), 1 key not found, 2 any other error (one line on stderr).\n";
 
@@ -133,6 +148,15 @@ int Run(const rkv::kvctl::Invocation& inv) {
   if (FLAGS_timeout <= 0) return Fail(cmd, rkv::InvalidArgument("--timeout must be positive (milliseconds)"));
   if (FLAGS_token_file.empty()) return Fail(cmd, rkv::InvalidArgument("--token_file is required"));
   const bool json = FLAGS_output == "json";
+  gflags::CommandLineFlagInfo server_flag;
+  const bool server_given = gflags::GetCommandLineFlagInfo("server", &server_flag) && !server_flag.is_default;
+  const bool cluster = !FLAGS_coordinator.empty();
+  if (cluster && server_given) {
+    return Fail(cmd, rkv::InvalidArgument("give either --server or --coordinator, not both"));
+  }
+  if (!cluster && (inv.command == rkv::kvctl::Command::kMembers || inv.command == rkv::kvctl::Command::kStats)) {
+    return Fail(cmd, rkv::InvalidArgument(cmd + " needs --coordinator=HOST:PORT"));
+  }
 
   std::string value;
   if (inv.command == rkv::kvctl::Command::kPut) {
@@ -144,7 +168,12 @@ int Run(const rkv::kvctl::Invocation& inv) {
   if (!token.ok()) return Fail(cmd, token.status().WithContext("--token_file"));
 
   rkv::ClientOptions options;
-  options.server = FLAGS_server;
+  if (cluster) {
+    options.server.clear();
+    options.coordinator = FLAGS_coordinator;
+  } else {
+    options.server = FLAGS_server;
+  }
   options.token = std::move(*token);
   options.transport = FLAGS_transport;
   options.timeout = std::chrono::milliseconds(FLAGS_timeout);
@@ -174,6 +203,47 @@ int Run(const rkv::kvctl::Invocation& inv) {
         return Fail(cmd, rkv::PosixError("write(stdout)", errno));
       }
       return kExitOk;
+    }
+    case rkv::kvctl::Command::kMembers: {
+      auto members = (*client)->Members();
+      if (!members.ok()) return Fail(cmd, members.status());
+      const std::string out =
+          json ? rkv::kvctl::FormatMembersJson(*members) : rkv::kvctl::FormatMembersText(*members);
+      if (!WriteAll(out)) return Fail(cmd, rkv::PosixError("write(stdout)", errno));
+      return kExitOk;
+    }
+    case rkv::kvctl::Command::kStats: {
+      std::vector<std::string> ids;
+      if (!inv.server_id.empty()) {
+        ids.push_back(inv.server_id);
+      } else {
+        auto members = (*client)->Members();
+        if (!members.ok()) return Fail(cmd, members.status());
+        for (const auto& m : *members) ids.push_back(m.server_id);
+      }
+      // One deadline for the whole command.
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(FLAGS_timeout);
+      // Every reachable server is shown; each failure gets its own line on
+      // stderr and makes the exit status 2.
+      std::vector<rkv::ServerStatsInfo> stats;
+      std::vector<rkv::Status> failures;
+      for (const std::string& id : ids) {
+        const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+        rkv::CallOptions call;
+        call.timeout = std::max(left, std::chrono::milliseconds(1));
+        auto s = (*client)->ServerStats(id, call);
+        if (!s.ok()) {
+          failures.push_back(s.status());
+          continue;
+        }
+        stats.push_back(std::move(*s));
+      }
+      if (!stats.empty() || failures.empty()) {
+        const std::string out = json ? rkv::kvctl::FormatStatsJson(stats) : rkv::kvctl::FormatStatsText(stats);
+        if (!WriteAll(out)) return Fail(cmd, rkv::PosixError("write(stdout)", errno));
+      }
+      for (const rkv::Status& f : failures) Fail(cmd, f);
+      return failures.empty() ? kExitOk : kExitError;
     }
   }
   return kExitError;

@@ -1,6 +1,8 @@
 #include "client/kvctl/kvctl_util.h"
 
+#include <algorithm>
 #include <cstdio>
+#include <iterator>
 
 namespace rkv::kvctl {
 
@@ -18,6 +20,22 @@ StatusOr<Invocation> ParseInvocation(const std::vector<std::string>& args, bool 
   } else if (args[0] == "del") {
     inv.command = Command::kDel;
     max_args = 2;
+  } else if (args[0] == "members") {
+    inv.command = Command::kMembers;
+    if (args.size() > 1) {
+      return InvalidArgument("members: takes no arguments (" + std::to_string(args.size() - 1) + " given)");
+    }
+    return inv;
+  } else if (args[0] == "stats") {
+    inv.command = Command::kStats;
+    if (args.size() > 2) {
+      return InvalidArgument("stats: too many arguments (" + std::to_string(args.size() - 1) + ")");
+    }
+    if (args.size() == 2) {
+      if (args[1].empty()) return InvalidArgument("stats: SERVER_ID is empty");
+      inv.server_id = args[1];
+    }
+    return inv;
   } else {
     return InvalidArgument("unknown command '" + args[0] + "'");
   }
@@ -177,6 +195,97 @@ std::string FormatPutJson(std::string_view key, uint64_t version) {
 
 std::string FormatDelJson(std::string_view key) {
   return "{" + JsonBytesField("key", key) + ",\"deleted\":true}\n";
+}
+
+namespace {
+
+// Pads `cells` (rows of equal length) into left-aligned columns two spaces
+// apart, one line per row.
+std::string Columns(const std::vector<std::vector<std::string>>& rows) {
+  std::vector<size_t> width;
+  for (const auto& row : rows) {
+    width.resize(std::max(width.size(), row.size()), 0);
+    for (size_t i = 0; i < row.size(); ++i) width[i] = std::max(width[i], row[i].size());
+  }
+  std::string out;
+  for (const auto& row : rows) {
+    std::string line;
+    for (size_t i = 0; i < row.size(); ++i) {
+      line += row[i];
+      if (i + 1 < row.size()) line.append(width[i] - row[i].size() + 2, ' ');
+    }
+    out += line + "\n";
+  }
+  return out;
+}
+
+std::string U(uint64_t v) { return std::to_string(v); }
+
+}  // namespace
+
+std::string FormatBytes(uint64_t bytes) {
+  static constexpr const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+  if (bytes < 1024) return std::to_string(bytes) + " B";
+  double v = static_cast<double>(bytes);
+  size_t unit = 0;
+  while (v >= 1024 && unit + 1 < std::size(kUnits)) {
+    v /= 1024;
+    ++unit;
+  }
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.1f %s", v, kUnits[unit]);
+  return buf;
+}
+
+std::string FormatMembersText(const std::vector<MemberInfo>& members) {
+  std::vector<std::vector<std::string>> rows;
+  rows.push_back({"SERVER", "EPOCH", "STATE", "ADDRESS", "SHARDS", "KEYS", "MEMORY (USED/TOTAL)"});
+  for (const MemberInfo& m : members) {
+    rows.push_back({m.server_id, U(m.epoch), m.state, m.data_address, U(m.shards), U(m.keys),
+                    FormatBytes(m.heap_bytes_used) + " / " + FormatBytes(m.heap_bytes)});
+  }
+  return Columns(rows);
+}
+
+std::string FormatMembersJson(const std::vector<MemberInfo>& members) {
+  std::string out = "[";
+  for (size_t i = 0; i < members.size(); ++i) {
+    const MemberInfo& m = members[i];
+    if (i > 0) out += ",";
+    out += "{\"server_id\":" + JsonQuote(m.server_id) + ",\"epoch\":" + U(m.epoch) +
+           ",\"state\":" + JsonQuote(m.state) + ",\"data_address\":" + JsonQuote(m.data_address) +
+           ",\"admin_address\":" + JsonQuote(m.admin_address) + ",\"transport\":" + JsonQuote(m.transport) +
+           ",\"shards\":" + U(m.shards) + ",\"keys\":" + U(m.keys) + ",\"heap_bytes_used\":" +
+           U(m.heap_bytes_used) + ",\"heap_bytes\":" + U(m.heap_bytes) + "}";
+  }
+  return out + "]\n";
+}
+
+std::string FormatStatsText(const std::vector<ServerStatsInfo>& stats) {
+  std::vector<std::vector<std::string>> rows;
+  rows.push_back({"SERVER", "EPOCH", "KEYS", "PUTS", "DELETES", "ERRORS", "CONNECTIONS", "GETS_BY_CPU",
+                  "HEAP_USED", "HEAP_QUARANTINED", "HEAP_TOTAL"});
+  for (const ServerStatsInfo& s : stats) {
+    rows.push_back({s.server_id, U(s.epoch), U(s.keys), U(s.puts), U(s.deletes), U(s.request_errors),
+                    U(s.connections), U(s.gets_served_by_cpu), FormatBytes(s.heap_bytes_used),
+                    FormatBytes(s.heap_bytes_quarantined), FormatBytes(s.heap_bytes)});
+  }
+  return Columns(rows);
+}
+
+std::string FormatStatsJson(const std::vector<ServerStatsInfo>& stats) {
+  std::string out = "[";
+  for (size_t i = 0; i < stats.size(); ++i) {
+    const ServerStatsInfo& s = stats[i];
+    if (i > 0) out += ",";
+    out += "{\"server_id\":" + JsonQuote(s.server_id) + ",\"epoch\":" + U(s.epoch) + ",\"keys\":" + U(s.keys) +
+           ",\"puts\":" + U(s.puts) + ",\"deletes\":" + U(s.deletes) + ",\"request_errors\":" +
+           U(s.request_errors) + ",\"connections\":" + U(s.connections) + ",\"gets_served_by_cpu\":" +
+           U(s.gets_served_by_cpu) + ",\"heap_bytes_used\":" + U(s.heap_bytes_used) +
+           ",\"heap_bytes_quarantined\":" + U(s.heap_bytes_quarantined) + ",\"heap_bytes\":" + U(s.heap_bytes) +
+           "}";
+  }
+  return out + "]\n";
 }
 
 }  // namespace rkv::kvctl

@@ -8,18 +8,21 @@
 #include <vector>
 
 #include "common/status.h"
+#include "rkv/client.h"
 
 namespace rkv::kvctl {
 
-enum class Command { kGet, kPut, kDel };
+enum class Command { kGet, kPut, kDel, kMembers, kStats };
 
-// A parsed command line (after flags): COMMAND KEY [VALUE].
+// A parsed command line (after flags): get|del KEY, put KEY [VALUE],
+// members, or stats [SERVER_ID].
 struct Invocation {
   Command command = Command::kGet;
   std::string command_name;
   std::string key;            // raw bytes (decoded when --key_hex)
   bool has_value_arg = false; // put only: VALUE was given (may be "-")
   std::string value_arg;
+  std::string server_id;      // stats only: empty for every server
 };
 
 // Parses the positional arguments. INVALID_ARGUMENT for a missing or
@@ -58,5 +61,18 @@ std::string JsonBytesField(std::string_view name, std::string_view bytes);
 std::string FormatGetJson(std::string_view key, std::string_view value, uint64_t version);
 std::string FormatPutJson(std::string_view key, uint64_t version);
 std::string FormatDelJson(std::string_view key);
+
+// "512 B", "1.5 KiB", "3.0 GiB".
+std::string FormatBytes(uint64_t bytes);
+
+// `kvctl members`: a table with a header row (server, epoch, state,
+// address, shards, keys, memory used / total), or a JSON array of objects
+// (one per server, all MemberInfo fields), each with a trailing newline.
+std::string FormatMembersText(const std::vector<MemberInfo>& members);
+std::string FormatMembersJson(const std::vector<MemberInfo>& members);
+
+// `kvctl stats`: same shapes, with the ServerStatsInfo fields.
+std::string FormatStatsText(const std::vector<ServerStatsInfo>& stats);
+std::string FormatStatsJson(const std::vector<ServerStatsInfo>& stats);
 
 }  // namespace rkv::kvctl

@@ -100,3 +100,85 @@ TEST(JsonTest, FormatsCommandOutput) {
 
 }  // namespace
 }  // namespace rkv::kvctl
+
+namespace rkv::kvctl {
+namespace {
+
+TEST(ParseInvocationTest, ParsesClusterCommands) {
+  auto m = ParseInvocation({"members"}, false);
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(m->command, Command::kMembers);
+  EXPECT_FALSE(ParseInvocation({"members", "x"}, false).ok());
+
+  auto all = ParseInvocation({"stats"}, false);
+  ASSERT_TRUE(all.ok()) << all.status();
+  EXPECT_EQ(all->command, Command::kStats);
+  EXPECT_EQ(all->server_id, "");
+  auto one = ParseInvocation({"stats", "s-1"}, true);  // --key_hex does not touch SERVER_ID
+  ASSERT_TRUE(one.ok()) << one.status();
+  EXPECT_EQ(one->server_id, "s-1");
+  EXPECT_FALSE(ParseInvocation({"stats", "a", "b"}, false).ok());
+  EXPECT_FALSE(ParseInvocation({"stats", ""}, false).ok());
+}
+
+TEST(ClusterFormatTest, FormatsBytes) {
+  EXPECT_EQ(FormatBytes(0), "0 B");
+  EXPECT_EQ(FormatBytes(1023), "1023 B");
+  EXPECT_EQ(FormatBytes(1536), "1.5 KiB");
+  EXPECT_EQ(FormatBytes(uint64_t{3} << 30), "3.0 GiB");
+}
+
+TEST(ClusterFormatTest, FormatsMembers) {
+  MemberInfo a;
+  a.server_id = "s-1";
+  a.epoch = 5;
+  a.state = "UP";
+  a.data_address = "127.0.0.1:7701";
+  a.admin_address = "127.0.0.1:8701";
+  a.transport = "tcp";
+  a.shards = 342;
+  a.keys = 10;
+  a.heap_bytes_used = 2048;
+  a.heap_bytes = 1 << 20;
+  MemberInfo b = a;
+  b.server_id = "server-two";
+  b.state = "DOWN";
+  const std::string text = FormatMembersText({a, b});
+  EXPECT_EQ(text,
+            "SERVER      EPOCH  STATE  ADDRESS         SHARDS  KEYS  MEMORY (USED/TOTAL)\n"
+            "s-1         5      UP     127.0.0.1:7701  342     10    2.0 KiB / 1.0 MiB\n"
+            "server-two  5      DOWN   127.0.0.1:7701  342     10    2.0 KiB / 1.0 MiB\n");
+  EXPECT_EQ(FormatMembersJson({a}),
+            "[{\"server_id\":\"s-1\",\"epoch\":5,\"state\":\"UP\",\"data_address\":\"127.0.0.1:7701\","
+            "\"admin_address\":\"127.0.0.1:8701\",\"transport\":\"tcp\",\"shards\":342,\"keys\":10,"
+            "\"heap_bytes_used\":2048,\"heap_bytes\":1048576}]\n");
+  EXPECT_EQ(FormatMembersJson({}), "[]\n");
+}
+
+TEST(ClusterFormatTest, FormatsStats) {
+  ServerStatsInfo s;
+  s.server_id = "s-1";
+  s.epoch = 2;
+  s.keys = 3;
+  s.puts = 4;
+  s.deletes = 1;
+  s.request_errors = 0;
+  s.connections = 2;
+  s.heap_bytes = 4096;
+  s.heap_bytes_used = 128;
+  s.heap_bytes_quarantined = 64;
+  EXPECT_EQ(FormatStatsJson({s}),
+            "[{\"server_id\":\"s-1\",\"epoch\":2,\"keys\":3,\"puts\":4,\"deletes\":1,\"request_errors\":0,"
+            "\"connections\":2,\"gets_served_by_cpu\":0,\"heap_bytes_used\":128,\"heap_bytes_quarantined\":64,"
+            "\"heap_bytes\":4096}]\n");
+  const std::string text = FormatStatsText({s});
+  EXPECT_EQ(text.substr(0, text.find('\n')),
+            "SERVER  EPOCH  KEYS  PUTS  DELETES  ERRORS  CONNECTIONS  GETS_BY_CPU  HEAP_USED  HEAP_QUARANTINED  "
+            "HEAP_TOTAL");
+  EXPECT_NE(text.find("s-1     2      3     4     1        0       2            0            128 B      64 B"),
+            std::string::npos)
+      << text;
+}
+
+}  // namespace
+}  // namespace rkv::kvctl

@@ -1,4 +1,4 @@
-// librkv: the C++ client of one rkv server.
+// librkv: the C++ client of an rkv server or of an rkv cluster.
 //
 // GET reads the server's hash index and value heap with one-sided reads (no
 // server CPU); PUT and DELETE write a record into this connection's staging
@@ -29,6 +29,18 @@
 //   others             as returned by the server (e.g. RESOURCE_EXHAUSTED
 //                      when its table or heap is full).
 //
+// Cluster mode (ClientOptions::coordinator set): Connect fetches the
+// cluster map from the coordinator and a background thread keeps it
+// current (WatchClusterMap; while the coordinator is down, calls keep
+// using the cached map). A key goes to the server owning shard
+// ShardOf(key, shard_count); each server gets its own connection pool,
+// opened on first use. A call that finds its server DOWN in the map,
+// cannot reach it, or meets a server epoch other than the map's refetches
+// the map (at most every 100 ms) and retries with backoff within its
+// deadline, so a restarted server (new epoch, new address) is picked up
+// without any action of the caller. Errors of such calls are prefixed
+// "server ID (epoch E, HOST:PORT): ".
+//
 // Retries: a call that meets a broken connection reconnects (the server may
 // have restarted under a new epoch) and retries within its deadline. A PUT
 // may therefore be applied twice (harmless: last writer wins); a DELETE
@@ -53,15 +65,24 @@ namespace rkv {
 
 struct ClientOptions {
   // "HOST:PORT" of the server's data-plane listener ("[v6]:PORT" too).
+  // Ignored (must be empty or left at this default) when `coordinator` is
+  // set.
   std::string server = "127.0.0.1:7700";
+  // "HOST:PORT" of the rkv-coordinator: cluster mode. Exactly one of
+  // server / coordinator is used; setting coordinator together with a
+  // server other than the default is INVALID_ARGUMENT.
+  std::string coordinator;
   // The shared secret; only a digest of it is sent. Must not be empty.
   std::string token;
-  // "auto" (verbs when an RDMA device has an active port, else tcp),
-  // "tcp" or "verbs".
+  // "auto" (verbs when an RDMA device has an active port, else tcp; in
+  // cluster mode: each server's transport as the map announces it), "tcp"
+  // or "verbs" (in cluster mode FAILED_PRECONDITION for a server that
+  // speaks the other one).
   std::string transport = "auto";
   // Default deadline of Connect and of every call (> 0).
   std::chrono::milliseconds timeout{5000};
-  // Connection pool size, 1..64: the number of calls that can run at once.
+  // Connection pool size, 1..64: the number of calls that can run at once
+  // (per server in cluster mode).
   int connections = 1;
 };
 
@@ -76,13 +97,49 @@ struct VersionedValue {
   uint64_t version = 0;
 };
 
+// One server of the cluster, as the client's cached map lists it. keys and
+// heap_bytes_used are the server's last heartbeat (informational).
+struct MemberInfo {
+  std::string server_id;
+  uint64_t epoch = 0;
+  std::string state;  // "UP" or "DOWN"
+  std::string data_address;
+  std::string admin_address;
+  std::string transport;  // "tcp" or "verbs"
+  uint32_t shards = 0;    // shards owned
+  uint64_t keys = 0;
+  uint64_t heap_bytes_used = 0;
+  uint64_t heap_bytes = 0;
+};
+
+// A server's counters, from its Admin service.
+struct ServerStatsInfo {
+  std::string server_id;
+  uint64_t epoch = 0;
+  uint64_t keys = 0;
+  uint64_t puts = 0;
+  uint64_t deletes = 0;
+  uint64_t request_errors = 0;
+  uint64_t connections = 0;
+  uint64_t gets_served_by_cpu = 0;  // 0: GETs are one-sided reads
+  uint64_t heap_bytes = 0;
+  uint64_t heap_bytes_used = 0;
+  uint64_t heap_bytes_quarantined = 0;
+};
+
 class Client {
  public:
-  // Connects every pool connection (retrying within options.timeout while
-  // the server is unreachable) and checks the server's table. Errors:
-  // INVALID_ARGUMENT for bad options, PERMISSION_DENIED for a refused
-  // token, FAILED_PRECONDITION for an incompatible server, UNAVAILABLE when
-  // the server stayed unreachable.
+  // Single server: connects every pool connection (retrying within
+  // options.timeout while the server is unreachable) and checks the
+  // server's table. Errors: INVALID_ARGUMENT for bad options,
+  // PERMISSION_DENIED for a refused token, FAILED_PRECONDITION for an
+  // incompatible server, UNAVAILABLE when the server stayed unreachable.
+  // Cluster: fetches a complete cluster map (retrying within
+  // options.timeout while the coordinator is unreachable or the cluster
+  // is still incomplete) and starts following it; servers are connected
+  // on first use. Errors: INVALID_ARGUMENT for bad options or a malformed
+  // map, UNAUTHENTICATED for a refused token, UNAVAILABLE for an
+  // unreachable coordinator or "cluster has K of N servers".
   static StatusOr<std::unique_ptr<Client>> Connect(const ClientOptions& options);
 
   ~Client();
@@ -105,7 +162,8 @@ class Client {
   std::vector<StatusOr<std::string>> MultiGet(std::span<const std::string> keys,
                                               const CallOptions& call = {});
 
-  // The server's limits, as announced when the newest connection was made.
+  // The server's limits, as announced when the newest connection was made
+  // (cluster mode: the smallest over the servers of the cached map).
   uint32_t max_key_bytes() const;
   uint32_t max_value_bytes() const;
   // The epoch of the server incarnation of the newest connection.
@@ -113,6 +171,23 @@ class Client {
   // "tcp" or "verbs", and a sentence saying why that one was picked.
   std::string transport_name() const;
   std::string transport_reason() const;
+
+  // ---- Cluster mode. In single-server mode these report 0 / false or
+  // fail with FAILED_PRECONDITION. All are thread-safe.
+
+  bool cluster_mode() const;
+  // Version of the cached cluster map.
+  uint64_t cluster_map_version() const;
+  // The servers of the cached map, in join order.
+  StatusOr<std::vector<MemberInfo>> Members() const;
+  // The Admin Stats of server `server_id` (NOT_FOUND when the cached map
+  // has no such server; the RPC's error, prefixed with the server,
+  // otherwise).
+  StatusOr<ServerStatsInfo> ServerStats(std::string_view server_id, const CallOptions& call = {});
+  // Fetches the map from the coordinator now and installs it when newer
+  // (the watch thread does this by itself; for callers that must not wait
+  // for it). The coordinator's error when it cannot be reached.
+  Status RefreshClusterMap(const CallOptions& call = {});
 
  private:
   class Impl;

@@ -1,0 +1,98 @@
+#include "client/cluster_map.h"
+
+#include <algorithm>
+#include <limits>
+#include <unordered_map>
+
+#include "common/hash.h"
+#include "proto/validation.h"
+
+namespace rkv::client {
+
+using std::to_string;
+
+std::string ServerEntry::Describe() const {
+  return "server " + server_id + " (epoch " + to_string(epoch) + ", " + data_address + ")";
+}
+
+StatusOr<std::shared_ptr<const RoutingTable>> RoutingTable::Build(const v1::ClusterMap& map) {
+  RKV_RETURN_IF_ERROR(control::ValidateClusterMap(map).WithContext("cluster map"));
+  if (map.shard_owner().empty()) {
+    return Unavailable("cluster has " + to_string(map.servers_size()) + " of " +
+                       to_string(map.expected_servers()) +
+                       " servers: the shards are assigned once all have joined (map version " +
+                       to_string(map.version()) + ")");
+  }
+  std::shared_ptr<RoutingTable> t(new RoutingTable());
+  t->version_ = map.version();
+  t->min_max_key_bytes_ = std::numeric_limits<uint32_t>::max();
+  t->min_max_value_bytes_ = std::numeric_limits<uint32_t>::max();
+  std::unordered_map<std::string, uint32_t> index;
+  for (const v1::ServerInfo& s : map.servers()) {
+    ServerEntry e;
+    e.server_id = s.server_id();
+    e.epoch = s.epoch();
+    e.up = s.state() == v1::UP;
+    e.state = e.up ? "UP" : "DOWN";
+    e.data_address = s.data_address();
+    e.admin_address = s.admin_address();
+    e.transport = s.transport();
+    e.max_key_bytes = s.table().max_key_bytes();
+    e.max_value_bytes = s.table().max_value_bytes();
+    e.shards_owned = static_cast<uint32_t>(s.shards_size());
+    e.keys = s.keys();
+    e.heap_bytes_used = s.heap_bytes_used();
+    e.heap_bytes = s.heap_bytes();
+    t->min_max_key_bytes_ = std::min(t->min_max_key_bytes_, e.max_key_bytes);
+    t->min_max_value_bytes_ = std::min(t->min_max_value_bytes_, e.max_value_bytes);
+    index.emplace(e.server_id, static_cast<uint32_t>(t->servers_.size()));
+    t->servers_.push_back(std::move(e));
+  }
+  t->shard_to_server_.reserve(map.shard_owner_size());
+  for (const std::string& owner : map.shard_owner()) {
+    // ValidateClusterMap checked that every owner is a listed server.
+    const auto it = index.find(owner);
+    if (it == index.end()) return InvalidArgument("cluster map: shard owner '" + control::Printable(owner) + "' not listed");
+    t->shard_to_server_.push_back(it->second);
+  }
+  return std::shared_ptr<const RoutingTable>(std::move(t));
+}
+
+const ServerEntry& RoutingTable::OwnerOfShard(uint32_t shard) const {
+  return servers_[shard_to_server_[shard]];
+}
+
+size_t RoutingTable::OwnerIndexOf(std::string_view key) const {
+  return shard_to_server_[ShardOf(key, shard_count())];
+}
+
+const ServerEntry& RoutingTable::OwnerOf(std::string_view key) const { return servers_[OwnerIndexOf(key)]; }
+
+const ServerEntry* RoutingTable::Find(std::string_view server_id) const {
+  for (const ServerEntry& e : servers_) {
+    if (e.server_id == server_id) return &e;
+  }
+  return nullptr;
+}
+
+EpochRelation CompareEpoch(uint64_t map_epoch, uint64_t server_epoch) {
+  if (server_epoch == map_epoch) return EpochRelation::kMatch;
+  return server_epoch > map_epoch ? EpochRelation::kServerNewer : EpochRelation::kServerOlder;
+}
+
+std::shared_ptr<const RoutingTable> MapHolder::Current() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return table_;
+}
+
+bool MapHolder::InstallIfNewer(std::shared_ptr<const RoutingTable> table) {
+  if (!table) return false;
+  std::shared_ptr<const RoutingTable> old;  // released outside the lock
+  std::lock_guard<std::mutex> lock(mu_);
+  if (table_ && table->version() <= table_->version()) return false;
+  old = std::move(table_);
+  table_ = std::move(table);
+  return true;
+}
+
+}  // namespace rkv::client

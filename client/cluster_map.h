@@ -1,0 +1,102 @@
+// The client's view of a cluster map: a routing table built from a
+// validated v1::ClusterMap (key -> shard -> owning server), and the holder
+// that publishes the newest one.
+//
+// A RoutingTable is immutable once built; the holder swaps whole tables
+// (a shared_ptr under a mutex), so a reader sees either the old map or the
+// new one, never a mix.
+//
+// Thread safety: RoutingTable is immutable (any thread); MapHolder is
+// thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/status.h"
+#include "proto/rkv.pb.h"
+
+namespace rkv::client {
+
+// One server as the map describes it.
+struct ServerEntry {
+  std::string server_id;
+  uint64_t epoch = 0;
+  bool up = false;
+  std::string state;  // "UP" or "DOWN"
+  std::string data_address;
+  std::string admin_address;
+  std::string transport;  // "tcp" or "verbs"
+  uint32_t max_key_bytes = 0;
+  uint32_t max_value_bytes = 0;
+  uint32_t shards_owned = 0;
+  uint64_t keys = 0;
+  uint64_t heap_bytes_used = 0;
+  uint64_t heap_bytes = 0;
+
+  // "server ID (epoch E, ADDRESS)", the prefix of every error about it.
+  std::string Describe() const;
+};
+
+class RoutingTable {
+ public:
+  // Validates `map` (proto/validation.h) and indexes it. INVALID_ARGUMENT
+  // for a malformed map; UNAVAILABLE "cluster has K of N servers" while
+  // the map has no shard assignment yet (the cluster is not complete).
+  static StatusOr<std::shared_ptr<const RoutingTable>> Build(const v1::ClusterMap& map);
+
+  uint64_t version() const { return version_; }
+  uint32_t shard_count() const { return static_cast<uint32_t>(shard_to_server_.size()); }
+  // Servers in the map's (join) order.
+  const std::vector<ServerEntry>& servers() const { return servers_; }
+
+  // The owner of shard `shard` (< shard_count()).
+  const ServerEntry& OwnerOfShard(uint32_t shard) const;
+  // The owner of `key`: OwnerOfShard(ShardOf(key, shard_count())).
+  const ServerEntry& OwnerOf(std::string_view key) const;
+  // The index into servers() of the owner of `key`.
+  size_t OwnerIndexOf(std::string_view key) const;
+  // The server named `server_id`, or nullptr.
+  const ServerEntry* Find(std::string_view server_id) const;
+  // The smallest limits over all servers (what every server accepts).
+  uint32_t min_max_key_bytes() const { return min_max_key_bytes_; }
+  uint32_t min_max_value_bytes() const { return min_max_value_bytes_; }
+
+ private:
+  RoutingTable() = default;
+
+  uint64_t version_ = 0;
+  std::vector<ServerEntry> servers_;
+  std::vector<uint32_t> shard_to_server_;  // shard -> index into servers_
+  uint32_t min_max_key_bytes_ = 0;
+  uint32_t min_max_value_bytes_ = 0;
+};
+
+// How a connected server's epoch (from its accept data) relates to the
+// epoch the map lists for it.
+enum class EpochRelation {
+  kMatch,        // the incarnation the map describes
+  kServerNewer,  // the server restarted after this map: refetch the map
+  kServerOlder,  // a stale incarnation (or another process): reconnect
+};
+EpochRelation CompareEpoch(uint64_t map_epoch, uint64_t server_epoch);
+
+// Publishes the newest routing table.
+class MapHolder {
+ public:
+  // The current table; nullptr before the first Install.
+  std::shared_ptr<const RoutingTable> Current() const;
+  // Installs `table` when there is none yet or its version is higher than
+  // the current one's; returns whether it did.
+  bool InstallIfNewer(std::shared_ptr<const RoutingTable> table);
+
+ private:
+  mutable std::mutex mu_;
+  std::shared_ptr<const RoutingTable> table_;  // guarded by mu_
+};
+
+}  // namespace rkv::client

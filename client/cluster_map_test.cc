@@ -1,0 +1,202 @@
+#include "client/cluster_map.h"
+
+#include <gtest/gtest.h>
+
+#include <set>
+#include <string>
+#include <vector>
+
+#include "common/hash.h"
+#include "common/layout.h"
+
+namespace rkv::client {
+namespace {
+
+v1::ServerInfo* AddServer(v1::ClusterMap* map, const std::string& id, uint64_t epoch, int port) {
+  v1::ServerInfo* s = map->add_servers();
+  s->set_server_id(id);
+  s->set_epoch(epoch);
+  s->set_state(v1::UP);
+  s->set_data_address("127.0.0.1:" + std::to_string(port));
+  s->set_admin_address("127.0.0.1:" + std::to_string(port + 1000));
+  s->set_transport("tcp");
+  v1::TableParams* t = s->mutable_table();
+  t->set_bucket_count_log2(4);
+  t->set_hash_seed(7);
+  t->set_heap_size(1 << 20);
+  t->set_max_key_bytes(1024);
+  t->set_max_value_bytes(4096);
+  t->set_grace_period_us(100'000);
+  s->mutable_index()->set_addr(0x100000);
+  s->mutable_index()->set_length(layout::IndexBytes(16));
+  s->mutable_index()->set_rkey(1);
+  s->mutable_heap()->set_addr(0x40000000);
+  s->mutable_heap()->set_length(1 << 20);
+  s->mutable_heap()->set_rkey(2);
+  s->set_heap_bytes(1 << 20);
+  return s;
+}
+
+// A complete map: shard s owned by server s % 3 ("a", "b", "c").
+v1::ClusterMap ThreeServerMap(uint64_t version, uint32_t shard_count = 12) {
+  v1::ClusterMap map;
+  map.set_version(version);
+  map.set_shard_count(shard_count);
+  map.set_expected_servers(3);
+  const std::vector<std::string> ids = {"a", "b", "c"};
+  std::vector<v1::ServerInfo*> servers;
+  for (size_t i = 0; i < ids.size(); ++i) servers.push_back(AddServer(&map, ids[i], 10 + i, 7000 + static_cast<int>(i)));
+  for (uint32_t s = 0; s < shard_count; ++s) {
+    map.add_shard_owner(ids[s % 3]);
+    servers[s % 3]->add_shards(s);
+  }
+  return map;
+}
+
+TEST(RoutingTableTest, RoutesEveryKeyToTheOwnerOfItsShard) {
+  auto t = RoutingTable::Build(ThreeServerMap(5));
+  ASSERT_TRUE(t.ok()) << t.status();
+  const RoutingTable& table = **t;
+  EXPECT_EQ(table.version(), 5u);
+  EXPECT_EQ(table.shard_count(), 12u);
+  ASSERT_EQ(table.servers().size(), 3u);
+  std::set<std::string> owners_seen;
+  for (int i = 0; i < 300; ++i) {
+    const std::string key = "key-" + std::to_string(i);
+    const uint32_t shard = ShardOf(key, 12);
+    const std::string expected = std::string(1, static_cast<char>('a' + shard % 3));
+    EXPECT_EQ(table.OwnerOf(key).server_id, expected) << key;
+    EXPECT_EQ(table.servers()[table.OwnerIndexOf(key)].server_id, expected);
+    owners_seen.insert(table.OwnerOf(key).server_id);
+  }
+  EXPECT_EQ(owners_seen.size(), 3u);
+  EXPECT_EQ(table.OwnerOfShard(4).server_id, "b");
+  EXPECT_EQ(table.OwnerOfShard(4).shards_owned, 4u);
+  EXPECT_EQ(table.OwnerOfShard(4).data_address, "127.0.0.1:7001");
+  EXPECT_EQ(table.OwnerOfShard(4).epoch, 11u);
+}
+
+TEST(RoutingTableTest, FindsServersByIdAndDescribesThem) {
+  auto t = RoutingTable::Build(ThreeServerMap(5));
+  ASSERT_TRUE(t.ok()) << t.status();
+  const ServerEntry* c = (*t)->Find("c");
+  ASSERT_NE(c, nullptr);
+  EXPECT_EQ(c->Describe(), "server c (epoch 12, 127.0.0.1:7002)");
+  EXPECT_EQ(c->admin_address, "127.0.0.1:8002");
+  EXPECT_TRUE(c->up);
+  EXPECT_EQ(c->state, "UP");
+  EXPECT_EQ((*t)->Find("d"), nullptr);
+  EXPECT_EQ((*t)->min_max_key_bytes(), 1024u);
+  EXPECT_EQ((*t)->min_max_value_bytes(), 4096u);
+}
+
+TEST(RoutingTableTest, LimitsAreTheSmallestOverTheServers) {
+  v1::ClusterMap map = ThreeServerMap(5);
+  map.mutable_servers(1)->mutable_table()->set_max_key_bytes(100);
+  map.mutable_servers(2)->mutable_table()->set_max_value_bytes(200);
+  auto t = RoutingTable::Build(map);
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ((*t)->min_max_key_bytes(), 100u);
+  EXPECT_EQ((*t)->min_max_value_bytes(), 200u);
+}
+
+TEST(RoutingTableTest, DownServersKeepTheirShards) {
+  v1::ClusterMap map = ThreeServerMap(6);
+  map.mutable_servers(1)->set_state(v1::DOWN);
+  auto t = RoutingTable::Build(map);
+  ASSERT_TRUE(t.ok()) << t.status();
+  const ServerEntry& owner = (*t)->OwnerOfShard(1);
+  EXPECT_EQ(owner.server_id, "b");
+  EXPECT_FALSE(owner.up);
+  EXPECT_EQ(owner.state, "DOWN");
+  EXPECT_TRUE((*t)->OwnerOfShard(0).up);
+}
+
+TEST(RoutingTableTest, AnIncompleteClusterIsUnavailableWithItsSize) {
+  v1::ClusterMap map;
+  map.set_version(2);
+  map.set_shard_count(12);
+  map.set_expected_servers(3);
+  AddServer(&map, "a", 1, 7000);
+  AddServer(&map, "b", 1, 7001);
+  auto t = RoutingTable::Build(map);
+  ASSERT_FALSE(t.ok());
+  EXPECT_EQ(t.status().code(), StatusCode::kUnavailable);
+  EXPECT_NE(t.status().message().find("cluster has 2 of 3 servers"), std::string::npos) << t.status();
+}
+
+TEST(RoutingTableTest, RejectsMalformedMaps) {
+  {
+    v1::ClusterMap map = ThreeServerMap(5);
+    map.set_shard_owner(3, "zz");  // not a listed server
+    auto t = RoutingTable::Build(map);
+    ASSERT_FALSE(t.ok());
+    EXPECT_EQ(t.status().code(), StatusCode::kInvalidArgument);
+  }
+  {
+    v1::ClusterMap map = ThreeServerMap(5);
+    map.mutable_servers(0)->set_data_address("no port");
+    EXPECT_EQ(RoutingTable::Build(map).status().code(), StatusCode::kInvalidArgument);
+  }
+  {
+    v1::ClusterMap map = ThreeServerMap(5);
+    map.mutable_servers(2)->set_server_id("a");  // duplicate id
+    EXPECT_EQ(RoutingTable::Build(map).status().code(), StatusCode::kInvalidArgument);
+  }
+  {
+    v1::ClusterMap map = ThreeServerMap(5);
+    map.set_shard_count(0);
+    EXPECT_EQ(RoutingTable::Build(map).status().code(), StatusCode::kInvalidArgument);
+  }
+  {
+    v1::ClusterMap map = ThreeServerMap(5);
+    map.mutable_servers(0)->set_state(v1::SERVER_STATE_UNSPECIFIED);
+    EXPECT_EQ(RoutingTable::Build(map).status().code(), StatusCode::kInvalidArgument);
+  }
+}
+
+TEST(EpochTest, ComparesTheServersEpochWithTheMaps) {
+  EXPECT_EQ(CompareEpoch(5, 5), EpochRelation::kMatch);
+  EXPECT_EQ(CompareEpoch(5, 6), EpochRelation::kServerNewer);
+  EXPECT_EQ(CompareEpoch(5, 4), EpochRelation::kServerOlder);
+  EXPECT_EQ(CompareEpoch(0, UINT64_MAX), EpochRelation::kServerNewer);
+}
+
+TEST(MapHolderTest, InstallsOnlyNewerVersionsAndSwapsWholeTables) {
+  MapHolder holder;
+  EXPECT_EQ(holder.Current(), nullptr);
+  EXPECT_FALSE(holder.InstallIfNewer(nullptr));
+
+  auto v5 = RoutingTable::Build(ThreeServerMap(5));
+  ASSERT_TRUE(v5.ok());
+  EXPECT_TRUE(holder.InstallIfNewer(*v5));
+  const auto held = holder.Current();
+  ASSERT_NE(held, nullptr);
+  EXPECT_EQ(held->version(), 5u);
+
+  // Server b restarts: new epoch and address in version 7.
+  v1::ClusterMap next = ThreeServerMap(7);
+  next.mutable_servers(1)->set_epoch(99);
+  next.mutable_servers(1)->set_data_address("127.0.0.1:7555");
+  auto v7 = RoutingTable::Build(next);
+  ASSERT_TRUE(v7.ok());
+  auto v6 = RoutingTable::Build(ThreeServerMap(6));
+  ASSERT_TRUE(v6.ok());
+  auto v7_again = RoutingTable::Build(ThreeServerMap(7));
+  ASSERT_TRUE(v7_again.ok());
+
+  EXPECT_TRUE(holder.InstallIfNewer(*v7));
+  EXPECT_FALSE(holder.InstallIfNewer(*v6));        // older
+  EXPECT_FALSE(holder.InstallIfNewer(*v7_again));  // same version
+  const auto now = holder.Current();
+  EXPECT_EQ(now->version(), 7u);
+  EXPECT_EQ(now->Find("b")->epoch, 99u);
+  EXPECT_EQ(now->Find("b")->data_address, "127.0.0.1:7555");
+  // A reader that took the old table still sees it whole.
+  EXPECT_EQ(held->version(), 5u);
+  EXPECT_EQ(held->Find("b")->epoch, 11u);
+  EXPECT_EQ(held->Find("b")->data_address, "127.0.0.1:7001");
+}
+
+}  // namespace
+}  // namespace rkv::client

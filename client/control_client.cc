@@ -1,0 +1,143 @@
+#include "client/control_client.h"
+
+#include <glog/logging.h>
+#include <grpcpp/create_channel.h>
+#include <grpcpp/security/credentials.h>
+#include <grpcpp/support/channel_arguments.h>
+
+#include <algorithm>
+
+#include "proto/auth.h"
+#include "proto/grpc_status.h"
+
+namespace rkv::client {
+namespace {
+
+std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address) {
+  grpc::ChannelArguments args;
+  // Reconnect quickly once a restarted peer is back (gRPC's default backoff
+  // grows to minutes).
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+}
+
+}  // namespace
+
+ControlClient::ControlClient(std::string coordinator, const std::string& token, MapHolder* holder)
+    : coordinator_(std::move(coordinator)),
+      digest_hex_(control::TokenDigestHex(token)),
+      holder_(holder),
+      channel_(MakeChannel(coordinator_)),
+      stub_(v1::Coordinator::NewStub(channel_)) {}
+
+ControlClient::~ControlClient() {
+  {
+    std::lock_guard<std::mutex> lock(watch_mu_);
+    stopping_ = true;
+    if (watch_context_ != nullptr) watch_context_->TryCancel();
+  }
+  watch_cv_.notify_all();
+  if (watch_thread_.joinable()) watch_thread_.join();
+}
+
+StatusOr<std::shared_ptr<const RoutingTable>> ControlClient::Fetch(Deadline deadline) {
+  grpc::ClientContext context;
+  control::AttachTokenDigest(&context, digest_hex_);
+  context.set_deadline(std::chrono::system_clock::now() +
+                       std::max<Clock::duration>(deadline - Clock::now(), std::chrono::milliseconds(1)));
+  v1::ClusterMap map;
+  const grpc::Status rpc = stub_->GetClusterMap(&context, v1::GetClusterMapRequest(), &map);
+  if (!rpc.ok()) return control::FromGrpc(rpc).WithContext("coordinator " + coordinator_ + ": GetClusterMap");
+  auto table = RoutingTable::Build(map);
+  if (!table.ok()) return table.status().WithContext("coordinator " + coordinator_);
+  if (holder_->InstallIfNewer(*table)) {
+    VLOG(1) << "rkv: installed cluster map version " << (*table)->version() << " (fetched)";
+  }
+  return table;
+}
+
+bool ControlClient::MaybeRefetch(Deadline deadline) {
+  std::unique_lock<std::mutex> lock(refetch_mu_, std::try_to_lock);
+  if (!lock.owns_lock()) return false;  // another call is refetching
+  const auto now = Clock::now();
+  if (last_refetch_ != Clock::time_point{} && now - last_refetch_ < kMinRefetchInterval) return false;
+  last_refetch_ = now;
+  const auto before = holder_->Current();
+  // Bounded so that a slow or dead coordinator leaves the call at least
+  // half of its remaining time for the data plane.
+  const Deadline fetch_deadline =
+      std::min(now + (deadline - now) / 2, now + std::chrono::milliseconds(500));
+  if (fetch_deadline <= now) return false;
+  auto t = Fetch(fetch_deadline);
+  if (!t.ok()) {
+    VLOG(1) << "rkv: map refetch failed (the cached map stays in use): " << t.status();
+    return false;
+  }
+  const auto after = holder_->Current();
+  return after != before;
+}
+
+void ControlClient::StartWatch() {
+  std::lock_guard<std::mutex> lock(watch_mu_);
+  if (watch_thread_.joinable() || stopping_) return;
+  watch_thread_ = std::thread([this] { WatchLoop(); });
+}
+
+void ControlClient::WatchLoop() {
+  std::chrono::milliseconds backoff = kWatchBackoffMin;
+  while (true) {
+    grpc::ClientContext context;
+    control::AttachTokenDigest(&context, digest_hex_);
+    {
+      std::lock_guard<std::mutex> lock(watch_mu_);
+      if (stopping_) return;
+      watch_context_ = &context;
+    }
+    v1::WatchClusterMapRequest request;
+    const auto current = holder_->Current();
+    request.set_known_version(current ? current->version() : 0);
+    std::unique_ptr<grpc::ClientReader<v1::ClusterMap>> reader = stub_->WatchClusterMap(&context, request);
+    v1::ClusterMap map;
+    bool got_any = false;
+    while (reader->Read(&map)) {
+      got_any = true;
+      auto table = RoutingTable::Build(map);
+      if (!table.ok()) {
+        LOG(WARNING) << "rkv: coordinator " << coordinator_ << " sent an unusable map: " << table.status();
+        continue;
+      }
+      if (holder_->InstallIfNewer(*table)) {
+        VLOG(1) << "rkv: installed cluster map version " << (*table)->version() << " (watch)";
+      }
+    }
+    const grpc::Status end = reader->Finish();
+    {
+      std::lock_guard<std::mutex> lock(watch_mu_);
+      watch_context_ = nullptr;
+      if (stopping_) return;
+    }
+    VLOG(1) << "rkv: watch of coordinator " << coordinator_ << " ended: " << control::FromGrpc(end)
+            << "; reconnecting in " << backoff.count() << " ms";
+    if (got_any) backoff = kWatchBackoffMin;
+    std::unique_lock<std::mutex> lock(watch_mu_);
+    watch_cv_.wait_for(lock, backoff, [this] { return stopping_; });
+    if (stopping_) return;
+    backoff = std::min(backoff * 2, kWatchBackoffMax);
+  }
+}
+
+StatusOr<v1::StatsResponse> ControlClient::Stats(const std::string& admin_address, Deadline deadline) {
+  auto stub = v1::Admin::NewStub(MakeChannel(admin_address));
+  grpc::ClientContext context;
+  control::AttachTokenDigest(&context, digest_hex_);
+  context.set_deadline(std::chrono::system_clock::now() +
+                       std::max<Clock::duration>(deadline - Clock::now(), std::chrono::milliseconds(1)));
+  v1::StatsResponse response;
+  const grpc::Status rpc = stub->Stats(&context, v1::StatsRequest(), &response);
+  if (!rpc.ok()) return control::FromGrpc(rpc).WithContext("admin " + admin_address + ": Stats");
+  return response;
+}
+
+}  // namespace rkv::client

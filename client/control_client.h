@@ -1,0 +1,84 @@
+// ControlClient: librkv's side of the control plane. Fetches the cluster
+// map from the coordinator (GetClusterMap), follows it with a watch thread
+// (WatchClusterMap, reconnecting with backoff while the coordinator is
+// down) and calls a server's Admin service. Every RPC carries the token
+// digest (proto/auth.h). Maps are validated and indexed (RoutingTable)
+// before they are published to the MapHolder; a malformed or incomplete
+// map is never installed.
+//
+// Thread safety: all methods are thread-safe. The destructor stops the
+// watch thread (cancelling its stream) and joins it.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include <grpcpp/channel.h>
+#include <grpcpp/client_context.h>
+
+#include "client/cluster_map.h"
+#include "client/server_connection.h"
+#include "common/status.h"
+#include "proto/rkv.grpc.pb.h"
+
+namespace rkv::client {
+
+class ControlClient {
+ public:
+  // Refetches triggered by data-plane failures happen at most this often.
+  static constexpr std::chrono::milliseconds kMinRefetchInterval{100};
+  // Watch reconnect backoff bounds.
+  static constexpr std::chrono::milliseconds kWatchBackoffMin{100};
+  static constexpr std::chrono::milliseconds kWatchBackoffMax{2000};
+
+  // `coordinator` is "HOST:PORT"; `holder` must outlive this object.
+  ControlClient(std::string coordinator, const std::string& token, MapHolder* holder);
+  ~ControlClient();
+  ControlClient(const ControlClient&) = delete;
+  ControlClient& operator=(const ControlClient&) = delete;
+
+  const std::string& coordinator() const { return coordinator_; }
+
+  // One GetClusterMap; installs the map when it is newer. Returns the
+  // routing table built from the fetched map. Errors: the RPC's status
+  // with "coordinator HOST:PORT" prepended, INVALID_ARGUMENT for a
+  // malformed map, UNAVAILABLE "cluster has K of N servers" for an
+  // incomplete one.
+  StatusOr<std::shared_ptr<const RoutingTable>> Fetch(Deadline deadline);
+
+  // Fetch, unless one was attempted less than kMinRefetchInterval ago (or
+  // is running in another thread). It takes at most half the time left
+  // before `deadline` (and 500 ms). A failure is logged, not returned: the
+  // cached map stays in use. Returns whether a newer map got installed.
+  bool MaybeRefetch(Deadline deadline);
+
+  // Starts the watch thread (once).
+  void StartWatch();
+
+  // Admin.Stats of the server whose Admin service is at `admin_address`.
+  StatusOr<v1::StatsResponse> Stats(const std::string& admin_address, Deadline deadline);
+
+ private:
+  void WatchLoop();
+
+  const std::string coordinator_;
+  const std::string digest_hex_;
+  MapHolder* const holder_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<v1::Coordinator::Stub> stub_;
+
+  std::mutex refetch_mu_;  // held by the one thread refetching
+  Clock::time_point last_refetch_{};  // guarded by refetch_mu_
+
+  std::mutex watch_mu_;
+  std::condition_variable watch_cv_;
+  bool stopping_ = false;                          // guarded by watch_mu_
+  grpc::ClientContext* watch_context_ = nullptr;   // guarded by watch_mu_
+  std::thread watch_thread_;
+};
+
+}  // namespace rkv::client

@@ -1,0 +1,37 @@
+// Control-plane authentication: the token digest in gRPC metadata.
+//
+// Every RPC of the Coordinator and Admin services carries the metadata
+// entry kTokenMetadataKey = lowercase hex of TokenDigest(token) (64
+// characters). The raw token never travels. Servers check it first in
+// every handler with CheckToken.
+//
+// Thread safety: all functions are pure or touch only their arguments.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include <grpcpp/client_context.h>
+#include <grpcpp/server_context.h>
+#include <grpcpp/support/status.h>
+
+namespace rkv::control {
+
+inline constexpr char kTokenMetadataKey[] = "rkv-token-digest";
+inline constexpr size_t kTokenDigestHexChars = 64;
+
+// Lowercase hex of TokenDigest(token).
+std::string TokenDigestHex(std::string_view token);
+
+// Adds the digest of `token` to `context`'s metadata. Call once per context,
+// before the RPC starts.
+void AttachToken(grpc::ClientContext* context, std::string_view token);
+// Same, with a digest already computed by TokenDigestHex.
+void AttachTokenDigest(grpc::ClientContext* context, const std::string& digest_hex);
+
+// OK when `context` carries exactly one kTokenMetadataKey entry equal
+// (constant time) to `expected_digest_hex`; UNAUTHENTICATED "missing or
+// invalid token" otherwise. Works for sync and callback server contexts.
+grpc::Status CheckToken(const grpc::ServerContextBase* context, std::string_view expected_digest_hex);
+
+}  // namespace rkv::control

@@ -1,0 +1,205 @@
+#include "proto/validation.h"
+
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "common/layout.h"
+#include "common/transport/transport.h"
+
+namespace rkv::control {
+namespace {
+
+bool IsAlnum(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9'); }
+bool IsHex(char c) { return (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F') || (c >= '0' && c <= '9'); }
+
+}  // namespace
+
+std::string Printable(std::string_view text, size_t max) {
+  std::string out;
+  const size_t n = text.size() < max ? text.size() : max;
+  out.reserve(n + 3);
+  for (size_t i = 0; i < n; ++i) {
+    const char c = text[i];
+    out.push_back(c >= 0x20 && c < 0x7F ? c : '?');
+  }
+  if (text.size() > max) out += "...";
+  return out;
+}
+
+Status ValidateServerId(std::string_view id) {
+  if (id.empty()) return InvalidArgument("server_id is empty");
+  if (id.size() > kMaxServerIdBytes) {
+    return InvalidArgument("server_id '" + Printable(id) + "' is longer than " + std::to_string(kMaxServerIdBytes) +
+                           " bytes");
+  }
+  if (!IsAlnum(id.front())) return InvalidArgument("server_id '" + Printable(id) + "' must start with a letter or digit");
+  for (char c : id) {
+    if (!IsAlnum(c) && c != '.' && c != '_' && c != '-') {
+      return InvalidArgument("server_id '" + Printable(id) + "' may hold only letters, digits, '.', '_' and '-'");
+    }
+  }
+  return Status::Ok();
+}
+
+Status ValidateHostPort(std::string_view address, bool allow_port_zero) {
+  if (address.empty()) return InvalidArgument("address is empty");
+  if (address.size() > kMaxAddressBytes) {
+    return InvalidArgument("address '" + Printable(address) + "' is longer than " +
+                           std::to_string(kMaxAddressBytes) + " bytes");
+  }
+  const std::string text(address);
+  std::string host;
+  uint16_t port = 0;
+  RKV_RETURN_IF_ERROR(transport::ParseHostPort(text, &host, &port));
+  const bool bracketed = text.front() == '[';
+  for (char c : host) {
+    const bool ok = bracketed ? (IsHex(c) || c == ':' || c == '.') : (IsAlnum(c) || c == '.' || c == '-');
+    if (!ok) return InvalidArgument("address '" + Printable(address) + "' has an invalid host");
+  }
+  if (port == 0 && !allow_port_zero) return InvalidArgument("address '" + Printable(address) + "' has port 0");
+  return Status::Ok();
+}
+
+Status ValidateTransportName(std::string_view transport) {
+  if (transport == "tcp" || transport == "verbs") return Status::Ok();
+  return InvalidArgument("transport '" + Printable(transport) + "' is not 'tcp' or 'verbs'");
+}
+
+Status ValidateRegion(std::string_view field, const v1::RegionDescriptor& region) {
+  if (region.length() == 0) return InvalidArgument(std::string(field) + ".length is 0");
+  if (region.addr() + region.length() < region.addr()) {
+    return InvalidArgument(std::string(field) + ": addr " + std::to_string(region.addr()) + " + length " +
+                           std::to_string(region.length()) + " wraps around");
+  }
+  return Status::Ok();
+}
+
+Status ValidateTableParams(const v1::TableParams& t) {
+  if (t.bucket_count_log2() > kMaxBucketCountLog2) {
+    return InvalidArgument("table.bucket_count_log2 " + std::to_string(t.bucket_count_log2()) + " is over " +
+                           std::to_string(kMaxBucketCountLog2));
+  }
+  if (t.heap_size() == 0 || t.heap_size() % layout::kBlockAlign != 0 || t.heap_size() > layout::kMaxHeapBytes) {
+    return InvalidArgument("table.heap_size " + std::to_string(t.heap_size()) + " is not a multiple of " +
+                           std::to_string(layout::kBlockAlign) + " in [64, " + std::to_string(layout::kMaxHeapBytes) +
+                           "]");
+  }
+  if (t.max_key_bytes() < 1 || t.max_key_bytes() > layout::kMaxKeyBytesLimit) {
+    return InvalidArgument("table.max_key_bytes " + std::to_string(t.max_key_bytes()) + " is outside [1, " +
+                           std::to_string(layout::kMaxKeyBytesLimit) + "]");
+  }
+  if (t.max_value_bytes() > layout::kMaxValueBytesLimit) {
+    return InvalidArgument("table.max_value_bytes " + std::to_string(t.max_value_bytes()) + " is over " +
+                           std::to_string(layout::kMaxValueBytesLimit));
+  }
+  if (t.grace_period_us() < 1 || t.grace_period_us() > kMaxGracePeriodUs) {
+    return InvalidArgument("table.grace_period_us " + std::to_string(t.grace_period_us()) + " is outside [1, " +
+                           std::to_string(kMaxGracePeriodUs) + "]");
+  }
+  return Status::Ok();
+}
+
+Status ValidateServerAndEpoch(std::string_view server_id, uint64_t epoch) {
+  RKV_RETURN_IF_ERROR(ValidateServerId(server_id));
+  if (epoch == 0) return InvalidArgument("epoch is 0");
+  return Status::Ok();
+}
+
+namespace {
+
+// The fields a JoinRequest and a ServerInfo share.
+Status ValidateServerFields(std::string_view id, uint64_t epoch, std::string_view data_address,
+                            std::string_view admin_address, std::string_view transport,
+                            const v1::RegionDescriptor& index, const v1::RegionDescriptor& heap,
+                            const v1::TableParams& table) {
+  RKV_RETURN_IF_ERROR(ValidateServerAndEpoch(id, epoch));
+  RKV_RETURN_IF_ERROR(ValidateHostPort(data_address).WithContext("data_address"));
+  RKV_RETURN_IF_ERROR(ValidateHostPort(admin_address).WithContext("admin_address"));
+  RKV_RETURN_IF_ERROR(ValidateTransportName(transport));
+  RKV_RETURN_IF_ERROR(ValidateRegion("index", index));
+  RKV_RETURN_IF_ERROR(ValidateRegion("heap", heap));
+  RKV_RETURN_IF_ERROR(ValidateTableParams(table));
+  const uint64_t index_bytes = layout::IndexBytes(uint64_t{1} << table.bucket_count_log2());
+  if (index.length() < index_bytes) {
+    return InvalidArgument("index.length " + std::to_string(index.length()) + " is below the " +
+                           std::to_string(index_bytes) + " bytes of a table with 2^" +
+                           std::to_string(table.bucket_count_log2()) + " buckets");
+  }
+  if (heap.length() < table.heap_size()) {
+    return InvalidArgument("heap.length " + std::to_string(heap.length()) + " is below table.heap_size " +
+                           std::to_string(table.heap_size()));
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status ValidateJoinRequest(const v1::JoinRequest& r) {
+  return ValidateServerFields(r.server_id(), r.epoch(), r.data_address(), r.admin_address(), r.transport(), r.index(),
+                              r.heap(), r.table());
+}
+
+Status ValidateClusterMap(const v1::ClusterMap& map) {
+  if (map.shard_count() < 1 || map.shard_count() > kMaxShardCount) {
+    return InvalidArgument("shard_count " + std::to_string(map.shard_count()) + " is outside [1, " +
+                           std::to_string(kMaxShardCount) + "]");
+  }
+  if (map.expected_servers() < 1 || map.expected_servers() > kMaxExpectedServers) {
+    return InvalidArgument("expected_servers " + std::to_string(map.expected_servers()) + " is outside [1, " +
+                           std::to_string(kMaxExpectedServers) + "]");
+  }
+  if (static_cast<uint32_t>(map.servers_size()) > map.expected_servers()) {
+    return InvalidArgument("the map lists " + std::to_string(map.servers_size()) + " servers, more than expected_servers " +
+                           std::to_string(map.expected_servers()));
+  }
+  std::unordered_map<std::string_view, int> index_of;
+  for (int i = 0; i < map.servers_size(); ++i) {
+    const v1::ServerInfo& s = map.servers(i);
+    Status st = ValidateServerFields(s.server_id(), s.epoch(), s.data_address(), s.admin_address(), s.transport(),
+                                     s.index(), s.heap(), s.table());
+    if (!st.ok()) return st.WithContext("servers[" + std::to_string(i) + "]");
+    if (s.state() != v1::UP && s.state() != v1::DOWN) {
+      return InvalidArgument("servers[" + std::to_string(i) + "] has state " + std::to_string(s.state()) +
+                             ", not UP or DOWN");
+    }
+    if (!index_of.emplace(s.server_id(), i).second) {
+      return InvalidArgument("server_id '" + s.server_id() + "' is listed twice");
+    }
+  }
+  if (map.shard_owner_size() == 0) {
+    for (const v1::ServerInfo& s : map.servers()) {
+      if (s.shards_size() != 0) return InvalidArgument("server '" + s.server_id() + "' owns shards of an unassigned map");
+    }
+    return Status::Ok();
+  }
+  if (static_cast<uint32_t>(map.shard_owner_size()) != map.shard_count()) {
+    return InvalidArgument("shard_owner has " + std::to_string(map.shard_owner_size()) + " entries, not shard_count " +
+                           std::to_string(map.shard_count()));
+  }
+  // Each server's `shards` must be exactly, in ascending order, the shards
+  // whose owner names it.
+  std::vector<int> next(map.servers_size(), 0);
+  for (uint32_t shard = 0; shard < map.shard_count(); ++shard) {
+    auto it = index_of.find(map.shard_owner(static_cast<int>(shard)));
+    if (it == index_of.end()) {
+      return InvalidArgument("shard " + std::to_string(shard) + " is owned by '" +
+                             Printable(map.shard_owner(static_cast<int>(shard))) + "', not a listed server");
+    }
+    const v1::ServerInfo& s = map.servers(it->second);
+    int& k = next[it->second];
+    if (k >= s.shards_size() || s.shards(k) != shard) {
+      return InvalidArgument("server '" + s.server_id() + "' shards disagree with shard_owner at shard " +
+                             std::to_string(shard));
+    }
+    ++k;
+  }
+  for (int i = 0; i < map.servers_size(); ++i) {
+    if (next[i] != map.servers(i).shards_size()) {
+      return InvalidArgument("server '" + map.servers(i).server_id() + "' lists shards it does not own");
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace rkv::control

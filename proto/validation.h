@@ -1,0 +1,62 @@
+// Validation of everything the control plane receives from outside: join
+// requests, heartbeats and cluster maps. A peer must never be able to make
+// the coordinator, a server or a client store or act on a malformed field.
+//
+// Every function returns OK or INVALID_ARGUMENT with a one-line reason that
+// names the field. Thread safety: pure functions.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "common/status.h"
+#include "proto/rkv.pb.h"
+
+namespace rkv::control {
+
+inline constexpr size_t kMaxServerIdBytes = 64;
+inline constexpr size_t kMaxAddressBytes = 262;  // 255-byte host name, ':' and port
+inline constexpr uint32_t kMaxShardCount = 65536;
+inline constexpr uint32_t kMaxExpectedServers = 4096;
+inline constexpr uint32_t kMaxBucketCountLog2 = 40;
+inline constexpr uint64_t kMaxGracePeriodUs = 60'000'000;
+
+// 1..64 characters of [A-Za-z0-9._-], starting with a letter or digit.
+Status ValidateServerId(std::string_view id);
+
+// "HOST:PORT" or "[V6]:PORT"; HOST of [A-Za-z0-9.-] (or hex digits, ':' and
+// '.' inside brackets); PORT 1..65535, or 0 as well when allow_port_zero
+// (a listen address).
+Status ValidateHostPort(std::string_view address, bool allow_port_zero = false);
+
+// "tcp" or "verbs".
+Status ValidateTransportName(std::string_view transport);
+
+// Non-zero length, and addr + length does not wrap around.
+Status ValidateRegion(std::string_view field, const v1::RegionDescriptor& region);
+
+// bucket_count_log2 <= 40, heap_size a non-zero multiple of 64 no larger
+// than the layout's maximum, max_key_bytes in [1, 65535], max_value_bytes no
+// larger than the layout's maximum, grace_period_us in [1, 60 s].
+Status ValidateTableParams(const v1::TableParams& table);
+
+// Every field of a JoinRequest, and that the regions hold the table: the
+// index region at least layout::IndexBytes(1 << bucket_count_log2) bytes and
+// the heap region at least heap_size bytes.
+Status ValidateJoinRequest(const v1::JoinRequest& request);
+
+// A server id and a non-zero epoch.
+Status ValidateServerAndEpoch(std::string_view server_id, uint64_t epoch);
+
+// A whole cluster map as a client receives it: shard_count in [1, 65536];
+// every server valid (as a JoinRequest would be) with a distinct id and a
+// state of UP or DOWN; shard_owner either empty or shard_count ids of
+// listed servers, and each server's `shards` exactly the shards naming it.
+Status ValidateClusterMap(const v1::ClusterMap& map);
+
+// `text` cut to `max` bytes with non-printable bytes replaced by '?', for
+// error messages and logs that quote untrusted input.
+std::string Printable(std::string_view text, size_t max = 80);
+
+}  // namespace rkv::control

@@ -1,0 +1,138 @@
+#include "server/coordinator/coordinator_service.h"
+
+#include <algorithm>
+
+#include <glog/logging.h>
+#include <grpcpp/security/server_credentials.h>
+#include <grpcpp/server_builder.h>
+
+#include "common/transport/transport.h"
+#include "proto/auth.h"
+#include "proto/grpc_status.h"
+#include "proto/validation.h"
+
+namespace rkv::coordinator {
+
+using control::CheckToken;
+using control::ToGrpc;
+
+CoordinatorService::CoordinatorService(CoordinatorState* state, std::string token_digest_hex)
+    : state_(state), token_digest_hex_(std::move(token_digest_hex)) {}
+
+grpc::Status CoordinatorService::Join(grpc::ServerContext* context, const v1::JoinRequest* request,
+                                      v1::JoinResponse* response) {
+  if (grpc::Status s = CheckToken(context, token_digest_hex_); !s.ok()) return s;
+  auto result = state_->Join(*request);
+  if (!result.ok()) {
+    LOG(WARNING) << "Join from " << context->peer() << " refused: " << result.status();
+    return ToGrpc(result.status());
+  }
+  *response = std::move(result).value();
+  return grpc::Status::OK;
+}
+
+grpc::Status CoordinatorService::Heartbeat(grpc::ServerContext* context, const v1::HeartbeatRequest* request,
+                                           v1::HeartbeatResponse* response) {
+  if (grpc::Status s = CheckToken(context, token_digest_hex_); !s.ok()) return s;
+  auto result = state_->Heartbeat(*request);
+  if (!result.ok()) return ToGrpc(result.status());
+  *response = std::move(result).value();
+  return grpc::Status::OK;
+}
+
+grpc::Status CoordinatorService::Leave(grpc::ServerContext* context, const v1::LeaveRequest* request,
+                                       v1::LeaveResponse*) {
+  if (grpc::Status s = CheckToken(context, token_digest_hex_); !s.ok()) return s;
+  return ToGrpc(state_->Leave(*request));
+}
+
+grpc::Status CoordinatorService::GetClusterMap(grpc::ServerContext* context, const v1::GetClusterMapRequest*,
+                                               v1::ClusterMap* response) {
+  if (grpc::Status s = CheckToken(context, token_digest_hex_); !s.ok()) return s;
+  *response = state_->Map();
+  return grpc::Status::OK;
+}
+
+grpc::Status CoordinatorService::WatchClusterMap(grpc::ServerContext* context,
+                                                 const v1::WatchClusterMapRequest* request,
+                                                 grpc::ServerWriter<v1::ClusterMap>* writer) {
+  if (grpc::Status s = CheckToken(context, token_digest_hex_); !s.ok()) return s;
+  uint64_t known = request->known_version();
+  while (!context->IsCancelled()) {
+    auto next = state_->WaitForChange(known, kWatchPoll);
+    if (!next.ok()) return grpc::Status::OK;  // shutting down: the stream ends cleanly
+    if (!next->has_value()) continue;
+    const v1::ClusterMap& map = **next;
+    if (!writer->Write(map)) return grpc::Status(grpc::StatusCode::CANCELLED, "the client went away");
+    known = map.version();
+  }
+  return grpc::Status(grpc::StatusCode::CANCELLED, "cancelled by the client");
+}
+
+StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(const std::string& listen,
+                                                                      const std::string& token,
+                                                                      std::unique_ptr<CoordinatorState> state) {
+  RKV_RETURN_IF_ERROR(control::ValidateHostPort(listen, /*allow_port_zero=*/true).WithContext("--listen"));
+  if (token.empty()) return InvalidArgument("the token is empty");
+  if (state == nullptr) return InvalidArgument("no coordinator state");
+  std::unique_ptr<CoordinatorServer> server(new CoordinatorServer());
+  server->state_ = std::move(state);
+  server->service_ = std::make_unique<CoordinatorService>(server->state_.get(), control::TokenDigestHex(token));
+
+  grpc::ServerBuilder builder;
+  int port = 0;
+  // gRPC binds with SO_REUSEPORT by default, which would let a second
+  // process share the port and split the traffic; refuse that instead.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(server->service_.get());
+  server->server_ = builder.BuildAndStart();
+  if (server->server_ == nullptr || port == 0) {
+    return Unavailable("cannot listen on " + listen + " (address in use or not local?)");
+  }
+  std::string host;
+  uint16_t unused = 0;
+  RKV_RETURN_IF_ERROR(transport::ParseHostPort(listen, &host, &unused));
+  server->address_ = (listen.front() == '[' ? "[" + host + "]" : host) + ":" + std::to_string(port);
+  server->expiry_thread_ = std::thread([s = server.get()] { s->ExpiryLoop(); });
+  return server;
+}
+
+void CoordinatorServer::ExpiryLoop() {
+  // Checks often enough that a deadline is noticed within a fraction of
+  // the heartbeat interval.
+  const auto period = std::clamp<std::chrono::milliseconds>(state_->config().heartbeat_interval / 2,
+                                                            std::chrono::milliseconds(5),
+                                                            std::chrono::milliseconds(250));
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!stopping_) {
+    expiry_cv_.wait_for(lock, period, [this] { return stopping_; });
+    if (stopping_) break;
+    lock.unlock();
+    if (auto expired = state_->ExpireHeartbeats(); !expired.ok()) {
+      LOG(ERROR) << "cannot record a server as DOWN: " << expired.status() << "; retrying";
+    }
+    lock.lock();
+  }
+}
+
+void CoordinatorServer::Shutdown() {
+  std::lock_guard<std::mutex> guard(shutdown_mu_);
+  if (shut_down_) return;
+  shut_down_ = true;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  expiry_cv_.notify_all();
+  if (expiry_thread_.joinable()) expiry_thread_.join();
+  if (state_ != nullptr) state_->CloseWatchers();
+  if (server_ != nullptr) {
+    server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+    server_->Wait();
+  }
+}
+
+CoordinatorServer::~CoordinatorServer() { Shutdown(); }
+
+}  // namespace rkv::coordinator

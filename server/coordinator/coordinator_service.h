@@ -1,0 +1,88 @@
+// The Coordinator gRPC service over a CoordinatorState, and
+// CoordinatorServer, which runs it on a grpc::Server together with the
+// thread that marks silent servers DOWN.
+//
+// Every handler first checks the token digest (proto/auth.h), then maps
+// the state machine's Status onto the RPC status unchanged.
+//
+// Thread safety: the service is called from gRPC's threads concurrently;
+// CoordinatorServer::Shutdown may be called from any thread, once at a
+// time, and the destructor calls it.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include <grpcpp/server.h>
+
+#include "common/status.h"
+#include "proto/rkv.grpc.pb.h"
+#include "server/coordinator/coordinator_state.h"
+
+namespace rkv::coordinator {
+
+class CoordinatorService final : public v1::Coordinator::Service {
+ public:
+  // `state` must outlive the service.
+  CoordinatorService(CoordinatorState* state, std::string token_digest_hex);
+
+  grpc::Status Join(grpc::ServerContext* context, const v1::JoinRequest* request, v1::JoinResponse* response) override;
+  grpc::Status Heartbeat(grpc::ServerContext* context, const v1::HeartbeatRequest* request,
+                         v1::HeartbeatResponse* response) override;
+  grpc::Status Leave(grpc::ServerContext* context, const v1::LeaveRequest* request, v1::LeaveResponse* response) override;
+  grpc::Status GetClusterMap(grpc::ServerContext* context, const v1::GetClusterMapRequest* request,
+                             v1::ClusterMap* response) override;
+  // Polls for client cancellation every kWatchPoll while no version comes.
+  grpc::Status WatchClusterMap(grpc::ServerContext* context, const v1::WatchClusterMapRequest* request,
+                               grpc::ServerWriter<v1::ClusterMap>* writer) override;
+
+  static constexpr std::chrono::milliseconds kWatchPoll{100};
+
+ private:
+  CoordinatorState* const state_;
+  const std::string token_digest_hex_;
+};
+
+class CoordinatorServer {
+ public:
+  // Serves `state` on `listen` (HOST:PORT; port 0 picks a free one) for
+  // clients presenting `token`. UNAVAILABLE when the address cannot be
+  // bound, INVALID_ARGUMENT for a malformed address or an empty token.
+  static StatusOr<std::unique_ptr<CoordinatorServer>> Start(const std::string& listen, const std::string& token,
+                                                            std::unique_ptr<CoordinatorState> state);
+
+  ~CoordinatorServer();
+  CoordinatorServer(const CoordinatorServer&) = delete;
+  CoordinatorServer& operator=(const CoordinatorServer&) = delete;
+
+  // Ends watch streams, stops the expiry thread and the gRPC server
+  // (in-flight unary calls get up to 2 s). Idempotent.
+  void Shutdown();
+
+  // "HOST:PORT" actually bound (the real port when 0 was asked).
+  const std::string& address() const { return address_; }
+  CoordinatorState* state() const { return state_.get(); }
+
+ private:
+  CoordinatorServer() = default;
+  void ExpiryLoop();
+
+  std::unique_ptr<CoordinatorState> state_;
+  std::unique_ptr<CoordinatorService> service_;
+  std::unique_ptr<grpc::Server> server_;
+  std::string address_;
+
+  std::mutex mu_;  // guards stopping_ for expiry_cv_
+  std::condition_variable expiry_cv_;
+  bool stopping_ = false;
+  std::thread expiry_thread_;
+  std::mutex shutdown_mu_;  // serializes Shutdown
+  bool shut_down_ = false;
+};
+
+}  // namespace rkv::coordinator

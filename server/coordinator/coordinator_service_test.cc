@@ -1,0 +1,163 @@
+#include "server/coordinator/coordinator_service.h"
+
+#include <gtest/gtest.h>
+#include <grpcpp/create_channel.h>
+#include <grpcpp/security/credentials.h>
+
+#include <thread>
+
+#include "proto/auth.h"
+#include "server/coordinator/test_util.h"
+
+namespace rkv::coordinator {
+namespace {
+
+using testing::MakeJoin;
+using testing::MemoryStore;
+using testing::MemoryStoreData;
+
+constexpr char kToken[] = "coordinator-test-token";
+// Bounds a hang; never reached when the service works.
+constexpr auto kCallDeadline = std::chrono::seconds(20);
+
+class CoordinatorServiceTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    CoordinatorConfig config;
+    config.expected_servers = 2;
+    config.shard_count = 8;
+    auto state = CoordinatorState::Open(config, std::make_unique<MemoryStore>(std::make_shared<MemoryStoreData>()));
+    ASSERT_TRUE(state.ok()) << state.status();
+    auto server = CoordinatorServer::Start("127.0.0.1:0", kToken, std::move(state).value());
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = std::move(server).value();
+    ASSERT_NE(server_->address(), "127.0.0.1:0");
+    stub_ = v1::Coordinator::NewStub(grpc::CreateChannel(server_->address(), grpc::InsecureChannelCredentials()));
+  }
+
+  // A context with the given token ("" for none) and a deadline.
+  std::unique_ptr<grpc::ClientContext> Ctx(const std::string& token = kToken) {
+    auto ctx = std::make_unique<grpc::ClientContext>();
+    if (!token.empty()) control::AttachToken(ctx.get(), token);
+    ctx->set_deadline(std::chrono::system_clock::now() + kCallDeadline);
+    return ctx;
+  }
+
+  std::unique_ptr<CoordinatorServer> server_;
+  std::unique_ptr<v1::Coordinator::Stub> stub_;
+};
+
+TEST_F(CoordinatorServiceTest, EveryRpcRefusesAMissingOrWrongToken) {
+  for (const std::string token : {"", "wrong-token"}) {
+    SCOPED_TRACE("token '" + token + "'");
+    v1::JoinResponse join;
+    grpc::Status s = stub_->Join(Ctx(token).get(), MakeJoin("a", 1), &join);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAUTHENTICATED);
+    EXPECT_EQ(s.error_message(), "missing or invalid token");
+    v1::HeartbeatRequest hb_req;
+    hb_req.set_server_id("a");
+    hb_req.set_epoch(1);
+    v1::HeartbeatResponse hb;
+    EXPECT_EQ(stub_->Heartbeat(Ctx(token).get(), hb_req, &hb).error_code(), grpc::StatusCode::UNAUTHENTICATED);
+    v1::LeaveRequest leave_req;
+    leave_req.set_server_id("a");
+    leave_req.set_epoch(1);
+    v1::LeaveResponse leave;
+    EXPECT_EQ(stub_->Leave(Ctx(token).get(), leave_req, &leave).error_code(), grpc::StatusCode::UNAUTHENTICATED);
+    v1::ClusterMap map;
+    EXPECT_EQ(stub_->GetClusterMap(Ctx(token).get(), v1::GetClusterMapRequest(), &map).error_code(),
+              grpc::StatusCode::UNAUTHENTICATED);
+    auto ctx = Ctx(token);
+    auto reader = stub_->WatchClusterMap(ctx.get(), v1::WatchClusterMapRequest());
+    EXPECT_FALSE(reader->Read(&map));
+    EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  }
+  // Nothing was let through.
+  EXPECT_EQ(server_->state()->version(), 0u);
+  EXPECT_EQ(server_->state()->Map().servers_size(), 0);
+}
+
+TEST_F(CoordinatorServiceTest, JoinHeartbeatAndGetClusterMap) {
+  v1::JoinResponse join;
+  ASSERT_TRUE(stub_->Join(Ctx().get(), MakeJoin("a", 1, 0), &join).ok());
+  EXPECT_EQ(join.map_version(), 1u);
+  ASSERT_TRUE(stub_->Join(Ctx().get(), MakeJoin("b", 1, 1), &join).ok());
+  EXPECT_EQ(join.map_version(), 2u);
+  EXPECT_EQ(join.shards_size(), 4);
+
+  v1::ClusterMap map;
+  ASSERT_TRUE(stub_->GetClusterMap(Ctx().get(), v1::GetClusterMapRequest(), &map).ok());
+  EXPECT_EQ(map.version(), 2u);
+  EXPECT_EQ(map.shard_owner_size(), 8);
+  EXPECT_EQ(map.servers_size(), 2);
+
+  v1::HeartbeatRequest hb_req;
+  hb_req.set_server_id("a");
+  hb_req.set_epoch(1);
+  v1::HeartbeatResponse hb;
+  ASSERT_TRUE(stub_->Heartbeat(Ctx().get(), hb_req, &hb).ok());
+  EXPECT_EQ(hb.map_version(), 2u);
+
+  // State machine errors keep their codes and messages over the wire.
+  grpc::Status full = stub_->Join(Ctx().get(), MakeJoin("c", 1, 2), &join);
+  EXPECT_EQ(full.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_NE(full.error_message().find("cluster is full: 2 of 2"), std::string::npos);
+  hb_req.set_server_id("nobody");
+  EXPECT_EQ(stub_->Heartbeat(Ctx().get(), hb_req, &hb).error_code(), grpc::StatusCode::NOT_FOUND);
+  v1::JoinRequest bad = MakeJoin("a", 1, 0);
+  bad.set_transport("carrier-pigeon");
+  EXPECT_EQ(stub_->Join(Ctx().get(), bad, &join).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+}
+
+TEST_F(CoordinatorServiceTest, WatchDeliversTheCurrentMapThenEachNewVersion) {
+  v1::JoinResponse join;
+  ASSERT_TRUE(stub_->Join(Ctx().get(), MakeJoin("a", 1, 0), &join).ok());
+
+  auto ctx = Ctx();
+  v1::WatchClusterMapRequest req;
+  req.set_known_version(0);
+  auto reader = stub_->WatchClusterMap(ctx.get(), req);
+  v1::ClusterMap map;
+  ASSERT_TRUE(reader->Read(&map));  // version 1 != 0: sent at once
+  EXPECT_EQ(map.version(), 1u);
+  EXPECT_EQ(map.shard_owner_size(), 0);
+
+  ASSERT_TRUE(stub_->Join(Ctx().get(), MakeJoin("b", 1, 1), &join).ok());
+  ASSERT_TRUE(reader->Read(&map));
+  EXPECT_EQ(map.version(), 2u);
+  EXPECT_EQ(map.shard_owner_size(), 8);
+
+  v1::LeaveRequest leave;
+  leave.set_server_id("b");
+  leave.set_epoch(1);
+  v1::LeaveResponse left;
+  ASSERT_TRUE(stub_->Leave(Ctx().get(), leave, &left).ok());
+  ASSERT_TRUE(reader->Read(&map));
+  EXPECT_EQ(map.version(), 3u);
+  EXPECT_EQ(map.servers(1).state(), v1::DOWN);
+
+  ctx->TryCancel();
+  while (reader->Read(&map)) {
+  }
+  EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::CANCELLED);
+}
+
+TEST_F(CoordinatorServiceTest, ShutdownEndsWatchStreamsCleanly) {
+  v1::JoinResponse join;
+  ASSERT_TRUE(stub_->Join(Ctx().get(), MakeJoin("a", 1, 0), &join).ok());
+  auto ctx = Ctx();
+  auto reader = stub_->WatchClusterMap(ctx.get(), v1::WatchClusterMapRequest());
+  v1::ClusterMap map;
+  ASSERT_TRUE(reader->Read(&map));  // the stream is being served
+  EXPECT_EQ(map.version(), 1u);
+  // The handler must end by itself (OK), not be cancelled by the server's
+  // shutdown deadline (CANCELLED).
+  std::thread stopper([&] { server_->Shutdown(); });
+  EXPECT_FALSE(reader->Read(&map));
+  const grpc::Status end = reader->Finish();
+  stopper.join();
+  EXPECT_TRUE(end.ok()) << end.error_code() << ": " << end.error_message();
+}
+
+}  // namespace
+}  // namespace rkv::coordinator

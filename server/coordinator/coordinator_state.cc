@@ -1,0 +1,352 @@
+#include "server/coordinator/coordinator_state.h"
+
+#include <cstdio>
+#include <utility>
+
+#include <glog/logging.h>
+
+#include "proto/validation.h"
+
+namespace rkv::coordinator {
+namespace {
+
+using std::chrono::steady_clock;
+
+bool SameMessage(const google::protobuf::MessageLite& a, const google::protobuf::MessageLite& b) {
+  return a.SerializeAsString() == b.SerializeAsString();
+}
+
+// True when a rejoin with the same epoch describes the same process.
+bool SameIncarnation(const v1::ServerInfo& known, const v1::JoinRequest& r) {
+  return known.data_address() == r.data_address() && known.admin_address() == r.admin_address() &&
+         known.transport() == r.transport() && SameMessage(known.index(), r.index()) &&
+         SameMessage(known.heap(), r.heap()) && SameMessage(known.table(), r.table());
+}
+
+void CopyJoinFields(const v1::JoinRequest& r, v1::ServerInfo* info) {
+  info->set_server_id(r.server_id());
+  info->set_epoch(r.epoch());
+  info->set_data_address(r.data_address());
+  info->set_admin_address(r.admin_address());
+  info->set_transport(r.transport());
+  *info->mutable_index() = r.index();
+  *info->mutable_heap() = r.heap();
+  *info->mutable_table() = r.table();
+  info->set_heap_bytes(r.table().heap_size());
+}
+
+std::string Seconds(steady_clock::duration d) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.1f s", std::chrono::duration<double>(d).count());
+  return buf;
+}
+
+}  // namespace
+
+Status ValidateConfig(const CoordinatorConfig& c) {
+  if (c.shard_count < 1 || c.shard_count > control::kMaxShardCount) {
+    return InvalidArgument("--shards " + std::to_string(c.shard_count) + " is outside [1, " +
+                           std::to_string(control::kMaxShardCount) + "]");
+  }
+  if (c.expected_servers < 1 || c.expected_servers > control::kMaxExpectedServers) {
+    return InvalidArgument("--servers " + std::to_string(c.expected_servers) + " is outside [1, " +
+                           std::to_string(control::kMaxExpectedServers) + "]");
+  }
+  if (c.heartbeat_interval.count() < 1 || c.heartbeat_interval.count() > 60'000) {
+    return InvalidArgument("--heartbeat_interval_ms " + std::to_string(c.heartbeat_interval.count()) +
+                           " is outside [1, 60000]");
+  }
+  if (c.heartbeat_timeout <= c.heartbeat_interval || c.heartbeat_timeout.count() > 600'000) {
+    return InvalidArgument("--heartbeat_timeout_ms " + std::to_string(c.heartbeat_timeout.count()) +
+                           " must be above --heartbeat_interval_ms " + std::to_string(c.heartbeat_interval.count()) +
+                           " and at most 600000");
+  }
+  return Status::Ok();
+}
+
+CoordinatorState::CoordinatorState(const CoordinatorConfig& config, std::unique_ptr<StateStore> store, Clock clock)
+    : config_(config), store_(std::move(store)), clock_(std::move(clock)) {}
+
+StatusOr<std::unique_ptr<CoordinatorState>> CoordinatorState::Open(const CoordinatorConfig& config,
+                                                                   std::unique_ptr<StateStore> store, Clock clock) {
+  RKV_RETURN_IF_ERROR(ValidateConfig(config));
+  if (store == nullptr) return InvalidArgument("no state store");
+  std::unique_ptr<CoordinatorState> state(new CoordinatorState(config, std::move(store), std::move(clock)));
+  RKV_RETURN_IF_ERROR(state->Load());
+  return state;
+}
+
+Status CoordinatorState::Load() {
+  RKV_ASSIGN_OR_RETURN(StateStore::Snapshot snap, store_->Load());
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!snap.meta.has_value()) {
+    if (!snap.servers.empty()) return DataLoss("the store holds servers but no meta record");
+    return Status::Ok();
+  }
+  const v1::store::StoredMeta& meta = *snap.meta;
+  if (meta.shard_count() != config_.shard_count) {
+    return FailedPrecondition("the data dir holds a cluster of " + std::to_string(meta.shard_count()) +
+                              " shards, not --shards " + std::to_string(config_.shard_count) +
+                              "; changing the shard count is not supported");
+  }
+  if (meta.expected_servers() != config_.expected_servers) {
+    return FailedPrecondition("the data dir holds a cluster of " + std::to_string(meta.expected_servers()) +
+                              " servers, not --servers " + std::to_string(config_.expected_servers) +
+                              "; adding or removing servers (rebalancing) is not supported yet");
+  }
+  const size_t n = snap.servers.size();
+  if (n > config_.expected_servers) return DataLoss("the store holds more servers than the cluster size");
+  std::vector<Server> servers(n);
+  std::vector<bool> seen(n, false);
+  const steady_clock::time_point now = clock_();
+  for (auto& stored : snap.servers) {
+    const uint64_t order = stored.join_order();
+    if (order >= n || seen[order]) {
+      return DataLoss("server '" + control::Printable(stored.info().server_id()) + "' has join order " +
+                      std::to_string(order) + ", not a distinct one below " + std::to_string(n));
+    }
+    seen[order] = true;
+    Server& s = servers[order];
+    s.info = std::move(*stored.mutable_info());
+    s.join_order = order;
+    s.last_heartbeat = now;  // a restarted coordinator gives every UP server a full timeout
+  }
+  servers_ = std::move(servers);
+  version_ = meta.map_version();
+  assigned_ = meta.shards_assigned();
+  if (assigned_ != (n == config_.expected_servers)) {
+    return DataLoss("the store says shards are " + std::string(assigned_ ? "" : "not ") + "assigned with " +
+                    std::to_string(n) + " of " + std::to_string(config_.expected_servers) + " servers");
+  }
+  if (Status s = control::ValidateClusterMap(MapLocked()); !s.ok()) {
+    return DataLoss("the stored cluster map is inconsistent: " + s.message());
+  }
+  LOG(INFO) << "loaded cluster map version " << version_ << ": " << n << " of " << config_.expected_servers
+            << " servers, " << config_.shard_count << " shards" << (assigned_ ? " assigned" : " not assigned yet");
+  for (const Server& s : servers_) {
+    LOG(INFO) << Describe(s.info) << " is " << v1::ServerState_Name(s.info.state()) << " (as stored)";
+  }
+  return Status::Ok();
+}
+
+std::string CoordinatorState::Describe(const v1::ServerInfo& info) {
+  return "server " + info.server_id() + " (epoch " + std::to_string(info.epoch()) + ", " + info.data_address() + ")";
+}
+
+int CoordinatorState::FindLocked(const std::string& id) const {
+  for (size_t i = 0; i < servers_.size(); ++i) {
+    if (servers_[i].info.server_id() == id) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+Status CoordinatorState::CommitLocked(std::vector<Server> next, const std::vector<size_t>& changed,
+                                      bool next_assigned) {
+  v1::store::StoredMeta meta;
+  meta.set_map_version(version_ + 1);
+  meta.set_shard_count(config_.shard_count);
+  meta.set_expected_servers(config_.expected_servers);
+  meta.set_shards_assigned(next_assigned);
+  std::vector<v1::store::StoredServer> records;
+  records.reserve(changed.size());
+  for (size_t i : changed) {
+    v1::store::StoredServer& r = records.emplace_back();
+    *r.mutable_info() = next[i].info;
+    r.mutable_info()->clear_keys();
+    r.mutable_info()->clear_heap_bytes_used();
+    r.set_join_order(next[i].join_order);
+  }
+  RKV_RETURN_IF_ERROR(store_->Commit(meta, records));
+  servers_ = std::move(next);
+  assigned_ = next_assigned;
+  ++version_;
+  changed_cv_.notify_all();
+  return Status::Ok();
+}
+
+StatusOr<v1::JoinResponse> CoordinatorState::Join(const v1::JoinRequest& r) {
+  RKV_RETURN_IF_ERROR(control::ValidateJoinRequest(r));
+  std::lock_guard<std::mutex> lock(mu_);
+  const steady_clock::time_point now = clock_();
+  const int found = FindLocked(r.server_id());
+  std::vector<Server> next = servers_;
+  size_t index = 0;
+  bool next_assigned = assigned_;
+  std::string what;
+  if (found >= 0) {
+    index = static_cast<size_t>(found);
+    Server& s = next[index];
+    const uint64_t known_epoch = s.info.epoch();
+    if (r.epoch() < known_epoch) {
+      return FailedPrecondition("server " + r.server_id() + ": epoch " + std::to_string(r.epoch()) +
+                                " is older than the known epoch " + std::to_string(known_epoch) + " (stale)");
+    }
+    if (r.epoch() == known_epoch) {
+      if (!SameIncarnation(s.info, r)) {
+        return FailedPrecondition("server " + r.server_id() + ": epoch " + std::to_string(r.epoch()) +
+                                  " already joined with other addresses or regions; a restart must use a new epoch");
+      }
+      if (s.info.state() == v1::UP) {
+        // A retried Join (its reply was lost): nothing changes.
+        servers_[index].last_heartbeat = now;
+        v1::JoinResponse resp;
+        resp.set_map_version(version_);
+        *resp.mutable_shards() = s.info.shards();
+        resp.set_heartbeat_interval_ms(static_cast<uint32_t>(config_.heartbeat_interval.count()));
+        resp.set_heartbeat_timeout_ms(static_cast<uint32_t>(config_.heartbeat_timeout.count()));
+        return resp;
+      }
+      what = "is UP again (rejoined with the same epoch)";
+    } else {
+      what = "is UP (restarted: epoch " + std::to_string(known_epoch) + " -> " + std::to_string(r.epoch()) + ")";
+    }
+    CopyJoinFields(r, &s.info);
+    s.info.set_state(v1::UP);
+    s.info.clear_keys();
+    s.info.clear_heap_bytes_used();
+    s.last_heartbeat = now;
+  } else {
+    if (servers_.size() >= config_.expected_servers) {
+      const std::string n = std::to_string(config_.expected_servers);
+      return FailedPrecondition("cluster is full: " + n + " of " + n +
+                                " servers joined; adding servers (rebalancing) is not supported yet");
+    }
+    index = next.size();
+    Server& s = next.emplace_back();
+    CopyJoinFields(r, &s.info);
+    s.info.set_state(v1::UP);
+    s.join_order = index;
+    s.last_heartbeat = now;
+    what = "joined (" + std::to_string(next.size()) + " of " + std::to_string(config_.expected_servers) + " servers)";
+  }
+  std::vector<size_t> changed{index};
+  if (!next_assigned && next.size() == config_.expected_servers) {
+    // The N-th server: assign every shard, round robin in join order. The
+    // whole assignment is one commit, so it is never seen half-applied.
+    for (Server& s : next) s.info.clear_shards();
+    for (uint32_t shard = 0; shard < config_.shard_count; ++shard) {
+      next[shard % next.size()].info.add_shards(shard);
+    }
+    next_assigned = true;
+    changed.clear();
+    for (size_t i = 0; i < next.size(); ++i) changed.push_back(i);
+  }
+  const bool assigning = next_assigned && !assigned_;
+  RKV_RETURN_IF_ERROR(CommitLocked(std::move(next), changed, next_assigned));
+  const Server& s = servers_[index];
+  LOG(INFO) << Describe(s.info) << " " << what << "; map version " << version_;
+  if (assigning) {
+    LOG(INFO) << "assigned " << config_.shard_count << " shards round robin over " << servers_.size()
+              << " servers; map version " << version_;
+  }
+  v1::JoinResponse resp;
+  resp.set_map_version(version_);
+  *resp.mutable_shards() = s.info.shards();
+  resp.set_heartbeat_interval_ms(static_cast<uint32_t>(config_.heartbeat_interval.count()));
+  resp.set_heartbeat_timeout_ms(static_cast<uint32_t>(config_.heartbeat_timeout.count()));
+  return resp;
+}
+
+StatusOr<v1::HeartbeatResponse> CoordinatorState::Heartbeat(const v1::HeartbeatRequest& r) {
+  RKV_RETURN_IF_ERROR(control::ValidateServerAndEpoch(r.server_id(), r.epoch()));
+  std::lock_guard<std::mutex> lock(mu_);
+  const int found = FindLocked(r.server_id());
+  if (found < 0) return NotFound("unknown server " + r.server_id() + "; join first");
+  Server& s = servers_[static_cast<size_t>(found)];
+  if (r.epoch() != s.info.epoch()) {
+    return FailedPrecondition("server " + r.server_id() + ": epoch " + std::to_string(r.epoch()) +
+                              " is not the joined epoch " + std::to_string(s.info.epoch()) + "; join again");
+  }
+  if (s.info.state() != v1::UP) {
+    return FailedPrecondition("server " + r.server_id() + " is marked DOWN; join again");
+  }
+  s.last_heartbeat = clock_();
+  s.info.set_keys(r.keys());
+  s.info.set_heap_bytes_used(r.heap_bytes_used());
+  v1::HeartbeatResponse resp;
+  resp.set_map_version(version_);
+  return resp;
+}
+
+Status CoordinatorState::Leave(const v1::LeaveRequest& r) {
+  RKV_RETURN_IF_ERROR(control::ValidateServerAndEpoch(r.server_id(), r.epoch()));
+  std::lock_guard<std::mutex> lock(mu_);
+  const int found = FindLocked(r.server_id());
+  if (found < 0) return NotFound("unknown server " + r.server_id());
+  const size_t index = static_cast<size_t>(found);
+  if (r.epoch() != servers_[index].info.epoch()) {
+    return FailedPrecondition("server " + r.server_id() + ": epoch " + std::to_string(r.epoch()) +
+                              " is not the joined epoch " + std::to_string(servers_[index].info.epoch()));
+  }
+  if (servers_[index].info.state() == v1::DOWN) return Status::Ok();
+  std::vector<Server> next = servers_;
+  next[index].info.set_state(v1::DOWN);
+  RKV_RETURN_IF_ERROR(CommitLocked(std::move(next), {index}, assigned_));
+  LOG(INFO) << Describe(servers_[index].info) << " is DOWN: it left; map version " << version_;
+  return Status::Ok();
+}
+
+StatusOr<int> CoordinatorState::ExpireHeartbeats() {
+  std::lock_guard<std::mutex> lock(mu_);
+  const steady_clock::time_point now = clock_();
+  int expired = 0;
+  for (size_t i = 0; i < servers_.size(); ++i) {
+    const Server& s = servers_[i];
+    if (s.info.state() != v1::UP) continue;
+    const steady_clock::duration silent = now - s.last_heartbeat;
+    if (silent <= config_.heartbeat_timeout) continue;
+    std::vector<Server> next = servers_;
+    next[i].info.set_state(v1::DOWN);
+    RKV_RETURN_IF_ERROR(CommitLocked(std::move(next), {i}, assigned_));
+    LOG(INFO) << Describe(servers_[i].info) << " is DOWN: no heartbeat for " << Seconds(silent) << "; map version "
+              << version_;
+    ++expired;
+  }
+  return expired;
+}
+
+v1::ClusterMap CoordinatorState::MapLocked() const {
+  v1::ClusterMap map;
+  map.set_version(version_);
+  map.set_shard_count(config_.shard_count);
+  map.set_expected_servers(config_.expected_servers);
+  if (assigned_) {
+    std::vector<const std::string*> owner(config_.shard_count, nullptr);
+    for (const Server& s : servers_) {
+      for (uint32_t shard : s.info.shards()) {
+        if (shard < owner.size()) owner[shard] = &s.info.server_id();
+      }
+    }
+    static const std::string kNone;
+    for (const std::string* id : owner) map.add_shard_owner(id != nullptr ? *id : kNone);
+  }
+  for (const Server& s : servers_) *map.add_servers() = s.info;
+  return map;
+}
+
+v1::ClusterMap CoordinatorState::Map() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return MapLocked();
+}
+
+uint64_t CoordinatorState::version() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return version_;
+}
+
+StatusOr<std::optional<v1::ClusterMap>> CoordinatorState::WaitForChange(uint64_t known_version,
+                                                                        std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lock(mu_);
+  changed_cv_.wait_for(lock, timeout, [&] { return closed_ || version_ != known_version; });
+  if (closed_) return Status(StatusCode::kCancelled, "the coordinator is shutting down");
+  if (version_ == known_version) return std::optional<v1::ClusterMap>();
+  return std::optional<v1::ClusterMap>(MapLocked());
+}
+
+void CoordinatorState::CloseWatchers() {
+  std::lock_guard<std::mutex> lock(mu_);
+  closed_ = true;
+  changed_cv_.notify_all();
+}
+
+}  // namespace rkv::coordinator

@@ -1,0 +1,128 @@
+// The coordinator's state machine: membership, shard assignment and map
+// versions, persisted through a StateStore. No networking here; the gRPC
+// service (coordinator_service.h) is a thin shell over it.
+//
+// Rules:
+//   - Servers join in some order; when the expected_servers-th distinct id
+//     joins, every shard s is assigned to the (s mod N)-th server in join
+//     order, once and for all (no rebalancing).
+//   - A known id rejoining with a newer epoch (a restart: new regions) gets
+//     its shards back and is UP. The same epoch with the same content is an
+//     idempotent retry (or, after DOWN, a return to UP); the same epoch
+//     with other content, or an older epoch, is refused (stale).
+//   - A new id when N are known is refused: the cluster is full.
+//   - An UP server whose heartbeat deadline passes (ExpireHeartbeats) is
+//     DOWN; so is one that Leaves. A DOWN server keeps its shards.
+//   - Every change bumps the map version by one and is committed to the
+//     store (one atomic, synced write) before it becomes visible: a failed
+//     commit leaves the state exactly as it was.
+//   - Heartbeat statistics (keys, heap bytes used) are kept in memory only
+//     and do not change the version.
+//
+// Thread safety: every public method may be called from any thread; one
+// mutex serializes them (the store's commits included).
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "common/status.h"
+#include "proto/rkv.pb.h"
+#include "server/coordinator/state_store.h"
+
+namespace rkv::coordinator {
+
+struct CoordinatorConfig {
+  uint32_t shard_count = 1024;    // [1, control::kMaxShardCount]
+  uint32_t expected_servers = 3;  // N, [1, control::kMaxExpectedServers]
+  std::chrono::milliseconds heartbeat_interval{500};
+  std::chrono::milliseconds heartbeat_timeout{3000};  // > heartbeat_interval
+};
+
+// INVALID_ARGUMENT naming the flag when a field is out of range.
+Status ValidateConfig(const CoordinatorConfig& config);
+
+using Clock = std::function<std::chrono::steady_clock::time_point()>;
+
+class CoordinatorState {
+ public:
+  // Loads the state from `store` (a new store starts empty at version 0)
+  // with `config` (validated). FAILED_PRECONDITION when the store was
+  // written with another shard count or cluster size; DATA_LOSS when its
+  // records contradict each other. Servers keep their stored state; UP
+  // ones get a fresh heartbeat deadline counted from now.
+  static StatusOr<std::unique_ptr<CoordinatorState>> Open(const CoordinatorConfig& config,
+                                                          std::unique_ptr<StateStore> store,
+                                                          Clock clock = std::chrono::steady_clock::now);
+
+  CoordinatorState(const CoordinatorState&) = delete;
+  CoordinatorState& operator=(const CoordinatorState&) = delete;
+
+  // Errors: INVALID_ARGUMENT (malformed request), FAILED_PRECONDITION
+  // (stale epoch, conflicting rejoin, cluster full), or the store's error
+  // when the change could not be committed.
+  StatusOr<v1::JoinResponse> Join(const v1::JoinRequest& request);
+
+  // Errors: INVALID_ARGUMENT, NOT_FOUND (unknown id), FAILED_PRECONDITION
+  // (another epoch, or the server is DOWN): the server must Join again.
+  StatusOr<v1::HeartbeatResponse> Heartbeat(const v1::HeartbeatRequest& request);
+
+  // Marks the server DOWN. OK as well when it already is. Errors as for
+  // Heartbeat (a DOWN server excepted), or the store's.
+  Status Leave(const v1::LeaveRequest& request);
+
+  // Marks DOWN every UP server whose deadline has passed, one version
+  // each. Returns how many; on a commit error the servers stay UP and the
+  // error is returned (the next call retries).
+  StatusOr<int> ExpireHeartbeats();
+
+  v1::ClusterMap Map() const;
+  uint64_t version() const;
+  const CoordinatorConfig& config() const { return config_; }
+
+  // Blocks until the version differs from `known_version` (returns the
+  // map), `timeout` passes (returns nullopt) or CloseWatchers is called
+  // (CANCELLED).
+  StatusOr<std::optional<v1::ClusterMap>> WaitForChange(uint64_t known_version, std::chrono::milliseconds timeout);
+
+  // Wakes every WaitForChange caller with CANCELLED, now and from now on.
+  void CloseWatchers();
+
+ private:
+  struct Server {
+    v1::ServerInfo info;  // state, shards and statistics included
+    uint64_t join_order = 0;
+    std::chrono::steady_clock::time_point last_heartbeat;
+  };
+
+  CoordinatorState(const CoordinatorConfig& config, std::unique_ptr<StateStore> store, Clock clock);
+  Status Load();
+  // Commits `next` (servers in join order) with version_ + 1, writing the
+  // records of `changed` (indices into next), then makes it current.
+  Status CommitLocked(std::vector<Server> next, const std::vector<size_t>& changed, bool next_assigned);
+  v1::ClusterMap MapLocked() const;
+  int FindLocked(const std::string& id) const;
+  static std::string Describe(const v1::ServerInfo& info);
+
+  const CoordinatorConfig config_;
+  const std::unique_ptr<StateStore> store_;
+  const Clock clock_;
+
+  mutable std::mutex mu_;
+  std::condition_variable changed_cv_;  // notified when version_ changes or closed_
+  // Guarded by mu_:
+  std::vector<Server> servers_;  // join order; at most expected_servers
+  uint64_t version_ = 0;
+  bool assigned_ = false;  // shards assigned (once N servers joined)
+  bool closed_ = false;
+};
+
+}  // namespace rkv::coordinator

@@ -1,0 +1,90 @@
+// rkv-coordinator: membership, shard assignment and the cluster map, with
+// its state in RocksDB. See server/coordinator/coordinator_state.h.
+//
+// Exit codes: 0 after SIGTERM/SIGINT and a clean shutdown; 1 when it
+// cannot start (data dir, token file, listen address); 2 for a bad flag.
+
+#include <csignal>
+#include <iostream>
+#include <string>
+
+#include <gflags/gflags.h>
+#include <glog/logging.h>
+#include <pthread.h>
+
+#include "common/token.h"
+#include "proto/validation.h"
+#include "server/coordinator/coordinator_service.h"
+#include "server/coordinator/coordinator_state.h"
+#include "server/coordinator/state_store.h"
+
+DEFINE_string(listen, "127.0.0.1:7600", "HOST:PORT to serve gRPC on; port 0 picks a free port (default 127.0.0.1:7600)");
+DEFINE_string(data_dir, "", "directory of the coordinator's RocksDB state, created if missing (required)");
+DEFINE_string(token_file, "", "file holding the token every server and client must present (required)");
+DEFINE_uint32(shards, 1024, "number of shards, 1..65536; fixed for the life of the data dir (default 1024)");
+DEFINE_uint32(servers, 3, "cluster size N: shards are assigned when the N-th server joins (default 3)");
+DEFINE_uint32(heartbeat_interval_ms, 500, "milliseconds between a server's heartbeats (default 500)");
+DEFINE_uint32(heartbeat_timeout_ms, 3000, "milliseconds without a heartbeat before a server is DOWN (default 3000)");
+
+namespace {
+
+int BadFlag(const std::string& message) {
+  std::cerr << "rkv-coordinator: " << message << "\n";
+  return 2;
+}
+
+int CannotStart(const rkv::Status& status) {
+  std::cerr << "rkv-coordinator: " << status << "\n";
+  return 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  FLAGS_logtostderr = true;
+  gflags::SetUsageMessage("rkv-coordinator --data_dir=DIR --token_file=FILE [--listen=HOST:PORT] [--servers=N] ...");
+  gflags::ParseCommandLineFlags(&argc, &argv, true);
+  google::InitGoogleLogging(argv[0]);
+  if (argc > 1) return BadFlag(std::string("unexpected argument '") + argv[1] + "'");
+  if (FLAGS_data_dir.empty()) return BadFlag("--data_dir is required");
+  if (FLAGS_token_file.empty()) return BadFlag("--token_file is required");
+  if (rkv::Status s = rkv::control::ValidateHostPort(FLAGS_listen, /*allow_port_zero=*/true); !s.ok()) {
+    return BadFlag("--listen: " + s.message());
+  }
+  rkv::coordinator::CoordinatorConfig config;
+  config.shard_count = FLAGS_shards;
+  config.expected_servers = FLAGS_servers;
+  config.heartbeat_interval = std::chrono::milliseconds(FLAGS_heartbeat_interval_ms);
+  config.heartbeat_timeout = std::chrono::milliseconds(FLAGS_heartbeat_timeout_ms);
+  if (rkv::Status s = rkv::coordinator::ValidateConfig(config); !s.ok()) return BadFlag(s.message());
+
+  auto token = rkv::ReadTokenFile(FLAGS_token_file);
+  if (!token.ok()) return CannotStart(token.status().WithContext("--token_file"));
+
+  // SIGTERM and SIGINT are taken by sigwait below; block them before any
+  // thread (RocksDB's, gRPC's) exists so that every thread inherits the mask.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  auto store = rkv::coordinator::OpenRocksDbStateStore(FLAGS_data_dir);
+  if (!store.ok()) return CannotStart(store.status());
+  auto state = rkv::coordinator::CoordinatorState::Open(config, std::move(store).value());
+  if (!state.ok()) return CannotStart(state.status());
+  auto server = rkv::coordinator::CoordinatorServer::Start(FLAGS_listen, *token, std::move(state).value());
+  if (!server.ok()) return CannotStart(server.status());
+
+  std::cout << "rkv-coordinator listening on " << (*server)->address() << std::endl;  // flushed
+  LOG(INFO) << "rkv-coordinator serving on " << (*server)->address() << ": " << config.expected_servers
+            << " servers, " << config.shard_count << " shards, heartbeat " << config.heartbeat_interval.count()
+            << " ms, timeout " << config.heartbeat_timeout.count() << " ms";
+
+  int signal_number = 0;
+  sigwait(&signals, &signal_number);
+  LOG(INFO) << "signal " << signal_number << ": shutting down";
+  (*server)->Shutdown();
+  LOG(INFO) << "rkv-coordinator stopped";
+  return 0;
+}

@@ -1,0 +1,347 @@
+#include "server/membership.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <system_error>
+
+#include <glog/logging.h>
+#include <grpcpp/create_channel.h>
+#include <grpcpp/security/credentials.h>
+#include <grpcpp/support/channel_arguments.h>
+
+#include "proto/auth.h"
+#include "proto/grpc_status.h"
+#include "proto/rkv.grpc.pb.h"
+#include "proto/validation.h"
+
+namespace rkv::server {
+namespace {
+
+constexpr char kServerIdFile[] = "server_id";
+constexpr auto kLeaveTimeout = std::chrono::seconds(2);
+
+Status WriteFileDurably(const std::string& dir, const std::string& name, const std::string& content) {
+  const std::string tmp = dir + "/" + name + ".tmp";
+  const std::string path = dir + "/" + name;
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return PosixError("open(" + tmp + ")", errno);
+  size_t done = 0;
+  while (done < content.size()) {
+    const ssize_t n = ::write(fd, content.data() + done, content.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const int err = errno;
+      ::close(fd);
+      return PosixError("write(" + tmp + ")", err);
+    }
+    done += static_cast<size_t>(n);
+  }
+  if (::fsync(fd) != 0) {
+    const int err = errno;
+    ::close(fd);
+    return PosixError("fsync(" + tmp + ")", err);
+  }
+  if (::close(fd) != 0) return PosixError("close(" + tmp + ")", errno);
+  if (::rename(tmp.c_str(), path.c_str()) != 0) return PosixError("rename(" + tmp + ", " + path + ")", errno);
+  const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd < 0) return PosixError("open(" + dir + ")", errno);
+  const int rc = ::fsync(dfd);
+  const int err = errno;
+  ::close(dfd);
+  if (rc != 0) return PosixError("fsync(" + dir + ")", err);
+  return Status::Ok();
+}
+
+// Errors worth retrying: the coordinator is unreachable, overloaded,
+// restarting or failed to write its state. Everything else is an answer.
+bool IsRetryable(StatusCode code) {
+  switch (code) {
+    case StatusCode::kUnavailable:
+    case StatusCode::kDeadlineExceeded:
+    case StatusCode::kResourceExhausted:
+    case StatusCode::kAborted:
+    case StatusCode::kInternal:
+    case StatusCode::kUnknown:
+    case StatusCode::kCancelled:
+      return true;
+    default:
+      return false;
+  }
+}
+
+v1::JoinRequest ToJoinRequest(const JoinInfo& j) {
+  v1::JoinRequest r;
+  r.set_server_id(j.server_id);
+  r.set_epoch(j.epoch);
+  r.set_data_address(j.data_address);
+  r.set_admin_address(j.admin_address);
+  r.set_transport(j.transport);
+  r.mutable_index()->set_addr(j.index.addr);
+  r.mutable_index()->set_length(j.index.length);
+  r.mutable_index()->set_rkey(j.index.rkey);
+  r.mutable_heap()->set_addr(j.heap.addr);
+  r.mutable_heap()->set_length(j.heap.length);
+  r.mutable_heap()->set_rkey(j.heap.rkey);
+  v1::TableParams* t = r.mutable_table();
+  t->set_bucket_count_log2(j.table.bucket_count_log2);
+  t->set_hash_seed(j.table.hash_seed);
+  t->set_heap_size(j.table.heap_size);
+  t->set_max_key_bytes(j.table.max_key_bytes);
+  t->set_max_value_bytes(j.table.max_value_bytes);
+  t->set_grace_period_us(j.table.grace_period_us);
+  return r;
+}
+
+}  // namespace
+
+StatusOr<ServerIdentity> ServerIdentity::LoadOrCreate(const std::string& data_dir) {
+  if (data_dir.empty()) return InvalidArgument("no data dir for the server id");
+  std::error_code ec;
+  std::filesystem::create_directories(data_dir, ec);
+  if (ec) return PosixError("create_directories(" + data_dir + ")", ec.value());
+  const std::string path = data_dir + "/" + kServerIdFile;
+  if (std::filesystem::exists(path, ec)) {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) return PosixError("open(" + path + ")", errno);
+    std::string id((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    if (in.bad()) return PosixError("read(" + path + ")", errno);
+    while (!id.empty() && (id.back() == '\n' || id.back() == '\r' || id.back() == ' ' || id.back() == '\t')) {
+      id.pop_back();
+    }
+    if (Status s = control::ValidateServerId(id); !s.ok()) {
+      return DataLoss(path + " does not hold a valid server id: " + s.message());
+    }
+    return ServerIdentity{std::move(id)};
+  }
+  if (ec) return PosixError("stat(" + path + ")", ec.value());
+  std::random_device random;
+  char id[16];
+  std::snprintf(id, sizeof(id), "s-%08x", static_cast<unsigned>(random()));
+  RKV_RETURN_IF_ERROR(WriteFileDurably(data_dir, kServerIdFile, std::string(id) + "\n"));
+  LOG(INFO) << "new server id " << id << " (kept in " << path << ")";
+  return ServerIdentity{id};
+}
+
+struct Membership::Rpc {
+  std::shared_ptr<grpc::Channel> channel;
+  std::unique_ptr<v1::Coordinator::Stub> stub;
+  std::string digest_hex;
+  v1::JoinRequest join;
+};
+
+Membership::Membership(MembershipOptions options) : options_(std::move(options)), rpc_(std::make_unique<Rpc>()) {
+  grpc::ChannelArguments args;
+  // Reconnect promptly once the coordinator is back: gRPC's default
+  // reconnect backoff grows to two minutes.
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  rpc_->channel = grpc::CreateCustomChannel(options_.coordinator_address, grpc::InsecureChannelCredentials(), args);
+  rpc_->stub = v1::Coordinator::NewStub(rpc_->channel);
+  rpc_->digest_hex = control::TokenDigestHex(options_.token);
+  rpc_->join = ToJoinRequest(options_.self);
+}
+
+Membership::~Membership() { Stop(); }
+
+Status Membership::JoinOnce() {
+  grpc::ClientContext ctx;
+  control::AttachTokenDigest(&ctx, rpc_->digest_hex);
+  ctx.set_deadline(std::chrono::system_clock::now() + options_.rpc_timeout);
+  v1::JoinResponse resp;
+  RKV_RETURN_IF_ERROR(control::FromGrpc(rpc_->stub->Join(&ctx, rpc_->join, &resp)));
+  std::lock_guard<std::mutex> lock(mu_);
+  joined_ = true;
+  map_version_ = resp.map_version();
+  shards_.assign(resp.shards().begin(), resp.shards().end());
+  // The coordinator's interval, bounded so that a bad answer can neither
+  // spin this thread nor silence it past the timeout.
+  heartbeat_interval_ = std::chrono::milliseconds(std::clamp<uint32_t>(resp.heartbeat_interval_ms(), 10, 60'000));
+  return Status::Ok();
+}
+
+Status Membership::FetchShards() {
+  grpc::ClientContext ctx;
+  control::AttachTokenDigest(&ctx, rpc_->digest_hex);
+  ctx.set_deadline(std::chrono::system_clock::now() + options_.rpc_timeout);
+  v1::ClusterMap map;
+  RKV_RETURN_IF_ERROR(control::FromGrpc(rpc_->stub->GetClusterMap(&ctx, v1::GetClusterMapRequest(), &map)));
+  RKV_RETURN_IF_ERROR(control::ValidateClusterMap(map).WithContext("cluster map from the coordinator"));
+  std::vector<uint32_t> mine;
+  for (const v1::ServerInfo& s : map.servers()) {
+    if (s.server_id() == options_.self.server_id) mine.assign(s.shards().begin(), s.shards().end());
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  if (mine.size() != shards_.size()) {
+    LOG(INFO) << "server " << options_.self.server_id << " owns " << mine.size() << " of " << map.shard_count()
+              << " shards (map version " << map.version() << ")";
+  }
+  shards_ = std::move(mine);
+  map_version_ = map.version();
+  return Status::Ok();
+}
+
+Status Membership::HeartbeatOnce() {
+  v1::HeartbeatRequest req;
+  req.set_server_id(options_.self.server_id);
+  req.set_epoch(options_.self.epoch);
+  if (options_.stats) {
+    const MembershipStats stats = options_.stats();
+    req.set_keys(stats.keys);
+    req.set_heap_bytes_used(stats.heap_bytes_used);
+  }
+  grpc::ClientContext ctx;
+  control::AttachTokenDigest(&ctx, rpc_->digest_hex);
+  ctx.set_deadline(std::chrono::system_clock::now() + options_.rpc_timeout);
+  v1::HeartbeatResponse resp;
+  RKV_RETURN_IF_ERROR(control::FromGrpc(rpc_->stub->Heartbeat(&ctx, req, &resp)));
+  if (resp.map_version() != map_version()) return FetchShards();
+  return Status::Ok();
+}
+
+void Membership::NoteReachable(bool reachable, const Status& why) {
+  std::lock_guard<std::mutex> lock(mu_);
+  connected_ = reachable;
+  if (reachable && reported_down_) {
+    LOG(INFO) << "coordinator " << options_.coordinator_address << " is reachable again";
+    reported_down_ = false;
+  } else if (!reachable && !reported_down_) {
+    LOG(WARNING) << "coordinator " << options_.coordinator_address << " is unreachable (" << why
+                 << "); serving on, retrying quietly";
+    reported_down_ = true;
+  }
+}
+
+bool Membership::SleepFor(std::chrono::milliseconds d) {
+  std::unique_lock<std::mutex> lock(mu_);
+  return !stop_cv_.wait_for(lock, d, [this] { return stopping_; });
+}
+
+Status Membership::Start() {
+  RKV_RETURN_IF_ERROR(control::ValidateHostPort(options_.coordinator_address).WithContext("coordinator address"));
+  if (options_.token.empty()) return InvalidArgument("the token is empty");
+  RKV_RETURN_IF_ERROR(control::ValidateJoinRequest(rpc_->join).WithContext("join request"));
+  std::chrono::milliseconds backoff = std::max(options_.initial_backoff, std::chrono::milliseconds(1));
+  for (;;) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (stopping_) return Status(StatusCode::kCancelled, "stopped before joining the coordinator");
+    }
+    const Status s = JoinOnce();
+    if (s.ok()) break;
+    if (!IsRetryable(s.code())) {
+      return s.WithContext("joining the coordinator at " + options_.coordinator_address);
+    }
+    NoteReachable(false, s);
+    if (!SleepFor(backoff)) return Status(StatusCode::kCancelled, "stopped before joining the coordinator");
+    backoff = std::min(backoff * 2, std::max(options_.max_backoff, std::chrono::milliseconds(1)));
+  }
+  NoteReachable(true, Status::Ok());
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    LOG(INFO) << "server " << options_.self.server_id << " (epoch " << options_.self.epoch << ", "
+              << options_.self.data_address << ") joined the coordinator at " << options_.coordinator_address
+              << ": map version " << map_version_ << ", " << shards_.size() << " shards";
+  }
+  // Under stop_mu_ so that a concurrent Stop either sees the thread and
+  // joins it, or has already run and leaves none behind.
+  std::lock_guard<std::mutex> guard(stop_mu_);
+  if (stopped_) {
+    SendLeave();  // Stop ran before this Join completed, so it sent none
+    return Status(StatusCode::kCancelled, "stopped while joining the coordinator");
+  }
+  heartbeat_thread_ = std::thread([this] { HeartbeatLoop(); });
+  return Status::Ok();
+}
+
+void Membership::HeartbeatLoop() {
+  bool refused_logged = false;
+  for (;;) {
+    std::chrono::milliseconds interval;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      interval = heartbeat_interval_;
+    }
+    if (!SleepFor(interval)) return;
+    Status s = HeartbeatOnce();
+    if (s.code() == StatusCode::kNotFound || s.code() == StatusCode::kFailedPrecondition) {
+      LOG(WARNING) << "coordinator refused a heartbeat (" << s << "); joining again";
+      s = JoinOnce();
+      if (s.ok()) {
+        LOG(INFO) << "server " << options_.self.server_id << " (epoch " << options_.self.epoch << ") joined again";
+      }
+    }
+    if (s.ok()) {
+      refused_logged = false;
+      NoteReachable(true, s);
+    } else if (IsRetryable(s.code())) {
+      NoteReachable(false, s);
+    } else {
+      // An answer, not an outage (e.g. a newer epoch of this server id took
+      // over, or the token changed): keep trying, log once.
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        connected_ = false;
+      }
+      if (!refused_logged) LOG(ERROR) << "coordinator refuses this server: " << s << "; retrying";
+      refused_logged = true;
+    }
+  }
+}
+
+void Membership::Stop() {
+  std::lock_guard<std::mutex> guard(stop_mu_);
+  if (stopped_) return;
+  stopped_ = true;
+  bool joined = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+    joined = joined_;
+  }
+  stop_cv_.notify_all();
+  if (heartbeat_thread_.joinable()) heartbeat_thread_.join();
+  if (joined) SendLeave();
+}
+
+void Membership::SendLeave() {
+  v1::LeaveRequest req;
+  req.set_server_id(options_.self.server_id);
+  req.set_epoch(options_.self.epoch);
+  grpc::ClientContext ctx;
+  control::AttachTokenDigest(&ctx, rpc_->digest_hex);
+  ctx.set_deadline(std::chrono::system_clock::now() + kLeaveTimeout);
+  v1::LeaveResponse resp;
+  const Status s = control::FromGrpc(rpc_->stub->Leave(&ctx, req, &resp));
+  if (s.ok()) {
+    LOG(INFO) << "server " << options_.self.server_id << " left the cluster";
+  } else {
+    LOG(WARNING) << "Leave failed (" << s << "); the coordinator will mark this server DOWN on its own";
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  connected_ = false;
+}
+
+uint64_t Membership::map_version() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return map_version_;
+}
+
+std::vector<uint32_t> Membership::shards() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return shards_;
+}
+
+bool Membership::connected() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return connected_;
+}
+
+}  // namespace rkv::server

@@ -1,0 +1,143 @@
+// A server's membership in the cluster: its stable identity, its Join with
+// the coordinator and the heartbeats that keep it UP.
+//
+// The data path never waits on any of this: Start blocks only the caller
+// (at startup), and the heartbeat thread runs on its own.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/status.h"
+
+namespace rkv::server {
+
+// The server id, kept in the file `server_id` of the data dir so that a
+// restart keeps it (the epoch, not the id, tells restarts apart).
+struct ServerIdentity {
+  std::string server_id;
+
+  // Reads `data_dir`/server_id, or, when it does not exist, creates the
+  // dir if needed and the file (written durably: temp file, fsync, rename)
+  // with a fresh random id "s-<8 hex digits>". DATA_LOSS when the file holds
+  // something that is not a valid server id; file system errors as
+  // PosixError.
+  static StatusOr<ServerIdentity> LoadOrCreate(const std::string& data_dir);
+};
+
+struct RegionInfo {
+  uint64_t addr = 0;
+  uint64_t length = 0;
+  uint32_t rkey = 0;
+};
+
+struct TableInfo {
+  uint32_t bucket_count_log2 = 0;
+  uint64_t hash_seed = 0;
+  uint64_t heap_size = 0;
+  uint32_t max_key_bytes = 0;
+  uint32_t max_value_bytes = 0;
+  uint64_t grace_period_us = 0;
+};
+
+// What this server announces in its Join (rkv.v1.JoinRequest).
+struct JoinInfo {
+  std::string server_id;
+  uint64_t epoch = 0;
+  std::string data_address;   // HOST:PORT clients connect to (not 0.0.0.0)
+  std::string admin_address;  // HOST:PORT of the Admin service
+  std::string transport;      // "tcp" or "verbs"
+  RegionInfo index;
+  RegionInfo heap;
+  TableInfo table;
+};
+
+// Reported with every heartbeat.
+struct MembershipStats {
+  uint64_t keys = 0;
+  uint64_t heap_bytes_used = 0;
+};
+
+struct MembershipOptions {
+  std::string coordinator_address;  // HOST:PORT
+  std::string token;                // raw token; only its digest is sent
+  JoinInfo self;
+  // Called from the heartbeat thread before each heartbeat; must be cheap
+  // and thread-safe. May be empty (zeros are reported).
+  std::function<MembershipStats()> stats;
+  std::chrono::milliseconds rpc_timeout{2000};      // per Join/Heartbeat call
+  std::chrono::milliseconds initial_backoff{100};   // Join retries, doubling
+  std::chrono::milliseconds max_backoff{2000};
+};
+
+// Thread safety: Start and Stop from one thread (Stop may also be called
+// from another thread to abort a Start that is still retrying); the
+// accessors from any thread.
+class Membership {
+ public:
+  explicit Membership(MembershipOptions options);
+  ~Membership();  // Stop()
+  Membership(const Membership&) = delete;
+  Membership& operator=(const Membership&) = delete;
+
+  // Joins, retrying with backoff while the coordinator is unreachable
+  // (UNAVAILABLE, DEADLINE_EXCEEDED, ...), then starts the heartbeat thread.
+  // Returns at once with the coordinator's error when it is fatal:
+  // UNAUTHENTICATED (wrong token), FAILED_PRECONDITION (cluster full, stale
+  // epoch), INVALID_ARGUMENT (a field it refused; also checked here before
+  // any call). CANCELLED when Stop is called meanwhile. Call once.
+  Status Start();
+
+  // Stops the heartbeat thread, then sends Leave (bounded by 2 s; a failure
+  // is only logged) if the server had joined. Idempotent.
+  void Stop();
+
+  // The last map version the coordinator reported (0 before the Join).
+  uint64_t map_version() const;
+  // The shards this server owns per the last Join or map fetch; empty
+  // until the cluster is complete.
+  std::vector<uint32_t> shards() const;
+  // True while the last Join/Heartbeat succeeded.
+  bool connected() const;
+
+ private:
+  struct Rpc;  // the channel, stub and token digest
+
+  // One Join attempt; updates the state on success.
+  Status JoinOnce();
+  Status HeartbeatOnce();
+  Status FetchShards();
+  void HeartbeatLoop();
+  // Sleeps `d` unless Stop is called; false when stopping.
+  bool SleepFor(std::chrono::milliseconds d);
+  void NoteReachable(bool reachable, const Status& why);
+  // Leave, bounded by 2 s; a failure is only logged.
+  void SendLeave();
+
+  const MembershipOptions options_;
+  std::unique_ptr<Rpc> rpc_;
+
+  mutable std::mutex mu_;
+  std::condition_variable stop_cv_;
+  // Guarded by mu_:
+  bool stopping_ = false;
+  bool joined_ = false;        // a Join succeeded at least once
+  bool connected_ = false;
+  bool reported_down_ = false; // logged that the coordinator is unreachable
+  uint64_t map_version_ = 0;
+  std::vector<uint32_t> shards_;
+  std::chrono::milliseconds heartbeat_interval_{500};
+
+  std::thread heartbeat_thread_;
+  std::mutex stop_mu_;  // serializes Stop; guards heartbeat_thread_ and stopped_
+  bool stopped_ = false;
+};
+
+}  // namespace rkv::server
