@@ -15,8 +15,8 @@
 
 #include <gtest/gtest.h>
 
-#ifndef RKV_SERVER_BIN
-#error "RKV_SERVER_BIN must name the rkv-server binary"
+#if !defined(RKV_SERVER_BIN) || !defined(RKV_COORDINATOR_BIN)
+#error "RKV_SERVER_BIN and RKV_COORDINATOR_BIN must name the binaries"
 #endif
 
 namespace rkv::testing {
@@ -60,10 +60,11 @@ void WriteFile(const std::string& path, const std::string& contents) {
 }
 
 ServerProcess::ServerProcess(std::string data_dir, std::string token_file,
-                             std::vector<std::string> extra_flags)
+                             std::vector<std::string> extra_flags, Role role)
     : data_dir_(std::move(data_dir)),
       token_file_(std::move(token_file)),
       extra_flags_(std::move(extra_flags)),
+      role_(role),
       log_path_(data_dir_ + ".log") {}
 
 ServerProcess::~ServerProcess() {
@@ -74,12 +75,12 @@ Status ServerProcess::Start(std::chrono::seconds timeout) {
   if (pid_ > 0) return FailedPrecondition("server already running");
   const std::string listen = address_.empty() ? TestHost() + ":0" : address_;
   std::vector<std::string> args = {
-      RKV_SERVER_BIN,
+      role_ == Role::kServer ? RKV_SERVER_BIN : RKV_COORDINATOR_BIN,
       "--listen=" + listen,
       "--data_dir=" + data_dir_,
       "--token_file=" + token_file_,
-      "--transport=" + TestTransport(),
   };
+  if (role_ == Role::kServer) args.push_back("--transport=" + TestTransport());
   args.insert(args.end(), extra_flags_.begin(), extra_flags_.end());
 
   // stdout goes to a file (a pipe closed after start-up would kill the
@@ -123,12 +124,12 @@ Status ServerProcess::Start(std::chrono::seconds timeout) {
     int wstatus = 0;
     if (waitpid(pid_, &wstatus, WNOHANG) == pid_) {
       pid_ = -1;
-      return Unavailable("rkv-server exited during start-up; log:\n" + Log());
+      return Unavailable(args[0] + " exited during start-up; log:\n" + Log());
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   Kill9();
-  return DeadlineExceeded("rkv-server did not report listening; log:\n" + Log());
+  return DeadlineExceeded(args[0] + " did not report listening; log:\n" + Log());
 }
 
 void ServerProcess::Kill9() {

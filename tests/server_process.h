@@ -1,4 +1,5 @@
-// Starts and stops a real rkv-server process for cross-process tests.
+// Starts and stops a real rkv-server (or rkv-coordinator) process for
+// cross-process tests.
 //
 // The suite runs over the transport named by $RKV_TEST_TRANSPORT (tcp when
 // unset) and listens on $RKV_TEST_HOST (127.0.0.1 when unset; the SoftRoCE
@@ -40,8 +41,10 @@ void WriteFile(const std::string& path, const std::string& contents);
 
 class ServerProcess {
  public:
+  enum class Role { kServer, kCoordinator };
   // `data_dir` and `token_file` must exist for as long as the server runs.
-  ServerProcess(std::string data_dir, std::string token_file, std::vector<std::string> extra_flags = {});
+  ServerProcess(std::string data_dir, std::string token_file, std::vector<std::string> extra_flags = {},
+                Role role = Role::kServer);
   ~ServerProcess();  // SIGKILLs a server still running
   ServerProcess(const ServerProcess&) = delete;
   ServerProcess& operator=(const ServerProcess&) = delete;
@@ -63,6 +66,7 @@ class ServerProcess {
   std::string data_dir_;
   std::string token_file_;
   std::vector<std::string> extra_flags_;
+  Role role_;
   std::string log_path_;
   std::string address_;
   pid_t pid_ = -1;

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs the verbs tests inside the SoftRoCE guest (deploy/softroce/), one test
 # at a time: the verbs transport's own tests, a check that
-# --transport=auto picks verbs, then the whole cross-process suite with
+# --transport=auto picks verbs, then the cross-process suites (single server
+# and cluster) with
 # RKV_TEST_TRANSPORT=verbs on the rxe0 address. Prints "N passed, N failed"
 # and exits non-zero when anything failed.
 #
@@ -94,6 +95,8 @@ run_gtest_binary "${build}/common/verbs_transport_test" 300
 export -f check_auto_picks_verbs
 run_one "TransportAutoPicksVerbs" 120 bash -c 'check_auto_picks_verbs "$1"' _ "${build}"
 run_gtest_binary "${build}/tests/rkv_integration_test" 900
+run_gtest_binary "${build}/tests/rkv_remote_access_test" 300
+run_gtest_binary "${build}/tests/rkv_cluster_test" 900
 
 echo
 if [ "${failed}" -gt 0 ]; then

@@ -1,0 +1,344 @@
+// The cluster suite: a real rkv-coordinator and three rkv-servers on this
+// machine, driven through librkv in cluster mode and kvctl. Runs over the
+// transport named by $RKV_TEST_TRANSPORT, like the single-server suite.
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "rkv/client.h"
+#include "tests/run_command.h"
+#include "tests/server_process.h"
+
+namespace rkv::testing {
+namespace {
+
+constexpr int kServers = 3;
+const char* kToken = "cluster-token";
+
+int Scaled(int n, int minimum = 1) {
+  return std::max(minimum, static_cast<int>(std::lround(n * TestScale())));
+}
+
+std::string ValueFor(const std::string& key, uint64_t generation) {
+  std::mt19937_64 rng(std::hash<std::string>()(key) ^ generation);
+  std::string v = key + "#" + std::to_string(generation) + "#";
+  const size_t extra = rng() % 200;
+  for (size_t i = 0; i < extra; ++i) v += static_cast<char>('a' + rng() % 26);
+  return v;
+}
+
+class ClusterTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    token_file_ = dir_.path() + "/token";
+    WriteFile(token_file_, std::string(kToken) + "\n");
+    coordinator_ = std::make_unique<ServerProcess>(
+        dir_.path() + "/coordinator", token_file_,
+        std::vector<std::string>{"--servers=3", "--shards=1024", "--heartbeat_interval_ms=200",
+                                 "--heartbeat_timeout_ms=2000"},
+        ServerProcess::Role::kCoordinator);
+    const Status c = coordinator_->Start();
+    ASSERT_TRUE(c.ok()) << c;
+    for (int i = 0; i < kServers; ++i) {
+      servers_.push_back(std::make_unique<ServerProcess>(
+          dir_.path() + "/server" + std::to_string(i), token_file_,
+          std::vector<std::string>{"--coordinator=" + coordinator_->address(), "--memory=134217728",
+                                   "--max_keys=131072"}));
+      const Status s = servers_.back()->Start();
+      ASSERT_TRUE(s.ok()) << "server " << i << ": " << s;
+    }
+  }
+
+  std::unique_ptr<Client> NewClient(std::string token = kToken, int connections = 1) {
+    ClientOptions o;
+    o.server.clear();
+    o.coordinator = coordinator_->address();
+    o.token = std::move(token);
+    o.transport = TestTransport();
+    o.timeout = std::chrono::milliseconds(60000);
+    o.connections = connections;
+    auto c = Client::Connect(o);
+    EXPECT_TRUE(c.ok()) << c.status() << "\ncoordinator log:\n" << coordinator_->Log();
+    return c.ok() ? std::move(c).value() : nullptr;
+  }
+
+  CommandResult Kvctl(std::vector<std::string> args, const std::string& token_file = "") {
+    std::vector<std::string> argv = {RKV_KVCTL_BIN, "--coordinator=" + coordinator_->address(),
+                                     "--token_file=" + (token_file.empty() ? token_file_ : token_file),
+                                     "--transport=" + TestTransport(), "--timeout=60000"};
+    argv.insert(argv.end(), args.begin(), args.end());
+    return RunCommand(argv);
+  }
+
+  // Per-server key counts from each server's Admin service.
+  std::map<std::string, uint64_t> KeysPerServer(Client& client) {
+    std::map<std::string, uint64_t> out;
+    auto members = client.Members();
+    EXPECT_TRUE(members.ok()) << members.status();
+    if (!members.ok()) return out;
+    for (const MemberInfo& m : *members) {
+      auto stats = client.ServerStats(m.server_id);
+      EXPECT_TRUE(stats.ok()) << m.server_id << ": " << stats.status();
+      if (stats.ok()) out[m.server_id] = stats->keys;
+    }
+    return out;
+  }
+
+  TempDir dir_;
+  std::string token_file_;
+  std::unique_ptr<ServerProcess> coordinator_;
+  std::vector<std::unique_ptr<ServerProcess>> servers_;
+};
+
+TEST_F(ClusterTest, KeysSpreadOverEveryServer) {
+  auto client = NewClient("cluster-token", 2);
+  ASSERT_NE(client, nullptr);
+  auto members = client->Members();
+  ASSERT_TRUE(members.ok()) << members.status();
+  ASSERT_EQ(members->size(), static_cast<size_t>(kServers));
+  uint32_t shards = 0;
+  for (const MemberInfo& m : *members) {
+    EXPECT_EQ(m.state, "UP") << m.server_id;
+    EXPECT_EQ(m.transport, TestTransport());
+    shards += m.shards;
+  }
+  EXPECT_EQ(shards, 1024u);
+
+  const int n = Scaled(50000, 3000);
+  for (int i = 0; i < n; ++i) {
+    const std::string key = "spread-" + std::to_string(i);
+    auto v = client->Put(key, ValueFor(key, 1));
+    ASSERT_TRUE(v.ok()) << key << ": " << v.status();
+  }
+  for (int start = 0; start < n; start += 100) {
+    std::vector<std::string> batch;
+    for (int i = start; i < std::min(n, start + 100); ++i) batch.push_back("spread-" + std::to_string(i));
+    auto results = client->MultiGet(batch);
+    for (size_t j = 0; j < batch.size(); ++j) {
+      ASSERT_TRUE(results[j].ok()) << batch[j] << ": " << results[j].status();
+      ASSERT_EQ(*results[j], ValueFor(batch[j], 1));
+    }
+  }
+  const auto per_server = KeysPerServer(*client);
+  ASSERT_EQ(per_server.size(), static_cast<size_t>(kServers));
+  uint64_t total = 0;
+  for (const auto& [id, keys] : per_server) total += keys;
+  EXPECT_EQ(total, static_cast<uint64_t>(n));
+  for (const auto& [id, keys] : per_server) {
+    const double share = static_cast<double>(keys) / static_cast<double>(n);
+    EXPECT_GE(share, 0.25) << id << " holds " << keys << " of " << n;
+    EXPECT_LE(share, 0.42) << id << " holds " << keys << " of " << n;
+  }
+
+  // kvctl sees the same cluster.
+  auto r = Kvctl({"members"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  for (const MemberInfo& m : *members) EXPECT_NE(r.out.find(m.server_id), std::string::npos) << r.out;
+  r = Kvctl({"get", "spread-7"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, ValueFor("spread-7", 1));
+}
+
+TEST_F(ClusterTest, GetsNeverReachAServerCpu) {
+  auto client = NewClient();
+  ASSERT_NE(client, nullptr);
+  const int n = Scaled(2000, 200);
+  for (int i = 0; i < n; ++i) {
+    ASSERT_TRUE(client->Put("cpu-" + std::to_string(i), ValueFor("cpu", i)).ok());
+  }
+  auto members = client->Members();
+  ASSERT_TRUE(members.ok());
+  std::map<std::string, ServerStatsInfo> before;
+  for (const MemberInfo& m : *members) {
+    auto s = client->ServerStats(m.server_id);
+    ASSERT_TRUE(s.ok()) << s.status();
+    before[m.server_id] = *s;
+  }
+  // A GET-only load: every key, three times over.
+  for (int round = 0; round < 3; ++round) {
+    for (int i = 0; i < n; ++i) {
+      auto got = client->Get("cpu-" + std::to_string(i));
+      ASSERT_TRUE(got.ok()) << got.status();
+    }
+  }
+  for (const MemberInfo& m : *members) {
+    auto s = client->ServerStats(m.server_id);
+    ASSERT_TRUE(s.ok()) << s.status();
+    EXPECT_EQ(s->gets_served_by_cpu, 0u) << m.server_id;
+    // The server CPU handled no request at all during the GET load.
+    EXPECT_EQ(s->puts, before[m.server_id].puts) << m.server_id;
+    EXPECT_EQ(s->deletes, before[m.server_id].deletes) << m.server_id;
+    EXPECT_EQ(s->request_errors, before[m.server_id].request_errors) << m.server_id;
+  }
+  auto r = Kvctl({"stats"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("GETS_BY_CPU"), std::string::npos) << r.out;
+}
+
+// Writers and readers run while `disrupt` does its damage; every PUT must
+// be acknowledged in the end (calls retry within their deadline) and every
+// acknowledged value must be readable afterwards.
+void RunLoadThrough(Client& client, const std::function<void()>& disrupt,
+                    std::map<std::string, std::string>* acked_out, int* failures_out,
+                    std::string* first_failure) {
+  std::atomic<bool> stop{false};
+  std::mutex mu;
+  std::map<std::string, std::string> acked;
+  int failures = 0;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 2; ++t) {
+    threads.emplace_back([&, t] {
+      for (uint64_t i = 0; !stop.load(); ++i) {
+        const std::string key = "load-" + std::to_string(t) + "-" + std::to_string(i % 500);
+        const std::string value = ValueFor(key, i);
+        auto v = client.Put(key, value);
+        {
+          std::lock_guard<std::mutex> l(mu);
+          if (v.ok()) {
+            acked[key] = value;
+          } else {
+            if (first_failure->empty()) *first_failure = "put " + key + ": " + v.status().ToString();
+            ++failures;
+          }
+        }
+        // Each thread owns its keys, so a GET must return the PUT just acknowledged.
+        if (i % 4 == 0 && v.ok()) {
+          auto got = client.Get(key);
+          std::lock_guard<std::mutex> l(mu);
+          if (!got.ok()) {
+            if (first_failure->empty()) *first_failure = "get " + key + ": " + got.status().ToString();
+            ++failures;
+          } else if (*got != value) {
+            if (first_failure->empty()) *first_failure = "get " + key + " returned another value";
+            ++failures;
+          }
+        }
+      }
+    });
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  disrupt();
+  std::this_thread::sleep_for(std::chrono::milliseconds(1000));
+  stop = true;
+  for (auto& th : threads) th.join();
+  *acked_out = std::move(acked);
+  *failures_out = failures;
+}
+
+TEST_F(ClusterTest, Kill9OfAServerUnderLoadLosesNothingAndClientsRecover) {
+  auto client = NewClient("cluster-token", 2);
+  ASSERT_NE(client, nullptr);
+  const uint64_t version_before = client->cluster_map_version();
+  std::map<std::string, std::string> acked;
+  int failures = 0;
+  std::string first_failure;
+  RunLoadThrough(
+      *client,
+      [&] {
+        servers_[1]->Kill9();
+        std::this_thread::sleep_for(std::chrono::milliseconds(1000));
+        ASSERT_TRUE(servers_[1]->Start().ok()) << servers_[1]->Log();
+      },
+      &acked, &failures, &first_failure);
+  EXPECT_EQ(failures, 0) << first_failure;
+  ASSERT_FALSE(acked.empty());
+  for (const auto& [key, value] : acked) {
+    auto got = client->Get(key);
+    ASSERT_TRUE(got.ok()) << key << ": " << got.status();
+    EXPECT_EQ(*got, value) << key << " lost its last acknowledged value";
+  }
+  // The restart shows in the map (new epoch: the version moved on).
+  ASSERT_TRUE(client->RefreshClusterMap().ok());
+  EXPECT_GT(client->cluster_map_version(), version_before);
+  // A fresh client sees everything too.
+  auto fresh = NewClient();
+  ASSERT_NE(fresh, nullptr);
+  for (const auto& [key, value] : acked) {
+    auto got = fresh->Get(key);
+    ASSERT_TRUE(got.ok()) << key << ": " << got.status();
+    EXPECT_EQ(*got, value);
+  }
+}
+
+TEST_F(ClusterTest, CoordinatorRestartUnderLoadIsInvisibleToTheDataPath) {
+  auto client = NewClient("cluster-token", 2);
+  ASSERT_NE(client, nullptr);
+  // Touch every server first so the data path needs nothing from the
+  // coordinator while it is away.
+  for (int i = 0; i < 64; ++i) ASSERT_TRUE(client->Put("warm-" + std::to_string(i), "w").ok());
+  std::map<std::string, std::string> acked;
+  int failures = 0;
+  std::string first_failure;
+  RunLoadThrough(
+      *client,
+      [&] {
+        coordinator_->Kill9();
+        std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+        ASSERT_TRUE(coordinator_->Start().ok()) << coordinator_->Log();
+      },
+      &acked, &failures, &first_failure);
+  EXPECT_EQ(failures, 0) << first_failure;
+  for (const auto& [key, value] : acked) {
+    auto got = client->Get(key);
+    ASSERT_TRUE(got.ok()) << key << ": " << got.status();
+    EXPECT_EQ(*got, value);
+  }
+  // The restarted coordinator recovered its map from RocksDB, and the
+  // client reaches it again within seconds (its channel backs off <= 1 s).
+  Status refreshed;
+  for (int i = 0; i < 100; ++i) {
+    refreshed = client->RefreshClusterMap();
+    if (refreshed.ok()) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  ASSERT_TRUE(refreshed.ok()) << refreshed;
+  auto members = client->Members();
+  ASSERT_TRUE(members.ok());
+  EXPECT_EQ(members->size(), static_cast<size_t>(kServers));
+}
+
+TEST_F(ClusterTest, BadTokenIsRefusedByTheCoordinatorAndEveryServer) {
+  ClientOptions o;
+  o.server.clear();
+  o.coordinator = coordinator_->address();
+  o.token = "wrong-token";
+  o.transport = TestTransport();
+  o.timeout = std::chrono::milliseconds(10000);
+  auto bad = Client::Connect(o);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), StatusCode::kUnauthenticated) << bad.status();
+
+  for (const auto& server : servers_) {
+    ClientOptions direct;
+    direct.server = server->address();
+    direct.token = "wrong-token";
+    direct.transport = TestTransport();
+    direct.timeout = std::chrono::milliseconds(10000);
+    auto d = Client::Connect(direct);
+    ASSERT_FALSE(d.ok()) << server->address();
+    EXPECT_TRUE(d.status().code() == StatusCode::kPermissionDenied ||
+                d.status().code() == StatusCode::kUnauthenticated)
+        << server->address() << ": " << d.status();
+  }
+  const std::string wrong = dir_.path() + "/wrong";
+  WriteFile(wrong, "wrong-token\n");
+  auto r = Kvctl({"members"}, wrong);
+  EXPECT_EQ(r.exit_code, 2);
+  // The good token still works everywhere.
+  auto good = NewClient();
+  ASSERT_NE(good, nullptr);
+  ASSERT_TRUE(good->Put("still", "works").ok());
+}
+
+}  // namespace
+}  // namespace rkv::testing
