@@ -27,7 +27,7 @@ struct Invocation {
 
 // Parses the positional arguments. INVALID_ARGUMENT for a missing or
 // unknown command, a wrong number of arguments, or (with key_hex) a key
-// that is not hex; UNIMPLEMENTED is never returned.
+// that is not hex.
 StatusOr<Invocation> ParseInvocation(const std::vector<std::string>& args, bool key_hex);
 
 // Where put takes its value from.
