@@ -8,6 +8,7 @@
 
 #include "common/transport/transport.h"
 #include "proto/auth.h"
+#include "proto/grpc_server.h"
 #include "proto/rkv.grpc.pb.h"
 #include "proto/validation.h"
 
@@ -56,21 +57,10 @@ StatusOr<std::unique_ptr<AdminServer>> AdminServer::Start(const std::string& lis
   if (!stats) return InvalidArgument("no stats function");
   std::unique_ptr<AdminServer> server(new AdminServer());
   server->service_ = std::make_unique<Service>(control::TokenDigestHex(token), std::move(stats));
-  grpc::ServerBuilder builder;
-  int port = 0;
-  // gRPC binds with SO_REUSEPORT by default, which would let a second
-  // process share the port and split the traffic; refuse that instead.
-  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
-  builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &port);
-  builder.RegisterService(server->service_.get());
-  server->server_ = builder.BuildAndStart();
-  if (server->server_ == nullptr || port == 0) {
-    return Unavailable("--admin_listen: cannot listen on " + listen + " (address in use or not local?)");
-  }
-  std::string host;
-  uint16_t unused = 0;
-  RKV_RETURN_IF_ERROR(transport::ParseHostPort(listen, &host, &unused));
-  server->address_ = (listen.front() == '[' ? "[" + host + "]" : host) + ":" + std::to_string(port);
+  RKV_ASSIGN_OR_RETURN(control::StartedGrpcServer started,
+                       control::StartGrpcServer(listen, server->service_.get(), "--admin_listen: "));
+  server->server_ = std::move(started.server);
+  server->address_ = std::move(started.address);
   return server;
 }
 

@@ -1,0 +1,27 @@
+// Starting a gRPC server the way every rkv control-plane service does.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include <grpcpp/grpcpp.h>
+
+#include "common/status.h"
+
+namespace rkv::control {
+
+struct StartedGrpcServer {
+  std::unique_ptr<grpc::Server> server;
+  // "HOST:PORT" actually bound: the port filled in when 0 was asked.
+  std::string address;
+};
+
+// Builds and starts a server for `service` on `listen` ("HOST:PORT",
+// "[v6]:PORT"; port 0 picks a free one). SO_REUSEPORT is off: gRPC turns
+// it on by default, which would let a second process share the port and
+// split the traffic. INVALID_ARGUMENT for a malformed address, UNAVAILABLE
+// (its message prefixed with `what`) when it cannot listen.
+StatusOr<StartedGrpcServer> StartGrpcServer(const std::string& listen, grpc::Service* service,
+                                            const std::string& what);
+
+}  // namespace rkv::control
