@@ -302,6 +302,9 @@ void Server::ServeConnection(Worker* w) {
               << " closed: " << ended;
   }
   conn.Disconnect();
+  // Torn down here, not by the reaper on the accept thread: a slow teardown
+  // must never hold up new connections. The ring outlives it (reaped later).
+  w->conn.reset();
   connections_open_.fetch_sub(1, std::memory_order_relaxed);
   w->finished.store(true, std::memory_order_release);
 }

@@ -161,6 +161,15 @@ struct Options {
   // it needs and clamps them to device limits.
   uint32_t max_send_wr = 256;
   uint32_t max_recv_wr = 256;
+  // verbs only: the longest a Connection's Poll busy-polls its completion
+  // queues (no system call) before it arms them and sleeps on the
+  // completion channel, in microseconds; 0 never spins, at most 1000000.
+  // Each connection adapts below this limit: it keeps spinning while its
+  // completions arrive within the limit, and spins less (down to not at
+  // all) after waits that outlast it, so an idle connection costs no CPU.
+  // A spinning Poll yields the CPU between rounds, so other runnable
+  // threads (e.g. the peer on a loopback device) still get to run.
+  int poll_spin_us = 200;
 };
 
 class Transport {

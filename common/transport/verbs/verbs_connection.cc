@@ -2,11 +2,13 @@
 
 #include <netdb.h>
 #include <poll.h>
+#include <sched.h>
 #include <sys/socket.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstddef>
+#include <cstdio>
 #include <cstring>
 #include <utility>
 
@@ -24,9 +26,10 @@ constexpr auto kHandshakeTimeout = std::chrono::seconds(30);
 // How long a Post waits for send queue room while the device completes
 // earlier work requests (they complete without the caller's help).
 constexpr auto kSendQueueWait = std::chrono::seconds(5);
-// ibv_poll_cq rounds before Poll arms the CQs and sleeps.
-constexpr int kBusyPolls = 64;
 constexpr int kPollBatch = 16;
+// While spinning, Poll reads the clock and yields the CPU once every this
+// many empty ibv_poll_cq rounds.
+constexpr uint32_t kSpinRoundsPerYield = 8;
 
 // rdma_cm private data limits on IB/RoCE (CM REQ/REP/REJ less rdma_cm's
 // header); the transport interface promises exactly these.
@@ -102,6 +105,31 @@ std::string DescribeRejectData(const uint8_t* data, size_t len) {
   return all_zero ? "no reason given" : std::to_string(len) + " bytes of reject data";
 }
 
+// The status code of an rkv RejectData in reject private data; kOk when
+// there is none.
+StatusCode RejectDataCode(const void* data, size_t len) {
+  using protocol::RejectData;
+  if (data == nullptr || len < offsetof(RejectData, message)) return StatusCode::kOk;
+  uint32_t magic = 0;
+  int32_t code = 0;
+  const auto* p = static_cast<const uint8_t*>(data);
+  std::memcpy(&magic, p + offsetof(RejectData, magic), sizeof magic);
+  std::memcpy(&code, p + offsetof(RejectData, status_code), sizeof code);
+  if (magic != protocol::kRejectMagic || !IsValidStatusCode(code)) return StatusCode::kOk;
+  return static_cast<StatusCode>(code);
+}
+
+// Server side: refuses a connection request because this transport failed
+// to set it up (not an application decision). The client reads it as
+// UNAVAILABLE and may retry.
+void RejectTransient(rdma_cm_id* id, const std::string& why) {
+  protocol::RejectData reject{};
+  reject.magic = protocol::kRejectMagic;
+  reject.status_code = static_cast<int32_t>(StatusCode::kUnavailable);
+  std::snprintf(reject.message, sizeof(reject.message), "%s", why.c_str());
+  rdma_reject(id, &reject, sizeof(reject));
+}
+
 std::string EventText(const rdma_cm_event* event) {
   std::string text = rdma_event_str(event->event);
   if (event->status != 0) {
@@ -129,14 +157,14 @@ int IbvAccess(uint32_t access) {
 }
 
 VerbsConnection::VerbsConnection(const ConnectionConfig& config, CmId id)
-    : config_(config), id_(std::move(id)) {}
+    : config_(config), id_(std::move(id)), spin_window_(config.max_spin) {}
 
 VerbsConnection::~VerbsConnection() {
   if (id_.get() != nullptr) {
     if (state_ == State::kPending) {
       // Neither accepted nor rejected: tell the client now rather than
       // letting its Connect time out.
-      rdma_reject(id_.get(), nullptr, 0);
+      RejectTransient(id_.get(), "the server dropped the connection request");
     } else if (state_ == State::kConnected && !disconnect_sent_) {
       rdma_disconnect(id_.get());
     }
@@ -186,7 +214,7 @@ StatusOr<std::unique_ptr<VerbsConnection>> VerbsConnection::CreatePassive(
     return conn->ModifyQp(IBV_QPS_INIT, "INIT");
   }();
   if (!status.ok()) {
-    rdma_reject(conn->id_.get(), nullptr, 0);
+    RejectTransient(conn->id_.get(), status.ToString());
     conn->state_ = State::kClosed;
     return status;
   }
@@ -290,6 +318,12 @@ StatusOr<std::unique_ptr<VerbsConnection>> VerbsConnection::Connect(
     const auto& c = event->param.conn;
     const std::string reason =
         DescribeRejectData(static_cast<const uint8_t*>(c.private_data), c.private_data_len);
+    if (event->status == kRejectConsumerDefined &&
+        RejectDataCode(c.private_data, c.private_data_len) == StatusCode::kUnavailable) {
+      // The server's transport failed while setting the connection up
+      // (RejectTransient): transient, so worth retrying.
+      return Unavailable(where + ": the server could not set up the connection: " + reason);
+    }
     if (event->status == kRejectConsumerDefined) {
       return PermissionDenied(where + ": rejected by the server: " + reason);
     }
@@ -331,6 +365,10 @@ Status VerbsConnection::CreateQueues() {
   send_ring_.assign(send_depth_, SendEntry{});
   send_wrs_.assign(send_depth_, ibv_send_wr{});
   send_sges_.assign(send_depth_, ibv_sge{});
+  // Room for every completion the queues can have outstanding at once.
+  pending_.assign(size_t{send_depth_} + recv_depth_, Completion{});
+  pending_head_ = 0;
+  pending_count_ = 0;
   return Status::Ok();
 }
 
@@ -456,7 +494,7 @@ Status VerbsConnection::Accept(std::span<const uint8_t> reply) {
   if (status.ok()) status = ModifyQp(IBV_QPS_RTS, "RTS");
   if (status.ok()) status = BindWindows(deadline);
   if (!status.ok()) {
-    rdma_reject(id_.get(), nullptr, 0);
+    RejectTransient(id_.get(), status.ToString());
     state_ = State::kClosed;
     return status.WithContext(where);
   }
@@ -563,11 +601,13 @@ Status VerbsConnection::ReserveSend(uint32_t n) {
     return InvalidArgument(std::to_string(n) + " work requests exceed the send queue depth " +
                            std::to_string(send_depth_));
   }
-  const auto deadline = Clock::now() + kSendQueueWait;
+  // The common case (room) reads no clock.
+  Clock::time_point deadline{};
   while (send_depth_ - SendOutstanding() < n) {
     RKV_ASSIGN_OR_RETURN(int polled, DrainCqs());
     if (polled > 0) continue;
     if (Broken()) return BrokenStatus();
+    if (deadline == Clock::time_point{}) deadline = Clock::now() + kSendQueueWait;
     if (Clock::now() >= deadline) {
       return ResourceExhausted("send queue full: " + std::to_string(SendOutstanding()) + " of " +
                                std::to_string(send_depth_) + " work requests outstanding");
@@ -752,7 +792,7 @@ void VerbsConnection::OnSendCompletion(const ibv_wc& wc) {
     c.wr_id = entry.user_wr_id;
     c.op = entry.op;
     c.status = std::move(status);
-    pending_.push_back(std::move(c));
+    PushPending(std::move(c));
   }
   // An RC send queue completes in order: every WR up to `seq` is done.
   retired_seq_ = seq + 1;
@@ -770,7 +810,7 @@ void VerbsConnection::OnRecvCompletion(const ibv_wc& wc) {
     failed_ = true;
     qp_in_error_ = true;
   }
-  pending_.push_back(std::move(c));
+  PushPending(std::move(c));
 }
 
 StatusOr<int> VerbsConnection::DrainCqs() {
@@ -864,41 +904,99 @@ Status VerbsConnection::WaitEvents(Clock::time_point deadline) {
   return Status::Ok();
 }
 
+void VerbsConnection::PushPending(Completion c) {
+  if (pending_count_ == pending_.size()) {
+    // Full: double, keeping the order (oldest first). Rare: only a caller
+    // that posts without polling gets here.
+    std::vector<Completion> bigger(std::max<size_t>(2 * pending_.size(), 8));
+    for (size_t i = 0; i < pending_count_; ++i) {
+      bigger[i] = std::move(pending_[(pending_head_ + i) % pending_.size()]);
+    }
+    pending_ = std::move(bigger);
+    pending_head_ = 0;
+  }
+  pending_[(pending_head_ + pending_count_) % pending_.size()] = std::move(c);
+  ++pending_count_;
+}
+
+size_t VerbsConnection::TakePending(std::span<Completion> out) {
+  const size_t n = std::min(out.size(), pending_count_);
+  for (size_t i = 0; i < n; ++i) {
+    out[i] = std::move(pending_[pending_head_]);
+    pending_head_ = (pending_head_ + 1) % pending_.size();
+  }
+  pending_count_ -= n;
+  return n;
+}
+
+Status VerbsConnection::Spin(Clock::time_point until) {
+  uint32_t rounds = 0;
+  while (pending_count_ == 0) {
+    RKV_ASSIGN_OR_RETURN(int polled, DrainCqs());
+    if (polled > 0) continue;  // e.g. only internal completions: go on
+    if (++rounds % kSpinRoundsPerYield == 0) {
+      if (Clock::now() >= until) break;
+      // Lets another runnable thread on this CPU go first (on a loopback
+      // device that may be the peer whose reply this Poll waits for).
+      sched_yield();
+    }
+  }
+  return Status::Ok();
+}
+
+void VerbsConnection::AdaptSpin(Clock::duration waited) {
+  const Clock::duration max = config_.max_spin;
+  if (max <= Clock::duration::zero() || waited <= spin_window_) return;
+  if (waited <= max) {
+    // Spinning a little longer would have caught it: grow.
+    spin_window_ = std::min<Clock::duration>(
+        max, std::max<Clock::duration>(2 * spin_window_, kMinSpinWindow));
+  } else {
+    // Longer than any spin: spin less, down to not at all.
+    spin_window_ /= 2;
+    if (spin_window_ < kMinSpinWindow) spin_window_ = Clock::duration::zero();
+  }
+}
+
 StatusOr<size_t> VerbsConnection::Poll(std::span<Completion> out,
                                        std::chrono::microseconds timeout) {
   if (out.empty()) return size_t{0};
   if (state_ == State::kRejected || state_ == State::kClosed || qp_.get() == nullptr) {
     return FailedPrecondition("Poll on a connection that was rejected or never established");
   }
-  const auto deadline = Clock::now() + timeout;
-  auto take = [&]() {
-    const size_t n = std::min(out.size(), pending_.size());
-    for (size_t i = 0; i < n; ++i) {
-      out[i] = std::move(pending_.front());
-      pending_.pop_front();
+  // Fast path: what is queued or already in the CQs, no clock, no syscall.
+  if (pending_count_ == 0) RKV_RETURN_IF_ERROR(DrainCqs().status());
+  if (pending_count_ > 0) return TakePending(out);
+
+  const auto start = Clock::now();
+  const auto deadline = start + timeout;
+  if (!Broken() && spin_window_ > Clock::duration::zero() && timeout.count() > 0) {
+    RKV_RETURN_IF_ERROR(Spin(std::min(deadline, start + spin_window_)));
+    if (pending_count_ > 0) {
+      AdaptSpin(Clock::now() - start);
+      return TakePending(out);
     }
-    return n;
-  };
+  }
   while (true) {
-    if (!pending_.empty()) return take();
-    RKV_RETURN_IF_ERROR(DrainCqs().status());
-    if (!pending_.empty()) return take();
+    // Disconnects arrive as cm events; they are read here, off the fast
+    // path: a connection whose peer went away stops completing, so its
+    // next Poll that finds nothing ready gets here.
     RKV_RETURN_IF_ERROR(HandleCmEvents());
-    if (Broken() && SendOutstanding() == 0 && recv_outstanding_ == 0) {
-      RKV_RETURN_IF_ERROR(DrainCqs().status());
-      if (!pending_.empty()) return take();
-      return BrokenStatus();
-    }
+    RKV_RETURN_IF_ERROR(DrainCqs().status());
+    if (pending_count_ > 0) break;
+    if (Broken() && SendOutstanding() == 0 && recv_outstanding_ == 0) return BrokenStatus();
     if (Clock::now() >= deadline) {
+      // Nothing came: that says something only when the wait outlasted
+      // any spin (then spin less).
+      if (timeout > config_.max_spin) AdaptSpin(Clock::now() - start);
       if (Broken()) return BrokenStatus();
       return size_t{0};
     }
-    for (int i = 0; i < kBusyPolls && pending_.empty(); ++i) {
-      RKV_RETURN_IF_ERROR(DrainCqs().status());
-    }
-    if (!pending_.empty()) return take();
     RKV_RETURN_IF_ERROR(WaitEvents(deadline));
+    if (pending_count_ > 0) break;
   }
+  AdaptSpin(Clock::now() - start);
+  return TakePending(out);
 }
 
 }  // namespace rkv::transport::verbs

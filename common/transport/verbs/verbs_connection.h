@@ -44,12 +44,25 @@
 // entries and the receive CQ recv_depth: every outstanding WR can complete
 // (in error, unsignaled ones too) without overflowing a CQ.
 //
+// Waiting (Poll). Poll first busy-polls both CQs (ibv_poll_cq reads
+// memory the device shares with the process: no system call), for up to
+// the connection's spin window, yielding the CPU every few rounds; only
+// then does it read the connection's rdma_cm events (a system call), arm
+// the CQs and sleep on the completion and cm channels. The window adapts
+// per connection, between 0 and ConnectionConfig::max_spin: a wait that
+// ended within max_spin but after the window doubles it (from at least
+// kMinSpinWindow), a wait that outlasted max_spin halves it (below
+// kMinSpinWindow: no spinning). A busy connection thus answers from the
+// spin, and an idle one (a server worker between clients) sleeps at once.
+// Completions wait in a ring that only grows (so the steady state
+// allocates nothing per operation); posting makes no system call beyond
+// the device's own doorbell.
+//
 // Thread safety: as the Connection interface says (one caller at a time).
 #pragma once
 
 #include <chrono>
 #include <cstdint>
-#include <deque>
 #include <memory>
 #include <span>
 #include <string>
@@ -65,6 +78,9 @@ namespace rkv::transport::verbs {
 inline constexpr uint32_t kWrsPerWriteSend = 2;
 inline constexpr uint32_t kMinSendDepth = 16;
 inline constexpr uint32_t kMinRecvDepth = 4;
+// The smallest non-zero adaptive spin window, and the largest max_spin.
+inline constexpr std::chrono::microseconds kMinSpinWindow{10};
+inline constexpr std::chrono::microseconds kMaxSpinLimit{1'000'000};
 static_assert(kMinSendDepth / 2 >= 2 * kWrsPerWriteSend,
               "the signal interval must hold at least two WRITE+SEND pairs");
 
@@ -79,6 +95,8 @@ struct ConnectionConfig {
   uint8_t responder_resources = 0;  // min(max_qp_rd_atom, 255)
   uint8_t initiator_depth = 0;      // min(max_qp_init_rd_atom, 255)
   ibv_mtu active_mtu = IBV_MTU_1024;
+  // Options::poll_spin_us: the upper bound of each connection's spin window.
+  std::chrono::microseconds max_spin{0};
 };
 
 // A registered region (shared or connection-private).
@@ -182,6 +200,14 @@ class VerbsConnection final : public Connection {
   // Arms both CQs, re-polls, and blocks on the completion and cm channels
   // until something is ready or `deadline`.
   Status WaitEvents(Clock::time_point deadline);
+  // Busy-polls the CQs until a completion is pending or `until`.
+  Status Spin(Clock::time_point until);
+  // Adapts spin_window_ to a wait of `waited` (see the header comment).
+  void AdaptSpin(Clock::duration waited);
+  // The completion ring (pending_): append, and move up to out.size()
+  // entries out from the front.
+  void PushPending(Completion c);
+  size_t TakePending(std::span<Completion> out);
   void MoveQpToError();
   bool Broken() const;
   Status BrokenStatus() const;
@@ -215,7 +241,13 @@ class VerbsConnection final : public Connection {
   uint64_t retired_seq_ = 0;      // every send WR below this is retired
   uint32_t unsignaled_run_ = 0;   // unsignaled WRs since the last signaled
   uint32_t recv_outstanding_ = 0;
-  std::deque<Completion> pending_;  // completions not yet returned by Poll
+  // Completions not yet returned by Poll: a ring of pending_.size() slots
+  // holding pending_count_ entries from pending_head_. It doubles when
+  // full (posting without polling can queue more than the queue depths).
+  std::vector<Completion> pending_;
+  size_t pending_head_ = 0;
+  size_t pending_count_ = 0;
+  Clock::duration spin_window_{0};  // current adaptive window, <= max_spin
 
   bool failed_ = false;              // a WR completed in error
   bool remote_disconnected_ = false; // DISCONNECTED (or device removal) seen

@@ -196,12 +196,17 @@ StatusOr<std::unique_ptr<Transport>> Create(const Options& options, bool allow_m
   }
   if (options.gid_index > 255) return InvalidArgument("gid_index above 255");
   if (attr.max_sge < 1) return Unavailable(device->name() + " reports max_sge 0");
+  if (options.poll_spin_us < 0 || options.poll_spin_us > kMaxSpinLimit.count()) {
+    return InvalidArgument("poll_spin_us " + std::to_string(options.poll_spin_us) +
+                           " is outside [0, " + std::to_string(kMaxSpinLimit.count()) + "]");
+  }
 
   ConnectionConfig config;
   RKV_ASSIGN_OR_RETURN(config.pd, ProtectionDomain::Create(device));
   config.gid_index = options.gid_index;
   config.active_mtu = port.active_mtu;
   config.max_inline_wish = kInlineWish;
+  config.max_spin = std::chrono::microseconds(options.poll_spin_us);
   // Queue depths: what was asked, at least what the accounting needs, at
   // most what the device allows for a QP and a CQ.
   const auto device_depth = static_cast<uint32_t>(std::max(0, std::min(attr.max_qp_wr, attr.max_cqe)));
@@ -240,6 +245,7 @@ StatusOr<std::unique_ptr<Transport>> Create(const Options& options, bool allow_m
             << "/" << static_cast<int>(config.initiator_depth) << ", gid_index "
             << (options.gid_index < 0 ? std::string("chosen by rdma_cm")
                                       : std::to_string(options.gid_index))
+            << ", poll spin up to " << options.poll_spin_us << " us"
             << "; private regions use " << private_mode;
   return std::unique_ptr<Transport>(std::make_unique<VerbsTransport>(std::move(config)));
 }
