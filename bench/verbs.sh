@@ -29,7 +29,7 @@ done
 
 stamp=$(date -u +%Y-%m-%dT%H%MZ)
 raw=$(mktemp -d "${TMPDIR:-/tmp}/rkv-verbs-results.XXXXXX")
-export RKV_BENCH_COMMAND="bench/verbs.sh${*:+ $*} (in the guest: bench/run-verbs.sh $build_dir)"
+export RKV_BENCH_COMMAND="bench/verbs.sh${*:+ $*} (in the guest: bench/run-verbs.sh ${build_dir#"$repo"/})"
 rc=0
 (cd "$repo" && deploy/softroce/run-in-guest.sh --timeout 1500 --out "$raw" -- \
   bench/run-verbs.sh "$build_dir") || rc=$?
