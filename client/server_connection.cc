@@ -94,10 +94,19 @@ Status ServerConnection::Init(transport::Transport& transport, Deadline deadline
     if (!s.ok()) return MarkBroken(s.WithContext("posting receives"));
   }
 
-  std::vector<transport::ReadOp> ops(1);
-  ops[0].local = {mr_.get(), 0, static_cast<uint32_t>(sizeof(layout::TableHeader))};
-  ops[0].remote = {accept_.index.addr, accept_.index.rkey};
-  RKV_RETURN_IF_ERROR(PostReadsAndWait(ops, deadline, "the table header READ"));
+  // Lookup scratch, sized once: no GET allocates it again.
+  pending_.reserve(kMaxBatchKeys);
+  key_state_.resize(kMaxBatchKeys);
+  todo_.reserve(kMaxBatchKeys);
+  next_todo_.reserve(kMaxBatchKeys);
+  outcome_.resize(kMaxBatchKeys);
+  candidates_.reserve(kMaxBatchKeys * 2 * layout::kSlotsPerBucket);
+  ops_.reserve(kMaxReadsPerList);
+
+  ops_.resize(1);
+  ops_[0].local = {mr_.get(), 0, static_cast<uint32_t>(sizeof(layout::TableHeader))};
+  ops_[0].remote = {accept_.index.addr, accept_.index.rkey};
+  RKV_RETURN_IF_ERROR(PostReadsAndWait(ops_, deadline, Clock::now(), "the table header READ"));
   std::memcpy(&table_, buffer_.get(), sizeof(table_));
   const Status s = CheckTableHeader(table_, accept_);
   if (!s.ok()) {
@@ -117,11 +126,10 @@ Status ServerConnection::MarkBroken(Status why) {
 }
 
 Status ServerConnection::PollOnce(microseconds wait) {
-  std::array<transport::Completion, 32> completions;
-  auto n = conn_->Poll(completions, wait);
+  auto n = conn_->Poll(completions_, wait);
   if (!n.ok()) return MarkBroken(n.status().WithContext("connection to " + address_));
   for (size_t i = 0; i < *n; ++i) {
-    const transport::Completion& c = completions[i];
+    const transport::Completion& c = completions_[i];
     if (!c.status.ok()) {
       MarkBroken(c.status.WithContext("connection to " + address_)).IgnoreError();
       continue;
@@ -180,21 +188,25 @@ void ServerConnection::HandleReceive(uint64_t index, uint32_t byte_len) {
 }
 
 template <typename Done>
-Status ServerConnection::WaitFor(Done done, Deadline deadline, std::string_view what) {
+Status ServerConnection::WaitFor(Done done, Deadline deadline, Clock::time_point now,
+                                 std::string_view what) {
   while (!done()) {
     if (broken_) return broken_status_;
-    const microseconds left = Remaining(deadline);
+    const microseconds left =
+        now >= deadline ? microseconds(0) : duration_cast<microseconds>(deadline - now);
     if (left.count() == 0) {
       return MarkBroken(DeadlineExceeded("timed out waiting for " + std::string(what) + " from " +
                                          address_));
     }
     RKV_RETURN_IF_ERROR(PollOnce(std::min(left, microseconds(50'000))));
+    // Only a wait that needs another round reads the clock again.
+    if (!done()) now = Clock::now();
   }
   return Status::Ok();
 }
 
-Status ServerConnection::PostReadsAndWait(std::vector<transport::ReadOp>& ops, Deadline deadline,
-                                          std::string_view what) {
+Status ServerConnection::PostReadsAndWait(std::span<transport::ReadOp> ops, Deadline deadline,
+                                          Clock::time_point now, std::string_view what) {
   if (broken_) return broken_status_;
   for (auto& op : ops) {
     op.signaled = false;
@@ -204,20 +216,22 @@ Status ServerConnection::PostReadsAndWait(std::vector<transport::ReadOp>& ops, D
   const uint64_t wr = ops.back().wr_id;
   const Status s = conn_->PostReads(ops);
   if (!s.ok()) return MarkBroken(s.WithContext("posting " + std::string(what)));
-  return WaitFor([&] { return completed_read_wr_ >= wr; }, deadline, what);
+  return WaitFor([&] { return completed_read_wr_ >= wr; }, deadline, now, what);
 }
 
 Status ServerConnection::Lookup(std::span<const std::string_view> keys,
                                 std::span<LookupResult> results, Deadline deadline) {
   if (broken_) return broken_status_;
-  std::vector<size_t> pending;
-  for (size_t i = 0; i < keys.size(); ++i) {
-    if (!results[i].done) pending.push_back(i);
-  }
-  for (size_t start = 0; start < pending.size(); start += kMaxBatchKeys) {
-    const size_t n = std::min(kMaxBatchKeys, pending.size() - start);
-    RKV_RETURN_IF_ERROR(
-        LookupBatch(keys, results, std::span<const size_t>(pending).subspan(start, n), deadline));
+  // Batches of at most kMaxBatchKeys not-done keys, gathered into the
+  // reused pending_ list (no allocation).
+  size_t i = 0;
+  while (i < keys.size()) {
+    pending_.clear();
+    for (; i < keys.size() && pending_.size() < kMaxBatchKeys; ++i) {
+      if (!results[i].done) pending_.push_back(i);
+    }
+    if (pending_.empty()) break;
+    RKV_RETURN_IF_ERROR(LookupBatch(keys, results, pending_, deadline));
   }
   return Status::Ok();
 }
@@ -225,103 +239,90 @@ Status ServerConnection::Lookup(std::span<const std::string_view> keys,
 Status ServerConnection::LookupBatch(std::span<const std::string_view> keys,
                                      std::span<LookupResult> results,
                                      std::span<const size_t> batch, Deadline deadline) {
-  struct KeyState {
-    BucketChoice choice;
-    int attempts = 0;
-    int corrupt_rounds = 0;
-    std::string last_failure;
-  };
-  // What one round saw for one key.
-  struct Outcome {
-    bool found = false;
-    bool lease_expired = false;
-    bool unreadable = false;  // a candidate block failed to decode
-    bool corrupt = false;     // a candidate slot points outside the heap
-    std::string why;
-    std::string value;
-    uint64_t version = 0;
-  };
-  struct Candidate {
-    size_t t;  // index into `todo`
-    uint64_t heap_offset;
-    uint64_t bytes;
-    size_t local_offset = 0;
-  };
-
-  std::vector<KeyState> state(batch.size());
+  // batch.size() <= kMaxBatchKeys: key_state_ and outcome_ hold that many.
   for (size_t j = 0; j < batch.size(); ++j) {
-    state[j].choice =
-        ChooseBuckets(TableHash(keys[batch[j]], table_.hash_seed), table_.bucket_count_log2);
+    KeyState& ks = key_state_[j];
+    ks.choice = ChooseBuckets(TableHash(keys[batch[j]], table_.hash_seed), table_.bucket_count_log2);
+    ks.attempts = 0;
+    ks.corrupt_rounds = 0;
+    ks.last_failure.clear();
   }
-  std::vector<size_t> todo(batch.size());
-  for (size_t j = 0; j < todo.size(); ++j) todo[j] = j;
+  todo_.clear();
+  for (size_t j = 0; j < batch.size(); ++j) todo_.push_back(j);
   microseconds backoff(20);
-  std::vector<transport::ReadOp> ops;
 
-  while (!todo.empty()) {
-    // 1. Both candidate buckets of every key, one list; the lease starts
-    //    when they are posted.
-    ops.clear();
-    for (size_t t = 0; t < todo.size(); ++t) {
-      const BucketChoice& ch = state[todo[t]].choice;
+  while (!todo_.empty()) {
+    // 1. Both candidate buckets of every key, one list, b1 before b2 (the
+    //    server's relocation relies on that order); the lease starts when
+    //    they are posted.
+    ops_.clear();
+    for (size_t t = 0; t < todo_.size(); ++t) {
+      const BucketChoice& ch = key_state_[todo_[t]].choice;
       for (int k = 0; k < 2; ++k) {
-        transport::ReadOp op;
+        transport::ReadOp& op = ops_.emplace_back();
         op.local = {mr_.get(), t * kBucketPairBytes + k * sizeof(layout::Bucket),
                     static_cast<uint32_t>(sizeof(layout::Bucket))};
         op.remote = {accept_.index.addr + layout::BucketOffset(k == 0 ? ch.b1 : ch.b2),
                      accept_.index.rkey};
-        ops.push_back(op);
       }
     }
     const Clock::time_point posted = Clock::now();
-    RKV_RETURN_IF_ERROR(PostReadsAndWait(ops, deadline, "bucket READs"));
+    RKV_RETURN_IF_ERROR(PostReadsAndWait(ops_, deadline, posted, "bucket READs"));
 
     // 2. Slots whose fingerprint matches.
-    std::vector<Outcome> outcome(todo.size());
-    std::vector<Candidate> candidates;
-    for (size_t t = 0; t < todo.size(); ++t) {
+    for (size_t t = 0; t < todo_.size(); ++t) {
+      Outcome& o = outcome_[t];
+      o.found = o.lease_expired = o.unreadable = o.corrupt = false;
+      o.version = 0;
+    }
+    candidates_.clear();
+    for (size_t t = 0; t < todo_.size(); ++t) {
       const uint8_t* pair = buffer_.get() + t * kBucketPairBytes;
+      const uint16_t fingerprint = key_state_[todo_[t]].choice.fingerprint;
       for (size_t s = 0; s < 2 * layout::kSlotsPerBucket; ++s) {
         uint64_t slot;
         std::memcpy(&slot, pair + s * sizeof(uint64_t), sizeof(slot));
-        if (slot == layout::kEmptySlot ||
-            layout::SlotFingerprint(slot) != state[todo[t]].choice.fingerprint) {
-          continue;
-        }
+        if (slot == layout::kEmptySlot || layout::SlotFingerprint(slot) != fingerprint) continue;
         const uint64_t offset = layout::SlotBlockOffset(slot);
         const uint64_t bytes = layout::SlotBlockBytes(slot);
         if (bytes == 0 || bytes > max_block_ || offset > accept_.heap.length ||
             bytes > accept_.heap.length - offset) {
-          outcome[t].corrupt = true;
-          outcome[t].why = "slot " + to_string(slot) + " names block [" + to_string(offset) + ", +" +
-                           to_string(bytes) + ") outside the " + to_string(accept_.heap.length) +
-                           "-byte heap or over the largest block";
+          outcome_[t].corrupt = true;
+          outcome_[t].why = "slot " + to_string(slot) + " names block [" + to_string(offset) + ", +" +
+                            to_string(bytes) + ") outside the " + to_string(accept_.heap.length) +
+                            "-byte heap or over the largest block";
           continue;
         }
-        candidates.push_back(Candidate{t, offset, bytes});
+        candidates_.push_back(Candidate{t, offset, bytes});
       }
     }
 
-    // 3. Candidate blocks, as many per list as the block area holds.
-    for (size_t c = 0; c < candidates.size();) {
-      ops.clear();
+    // 3. Candidate blocks, as many per list as the block area holds. A
+    //    match's value goes straight into the key's result (a result that
+    //    does not end up found is never marked done, so a stale value
+    //    there is never reported).
+    for (size_t c = 0; c < candidates_.size();) {
+      ops_.clear();
       size_t used = 0;
       const size_t first = c;
-      while (c < candidates.size() && ops.size() < kMaxReadsPerList &&
-             used + candidates[c].bytes <= block_area_bytes_) {
-        candidates[c].local_offset = block_area_offset_ + used;
-        transport::ReadOp op;
-        op.local = {mr_.get(), candidates[c].local_offset, static_cast<uint32_t>(candidates[c].bytes)};
-        op.remote = {accept_.heap.addr + candidates[c].heap_offset, accept_.heap.rkey};
-        ops.push_back(op);
-        used += candidates[c].bytes;
+      while (c < candidates_.size() && ops_.size() < kMaxReadsPerList &&
+             used + candidates_[c].bytes <= block_area_bytes_) {
+        Candidate& cand = candidates_[c];
+        cand.local_offset = block_area_offset_ + used;
+        transport::ReadOp& op = ops_.emplace_back();
+        op.local = {mr_.get(), cand.local_offset, static_cast<uint32_t>(cand.bytes)};
+        op.remote = {accept_.heap.addr + cand.heap_offset, accept_.heap.rkey};
+        used += cand.bytes;
         ++c;
       }
-      RKV_RETURN_IF_ERROR(PostReadsAndWait(ops, deadline, "block READs"));
+      // The clock is read for the lease only: the wait's first round takes
+      // its time left from the lease start (later rounds read the clock).
+      RKV_RETURN_IF_ERROR(PostReadsAndWait(ops_, deadline, posted, "block READs"));
       const auto elapsed = Clock::now() - posted;
       const bool in_lease = elapsed < lease_;
       for (size_t k = first; k < c; ++k) {
-        Outcome& o = outcome[candidates[k].t];
+        const Candidate& cand = candidates_[k];
+        Outcome& o = outcome_[cand.t];
         if (!in_lease) {
           // The block may have been freed and reused since the bucket READ.
           o.lease_expired = true;
@@ -329,61 +330,64 @@ Status ServerConnection::LookupBatch(std::span<const std::string_view> keys,
                   " us, over the " + to_string(lease_.count()) + " us lease";
           continue;
         }
-        auto record = DecodeRecord(std::span<const uint8_t>(
-            buffer_.get() + candidates[k].local_offset, candidates[k].bytes));
+        auto record = DecodeRecord(
+            std::span<const uint8_t>(buffer_.get() + cand.local_offset, cand.bytes));
         if (!record.ok()) {
           o.unreadable = true;
-          o.why = "block at heap offset " + to_string(candidates[k].heap_offset) + ": " +
+          o.why = "block at heap offset " + to_string(cand.heap_offset) + ": " +
                   record.status().ToString();
           continue;
         }
-        if (record->key != keys[batch[todo[candidates[k].t]]]) continue;  // fingerprint collision
+        const size_t key_index = batch[todo_[cand.t]];
+        if (record->key != keys[key_index]) continue;                      // fingerprint collision
         if ((record->flags & layout::kBlockFlagTombstone) != 0) continue;  // never live in a heap
         if (!o.found || record->version > o.version) {
           o.found = true;
-          o.value.assign(record->value);
           o.version = record->version;
+          results[key_index].value.assign(record->value);
         }
       }
     }
 
     // 4. Answers, or another round.
-    std::vector<size_t> next;
-    for (size_t t = 0; t < todo.size(); ++t) {
-      KeyState& ks = state[todo[t]];
-      LookupResult& r = results[batch[todo[t]]];
-      Outcome& o = outcome[t];
+    next_todo_.clear();
+    for (size_t t = 0; t < todo_.size(); ++t) {
+      KeyState& ks = key_state_[todo_[t]];
+      LookupResult& r = results[batch[todo_[t]]];
+      Outcome& o = outcome_[t];
       if (o.found) {
         r.done = true;
         r.status = Status::Ok();
-        r.value = std::move(o.value);
         r.version = o.version;
         continue;
       }
       if (!o.lease_expired && !o.unreadable && !o.corrupt) {
         r.done = true;
         r.status = NotFound("key not found");
+        r.value.clear();
         continue;
       }
       ++ks.attempts;
-      ks.last_failure = o.why;
+      ks.last_failure.swap(o.why);
       ks.corrupt_rounds = o.corrupt ? ks.corrupt_rounds + 1 : 0;
       if (ks.corrupt_rounds >= kCorruptRounds) {
         r.done = true;
-        r.status = DataLoss("corrupt table on " + address_ + ": " + o.why);
+        r.status = DataLoss("corrupt table on " + address_ + ": " + ks.last_failure);
+        r.value.clear();
         continue;
       }
-      next.push_back(todo[t]);
+      next_todo_.push_back(todo_[t]);
     }
-    todo = std::move(next);
-    if (todo.empty()) break;
+    todo_.swap(next_todo_);
+    if (todo_.empty()) break;
 
     if (Remaining(deadline) <= backoff) {
-      for (size_t j : todo) {
+      for (size_t j : todo_) {
         LookupResult& r = results[batch[j]];
         r.done = true;
-        r.status = DeadlineExceeded("GET gave up after " + to_string(state[j].attempts) +
-                                    " attempts; last: " + state[j].last_failure);
+        r.status = DeadlineExceeded("GET gave up after " + to_string(key_state_[j].attempts) +
+                                    " attempts; last: " + key_state_[j].last_failure);
+        r.value.clear();
       }
       break;
     }
@@ -429,7 +433,7 @@ StatusOr<ApplyResult> ServerConnection::Apply(protocol::Op op, std::string_view 
         return completed_send_wr_ >= wr && last_reply_.has_value() &&
                last_reply_->request_id == request.request_id;
       },
-      deadline, "the reply"));
+      deadline, Clock::now(), "the reply"));
   ApplyResult result;
   result.version = last_reply_->version;
   if (last_reply_->status_code != 0) {

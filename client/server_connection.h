@@ -22,6 +22,7 @@
 // connection under a mutex).
 #pragma once
 
+#include <array>
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
@@ -31,8 +32,10 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "client/staging_ring.h"
+#include "common/hash.h"
 #include "common/layout.h"
 #include "common/protocol.h"
 #include "common/status.h"
@@ -117,13 +120,14 @@ class ServerConnection {
                      std::span<const size_t> batch, Deadline deadline);
 
   // Posts `ops` (the last one signaled, wr_ids filled in here) and waits
-  // for the signaled completion.
-  Status PostReadsAndWait(std::vector<transport::ReadOp>& ops, Deadline deadline,
-                          std::string_view what);
+  // for the signaled completion. `now` is a clock reading taken just
+  // before the call (saves reading the clock again for the first wait).
+  Status PostReadsAndWait(std::span<transport::ReadOp> ops, Deadline deadline,
+                          Clock::time_point now, std::string_view what);
   // Polls until done() or the deadline (which breaks the connection: work
-  // is in flight).
+  // is in flight). `now` as for PostReadsAndWait.
   template <typename Done>
-  Status WaitFor(Done done, Deadline deadline, std::string_view what);
+  Status WaitFor(Done done, Deadline deadline, Clock::time_point now, std::string_view what);
   // Polls once, up to `wait`, and dispatches the completions.
   Status PollOnce(std::chrono::microseconds wait);
   void HandleReceive(uint64_t index, uint32_t byte_len);
@@ -157,6 +161,39 @@ class ServerConnection {
   uint64_t next_request_id_ = 1;
   std::deque<uint64_t> outstanding_;  // request ids, in send order
   std::optional<protocol::ReplyMsg> last_reply_;
+
+  // Per-lookup scratch, sized once in Init and reused by every Lookup so
+  // that the GET path allocates nothing (a result's value string aside).
+  struct KeyState {
+    BucketChoice choice;
+    int attempts = 0;
+    int corrupt_rounds = 0;
+    std::string last_failure;  // written only when a round fails
+  };
+  // What one round saw for one key.
+  struct Outcome {
+    bool found = false;
+    bool lease_expired = false;
+    bool unreadable = false;  // a candidate block failed to decode
+    bool corrupt = false;     // a candidate slot points outside the heap
+    uint64_t version = 0;     // of the newest match (its value is in the result)
+    std::string why;          // written only on a failure
+  };
+  struct Candidate {
+    size_t t = 0;  // index into todo_
+    uint64_t heap_offset = 0;
+    uint64_t bytes = 0;
+    size_t local_offset = 0;
+  };
+  std::vector<size_t> pending_;
+  std::vector<KeyState> key_state_;
+  std::vector<size_t> todo_;
+  std::vector<size_t> next_todo_;
+  std::vector<Outcome> outcome_;
+  std::vector<Candidate> candidates_;
+  std::vector<transport::ReadOp> ops_;
+  // Completions of one Poll; small: a GET waits for one signaled READ.
+  std::array<transport::Completion, 8> completions_;
 
   uint64_t next_wr_id_ = 1;
   uint64_t completed_read_wr_ = 0;  // highest signaled READ completed
