@@ -18,7 +18,9 @@ std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address) {
   // Reconnect quickly once a restarted peer is back (gRPC's default backoff
   // grows to minutes).
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
-  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+  // GRPC_ARG_MIN_RECONNECT_BACKOFF_MS stays at its default: gRPC uses it as
+  // the least time one connection attempt (TCP + HTTP/2 handshake) is given,
+  // so a small value makes connects fail spuriously on a loaded host.
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
   return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
 }

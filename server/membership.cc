@@ -141,7 +141,9 @@ Membership::Membership(MembershipOptions options) : options_(std::move(options))
   // Reconnect promptly once the coordinator is back: gRPC's default
   // reconnect backoff grows to two minutes.
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
-  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+  // GRPC_ARG_MIN_RECONNECT_BACKOFF_MS stays at its default: gRPC uses it as
+  // the least time one connection attempt (TCP + HTTP/2 handshake) is given,
+  // so a small value makes connects fail spuriously on a loaded host.
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
   rpc_->channel = grpc::CreateCustomChannel(options_.coordinator_address, grpc::InsecureChannelCredentials(), args);
   rpc_->stub = v1::Coordinator::NewStub(rpc_->channel);
