@@ -169,7 +169,7 @@ struct Options {
   // all) after waits that outlast it, so an idle connection costs no CPU.
   // A spinning Poll yields the CPU between rounds, so other runnable
   // threads (e.g. the peer on a loopback device) still get to run.
-  int poll_spin_us = 200;
+  int poll_spin_us = 1000;
 };
 
 class Transport {
