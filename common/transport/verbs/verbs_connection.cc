@@ -702,45 +702,35 @@ Status VerbsConnection::PostWriteSend(LocalBuf write_src, RemoteBuf write_dst, L
   write_entry.op = OpType::kWrite;
   AddSend(0, write_entry, /*want_signal=*/false, /*last=*/false);
 
-  ibv_sge& ssge = send_sges_[1];
-  ssge.addr = reinterpret_cast<uint64_t>(send.mr->data() + send.offset);
-  ssge.length = send.length;
-  ssge.lkey = send.mr->lkey();
-  ibv_send_wr& msg = send_wrs_[1];
-  msg = ibv_send_wr{};
-  msg.opcode = IBV_WR_SEND;
-  msg.sg_list = &ssge;
-  msg.num_sge = 1;
+  AddSignaledSend(1, send, wr_id);
+  return PostSendChain(kWrsPerWriteSend, "ibv_post_send(RDMA_WRITE+SEND)");
+}
+
+void VerbsConnection::AddSignaledSend(uint32_t index, LocalBuf send, uint64_t wr_id) {
+  ibv_sge& sge = send_sges_[index];
+  sge.addr = reinterpret_cast<uint64_t>(send.mr->data() + send.offset);
+  sge.length = send.length;
+  sge.lkey = send.mr->lkey();
+  ibv_send_wr& wr = send_wrs_[index];
+  wr = ibv_send_wr{};
+  wr.opcode = IBV_WR_SEND;
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
   // Inline only what the QP said it can carry (max_inline_data, read back
   // after creation); the buffer may be reused as soon as the post returns.
-  if (send.length <= max_inline_) msg.send_flags |= IBV_SEND_INLINE;
-  SendEntry send_entry;
-  send_entry.user_wr_id = wr_id;
-  send_entry.op = OpType::kSend;
-  send_entry.report_success = true;
-  AddSend(1, send_entry, /*want_signal=*/true, /*last=*/true);
-  return PostSendChain(kWrsPerWriteSend, "ibv_post_send(RDMA_WRITE+SEND)");
+  if (send.length <= max_inline_) wr.send_flags |= IBV_SEND_INLINE;
+  SendEntry entry;
+  entry.user_wr_id = wr_id;
+  entry.op = OpType::kSend;
+  entry.report_success = true;
+  AddSend(index, entry, /*want_signal=*/true, /*last=*/true);
 }
 
 Status VerbsConnection::PostSend(LocalBuf send, uint64_t wr_id) {
   RKV_RETURN_IF_ERROR(CheckSendable());
   RKV_RETURN_IF_ERROR(CheckLocal(send, "SEND source"));
   RKV_RETURN_IF_ERROR(ReserveSend(1));
-  ibv_sge& sge = send_sges_[0];
-  sge.addr = reinterpret_cast<uint64_t>(send.mr->data() + send.offset);
-  sge.length = send.length;
-  sge.lkey = send.mr->lkey();
-  ibv_send_wr& wr = send_wrs_[0];
-  wr = ibv_send_wr{};
-  wr.opcode = IBV_WR_SEND;
-  wr.sg_list = &sge;
-  wr.num_sge = 1;
-  if (send.length <= max_inline_) wr.send_flags |= IBV_SEND_INLINE;
-  SendEntry entry;
-  entry.user_wr_id = wr_id;
-  entry.op = OpType::kSend;
-  entry.report_success = true;
-  AddSend(0, entry, /*want_signal=*/true, /*last=*/true);
+  AddSignaledSend(0, send, wr_id);
   return PostSendChain(1, "ibv_post_send(SEND)");
 }
 

@@ -187,6 +187,9 @@ class VerbsConnection final : public Connection {
   // Gives send_wrs_[index] (filled in by the caller) its sequence number,
   // records `entry` and decides whether it is signaled.
   void AddSend(uint32_t index, const SendEntry& entry, bool want_signal, bool last);
+  // Fills send_wrs_[index] with a signaled SEND of `send` (inline when it
+  // fits) that ends the chain.
+  void AddSignaledSend(uint32_t index, LocalBuf send, uint64_t wr_id);
   // Posts send_wrs_[0, count) linked, with one doorbell.
   Status PostSendChain(uint32_t count, const char* what);
 
