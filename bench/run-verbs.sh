@@ -163,8 +163,8 @@ cpu_model=$(awk -F': ' '/^model name/ {print $2; exit}' /proc/cpuinfo)
   echo
   echo "rkv-server --transport=verbs --durability=$durability; rkv-ycsb: $records records loaded, then"
   echo "$ops operations (cap $duration_s s), uniform keys, one client thread unless noted. rkv has"
-  echo "no client location cache, so every GET is cold: two dependent READ rounds (both"
-  echo "candidate buckets in one doorbell, then the block)."
+  echo "no client location cache, so every GET is cold: two dependent READs (the key's"
+  echo "1 KiB neighbourhood of 16 buckets, then the block)."
   echo
   echo "## GET latency vs ib_read_lat"
   echo

@@ -326,9 +326,9 @@ if [[ -n $(git -C "$repo" status --porcelain 2>/dev/null | head -n 1) ]]; then c
   echo "## What this is not"
   echo
   echo "Loopback TCP is not RDMA. rkv's tcp transport is its fallback for machines"
-  echo "without an RDMA device: the one-sided READs of a GET (the two candidate buckets,"
+  echo "without an RDMA device: the one-sided READs of a GET (the key's neighbourhood,"
   echo "then the block) become request/response exchanges served by a transport thread"
-  echo "on the server, so a GET costs up to two dependent round trips (buckets, then the"
+  echo "on the server, so a GET costs two dependent round trips (neighbourhood, then the"
   echo "block) through the kernel where memcached and Redis need one. These figures compare the software"
   echo "path on equal terms; the RDMA figures come from bench/run-verbs.sh (SoftRoCE)."
   echo

@@ -22,8 +22,8 @@ using std::to_string;
 // READ and SEND wr_ids come from a counter that never reaches it.
 constexpr uint64_t kRecvTag = uint64_t{1} << 63;
 
-constexpr size_t kBucketPairBytes = 2 * sizeof(layout::Bucket);
-constexpr size_t kBucketAreaBytes = kMaxBatchKeys * kBucketPairBytes;
+constexpr size_t kNeighborhoodBytes = layout::kNeighborhoodBuckets * sizeof(layout::Bucket);
+constexpr size_t kBucketAreaBytes = kMaxBatchKeys * kNeighborhoodBytes;
 
 constexpr size_t RoundUp(size_t v, size_t to) { return (v + to - 1) / to * to; }
 
@@ -242,9 +242,10 @@ Status ServerConnection::LookupBatch(std::span<const std::string_view> keys,
   // batch.size() <= kMaxBatchKeys: key_state_ and outcome_ hold that many.
   for (size_t j = 0; j < batch.size(); ++j) {
     KeyState& ks = key_state_[j];
-    ks.choice = ChooseBuckets(TableHash(keys[batch[j]], table_.hash_seed), table_.bucket_count_log2);
+    ks.nb = NeighborhoodOf(TableHash(keys[batch[j]], table_.hash_seed), table_.bucket_count_log2);
     ks.attempts = 0;
     ks.corrupt_rounds = 0;
+    ks.confirming = false;
     ks.last_failure.clear();
   }
   todo_.clear();
@@ -252,22 +253,22 @@ Status ServerConnection::LookupBatch(std::span<const std::string_view> keys,
   microseconds backoff(20);
 
   while (!todo_.empty()) {
-    // 1. Both candidate buckets of every key, one list, b1 before b2 (the
-    //    server's relocation relies on that order); the lease starts when
-    //    they are posted.
+    // 1. Every key's neighbourhood, one READ each, all in one list; the
+    //    lease starts when they are posted.
     ops_.clear();
+    bool confirming = false;
     for (size_t t = 0; t < todo_.size(); ++t) {
-      const BucketChoice& ch = key_state_[todo_[t]].choice;
-      for (int k = 0; k < 2; ++k) {
-        transport::ReadOp& op = ops_.emplace_back();
-        op.local = {mr_.get(), t * kBucketPairBytes + k * sizeof(layout::Bucket),
-                    static_cast<uint32_t>(sizeof(layout::Bucket))};
-        op.remote = {accept_.index.addr + layout::BucketOffset(k == 0 ? ch.b1 : ch.b2),
-                     accept_.index.rkey};
-      }
+      const KeyState& ks = key_state_[todo_[t]];
+      confirming |= ks.confirming;
+      transport::ReadOp& op = ops_.emplace_back();
+      op.local = {mr_.get(), t * kNeighborhoodBytes,
+                  static_cast<uint32_t>(ks.nb.count * sizeof(layout::Bucket))};
+      op.remote = {accept_.index.addr + layout::BucketOffset(ks.nb.first), accept_.index.rkey};
     }
     const Clock::time_point posted = Clock::now();
-    RKV_RETURN_IF_ERROR(PostReadsAndWait(ops_, deadline, posted, "bucket READs"));
+    RKV_RETURN_IF_ERROR(PostReadsAndWait(ops_, deadline, posted, "neighbourhood READs"));
+    // Only a confirmation (see step 4) needs to know when its READ ended.
+    const Clock::time_point read_done = confirming ? Clock::now() : posted;
 
     // 2. Slots whose fingerprint matches.
     for (size_t t = 0; t < todo_.size(); ++t) {
@@ -277,12 +278,12 @@ Status ServerConnection::LookupBatch(std::span<const std::string_view> keys,
     }
     candidates_.clear();
     for (size_t t = 0; t < todo_.size(); ++t) {
-      const uint8_t* pair = buffer_.get() + t * kBucketPairBytes;
-      const uint16_t fingerprint = key_state_[todo_[t]].choice.fingerprint;
-      for (size_t s = 0; s < 2 * layout::kSlotsPerBucket; ++s) {
+      const Neighborhood& nb = key_state_[todo_[t]].nb;
+      const uint8_t* words = buffer_.get() + t * kNeighborhoodBytes;
+      for (size_t s = 0; s < nb.count * layout::kSlotsPerBucket; ++s) {
         uint64_t slot;
-        std::memcpy(&slot, pair + s * sizeof(uint64_t), sizeof(slot));
-        if (slot == layout::kEmptySlot || layout::SlotFingerprint(slot) != fingerprint) continue;
+        std::memcpy(&slot, words + s * sizeof(uint64_t), sizeof(slot));
+        if (slot == layout::kEmptySlot || layout::SlotFingerprint(slot) != nb.fingerprint) continue;
         const uint64_t offset = layout::SlotBlockOffset(slot);
         const uint64_t bytes = layout::SlotBlockBytes(slot);
         if (bytes == 0 || bytes > max_block_ || offset > accept_.heap.length ||
@@ -349,8 +350,15 @@ Status ServerConnection::LookupBatch(std::span<const std::string_view> keys,
       }
     }
 
-    // 4. Answers, or another round.
+    // 4. Answers, or another round. A clean miss is confirmed by a second
+    //    READ of the neighbourhood, posted after the first completed and
+    //    done within the lease from the first one's post: one READ of a
+    //    neighbourhood is not atomic, and a key the server moved between
+    //    two of its buckets while it ran can be missed; the server does not
+    //    move a key again within a grace period (server/table.h), so the
+    //    second READ sees it.
     next_todo_.clear();
+    bool failed = false;
     for (size_t t = 0; t < todo_.size(); ++t) {
       KeyState& ks = key_state_[todo_[t]];
       LookupResult& r = results[batch[todo_[t]]];
@@ -362,11 +370,25 @@ Status ServerConnection::LookupBatch(std::span<const std::string_view> keys,
         continue;
       }
       if (!o.lease_expired && !o.unreadable && !o.corrupt) {
-        r.done = true;
-        r.status = NotFound("key not found");
-        r.value.clear();
-        continue;
+        if (!ks.confirming) {
+          ks.confirming = true;
+          ks.first_posted = posted;
+          next_todo_.push_back(todo_[t]);
+          continue;
+        }
+        const auto elapsed = read_done - ks.first_posted;
+        if (elapsed < lease_) {
+          r.done = true;
+          r.status = NotFound("key not found");
+          r.value.clear();
+          continue;
+        }
+        o.lease_expired = true;
+        o.why = "confirming a miss took " + to_string(duration_cast<microseconds>(elapsed).count()) +
+                " us, over the " + to_string(lease_.count()) + " us lease";
       }
+      ks.confirming = false;
+      failed = true;
       ++ks.attempts;
       ks.last_failure.swap(o.why);
       ks.corrupt_rounds = o.corrupt ? ks.corrupt_rounds + 1 : 0;
@@ -380,6 +402,7 @@ Status ServerConnection::LookupBatch(std::span<const std::string_view> keys,
     }
     todo_.swap(next_todo_);
     if (todo_.empty()) break;
+    if (!failed) continue;  // confirmations only: no reason to wait
 
     if (Remaining(deadline) <= backoff) {
       for (size_t j : todo_) {

@@ -4,8 +4,9 @@
 // bookkeeping and request credits.
 //
 // Local buffer (one region, kLocalWrite), in this order:
-//   bucket area   kMaxBatchKeys * 2 buckets: landing area of bucket READs
-//                 (and of the table header READ at connect time);
+//   bucket area   kMaxBatchKeys neighbourhoods: landing area of
+//                 neighbourhood READs (and of the table header READ at
+//                 connect time);
 //   block area    max(largest block, kMinBlockArea): landing area of block
 //                 READs, packed at 64-byte offsets;
 //   build area    the largest block: a PUT/DELETE record is built here and
@@ -46,7 +47,7 @@ namespace rkv::client {
 using Clock = std::chrono::steady_clock;
 using Deadline = Clock::time_point;
 
-// Keys per pipelined lookup batch: 2 bucket READs each in one list.
+// Keys per pipelined lookup batch: one neighbourhood READ each, in one list.
 inline constexpr size_t kMaxBatchKeys = 64;
 // READs per posted list (bounded by the send queue depth).
 inline constexpr size_t kMaxReadsPerList = 2 * kMaxBatchKeys;
@@ -94,8 +95,11 @@ class ServerConnection {
   const layout::TableHeader& table() const { return table_; }
 
   // Looks up every key whose result is not done yet (keys.size() ==
-  // results.size()), retrying torn, reused or leased-out reads with
-  // backoff until `deadline`; afterwards every such result is done.
+  // results.size()): one READ of the key's neighbourhood, then one READ of
+  // each block whose slot fingerprint matches; a miss is confirmed by one
+  // more neighbourhood READ (see LookupBatch). Torn, reused or leased-out
+  // reads are retried with backoff until `deadline`; afterwards every such
+  // result is done.
   // Returns non-OK only when the connection broke: results already done
   // stay valid, the others stay not done.
   Status Lookup(std::span<const std::string_view> keys, std::span<LookupResult> results,
@@ -165,7 +169,9 @@ class ServerConnection {
   // Per-lookup scratch, sized once in Init and reused by every Lookup so
   // that the GET path allocates nothing (a result's value string aside).
   struct KeyState {
-    BucketChoice choice;
+    Neighborhood nb;
+    bool confirming = false;          // the last round missed cleanly
+    Clock::time_point first_posted;  // of that round's READ
     int attempts = 0;
     int corrupt_rounds = 0;
     std::string last_failure;  // written only when a round fails

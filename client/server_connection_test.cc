@@ -8,6 +8,7 @@
 #include <cstring>
 #include <deque>
 #include <functional>
+#include <thread>
 #include <vector>
 
 #include "common/hash.h"
@@ -83,18 +84,18 @@ struct FakeServer {
   uint8_t* heap_bytes() { return reinterpret_cast<uint8_t*>(heap.data()); }
 
   // Writes a block for key/value at heap offset `offset` and publishes it
-  // in the key's first bucket, slot `slot`.
+  // in the key's home bucket, slot `slot`.
   uint64_t Store(std::string_view key, std::string_view value, uint64_t version, uint64_t offset,
                  size_t slot = 0) {
     const uint64_t bytes = EncodeRecord(std::span<uint8_t>(heap_bytes() + offset, layout::BlockBytes(key.size(), value.size())),
                                         key, value, version, 0);
-    const BucketChoice ch = ChooseBuckets(TableHash(key, header().hash_seed), header().bucket_count_log2);
-    const uint64_t word = layout::MakeSlot(ch.fingerprint, offset, bytes);
-    index[1 + ch.b1].slots[slot] = word;
+    const Neighborhood nb = Choice(key);
+    const uint64_t word = layout::MakeSlot(nb.fingerprint, offset, bytes);
+    index[1 + nb.first].slots[slot] = word;
     return word;
   }
-  BucketChoice Choice(std::string_view key) {
-    return ChooseBuckets(TableHash(key, header().hash_seed), header().bucket_count_log2);
+  Neighborhood Choice(std::string_view key) {
+    return NeighborhoodOf(TableHash(key, header().hash_seed), header().bucket_count_log2);
   }
 };
 
@@ -239,13 +240,48 @@ TEST(ServerConnectionTest, FindsStoredKeysAndMissesAbsentOnes) {
   EXPECT_EQ(LookupOne(*c, "gamma").status.code(), StatusCode::kNotFound);
 }
 
+TEST(ServerConnectionTest, AMissIsConfirmedByASecondNeighbourhoodRead) {
+  FakeServer server(4, 64);
+  FakeTransport t(&server);
+  auto c = OpenOrDie(t);  // list 0: the header
+  // Absent: two neighbourhood READs, no block READ, then NOT_FOUND.
+  EXPECT_EQ(LookupOne(*c, "moving").status.code(), StatusCode::kNotFound);
+  EXPECT_EQ(server.read_lists, 3);
+  // A key the first READ misses (the server was moving it) and the second
+  // sees is found.
+  server.before_reads = [&](int lists) {
+    if (lists == 4) server.Store("moving", "here", 3, 0, 7);
+  };
+  LookupResult r = LookupOne(*c, "moving");
+  ASSERT_TRUE(r.status.ok()) << r.status;
+  EXPECT_EQ(r.value, "here");
+  EXPECT_EQ(server.read_lists, 6);  // READ, confirming READ, block READ
+  // A present key costs two READs: neighbourhood, block.
+  EXPECT_TRUE(LookupOne(*c, "moving").status.ok());
+  EXPECT_EQ(server.read_lists, 8);
+}
+
+TEST(ServerConnectionTest, AConfirmationOutsideTheLeaseIsNotBelieved) {
+  FakeServer server(4, 64);
+  server.accept.grace_period_us = 20'000;  // a 10 ms lease
+  FakeTransport t(&server);
+  auto c = OpenOrDie(t);
+  // The confirming READ (list 2) ends after the lease: the miss is not
+  // trusted, and the lookup starts over (lists 3 and 4) before NOT_FOUND.
+  server.before_reads = [&](int lists) {
+    if (lists == 2) std::this_thread::sleep_for(std::chrono::milliseconds(15));
+  };
+  EXPECT_EQ(LookupOne(*c, "absent").status.code(), StatusCode::kNotFound);
+  EXPECT_EQ(server.read_lists, 5);
+}
+
 TEST(ServerConnectionTest, FingerprintCollisionIsNotAMatch) {
   FakeServer server(4, 64);
   server.Store("alpha", "one", 1, 0);
   // A slot in "other"'s bucket with "other"'s fingerprint, but pointing at
   // alpha's block.
-  const BucketChoice ch = server.Choice("other");
-  server.index[1 + ch.b2].slots[5] = layout::MakeSlot(ch.fingerprint, 0, 64);
+  const Neighborhood ch = server.Choice("other");
+  server.index[1 + ch.first + ch.count - 1].slots[5] = layout::MakeSlot(ch.fingerprint, 0, 64);
   FakeTransport t(&server);
   auto c = OpenOrDie(t);
   EXPECT_EQ(LookupOne(*c, "other").status.code(), StatusCode::kNotFound);
@@ -253,8 +289,8 @@ TEST(ServerConnectionTest, FingerprintCollisionIsNotAMatch) {
 
 TEST(ServerConnectionTest, SlotOutsideTheHeapIsDataLoss) {
   FakeServer server(4, 64);
-  const BucketChoice ch = server.Choice("k");
-  server.index[1 + ch.b1].slots[0] = layout::MakeSlot(ch.fingerprint, 64 * 64, 64);
+  const Neighborhood ch = server.Choice("k");
+  server.index[1 + ch.first].slots[0] = layout::MakeSlot(ch.fingerprint, 64 * 64, 64);
   FakeTransport t(&server);
   auto c = OpenOrDie(t);
   LookupResult r = LookupOne(*c, "k");
@@ -267,7 +303,7 @@ TEST(ServerConnectionTest, TornBlockIsRetriedUntilItHolds) {
   server.Store("k", "value", 2, 0);
   server.heap_bytes()[27] ^= 1;  // a value byte: the CRC fails
   // Repair the block before the third READ list (the second round's
-  // bucket READs).
+  // neighbourhood READ).
   server.before_reads = [&](int lists) {
     if (lists == 3) server.heap_bytes()[27] ^= 1;
   };
@@ -297,8 +333,8 @@ TEST(ServerConnectionTest, BatchesManyKeys) {
   // order to avoid clobbering within a bucket).
   std::vector<int> used(1 << 8, 0);
   for (int i = 0; i < 150; i += 3) {
-    const BucketChoice ch = server.Choice(keys[i]);
-    server.Store(keys[i], "v" + std::to_string(i), 1, 64 * i, used[ch.b1]++);
+    const Neighborhood ch = server.Choice(keys[i]);
+    server.Store(keys[i], "v" + std::to_string(i), 1, 64 * i, used[ch.first]++);
   }
   FakeTransport t(&server);
   auto c = OpenOrDie(t);

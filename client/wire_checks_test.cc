@@ -113,7 +113,7 @@ TEST(CheckTableHeaderTest, RejectsEachMismatch) {
   h.magic = 1;
   EXPECT_EQ(CheckTableHeader(h, a).code(), StatusCode::kInvalidArgument);
   h = GoodHeader(a);
-  h.layout_version = 2;
+  h.layout_version = layout::kLayoutVersion + 1;
   EXPECT_EQ(CheckTableHeader(h, a).code(), StatusCode::kFailedPrecondition);
   h = GoodHeader(a);
   h.bucket_count = 1000;

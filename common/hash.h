@@ -1,11 +1,11 @@
-// Key hashing: which shard owns a key, and which two buckets of a table may
-// hold it.
+// Key hashing: which shard owns a key, and which buckets of a table may hold
+// it.
 //
 // Two hashes, both XXH3-64:
 //   - the shard hash, seed 0, is the same in every process of a cluster, so
 //     any client routes a key to the same shard;
 //   - the table hash uses the table's own seed (TableHeader::hash_seed): it
-//     picks the two candidate buckets and the slot fingerprint.
+//     picks the key's neighbourhood and the slot fingerprint.
 // (DESIGN.md derives both from one hash; with shard = h mod shards and
 // bucket = h mod buckets on power-of-two counts, a server would only ever
 // use 1/shards of its buckets. Separate seeds keep them independent.)
@@ -21,22 +21,26 @@ namespace rkv {
 uint64_t ShardHash(std::string_view key);
 uint64_t TableHash(std::string_view key, uint64_t table_seed);
 
-struct BucketChoice {
-  uint64_t b1;
-  uint64_t b2;  // != b1 whenever the table has more than one bucket
+// The buckets that may hold a key: layout::kNeighborhoodBuckets consecutive
+// buckets (fewer only in a smaller table) starting at the key's home bucket,
+// or ending at the last bucket when the home bucket is too near the end. A
+// client fetches all of them with ONE READ (layout.h, "Neighbourhood").
+struct Neighborhood {
+  uint64_t first;  // first bucket
+  uint32_t count;  // buckets
   uint16_t fingerprint;
+
+  bool Contains(uint64_t b) const { return b >= first && b - first < count; }
 };
 
-// The two candidate buckets of a key with table hash `h` in a table of
+// The neighbourhood of a key with table hash `h` in a table of
 // 2^bucket_count_log2 buckets.
-constexpr BucketChoice ChooseBuckets(uint64_t h, uint32_t bucket_count_log2) {
-  const uint64_t mask = (uint64_t{1} << bucket_count_log2) - 1;
-  const uint64_t b1 = h & mask;
-  // Mix the high half so b2 is independent of b1's bits.
-  uint64_t b2 = ((h >> 32) * 0x9E3779B97F4A7C15ULL >> 17) & mask;
-  if (b2 == b1) b2 = b1 ^ 1 ^ (mask == 0 ? 1 : 0);
-  b2 &= mask;
-  return BucketChoice{b1, b2, layout::FingerprintOf(h)};
+constexpr Neighborhood NeighborhoodOf(uint64_t h, uint32_t bucket_count_log2) {
+  const uint64_t buckets = uint64_t{1} << bucket_count_log2;
+  const uint64_t count = buckets < layout::kNeighborhoodBuckets ? buckets : layout::kNeighborhoodBuckets;
+  const uint64_t home = h & (buckets - 1);
+  const uint64_t first = home < buckets - count ? home : buckets - count;
+  return Neighborhood{first, static_cast<uint32_t>(count), layout::FingerprintOf(h)};
 }
 
 inline uint32_t ShardOf(std::string_view key, uint32_t shard_count) {

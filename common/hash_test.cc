@@ -1,5 +1,6 @@
 #include "common/hash.h"
 
+#include <algorithm>
 #include <set>
 #include <string>
 #include <vector>
@@ -19,30 +20,37 @@ TEST(HashTest, DeterministicAndSeeded) {
   EXPECT_NE(TableHash(a, 5), TableHash(b, 5));
 }
 
-TEST(HashTest, TwoDistinctBucketsInRange) {
-  for (uint32_t log2 = 1; log2 <= 20; ++log2) {
+TEST(HashTest, NeighborhoodIsInRangeAndStartsAtHome) {
+  for (uint32_t log2 = 0; log2 <= 20; ++log2) {
+    const uint64_t buckets = uint64_t{1} << log2;
     for (int i = 0; i < 1000; ++i) {
-      const BucketChoice c = ChooseBuckets(TableHash(std::to_string(i), 99), log2);
-      ASSERT_LT(c.b1, uint64_t{1} << log2);
-      ASSERT_LT(c.b2, uint64_t{1} << log2);
-      ASSERT_NE(c.b1, c.b2);
+      const uint64_t h = TableHash(std::to_string(i), 99);
+      const Neighborhood nb = NeighborhoodOf(h, log2);
+      ASSERT_EQ(nb.count, std::min<uint64_t>(buckets, layout::kNeighborhoodBuckets));
+      ASSERT_LE(nb.first + nb.count, buckets);
+      ASSERT_EQ(nb.fingerprint, layout::FingerprintOf(h));
+      // The home bucket is the first one, or inside the last neighbourhood.
+      const uint64_t home = h & (buckets - 1);
+      ASSERT_TRUE(nb.first == home || nb.first == buckets - nb.count) << log2 << " " << i;
+      ASSERT_TRUE(nb.Contains(home));
+      ASSERT_FALSE(nb.Contains(nb.first + nb.count));
+      if (nb.first > 0) {
+        ASSERT_FALSE(nb.Contains(nb.first - 1));
+      }
     }
   }
-  const BucketChoice single = ChooseBuckets(12345, 0);
-  EXPECT_EQ(single.b1, 0u);
-  EXPECT_EQ(single.b2, 0u);
+  // One READ of a neighbourhood is at most 1 KiB.
+  EXPECT_EQ(layout::kNeighborhoodBuckets * sizeof(layout::Bucket), 1024u);
 }
 
-TEST(HashTest, BucketsSpreadEvenly) {
+TEST(HashTest, HomesSpreadEvenly) {
   constexpr uint32_t kLog2 = 10;
   std::vector<int> hits(1 << kLog2, 0);
   constexpr int kKeys = 200000;
   for (int i = 0; i < kKeys; ++i) {
-    const BucketChoice c = ChooseBuckets(TableHash("k" + std::to_string(i), 42), kLog2);
-    ++hits[c.b1];
-    ++hits[c.b2];
+    ++hits[TableHash("k" + std::to_string(i), 42) & ((1 << kLog2) - 1)];
   }
-  const double mean = 2.0 * kKeys / hits.size();
+  const double mean = static_cast<double>(kKeys) / hits.size();
   for (int h : hits) {
     EXPECT_GT(h, mean * 0.75);
     EXPECT_LT(h, mean * 1.25);
@@ -55,7 +63,7 @@ TEST(HashTest, ShardsUseEveryBucket) {
   for (int i = 0; used.size() < 64 && i < 100000; ++i) {
     const std::string key = "k" + std::to_string(i);
     if (ShardOf(key, 16) != 3) continue;
-    used.insert(ChooseBuckets(TableHash(key, 7), 6).b1);
+    used.insert(TableHash(key, 7) & 63);
   }
   EXPECT_EQ(used.size(), 64u);
 }

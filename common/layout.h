@@ -25,11 +25,17 @@
 namespace rkv::layout {
 
 inline constexpr uint64_t kTableMagic = 0x454C4241'54564B52ULL;  // "RKVTABLE"
-inline constexpr uint32_t kLayoutVersion = 1;
+inline constexpr uint32_t kLayoutVersion = 2;  // 2: neighbourhoods
 
 inline constexpr size_t kCacheLine = 64;
 inline constexpr size_t kSlotsPerBucket = 8;
 inline constexpr size_t kBlockAlign = 64;
+// Neighbourhood: a key lives in one of kNeighborhoodBuckets consecutive
+// buckets from its home bucket (common/hash.h, NeighborhoodOf), so a client
+// fetches every place it can be with ONE READ of 1 KiB, a single packet at
+// any RoCE path MTU >= 1024. (DESIGN.md has two random candidate buckets:
+// two READs, and two request/response packet pairs on the NIC, per GET.)
+inline constexpr size_t kNeighborhoodBuckets = 16;
 
 // First 64 bytes of the index region. Written once when the table is
 // created (and the epoch once per server start); read by clients to check

@@ -112,9 +112,9 @@ protocol::ReplyMsg Applier::Apply(std::span<const uint8_t> msg, std::span<const 
 
 protocol::ReplyMsg Applier::ApplyPut(uint64_t request_id, std::string_view key, std::string_view value) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (!table_->CanPlace(key)) {
+  if (!table_->PrepareInsert(key, Heap::Clock::now())) {
     // Refused before anything is written.
-    return Error(request_id, ResourceExhausted("table full: both candidate buckets of the key are full"));
+    return Error(request_id, ResourceExhausted("table full: no slot in the key's neighbourhood, even after moving keys (raise --max_keys)"));
   }
   const uint64_t version = store_->NextVersion();
   if (Status s = store_->Put(key, value, version); !s.ok()) {

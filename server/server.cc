@@ -78,6 +78,7 @@ Status Server::Init() {
   hash_seed_ = RandomSeed();
   RKV_RETURN_IF_ERROR(table_->Init(log2, epoch_, hash_seed_));
   RKV_RETURN_IF_ERROR(Rebuild());
+  table_->ServeReaders();  // from here on, clients may be reading
   applier_ = std::make_unique<Applier>(store_.get(), table_.get(), heap_.get(),
                                        ApplyLimits{options_.max_key_bytes, options_.max_value_bytes});
 

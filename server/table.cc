@@ -1,5 +1,6 @@
 #include "server/table.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <string>
@@ -104,28 +105,24 @@ bool Table::SlotHoldsKey(uint64_t slot, uint16_t fingerprint, std::string_view k
 }
 
 std::optional<Table::Entry> Table::Lookup(std::string_view key) const {
-  const BucketChoice c = ChooseBuckets(TableHash(key, seed_), log2_);
-  for (const uint64_t b : {c.b1, c.b2}) {
-    layout::Bucket* bk = bucket(b);
+  const Neighborhood nb = NeighborhoodOf(TableHash(key, seed_), log2_);
+  for (uint64_t b = nb.first; b < nb.first + nb.count; ++b) {
+    const layout::Bucket* bk = bucket(b);
     for (uint32_t i = 0; i < layout::kSlotsPerBucket; ++i) {
       const uint64_t s = LoadSlot(bk->slots[i]);
-      if (SlotHoldsKey(s, c.fingerprint, key)) return Entry{b, i, s, RecordAt(s).version};
+      if (SlotHoldsKey(s, nb.fingerprint, key)) return Entry{b, i, s, RecordAt(s).version};
     }
-    if (c.b2 == c.b1) break;
   }
   return std::nullopt;
 }
 
-bool Table::CanPlace(std::string_view key) const {
+bool Table::PrepareInsert(std::string_view key, Heap::Clock::time_point now) {
   if (Lookup(key)) return true;
-  const BucketChoice c = ChooseBuckets(TableHash(key, seed_), log2_);
-  for (const uint64_t b : {c.b1, c.b2}) {
+  const Neighborhood nb = NeighborhoodOf(TableHash(key, seed_), log2_);
+  for (uint64_t b = nb.first; b < nb.first + nb.count; ++b) {
     if (FreeSlotIn(b) >= 0) return true;
   }
-  for (const uint64_t b : {c.b1, c.b2}) {
-    if (const_cast<Table*>(this)->MakeRoom(b, kRelocationDepth, /*dry_run=*/true) >= 0) return true;
-  }
-  return false;
+  return MakeRoom(nb, now);
 }
 
 int Table::FreeSlotIn(uint64_t b) const {
@@ -136,43 +133,105 @@ int Table::FreeSlotIn(uint64_t b) const {
   return -1;
 }
 
-int Table::MakeRoom(uint64_t b, int depth, bool dry_run) {
-  if (depth <= 0) return -1;
-  layout::Bucket* bk = bucket(b);
-  for (uint32_t i = 0; i < layout::kSlotsPerBucket; ++i) {
-    const uint64_t s = LoadSlot(bk->slots[i]);
-    if (s == layout::kEmptySlot) return static_cast<int>(i);
-    // Only a key sitting in its first bucket may move, and only to its
-    // second: see "Relocation" in table.h for why the direction matters.
-    const BucketChoice kc = ChooseBuckets(TableHash(RecordAt(s).key, seed_), log2_);
-    if (kc.b1 != b || kc.b2 == b) continue;
-    int to = FreeSlotIn(kc.b2);
-    if (to < 0) to = MakeRoom(kc.b2, depth - 1, dry_run);
-    if (to < 0) continue;
-    if (dry_run) return static_cast<int>(i);
-    // Publish the key at its new place before clearing the old one, so a
-    // reader that sees both finds the key twice, never not at all.
-    PublishSlot(bucket(kc.b2)->slots[to], s);
-    PublishSlot(bk->slots[i], layout::kEmptySlot);
-    ++relocations_;
-    return static_cast<int>(i);
+Neighborhood Table::NeighborhoodOfSlot(uint64_t s) const {
+  return NeighborhoodOf(TableHash(RecordAt(s).key, seed_), log2_);
+}
+
+bool Table::MayMove(uint64_t b, uint32_t i, Heap::Clock::time_point now) {
+  if (!serving_readers_) return true;
+  const auto it = moved_at_.find(b * layout::kSlotsPerBucket + i);
+  return it == moved_at_.end() || now - it->second >= heap_->grace_period();
+}
+
+void Table::Move(Position from, Position to) {
+  uint64_t& from_word = bucket(from.bucket)->slots[from.slot_index];
+  const uint64_t s = LoadSlot(from_word);
+  // Publish the key at its new place before clearing the old one, so that
+  // at every moment memory holds the key somewhere.
+  PublishSlot(bucket(to.bucket)->slots[to.slot_index], s);
+  PublishSlot(from_word, layout::kEmptySlot);
+  ++relocations_;
+  if (serving_readers_) {
+    // Taken after the clear: the key stays put for a grace period from a
+    // moment no earlier than any READ that could have missed it.
+    const Heap::Clock::time_point at = Heap::Clock::now();
+    const uint64_t position = to.bucket * layout::kSlotsPerBucket + to.slot_index;
+    moved_at_[position] = at;
+    moved_order_.emplace_back(position, at);
   }
-  return -1;
+}
+
+bool Table::HopToward(const Neighborhood& nb, uint64_t& free_bucket, Heap::Clock::time_point now) {
+  const uint64_t last = nb.first + nb.count - 1;
+  const bool after = free_bucket > last;
+  const int free_slot = FreeSlotIn(free_bucket);
+  if (free_slot < 0) return false;
+  // Candidates, farthest from free_bucket first: buckets up to
+  // kNeighborhoodBuckets - 1 away from it (no key can reach further), on
+  // the neighbourhood's side, and not beyond the neighbourhood.
+  const uint64_t reach = layout::kNeighborhoodBuckets - 1;
+  uint64_t b = after ? std::max(free_bucket - std::min(free_bucket, reach), nb.first)
+                     : std::min(free_bucket + reach, last);
+  for (;; b = after ? b + 1 : b - 1) {
+    if (b == free_bucket) return false;
+    const layout::Bucket* bk = bucket(b);
+    for (uint32_t i = 0; i < layout::kSlotsPerBucket; ++i) {
+      const uint64_t s = LoadSlot(bk->slots[i]);
+      if (s == layout::kEmptySlot || !MayMove(b, i, now)) continue;
+      if (!NeighborhoodOfSlot(s).Contains(free_bucket)) continue;
+      Move(Position{b, i}, Position{free_bucket, static_cast<uint32_t>(free_slot)});
+      free_bucket = b;
+      return true;
+    }
+  }
+}
+
+bool Table::MakeRoom(const Neighborhood& nb, Heap::Clock::time_point now) {
+  // Forget moves older than a grace period.
+  while (!moved_order_.empty() && now - moved_order_.front().second >= heap_->grace_period()) {
+    const auto it = moved_at_.find(moved_order_.front().first);
+    if (it != moved_at_.end() && it->second == moved_order_.front().second) moved_at_.erase(it);
+    moved_order_.pop_front();
+  }
+  // Hopscotch-style: find a free slot outside the neighbourhood, nearest
+  // first on either side, and bring it in by moving keys into it, each
+  // from a bucket nearer the neighbourhood, until it lands inside. A chain
+  // that gets stuck leaves every key in its own neighbourhood; the search
+  // then goes on further out.
+  const uint64_t buckets = bucket_count();
+  const uint64_t last = nb.first + nb.count - 1;
+  uint64_t moves = 0;
+  for (uint64_t distance = 1; distance <= kMaxDisplacementBuckets; ++distance) {
+    for (const bool after : {true, false}) {
+      if (after ? last + distance >= buckets : distance > nb.first) continue;
+      uint64_t free_bucket = after ? last + distance : nb.first - distance;
+      if (FreeSlotIn(free_bucket) < 0) continue;
+      while (!nb.Contains(free_bucket) && moves < kMaxRelocationMoves &&
+             HopToward(nb, free_bucket, now)) {
+        ++moves;
+      }
+      if (nb.Contains(free_bucket)) return true;
+      if (moves >= kMaxRelocationMoves) return false;
+    }
+  }
+  return false;
 }
 
 StatusOr<Table::Entry> Table::Upsert(std::string_view key, std::string_view value, uint64_t version,
                                      Heap::Clock::time_point now) {
-  const BucketChoice c = ChooseBuckets(TableHash(key, seed_), log2_);
+  const Neighborhood nb = NeighborhoodOf(TableHash(key, seed_), log2_);
   std::optional<Entry> existing = Lookup(key);
 
   Entry target;
   if (existing) {
     target = *existing;
   } else {
-    // The emptier candidate bucket, and its first free slot.
-    int best_free = -1;
-    for (const uint64_t b : {c.b1, c.b2}) {
-      layout::Bucket* bk = bucket(b);
+    // The first bucket of the neighbourhood with a free slot, from the
+    // key's home bucket on: keys stay near home, which leaves the buckets
+    // after them free for keys displaced from earlier homes (hopscotch).
+    int best_free = 0;
+    for (uint64_t b = nb.first; b < nb.first + nb.count; ++b) {
+      const layout::Bucket* bk = bucket(b);
       int free_count = 0;
       int first_free = -1;
       for (uint32_t i = 0; i < layout::kSlotsPerBucket; ++i) {
@@ -181,28 +240,26 @@ StatusOr<Table::Entry> Table::Upsert(std::string_view key, std::string_view valu
           ++free_count;
         }
       }
-      if (free_count > best_free) {
+      if (free_count > 0) {
         best_free = free_count;
         target.bucket = b;
         target.slot_index = static_cast<uint32_t>(first_free);
+        break;
       }
     }
-    if (best_free <= 0) {
-      // Both buckets full: move a key out of the way (b1 -> b2 moves only).
-      // The moves are harmless if the heap refuses below: every key stays
-      // reachable at its new place.
-      for (const uint64_t b : {c.b1, c.b2}) {
-        const int freed = MakeRoom(b, kRelocationDepth, /*dry_run=*/false);
-        if (freed >= 0) {
+    if (best_free == 0 && MakeRoom(nb, now)) {
+      // Every bucket was full; keys moved out of the way. The moves are
+      // harmless if the heap refuses below: every key stays reachable.
+      for (uint64_t b = nb.first; b < nb.first + nb.count && best_free == 0; ++b) {
+        if (const int i = FreeSlotIn(b); i >= 0) {
           best_free = 1;
           target.bucket = b;
-          target.slot_index = static_cast<uint32_t>(freed);
-          break;
+          target.slot_index = static_cast<uint32_t>(i);
         }
       }
     }
-    if (best_free <= 0) {
-      return ResourceExhausted("table full: both candidate buckets of the key are full (" +
+    if (best_free == 0) {
+      return ResourceExhausted("table full: every bucket of the key's neighbourhood is full (" +
                                std::to_string(size_) + " keys in " + std::to_string(slot_count()) +
                                " slots; raise --max_keys)");
     }
@@ -212,7 +269,7 @@ StatusOr<Table::Entry> Table::Upsert(std::string_view key, std::string_view valu
   RKV_ASSIGN_OR_RETURN(const uint64_t offset, heap_->Allocate(block_bytes, now));
   // The block is private until published: plain stores are fine here.
   EncodeRecord(heap_memory_.subspan(offset, block_bytes), key, value, version, /*flags=*/0);
-  const uint64_t slot = layout::MakeSlot(c.fingerprint, offset, block_bytes);
+  const uint64_t slot = layout::MakeSlot(nb.fingerprint, offset, block_bytes);
   PublishSlot(bucket(target.bucket)->slots[target.slot_index], slot);
 
   if (existing) {

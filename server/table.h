@@ -1,4 +1,4 @@
-// The hash index: a two-choice hash table of 8-slot buckets laid out in the
+// The hash index: a hopscotch hash table of 8-slot buckets laid out in the
 // index region exactly as common/layout.h says, with its records in the
 // heap region. Clients read both regions with one-sided READs while the
 // server changes them, so every change follows the layout's publication
@@ -8,31 +8,40 @@
 //     before any slot references it; then ONE aligned 8-byte release store
 //     publishes the slot word. That store is the linearization point of a
 //     PUT or DELETE.
-//   - A live key's slot never moves. Replacing a value rewrites the same
-//     slot word (old block -> new block); it is never a delete followed by
-//     an insert, so a concurrent GET always finds either version.
+//   - Replacing a value rewrites the key's slot word in place (old block ->
+//     new block); it is never a delete followed by an insert, so a
+//     concurrent GET always finds either version. A slot word moves only to
+//     make room for an insert ("Relocation" below).
 //   - A block that a slot stopped referencing is retired into the heap's
 //     quarantine (server/heap.h), not freed.
 //
-// Insertion picks the emptier of the key's two candidate buckets
-// (ChooseBuckets in common/hash.h) and keeps the key's fingerprint in the
-// slot.
+// A key lives in one of the 16 buckets of its neighbourhood (NeighborhoodOf
+// in common/hash.h), which a client fetches with one READ. Insertion takes
+// the first bucket with a free slot from the key's home bucket on, and
+// keeps the key's fingerprint in the slot.
 //
-// Relocation. Without it, two-choice hashing refuses its first insert at a
-// load of ~0.7 on large tables (the fullest bucket runs about
-// log2(ln(buckets)) slots above the mean). When both candidate buckets of a
-// new key are full, the table moves keys out of the way, up to
-// kRelocationDepth moves deep, and reaches ~0.97 before a refusal
-// (table_test measures it). A move is safe for lock-free readers because of
+// Relocation (hopscotch). When every bucket of a new key's neighbourhood is
+// full, the table finds the nearest free slot outside it (up to
+// kMaxDisplacementBuckets away) and brings that slot in by moving keys into
+// it, each from a bucket nearer the neighbourhood and within its own
+// neighbourhood, until the free slot lands inside. First refusal comes at a
+// load of ~0.94-0.96 (table_test measures it; DESIGN.md asks >= 0.85). A
+// move publishes the key's slot word at its new place before clearing the
+// old one, so memory always holds the key somewhere, but one READ of a
+// neighbourhood is not atomic: it may read the new place before the publish
+// and the old one after the clear. The GET protocol closes that window with
 // two rules together:
-//   - a key only ever moves from its FIRST candidate bucket (b1) to its
-//     SECOND (b2), never back, publishing the new slot before clearing the
-//     old one;
-//   - a GET reads b1 and then b2 in one READ list on one connection, which
-//     the responder executes in order.
-// A reader whose READ of b1 ran after the clear therefore runs its READ of
-// b2 after the publish, and sees the key there; one whose READ of b1 ran
-// before the clear sees it in b1. A key in its b2 never moves.
+//   - a client that finds nothing reads the neighbourhood once more, after the first
+//     READ completed and within its lease (half the grace period) from the
+//     first READ's post, before it answers NOT_FOUND (client/
+//     server_connection.h);
+//   - once readers are present (ServeReaders), a key that moved does not
+//     move again for one grace period (positions that received a moved key
+//     are remembered until then, in server memory).
+// A first READ that missed a present key overlapped its one move; that
+// move's clear came after the first READ was posted, so the key cannot move
+// again before the second READ completes: the second READ finds it.
+// Before ServeReaders (rebuild on start) moves are unrestricted.
 //
 // Thread safety: not thread-safe; mutations and Lookup are called under the
 // apply mutex (server/apply.h). Remote readers need no lock: see above.
@@ -40,10 +49,14 @@
 
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <optional>
 #include <span>
 #include <string_view>
+#include <unordered_map>
+#include <utility>
 
+#include "common/hash.h"
 #include "common/layout.h"
 #include "common/status.h"
 #include "server/heap.h"
@@ -56,8 +69,10 @@ class Table {
  public:
   // Largest share of slots a table is sized to hold (see above).
   static constexpr double kTargetLoad = 0.85;
-  // Longest chain of moves tried to make room for one insert.
-  static constexpr int kRelocationDepth = 3;
+  // How far from a key's neighbourhood a free slot is looked for to make
+  // room for it, and the most moves spent on one insert.
+  static constexpr uint64_t kMaxDisplacementBuckets = 512;
+  static constexpr uint64_t kMaxRelocationMoves = 256;
   // Largest table: 2^30 buckets (64 GiB of index).
   static constexpr uint32_t kMaxBucketCountLog2 = 30;
 
@@ -91,9 +106,15 @@ class Table {
   // Finds `key` (fingerprint match, then the key bytes of the block).
   std::optional<Entry> Lookup(std::string_view key) const;
 
-  // True when Upsert(key, ...) would find a slot: the key is present or one
-  // of its candidate buckets has a free slot (the heap may still refuse).
-  bool CanPlace(std::string_view key) const;
+  // True when Upsert(key, ..., now) will find a slot: the key is present,
+  // or its neighbourhood has a free slot, if need be after moving other
+  // keys out of the way (harmless if no Upsert follows). The heap may still
+  // refuse.
+  bool PrepareInsert(std::string_view key, Heap::Clock::time_point now);
+
+  // From now on remote readers may be reading: moved keys stay put for a
+  // grace period (see "Relocation" above). Call once the table is exposed.
+  void ServeReaders() { serving_readers_ = true; }
 
   // Inserts or replaces `key` with a record {key, value, version} in a new
   // heap block, published with one release store into the key's existing
@@ -128,7 +149,7 @@ class Table {
   uint64_t slot_count() const { return bucket_count() * layout::kSlotsPerBucket; }
   double load_factor() const { return static_cast<double>(size_) / static_cast<double>(slot_count()); }
   uint64_t hash_seed() const { return seed_; }
-  // Keys moved b1 -> b2 to make room, since Init.
+  // Keys moved to their other candidate bucket to make room, since Init.
   uint64_t relocations() const { return relocations_; }
   const layout::TableHeader& header() const;
 
@@ -143,11 +164,23 @@ class Table {
   bool SlotHoldsKey(uint64_t slot, uint16_t fingerprint, std::string_view key) const;
   // Index of a free slot of bucket `b`, or -1.
   int FreeSlotIn(uint64_t b) const;
-  // Frees a slot of bucket `b` by moving one of its keys from its b1 (== b)
-  // to its b2, recursively freeing a slot there, at most `depth` moves
-  // deep. Returns the freed slot's index or -1. With `dry_run` nothing is
-  // changed and the answer says whether it would succeed.
-  int MakeRoom(uint64_t b, int depth, bool dry_run);
+  // The neighbourhood of the key whose block slot word `s` references.
+  Neighborhood NeighborhoodOfSlot(uint64_t s) const;
+  // Whether the key at (b, i) may move at `now` (see "Relocation").
+  bool MayMove(uint64_t b, uint32_t i, Heap::Clock::time_point now);
+  // Frees a slot in neighbourhood `nb` (every bucket full) by moving keys
+  // (see "Relocation"); false when none could be freed.
+  struct Position {
+    uint64_t bucket;
+    uint32_t slot_index;
+  };
+  bool MakeRoom(const Neighborhood& nb, Heap::Clock::time_point now);
+  // One step of MakeRoom: moves a key that may live in `free_bucket` (which
+  // has a free slot, outside `nb`) into it from a bucket nearer `nb`, and
+  // sets `free_bucket` to that bucket. False when no key can.
+  bool HopToward(const Neighborhood& nb, uint64_t& free_bucket, Heap::Clock::time_point now);
+  // Moves the key at `from` to `to` (free): publish, then clear.
+  void Move(Position from, Position to);
 
   std::span<uint8_t> index_;
   std::span<uint8_t> heap_memory_;
@@ -156,6 +189,11 @@ class Table {
   uint64_t seed_ = 0;
   uint64_t size_ = 0;
   uint64_t relocations_ = 0;
+  bool serving_readers_ = false;
+  // Positions (bucket * kSlotsPerBucket + slot) that received a moved key,
+  // and when; the deque is in time order and drives expiry.
+  std::unordered_map<uint64_t, Heap::Clock::time_point> moved_at_;
+  std::deque<std::pair<uint64_t, Heap::Clock::time_point>> moved_order_;
 };
 
 }  // namespace rkv::server

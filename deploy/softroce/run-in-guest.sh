@@ -15,6 +15,11 @@
 #                           after the limit, qemu is killed. Either way the
 #                           script exits 124.
 #   --mem MiB               guest RAM (default 4096).
+#   --mtu BYTES             MTU of the veth pair under rxe0 (default 1500, or
+#                           $RKV_SOFTROCE_MTU; 576..9000). rxe's path MTU is
+#                           the largest IB MTU that fits: 1024 at 1500, 4096
+#                           at 4200 and up (jumbo frames, as RoCE fabrics
+#                           are usually run).
 #   --out DIR               files the command writes under $RKV_GUEST_OUT are
 #                           copied into DIR (created if needed) on the host.
 #   --boot-timeout SECONDS  limit for the guest to boot and bring rxe0 up
@@ -115,6 +120,7 @@ timeout_s=900
 mem_mib=4096
 out_dir=""
 boot_timeout_s=${RKV_SOFTROCE_BOOT_TIMEOUT:-240}
+mtu=${RKV_SOFTROCE_MTU:-1500}
 
 while [[ $# -gt 0 ]]; do
   case $1 in
@@ -122,6 +128,8 @@ while [[ $# -gt 0 ]]; do
     --timeout=*) timeout_s=${1#*=}; shift ;;
     --mem) mem_mib=${2:?--mem needs a value}; shift 2 ;;
     --mem=*) mem_mib=${1#*=}; shift ;;
+    --mtu) mtu=${2:?--mtu needs a value}; shift 2 ;;
+    --mtu=*) mtu=${1#*=}; shift ;;
     --out) out_dir=${2:?--out needs a value}; shift 2 ;;
     --out=*) out_dir=${1#*=}; shift ;;
     --boot-timeout) boot_timeout_s=${2:?--boot-timeout needs a value}; shift 2 ;;
@@ -133,9 +141,10 @@ while [[ $# -gt 0 ]]; do
   esac
 done
 [[ $# -gt 0 ]] || { log "no COMMAND given"; usage 2; }
-for n in "$timeout_s" "$mem_mib" "$boot_timeout_s"; do
+for n in "$timeout_s" "$mem_mib" "$boot_timeout_s" "$mtu"; do
   [[ $n =~ ^[0-9]+$ && $n -gt 0 ]] || die 2 "not a positive integer: $n"
 done
+((mtu >= 576 && mtu <= 9000)) || die 2 "--mtu $mtu is outside 576..9000"
 
 cache_dir=${RKV_CACHE_DIR:-${HOME:-/root}/.cache/rkv/softroce}
 
@@ -246,10 +255,13 @@ export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 
 addr=$(<"$ctl/addr")
 peer=$(<"$ctl/peer_addr")
+mtu=$(<"$ctl/mtu")
 ip link set lo up || fatal "lo up failed"
 ip link add veth0 type veth peer name veth1 || fatal "cannot create veth pair"
 ip addr add "$addr/24" dev veth0 || fatal "cannot address veth0"
 ip addr add "$peer/24" dev veth1 || fatal "cannot address veth1"
+ip link set veth0 mtu "$mtu" || fatal "cannot set veth0's MTU to $mtu"
+ip link set veth1 mtu "$mtu" || fatal "cannot set veth1's MTU to $mtu"
 ip link set veth0 up || fatal "cannot bring veth0 up"
 ip link set veth1 up || fatal "cannot bring veth1 up"
 rdma link add rxe0 type rxe netdev veth0 || fatal "rdma link add rxe0 failed"
@@ -462,6 +474,7 @@ pwd -P >"$ctl/cwd"
 echo "$timeout_s" >"$ctl/timeout"
 echo "$RXE_ADDR" >"$ctl/addr"
 echo "$RXE_PEER_ADDR" >"$ctl/peer_addr"
+echo "$mtu" >"$ctl/mtu"
 {
   while IFS= read -r v; do
     case $v in
