@@ -6,18 +6,20 @@
 #
 # (bench/verbs.sh does exactly that from the host and files the report.)
 #
-# BUILD_DIR holds a built server/rkv-server and bench/rkv-ycsb; nothing is
-# built here. Steps:
+# BUILD_DIR holds a built server/rkv-server, bench/rkv-ycsb and
+# bench/rkv-read-lat; nothing is built here. Steps:
 #   1. rkv-server --transport=verbs on $RKV_RDMA_ADDR (a free port), data dir
 #      under /tmp, durability $RKV_BENCH_DURABILITY (default none: the
 #      figures compare the data path with the raw device, not RocksDB under
 #      emulation);
 #   2. rkv-ycsb, one client thread: get and put with 1024- and 64-byte values,
 #      then get with $RKV_BENCH_THREADS threads (default 2) for throughput;
+#      then rkv-read-lat: single READs of 1024 and 64 bytes through rkv's
+#      own transport, which splits a GET's time into transport and protocol;
 #   3. deploy/softroce/perftest.sh: ib_read_lat, ib_read_bw, ib_send_lat at
 #      the same sizes;
 #   4. $RKV_GUEST_OUT/verbs-results.md: rkv next to the raw figures, and the
-#      raw data (ycsb.txt, perftest.txt, server.log) beside it.
+#      raw data (ycsb.txt, readlat.txt, perftest.txt, server.log) beside it.
 #
 # Environment (optional):
 #   RKV_BENCH_RECORDS     records loaded (default 1000)
@@ -43,8 +45,9 @@ repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)
 build_dir=$(cd "$1" 2>/dev/null && pwd -P) || die "build dir '$1' not found"
 server_bin=$build_dir/server/rkv-server
 ycsb_bin=$build_dir/bench/rkv-ycsb
+readlat_bin=$build_dir/bench/rkv-read-lat
 perftest=$repo/deploy/softroce/perftest.sh
-for f in "$server_bin" "$ycsb_bin" "$perftest"; do
+for f in "$server_bin" "$ycsb_bin" "$readlat_bin" "$perftest"; do
   [[ -x $f ]] || die "$f missing or not executable"
 done
 [[ -n ${RKV_RDMA_ADDR:-} ]] || die "RKV_RDMA_ADDR is not set: run this inside deploy/softroce/run-in-guest.sh"
@@ -67,7 +70,8 @@ out=$RKV_GUEST_OUT
 report=$out/verbs-results.md
 ycsb_results=$out/ycsb.txt
 perf_results=$out/perftest.txt
-rm -f "$ycsb_results" "$perf_results"
+readlat_results=$out/readlat.txt
+rm -f "$ycsb_results" "$perf_results" "$readlat_results"
 
 work=$(mktemp -d /tmp/rkv-bench-verbs.XXXXXX)
 server_pid=""
@@ -122,6 +126,13 @@ for size in 1024 64; do
   ycsb rkv put "$size" 1
 done
 ycsb rkv-mt get 1024 "$tp_threads"
+for size in 1024 64; do
+  if ! "$readlat_bin" --server="$addr" --token_file="$work/token" --transport=verbs --bytes="$size" \
+    --iterations=2000 --label=rkv-read --output="$readlat_results" 2>"$work/readlat.out"; then
+    sed 's/^/  [rkv-read-lat] /' "$work/readlat.out" >&2
+    failed+=("rkv-read-lat $size")
+  fi
+done
 kill "$server_pid" 2>/dev/null || true
 wait "$server_pid" 2>/dev/null || true
 server_pid=""
@@ -137,6 +148,10 @@ ycsb_field() { # label workload size column
   awk -v l="$1" -v w="$2" -v s="$3" -v c="$4" '
     $1 == l && $2 == w && $3 == s { v = $c } END { print (v == "" ? "-" : v) }' "$ycsb_results"
 }
+readlat_field() { # size column
+  awk -v s="$1" -v c="$2" '$1 == "rkv-read" && $2 == s { v = $c } END { print (v == "" ? "-" : v) }' \
+    "$readlat_results" 2>/dev/null || echo "-"
+}
 perf_field() { # test size column
   awk -v t="$1" -v s="$2" -v c="$3" '
     $1 == t && $2 == s { v = $c } END { print (v == "" ? "-" : v) }' "$perf_results"
@@ -146,18 +161,25 @@ ratio() {
   awk -v a="$1" -v b="$2" 'BEGIN {
     if (a ~ /^[0-9.]+$/ && b ~ /^[0-9.]+$/ && b > 0) printf "%.2f", a / b; else print "-" }'
 }
+minus() { # a - b
+  awk -v a="$1" -v b="$2" 'BEGIN {
+    if (a ~ /^[0-9.]+$/ && b ~ /^[0-9.]+$/) printf "%.1f", a - b; else print "-" }'
+}
 times() { # a * b
   awk -v a="$1" -v b="$2" 'BEGIN {
     if (a ~ /^[0-9.]+$/ && b ~ /^[0-9.]+$/) printf "%.2f", a * b; else print "-" }'
 }
 
 cpu_model=$(awk -F': ' '/^model name/ {print $2; exit}' /proc/cpuinfo)
+link_mtu=$(cat /sys/class/net/veth0/mtu 2>/dev/null || echo unknown)
+active_mtu=$(ibv_devinfo -d "$dev" 2>/dev/null | awk '/active_mtu/ {print $2, $3; exit}')
 {
   echo "# rkv over verbs (SoftRoCE, $dev) vs the raw device ($(date -u +%Y-%m-%dT%H%MZ))"
   echo
   echo "Produced by \`$command_line\`."
   echo
-  echo "Guest: $(nproc) vCPUs (QEMU TCG, ${cpu_model:-unknown CPU}), Linux $(uname -r), $dev on veth0;"
+  echo "Guest: $(nproc) vCPUs (QEMU TCG, ${cpu_model:-unknown CPU}), Linux $(uname -r), $dev on veth0"
+  echo "(link MTU $link_mtu, rxe active_mtu ${active_mtu:-unknown});"
   echo "client and server on the same rxe device (rxe loopback). Emulation makes absolute"
   echo "figures meaningless outside this guest: read the ratios, taken in the same run."
   echo
@@ -178,6 +200,26 @@ cpu_model=$(awk -F': ' '/^model name/ {print $2; exit}' /proc/cpuinfo)
     target="-"
     [[ $size == 1024 ]] && target="<= 2.3 (two dependent READs)"
     echo "| $size | $g50 | $g99 | $rt | $r99 | $(ratio "$g50" "$rt") | $target |"
+  done
+  echo
+  echo "## Where a GET's time goes"
+  echo
+  echo "rkv-read-lat times one READ through rkv's own transport (post, poll until it"
+  echo "completes), like ib_read_lat does on the raw device. A cold GET is two dependent"
+  echo "READs, so: transport cost = 2 x (rkv READ - raw READ); protocol cost (hashing,"
+  echo "slot scan, CRC check, copying the value out, the client API, the benchmark's own"
+  echo "loop) = GET - 2 x rkv READ. Under TCG every CPU instruction is emulated, so both"
+  echo "weigh far more here than on a real NIC."
+  echo
+  echo "| value | rkv GET p50 us | rkv READ p50 us | 2 x rkv READ | 2 x ib_read_lat | transport cost us | protocol cost us |"
+  echo "|---:|---:|---:|---:|---:|---:|---:|"
+  for size in 1024 64; do
+    g50=$(ycsb_field rkv get "$size" 7)
+    rr=$(readlat_field "$size" 4)
+    rt=$(perf_field ib_read_lat "$size" 3)
+    rr2=$(times "$rr" 2)
+    rt2=$(times "$rt" 2)
+    echo "| $size | $g50 | $rr | $rr2 | $rt2 | $(minus "$rr2" "$rt2") | $(minus "$g50" "$rr2") |"
   done
   echo
   echo "## GET throughput vs ib_read_bw"
@@ -220,6 +262,12 @@ cpu_model=$(awk -F': ' '/^model name/ {print $2; exit}' /proc/cpuinfo)
   echo
   echo '```'
   cat "$ycsb_results" 2>/dev/null || true
+  echo '```'
+  echo
+  echo "rkv-read-lat --output lines:"
+  echo
+  echo '```'
+  cat "$readlat_results" 2>/dev/null || true
   echo '```'
   echo
   echo "deploy/softroce/perftest.sh:"

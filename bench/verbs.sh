@@ -2,7 +2,13 @@
 # verbs.sh - runs bench/run-verbs.sh inside a SoftRoCE guest and files its
 # report as bench/results/verbs-<UTC date>.md.
 #
-# Usage: bench/verbs.sh [BUILD_DIR]   (default build/release)
+# Usage: bench/verbs.sh [--mtu BYTES] [BUILD_DIR]   (default build/release)
+#
+#   --mtu BYTES  MTU of the guest's link under rxe0 (default 9000: jumbo
+#                frames, as RoCE fabrics are run, giving rxe a 4096-byte
+#                path MTU; 1500 gives 1024, and then a 1 KiB value's block,
+#                1 KiB plus header and key, needs two packets where the raw
+#                1 KiB READ needs one). The report states both MTUs.
 #
 # Nothing is built here: build first (cmake --preset release && cmake
 # --build build/release -j2). The guest comes from
@@ -19,19 +25,30 @@ set -euo pipefail
 die() { printf 'verbs.sh: ERROR: %s\n' "$*" >&2; exit 2; }
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)
-[[ $# -le 1 ]] || die "usage: bench/verbs.sh [BUILD_DIR]"
+mtu=9000
+while [[ $# -gt 0 ]]; do
+  case $1 in
+    --mtu) mtu=${2:-}; shift 2 || die "--mtu needs a value" ;;
+    --mtu=*) mtu=${1#*=}; shift ;;
+    -h | --help) sed -n '2,/^set -euo/{/^#/s/^# \{0,1\}//p}' "$0"; exit 0 ;;
+    -*) die "unknown option: $1 (usage: bench/verbs.sh [--mtu BYTES] [BUILD_DIR])" ;;
+    *) break ;;
+  esac
+done
+[[ $mtu =~ ^[0-9]+$ ]] || die "--mtu must be a number of bytes, got '$mtu'"
+[[ $# -le 1 ]] || die "usage: bench/verbs.sh [--mtu BYTES] [BUILD_DIR]"
 build_arg=${1:-$repo/build/release}
 build_dir=$(cd "$build_arg" 2>/dev/null && pwd -P) ||
   die "build dir '$build_arg' missing; build first: cmake --preset release && cmake --build build/release -j2"
-for b in server/rkv-server bench/rkv-ycsb; do
+for b in server/rkv-server bench/rkv-ycsb bench/rkv-read-lat; do
   [[ -x $build_dir/$b ]] || die "$build_dir/$b not built"
 done
 
 stamp=$(date -u +%Y-%m-%dT%H%MZ)
 raw=$(mktemp -d "${TMPDIR:-/tmp}/rkv-verbs-results.XXXXXX")
-export RKV_BENCH_COMMAND="bench/verbs.sh${*:+ $*} (in the guest: bench/run-verbs.sh ${build_dir#"$repo"/})"
+export RKV_BENCH_COMMAND="bench/verbs.sh --mtu $mtu${*:+ $*} (in the guest: bench/run-verbs.sh ${build_dir#"$repo"/})"
 rc=0
-(cd "$repo" && deploy/softroce/run-in-guest.sh --timeout 1500 --out "$raw" -- \
+(cd "$repo" && deploy/softroce/run-in-guest.sh --timeout 1500 --mtu "$mtu" --out "$raw" -- \
   bench/run-verbs.sh "$build_dir") || rc=$?
 if [[ -f $raw/verbs-results.md ]]; then
   mkdir -p "$repo/bench/results"
