@@ -33,6 +33,9 @@
 #   RKV_PERFTEST_RETRIES      extra attempts per failed test (default 2)
 #   RKV_PERFTEST_PORT         first TCP port for perftest's exchange (default
 #                             18515; each step uses the next one)
+#   RKV_PERFTEST_TESTS        which tests, space-separated (default all three)
+#   RKV_PERFTEST_PIN          1 (default): pin server and client to different
+#                             CPUs (below); 0: leave placement to the scheduler
 #
 # Facts this relies on (measured on rxe under QEMU TCG):
 #   * Plain perftest (TCP exchange of QP data, GID index auto-selected to the
@@ -79,7 +82,7 @@ mhz=$(awk -F: '/^cpu MHz/ {gsub(/ /, "", $2); print $2; exit}' /proc/cpuinfo)
 
 server_cpu=()
 client_cpu=()
-if [[ $(nproc) -ge 2 ]] && command -v taskset >/dev/null 2>&1; then
+if [[ ${RKV_PERFTEST_PIN:-1} == 1 && $(nproc) -ge 2 ]] && command -v taskset >/dev/null 2>&1; then
   server_cpu=(taskset -c 1)
   client_cpu=(taskset -c 0)
 fi
@@ -190,8 +193,12 @@ run_test() { # test size
   failed+=("$test/$size")
 }
 
+read -r -a tests <<<"${RKV_PERFTEST_TESTS:-ib_read_lat ib_read_bw ib_send_lat}"
+for test in "${tests[@]}"; do
+  case $test in ib_read_lat | ib_read_bw | ib_send_lat) ;; *) die "unknown test in RKV_PERFTEST_TESTS: $test" ;; esac
+done
 for size in "${sizes[@]}"; do
-  for test in ib_read_lat ib_read_bw ib_send_lat; do
+  for test in "${tests[@]}"; do
     run_test "$test" "$size"
   done
 done
