@@ -275,6 +275,23 @@ TEST(ServerConnectionTest, AConfirmationOutsideTheLeaseIsNotBelieved) {
   EXPECT_EQ(server.read_lists, 5);
 }
 
+TEST(ServerConnectionTest, FingerprintZeroIsNotConfusedWithEmptySlots) {
+  FakeServer server(4, 64);
+  // Two keys whose fingerprint is 0, like every empty slot word's top bits.
+  std::vector<std::string> zero;
+  for (int i = 0; zero.size() < 2; ++i) {
+    const std::string k = "z" + std::to_string(i);
+    if (server.Choice(k).fingerprint == 0) zero.push_back(k);
+  }
+  server.Store(zero[0], "found", 4, 0, 6);
+  FakeTransport t(&server);
+  auto c = OpenOrDie(t);
+  LookupResult r = LookupOne(*c, zero[0]);
+  ASSERT_TRUE(r.status.ok()) << r.status;
+  EXPECT_EQ(r.value, "found");
+  EXPECT_EQ(LookupOne(*c, zero[1]).status.code(), StatusCode::kNotFound);
+}
+
 TEST(ServerConnectionTest, FingerprintCollisionIsNotAMatch) {
   FakeServer server(4, 64);
   server.Store("alpha", "one", 1, 0);
