@@ -25,15 +25,34 @@ TEST(Crc32cTest, Rfc3720Vectors) {
   EXPECT_EQ(Crc32c(inc.data(), inc.size()), 0x46DD794Eu);
 }
 
-TEST(Crc32cTest, HardwareMatchesPortableAtEveryLengthAndAlignment) {
+TEST(Crc32cTest, ImplementationsAgreeAtEveryLengthAndAlignment) {
   std::mt19937_64 rng(7);
   std::vector<uint8_t> buf(4096 + 16);
   for (auto& b : buf) b = static_cast<uint8_t>(rng());
-  for (size_t align = 0; align < 8; ++align) {
-    for (size_t len : {0, 1, 7, 8, 9, 63, 64, 65, 1000, 4096}) {
-      EXPECT_EQ(Crc32c(buf.data() + align, len), Crc32cExtendPortable(0, buf.data() + align, len))
-          << "align " << align << " len " << len;
+  // A byte at a time, straight from the definition: the reference.
+  const auto bitwise = [](const uint8_t* p, size_t n) {
+    uint32_t c = ~0u;
+    for (size_t i = 0; i < n; ++i) {
+      c ^= p[i];
+      for (int k = 0; k < 8; ++k) c = (c & 1) ? (c >> 1) ^ 0x82F63B78u : c >> 1;
     }
+    return ~c;
+  };
+  for (size_t align = 0; align < 8; ++align) {
+    for (size_t len : {0, 1, 7, 8, 9, 15, 16, 17, 63, 64, 65, 1000, 1088, 4096}) {
+      const uint8_t* p = buf.data() + align;
+      const uint32_t want = bitwise(p, len);
+      EXPECT_EQ(Crc32c(p, len), want) << "align " << align << " len " << len;
+      EXPECT_EQ(Crc32cExtendPortable(0, p, len), want) << "align " << align << " len " << len;
+      if (Crc32cHardwareAvailable()) {
+        EXPECT_EQ(Crc32cExtendHardware(0, p, len), want) << "align " << align << " len " << len;
+      }
+    }
+  }
+  const std::string impl = Crc32cImplementation();
+  EXPECT_TRUE(impl == "sse4.2" || impl == "slicing-by-8") << impl;
+  if (!Crc32cHardwareAvailable()) {
+    EXPECT_EQ(impl, "slicing-by-8");
   }
 }
 
