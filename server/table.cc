@@ -119,10 +119,7 @@ std::optional<Table::Entry> Table::Lookup(std::string_view key) const {
 bool Table::PrepareInsert(std::string_view key, Heap::Clock::time_point now) {
   if (Lookup(key)) return true;
   const Neighborhood nb = NeighborhoodOf(TableHash(key, seed_), log2_);
-  for (uint64_t b = nb.first; b < nb.first + nb.count; ++b) {
-    if (FreeSlotIn(b) >= 0) return true;
-  }
-  return MakeRoom(nb, now);
+  return FirstFreeSlot(nb).has_value() || MakeRoom(nb, now);
 }
 
 int Table::FreeSlotIn(uint64_t b) const {
@@ -131,6 +128,13 @@ int Table::FreeSlotIn(uint64_t b) const {
     if (LoadSlot(bk->slots[i]) == layout::kEmptySlot) return static_cast<int>(i);
   }
   return -1;
+}
+
+std::optional<Table::Position> Table::FirstFreeSlot(const Neighborhood& nb) const {
+  for (uint64_t b = nb.first; b < nb.first + nb.count; ++b) {
+    if (const int i = FreeSlotIn(b); i >= 0) return Position{b, static_cast<uint32_t>(i)};
+  }
+  return std::nullopt;
 }
 
 Neighborhood Table::NeighborhoodOfSlot(uint64_t s) const {
@@ -226,43 +230,20 @@ StatusOr<Table::Entry> Table::Upsert(std::string_view key, std::string_view valu
   if (existing) {
     target = *existing;
   } else {
-    // The first bucket of the neighbourhood with a free slot, from the
-    // key's home bucket on: keys stay near home, which leaves the buckets
-    // after them free for keys displaced from earlier homes (hopscotch).
-    int best_free = 0;
-    for (uint64_t b = nb.first; b < nb.first + nb.count; ++b) {
-      const layout::Bucket* bk = bucket(b);
-      int free_count = 0;
-      int first_free = -1;
-      for (uint32_t i = 0; i < layout::kSlotsPerBucket; ++i) {
-        if (LoadSlot(bk->slots[i]) == layout::kEmptySlot) {
-          if (first_free < 0) first_free = static_cast<int>(i);
-          ++free_count;
-        }
-      }
-      if (free_count > 0) {
-        best_free = free_count;
-        target.bucket = b;
-        target.slot_index = static_cast<uint32_t>(first_free);
-        break;
-      }
-    }
-    if (best_free == 0 && MakeRoom(nb, now)) {
-      // Every bucket was full; keys moved out of the way. The moves are
-      // harmless if the heap refuses below: every key stays reachable.
-      for (uint64_t b = nb.first; b < nb.first + nb.count && best_free == 0; ++b) {
-        if (const int i = FreeSlotIn(b); i >= 0) {
-          best_free = 1;
-          target.bucket = b;
-          target.slot_index = static_cast<uint32_t>(i);
-        }
-      }
-    }
-    if (best_free == 0) {
+    // The first free slot of the neighbourhood, from the key's home bucket
+    // on: keys stay near home, which leaves the buckets after them free for
+    // keys displaced from earlier homes (hopscotch). When every bucket is
+    // full, keys move out of the way first; the moves are harmless if the
+    // heap refuses below: every key stays reachable.
+    std::optional<Position> free_slot = FirstFreeSlot(nb);
+    if (!free_slot && MakeRoom(nb, now)) free_slot = FirstFreeSlot(nb);
+    if (!free_slot) {
       return ResourceExhausted("table full: every bucket of the key's neighbourhood is full (" +
                                std::to_string(size_) + " keys in " + std::to_string(slot_count()) +
                                " slots; raise --max_keys)");
     }
+    target.bucket = free_slot->bucket;
+    target.slot_index = free_slot->slot_index;
   }
 
   const uint64_t block_bytes = layout::BlockBytes(key.size(), value.size());

@@ -162,18 +162,20 @@ class Table {
   // The publication point: one aligned 8-byte release store.
   static void PublishSlot(uint64_t& word, uint64_t value);
   bool SlotHoldsKey(uint64_t slot, uint16_t fingerprint, std::string_view key) const;
+  struct Position {
+    uint64_t bucket;
+    uint32_t slot_index;
+  };
   // Index of a free slot of bucket `b`, or -1.
   int FreeSlotIn(uint64_t b) const;
+  // The first free slot of `nb`, from its first bucket on.
+  std::optional<Position> FirstFreeSlot(const Neighborhood& nb) const;
   // The neighbourhood of the key whose block slot word `s` references.
   Neighborhood NeighborhoodOfSlot(uint64_t s) const;
   // Whether the key at (b, i) may move at `now` (see "Relocation").
   bool MayMove(uint64_t b, uint32_t i, Heap::Clock::time_point now);
   // Frees a slot in neighbourhood `nb` (every bucket full) by moving keys
   // (see "Relocation"); false when none could be freed.
-  struct Position {
-    uint64_t bucket;
-    uint32_t slot_index;
-  };
   bool MakeRoom(const Neighborhood& nb, Heap::Clock::time_point now);
   // One step of MakeRoom: moves a key that may live in `free_bucket` (which
   // has a free slot, outside `nb`) into it from a bucket nearer `nb`, and
