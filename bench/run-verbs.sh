@@ -218,7 +218,7 @@ active_mtu=$(ibv_devinfo -d "$dev" 2>/dev/null | awk '/active_mtu/ {print $2, $3
   echo "rkv-server --transport=verbs --durability=$durability; rkv-ycsb: $records records loaded, then"
   echo "$ops operations (cap $duration_s s), uniform keys, one client thread unless noted. rkv has"
   echo "no client location cache, so every GET is cold: two dependent READs (the key's"
-  echo "1 KiB neighbourhood of 16 buckets, then the block)."
+  echo "512-byte neighbourhood of 8 buckets, then the block)."
   echo
   echo "## Cold 1 KiB GET vs a raw 1 KiB READ, interleaved rounds (the target)"
   echo

@@ -39,8 +39,8 @@ TEST(HashTest, NeighborhoodIsInRangeAndStartsAtHome) {
       }
     }
   }
-  // One READ of a neighbourhood is at most 1 KiB.
-  EXPECT_EQ(layout::kNeighborhoodBuckets * sizeof(layout::Bucket), 1024u);
+  // One READ of a neighbourhood: 512 bytes.
+  EXPECT_EQ(layout::kNeighborhoodBuckets * sizeof(layout::Bucket), 512u);
 }
 
 TEST(HashTest, HomesSpreadEvenly) {
