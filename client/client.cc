@@ -509,23 +509,37 @@ StatusOr<std::unique_ptr<Client>> Client::Connect(const ClientOptions& options) 
 Client::Client(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Client::~Client() = default;
 
-StatusOr<VersionedValue> Client::GetVersioned(std::string_view key, const CallOptions& call) {
+Status Client::Get(std::string_view key, std::string* value, uint64_t* version,
+                   const CallOptions& call) {
+  value->clear();
   RKV_RETURN_IF_ERROR(impl_->CheckKey(key));
   const Deadline deadline = impl_->DeadlineOf(call);
   client::LookupResult result;
-  const Status s = impl_->WithKey(key, deadline, [&](ServerConnection& conn) {
+  result.value.swap(*value);  // the lookup copies the value into the caller's memory
+  Status s = impl_->WithKey(key, deadline, [&](ServerConnection& conn) {
     return conn.Lookup(std::span<const std::string_view>(&key, 1),
                        std::span<client::LookupResult>(&result, 1), deadline);
   });
-  if (!s.ok()) return s;
-  if (!result.status.ok()) return result.status;
-  return VersionedValue{std::move(result.value), result.version};
+  if (s.ok()) s = std::move(result.status);
+  result.value.swap(*value);
+  if (!s.ok()) {
+    value->clear();
+    return s;
+  }
+  if (version != nullptr) *version = result.version;
+  return Status::Ok();
+}
+
+StatusOr<VersionedValue> Client::GetVersioned(std::string_view key, const CallOptions& call) {
+  VersionedValue v;
+  RKV_RETURN_IF_ERROR(Get(key, &v.value, &v.version, call));
+  return v;
 }
 
 StatusOr<std::string> Client::Get(std::string_view key, const CallOptions& call) {
-  auto v = GetVersioned(key, call);
-  if (!v.ok()) return v.status();
-  return std::move(v->value);
+  std::string value;
+  RKV_RETURN_IF_ERROR(Get(key, &value, nullptr, call));
+  return value;
 }
 
 StatusOr<uint64_t> Client::Put(std::string_view key, std::string_view value,

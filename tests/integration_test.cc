@@ -189,6 +189,28 @@ TEST_F(ServerTest, ReplaceAndDelete) {
   EXPECT_EQ(client->Get("never-written").status().code(), StatusCode::kNotFound);
 }
 
+TEST_F(ServerTest, GetIntoACallersStringReusesItsMemory) {
+  auto client = NewClient();
+  ASSERT_NE(client, nullptr);
+  auto big = client->Put("big", std::string(3000, 'b'));
+  ASSERT_TRUE(big.ok()) << big.status();
+  ASSERT_TRUE(client->Put("small", "s").ok());
+  std::string value = "left over";
+  uint64_t version = 0;
+  ASSERT_TRUE(client->Get("big", &value, &version).ok());
+  EXPECT_EQ(value, std::string(3000, 'b'));
+  EXPECT_EQ(version, *big);
+  const char* memory = value.data();
+  ASSERT_TRUE(client->Get("small", &value).ok());
+  EXPECT_EQ(value, "s") << "a shorter value replaces the longer one entirely";
+  EXPECT_EQ(value.data(), memory) << "the string's memory is reused";
+  const Status missing = client->Get("absent", &value);
+  EXPECT_EQ(missing.code(), StatusCode::kNotFound) << missing;
+  EXPECT_TRUE(value.empty()) << "an error leaves no stale value behind";
+  EXPECT_EQ(client->Get(std::string(), &value).code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(value.empty());
+}
+
 // Values that say whose and which they are: "<key>|<generation>|" then
 // bytes derived from both, so a torn value or another key's value fails.
 std::string Tagged(const std::string& key, uint64_t gen, size_t size) {

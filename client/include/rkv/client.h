@@ -150,6 +150,12 @@ class Client {
   StatusOr<std::string> Get(std::string_view key, const CallOptions& call = {});
   // Same, with the value's version.
   StatusOr<VersionedValue> GetVersioned(std::string_view key, const CallOptions& call = {});
+  // Same, into `*value`, whose memory is reused: a caller that gets many
+  // values into one string allocates only when a value outgrows it. On OK
+  // `*value` is the value (and `*version` its version, when not null); on
+  // any error `*value` is empty.
+  Status Get(std::string_view key, std::string* value, uint64_t* version = nullptr,
+             const CallOptions& call = {});
   // Stores `value` under `key`; returns the key's new version (versions of
   // a key grow monotonically). Acknowledged means durable per the server's
   // durability setting.
