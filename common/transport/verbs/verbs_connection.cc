@@ -19,9 +19,9 @@
 namespace rkv::transport::verbs {
 namespace {
 
-// How long a server's Accept waits for the client to complete the
-// handshake (RTU) and for its memory window binds; the client side is
-// bounded by the timeout given to Connect.
+// How long a server's Accept waits for its memory window binds (local
+// work; it does not wait for the client's RTU). The client side is bounded
+// by the timeout given to Connect.
 constexpr auto kHandshakeTimeout = std::chrono::seconds(30);
 // How long a Post waits for send queue room while the device completes
 // earlier work requests (they complete without the caller's help).
@@ -512,27 +512,13 @@ Status VerbsConnection::Accept(std::span<const uint8_t> reply) {
     state_ = State::kClosed;
     return error;
   }
-  while (true) {
-    auto event = WaitCmEvent(*channel_, deadline);
-    if (!event.ok()) {
-      state_ = State::kClosed;
-      return event.status().WithContext(where + " (waiting for ESTABLISHED)");
-    }
-    switch ((*event)->event) {
-      case RDMA_CM_EVENT_ESTABLISHED:
-        state_ = State::kConnected;
-        return Status::Ok();
-      case RDMA_CM_EVENT_DISCONNECTED:
-      case RDMA_CM_EVENT_CONNECT_ERROR:
-      case RDMA_CM_EVENT_UNREACHABLE:
-      case RDMA_CM_EVENT_REJECTED:
-      case RDMA_CM_EVENT_DEVICE_REMOVAL:
-        state_ = State::kClosed;
-        return Unavailable(where + ": " + EventText(event->get()));
-      default:
-        LOG(INFO) << where << ": ignoring rdma_cm event " << EventText(event->get());
-    }
-  }
+  // No wait for the client's RTU (RDMA_CM_EVENT_ESTABLISHED): the QP is in
+  // RTS already, and a client that vanishes mid-handshake would otherwise
+  // hold the caller (the server's accept loop) until the CM gives up. Its
+  // CONNECT_ERROR / UNREACHABLE arrives later and breaks the connection on
+  // a Poll (HandleCmEvents), which then reclaims it like any broken one.
+  state_ = State::kConnected;
+  return Status::Ok();
 }
 
 void VerbsConnection::Reject(std::span<const uint8_t> reply) {
@@ -850,6 +836,14 @@ Status VerbsConnection::HandleCmEvents() {
           rdma_disconnect(id_.get());
         }
         // Flushes every outstanding WR, so each one completes.
+        MoveQpToError();
+        break;
+      case RDMA_CM_EVENT_CONNECT_ERROR:
+      case RDMA_CM_EVENT_UNREACHABLE:
+      case RDMA_CM_EVENT_REJECTED:
+        // The handshake Accept answered never completed: the peer is gone.
+        LOG(INFO) << peer_address_ << ": handshake not completed: " << EventText(event.get());
+        remote_disconnected_ = true;
         MoveQpToError();
         break;
       case RDMA_CM_EVENT_ESTABLISHED:

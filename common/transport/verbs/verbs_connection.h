@@ -16,6 +16,11 @@
 //     its ring before the window is valid.
 // The active side therefore sees RDMA_CM_EVENT_CONNECT_RESPONSE (not
 // ESTABLISHED), moves its QP to RTR/RTS and completes with rdma_establish.
+// The passive side's Accept returns once rdma_accept has sent the reply; it
+// does not wait for the client's RTU, so a client that vanishes
+// mid-handshake never holds the server's accept loop. The CM reports such a
+// client later (CONNECT_ERROR or UNREACHABLE, after its REP retries) and the
+// connection's next Poll that finds nothing ready reports it broken.
 //
 // Connection parameters: retry_count 7 (transport retries before
 // IBV_WC_RETRY_EXC_ERR, the most the CM carries) and rnr_retry_count 7,

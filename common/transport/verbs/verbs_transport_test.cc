@@ -8,6 +8,8 @@
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <infiniband/verbs.h>
+#include <netdb.h>
+#include <rdma/rdma_cma.h>
 
 #include <chrono>
 #include <cstdlib>
@@ -861,6 +863,69 @@ TEST_F(VerbsTransportTest, SequentialConnectionsAreServedAfterEarlierOnesWentAwa
   // A failed client leaves the server waiting for requests that never come.
   if (HasFailure()) listener_->Shutdown();
   server.join();
+}
+
+// A client that sends its connection request, gets the reply and then
+// never completes the handshake (no RTU: it hangs or dies). Accept must not
+// wait for it: the server's accept loop serves the next client at once.
+TEST_F(VerbsTransportTest, AClientThatNeverCompletesTheHandshakeDoesNotHoldAccept) {
+  std::string host;
+  uint16_t port = 0;
+  ASSERT_TRUE(ParseHostPort(listener_->address(), &host, &port).ok());
+  rdma_event_channel* channel = rdma_create_event_channel();
+  ASSERT_NE(channel, nullptr);
+  rdma_cm_id* id = nullptr;
+  ASSERT_EQ(rdma_create_id(channel, &id, nullptr, RDMA_PS_TCP), 0);
+  const auto expect_event = [&](rdma_cm_event_type want) {
+    rdma_cm_event* event = nullptr;
+    ASSERT_EQ(rdma_get_cm_event(channel, &event), 0);
+    const rdma_cm_event_type got = event->event;
+    rdma_ack_cm_event(event);
+    ASSERT_EQ(got, want) << rdma_event_str(got);
+  };
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  addrinfo* resolved = nullptr;
+  ASSERT_EQ(getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &resolved), 0);
+  ASSERT_EQ(rdma_resolve_addr(id, nullptr, resolved->ai_addr, 5000), 0);
+  freeaddrinfo(resolved);
+  expect_event(RDMA_CM_EVENT_ADDR_RESOLVED);
+  ASSERT_EQ(rdma_resolve_route(id, 5000), 0);
+  expect_event(RDMA_CM_EVENT_ROUTE_RESOLVED);
+  rdma_conn_param param{};
+  param.qp_num = 0x1234;  // no QP: this client never gets that far
+  param.responder_resources = 1;
+  param.initiator_depth = 1;
+  param.retry_count = 7;
+  ASSERT_EQ(rdma_connect(id, &param), 0);
+
+  auto half_open = listener_->Next(kNextTimeout);
+  ASSERT_TRUE(half_open.ok()) << half_open.status();
+  ASSERT_NE(*half_open, nullptr);
+  Descriptor d{};
+  EXPECT_TRUE((*half_open)->Accept(Bytes(&d, sizeof d)).ok());
+  expect_event(RDMA_CM_EVENT_CONNECT_RESPONSE);  // the reply arrived; no rdma_establish follows
+
+  // The next client is served while the first one still has not answered.
+  Pair p = Connect();
+  ASSERT_TRUE(p.client && p.server);
+  std::vector<uint8_t> local(256, 0);
+  auto mr = ClientRegion(local);
+  ReadOp op;
+  op.local = {mr.get(), 0, 64};
+  op.remote = {heap_mr_->remote_addr(), heap_mr_->rkey()};
+  op.wr_id = 1;
+  op.signaled = true;
+  ASSERT_TRUE(p.client->PostReads(std::span(&op, 1)).ok());
+  auto done = PollFor(*p.client, 1);
+  ASSERT_EQ(done.size(), 1u);
+  EXPECT_TRUE(done[0].status.ok()) << done[0].status;
+  EXPECT_EQ(std::memcmp(local.data(), heap_.data(), 64), 0);
+
+  // The half-open client goes away; its server side is torn down cleanly.
+  rdma_destroy_id(id);
+  rdma_destroy_event_channel(channel);
+  half_open->reset();
 }
 
 TEST_F(VerbsTransportTest, ConcurrentConnectsToOneListenerAreAllServed) {
