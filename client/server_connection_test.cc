@@ -25,15 +25,7 @@ using transport::RemoteBuf;
 
 class FakeRegion : public transport::MemoryRegion {
  public:
-  FakeRegion(void* addr, size_t len) : data_(static_cast<uint8_t*>(addr)), size_(len) {}
-  uint8_t* data() const override { return data_; }
-  size_t size() const override { return size_; }
-  uint32_t lkey() const override { return 1; }
-  uint32_t rkey() const override { return 1; }
-
- private:
-  uint8_t* data_;
-  size_t size_;
+  FakeRegion(void* addr, size_t len) : MemoryRegion(static_cast<uint8_t*>(addr), len, 1, 1) {}
 };
 
 // What the fake server does with one request: given the record bytes in

@@ -48,15 +48,30 @@ const char* KindName(Kind kind);
 
 // Registered memory. The memory itself is owned by the caller and must
 // outlive the region.
+// The accessors are plain reads (no virtual call): the data path checks
+// and uses a region's bounds and keys on every work request.
 class MemoryRegion {
  public:
   virtual ~MemoryRegion() = default;
-  virtual uint8_t* data() const = 0;
-  virtual size_t size() const = 0;
-  virtual uint32_t lkey() const = 0;
-  virtual uint32_t rkey() const = 0;
+  MemoryRegion(const MemoryRegion&) = delete;
+  MemoryRegion& operator=(const MemoryRegion&) = delete;
+
+  uint8_t* data() const { return data_; }
+  size_t size() const { return size_; }
+  uint32_t lkey() const { return lkey_; }
+  uint32_t rkey() const { return rkey_; }
   // The address a peer names to access byte 0 of this region.
-  uint64_t remote_addr() const { return reinterpret_cast<uint64_t>(data()); }
+  uint64_t remote_addr() const { return reinterpret_cast<uint64_t>(data_); }
+
+ protected:
+  MemoryRegion(uint8_t* data, size_t size, uint32_t lkey, uint32_t rkey)
+      : data_(data), size_(size), lkey_(lkey), rkey_(rkey) {}
+
+ private:
+  uint8_t* const data_;
+  const size_t size_;
+  const uint32_t lkey_;
+  const uint32_t rkey_;
 };
 
 // A span of a local registered region.

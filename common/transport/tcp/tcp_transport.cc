@@ -460,23 +460,14 @@ class TcpMemoryRegion final : public MemoryRegion {
  public:
   TcpMemoryRegion(std::shared_ptr<Registry> registry, uint8_t* data, size_t size, uint32_t access,
                   uint32_t rkey)
-      : registry_(std::move(registry)), data_(data), size_(size), access_(access), rkey_(rkey) {}
-  ~TcpMemoryRegion() override { registry_->Remove(rkey_); }
-  TcpMemoryRegion(const TcpMemoryRegion&) = delete;
-  TcpMemoryRegion& operator=(const TcpMemoryRegion&) = delete;
+      : MemoryRegion(data, size, /*lkey=*/rkey, rkey), registry_(std::move(registry)), access_(access) {}
+  ~TcpMemoryRegion() override { registry_->Remove(rkey()); }
 
-  uint8_t* data() const override { return data_; }
-  size_t size() const override { return size_; }
-  uint32_t lkey() const override { return rkey_; }
-  uint32_t rkey() const override { return rkey_; }
   uint32_t access() const { return access_; }
 
  private:
   const std::shared_ptr<Registry> registry_;
-  uint8_t* const data_;
-  const size_t size_;
   const uint32_t access_;
-  const uint32_t rkey_;
 };
 
 StatusOr<std::unique_ptr<MemoryRegion>> RegisterRegion(const std::shared_ptr<Registry>& registry, void* addr,

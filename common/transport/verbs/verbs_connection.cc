@@ -6,6 +6,7 @@
 #include <sys/socket.h>
 
 #include <algorithm>
+#include <bit>
 #include <cerrno>
 #include <cstddef>
 #include <cstdio>
@@ -362,11 +363,12 @@ Status VerbsConnection::CreateQueues() {
   RKV_ASSIGN_OR_RETURN(qp_, QueuePair::Create(config_.pd, send_cq_, recv_cq_, cap));
   max_inline_ = qp_.cap().max_inline_data;
   signal_interval_ = send_depth_ / 2;
-  send_ring_.assign(send_depth_, SendEntry{});
+  // Powers of two: the rings are indexed with a mask, not a division.
+  send_ring_.assign(std::bit_ceil(send_depth_), SendEntry{});
   send_wrs_.assign(send_depth_, ibv_send_wr{});
   send_sges_.assign(send_depth_, ibv_sge{});
   // Room for every completion the queues can have outstanding at once.
-  pending_.assign(size_t{send_depth_} + recv_depth_, Completion{});
+  pending_.assign(std::bit_ceil(size_t{send_depth_} + recv_depth_), Completion{});
   pending_head_ = 0;
   pending_count_ = 0;
   return Status::Ok();
@@ -610,7 +612,7 @@ void VerbsConnection::AddSend(uint32_t index, const SendEntry& entry, bool want_
   // otherwise reach the signal interval (see the header).
   const bool signaled = want_signal || (last && unsignaled_run_ + 1 >= signal_interval_);
   const uint64_t seq = next_seq_++;
-  send_ring_[seq % send_depth_] = entry;
+  send_ring_[seq & (send_ring_.size() - 1)] = entry;
   wr.wr_id = seq;
   if (signaled) {
     wr.send_flags |= IBV_SEND_SIGNALED;
@@ -754,7 +756,7 @@ void VerbsConnection::OnSendCompletion(const ibv_wc& wc) {
     LOG(ERROR) << "send completion for unknown sequence " << seq << " on " << peer_address_;
     return;
   }
-  const SendEntry& entry = send_ring_[seq % send_depth_];
+  const SendEntry& entry = send_ring_[seq & (send_ring_.size() - 1)];
   Status status = WcStatus(wc);
   if (!status.ok()) {
     // The QP is in the error state now; every later WR flushes.
@@ -894,12 +896,12 @@ void VerbsConnection::PushPending(Completion c) {
     // that posts without polling gets here.
     std::vector<Completion> bigger(std::max<size_t>(2 * pending_.size(), 8));
     for (size_t i = 0; i < pending_count_; ++i) {
-      bigger[i] = std::move(pending_[(pending_head_ + i) % pending_.size()]);
+      bigger[i] = std::move(pending_[(pending_head_ + i) & (pending_.size() - 1)]);
     }
     pending_ = std::move(bigger);
     pending_head_ = 0;
   }
-  pending_[(pending_head_ + pending_count_) % pending_.size()] = std::move(c);
+  pending_[(pending_head_ + pending_count_) & (pending_.size() - 1)] = std::move(c);
   ++pending_count_;
 }
 
@@ -907,7 +909,7 @@ size_t VerbsConnection::TakePending(std::span<Completion> out) {
   const size_t n = std::min(out.size(), pending_count_);
   for (size_t i = 0; i < n; ++i) {
     out[i] = std::move(pending_[pending_head_]);
-    pending_head_ = (pending_head_ + 1) % pending_.size();
+    pending_head_ = (pending_head_ + 1) & (pending_.size() - 1);
   }
   pending_count_ -= n;
   return n;

@@ -107,19 +107,13 @@ struct ConnectionConfig {
 // A registered region (shared or connection-private).
 class VerbsRegion final : public MemoryRegion {
  public:
+  // `rkey`: the MR's, or the memory window's for a private region.
   VerbsRegion(std::shared_ptr<MemoryRegistration> mr, uint8_t* data, size_t size, uint32_t rkey)
-      : mr_(std::move(mr)), data_(data), size_(size), rkey_(rkey) {}
-  uint8_t* data() const override { return data_; }
-  size_t size() const override { return size_; }
-  uint32_t lkey() const override { return mr_->get()->lkey; }
-  uint32_t rkey() const override { return rkey_; }
+      : MemoryRegion(data, size, mr->get()->lkey, rkey), mr_(std::move(mr)) {}
   const std::shared_ptr<MemoryRegistration>& registration() const { return mr_; }
 
  private:
   std::shared_ptr<MemoryRegistration> mr_;
-  uint8_t* data_;
-  size_t size_;
-  uint32_t rkey_;  // the MR's, or the memory window's for a private region
 };
 
 // Maps transport::Access bits to IBV_ACCESS_* (kRemoteWrite implies
@@ -242,7 +236,7 @@ class VerbsConnection final : public Connection {
   uint32_t recv_depth_ = 0;
   uint32_t signal_interval_ = 0;
 
-  std::vector<SendEntry> send_ring_;  // indexed by sequence % send_depth_
+  std::vector<SendEntry> send_ring_;  // a power of two >= send_depth_, indexed by sequence & (size - 1)
   std::vector<ibv_send_wr> send_wrs_;
   std::vector<ibv_sge> send_sges_;
   uint64_t next_seq_ = 0;         // sequence number of the next send WR
