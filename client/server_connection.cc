@@ -167,32 +167,31 @@ Status ServerConnection::MarkBroken(Status why) {
 Status ServerConnection::PollOnce(microseconds wait) {
   auto n = conn_->Poll(completions_, wait);
   if (!n.ok()) return MarkBroken(n.status().WithContext("connection to " + address_));
-  for (size_t i = 0; i < *n; ++i) {
-    const transport::Completion& c = completions_[i];
-    if (!c.status.ok()) {
-      MarkBroken(c.status.WithContext("connection to " + address_)).IgnoreError();
-      continue;
-    }
-    switch (c.op) {
-      case transport::OpType::kRead:
-        completed_read_wr_ = std::max(completed_read_wr_, c.wr_id);
-        break;
-      case transport::OpType::kSend:
-        completed_send_wr_ = std::max(completed_send_wr_, c.wr_id);
-        break;
-      case transport::OpType::kRecv:
-        if ((c.wr_id & kRecvTag) == 0 || (c.wr_id & ~kRecvTag) >= posted_recvs_) {
-          MarkBroken(Internal("receive completion with unknown wr_id " + to_string(c.wr_id)))
-              .IgnoreError();
-          break;
-        }
-        HandleReceive(c.wr_id & ~kRecvTag, c.byte_len);
-        break;
-      case transport::OpType::kWrite:
-        break;  // WRITEs are posted unsignaled; nothing to track
-    }
-  }
+  for (size_t i = 0; i < *n; ++i) HandleCompletion(completions_[i]);
   return broken_ ? broken_status_ : Status::Ok();
+}
+
+void ServerConnection::HandleCompletion(const transport::Completion& c) {
+  if (!c.status.ok()) {
+    MarkBroken(c.status.WithContext("connection to " + address_)).IgnoreError();
+    return;
+  }
+  switch (c.op) {
+    case transport::OpType::kRead:
+      break;  // READs are waited for by PostReadsAndWait; a stray one is harmless
+    case transport::OpType::kSend:
+      completed_send_wr_ = std::max(completed_send_wr_, c.wr_id);
+      break;
+    case transport::OpType::kRecv:
+      if ((c.wr_id & kRecvTag) == 0 || (c.wr_id & ~kRecvTag) >= posted_recvs_) {
+        MarkBroken(Internal("receive completion with unknown wr_id " + to_string(c.wr_id))).IgnoreError();
+        break;
+      }
+      HandleReceive(c.wr_id & ~kRecvTag, c.byte_len);
+      break;
+    case transport::OpType::kWrite:
+      break;  // WRITEs are posted unsignaled; nothing to track
+  }
 }
 
 void ServerConnection::HandleReceive(uint64_t index, uint32_t byte_len) {
@@ -252,10 +251,18 @@ Status ServerConnection::PostReadsAndWait(std::span<transport::ReadOp> ops, Dead
     op.wr_id = NextWrId();
   }
   ops.back().signaled = true;
-  const uint64_t wr = ops.back().wr_id;
-  const Status s = conn_->PostReads(ops);
-  if (!s.ok()) return MarkBroken(s.WithContext("posting " + std::string(what)));
-  return WaitFor([&] { return completed_read_wr_ >= wr; }, deadline, now, what);
+  const microseconds left =
+      now >= deadline ? microseconds(0) : duration_cast<microseconds>(deadline - now);
+  others_.clear();
+  const Status s = conn_->PostReadsAndWait(ops, left, &others_);
+  // Replies and SEND completions that came meanwhile: handled as Poll's.
+  for (const transport::Completion& c : others_) HandleCompletion(c);
+  if (broken_) return broken_status_;
+  if (s.code() == StatusCode::kDeadlineExceeded) {
+    return MarkBroken(DeadlineExceeded("timed out waiting for " + std::string(what) + " from " + address_));
+  }
+  if (!s.ok()) return MarkBroken(s.WithContext(std::string(what) + " on the connection to " + address_));
+  return Status::Ok();
 }
 
 Status ServerConnection::Lookup(std::span<const std::string_view> keys,

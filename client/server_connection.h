@@ -134,6 +134,9 @@ class ServerConnection {
   Status WaitFor(Done done, Deadline deadline, Clock::time_point now, std::string_view what);
   // Polls once, up to `wait`, and dispatches the completions.
   Status PollOnce(std::chrono::microseconds wait);
+  // Accounts for one completion (receives: HandleReceive); a failed one
+  // breaks the connection.
+  void HandleCompletion(const transport::Completion& c);
   void HandleReceive(uint64_t index, uint32_t byte_len);
   Status MarkBroken(Status why);
 
@@ -200,9 +203,10 @@ class ServerConnection {
   std::vector<transport::ReadOp> ops_;
   // Completions of one Poll; small: a GET waits for one signaled READ.
   std::array<transport::Completion, 8> completions_;
+  // Completions other than the READ that PostReadsAndWait waited for.
+  std::vector<transport::Completion> others_;
 
   uint64_t next_wr_id_ = 1;
-  uint64_t completed_read_wr_ = 0;  // highest signaled READ completed
   uint64_t completed_send_wr_ = 0;  // highest SEND completed
 
   bool broken_ = false;

@@ -9,6 +9,37 @@ namespace rkv::transport {
 
 const char* KindName(Kind kind) { return kind == Kind::kTcp ? "tcp" : "verbs"; }
 
+Status Connection::PostReadsAndWait(std::span<const ReadOp> ops, std::chrono::microseconds timeout,
+                                    std::vector<Completion>* others) {
+  if (ops.empty()) return InvalidArgument("PostReadsAndWait: no READs");
+  if (!ops.back().signaled) return InvalidArgument("PostReadsAndWait: the last READ must be signaled");
+  RKV_RETURN_IF_ERROR(PostReads(ops));
+  return WaitForRead(ops.back().wr_id, timeout, others);
+}
+
+Status Connection::WaitForRead(uint64_t wr_id, std::chrono::microseconds timeout,
+                               std::vector<Completion>* others) {
+  using Clock = std::chrono::steady_clock;
+  const Clock::time_point deadline = Clock::now() + timeout;
+  Completion batch[8];
+  while (true) {
+    const auto left = std::chrono::duration_cast<std::chrono::microseconds>(deadline - Clock::now());
+    if (left.count() <= 0) return DeadlineExceeded("READ " + std::to_string(wr_id) + " did not complete in time");
+    RKV_ASSIGN_OR_RETURN(const size_t n, Poll(batch, left));
+    bool done = false;
+    Status status;
+    for (size_t i = 0; i < n; ++i) {
+      if (!done && batch[i].op == OpType::kRead && batch[i].wr_id == wr_id) {
+        done = true;
+        status = std::move(batch[i].status);
+      } else {
+        others->push_back(std::move(batch[i]));
+      }
+    }
+    if (done) return status;
+  }
+}
+
 StatusOr<std::unique_ptr<Transport>> CreateTransport(Kind kind, const Options& options) {
   if (kind == Kind::kTcp) return CreateTcpTransport(options);
   return CreateVerbsTransport(options);

@@ -131,6 +131,17 @@ class Connection {
   // Posts READs as one linked list (one doorbell). Only ops with
   // `signaled` produce a completion on success.
   virtual Status PostReads(std::span<const ReadOp> ops) = 0;
+  // Posts `ops` as PostReads does, the last one signaled, and waits up to
+  // `timeout` for that last READ to complete (the READs of one list
+  // complete in order, so then all have). Completions of other work that
+  // arrive meanwhile are appended to `*others`, as Poll would have returned
+  // them. Returns the last READ's completion status: OK once it completed
+  // well, its error otherwise; DEADLINE_EXCEEDED when it did not complete
+  // within `timeout` (the connection should then be given up: its
+  // completion may still come). The default posts and Polls; a transport
+  // may take a shorter way to the same result.
+  virtual Status PostReadsAndWait(std::span<const ReadOp> ops, std::chrono::microseconds timeout,
+                                  std::vector<Completion>* others);
   // Posts an unsignaled WRITE of `write_src` to `write_dst` followed by a
   // signaled SEND of `send` with wr_id `wr_id`, linked in one doorbell.
   virtual Status PostWriteSend(LocalBuf write_src, RemoteBuf write_dst, LocalBuf send,
@@ -148,6 +159,10 @@ class Connection {
 
   // Sends or receives a disconnect; later posts fail. Idempotent.
   virtual void Disconnect() = 0;
+
+ protected:
+  // The wait of PostReadsAndWait, for the READ with `wr_id`, once posted.
+  Status WaitForRead(uint64_t wr_id, std::chrono::microseconds timeout, std::vector<Completion>* others);
 };
 
 // Accepts connection requests on one address.

@@ -348,6 +348,38 @@ TEST_F(TcpTransportTest, ReadChainWithOnlyTheLastSignaled) {
   EXPECT_EQ(*n, 0u);  // the unsignaled READs made no completion
 }
 
+// The default PostReadsAndWait (post, then Poll): the data is there when
+// it returns; a SEND completion that came first is handed back in
+// `others`; the waited-for READ is not reported again.
+TEST_F(TcpTransportTest, PostReadsAndWaitHandsBackOtherCompletions) {
+  Buffer table = MakeBuffer(*server_, 1 << 16, kRemoteRead);
+  for (size_t i = 0; i < table.bytes.size(); ++i) table.bytes[i] = static_cast<uint8_t>(i * 5 + 1);
+  Buffer inbox = MakeBuffer(*server_, 64, kLocalWrite);
+  Pair pair = ConnectPair([&](Connection& c) { ASSERT_TRUE(c.PostRecv(inbox.At(0, 64), 900).ok()); });
+  ASSERT_NE(pair.client, nullptr);
+  Buffer local = MakeBuffer(*client_, 4096, kLocalWrite);
+  ASSERT_TRUE(pair.client->PostSend(local.At(2048, 16), 7).ok());
+  const ReadOp ops[] = {
+      {local.At(0, 100), table.Remote(300), 1, false},
+      {local.At(100, 900), table.Remote(9000), 2, true},
+  };
+  std::vector<Completion> others;
+  ASSERT_TRUE(pair.client->PostReadsAndWait(ops, std::chrono::seconds(10), &others).ok());
+  EXPECT_EQ(0, std::memcmp(local.bytes.data(), table.bytes.data() + 300, 100));
+  EXPECT_EQ(0, std::memcmp(local.bytes.data() + 100, table.bytes.data() + 9000, 900));
+  ASSERT_EQ(others.size(), 1u) << "the SEND completed before the READs (in order)";
+  EXPECT_EQ(others[0].op, OpType::kSend);
+  EXPECT_EQ(others[0].wr_id, 7u);
+  Completion more[1];
+  StatusOr<size_t> n = pair.client->Poll(more, 0us);
+  ASSERT_TRUE(n.ok());
+  EXPECT_EQ(*n, 0u);
+
+  const ReadOp unsignaled[] = {{local.At(0, 8), table.Remote(0), 3, false}};
+  EXPECT_EQ(pair.client->PostReadsAndWait(unsignaled, std::chrono::seconds(1), &others).code(),
+            StatusCode::kInvalidArgument);
+}
+
 TEST_F(TcpTransportTest, LargeReadsAndWrites) {
   constexpr size_t kSize = 8 << 20;
   Buffer remote = MakeBuffer(*server_, kSize, kRemoteRead | kRemoteWrite | kLocalWrite);

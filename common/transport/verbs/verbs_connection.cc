@@ -667,6 +667,24 @@ Status VerbsConnection::PostReads(std::span<const ReadOp> ops) {
   return PostSendChain(n, "ibv_post_send(RDMA_READ)");
 }
 
+Status VerbsConnection::PostReadsAndWait(std::span<const ReadOp> ops, std::chrono::microseconds timeout,
+                                         std::vector<Completion>* others) {
+  if (ops.empty()) return InvalidArgument("PostReadsAndWait: no READs");
+  if (!ops.back().signaled) return InvalidArgument("PostReadsAndWait: the last READ must be signaled");
+  RKV_RETURN_IF_ERROR(PostReads(ops));
+  if (pending_count_ == 0) {
+    const uint64_t last_seq = next_seq_ - 1;
+    ibv_wc wc;
+    const int n = ibv_poll_cq(send_cq_->get(), 1, &wc);
+    if (n == 1 && wc.wr_id == last_seq && wc.status == IBV_WC_SUCCESS) {
+      retired_seq_ = last_seq + 1;  // and every WR before it: in order
+      return Status::Ok();
+    }
+    if (n == 1) OnSendCompletion(wc);
+  }
+  return WaitForRead(ops.back().wr_id, timeout, others);
+}
+
 Status VerbsConnection::PostWriteSend(LocalBuf write_src, RemoteBuf write_dst, LocalBuf send,
                                       uint64_t wr_id) {
   RKV_RETURN_IF_ERROR(CheckSendable());

@@ -142,6 +142,12 @@ class VerbsConnection final : public Connection {
   Status Accept(std::span<const uint8_t> reply) override;
   void Reject(std::span<const uint8_t> reply) override;
   Status PostReads(std::span<const ReadOp> ops) override;
+  // Looks at the send CQ right after the post: a READ that completed by
+  // then (on rxe the whole loopback READ runs inside the post) is taken
+  // from there, without the pending queue; anything else, or nothing yet,
+  // goes the usual way (Poll).
+  Status PostReadsAndWait(std::span<const ReadOp> ops, std::chrono::microseconds timeout,
+                          std::vector<Completion>* others) override;
   Status PostWriteSend(LocalBuf write_src, RemoteBuf write_dst, LocalBuf send,
                        uint64_t wr_id) override;
   Status PostSend(LocalBuf send, uint64_t wr_id) override;

@@ -434,6 +434,70 @@ TEST_F(VerbsTransportTest, WriteToReadOnlyRegionIsDeniedAndChangesNothing) {
   EXPECT_EQ(heap_, before);
 }
 
+// PostReadsAndWait: the READs' data is there when it returns, and what
+// completed meanwhile (a SEND posted before, a message from the server)
+// comes back in `others` or from the next Poll, once each, not lost.
+TEST_F(VerbsTransportTest, PostReadsAndWaitReturnsOnceTheLastReadCompleted) {
+  std::vector<uint8_t> server_msgs(64, 0x33);
+  auto server_msgs_mr = server_->Register(server_msgs.data(), server_msgs.size(), kLocalWrite);
+  ASSERT_TRUE(server_msgs_mr.ok());
+  Pair p = Connect([&](Connection& c, Descriptor*) {
+    ASSERT_TRUE(c.PostRecv({server_msgs_mr->get(), 0, 32}, 900).ok());
+  });
+  ASSERT_TRUE(p.client && p.server);
+  const Descriptor d = ParseDescriptor(*p.client);
+  std::vector<uint8_t> local(4096, 0);
+  auto mr = ClientRegion(local);
+  ASSERT_TRUE(p.client->PostRecv({mr.get(), 3072, 64}, 800).ok());
+  ASSERT_TRUE(p.server->PostSend({server_msgs_mr->get(), 32, 16}, 8).ok());
+  auto server_sent = PollFor(*p.server, 1);  // so the client's receive has completed
+  ASSERT_EQ(server_sent.size(), 1u);
+  ASSERT_TRUE(p.client->PostSend({mr.get(), 2048, 16}, 7).ok());
+
+  // A list: the first READ unsignaled, the last signaled.
+  ReadOp ops[2];
+  ops[0].local = {mr.get(), 0, 512};
+  ops[0].remote = {d.heap_addr + 1000, d.heap_rkey};
+  ops[0].wr_id = 1;
+  ops[1].local = {mr.get(), 512, 300};
+  ops[1].remote = {d.heap_addr + 7000, d.heap_rkey};
+  ops[1].wr_id = 2;
+  ops[1].signaled = true;
+  std::vector<Completion> others;
+  ASSERT_TRUE(p.client->PostReadsAndWait(ops, std::chrono::seconds(10), &others).ok());
+  EXPECT_EQ(std::memcmp(local.data(), heap_.data() + 1000, 512), 0);
+  EXPECT_EQ(std::memcmp(local.data() + 512, heap_.data() + 7000, 300), 0);
+
+  size_t sends = 0;
+  size_t recvs = 0;
+  const auto count = [&](const std::vector<Completion>& cs) {
+    for (const Completion& c : cs) {
+      EXPECT_TRUE(c.status.ok()) << c.status;
+      EXPECT_NE(c.op, OpType::kRead) << "the waited-for READ is not reported again";
+      if (c.op == OpType::kSend && c.wr_id == 7) ++sends;
+      if (c.op == OpType::kRecv && c.wr_id == 800) ++recvs;
+    }
+  };
+  count(others);
+  ASSERT_LE(sends + recvs, 2u);
+  count(PollFor(*p.client, 2 - sends - recvs));
+  EXPECT_EQ(sends, 1u);
+  EXPECT_EQ(recvs, 1u);
+  Completion extra[4];
+  auto more = p.client->Poll(extra, 50ms);
+  ASSERT_TRUE(more.ok()) << more.status();
+  EXPECT_EQ(*more, 0u) << "nothing reported twice";
+
+  // A READ the server refuses (not the heap's rkey) is an error.
+  ReadOp bad;
+  bad.local = {mr.get(), 0, 64};
+  bad.remote = {d.heap_addr, d.heap_rkey ^ 0x5a5a5a00u};
+  bad.wr_id = 3;
+  bad.signaled = true;
+  const Status refused = p.client->PostReadsAndWait(std::span(&bad, 1), std::chrono::seconds(30), &others);
+  EXPECT_EQ(refused.code(), StatusCode::kPermissionDenied) << refused;
+}
+
 // The server side of a request/reply loop over a private ring: each
 // request names a ring offset and an iteration; the ring must already hold
 // that iteration's pattern when the SEND arrives.
