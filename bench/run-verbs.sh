@@ -16,7 +16,7 @@
 #      then get with $RKV_BENCH_THREADS threads (default 2) for throughput;
 #      then rkv-read-lat: single READs of 1024 and 64 bytes through rkv's
 #      own transport, which splits a GET's time into transport and protocol;
-#   3. $RKV_BENCH_ROUNDS (default 5) interleaved rounds of: rkv-ycsb get with
+#   3. $RKV_BENCH_ROUNDS (default 15) short interleaved rounds of: rkv-ycsb get with
 #      1 KiB values, rkv-read-lat 1 KiB, ib_read_lat 1 KiB. Emulation has slow
 #      and fast phases that last seconds (a single ib_read_lat run came out
 #      anywhere between 63 and 108 us here), so the target ratio is taken
@@ -31,7 +31,16 @@
 #   RKV_BENCH_OPS         timed operations per run (default 3000)
 #   RKV_BENCH_DURATION_S  cap per timed run in seconds (default 120)
 #   RKV_BENCH_THREADS     threads of the throughput run (default 2)
-#   RKV_BENCH_ROUNDS      interleaved rounds for the 1 KiB GET ratio (default 5)
+#   RKV_BENCH_ROUNDS      interleaved rounds for the 1 KiB GET ratio (default 15)
+#   RKV_BENCH_ROUND_OPS   GETs, READs and ib_read_lat iterations per round
+#                         (default 1000: a round lasts about a second, so
+#                         its three runs mostly share one emulation phase)
+#   RKV_BENCH_PIN         1 (default): with 2+ CPUs, rkv-server runs on CPU 1
+#                         and every one-thread client (rkv-ycsb, rkv-read-lat)
+#                         on CPU 0, the placement deploy/softroce/perftest.sh
+#                         gives perftest's server and client (RKV_PERFTEST_PIN),
+#                         so both sides are measured alike; 0: no pinning.
+#                         Multi-thread clients are never pinned.
 #   RKV_BENCH_DURABILITY  none | wal | sync (default none)
 #   RKV_BENCH_COMMAND     the host command line to quote in the report
 #
@@ -65,13 +74,23 @@ records=${RKV_BENCH_RECORDS:-1000}
 ops=${RKV_BENCH_OPS:-3000}
 duration_s=${RKV_BENCH_DURATION_S:-120}
 tp_threads=${RKV_BENCH_THREADS:-2}
-rounds=${RKV_BENCH_ROUNDS:-5}
+rounds=${RKV_BENCH_ROUNDS:-15}
+round_ops=${RKV_BENCH_ROUND_OPS:-1000}
 durability=${RKV_BENCH_DURABILITY:-none}
 command_line=${RKV_BENCH_COMMAND:-bench/run-verbs.sh $1}
-for n in "$records" "$ops" "$duration_s" "$tp_threads" "$rounds"; do
+for n in "$records" "$ops" "$duration_s" "$tp_threads" "$rounds" "$round_ops"; do
   [[ $n =~ ^[0-9]+$ && $n -gt 0 ]] || die "not a positive integer: $n"
 done
 case $durability in none | wal | sync) ;; *) die "RKV_BENCH_DURABILITY must be none, wal or sync" ;; esac
+
+server_cpu=()
+client_cpu=()
+pinning="none"
+if [[ ${RKV_BENCH_PIN:-1} == 1 && $(nproc) -ge 2 ]] && command -v taskset >/dev/null 2>&1; then
+  server_cpu=(taskset -c 1)
+  client_cpu=(taskset -c 0)
+  pinning="rkv-server on CPU 1, one-thread clients on CPU 0 (as perftest.sh places perftest)"
+fi
 
 out=$RKV_GUEST_OUT
 report=$out/verbs-results.md
@@ -97,7 +116,7 @@ head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$work/token"
 
 # 1. The server.
 : >"$work/server.stdout"  # exists before the server's redirection does: polled below
-"$server_bin" --listen="$RKV_RDMA_ADDR:0" --data_dir="$work/data" --token_file="$work/token" \
+"${server_cpu[@]}" "$server_bin" --listen="$RKV_RDMA_ADDR:0" --data_dir="$work/data" --token_file="$work/token" \
   --transport=verbs --durability="$durability" --memory=256M \
   >"$work/server.stdout" 2>"$out/server.log" &
 server_pid=$!
@@ -115,12 +134,14 @@ fi
 log "rkv-server: $(head -n 1 "$work/server.stdout")"
 
 # 2. rkv-ycsb.
-ycsb() { # label workload size threads
+ycsb() { # label workload size threads [operations [more rkv-ycsb flags...]]
   local rc=0
-  "$ycsb_bin" --target=rkv --server="$addr" --token_file="$work/token" --transport=verbs \
+  local pin=()
+  (($4 == 1)) && pin=("${client_cpu[@]}")
+  "${pin[@]}" "$ycsb_bin" --target=rkv --server="$addr" --token_file="$work/token" --transport=verbs \
     --workload="$2" --value_bytes="$3" --threads="$4" --records="$records" \
-    --operations="$ops" --duration_s="$duration_s" --timeout_ms=20000 \
-    --label="$1" --output="$ycsb_results" >"$work/ycsb.out" 2>&1 || rc=$?
+    --operations="${5:-$ops}" --duration_s="$duration_s" --timeout_ms=20000 \
+    --label="$1" --output="$ycsb_results" "${@:6}" >"$work/ycsb.out" 2>&1 || rc=$?
   sed "s/^/  [$1 $2 $3 x$4] /" "$work/ycsb.out" >&2
   if ((rc != 0)); then
     failed+=("rkv-ycsb $1 $2 $3 (rc $rc)")
@@ -137,7 +158,7 @@ ycsb rkv-mt get 1024 "$tp_threads"
 # p50 (emulation is noisy from one second to the next).
 for round in 1 2 3 4 5; do
   for size in 1024 64; do
-    if ! "$readlat_bin" --server="$addr" --token_file="$work/token" --transport=verbs --bytes="$size" \
+    if ! "${client_cpu[@]}" "$readlat_bin" --server="$addr" --token_file="$work/token" --transport=verbs --bytes="$size" \
       --iterations=2000 --label=rkv-read --output="$readlat_results" 2>"$work/readlat.out"; then
       sed "s/^/  [rkv-read-lat $round] /" "$work/readlat.out" >&2
       failed+=("rkv-read-lat $size (round $round)")
@@ -145,15 +166,17 @@ for round in 1 2 3 4 5; do
   done
 done
 # 3. Interleaved rounds for the target ratio (the server is idle during
-#    ib_read_lat: it serves no GET with its CPU and has no requests).
+#    ib_read_lat: it serves no GET with its CPU and has no requests). Short
+#    and back to back; the GETs reuse the 1 KiB records the throughput run
+#    above loaded (--noload), so a round spends its time measuring.
 for ((r = 1; r <= rounds; r++)); do
-  ycsb "rkv-r$r" get 1024 1
-  if ! "$readlat_bin" --server="$addr" --token_file="$work/token" --transport=verbs --bytes=1024 \
-    --iterations=2000 --label="rkv-read-r$r" --output="$readlat_results" 2>"$work/readlat.out"; then
+  ycsb "rkv-r$r" get 1024 1 "$round_ops" --noload
+  if ! "${client_cpu[@]}" "$readlat_bin" --server="$addr" --token_file="$work/token" --transport=verbs --bytes=1024 \
+    --iterations="$round_ops" --label="rkv-read-r$r" --output="$readlat_results" 2>"$work/readlat.out"; then
     sed "s/^/  [rkv-read-lat r$r] /" "$work/readlat.out" >&2
     failed+=("rkv-read-lat 1024 (round $r)")
   fi
-  if ! RKV_PERFTEST_TESTS=ib_read_lat RKV_PERFTEST_LAT_ITERS=2000 RKV_PERFTEST_PORT=$((19000 + 10 * r)) \
+  if ! RKV_PERFTEST_TESTS=ib_read_lat RKV_PERFTEST_LAT_ITERS=$round_ops RKV_PERFTEST_PORT=$((19000 + 10 * r)) \
     "$perftest" "$out/perftest-r$r.txt" 1024; then
     failed+=("ib_read_lat (round $r)")
   fi
@@ -220,12 +243,14 @@ active_mtu=$(ibv_devinfo -d "$dev" 2>/dev/null | awk '/active_mtu/ {print $2, $3
   echo "no client location cache, so every GET is cold: two dependent READs (the key's"
   echo "512-byte neighbourhood of 8 buckets, then the block)."
   echo
+  echo "CPU placement: $pinning."
+  echo
   echo "## Cold 1 KiB GET vs a raw 1 KiB READ, interleaved rounds (the target)"
   echo
-  echo "Each round runs, back to back: rkv-ycsb get (1 KiB values), rkv-read-lat (one"
-  echo "1 KiB READ through rkv's transport, 2000 times), ib_read_lat 1 KiB (2000"
-  echo "iterations). Target: the median of the rounds' GET p50 / ib_read_lat typical"
-  echo "<= 2.3 (a cold GET is two dependent READs)."
+  echo "Each round runs, back to back: rkv-ycsb get ($round_ops GETs of 1 KiB values, records"
+  echo "already loaded), rkv-read-lat (one 1 KiB READ through rkv's transport, $round_ops times),"
+  echo "ib_read_lat 1 KiB ($round_ops iterations). Target: the median of the rounds' GET p50 /"
+  echo "ib_read_lat typical <= 2.3 (a cold GET is two dependent READs)."
   echo
   echo "| round | rkv GET p50 us | rkv READ p50 us | ib_read_lat typical us | GET / ib_read_lat | GET / rkv READ |"
   echo "|---:|---:|---:|---:|---:|---:|"

@@ -15,6 +15,7 @@
 #                           after the limit, qemu is killed. Either way the
 #                           script exits 124.
 #   --mem MiB               guest RAM (default 4096).
+#   --cpus N                guest vCPUs, 1..16 (default 2, or $RKV_SOFTROCE_CPUS).
 #   --mtu BYTES             MTU of the veth pair under rxe0 (default 1500, or
 #                           $RKV_SOFTROCE_MTU; 576..9000). rxe's path MTU is
 #                           the largest IB MTU that fits: 1024 at 1500, 4096
@@ -118,6 +119,7 @@ usage() { # exit-code
 
 timeout_s=900
 mem_mib=4096
+cpus=${RKV_SOFTROCE_CPUS:-2}
 out_dir=""
 boot_timeout_s=${RKV_SOFTROCE_BOOT_TIMEOUT:-240}
 mtu=${RKV_SOFTROCE_MTU:-1500}
@@ -126,6 +128,8 @@ while [[ $# -gt 0 ]]; do
   case $1 in
     --timeout) timeout_s=${2:?--timeout needs a value}; shift 2 ;;
     --timeout=*) timeout_s=${1#*=}; shift ;;
+    --cpus) cpus=${2:?--cpus needs a value}; shift 2 ;;
+    --cpus=*) cpus=${1#*=}; shift ;;
     --mem) mem_mib=${2:?--mem needs a value}; shift 2 ;;
     --mem=*) mem_mib=${1#*=}; shift ;;
     --mtu) mtu=${2:?--mtu needs a value}; shift 2 ;;
@@ -145,6 +149,7 @@ for n in "$timeout_s" "$mem_mib" "$boot_timeout_s" "$mtu"; do
   [[ $n =~ ^[0-9]+$ && $n -gt 0 ]] || die 2 "not a positive integer: $n"
 done
 ((mtu >= 576 && mtu <= 9000)) || die 2 "--mtu $mtu is outside 576..9000"
+[[ $cpus =~ ^[0-9]+$ ]] && ((cpus >= 1 && cpus <= 16)) || die 2 "--cpus $cpus is outside 1..16"
 
 cache_dir=${RKV_CACHE_DIR:-${HOME:-/root}/.cache/rkv/softroce}
 
@@ -498,7 +503,7 @@ log "booting guest (kernel $kver, ${mem_mib} MiB, timeout ${timeout_s}s)"
 start=$SECONDS
 qemu-system-x86_64 \
   -name rkv-softroce \
-  -machine pc -accel tcg -cpu max -smp 2 -m "$mem_mib" \
+  -machine pc -accel tcg -cpu max -smp "$cpus" -m "$mem_mib" \
   -nodefaults -no-user-config -no-reboot \
   -display none -monitor none -serial "file:$console" \
   -nic none \
