@@ -16,6 +16,12 @@
 #include <string_view>
 #include <utility>
 
+// Marks librkv's public API: the library is built with hidden visibility,
+// so only what carries this is exported.
+#ifndef RKV_EXPORT
+#define RKV_EXPORT [[gnu::visibility("default")]]
+#endif
+
 namespace rkv {
 
 enum class StatusCode : int32_t {
@@ -39,13 +45,13 @@ enum class StatusCode : int32_t {
 };
 
 // Returns the canonical upper-case name of `code`, e.g. "NOT_FOUND".
-std::string_view StatusCodeName(StatusCode code);
+RKV_EXPORT std::string_view StatusCodeName(StatusCode code);
 
 // True when `raw` is one of the StatusCode values (used to validate codes
 // that arrive over the wire).
-bool IsValidStatusCode(int32_t raw);
+RKV_EXPORT bool IsValidStatusCode(int32_t raw);
 
-class [[nodiscard]] Status {
+class [[nodiscard]] RKV_EXPORT Status {
  public:
   Status() = default;
   Status(StatusCode code, std::string message)
@@ -94,7 +100,7 @@ inline Status Aborted(std::string m) { return {StatusCode::kAborted, std::move(m
 // ENOENT maps to NOT_FOUND, EACCES/EPERM to PERMISSION_DENIED, ETIMEDOUT to
 // DEADLINE_EXCEEDED, ECONNREFUSED/ECONNRESET/EPIPE/EHOSTUNREACH to
 // UNAVAILABLE, ENOMEM/ENOSPC to RESOURCE_EXHAUSTED, everything else INTERNAL.
-Status PosixError(std::string_view context, int err);
+RKV_EXPORT Status PosixError(std::string_view context, int err);
 
 // StatusOr<T>: a T or a non-OK Status.
 template <typename T>

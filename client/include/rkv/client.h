@@ -127,7 +127,7 @@ struct ServerStatsInfo {
   uint64_t heap_bytes_quarantined = 0;
 };
 
-class Client {
+class RKV_EXPORT Client {
  public:
   // Single server: connects every pool connection (retrying within
   // options.timeout while the server is unreachable) and checks the
