@@ -211,8 +211,8 @@ ratio() {
   awk -v a="$1" -v b="$2" 'BEGIN {
     if (a ~ /^[0-9.]+$/ && b ~ /^[0-9.]+$/ && b > 0) printf "%.2f", a / b; else print "-" }'
 }
-median() { # values... ("-" ignored); "-" when none
-  printf '%s\n' "$@" | { grep -E '^[0-9.]+$' || true; } | sort -g |
+median() { # numbers, negative ones too ("-" ignored); "-" when none
+  printf '%s\n' "$@" | { grep -E '^-?[0-9.]+$' || true; } | sort -g |
     awk '{ v[NR] = $1 } END { if (NR == 0) print "-"; else if (NR % 2) print v[(NR + 1) / 2];
       else printf "%.2f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
 }
@@ -256,6 +256,11 @@ active_mtu=$(ibv_devinfo -d "$dev" 2>/dev/null | awk '/active_mtu/ {print $2, $3
   echo "|---:|---:|---:|---:|---:|---:|"
   ratios=()
   ratios_own=()
+  round_get=()
+  round_read=()
+  round_raw=()
+  round_transport=()
+  round_protocol=()
   for ((r = 1; r <= rounds; r++)); do
     g=$(ycsb_field "rkv-r$r" get 1024 7)
     rr=$(awk -v l="rkv-read-r$r" '$1 == l { v = $4 } END { print (v == "" ? "-" : v) }' "$readlat_results" 2>/dev/null || echo -)
@@ -264,6 +269,11 @@ active_mtu=$(ibv_devinfo -d "$dev" 2>/dev/null | awk '/active_mtu/ {print $2, $3
     q2=$(ratio "$g" "$rr")
     ratios+=("$q")
     ratios_own+=("$q2")
+    round_get+=("$g")
+    round_read+=("$rr")
+    round_raw+=("$rt")
+    round_transport+=("$(minus "$(times "$rr" 2)" "$(times "$rt" 2)")")
+    round_protocol+=("$(minus "$g" "$(times "$rr" 2)")")
     echo "| $r | $g | $rr | $rt | $q | $q2 |"
   done
   med=$(median "${ratios[@]}")
@@ -291,24 +301,28 @@ active_mtu=$(ibv_devinfo -d "$dev" 2>/dev/null | awk '/active_mtu/ {print $2, $3
   echo
   echo "## Where a GET's time goes"
   echo
-  echo "rkv-read-lat times one READ through rkv's own transport (post, poll until it"
-  echo "completes), like ib_read_lat does on the raw device (median p50 of five runs of"
-  echo "2000). A cold GET is two dependent"
-  echo "READs, so: transport cost = 2 x (rkv READ - raw READ); protocol cost (hashing,"
-  echo "slot scan, CRC check, copying the value out, the client API, the benchmark's own"
-  echo "loop) = GET - 2 x rkv READ. Under TCG every CPU instruction is emulated, so both"
-  echo "weigh far more here than on a real NIC."
+  echo "rkv-read-lat times one READ through rkv's own transport (posted and waited for"
+  echo "as a GET does it), like ib_read_lat does on the raw device. A cold GET is two"
+  echo "dependent READs, so: transport cost = 2 x (rkv READ - raw READ); protocol cost"
+  echo "(hashing, slot scan, CRC check, copying the value out, the client API) = GET -"
+  echo "2 x rkv READ. The 1 KiB row takes each figure round by round from the rounds"
+  echo "above and gives the medians; the 64-byte row comes from single runs (GET) and"
+  echo "the median of five rkv-read-lat runs of 2000, so emulation phases can skew it."
+  echo "Under TCG every CPU instruction is emulated, so both costs weigh far more here"
+  echo "than on a real NIC."
   echo
   echo "| value | rkv GET p50 us | rkv READ p50 us | 2 x rkv READ | 2 x ib_read_lat | transport cost us | protocol cost us |"
   echo "|---:|---:|---:|---:|---:|---:|---:|"
-  for size in 1024 64; do
-    g50=$(ycsb_field rkv get "$size" 7)
-    rr=$(readlat_field "$size" 4)
-    rt=$(perf_field ib_read_lat "$size" 3)
-    rr2=$(times "$rr" 2)
-    rt2=$(times "$rt" 2)
-    echo "| $size | $g50 | $rr | $rr2 | $rt2 | $(minus "$rr2" "$rt2") | $(minus "$g50" "$rr2") |"
-  done
+  mr=$(median "${round_read[@]}")
+  mt=$(median "${round_raw[@]}")
+  echo "| 1024 (rounds) | $(median "${round_get[@]}") | $mr | $(times "$mr" 2) | $(times "$mt" 2) |" \
+    "$(median "${round_transport[@]}") | $(median "${round_protocol[@]}") |"
+  g50=$(ycsb_field rkv get 64 7)
+  rr=$(readlat_field 64 4)
+  rt=$(perf_field ib_read_lat 64 3)
+  rr2=$(times "$rr" 2)
+  rt2=$(times "$rt" 2)
+  echo "| 64 | $g50 | $rr | $rr2 | $rt2 | $(minus "$rr2" "$rt2") | $(minus "$g50" "$rr2") |"
   echo
   echo "## GET throughput vs ib_read_bw"
   echo

@@ -7,8 +7,8 @@
 //
 // It connects as a client does (token digest in the connect data), then
 // --iterations times posts one signaled READ of --bytes bytes from the start
-// of the server's index region and polls until it completes, like
-// ib_read_lat. Nothing is written; the server's CPU serves nothing.
+// of the server's index region and waits until it completes, the way a GET
+// waits for its READs (Connection::PostReadsAndWait), like ib_read_lat. Nothing is written; the server's CPU serves nothing.
 //
 // Output: a summary on stderr and, with --output, one line appended:
 //   label bytes iterations p50_us p99_us
@@ -26,6 +26,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <vector>
 
 #include "bench/ycsb/histogram.h"
 #include "client/wire_checks.h"
@@ -98,21 +99,16 @@ int Run() {
   op.remote = {accept->index.addr, accept->index.rkey};
   op.signaled = true;
   bench::Histogram hist;
-  transport::Completion completions[4];
+  // Posted and waited for as a GET does (PostReadsAndWait); nothing else
+  // is in flight, so no other completion can come.
+  std::vector<transport::Completion> others;
   for (uint64_t i = 0; i < uint64_t{FLAGS_warmup} + FLAGS_iterations; ++i) {
     op.wr_id = i + 1;
     const Clock::time_point start = Clock::now();
-    if (Status s = (*conn)->PostReads(std::span(&op, 1)); !s.ok()) return Fail(s);
-    bool done = false;
-    while (!done) {
-      auto n = (*conn)->Poll(completions, std::chrono::seconds(10));
-      if (!n.ok()) return Fail(n.status());
-      if (*n == 0) return Fail(DeadlineExceeded("no READ completion within 10 s"));
-      for (size_t k = 0; k < *n; ++k) {
-        if (!completions[k].status.ok()) return Fail(completions[k].status);
-        done |= completions[k].wr_id == op.wr_id;
-      }
+    if (Status s = (*conn)->PostReadsAndWait(std::span(&op, 1), std::chrono::seconds(10), &others); !s.ok()) {
+      return Fail(s);
     }
+    if (!others.empty()) return Fail(Internal("unexpected completion (wr_id " + std::to_string(others[0].wr_id) + ")"));
     const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start).count();
     if (i >= FLAGS_warmup) hist.Record(static_cast<uint64_t>(ns));
   }
