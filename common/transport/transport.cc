@@ -9,10 +9,15 @@ namespace rkv::transport {
 
 const char* KindName(Kind kind) { return kind == Kind::kTcp ? "tcp" : "verbs"; }
 
-Status Connection::PostReadsAndWait(std::span<const ReadOp> ops, std::chrono::microseconds timeout,
-                                    std::vector<Completion>* others) {
+Status Connection::CheckReadsToWaitFor(std::span<const ReadOp> ops) {
   if (ops.empty()) return InvalidArgument("PostReadsAndWait: no READs");
   if (!ops.back().signaled) return InvalidArgument("PostReadsAndWait: the last READ must be signaled");
+  return Status::Ok();
+}
+
+Status Connection::PostReadsAndWait(std::span<const ReadOp> ops, std::chrono::microseconds timeout,
+                                    std::vector<Completion>* others) {
+  RKV_RETURN_IF_ERROR(CheckReadsToWaitFor(ops));
   RKV_RETURN_IF_ERROR(PostReads(ops));
   return WaitForRead(ops.back().wr_id, timeout, others);
 }

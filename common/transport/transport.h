@@ -161,6 +161,8 @@ class Connection {
   virtual void Disconnect() = 0;
 
  protected:
+  // PostReadsAndWait's argument check: a non-empty list, the last signaled.
+  static Status CheckReadsToWaitFor(std::span<const ReadOp> ops);
   // The wait of PostReadsAndWait, for the READ with `wr_id`, once posted.
   Status WaitForRead(uint64_t wr_id, std::chrono::microseconds timeout, std::vector<Completion>* others);
 };

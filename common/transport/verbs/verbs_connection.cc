@@ -669,8 +669,7 @@ Status VerbsConnection::PostReads(std::span<const ReadOp> ops) {
 
 Status VerbsConnection::PostReadsAndWait(std::span<const ReadOp> ops, std::chrono::microseconds timeout,
                                          std::vector<Completion>* others) {
-  if (ops.empty()) return InvalidArgument("PostReadsAndWait: no READs");
-  if (!ops.back().signaled) return InvalidArgument("PostReadsAndWait: the last READ must be signaled");
+  RKV_RETURN_IF_ERROR(CheckReadsToWaitFor(ops));
   RKV_RETURN_IF_ERROR(PostReads(ops));
   if (pending_count_ == 0) {
     const uint64_t last_seq = next_seq_ - 1;
