@@ -511,6 +511,7 @@ Client::~Client() = default;
 
 Status Client::Get(std::string_view key, std::string* value, uint64_t* version,
                    const CallOptions& call) {
+  if (value == nullptr) return InvalidArgument("Get: no string to put the value in (value is null)");
   value->clear();
   RKV_RETURN_IF_ERROR(impl_->CheckKey(key));
   const Deadline deadline = impl_->DeadlineOf(call);

@@ -209,6 +209,7 @@ TEST_F(ServerTest, GetIntoACallersStringReusesItsMemory) {
   EXPECT_TRUE(value.empty()) << "an error leaves no stale value behind";
   EXPECT_EQ(client->Get(std::string(), &value).code(), StatusCode::kInvalidArgument);
   EXPECT_TRUE(value.empty());
+  EXPECT_EQ(client->Get("big", nullptr).code(), StatusCode::kInvalidArgument);
 }
 
 // Values that say whose and which they are: "<key>|<generation>|" then
