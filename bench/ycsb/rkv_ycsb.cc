@@ -395,8 +395,8 @@ int Run(const Config& c) {
 
   // Load phase.
   std::vector<ThreadResult> results(static_cast<size_t>(c.threads));
-  const Clock::time_point load_start = Clock::now();
   if (c.load) {
+    const Clock::time_point load_start = Clock::now();
     std::vector<std::thread> threads;
     for (int t = 0; t < c.threads; ++t) {
       threads.emplace_back([&, t] {
@@ -405,11 +405,9 @@ int Run(const Config& c) {
       });
     }
     for (std::thread& thread : threads) thread.join();
-  }
-  const double load_s = std::chrono::duration<double>(Clock::now() - load_start).count();
-  uint64_t load_errors = 0;
-  for (const ThreadResult& r : results) load_errors += r.errors.load_failed;
-  if (c.load) {
+    const double load_s = std::chrono::duration<double>(Clock::now() - load_start).count();
+    uint64_t load_errors = 0;
+    for (const ThreadResult& r : results) load_errors += r.errors.load_failed;
     std::printf("  load: %" PRIu64 " PUTs in %.2f s (%.0f ops/s), %" PRIu64 " failed\n", c.records,
                 load_s, static_cast<double>(c.records) / std::max(load_s, 1e-9), load_errors);
   } else {
