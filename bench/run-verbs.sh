@@ -304,7 +304,7 @@ active_mtu=$(ibv_devinfo -d "$dev" 2>/dev/null | awk '/active_mtu/ {print $2, $3
   echo "rkv-read-lat times one READ through rkv's own transport (posted and waited for"
   echo "as a GET does it), like ib_read_lat does on the raw device. A cold GET is two"
   echo "dependent READs, so: transport cost = 2 x (rkv READ - raw READ); protocol cost"
-  echo "(hashing, slot scan, CRC check, copying the value out, the client API) = GET -"
+  echo "(hashing, slot scan, checksum check, copying the value out, the client API) = GET -"
   echo "2 x rkv READ. The 1 KiB row takes each figure round by round from the rounds"
   echo "above and gives the medians; the 64-byte row comes from single runs (GET) and"
   echo "the median of five rkv-read-lat runs of 2000, so emulation phases can skew it."

@@ -310,7 +310,7 @@ TEST(ServerConnectionTest, SlotOutsideTheHeapIsDataLoss) {
 TEST(ServerConnectionTest, TornBlockIsRetriedUntilItHolds) {
   FakeServer server(4, 64);
   server.Store("k", "value", 2, 0);
-  server.heap_bytes()[27] ^= 1;  // a value byte: the CRC fails
+  server.heap_bytes()[27] ^= 1;  // a value byte: the checksum fails
   // Repair the block before the third READ list (the second round's
   // neighbourhood READ).
   server.before_reads = [&](int lists) {

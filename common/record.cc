@@ -2,9 +2,13 @@
 
 #include <cstring>
 
-#include "common/crc32c.h"
+#include <xxhash.h>
 
 namespace rkv {
+
+uint64_t BlockChecksum(const uint8_t* record, uint64_t record_bytes) {
+  return XXH64(record + layout::kBlockChecksumBytes, record_bytes - layout::kBlockChecksumBytes, 0);
+}
 
 uint64_t EncodeRecord(std::span<uint8_t> out, std::string_view key, std::string_view value,
                       uint64_t version, uint16_t flags) {
@@ -13,7 +17,6 @@ uint64_t EncodeRecord(std::span<uint8_t> out, std::string_view key, std::string_
   h.key_length = static_cast<uint16_t>(key.size());
   h.flags = flags;
   h.value_length = static_cast<uint32_t>(value.size());
-  h.reserved = 0;
   h.version = version;
   uint8_t* p = out.data();
   std::memcpy(p, &h, sizeof(h));
@@ -29,8 +32,8 @@ void ResealRecord(std::span<uint8_t> block) {
   layout::BlockHeader h;
   std::memcpy(&h, block.data(), sizeof(h));
   const uint64_t used = layout::RecordBytes(h.key_length, h.value_length);
-  const uint32_t crc = Crc32c(block.data() + 4, used - 4);
-  std::memcpy(block.data(), &crc, sizeof(crc));
+  const uint64_t checksum = BlockChecksum(block.data(), used);
+  std::memcpy(block.data(), &checksum, sizeof(checksum));
 }
 
 StatusOr<RecordView> DecodeRecord(std::span<const uint8_t> in) {
@@ -43,14 +46,12 @@ StatusOr<RecordView> DecodeRecord(std::span<const uint8_t> in) {
   if ((h.flags & ~layout::kBlockFlagsKnown) != 0) {
     return InvalidArgument("record has unknown flags " + std::to_string(h.flags));
   }
-  if (h.reserved != 0) return InvalidArgument("record has a non-zero reserved field");
   const uint64_t used = layout::RecordBytes(h.key_length, h.value_length);
   if (used > in.size()) {
     return InvalidArgument("record claims " + std::to_string(used) + " bytes but only " +
                            std::to_string(in.size()) + " are present");
   }
-  const uint32_t crc = Crc32c(in.data() + 4, used - 4);
-  if (crc != h.crc) return DataLoss("record checksum mismatch");
+  if (BlockChecksum(in.data(), used) != h.checksum) return DataLoss("record checksum mismatch");
   RecordView v;
   const char* base = reinterpret_cast<const char*>(in.data());
   v.key = std::string_view(base + layout::kBlockHeaderBytes, h.key_length);

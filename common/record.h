@@ -20,7 +20,8 @@ struct RecordView {
 };
 
 // Writes header, key, value and zero padding into `out`, which must hold at
-// least layout::BlockBytes(key.size(), value.size()) bytes; computes the CRC.
+// least layout::BlockBytes(key.size(), value.size()) bytes; computes the
+// checksum.
 // Returns the block length. Caller checks the sizes against its limits.
 uint64_t EncodeRecord(std::span<uint8_t> out, std::string_view key, std::string_view value,
                       uint64_t version, uint16_t flags);
@@ -28,13 +29,18 @@ uint64_t EncodeRecord(std::span<uint8_t> out, std::string_view key, std::string_
 // Parses and verifies the record at the start of `in` (bytes that came from
 // another machine: nothing is trusted). Checks that the header fits, that
 // key and value fit inside `in`, that key_length > 0, that no unknown flag
-// or reserved bit is set, and the CRC. The views point into `in`.
-// DATA_LOSS when the CRC does not hold (a torn or reused block),
+// is set, and the checksum. The views point into `in`.
+// DATA_LOSS when the checksum does not hold (a torn or reused block),
 // INVALID_ARGUMENT for any other malformation.
 StatusOr<RecordView> DecodeRecord(std::span<const uint8_t> in);
 
-// Recomputes the CRC of an encoded block in place (after the version
+// Recomputes the checksum of an encoded block in place (after the version
 // field was changed).
 void ResealRecord(std::span<uint8_t> block);
+
+// The checksum (layout::BlockHeader::checksum) of the record whose header,
+// key and value are the first `record_bytes` (>= kBlockHeaderBytes) bytes
+// at `record`.
+uint64_t BlockChecksum(const uint8_t* record, uint64_t record_bytes);
 
 }  // namespace rkv

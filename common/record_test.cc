@@ -1,5 +1,6 @@
 #include "common/record.h"
 
+#include <cstddef>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -37,6 +38,21 @@ TEST(RecordTest, EmptyValue) {
   EXPECT_EQ(v->flags, layout::kBlockFlagTombstone);
 }
 
+// The block format is a contract with every client (common/layout.h): pin
+// its bytes, checksum included, so that no change to it goes unnoticed.
+TEST(RecordTest, BlockBytesAreTheLayoutContract) {
+  auto buf = Encode("key", "value", 7);
+  ASSERT_EQ(buf.size(), 64u);
+  std::vector<uint8_t> expected(64, 0);
+  const uint64_t checksum = 0x3b88e01b3f534a80ULL;  // XXH64, seed 0, of bytes [8, 32)
+  std::memcpy(expected.data(), &checksum, 8);
+  expected[8] = 3;   // key_length
+  expected[12] = 5;  // value_length
+  expected[16] = 7;  // version
+  std::memcpy(expected.data() + 24, "keyvalue", 8);
+  EXPECT_EQ(buf, expected);
+}
+
 TEST(RecordTest, EveryFlippedBitIsDetected) {
   auto good = Encode("some-key", "some value bytes", 3);
   const size_t used = layout::RecordBytes(8, 16);
@@ -55,23 +71,27 @@ TEST(RecordTest, MalformedHeadersAreRejectedNotRead) {
             StatusCode::kInvalidArgument);
   auto huge = buf;
   const uint32_t big = 1u << 30;
-  std::memcpy(huge.data() + 8, &big, 4);  // value_length
+  std::memcpy(huge.data() + offsetof(layout::BlockHeader, value_length), &big, 4);
   EXPECT_EQ(DecodeRecord(huge).status().code(), StatusCode::kInvalidArgument);
   auto nokey = buf;
-  nokey[4] = nokey[5] = 0;
+  nokey[offsetof(layout::BlockHeader, key_length)] = 0;
+  nokey[offsetof(layout::BlockHeader, key_length) + 1] = 0;
   EXPECT_EQ(DecodeRecord(nokey).status().code(), StatusCode::kInvalidArgument);
   auto flags = buf;
-  flags[6] = 0x80;
+  flags[offsetof(layout::BlockHeader, flags)] = 0x80;
   EXPECT_EQ(DecodeRecord(flags).status().code(), StatusCode::kInvalidArgument);
-  auto crc = buf;
-  crc[30] ^= 1;
-  EXPECT_EQ(DecodeRecord(crc).status().code(), StatusCode::kDataLoss);
+  auto value_byte = buf;
+  value_byte[layout::kBlockHeaderBytes + 3 + 1] ^= 1;
+  EXPECT_EQ(DecodeRecord(value_byte).status().code(), StatusCode::kDataLoss);
+  auto checksum_byte = buf;
+  checksum_byte[0] ^= 1;
+  EXPECT_EQ(DecodeRecord(checksum_byte).status().code(), StatusCode::kDataLoss);
 }
 
 TEST(RecordTest, ResealAfterVersionChange) {
   auto buf = Encode("key", "value", 0);
   const uint64_t version = 77;
-  std::memcpy(buf.data() + 16, &version, 8);
+  std::memcpy(buf.data() + offsetof(layout::BlockHeader, version), &version, 8);
   EXPECT_EQ(DecodeRecord(buf).status().code(), StatusCode::kDataLoss);
   ResealRecord(buf);
   auto v = DecodeRecord(buf);

@@ -14,7 +14,7 @@
 //     RecordBytes <= length <= BlockBytes and version 0;
 //   - key 1..max_key_bytes, value <= max_value_bytes;
 //   - DELETE carries the tombstone flag and an empty value, PUT no tombstone.
-// Bad framing is INVALID_ARGUMENT; a record whose CRC fails is DATA_LOSS.
+// Bad framing is INVALID_ARGUMENT; a record whose checksum fails is DATA_LOSS.
 //
 // Apply (under the apply mutex, so requests of all connections are applied
 // one at a time, in arrival order per connection):
