@@ -17,6 +17,7 @@
 #include "client/cluster_map.h"
 #include "client/control_client.h"
 #include "client/server_connection.h"
+#include "common/clock.h"
 #include "common/protocol.h"
 #include "common/token.h"
 #include "common/transport/transport.h"
@@ -83,7 +84,13 @@ class ConnectionPool {
   Status EnsureConnected(Slot& slot, const protocol::ConnectRequestData& request, Deadline deadline,
                          bool retry, bool* fresh) {
     *fresh = false;
-    if (slot.conn && !slot.conn->broken()) return Status::Ok();
+    if (slot.conn && !slot.conn->broken()) [[likely]] return Status::Ok();
+    return Reconnect(slot, request, deadline, retry, fresh);
+  }
+
+ private:
+  [[gnu::noinline]] Status Reconnect(Slot& slot, const protocol::ConnectRequestData& request,
+                                     Deadline deadline, bool retry, bool* fresh) {
     slot.conn.reset();
     std::chrono::milliseconds backoff(1);
     while (true) {
@@ -106,7 +113,6 @@ class ConnectionPool {
     }
   }
 
- private:
   transport::Transport* const transport_;
   const std::string address_;
   const uint64_t map_epoch_;  // the epoch the map listed when this pool was made (0: single server)
@@ -219,7 +225,7 @@ class Client::Impl {
   // ---- shared ----
 
   Deadline DeadlineOf(const CallOptions& call) const {
-    return Clock::now() + (call.timeout.count() > 0 ? call.timeout : options_.timeout);
+    return SteadyNow() + (call.timeout.count() > 0 ? call.timeout : options_.timeout);
   }
 
   uint32_t MaxKeyBytes() const {
@@ -233,11 +239,12 @@ class Client::Impl {
 
   Status CheckKey(std::string_view key) const {
     const uint32_t max = MaxKeyBytes();
-    if (key.empty() || key.size() > max) {
-      return InvalidArgument("key of " + to_string(key.size()) + " bytes: keys must be 1.." +
-                             to_string(max) + " bytes (the server's max_key_bytes)");
-    }
-    return Status::Ok();
+    if (!key.empty() && key.size() <= max) [[likely]] return Status::Ok();
+    return BadKey(key, max);
+  }
+  [[gnu::cold, gnu::noinline]] static Status BadKey(std::string_view key, uint32_t max) {
+    return InvalidArgument("key of " + to_string(key.size()) + " bytes: keys must be 1.." + to_string(max) +
+                           " bytes (the server's max_key_bytes)");
   }
   Status CheckValue(std::string_view value) const {
     const uint32_t max = MaxValueBytes();

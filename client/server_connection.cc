@@ -11,6 +11,7 @@
 #endif
 
 #include "client/wire_checks.h"
+#include "common/clock.h"
 #include "common/hash.h"
 #include "common/record.h"
 
@@ -245,9 +246,9 @@ Status ServerConnection::WaitFor(Done done, Deadline deadline, Clock::time_point
   return Status::Ok();
 }
 
-Status ServerConnection::PostReadsAndWait(std::span<transport::ReadOp> ops, Deadline deadline,
-                                          Clock::time_point now, std::string_view what) {
-  if (broken_) return broken_status_;
+inline Status ServerConnection::PostReadsAndWait(std::span<transport::ReadOp> ops, Deadline deadline,
+                                                 Clock::time_point now, std::string_view what) {
+  if (broken_) [[unlikely]] return broken_status_;
   for (auto& op : ops) {
     op.signaled = false;
     op.wr_id = NextWrId();
@@ -256,7 +257,12 @@ Status ServerConnection::PostReadsAndWait(std::span<transport::ReadOp> ops, Dead
   const microseconds left =
       now >= deadline ? microseconds(0) : duration_cast<microseconds>(deadline - now);
   others_.clear();
-  const Status s = conn_->PostReadsAndWait(ops, left, &others_);
+  Status s = conn_->PostReadsAndWait(ops, left, &others_);
+  if (!s.ok() || !others_.empty()) [[unlikely]] return AfterReads(std::move(s), what);
+  return Status::Ok();
+}
+
+Status ServerConnection::AfterReads(Status s, std::string_view what) {
   // Replies and SEND completions that came meanwhile: handled as Poll's.
   for (const transport::Completion& c : others_) HandleCompletion(c);
   if (broken_) return broken_status_;
@@ -265,6 +271,13 @@ Status ServerConnection::PostReadsAndWait(std::span<transport::ReadOp> ops, Dead
   }
   if (!s.ok()) return MarkBroken(s.WithContext(std::string(what) + " on the connection to " + address_));
   return Status::Ok();
+}
+
+void ServerConnection::MarkCorrupt(Outcome& o, uint64_t slot) const {
+  o.corrupt = true;
+  o.why = "slot " + to_string(slot) + " names block [" + to_string(layout::SlotBlockOffset(slot)) + ", +" +
+          to_string(layout::SlotBlockBytes(slot)) + ") outside the " + to_string(accept_.heap.length) +
+          "-byte heap or over the largest block";
 }
 
 Status ServerConnection::Lookup(std::span<const std::string_view> keys,
@@ -313,10 +326,10 @@ Status ServerConnection::LookupBatch(std::span<const std::string_view> keys,
                   static_cast<uint32_t>(ks.nb.count * sizeof(layout::Bucket))};
       op.remote = {accept_.index.addr + layout::BucketOffset(ks.nb.first), accept_.index.rkey};
     }
-    const Clock::time_point posted = Clock::now();
+    const Clock::time_point posted = SteadyNow();
     RKV_RETURN_IF_ERROR(PostReadsAndWait(ops_, deadline, posted, "neighbourhood READs"));
     // Only a confirmation (see step 4) needs to know when its READ ended.
-    const Clock::time_point read_done = confirming ? Clock::now() : posted;
+    const Clock::time_point read_done = confirming ? SteadyNow() : posted;
 
     // 2. Slots whose fingerprint matches.
     for (size_t t = 0; t < todo_.size(); ++t) {
@@ -332,11 +345,8 @@ Status ServerConnection::LookupBatch(std::span<const std::string_view> keys,
         const uint64_t offset = layout::SlotBlockOffset(slot);
         const uint64_t bytes = layout::SlotBlockBytes(slot);
         if (bytes == 0 || bytes > max_block_ || offset > accept_.heap.length ||
-            bytes > accept_.heap.length - offset) {
-          outcome_[t].corrupt = true;
-          outcome_[t].why = "slot " + to_string(slot) + " names block [" + to_string(offset) + ", +" +
-                            to_string(bytes) + ") outside the " + to_string(accept_.heap.length) +
-                            "-byte heap or over the largest block";
+            bytes > accept_.heap.length - offset) [[unlikely]] {
+          MarkCorrupt(outcome_[t], slot);
           return;
         }
         candidates_.push_back(Candidate{t, offset, bytes});
@@ -364,7 +374,7 @@ Status ServerConnection::LookupBatch(std::span<const std::string_view> keys,
       // The clock is read for the lease only: the wait's first round takes
       // its time left from the lease start (later rounds read the clock).
       RKV_RETURN_IF_ERROR(PostReadsAndWait(ops_, deadline, posted, "block READs"));
-      const auto elapsed = Clock::now() - posted;
+      const auto elapsed = SteadyNow() - posted;
       const bool in_lease = elapsed < lease_;
       for (size_t k = first; k < c; ++k) {
         const Candidate& cand = candidates_[k];

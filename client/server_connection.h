@@ -128,6 +128,9 @@ class ServerConnection {
   // before the call (saves reading the clock again for the first wait).
   Status PostReadsAndWait(std::span<transport::ReadOp> ops, Deadline deadline,
                           Clock::time_point now, std::string_view what);
+  // PostReadsAndWait's uncommon end: a failure, or completions of other
+  // work that arrived meanwhile.
+  [[gnu::cold, gnu::noinline]] Status AfterReads(Status s, std::string_view what);
   // Polls until done() or the deadline (which breaks the connection: work
   // is in flight). `now` as for PostReadsAndWait.
   template <typename Done>
@@ -200,6 +203,8 @@ class ServerConnection {
   std::vector<size_t> next_todo_;
   std::vector<Outcome> outcome_;
   std::vector<Candidate> candidates_;
+  // Marks `o` corrupt: `slot` names a block outside the heap.
+  [[gnu::cold, gnu::noinline]] void MarkCorrupt(Outcome& o, uint64_t slot) const;
   std::vector<transport::ReadOp> ops_;
   // Completions of one Poll; small: a GET waits for one signaled READ.
   std::array<transport::Completion, 8> completions_;

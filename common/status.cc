@@ -33,16 +33,16 @@ bool IsValidStatusCode(int32_t raw) { return raw >= 0 && raw <= 16; }
 std::string Status::ToString() const {
   if (ok()) return "OK";
   std::string out(StatusCodeName(code_));
-  if (!message_.empty()) {
+  if (message_) {
     out += ": ";
-    out += message_;
+    out += *message_;
   }
   return out;
 }
 
 Status Status::WithContext(std::string_view context) const {
   if (ok()) return *this;
-  return Status(code_, std::string(context) + ": " + message_);
+  return Status(code_, std::string(context) + ": " + message());
 }
 
 Status PosixError(std::string_view context, int err) {

@@ -10,6 +10,7 @@
 #define RKV_COMMON_STATUS_H_
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <ostream>
 #include <string>
@@ -51,17 +52,31 @@ RKV_EXPORT std::string_view StatusCodeName(StatusCode code);
 // that arrive over the wire).
 RKV_EXPORT bool IsValidStatusCode(int32_t raw);
 
+// A success carries nothing but its code: creating, moving and destroying
+// an OK Status touch no string and call nothing (they run on every GET; the
+// message of a failure lives on the heap).
 class [[nodiscard]] RKV_EXPORT Status {
  public:
   Status() = default;
   Status(StatusCode code, std::string message)
-      : code_(code), message_(std::move(message)) {}
+      : code_(code),
+        message_(message.empty() ? nullptr : std::make_unique<const std::string>(std::move(message))) {}
+  Status(const Status& other)
+      : code_(other.code_),
+        message_(other.message_ ? std::make_unique<const std::string>(*other.message_) : nullptr) {}
+  Status& operator=(const Status& other) {
+    if (this != &other) *this = Status(other);
+    return *this;
+  }
+  Status(Status&&) noexcept = default;
+  Status& operator=(Status&&) noexcept = default;
+  ~Status() = default;
 
   static Status Ok() { return Status(); }
 
   bool ok() const { return code_ == StatusCode::kOk; }
   StatusCode code() const { return code_; }
-  const std::string& message() const { return message_; }
+  const std::string& message() const { return message_ ? *message_ : EmptyMessage(); }
 
   // "NOT_FOUND: key not found" or "OK".
   std::string ToString() const;
@@ -73,8 +88,13 @@ class [[nodiscard]] RKV_EXPORT Status {
   void IgnoreError() const {}
 
  private:
+  static const std::string& EmptyMessage() {
+    static const std::string empty;
+    return empty;
+  }
+
   StatusCode code_ = StatusCode::kOk;
-  std::string message_;
+  std::unique_ptr<const std::string> message_;  // null when empty
 };
 
 inline std::ostream& operator<<(std::ostream& os, const Status& s) {

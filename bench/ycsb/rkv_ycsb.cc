@@ -41,6 +41,7 @@
 #include <vector>
 
 #include "bench/ycsb/histogram.h"
+#include "common/clock.h"
 #include "bench/ycsb/key_chooser.h"
 #include "bench/ycsb/kv_target.h"
 #include "rkv/status.h"
@@ -279,9 +280,9 @@ void RunOperations(const Config& c, int t, KvTarget& target, const std::string& 
     const bool is_get = gets[n % kDrawBatch];
     Clock::time_point end;
     if (is_get) {
-      const Clock::time_point start = Clock::now();
+      const Clock::time_point start = SteadyNow();
       StatusOr<size_t> length = target.Get(key);
-      end = Clock::now();
+      end = SteadyNow();
       if (!length.ok()) {
         if (length.status().code() == StatusCode::kNotFound) {
           ++result.errors.get_not_found;
@@ -299,9 +300,9 @@ void RunOperations(const Config& c, int t, KvTarget& target, const std::string& 
       }
     } else {
       const std::string_view value = ValueFor(pool, n + static_cast<uint64_t>(t), c.value_bytes);
-      const Clock::time_point start = Clock::now();
+      const Clock::time_point start = SteadyNow();
       Status s = target.Put(key, value);
-      end = Clock::now();
+      end = SteadyNow();
       if (!s.ok()) {
         ++result.errors.put_failed;
         result.errors.Sample("PUT " + key + ": " + s.ToString());

@@ -253,7 +253,7 @@ int Run(const rkv::kvctl::Invocation& inv) {
 
 int main(int argc, char** argv) {
   gflags::SetUsageMessage(kUsage);
-  gflags::SetVersionString("0.1.0");
+  gflags::SetVersionString(RKV_VERSION);
   GFLAGS_NAMESPACE::gflags_exitfunc = [](int code) { std::exit(code == 0 ? kExitOk : kExitError); };
   gflags::ParseCommandLineNonHelpFlags(&argc, &argv, /*remove_flags=*/true);
   if (FLAGS_help || FLAGS_helpshort) {

@@ -9,7 +9,7 @@ namespace rkv::transport {
 
 const char* KindName(Kind kind) { return kind == Kind::kTcp ? "tcp" : "verbs"; }
 
-Status Connection::CheckReadsToWaitFor(std::span<const ReadOp> ops) {
+Status Connection::BadReadsToWaitFor(std::span<const ReadOp> ops) {
   if (ops.empty()) return InvalidArgument("PostReadsAndWait: no READs");
   if (!ops.back().signaled) return InvalidArgument("PostReadsAndWait: the last READ must be signaled");
   return Status::Ok();

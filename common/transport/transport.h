@@ -162,7 +162,11 @@ class Connection {
 
  protected:
   // PostReadsAndWait's argument check: a non-empty list, the last signaled.
-  static Status CheckReadsToWaitFor(std::span<const ReadOp> ops);
+  static Status CheckReadsToWaitFor(std::span<const ReadOp> ops) {
+    if (!ops.empty() && ops.back().signaled) [[likely]] return Status::Ok();
+    return BadReadsToWaitFor(ops);
+  }
+  [[gnu::cold, gnu::noinline]] static Status BadReadsToWaitFor(std::span<const ReadOp> ops);
   // The wait of PostReadsAndWait, for the READ with `wr_id`, once posted.
   Status WaitForRead(uint64_t wr_id, std::chrono::microseconds timeout, std::vector<Completion>* others);
 };

@@ -557,7 +557,7 @@ void VerbsConnection::Disconnect() {
 
 // ------------------------------------------------------------------ data path
 
-bool VerbsConnection::Broken() const {
+inline bool VerbsConnection::Broken() const {
   return failed_ || remote_disconnected_ || local_disconnected_;
 }
 
@@ -568,28 +568,42 @@ Status VerbsConnection::BrokenStatus() const {
                      " failed: a work request completed in error");
 }
 
-Status VerbsConnection::CheckSendable() const {
+inline Status VerbsConnection::CheckSendable() const {
+  if (state_ == State::kConnected && !Broken()) [[likely]] return Status::Ok();
+  return NotSendable();
+}
+
+Status VerbsConnection::NotSendable() const {
   if (state_ != State::kConnected) return FailedPrecondition("the connection is not established");
-  if (Broken()) return BrokenStatus();
-  return Status::Ok();
+  return BrokenStatus();
 }
 
-Status VerbsConnection::CheckLocal(const LocalBuf& buf, const char* what) const {
-  if (buf.mr == nullptr) return InvalidArgument(std::string(what) + ": no memory region");
-  if (buf.offset > buf.mr->size() || buf.length > buf.mr->size() - buf.offset) {
-    return InvalidArgument(std::string(what) + ": [" + std::to_string(buf.offset) + ", +" +
-                           std::to_string(buf.length) + ") is outside its region of " +
-                           std::to_string(buf.mr->size()) + " bytes");
+inline Status VerbsConnection::CheckLocal(const LocalBuf& buf, const char* what) const {
+  if (buf.mr != nullptr && buf.offset <= buf.mr->size() && buf.length <= buf.mr->size() - buf.offset)
+      [[likely]] {
+    return Status::Ok();
   }
-  return Status::Ok();
+  return BadLocal(buf, what);
 }
 
-Status VerbsConnection::ReserveSend(uint32_t n) {
+Status VerbsConnection::BadLocal(const LocalBuf& buf, const char* what) {
+  if (buf.mr == nullptr) return InvalidArgument(std::string(what) + ": no memory region");
+  return InvalidArgument(std::string(what) + ": [" + std::to_string(buf.offset) + ", +" +
+                         std::to_string(buf.length) + ") is outside its region of " +
+                         std::to_string(buf.mr->size()) + " bytes");
+}
+
+inline Status VerbsConnection::ReserveSend(uint32_t n) {
+  // The common case (room) reads no clock.
+  if (n <= send_depth_ && send_depth_ - SendOutstanding() >= n) [[likely]] return Status::Ok();
+  return WaitForSendRoom(n);
+}
+
+Status VerbsConnection::WaitForSendRoom(uint32_t n) {
   if (n > send_depth_) {
     return InvalidArgument(std::to_string(n) + " work requests exceed the send queue depth " +
                            std::to_string(send_depth_));
   }
-  // The common case (room) reads no clock.
   Clock::time_point deadline{};
   while (send_depth_ - SendOutstanding() < n) {
     RKV_ASSIGN_OR_RETURN(int polled, DrainCqs());
@@ -605,8 +619,8 @@ Status VerbsConnection::ReserveSend(uint32_t n) {
   return Status::Ok();
 }
 
-void VerbsConnection::AddSend(uint32_t index, const SendEntry& entry, bool want_signal,
-                              bool last) {
+inline void VerbsConnection::AddSend(uint32_t index, const SendEntry& entry, bool want_signal,
+                                     bool last) {
   ibv_send_wr& wr = send_wrs_[index];
   // The last WR of a post is signaled when the unsignaled run would
   // otherwise reach the signal interval (see the header).
@@ -622,20 +636,24 @@ void VerbsConnection::AddSend(uint32_t index, const SendEntry& entry, bool want_
   }
 }
 
-Status VerbsConnection::PostSendChain(uint32_t count, const char* what) {
+inline Status VerbsConnection::PostSendChain(uint32_t count, const char* what) {
   for (uint32_t i = 0; i + 1 < count; ++i) send_wrs_[i].next = &send_wrs_[i + 1];
   send_wrs_[count - 1].next = nullptr;
   ibv_send_wr* bad = nullptr;
-  if (const int ret = ibv_post_send(qp_.get(), send_wrs_.data(), &bad); ret != 0) {
-    // WRs before `bad` were posted and will complete (flushed, once the QP
-    // is in error); the rest were not.
-    const uint32_t posted = bad == nullptr ? 0 : static_cast<uint32_t>(bad - send_wrs_.data());
-    next_seq_ -= count - posted;
-    failed_ = true;
-    MoveQpToError();
-    return VerbsError(what, ret);
+  if (const int ret = ibv_post_send(qp_.get(), send_wrs_.data(), &bad); ret != 0) [[unlikely]] {
+    return PostFailed(count, bad, ret, what);
   }
   return Status::Ok();
+}
+
+Status VerbsConnection::PostFailed(uint32_t count, const ibv_send_wr* bad, int ret, const char* what) {
+  // WRs before `bad` were posted and will complete (flushed, once the QP
+  // is in error); the rest were not.
+  const uint32_t posted = bad == nullptr ? 0 : static_cast<uint32_t>(bad - send_wrs_.data());
+  next_seq_ -= count - posted;
+  failed_ = true;
+  MoveQpToError();
+  return VerbsError(what, ret);
 }
 
 Status VerbsConnection::PostReads(std::span<const ReadOp> ops) {

@@ -185,6 +185,10 @@ class VerbsConnection final : public Connection {
   Status ModifyQp(ibv_qp_state state, const char* what);
   Status BindWindows(Clock::time_point deadline);
 
+  // The data path's checks and bookkeeping: the common case is a few
+  // inline comparisons (every call and return a GET runs costs it time,
+  // and under emulation slows the kernel's READ path that follows: see
+  // bench/results/README.md); what fails goes to the cold functions below.
   Status CheckSendable() const;
   Status CheckLocal(const LocalBuf& buf, const char* what) const;
   // Waits (bounded) until `n` more send WRs fit.
@@ -197,6 +201,10 @@ class VerbsConnection final : public Connection {
   void AddSignaledSend(uint32_t index, LocalBuf send, uint64_t wr_id);
   // Posts send_wrs_[0, count) linked, with one doorbell.
   Status PostSendChain(uint32_t count, const char* what);
+  [[gnu::cold, gnu::noinline]] Status NotSendable() const;
+  [[gnu::cold, gnu::noinline]] static Status BadLocal(const LocalBuf& buf, const char* what);
+  [[gnu::cold, gnu::noinline]] Status WaitForSendRoom(uint32_t n);
+  [[gnu::cold, gnu::noinline]] Status PostFailed(uint32_t count, const ibv_send_wr* bad, int ret, const char* what);
 
   // Polls both CQs once, turning completions into pending_ entries and
   // retiring send WRs. Returns how many work completions were read.
