@@ -68,13 +68,9 @@ class ConnectionPool {
   // else waits for one chosen round-robin.
   Slot& Acquire() {
     const size_t start = next_slot_.fetch_add(1, std::memory_order_relaxed);
-    for (size_t i = 0; i < slots_.size(); ++i) {
-      Slot& s = *slots_[(start + i) % slots_.size()];
-      if (s.mu.try_lock()) return s;
-    }
-    Slot& s = *slots_[start % slots_.size()];
-    s.mu.lock();
-    return s;
+    // The common case, inline: the round-robin slot is free.
+    if (Slot& s = *slots_[start % slots_.size()]; s.mu.try_lock()) [[likely]] return s;
+    return AcquireAny(start);
   }
 
   // Makes slot.conn a live connection (a new one when missing or broken).
@@ -89,6 +85,18 @@ class ConnectionPool {
   }
 
  private:
+  // Acquire's other cases: another free slot, else a wait for the
+  // round-robin one.
+  [[gnu::noinline]] Slot& AcquireAny(size_t start) {
+    for (size_t i = 1; i < slots_.size(); ++i) {
+      Slot& s = *slots_[(start + i) % slots_.size()];
+      if (s.mu.try_lock()) return s;
+    }
+    Slot& s = *slots_[start % slots_.size()];
+    s.mu.lock();
+    return s;
+  }
+
   [[gnu::noinline]] Status Reconnect(Slot& slot, const protocol::ConnectRequestData& request,
                                      Deadline deadline, bool retry, bool* fresh) {
     slot.conn.reset();
@@ -274,7 +282,7 @@ class Client::Impl {
       bool fresh = false;
       RKV_RETURN_IF_ERROR(single_pool_->EnsureConnected(slot, request_, deadline, /*retry=*/true, &fresh));
       if (fresh) NoteConnection(*slot.conn);
-      const Status s = fn(*slot.conn);
+      Status s = fn(*slot.conn);  // not const: returned by move
       if (s.ok() || !slot.conn->broken()) return s;
       VLOG(1) << "rkv: connection to " << options_.server << " broke: " << s;
       const auto now = Clock::now();
@@ -528,11 +536,10 @@ Status Client::Get(std::string_view key, std::string* value, uint64_t* version,
     return conn.Lookup(std::span<const std::string_view>(&key, 1),
                        std::span<client::LookupResult>(&result, 1), deadline);
   });
-  if (s.ok()) s = std::move(result.status);
   result.value.swap(*value);
-  if (!s.ok()) {
+  if (!s.ok() || !result.status.ok()) [[unlikely]] {
     value->clear();
-    return s;
+    return s.ok() ? std::move(result.status) : s;
   }
   if (version != nullptr) *version = result.version;
   return Status::Ok();
