@@ -16,11 +16,13 @@
 #      then get with $RKV_BENCH_THREADS threads (default 2) for throughput;
 #      then rkv-read-lat: single READs of 1024 and 64 bytes through rkv's
 #      own transport, which splits a GET's time into transport and protocol;
-#   3. $RKV_BENCH_ROUNDS (default 15) short interleaved rounds of: rkv-ycsb get with
-#      1 KiB values, rkv-read-lat 1 KiB, ib_read_lat 1 KiB. Emulation has slow
-#      and fast phases that last seconds (a single ib_read_lat run came out
-#      anywhere between 63 and 108 us here), so the target ratio is taken
-#      round by round, next to each other, and the report gives the median;
+#   3. $RKV_BENCH_ROUNDS (default 25) short interleaved rounds of: rkv-ycsb get with
+#      1 KiB values, rkv-read-lat 1 KiB, ib_read_lat 1 KiB. Under emulation a
+#      process runs in a fast or a slow mode (a 1 KiB ib_read_lat: ~60-67 us
+#      or ~95-110 us), and back-to-back runs of one binary flip between the
+#      two, so the target ratio is taken round by round, next to each
+#      other, and the report gives the median over many rounds (a round
+#      whose two programs drew different modes is an outlier either way);
 #   4. deploy/softroce/perftest.sh: ib_read_lat, ib_read_bw, ib_send_lat at
 #      the same sizes;
 #   5. $RKV_GUEST_OUT/verbs-results.md: rkv next to the raw figures, and the
@@ -31,7 +33,7 @@
 #   RKV_BENCH_OPS         timed operations per run (default 3000)
 #   RKV_BENCH_DURATION_S  cap per timed run in seconds (default 120)
 #   RKV_BENCH_THREADS     threads of the throughput run (default 2)
-#   RKV_BENCH_ROUNDS      interleaved rounds for the 1 KiB GET ratio (default 15)
+#   RKV_BENCH_ROUNDS      interleaved rounds for the 1 KiB GET ratio (default 25)
 #   RKV_BENCH_ROUND_OPS   GETs, READs and ib_read_lat iterations per round
 #                         (default 1000: a round lasts about a second, so
 #                         its three runs mostly share one emulation phase)
@@ -74,7 +76,7 @@ records=${RKV_BENCH_RECORDS:-1000}
 ops=${RKV_BENCH_OPS:-3000}
 duration_s=${RKV_BENCH_DURATION_S:-120}
 tp_threads=${RKV_BENCH_THREADS:-2}
-rounds=${RKV_BENCH_ROUNDS:-15}
+rounds=${RKV_BENCH_ROUNDS:-25}
 round_ops=${RKV_BENCH_ROUND_OPS:-1000}
 durability=${RKV_BENCH_DURABILITY:-none}
 command_line=${RKV_BENCH_COMMAND:-bench/run-verbs.sh $1}

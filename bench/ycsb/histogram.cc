@@ -6,15 +6,6 @@
 
 namespace rkv::bench {
 
-size_t Histogram::BucketIndex(uint64_t value) {
-  if (value < kSubBuckets) return static_cast<size_t>(value);
-  const int exponent = 63 - std::countl_zero(value);  // >= kSubBucketBits
-  const int shift = exponent - kSubBucketBits;
-  // The top kSubBucketBits+1 bits of value, less the leading one.
-  const uint64_t sub = (value >> shift) - kSubBuckets;
-  return static_cast<size_t>(kSubBuckets + static_cast<uint64_t>(shift) * kSubBuckets + sub);
-}
-
 uint64_t Histogram::BucketLow(size_t index) {
   if (index < kSubBuckets) return index;
   const uint64_t shift = (index - kSubBuckets) / kSubBuckets;
@@ -25,14 +16,6 @@ uint64_t Histogram::BucketLow(size_t index) {
 uint64_t Histogram::BucketWidth(size_t index) {
   if (index < kSubBuckets) return 1;
   return uint64_t{1} << ((index - kSubBuckets) / kSubBuckets);
-}
-
-void Histogram::Record(uint64_t value) {
-  ++buckets_[BucketIndex(value)];
-  ++count_;
-  min_ = std::min(min_, value);
-  max_ = std::max(max_, value);
-  sum_ += value;
 }
 
 void Histogram::Merge(const Histogram& other) {

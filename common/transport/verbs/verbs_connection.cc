@@ -656,7 +656,9 @@ Status VerbsConnection::PostFailed(uint32_t count, const ibv_send_wr* bad, int r
   return VerbsError(what, ret);
 }
 
-Status VerbsConnection::PostReads(std::span<const ReadOp> ops) {
+Status VerbsConnection::PostReads(std::span<const ReadOp> ops) { return PostReadList(ops); }
+
+inline Status VerbsConnection::PostReadList(std::span<const ReadOp> ops) {
   RKV_RETURN_IF_ERROR(CheckSendable());
   if (ops.empty()) return Status::Ok();
   for (const ReadOp& op : ops) RKV_RETURN_IF_ERROR(CheckLocal(op.local, "READ destination"));
@@ -688,7 +690,7 @@ Status VerbsConnection::PostReads(std::span<const ReadOp> ops) {
 Status VerbsConnection::PostReadsAndWait(std::span<const ReadOp> ops, std::chrono::microseconds timeout,
                                          std::vector<Completion>* others) {
   RKV_RETURN_IF_ERROR(CheckReadsToWaitFor(ops));
-  RKV_RETURN_IF_ERROR(PostReads(ops));
+  RKV_RETURN_IF_ERROR(PostReadList(ops));
   if (pending_count_ == 0) {
     const uint64_t last_seq = next_seq_ - 1;
     ibv_wc wc;

@@ -201,6 +201,8 @@ class VerbsConnection final : public Connection {
   void AddSignaledSend(uint32_t index, LocalBuf send, uint64_t wr_id);
   // Posts send_wrs_[0, count) linked, with one doorbell.
   Status PostSendChain(uint32_t count, const char* what);
+  // PostReads, inlined into PostReadsAndWait.
+  Status PostReadList(std::span<const ReadOp> ops);
   [[gnu::cold, gnu::noinline]] Status NotSendable() const;
   [[gnu::cold, gnu::noinline]] static Status BadLocal(const LocalBuf& buf, const char* what);
   [[gnu::cold, gnu::noinline]] Status WaitForSendRoom(uint32_t n);
