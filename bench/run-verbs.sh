@@ -16,13 +16,15 @@
 #      then get with $RKV_BENCH_THREADS threads (default 2) for throughput;
 #      then rkv-read-lat: single READs of 1024 and 64 bytes through rkv's
 #      own transport, which splits a GET's time into transport and protocol;
-#   3. $RKV_BENCH_ROUNDS (default 25) short interleaved rounds of: rkv-ycsb get with
-#      1 KiB values, rkv-read-lat 1 KiB, ib_read_lat 1 KiB. Under emulation a
-#      process runs in a fast or a slow mode (a 1 KiB ib_read_lat: ~60-67 us
-#      or ~95-110 us), and back-to-back runs of one binary flip between the
-#      two, so the target ratio is taken round by round, next to each
-#      other, and the report gives the median over many rounds (a round
-#      whose two programs drew different modes is an outlier either way);
+#   3. $RKV_BENCH_ROUNDS (default 15) interleaved rounds of: rkv-ycsb get with
+#      1 KiB values, rkv-read-lat 1 KiB, ib_read_lat 1 KiB, each for
+#      $RKV_BENCH_ROUND_OPS operations; the target ratio is taken round by
+#      round, next to each other, and the report gives the median. Under
+#      emulation a process's READs run ~40 us slower for a while after it
+#      starts (from nothing to over 100 ms, at random: a 1 KiB ib_read_lat
+#      of 1000 iterations came out ~61 or ~105 us, flipping from one run to
+#      the next, for every program), so a run must last well past that:
+#      5000 iterations (~0.3 s of READs) gave 16 fast runs out of 16;
 #   4. deploy/softroce/perftest.sh: ib_read_lat, ib_read_bw, ib_send_lat at
 #      the same sizes;
 #   5. $RKV_GUEST_OUT/verbs-results.md: rkv next to the raw figures, and the
@@ -33,10 +35,9 @@
 #   RKV_BENCH_OPS         timed operations per run (default 3000)
 #   RKV_BENCH_DURATION_S  cap per timed run in seconds (default 120)
 #   RKV_BENCH_THREADS     threads of the throughput run (default 2)
-#   RKV_BENCH_ROUNDS      interleaved rounds for the 1 KiB GET ratio (default 25)
+#   RKV_BENCH_ROUNDS      interleaved rounds for the 1 KiB GET ratio (default 15)
 #   RKV_BENCH_ROUND_OPS   GETs, READs and ib_read_lat iterations per round
-#                         (default 1000: a round lasts about a second, so
-#                         its three runs mostly share one emulation phase)
+#                         (default 5000, see 3.)
 #   RKV_BENCH_PIN         1 (default): with 2+ CPUs, rkv-server runs on CPU 1
 #                         and every one-thread client (rkv-ycsb, rkv-read-lat)
 #                         on CPU 0, the placement deploy/softroce/perftest.sh
@@ -76,8 +77,8 @@ records=${RKV_BENCH_RECORDS:-1000}
 ops=${RKV_BENCH_OPS:-3000}
 duration_s=${RKV_BENCH_DURATION_S:-120}
 tp_threads=${RKV_BENCH_THREADS:-2}
-rounds=${RKV_BENCH_ROUNDS:-25}
-round_ops=${RKV_BENCH_ROUND_OPS:-1000}
+rounds=${RKV_BENCH_ROUNDS:-15}
+round_ops=${RKV_BENCH_ROUND_OPS:-5000}
 durability=${RKV_BENCH_DURABILITY:-none}
 command_line=${RKV_BENCH_COMMAND:-bench/run-verbs.sh $1}
 for n in "$records" "$ops" "$duration_s" "$tp_threads" "$rounds" "$round_ops"; do

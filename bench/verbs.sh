@@ -13,7 +13,8 @@
 # Nothing is built here: build first (cmake --preset release && cmake
 # --build build/release -j2). The guest comes from
 # deploy/softroce/run-in-guest.sh (QEMU TCG; the first run downloads a
-# kernel). RKV_BENCH_* variables are passed through to run-verbs.sh (see
+# kernel), with --pin-vcpu0: guest CPU 0, where the clients run, gets a
+# host CPU to itself. RKV_BENCH_* variables are passed through to run-verbs.sh (see
 # there). The guest's raw files (ycsb.txt, perftest.txt, server.log) stay in
 # a temporary folder that is printed at the end.
 #
@@ -48,7 +49,7 @@ stamp=$(date -u +%Y-%m-%dT%H%MZ)
 raw=$(mktemp -d "${TMPDIR:-/tmp}/rkv-verbs-results.XXXXXX")
 export RKV_BENCH_COMMAND="bench/verbs.sh --mtu $mtu${*:+ $*} (in the guest: bench/run-verbs.sh ${build_dir#"$repo"/})"
 rc=0
-(cd "$repo" && deploy/softroce/run-in-guest.sh --timeout 1500 --mtu "$mtu" --out "$raw" -- \
+(cd "$repo" && deploy/softroce/run-in-guest.sh --timeout 1500 --mtu "$mtu" --pin-vcpu0 --out "$raw" -- \
   bench/run-verbs.sh "$build_dir") || rc=$?
 if [[ -f $raw/verbs-results.md ]]; then
   mkdir -p "$repo/bench/results"
