@@ -39,7 +39,8 @@ constexpr size_t RoundUp(size_t v, size_t to) { return (v + to - 1) / to * to; }
 // under QEMU TCG, which emulates SSE2 with helper calls, 0.7 us against
 // 0.3 us: the native figure decides).
 template <typename Fn>
-[[gnu::always_inline]] inline void ForEachFingerprintMatch(const uint8_t* words, size_t count, uint16_t fingerprint, Fn&& fn) {
+[[gnu::always_inline]] inline void ForEachFingerprintMatch(const uint8_t* words, size_t count, uint16_t fingerprint,
+                                                           Fn&& fn) {
   static_assert(layout::kFingerprintShift == 48, "the fingerprint is the top 16-bit lane of a slot word");
   const auto match = [&](size_t s) {
     uint64_t slot;
@@ -246,8 +247,9 @@ Status ServerConnection::WaitFor(Done done, Deadline deadline, Clock::time_point
   return Status::Ok();
 }
 
-[[gnu::always_inline]] inline Status ServerConnection::PostReadsAndWait(std::span<transport::ReadOp> ops, Deadline deadline,
-                                                 Clock::time_point now, std::string_view what) {
+[[gnu::always_inline]] inline Status ServerConnection::PostReadsAndWait(std::span<transport::ReadOp> ops,
+                                                                        Deadline deadline, Clock::time_point now,
+                                                                        std::string_view what) {
   if (broken_) [[unlikely]] return broken_status_;
   for (auto& op : ops) {
     op.signaled = false;
