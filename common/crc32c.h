@@ -1,4 +1,6 @@
-// CRC32C (Castagnoli), as used by iSCSI and ext4: the block checksum.
+// CRC32C (Castagnoli), as used by iSCSI and ext4: the checksum of the records
+// a server keeps in RocksDB (server/store.h). Heap blocks use XXH64
+// (common/layout.h).
 //
 // Two implementations that give the same result: the SSE4.2 crc32
 // instruction, and a portable slicing-by-8 table version. The first call
