@@ -1,7 +1,6 @@
 #include "bench/ycsb/histogram.h"
 
 #include <algorithm>
-#include <bit>
 #include <cmath>
 
 namespace rkv::bench {
