@@ -18,8 +18,10 @@
 #include "client/control_client.h"
 #include "client/server_connection.h"
 #include "common/clock.h"
+#include "common/net_address.h"
 #include "common/protocol.h"
 #include "common/token.h"
+#include "common/transport/factory.h"
 #include "common/transport/transport.h"
 #include "proto/validation.h"
 
@@ -511,7 +513,7 @@ StatusOr<std::unique_ptr<Client>> Client::Connect(const ClientOptions& options) 
 
   std::string host;
   uint16_t port = 0;
-  RKV_RETURN_IF_ERROR(transport::ParseHostPort(options.server, &host, &port));
+  RKV_RETURN_IF_ERROR(ParseHostPort(options.server, &host, &port));
   if (port == 0) return InvalidArgument("server address '" + options.server + "' has port 0");
   VLOG(1) << "rkv: " << why;
   RKV_ASSIGN_OR_RETURN(std::unique_ptr<transport::Transport> t,

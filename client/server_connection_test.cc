@@ -103,7 +103,7 @@ class FakeConnection : public transport::Connection {
     return Unimplemented("client side");
   }
   Status Accept(std::span<const uint8_t>) override { return Unimplemented("client side"); }
-  void Reject(std::span<const uint8_t>) override {}
+  void Reject(const transport::Rejection&) override {}
 
   Status PostReads(std::span<const ReadOp> ops) override {
     if (down) return Unavailable("down");

@@ -66,7 +66,7 @@ TEST(ParseAcceptDataTest, RejectsEachBadField) {
     StatusCode code;
   };
   const Case cases[] = {
-      {"magic", [](protocol::AcceptData& a) { a.magic = protocol::kRejectMagic; }, StatusCode::kInvalidArgument},
+      {"magic", [](protocol::AcceptData& a) { a.magic = protocol::kConnectMagic; }, StatusCode::kInvalidArgument},
       {"protocol", [](protocol::AcceptData& a) { a.protocol_version = 2; }, StatusCode::kFailedPrecondition},
       {"layout", [](protocol::AcceptData& a) { a.layout_version = 9; }, StatusCode::kFailedPrecondition},
       {"no credits", [](protocol::AcceptData& a) { a.request_credits = 0; }, StatusCode::kInvalidArgument},

@@ -7,7 +7,8 @@
 //   client -> server: ConnectRequestData as the connect private data
 //                     (<= 56 bytes: the limit of rdma_connect on IB/RoCE).
 //   server -> client: AcceptData as the accept private data (<= 196 bytes),
-//                     or RejectData as the reject private data (<= 148).
+//                     or a refusal: the transport's Rejection {code, text}
+//                     (common/transport/rejection.h).
 // Requests (PUT / DELETE):
 //   client RDMA-WRITEs a record (common/record.h, version 0) into its
 //   staging ring at a 64-byte aligned offset, then SENDs a RequestMsg naming
@@ -22,18 +23,14 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "common/layout.h"
-
 namespace rkv::protocol {
 
 inline constexpr uint32_t kConnectMagic = 0x43564B52;  // "RKVC"
 inline constexpr uint32_t kAcceptMagic = 0x41564B52;   // "RKVA"
-inline constexpr uint32_t kRejectMagic = 0x52564B52;   // "RKVR"
 inline constexpr uint16_t kProtocolVersion = 1;
 
 inline constexpr size_t kMaxConnectPrivateData = 56;
 inline constexpr size_t kMaxAcceptPrivateData = 196;
-inline constexpr size_t kMaxRejectPrivateData = 148;
 
 inline constexpr size_t kTokenDigestBytes = 32;
 
@@ -68,13 +65,6 @@ struct AcceptData {
   uint32_t grace_period_us;   // heap quarantine; a GET lease is half of it
 };
 static_assert(sizeof(AcceptData) <= kMaxAcceptPrivateData);
-
-struct RejectData {
-  uint32_t magic;      // kRejectMagic
-  int32_t status_code; // StatusCode
-  char message[120];   // NUL-terminated
-};
-static_assert(sizeof(RejectData) <= kMaxRejectPrivateData);
 
 enum class Op : uint8_t { kPut = 1, kDelete = 2 };
 

@@ -1,6 +1,6 @@
 #include "proto/grpc_server.h"
 
-#include "common/transport/transport.h"
+#include "common/net_address.h"
 
 namespace rkv::control {
 
@@ -8,7 +8,7 @@ StatusOr<StartedGrpcServer> StartGrpcServer(const std::string& listen, grpc::Ser
                                             const std::string& what) {
   std::string host;
   uint16_t unused = 0;
-  RKV_RETURN_IF_ERROR(transport::ParseHostPort(listen, &host, &unused));
+  RKV_RETURN_IF_ERROR(ParseHostPort(listen, &host, &unused));
   grpc::ServerBuilder builder;
   int port = 0;
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);

@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "common/layout.h"
-#include "common/transport/transport.h"
+#include "common/net_address.h"
 
 namespace rkv::control {
 namespace {
@@ -51,7 +51,7 @@ Status ValidateHostPort(std::string_view address, bool allow_port_zero) {
   const std::string text(address);
   std::string host;
   uint16_t port = 0;
-  RKV_RETURN_IF_ERROR(transport::ParseHostPort(text, &host, &port));
+  RKV_RETURN_IF_ERROR(ParseHostPort(text, &host, &port));
   const bool bracketed = text.front() == '[';
   for (char c : host) {
     const bool ok = bracketed ? (IsHex(c) || c == ':' || c == '.') : (IsAlnum(c) || c == '.' || c == '-');

@@ -6,7 +6,6 @@
 #include <grpcpp/server.h>
 #include <grpcpp/server_builder.h>
 
-#include "common/transport/transport.h"
 #include "proto/auth.h"
 #include "proto/grpc_server.h"
 #include "proto/rkv.grpc.pb.h"

@@ -34,7 +34,9 @@
 #include <unistd.h>
 
 #include "common/layout.h"
+#include "common/net_address.h"
 #include "common/token.h"
+#include "common/transport/factory.h"
 #include "common/transport/transport.h"
 #include "server/admin_service.h"
 #include "server/membership.h"
@@ -243,7 +245,7 @@ int main(int argc, char** argv) {
     // A wildcard admin host is announced with the data address's host.
     std::string data_host;
     uint16_t data_port = 0;
-    if (!data_address.empty()) (void)rkv::transport::ParseHostPort(data_address, &data_host, &data_port);
+    if (!data_address.empty()) (void)rkv::ParseHostPort(data_address, &data_host, &data_port);
     auto advertised = rkv::server::AdvertisedAddress(admin->address(), "", data_host);
     admin_address = advertised.ok() ? *advertised : admin->address();
     if (!advertised.ok() && !control.coordinator.empty()) {

@@ -5,7 +5,7 @@
 #include <string>
 
 #include "common/layout.h"
-#include "common/transport/transport.h"
+#include "common/net_address.h"
 #include "server/heap.h"
 #include "server/table.h"
 
@@ -16,7 +16,7 @@ uint64_t MaxBlockBytes(const ServerOptions& o) { return layout::BlockBytes(o.max
 Status ValidateOptions(const ServerOptions& o) {
   std::string host;
   uint16_t port = 0;
-  if (Status s = transport::ParseHostPort(o.listen, &host, &port); !s.ok()) {
+  if (Status s = ParseHostPort(o.listen, &host, &port); !s.ok()) {
     return InvalidArgument("--listen: " + s.message());
   }
   if (o.data_dir.empty()) return InvalidArgument("--data_dir is required");
@@ -80,12 +80,12 @@ std::string JoinHostPort(std::string_view host, uint16_t port) {
 Status ValidateControlOptions(const ControlOptions& c, const std::string& listen) {
   std::string host;
   uint16_t port = 0;
-  if (Status s = transport::ParseHostPort(listen, &host, &port); !s.ok()) {
+  if (Status s = ParseHostPort(listen, &host, &port); !s.ok()) {
     return InvalidArgument("--listen: " + s.message());
   }
   const std::string listen_host = host;
   if (!c.coordinator.empty()) {
-    if (Status s = transport::ParseHostPort(c.coordinator, &host, &port); !s.ok()) {
+    if (Status s = ParseHostPort(c.coordinator, &host, &port); !s.ok()) {
       return InvalidArgument("--coordinator: " + s.message());
     }
     if (port == 0 || IsWildcardHost(host)) {
@@ -93,7 +93,7 @@ Status ValidateControlOptions(const ControlOptions& c, const std::string& listen
     }
   }
   if (!c.admin_listen.empty()) {
-    if (Status s = transport::ParseHostPort(c.admin_listen, &host, &port); !s.ok()) {
+    if (Status s = ParseHostPort(c.admin_listen, &host, &port); !s.ok()) {
       return InvalidArgument("--admin_listen: " + s.message());
     }
     if (c.admin_listen == listen && port != 0) {
@@ -101,7 +101,7 @@ Status ValidateControlOptions(const ControlOptions& c, const std::string& listen
     }
   }
   if (!c.advertise_address.empty()) {
-    if (Status s = transport::ParseHostPort(c.advertise_address, &host, &port); !s.ok()) {
+    if (Status s = ParseHostPort(c.advertise_address, &host, &port); !s.ok()) {
       return InvalidArgument("--advertise_address: " + s.message());
     }
     if (port == 0 || IsWildcardHost(host)) {
@@ -121,7 +121,7 @@ std::string EffectiveAdminListen(const ControlOptions& c, const std::string& lis
   if (c.coordinator.empty()) return "";
   std::string host;
   uint16_t port = 0;
-  if (!transport::ParseHostPort(listen, &host, &port).ok()) return "";
+  if (!ParseHostPort(listen, &host, &port).ok()) return "";
   return JoinHostPort(host, 0);
 }
 
@@ -130,7 +130,7 @@ StatusOr<std::string> AdvertisedAddress(const std::string& bound, const std::str
   const std::string& chosen = advertise.empty() ? bound : advertise;
   std::string host;
   uint16_t port = 0;
-  RKV_RETURN_IF_ERROR(transport::ParseHostPort(chosen, &host, &port));
+  RKV_RETURN_IF_ERROR(ParseHostPort(chosen, &host, &port));
   if (port == 0) return InvalidArgument("address " + chosen + " has port 0");
   if (!IsWildcardHost(host)) return chosen;
   if (!advertise.empty() || fallback_host.empty() || IsWildcardHost(fallback_host)) {

@@ -10,8 +10,13 @@
 #include "common/layout.h"
 #include "common/protocol.h"
 #include "common/token.h"
+#include "common/transport/transport.h"
 
 namespace rkv::server {
+
+// The connection setup messages fit what every transport carries.
+static_assert(protocol::kMaxConnectPrivateData <= transport::kMaxConnectPrivateData);
+static_assert(protocol::kMaxAcceptPrivateData <= transport::kMaxAcceptPrivateData);
 namespace {
 
 using transport::Completion;
@@ -142,14 +147,9 @@ void Server::AcceptLoop() {
 void Server::Refuse(transport::Connection& conn, StatusCode code, const std::string& message) {
   LOG(WARNING) << "refusing connection from " << conn.peer_address() << ": " << StatusCodeName(code) << ": "
                << message;
-  protocol::RejectData r{};
-  r.magic = protocol::kRejectMagic;
-  r.status_code = static_cast<int32_t>(code);
-  const size_t n = std::min(message.size(), sizeof(r.message) - 1);
-  std::memcpy(r.message, message.data(), n);
   // Counted before the peer can see the refusal.
   connections_rejected_.fetch_add(1, std::memory_order_relaxed);
-  conn.Reject(std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(&r), sizeof(r)));
+  conn.Reject({code, message});
 }
 
 void Server::HandlePending(std::unique_ptr<transport::Connection> conn) {

@@ -11,7 +11,7 @@
 //   4. listens and starts the accept thread.
 // Accept thread: for each pending connection, validates the
 //   ConnectRequestData (size, magic, versions, token digest) and refuses a
-//   bad one with a RejectData before accepting; refuses with
+//   bad one with a transport Rejection before accepting; refuses with
 //   RESOURCE_EXHAUSTED beyond max_connections. Otherwise maps the
 //   connection's staging ring (REMOTE_WRITE for that connection only) and
 //   message buffers, posts request_credits receives, and accepts with an

@@ -20,6 +20,7 @@
 #include "common/protocol.h"
 #include "common/record.h"
 #include "common/token.h"
+#include "common/transport/factory.h"
 #include "common/transport/transport.h"
 
 namespace rkv::server {

@@ -13,6 +13,7 @@
 #include "common/layout.h"
 #include "common/protocol.h"
 #include "common/token.h"
+#include "common/transport/factory.h"
 #include "common/transport/transport.h"
 #include "tests/run_command.h"
 #include "tests/server_process.h"

@@ -33,6 +33,7 @@
 #include "common/layout.h"
 #include "common/protocol.h"
 #include "common/token.h"
+#include "common/transport/factory.h"
 #include "common/transport/transport.h"
 #include "rkv/status.h"
 

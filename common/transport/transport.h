@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "common/transport/rejection.h"
 
 namespace rkv::transport {
 
@@ -42,6 +43,12 @@ enum Access : uint32_t {
   kRemoteRead = 1u << 1,
   kRemoteWrite = 1u << 2,
 };
+
+// The most private data each step of connection setup carries: the limits
+// of rdma_connect and rdma_accept on IB/RoCE, which tcp enforces too. A
+// rejection's limit is kMaxRejectionBytes (rejection.h).
+inline constexpr size_t kMaxConnectPrivateData = 56;
+inline constexpr size_t kMaxAcceptPrivateData = 196;
 
 enum class Kind { kTcp, kVerbs };
 const char* KindName(Kind kind);
@@ -119,14 +126,16 @@ class Connection {
   // connection's peer may access remotely. The region lives as long as the
   // connection. Not for use after Accept.
   virtual StatusOr<MemoryRegion*> RegisterPrivate(void* addr, size_t length, uint32_t access) = 0;
-  // Server side: completes the handshake, sending `reply` (<= 196 bytes) to
+  // Server side: completes the handshake, sending `reply`
+  // (<= kMaxAcceptPrivateData bytes; more is INVALID_ARGUMENT) to
   // the peer, whose Connect returns. Receives should be posted before.
   virtual Status Accept(std::span<const uint8_t> reply) = 0;
-  // Server side: refuses the connection, sending `reply` (<= 148 bytes);
-  // the peer's Connect fails with PERMISSION_DENIED or UNAVAILABLE and
-  // carries the reply in its message when it is text. The connection is
-  // unusable after this.
-  virtual void Reject(std::span<const uint8_t> reply) = 0;
+  // Server side: refuses the connection with `why` (its text is cut to
+  // kRejectionTextBytes - 1). The peer's Connect fails with UNAVAILABLE
+  // when why.code is UNAVAILABLE (transient: worth retrying), else with
+  // PERMISSION_DENIED, and carries why.text in its message. The connection
+  // is unusable after this.
+  virtual void Reject(const Rejection& why) = 0;
 
   // Posts READs as one linked list (one doorbell). Only ops with
   // `signaled` produce a completion on success.
@@ -219,7 +228,8 @@ class Transport {
                                                            uint32_t access) = 0;
   // Listens on "HOST:PORT" (port 0: any free port).
   virtual StatusOr<std::unique_ptr<Listener>> Listen(const std::string& address) = 0;
-  // Connects to "HOST:PORT", sending `private_data` (<= 56 bytes); returns
+  // Connects to "HOST:PORT", sending `private_data`
+  // (<= kMaxConnectPrivateData bytes); returns
   // once the server accepted. UNAVAILABLE when nothing listens,
   // DEADLINE_EXCEEDED on timeout, PERMISSION_DENIED when the server
   // rejected the request (with the server's reason).
@@ -227,20 +237,5 @@ class Transport {
                                                         std::span<const uint8_t> private_data,
                                                         std::chrono::milliseconds timeout) = 0;
 };
-
-// Creates a transport. kVerbs fails with UNAVAILABLE when no RDMA device
-// with an active port exists.
-StatusOr<std::unique_ptr<Transport>> CreateTransport(Kind kind, const Options& options);
-
-// True when an RDMA device with an active port exists.
-bool VerbsDeviceAvailable();
-
-// Parses "auto" | "tcp" | "verbs". "auto" picks verbs when
-// VerbsDeviceAvailable(), else tcp; `why` (optional) gets a sentence that
-// says which was picked and why, for logs.
-StatusOr<Kind> ResolveKind(const std::string& name, std::string* why);
-
-// Splits "HOST:PORT" ("[v6]:PORT" too). INVALID_ARGUMENT with the reason.
-Status ParseHostPort(const std::string& address, std::string* host, uint16_t* port);
 
 }  // namespace rkv::transport

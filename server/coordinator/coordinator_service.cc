@@ -6,7 +6,6 @@
 #include <grpcpp/security/server_credentials.h>
 #include <grpcpp/server_builder.h>
 
-#include "common/transport/transport.h"
 #include "proto/auth.h"
 #include "proto/grpc_server.h"
 #include "proto/grpc_status.h"

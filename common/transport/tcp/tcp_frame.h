@@ -29,6 +29,7 @@
 #include <string>
 
 #include "common/status.h"
+#include "common/transport/transport.h"
 
 namespace rkv::transport::tcp {
 
@@ -43,9 +44,9 @@ inline constexpr uint32_t kMaxOpBytes = 64u << 20;
 // Largest error text carried by a response frame.
 inline constexpr uint32_t kMaxErrorText = 256;
 // Private data limits, those of rdmacm on IB/RoCE.
-inline constexpr uint32_t kMaxConnectData = 56;
-inline constexpr uint32_t kMaxAcceptData = 196;
-inline constexpr uint32_t kMaxRejectData = 148;
+inline constexpr uint32_t kMaxConnectData = kMaxConnectPrivateData;
+inline constexpr uint32_t kMaxAcceptData = kMaxAcceptPrivateData;
+inline constexpr uint32_t kMaxRejectData = kMaxRejectionBytes;
 
 enum class FrameType : uint8_t {
   kConnect = 1,

@@ -48,7 +48,7 @@
 #include <utility>
 #include <vector>
 
-#include "common/protocol.h"
+#include "common/net_address.h"
 #include "common/transport/tcp/tcp_frame.h"
 
 namespace rkv::transport {
@@ -118,31 +118,6 @@ std::string PrintableText(const uint8_t* p, size_t n) {
   return out;
 }
 
-// The reason carried by reject private data, for the Connect error.
-std::string DescribeReject(std::span<const uint8_t> data) {
-  if (data.empty()) return "no reason given";
-  using protocol::RejectData;
-  if (data.size() >= offsetof(RejectData, message)) {
-    uint32_t magic = 0;
-    int32_t code = 0;
-    std::memcpy(&magic, data.data() + offsetof(RejectData, magic), sizeof magic);
-    std::memcpy(&code, data.data() + offsetof(RejectData, status_code), sizeof code);
-    if (magic == protocol::kRejectMagic) {
-      const size_t n = std::min(data.size() - offsetof(RejectData, message), sizeof(RejectData::message));
-      std::string text = PrintableText(data.data() + offsetof(RejectData, message), n);
-      if (IsValidStatusCode(code)) {
-        text += " (" + std::string(StatusCodeName(static_cast<StatusCode>(code))) + ")";
-      }
-      return text;
-    }
-  }
-  size_t text_len = 0;
-  while (text_len < data.size() && data[text_len] >= 0x20 && data[text_len] < 0x7f) ++text_len;
-  const bool text = text_len > 0 && std::all_of(data.begin() + text_len, data.end(),
-                                                [](uint8_t b) { return b == 0; });
-  if (text) return PrintableText(data.data(), text_len);
-  return std::to_string(data.size()) + " bytes of reject data";
-}
 
 // 8-byte words of registered memory, which may be of any type.
 typedef uint64_t __attribute__((__may_alias__)) AliasedWord;
@@ -598,14 +573,12 @@ class TcpConnection final : public Connection {
     return Status::Ok();
   }
 
-  void Reject(std::span<const uint8_t> reply) override {
+  void Reject(const Rejection& why) override {
     if (state_.load(std::memory_order_acquire) != State::kPending) return;
     state_.store(State::kClosed, std::memory_order_release);
-    if (reply.size() > tcp::kMaxRejectData) {
-      LOG(WARNING) << "tcp transport: reject data of " << reply.size() << " bytes truncated to "
-                   << tcp::kMaxRejectData;
-      reply = reply.first(tcp::kMaxRejectData);
-    }
+    const std::vector<uint8_t> encoded = EncodeRejection(why);
+    const std::span<const uint8_t> reply(encoded);
+    static_assert(kMaxRejectionBytes <= tcp::kMaxRejectData);
     std::vector<uint8_t> frame(kHeaderBytes + reply.size());
     FrameHeader h = tcp::MakeHeader(FrameType::kReject, 0);
     h.payload_len = static_cast<uint32_t>(reply.size());
@@ -1413,8 +1386,8 @@ class TcpTransport final : public Transport {
     const uint8_t* payload = rx.head() + kHeaderBytes;
     const FrameType type = static_cast<FrameType>(reply->type);
     if (type == FrameType::kReject) {
-      return PermissionDenied("connection to " + address + " rejected: " +
-                              DescribeReject(std::span<const uint8_t>(payload, reply->payload_len)));
+      return RejectedStatus("connection to " + address,
+                            DecodeRejection(std::span<const uint8_t>(payload, reply->payload_len)));
     }
     if (type != FrameType::kAccept) {
       return Unavailable(std::string("bad reply from ") + address + ": " + tcp::FrameTypeName(reply->type) +

@@ -15,7 +15,7 @@
 #include <thread>
 #include <vector>
 
-#include "common/protocol.h"
+#include "common/transport/factory.h"
 #include "common/transport/tcp/tcp_frame.h"
 #include "common/transport/transport.h"
 
@@ -249,29 +249,24 @@ TEST_F(TcpTransportTest, OversizePrivateDataIsRefused) {
 }
 
 TEST_F(TcpTransportTest, RejectCarriesTheServersReason) {
-  protocol::RejectData reject{};
-  reject.magic = protocol::kRejectMagic;
-  reject.status_code = static_cast<int32_t>(StatusCode::kUnauthenticated);
-  std::snprintf(reject.message, sizeof reject.message, "token digest does not match");
-
   StatusOr<std::unique_ptr<Connection>> client = Internal("not connected");
   std::thread connector([&] { client = client_->Connect(listener_->address(), Bytes("hi"), kWait); });
   std::unique_ptr<Connection> pending = NextPending();
   ASSERT_NE(pending, nullptr);
-  pending->Reject(std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(&reject), sizeof reject));
+  pending->Reject({StatusCode::kUnauthenticated, "token digest does not match"});
   connector.join();
   EXPECT_EQ(client.status().code(), StatusCode::kPermissionDenied) << client.status();
   EXPECT_NE(client.status().message().find("token digest does not match"), std::string::npos) << client.status();
   // A rejected connection is unusable.
   EXPECT_FALSE(pending->Accept({}).ok());
 
-  // Plain text works too.
+  // A transient refusal (UNAVAILABLE) reaches the client as UNAVAILABLE.
   std::thread connector2([&] { client = client_->Connect(listener_->address(), {}, kWait); });
   pending = NextPending();
   ASSERT_NE(pending, nullptr);
-  pending->Reject(Bytes("server is draining"));
+  pending->Reject({StatusCode::kUnavailable, "server is draining"});
   connector2.join();
-  EXPECT_EQ(client.status().code(), StatusCode::kPermissionDenied);
+  EXPECT_EQ(client.status().code(), StatusCode::kUnavailable) << client.status();
   EXPECT_NE(client.status().message().find("server is draining"), std::string::npos) << client.status();
 }
 

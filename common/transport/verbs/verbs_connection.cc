@@ -15,7 +15,7 @@
 
 #include <glog/logging.h>
 
-#include "common/protocol.h"
+#include "common/net_address.h"
 
 namespace rkv::transport::verbs {
 namespace {
@@ -34,9 +34,8 @@ constexpr uint32_t kSpinRoundsPerYield = 8;
 
 // rdma_cm private data limits on IB/RoCE (CM REQ/REP/REJ less rdma_cm's
 // header); the transport interface promises exactly these.
-constexpr size_t kMaxConnectData = protocol::kMaxConnectPrivateData;
-constexpr size_t kMaxAcceptData = protocol::kMaxAcceptPrivateData;
-constexpr size_t kMaxRejectData = protocol::kMaxRejectPrivateData;
+constexpr size_t kMaxConnectData = kMaxConnectPrivateData;
+constexpr size_t kMaxAcceptData = kMaxAcceptPrivateData;
 
 // 7 is the largest value the CM carries: 7 transport retries before
 // IBV_WC_RETRY_EXC_ERR, and for RNR "retry forever".
@@ -79,56 +78,9 @@ std::string PrintableText(const uint8_t* p, size_t n) {
   return out;
 }
 
-// The server's reason from reject private data (padded by the CM).
-std::string DescribeRejectData(const uint8_t* data, size_t len) {
-  if (data == nullptr || len == 0) return "no reason given";
-  using protocol::RejectData;
-  if (len >= offsetof(RejectData, message)) {
-    uint32_t magic = 0;
-    int32_t code = 0;
-    std::memcpy(&magic, data + offsetof(RejectData, magic), sizeof magic);
-    std::memcpy(&code, data + offsetof(RejectData, status_code), sizeof code);
-    if (magic == protocol::kRejectMagic) {
-      const size_t n = std::min(len - offsetof(RejectData, message), sizeof(RejectData::message));
-      std::string text = PrintableText(data + offsetof(RejectData, message), n);
-      if (IsValidStatusCode(code)) {
-        text += " (" + std::string(StatusCodeName(static_cast<StatusCode>(code))) + ")";
-      }
-      return text;
-    }
-  }
-  size_t text_len = 0;
-  while (text_len < len && data[text_len] >= 0x20 && data[text_len] < 0x7f) ++text_len;
-  if (text_len > 0 && std::all_of(data + text_len, data + len, [](uint8_t b) { return b == 0; })) {
-    return PrintableText(data, text_len);
-  }
-  bool all_zero = std::all_of(data, data + len, [](uint8_t b) { return b == 0; });
-  return all_zero ? "no reason given" : std::to_string(len) + " bytes of reject data";
-}
-
-// The status code of an rkv RejectData in reject private data; kOk when
-// there is none.
-StatusCode RejectDataCode(const void* data, size_t len) {
-  using protocol::RejectData;
-  if (data == nullptr || len < offsetof(RejectData, message)) return StatusCode::kOk;
-  uint32_t magic = 0;
-  int32_t code = 0;
-  const auto* p = static_cast<const uint8_t*>(data);
-  std::memcpy(&magic, p + offsetof(RejectData, magic), sizeof magic);
-  std::memcpy(&code, p + offsetof(RejectData, status_code), sizeof code);
-  if (magic != protocol::kRejectMagic || !IsValidStatusCode(code)) return StatusCode::kOk;
-  return static_cast<StatusCode>(code);
-}
-
-// Server side: refuses a connection request because this transport failed
-// to set it up (not an application decision). The client reads it as
-// UNAVAILABLE and may retry.
 void RejectTransient(rdma_cm_id* id, const std::string& why) {
-  protocol::RejectData reject{};
-  reject.magic = protocol::kRejectMagic;
-  reject.status_code = static_cast<int32_t>(StatusCode::kUnavailable);
-  std::snprintf(reject.message, sizeof(reject.message), "%s", why.c_str());
-  rdma_reject(id, &reject, sizeof(reject));
+  const std::vector<uint8_t> reject = EncodeRejection({StatusCode::kUnavailable, why});
+  rdma_reject(id, reject.data(), static_cast<uint8_t>(reject.size()));
 }
 
 std::string EventText(const rdma_cm_event* event) {
@@ -317,16 +269,11 @@ StatusOr<std::unique_ptr<VerbsConnection>> VerbsConnection::Connect(
   RKV_ASSIGN_OR_RETURN(CmEvent event, expect(RDMA_CM_EVENT_CONNECT_RESPONSE, "handshake"));
   if (event->event == RDMA_CM_EVENT_REJECTED) {
     const auto& c = event->param.conn;
-    const std::string reason =
-        DescribeRejectData(static_cast<const uint8_t*>(c.private_data), c.private_data_len);
-    if (event->status == kRejectConsumerDefined &&
-        RejectDataCode(c.private_data, c.private_data_len) == StatusCode::kUnavailable) {
-      // The server's transport failed while setting the connection up
-      // (RejectTransient): transient, so worth retrying.
-      return Unavailable(where + ": the server could not set up the connection: " + reason);
-    }
     if (event->status == kRejectConsumerDefined) {
-      return PermissionDenied(where + ": rejected by the server: " + reason);
+      // UNAVAILABLE when the server's transport failed while setting the
+      // connection up (RejectTransient): transient, so worth retrying.
+      return RejectedStatus(where, DecodeRejection(std::span<const uint8_t>(
+                                       static_cast<const uint8_t*>(c.private_data), c.private_data_len)));
     }
     return Unavailable(where + ": connection refused (CM reject reason " +
                        std::to_string(event->status) + "; is a server listening there?)");
@@ -523,17 +470,14 @@ Status VerbsConnection::Accept(std::span<const uint8_t> reply) {
   return Status::Ok();
 }
 
-void VerbsConnection::Reject(std::span<const uint8_t> reply) {
+void VerbsConnection::Reject(const Rejection& why) {
   if (state_ != State::kPending) {
     LOG(WARNING) << "Reject of " << peer_address_ << ": the connection is not pending";
     return;
   }
-  if (reply.size() > kMaxRejectData) {
-    LOG(WARNING) << "reject private data of " << reply.size() << " bytes cut to " << kMaxRejectData;
-    reply = reply.first(kMaxRejectData);
-  }
-  if (rdma_reject(id_.get(), reply.empty() ? nullptr : reply.data(),
-                  static_cast<uint8_t>(reply.size())) != 0) {
+  const std::vector<uint8_t> reply = EncodeRejection(why);
+  static_assert(kMaxRejectionBytes <= 148, "rdma_reject's private data limit on IB/RoCE");
+  if (rdma_reject(id_.get(), reply.data(), static_cast<uint8_t>(reply.size())) != 0) {
     LOG(WARNING) << VerbsError("rdma_reject(" + peer_address_ + ")", errno);
   }
   state_ = State::kRejected;
@@ -541,7 +485,7 @@ void VerbsConnection::Reject(std::span<const uint8_t> reply) {
 
 void VerbsConnection::Disconnect() {
   if (state_ == State::kPending) {
-    Reject({});
+    Reject({StatusCode::kUnavailable, "the server closed the connection request"});
     return;
   }
   if (state_ != State::kConnected || local_disconnected_) return;

@@ -140,7 +140,7 @@ class VerbsConnection final : public Connection {
   std::string peer_address() const override { return peer_address_; }
   StatusOr<MemoryRegion*> RegisterPrivate(void* addr, size_t length, uint32_t access) override;
   Status Accept(std::span<const uint8_t> reply) override;
-  void Reject(std::span<const uint8_t> reply) override;
+  void Reject(const Rejection& why) override;
   Status PostReads(std::span<const ReadOp> ops) override;
   // Looks at the send CQ right after the post: a READ that completed by
   // then (on rxe the whole loopback READ runs inside the post) is taken

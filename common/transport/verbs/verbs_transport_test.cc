@@ -3,6 +3,7 @@
 // (run them inside the SoftRoCE guest: deploy/softroce/run-in-guest.sh).
 // The device's address comes from $RKV_RDMA_ADDR. Server and client are two
 // transports (two PDs) in one process, as two processes would be.
+#include "common/transport/factory.h"
 #include "common/transport/verbs/verbs_transport.h"
 
 #include <arpa/inet.h>
@@ -20,7 +21,8 @@
 #include <thread>
 #include <vector>
 
-#include "common/protocol.h"
+#include "common/net_address.h"
+#include "common/transport/factory.h"
 #include "common/transport/verbs/verbs_connection.h"
 
 namespace rkv::transport {
@@ -43,7 +45,7 @@ struct Descriptor {
   uint32_t ring_rkey;
   uint32_t ring_len;
 };
-static_assert(sizeof(Descriptor) <= protocol::kMaxAcceptPrivateData);
+static_assert(sizeof(Descriptor) <= kMaxAcceptPrivateData);
 
 std::span<const uint8_t> Bytes(const void* p, size_t n) {
   return {static_cast<const uint8_t*>(p), n};
@@ -199,9 +201,9 @@ TEST_F(VerbsTransportTest, ListenerReportsItsPort) {
 }
 
 TEST_F(VerbsTransportTest, ConnectAcceptCarriesPrivateData) {
-  uint8_t request[protocol::kMaxConnectPrivateData];
+  uint8_t request[kMaxConnectPrivateData];
   for (size_t i = 0; i < sizeof request; ++i) request[i] = static_cast<uint8_t>(0xA0 + i);
-  uint8_t reply[protocol::kMaxAcceptPrivateData];
+  uint8_t reply[kMaxAcceptPrivateData];
   for (size_t i = 0; i < sizeof reply; ++i) reply[i] = static_cast<uint8_t>(255 - i);
 
   auto server = std::async(std::launch::async, [&]() -> StatusOr<std::unique_ptr<Connection>> {
@@ -229,7 +231,7 @@ TEST_F(VerbsTransportTest, ConnectAcceptCarriesPrivateData) {
 }
 
 TEST_F(VerbsTransportTest, ConnectRejectsOversizedPrivateData) {
-  uint8_t request[protocol::kMaxConnectPrivateData + 1] = {};
+  uint8_t request[kMaxConnectPrivateData + 1] = {};
   auto client = client_->Connect(listener_->address(), request, kConnectTimeout);
   EXPECT_EQ(client.status().code(), StatusCode::kInvalidArgument) << client.status();
 }
@@ -239,11 +241,7 @@ TEST_F(VerbsTransportTest, RejectCarriesTheReason) {
     auto next = listener_->Next(kNextTimeout);
     if (!next.ok()) return next.status();
     if (*next == nullptr) return DeadlineExceeded("no request");
-    protocol::RejectData reject{};
-    reject.magic = protocol::kRejectMagic;
-    reject.status_code = static_cast<int32_t>(StatusCode::kPermissionDenied);
-    std::snprintf(reject.message, sizeof reject.message, "%s", "token digest mismatch");
-    (*next)->Reject(Bytes(&reject, sizeof reject));
+    (*next)->Reject({StatusCode::kPermissionDenied, "token digest mismatch"});
     return Status::Ok();
   });
   auto client = client_->Connect(listener_->address(), {}, kConnectTimeout);
@@ -737,7 +735,7 @@ TEST_F(VerbsTransportTest, AcceptRejectsOversizedReply) {
     auto next = listener_->Next(kNextTimeout);
     if (!next.ok()) return next.status();
     if (*next == nullptr) return DeadlineExceeded("no request");
-    uint8_t reply[protocol::kMaxAcceptPrivateData + 1] = {};
+    uint8_t reply[kMaxAcceptPrivateData + 1] = {};
     const Status s = (*next)->Accept(reply);
     if (s.code() != StatusCode::kInvalidArgument) return Internal("Accept said " + s.ToString());
     (*next)->Reject({});
