@@ -6,7 +6,7 @@
 //     any client routes a key to the same shard;
 //   - the table hash uses the table's own seed (TableHeader::hash_seed): it
 //     picks the key's neighbourhood and the slot fingerprint.
-// (DESIGN.md derives both from one hash; with shard = h mod shards and
+// (Deriving both from one hash would not do: with shard = h mod shards and
 // bucket = h mod buckets on power-of-two counts, a server would only ever
 // use 1/shards of its buckets. Separate seeds keep them independent.)
 #pragma once

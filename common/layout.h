@@ -13,8 +13,13 @@
 // Thread safety / invariants (server side, see server/table.h):
 //   - Slots are written only by the server, one aligned 8-byte store each,
 //     with release order, after the block they point to is complete.
-//   - A live key's slot never moves: a replace rewrites the same slot word
-//     (old block -> new block) in one store, never delete-then-insert.
+//   - A replace rewrites the key's slot word (old block -> new block) in one
+//     store, never delete-then-insert. A live key's slot moves only when
+//     the server relocates it within its neighbourhood to make room
+//     (server/table.h): the new slot is published before the old one is
+//     cleared, a key moves at most once per grace period, and a client
+//     confirms a miss with a second READ (docs/design.md, "Writing the
+//     table").
 //   - A block referenced by a slot is immutable until the slot stops
 //     referencing it and its grace period (quarantine) has passed.
 #pragma once
@@ -34,12 +39,13 @@ inline constexpr size_t kBlockAlign = 64;
 // Neighbourhood: a key lives in one of kNeighborhoodBuckets consecutive
 // buckets from its home bucket (common/hash.h, NeighborhoodOf), so a client
 // fetches every place it can be with ONE READ of 512 bytes, a single packet
-// at any RoCE path MTU. (DESIGN.md has two random candidate buckets: two
-// READs, and two request/response packet pairs on the NIC, per GET.)
+// at any RoCE path MTU (two random candidate buckets, the first design,
+// cost two READs and two request/response packet pairs per GET).
 // Why 8: a READ's cost grows with its bytes (copied and checksummed at both
 // ends), and fewer buckets bound the load a table reaches before it refuses
 // an insert: 16 buckets (1 KiB) ~0.96, 8 ~0.92, 4 ~0.84 (table_test's
-// LoadFactor tests; DESIGN.md asks >= 0.85). 8 is the smallest that meets it.
+// LoadFactor tests; the design asks >= 0.85). 8 is the smallest that meets
+// it.
 inline constexpr size_t kNeighborhoodBuckets = 8;
 
 // First 64 bytes of the index region. Written once when the table is

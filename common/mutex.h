@@ -95,7 +95,9 @@ class SCOPED_CAPABILITY ReaderLock {
 // A condition variable whose waits name the Mutex they release and
 // re-acquire, so the analysis knows the lock is held before and after.
 // Waits may wake spuriously: callers loop on their predicate, or use the
-// predicate overloads.
+// predicate overloads. A predicate runs with the mutex held, but the
+// analysis checks a lambda on its own: one that reads guarded members
+// starts with `mu_.AssertHeld();`.
 class CondVar {
  public:
   void Wait(Mutex& mu) REQUIRES(mu) {

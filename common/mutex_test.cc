@@ -21,11 +21,17 @@ class Counter {
   }
   void WaitFor(int n) EXCLUDES(mu_) {
     MutexLock lock(mu_);
-    cv_.Wait(mu_, [&]() REQUIRES(mu_) { return n_ >= n; });
+    cv_.Wait(mu_, [&] {
+      mu_.AssertHeld();
+      return n_ >= n;
+    });
   }
   bool WaitForUntil(int n, std::chrono::steady_clock::time_point deadline) EXCLUDES(mu_) {
     MutexLock lock(mu_);
-    return cv_.WaitUntil(mu_, deadline, [&]() REQUIRES(mu_) { return n_ >= n; });
+    return cv_.WaitUntil(mu_, deadline, [&] {
+      mu_.AssertHeld();
+      return n_ >= n;
+    });
   }
 
  private:
