@@ -70,14 +70,6 @@ Status WcStatus(const ibv_wc& wc) {
   }
 }
 
-std::string PrintableText(const uint8_t* p, size_t n) {
-  std::string out;
-  for (size_t i = 0; i < n && p[i] != 0; ++i) {
-    out.push_back(p[i] >= 0x20 && p[i] < 0x7f ? static_cast<char>(p[i]) : '?');
-  }
-  return out;
-}
-
 void RejectTransient(rdma_cm_id* id, const std::string& why) {
   const std::vector<uint8_t> reject = EncodeRejection({StatusCode::kUnavailable, why});
   rdma_reject(id, reject.data(), static_cast<uint8_t>(reject.size()));
