@@ -1,0 +1,344 @@
+// TcpConnection: setup, the application thread's side (posting and
+// polling), the error state and the outgoing byte queue. The reader
+// thread's side is in tcp_connection_reader.cc.
+#include "common/transport/tcp/tcp_connection.h"
+
+#include <glog/logging.h>
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <utility>
+
+namespace rkv::transport::tcp {
+namespace {
+
+std::atomic<uint64_t> g_next_connection_id{1};
+
+}  // namespace
+
+TcpConnection::TcpConnection(std::shared_ptr<Registry> registry, const Options& options, UniqueFd fd,
+                             UniqueFd wake_fd, std::vector<uint8_t> peer_private_data, ByteBuffer rx,
+                             bool established)
+    : registry_(std::move(registry)),
+      id_(g_next_connection_id.fetch_add(1, std::memory_order_relaxed)),
+      fd_(std::move(fd)),
+      wake_fd_(std::move(wake_fd)),
+      peer_address_(PeerName(fd_.get())),
+      peer_private_data_(std::move(peer_private_data)),
+      max_send_wr_(std::clamp<uint32_t>(options.max_send_wr, 1, kMaxQueueDepth)),
+      max_recv_wr_(std::clamp<uint32_t>(options.max_recv_wr, 1, kMaxQueueDepth)),
+      state_(established ? State::kActive : State::kPending),
+      rx_(std::move(rx)) {}
+
+TcpConnection::~TcpConnection() {
+  LingerIfRefused();
+  stop_.store(true, std::memory_order_release);
+  ::shutdown(fd_.get(), SHUT_RDWR);
+  SignalEventFd(wake_fd_.get());
+  if (reader_.joinable()) reader_.join();
+}
+
+void TcpConnection::Start() {
+  reader_ = std::thread([this] { ReaderLoop(); });
+}
+
+StatusOr<MemoryRegion*> TcpConnection::RegisterPrivate(void* addr, size_t length, uint32_t access) {
+  if (state_.load(std::memory_order_acquire) != State::kPending) {
+    return FailedPrecondition("RegisterPrivate is only for a pending connection");
+  }
+  RKV_ASSIGN_OR_RETURN(std::unique_ptr<MemoryRegion> mr, RegisterRegion(registry_, addr, length, access, id_));
+  private_regions_.push_back(std::move(mr));
+  return private_regions_.back().get();
+}
+
+Status TcpConnection::Accept(std::span<const uint8_t> reply) {
+  if (reply.size() > kMaxAcceptData) {
+    return InvalidArgument("accept data of " + std::to_string(reply.size()) + " bytes exceeds " +
+                           std::to_string(kMaxAcceptData));
+  }
+  if (state_.load(std::memory_order_acquire) != State::kPending) {
+    return FailedPrecondition("connection is not pending");
+  }
+  {
+    MutexLock lock(mu_);
+    if (failed_) return error_;
+  }
+  FrameHeader h = MakeHeader(FrameType::kAccept, 0);
+  h.payload_len = static_cast<uint32_t>(reply.size());
+  Status sent;
+  {
+    MutexLock lock(out_mu_);
+    out_.Append(&h, kHeaderBytes);
+    out_.Append(reply.data(), reply.size());
+    sent = FlushLocked();
+  }
+  if (!sent.ok()) {
+    Break(sent.message());
+    return sent;
+  }
+  // What did not fit the socket buffer is sent by the reader.
+  state_.store(State::kActive, std::memory_order_release);
+  Start();
+  return Status::Ok();
+}
+
+void TcpConnection::Reject(const Rejection& why) {
+  if (state_.load(std::memory_order_acquire) != State::kPending) return;
+  state_.store(State::kClosed, std::memory_order_release);
+  const std::vector<uint8_t> encoded = EncodeRejection(why);
+  const std::span<const uint8_t> reply(encoded);
+  static_assert(kMaxRejectionBytes <= kMaxRejectData);
+  std::vector<uint8_t> frame(kHeaderBytes + reply.size());
+  FrameHeader h = MakeHeader(FrameType::kReject, 0);
+  h.payload_len = static_cast<uint32_t>(reply.size());
+  std::memcpy(frame.data(), &h, kHeaderBytes);
+  if (!reply.empty()) std::memcpy(frame.data() + kHeaderBytes, reply.data(), reply.size());
+  const Status sent =
+      SendAllBy(fd_.get(), frame.data(), frame.size(), DeadlineAfter(std::chrono::seconds(1)), peer_address_);
+  if (!sent.ok()) LOG(WARNING) << "tcp transport: rejecting " << peer_address_ << ": " << sent;
+  // SHUT_WR, not close: the reject reaches the peer before the EOF.
+  ::shutdown(fd_.get(), SHUT_WR);
+  Fail("connection rejected");
+}
+
+Status TcpConnection::PostReads(std::span<const ReadOp> ops) {
+  if (ops.empty()) return Status::Ok();
+  read_dst_.clear();
+  for (const ReadOp& op : ops) {
+    RKV_ASSIGN_OR_RETURN(uint8_t* dst, ResolveLocal(op.local, /*needs_local_write=*/true, "READ destination"));
+    read_dst_.push_back(dst);
+  }
+  uint64_t first_seq = 0;
+  {
+    MutexLock lock(mu_);
+    RKV_RETURN_IF_ERROR(CheckPostableLocked(ops.size()));
+    first_seq = next_seq_;
+    next_seq_ += ops.size();
+    for (size_t i = 0; i < ops.size(); ++i) {
+      send_queue_.push_back(
+          SendWr{first_seq + i, ops[i].wr_id, OpType::kRead, ops[i].signaled, read_dst_[i], ops[i].local.length});
+    }
+  }
+  // One send for the whole chain: the peer serves it in one batch.
+  SendFrames([&](ByteBuffer& out) {
+    for (size_t i = 0; i < ops.size(); ++i) {
+      FrameHeader h = MakeHeader(FrameType::kReadReq, first_seq + i);
+      h.addr = ops[i].remote.addr;
+      h.rkey = ops[i].remote.rkey;
+      h.op_len = ops[i].local.length;
+      out.Append(&h, kHeaderBytes);
+    }
+  });
+  return Status::Ok();
+}
+
+Status TcpConnection::PostWriteSend(LocalBuf write_src, RemoteBuf write_dst, LocalBuf send, uint64_t wr_id) {
+  RKV_ASSIGN_OR_RETURN(const uint8_t* src, ResolveLocal(write_src, false, "WRITE source"));
+  RKV_ASSIGN_OR_RETURN(const uint8_t* msg, ResolveLocal(send, false, "SEND buffer"));
+  uint64_t seq = 0;
+  {
+    MutexLock lock(mu_);
+    RKV_RETURN_IF_ERROR(CheckPostableLocked(2));
+    seq = next_seq_;
+    next_seq_ += 2;
+    // Both carry the caller's wr_id: a failed WRITE reports it too.
+    send_queue_.push_back(SendWr{seq, wr_id, OpType::kWrite, false, nullptr, write_src.length});
+    send_queue_.push_back(SendWr{seq + 1, wr_id, OpType::kSend, true, nullptr, send.length});
+  }
+  SendFrames([&](ByteBuffer& out) {
+    FrameHeader w = MakeHeader(FrameType::kWrite, seq);
+    w.addr = write_dst.addr;
+    w.rkey = write_dst.rkey;
+    w.payload_len = write_src.length;
+    out.Append(&w, kHeaderBytes);
+    out.Append(src, write_src.length);
+    FrameHeader s = MakeHeader(FrameType::kSend, seq + 1);
+    s.payload_len = send.length;
+    out.Append(&s, kHeaderBytes);
+    out.Append(msg, send.length);
+  });
+  return Status::Ok();
+}
+
+Status TcpConnection::PostSend(LocalBuf send, uint64_t wr_id) {
+  RKV_ASSIGN_OR_RETURN(const uint8_t* msg, ResolveLocal(send, false, "SEND buffer"));
+  uint64_t seq = 0;
+  {
+    MutexLock lock(mu_);
+    RKV_RETURN_IF_ERROR(CheckPostableLocked(1));
+    seq = next_seq_++;
+    send_queue_.push_back(SendWr{seq, wr_id, OpType::kSend, true, nullptr, send.length});
+  }
+  SendFrames([&](ByteBuffer& out) {
+    FrameHeader s = MakeHeader(FrameType::kSend, seq);
+    s.payload_len = send.length;
+    out.Append(&s, kHeaderBytes);
+    out.Append(msg, send.length);
+  });
+  return Status::Ok();
+}
+
+Status TcpConnection::PostRecv(LocalBuf buf, uint64_t wr_id) {
+  RKV_ASSIGN_OR_RETURN(uint8_t* dst, ResolveLocal(buf, /*needs_local_write=*/true, "receive buffer"));
+  bool broke = false;
+  {
+    MutexLock lock(mu_);
+    if (failed_) return error_;
+    if (!unmatched_sends_.empty()) {
+      // A SEND that arrived before any receive was posted.
+      std::vector<uint8_t> msg = std::move(unmatched_sends_.front());
+      unmatched_sends_.pop_front();
+      unmatched_bytes_ -= msg.size();
+      if (msg.size() > buf.length) {
+        completions_.push_back(Completion{wr_id, OpType::kRecv, TooLong(msg.size(), buf.length), 0});
+        FailLocked("a received message did not fit its receive buffer");
+        broke = true;
+      } else {
+        if (!msg.empty()) std::memcpy(dst, msg.data(), msg.size());
+        completions_.push_back(Completion{wr_id, OpType::kRecv, Status::Ok(), static_cast<uint32_t>(msg.size())});
+        cv_.NotifyAll();
+      }
+    } else {
+      if (recv_queue_.size() >= max_recv_wr_) {
+        return ResourceExhausted("receive queue full (" + std::to_string(max_recv_wr_) + ")");
+      }
+      recv_queue_.push_back(RecvWr{wr_id, dst, buf.length});
+    }
+  }
+  if (broke) ::shutdown(fd_.get(), SHUT_RDWR);
+  return Status::Ok();
+}
+
+StatusOr<size_t> TcpConnection::Poll(std::span<Completion> out, std::chrono::microseconds timeout) {
+  MutexLock lock(mu_);
+  if (out.empty()) return failed_ && completions_.empty() ? StatusOr<size_t>(error_) : StatusOr<size_t>(0);
+  if (completions_.empty() && !failed_) {
+    // The reader pushes completions under mu_ and then notifies: waking
+    // here with the lock held sees everything it copied (READ data,
+    // received messages, remote WRITEs that preceded a SEND).
+    const Clock::time_point deadline = DeadlineAfter(timeout);
+    while (completions_.empty() && !failed_) {
+      if (!cv_.WaitUntil(mu_, deadline)) break;
+    }
+  }
+  size_t n = 0;
+  while (n < out.size() && !completions_.empty()) {
+    out[n++] = std::move(completions_.front());
+    completions_.pop_front();
+  }
+  if (n == 0 && failed_ && completions_.empty()) return error_;
+  return n;
+}
+
+void TcpConnection::Disconnect() {
+  LingerIfRefused();
+  Fail("disconnected locally");
+  stop_.store(true, std::memory_order_release);
+  ::shutdown(fd_.get(), SHUT_RDWR);
+  SignalEventFd(wake_fd_.get());
+}
+
+Status TcpConnection::TooLong(size_t got, size_t room) {
+  return Internal("received message of " + std::to_string(got) + " bytes exceeds the receive buffer of " +
+                  std::to_string(room) + " bytes");
+}
+
+Status TcpConnection::CheckPostableLocked(size_t n) const {
+  if (failed_) return error_;
+  if (state_.load(std::memory_order_acquire) != State::kActive) {
+    return FailedPrecondition("connection to " + peer_address_ + " is not established");
+  }
+  if (send_queue_.size() + n > max_send_wr_) {
+    return ResourceExhausted("send queue full (" + std::to_string(max_send_wr_) + " outstanding)");
+  }
+  return Status::Ok();
+}
+
+void TcpConnection::FailLocked(const std::string& why) {
+  if (failed_) return;
+  failed_ = true;
+  error_ = Unavailable("connection to " + peer_address_ + " failed: " + why);
+  for (const SendWr& wr : send_queue_) {
+    completions_.push_back(Completion{wr.wr_id, wr.op, Unavailable("flushed: " + why), 0});
+  }
+  send_queue_.clear();
+  for (const RecvWr& wr : recv_queue_) {
+    completions_.push_back(Completion{wr.wr_id, OpType::kRecv, Unavailable("flushed: " + why), 0});
+  }
+  recv_queue_.clear();
+  unmatched_sends_.clear();
+  unmatched_bytes_ = 0;
+  cv_.NotifyAll();
+}
+
+void TcpConnection::Fail(const std::string& why) {
+  MutexLock lock(mu_);
+  FailLocked(why);
+}
+
+void TcpConnection::Break(const std::string& why) {
+  Fail(why);
+  ::shutdown(fd_.get(), SHUT_RDWR);
+}
+
+void TcpConnection::LingerIfRefused() {
+  if (!lingering_.load(std::memory_order_acquire)) return;
+  const auto until = std::chrono::steady_clock::now() + kLingerOnError;
+  while (!reader_done_.load(std::memory_order_acquire) && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+}
+
+Status TcpConnection::FlushLocked() {
+  while (!out_.empty()) {
+    const ssize_t r = ::send(fd_.get(), out_.head(), out_.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (r > 0) {
+      out_.Consume(static_cast<size_t>(r));
+      continue;
+    }
+    if (r < 0 && errno == EINTR) continue;
+    if (r == 0 || errno == EAGAIN || errno == EWOULDBLOCK) return Status::Ok();
+    return PosixError("send to " + peer_address_, errno);
+  }
+  out_.TrimIfIdle(kIdleBufferKeep);
+  return Status::Ok();
+}
+
+template <typename Fill>
+void TcpConnection::SendFrames(Fill&& fill) {
+  Status sent;
+  bool leftover = false;
+  {
+    MutexLock lock(out_mu_);
+    if (out_closed_) return;
+    fill(out_);
+    sent = FlushLocked();
+    leftover = !out_.empty();
+  }
+  if (!sent.ok()) {
+    // The work requests are queued: they complete with the error.
+    Break(sent.message());
+  } else if (leftover) {
+    SignalEventFd(wake_fd_.get());
+  }
+}
+
+size_t TcpConnection::OutBacklog() {
+  MutexLock lock(out_mu_);
+  return out_closed_ ? 0 : out_.size();
+}
+
+void TcpConnection::AppendResponse(FrameType type, uint64_t seq, StatusCode code, std::string_view text) {
+  text = text.substr(0, kMaxErrorText);
+  FrameHeader h = MakeHeader(type, seq);
+  h.status = static_cast<int32_t>(code);
+  h.payload_len = static_cast<uint32_t>(text.size());
+  MutexLock lock(out_mu_);
+  if (out_closed_) return;
+  out_.Append(&h, kHeaderBytes);
+  out_.Append(text.data(), text.size());
+}
+
+}  // namespace rkv::transport::tcp

@@ -1,0 +1,240 @@
+// One connection of the tcp transport (either side): an emulated RC queue
+// pair over one TCP socket. Internal to common/transport/tcp/; users see
+// the Connection interface of common/transport/transport.h. Wire format:
+// tcp_frame.h.
+//
+// Work requests. Each posted send-side work request (READ, WRITE, SEND)
+// gets the next sequence number and one frame; the peer answers them in
+// order (a READ with its data, a SEND with an acknowledgement, a WRITE only
+// when it fails), so a response completes the oldest requests it covers.
+// Posted receives wait in recv_queue_ for the peer's SENDs; a SEND that
+// finds none is kept (up to a byte and message limit) for the next PostRecv,
+// where verbs would have the peer retry on RNR.
+//
+// The reader thread (started once the connection is established) serves
+// the peer's READ/WRITE/SEND frames straight from (into) registered memory
+// and completes local work requests from the peer's responses. A refused
+// remote access is answered, moves the connection to the error state (as
+// both queue pairs do on a remote access error) and closes it once the
+// answer is out; the rest of the process is untouched.
+//
+// Deadlock freedom: the socket is non-blocking and nobody ever blocks on a
+// send. A frame that does not fit the kernel buffer stays in `out_` and the
+// reader thread sends it when the socket is writable, so a reader always
+// keeps reading and two peers can never wait on each other's full buffers.
+// The reader pauses reading only while its own backlog of responses to the
+// peer is above a high-water mark (a peer that asks but never reads).
+//
+// Thread safety: the application thread calls the Connection methods (one
+// at a time, per the interface); the reader thread serves the socket. They
+// share the work queues and completions under `mu_` and the outgoing byte
+// queue under `out_mu_`. Lock order: registry, then mu_, then out_mu_
+// (never mu_ while holding out_mu_).
+//
+// Invariants:
+//   - send_queue_ holds the posted, unfinished send-side work requests in
+//     sequence order; the peer answers them in that order.
+//   - Once failed_ is set, both work queues are empty (flushed into
+//     completions) and nothing is ever queued again.
+//   - The reader thread runs only in kActive.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+#include "common/mutex.h"
+#include "common/status.h"
+#include "common/thread_annotations.h"
+#include "common/transport/tcp/byte_buffer.h"
+#include "common/transport/tcp/region_registry.h"
+#include "common/transport/tcp/socket_io.h"
+#include "common/transport/tcp/tcp_frame.h"
+#include "common/transport/transport.h"
+
+namespace rkv::transport::tcp {
+
+class TcpConnection final : public Connection {
+ public:
+  // Takes over `fd`, a connected non-blocking socket whose setup frames
+  // (CONNECT and, for a client, ACCEPT) have been consumed; `rx` holds what
+  // was read after them. `established`: the client side, which the caller
+  // then Start()s; otherwise the connection is pending until Accept or
+  // Reject. `wake_fd` is an eventfd for this connection alone.
+  TcpConnection(std::shared_ptr<Registry> registry, const Options& options, UniqueFd fd, UniqueFd wake_fd,
+                std::vector<uint8_t> peer_private_data, ByteBuffer rx, bool established);
+
+  // Teardown: stop and wake the reader, join it, then close the socket
+  // (members), then deregister private regions (members, after the join:
+  // the reader may be copying into one until then).
+  ~TcpConnection() override;
+
+  TcpConnection(const TcpConnection&) = delete;
+  TcpConnection& operator=(const TcpConnection&) = delete;
+
+  // Starts the reader thread; once, when the connection becomes active.
+  void Start();
+
+  std::span<const uint8_t> peer_private_data() const override { return peer_private_data_; }
+  std::string peer_address() const override { return peer_address_; }
+
+  StatusOr<MemoryRegion*> RegisterPrivate(void* addr, size_t length, uint32_t access) override;
+  Status Accept(std::span<const uint8_t> reply) override EXCLUDES(mu_, out_mu_);
+  void Reject(const Rejection& why) override EXCLUDES(mu_);
+
+  Status PostReads(std::span<const ReadOp> ops) override EXCLUDES(mu_, out_mu_);
+  Status PostWriteSend(LocalBuf write_src, RemoteBuf write_dst, LocalBuf send, uint64_t wr_id) override
+      EXCLUDES(mu_, out_mu_);
+  Status PostSend(LocalBuf send, uint64_t wr_id) override EXCLUDES(mu_, out_mu_);
+  Status PostRecv(LocalBuf buf, uint64_t wr_id) override EXCLUDES(mu_);
+  StatusOr<size_t> Poll(std::span<Completion> out, std::chrono::microseconds timeout) override EXCLUDES(mu_);
+  void Disconnect() override EXCLUDES(mu_);
+
+ private:
+  // How long a connection that refused a remote access waits, when
+  // destroyed, for the peer to read the refusal and close (see
+  // LingerIfRefused).
+  static constexpr auto kLingerOnError = std::chrono::milliseconds(250);
+  // Free space made before each recv.
+  static constexpr size_t kMinRecvSpace = 64 << 10;
+  // Idle send/receive buffers larger than this are released.
+  static constexpr size_t kIdleBufferKeep = 4 << 20;
+  // The reader stops taking requests while this many response bytes wait
+  // for the peer to read them, and resumes below the low-water mark.
+  static constexpr size_t kOutHighWater = 128 << 20;
+  static constexpr size_t kOutLowWater = 16 << 20;
+  // Queue depth limit (Options are clamped into [1, kMaxQueueDepth]); also
+  // the most SENDs kept for receives not yet posted.
+  static constexpr uint32_t kMaxQueueDepth = 1 << 16;
+  // SENDs that arrived before a receive was posted: at most this many bytes.
+  static constexpr size_t kMaxUnmatchedBytes = 64 << 20;
+
+  enum class State : uint8_t { kPending, kActive, kClosed };
+
+  struct SendWr {
+    uint64_t seq;
+    uint64_t wr_id;
+    OpType op;
+    bool signaled;
+    uint8_t* dst;     // kRead: where the data goes
+    uint32_t length;  // bytes read, written or sent
+  };
+  struct RecvWr {
+    uint64_t wr_id;
+    uint8_t* buf;
+    uint32_t length;
+  };
+
+  // ---- work queues and the error state (tcp_connection.cc)
+
+  static Status TooLong(size_t got, size_t room);
+
+  // OK when `n` more send-side work requests may be posted now.
+  Status CheckPostableLocked(size_t n) const REQUIRES(mu_);
+
+  // Moves to the error state: every queued work request completes with
+  // UNAVAILABLE, later posts fail, Poll reports UNAVAILABLE once drained.
+  void FailLocked(const std::string& why) REQUIRES(mu_);
+  void Fail(const std::string& why) EXCLUDES(mu_);
+
+  // Fails and closes the socket; the reader sees EOF and exits.
+  void Break(const std::string& why) EXCLUDES(mu_);
+
+  // After this side refused a remote access, its last words (the refusal)
+  // are sent and its side is shut: give the peer a moment to read them and
+  // close. Closing at once, with the bytes the peer pipelined still unread
+  // here, would send an RST, and an RST can destroy those last words before
+  // the peer reads them.
+  void LingerIfRefused();
+
+  // ---- the outgoing byte queue (tcp_connection.cc)
+
+  // Sends what it can of `out_` without blocking.
+  Status FlushLocked() REQUIRES(out_mu_);
+
+  // Application thread: appends frames with `fill` and sends what the
+  // socket takes now; the reader sends the rest.
+  template <typename Fill>
+  void SendFrames(Fill&& fill) EXCLUDES(mu_, out_mu_);
+
+  // Bytes in `out_` not yet sent (0 once our side is shut).
+  size_t OutBacklog() EXCLUDES(out_mu_);
+
+  // Appends a response frame that carries `code` and (for errors) `text`.
+  void AppendResponse(FrameType type, uint64_t seq, StatusCode code, std::string_view text) EXCLUDES(out_mu_);
+
+  // ---- the reader thread (tcp_connection_reader.cc)
+
+  void ReaderLoop();
+  void ReaderBody() EXCLUDES(mu_, out_mu_);
+  // Sends what the socket takes of `out_`, and shuts our side once the last
+  // words after an access error are out.
+  Status FlushFromReader() EXCLUDES(out_mu_);
+  // Reads what the socket has and handles every complete frame.
+  Status ReadAvailable() EXCLUDES(mu_, out_mu_);
+  Status ProcessFrames() EXCLUDES(mu_, out_mu_);
+  Status ProtocolViolation(const std::string& what);
+  Status HandleFrame(const FrameHeader& h, const uint8_t* payload) EXCLUDES(mu_, out_mu_);
+
+  // The peer's access was refused: tell it, then move to the error state,
+  // ignore whatever the peer pipelined after it, and close once the answer
+  // is out.
+  void RefuseRemoteAccess(FrameType response, uint64_t seq, const Status& why, const char* op)
+      EXCLUDES(mu_, out_mu_);
+  Status ServeRead(const FrameHeader& h) EXCLUDES(mu_, out_mu_);
+  Status ServeWrite(const FrameHeader& h, const uint8_t* payload) EXCLUDES(mu_, out_mu_);
+  Status ServeSend(const FrameHeader& h, const uint8_t* payload) EXCLUDES(mu_, out_mu_);
+  // A response to one of our work requests.
+  Status HandleResponse(const FrameHeader& h, const uint8_t* payload) EXCLUDES(mu_);
+
+  const std::shared_ptr<Registry> registry_;
+  const uint64_t id_;  // owner id of private regions
+  const UniqueFd fd_;
+  const UniqueFd wake_fd_;  // wakes the reader: stop, or bytes left in out_
+  const std::string peer_address_;
+  const std::vector<uint8_t> peer_private_data_;
+  const uint32_t max_send_wr_;
+  const uint32_t max_recv_wr_;
+  std::atomic<State> state_;
+  std::atomic<bool> stop_{false};
+
+  // Application thread only.
+  std::vector<std::unique_ptr<MemoryRegion>> private_regions_;
+  std::vector<uint8_t*> read_dst_;  // scratch of PostReads
+
+  Mutex mu_;
+  // Signalled whenever a completion is queued or the connection fails.
+  CondVar cv_;
+  std::deque<SendWr> send_queue_ GUARDED_BY(mu_);
+  std::deque<RecvWr> recv_queue_ GUARDED_BY(mu_);
+  std::deque<std::vector<uint8_t>> unmatched_sends_ GUARDED_BY(mu_);
+  size_t unmatched_bytes_ GUARDED_BY(mu_) = 0;
+  std::deque<Completion> completions_ GUARDED_BY(mu_);
+  bool failed_ GUARDED_BY(mu_) = false;
+  Status error_ GUARDED_BY(mu_);
+  uint64_t next_seq_ GUARDED_BY(mu_) = 1;
+
+  Mutex out_mu_ ACQUIRED_AFTER(mu_);
+  ByteBuffer out_ GUARDED_BY(out_mu_);
+  bool out_closed_ GUARDED_BY(out_mu_) = false;  // our side is shut: nothing more is sent
+
+  // Reader thread only (and the constructor).
+  ByteBuffer rx_;
+  bool discard_ = false;                  // ignore the peer's frames (after an access error)
+  bool close_after_flush_ = false;        // shut down our side once out_ is sent
+  std::atomic<bool> lingering_{false};    // an access error was answered
+  std::atomic<bool> reader_done_{false};  // the reader thread has finished
+  bool paused_ = false;                   // not reading: too much output backlog
+
+  std::thread reader_;
+};
+
+}  // namespace rkv::transport::tcp

@@ -1,0 +1,260 @@
+// TcpConnection's reader thread: it reads the peer's frames, serves its
+// READs, WRITEs and SENDs (the target side of the emulated queue pair),
+// completes local work requests from the peer's responses, and sends what
+// the application thread left in the outgoing queue. Setup and the
+// application thread's side are in tcp_connection.cc.
+#include <glog/logging.h>
+#include <poll.h>
+#include <sys/socket.h>
+
+#include <cerrno>
+#include <cstring>
+#include <string>
+
+#include "common/transport/tcp/shared_copy.h"
+#include "common/transport/tcp/tcp_connection.h"
+
+namespace rkv::transport::tcp {
+namespace {
+
+// Printable text of untrusted bytes: stops at the first NUL, replaces
+// anything unprintable.
+std::string PrintableText(const uint8_t* p, size_t n) {
+  std::string out;
+  for (size_t i = 0; i < n && p[i] != 0; ++i) {
+    out.push_back(p[i] >= 0x20 && p[i] < 0x7f ? static_cast<char>(p[i]) : '?');
+  }
+  return out;
+}
+
+}  // namespace
+
+void TcpConnection::ReaderLoop() {
+  ReaderBody();
+  reader_done_.store(true, std::memory_order_release);
+}
+
+void TcpConnection::ReaderBody() {
+  Status end = ProcessFrames();
+  if (end.ok()) end = FlushFromReader();
+  while (end.ok()) {
+    if (stop_.load(std::memory_order_acquire)) {
+      end = Unavailable("disconnected locally");
+      break;
+    }
+    const size_t backlog = OutBacklog();
+    if (paused_ && backlog <= kOutLowWater) {
+      paused_ = false;
+      end = ProcessFrames();
+      if (end.ok()) end = FlushFromReader();
+      continue;
+    }
+    short events = paused_ ? 0 : POLLIN;
+    if (backlog > 0) events |= POLLOUT;
+    pollfd fds[2] = {{fd_.get(), events, 0}, {wake_fd_.get(), POLLIN, 0}};
+    if (::poll(fds, 2, -1) < 0) {
+      if (errno == EINTR) continue;
+      end = PosixError("poll", errno);
+      break;
+    }
+    if ((fds[1].revents & POLLIN) != 0) DrainEventFd(wake_fd_.get());
+    if ((fds[0].revents & POLLNVAL) != 0) {
+      end = Internal("socket closed under the reader");
+      break;
+    }
+    if ((fds[0].revents & (POLLIN | POLLHUP | POLLERR)) != 0 && !paused_) {
+      end = ReadAvailable();
+      if (!end.ok()) break;
+    }
+    end = FlushFromReader();
+  }
+  Break(end.message());
+}
+
+Status TcpConnection::FlushFromReader() {
+  MutexLock lock(out_mu_);
+  if (out_closed_) return Status::Ok();
+  RKV_RETURN_IF_ERROR(FlushLocked());
+  if (close_after_flush_ && out_.empty()) {
+    // Our last words (an access error) are out: EOF follows them.
+    ::shutdown(fd_.get(), SHUT_WR);
+    out_closed_ = true;
+  }
+  return Status::Ok();
+}
+
+Status TcpConnection::ReadAvailable() {
+  for (;;) {
+    rx_.Reserve(kMinRecvSpace);
+    const size_t space = rx_.tail_space();
+    const ssize_t r = ::recv(fd_.get(), rx_.tail(), space, MSG_DONTWAIT);
+    if (r > 0) {
+      rx_.Commit(static_cast<size_t>(r));
+      RKV_RETURN_IF_ERROR(ProcessFrames());
+      if (paused_ || static_cast<size_t>(r) < space) break;
+      continue;
+    }
+    if (r == 0) return Unavailable("peer " + peer_address_ + " closed the connection");
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) break;
+    return PosixError("recv from " + peer_address_, errno);
+  }
+  rx_.TrimIfIdle(kIdleBufferKeep);
+  return Status::Ok();
+}
+
+Status TcpConnection::ProcessFrames() {
+  FrameHeader h;
+  for (;;) {
+    if (rx_.size() < kHeaderBytes) return Status::Ok();
+    if (OutBacklog() > kOutHighWater) {
+      paused_ = true;
+      return Status::Ok();
+    }
+    const StatusOr<bool> complete = TryParseFrame(rx_, &h);
+    if (!complete.ok()) return ProtocolViolation(complete.status().message());
+    if (!*complete) {
+      // Room for the whole frame, so it arrives in place.
+      rx_.Reserve(kHeaderBytes + h.payload_len - rx_.size());
+      return Status::Ok();
+    }
+    const uint8_t* payload = rx_.head() + kHeaderBytes;
+    const Status handled = discard_ ? Status::Ok() : HandleFrame(h, payload);
+    rx_.Consume(kHeaderBytes + h.payload_len);
+    RKV_RETURN_IF_ERROR(handled);
+  }
+}
+
+Status TcpConnection::ProtocolViolation(const std::string& what) {
+  LOG(ERROR) << "tcp transport: protocol violation by " << peer_address_ << ": " << what
+             << "; dropping the connection";
+  return Internal("protocol violation by " + peer_address_ + ": " + what);
+}
+
+Status TcpConnection::HandleFrame(const FrameHeader& h, const uint8_t* payload) {
+  switch (static_cast<FrameType>(h.type)) {
+    case FrameType::kReadReq: return ServeRead(h);
+    case FrameType::kWrite: return ServeWrite(h, payload);
+    case FrameType::kSend: return ServeSend(h, payload);
+    case FrameType::kReadResp:
+    case FrameType::kWriteNak:
+    case FrameType::kSendAck: return HandleResponse(h, payload);
+    default: break;
+  }
+  return ProtocolViolation(std::string(FrameTypeName(h.type)) + " frame after setup");
+}
+
+void TcpConnection::RefuseRemoteAccess(FrameType response, uint64_t seq, const Status& why, const char* op) {
+  LOG(WARNING) << "tcp transport: remote " << op << " by " << peer_address_ << " refused: " << why.message();
+  AppendResponse(response, seq, why.code(), why.message());
+  discard_ = true;
+  close_after_flush_ = true;
+  lingering_.store(true, std::memory_order_release);
+  Fail("peer made an invalid remote " + std::string(op) + " (" + why.message() + ")");
+}
+
+Status TcpConnection::ServeRead(const FrameHeader& h) {
+  const Status access = registry_->Access(h.rkey, h.addr, h.op_len, kRemoteRead, id_, [&](const uint8_t* src) {
+    FrameHeader r = MakeHeader(FrameType::kReadResp, h.seq);
+    r.payload_len = h.op_len;
+    MutexLock lock(out_mu_);
+    if (out_closed_) return;
+    uint8_t* p = out_.Append(kHeaderBytes + h.op_len);
+    std::memcpy(p, &r, kHeaderBytes);
+    CopyFromShared(p + kHeaderBytes, src, h.op_len);
+  });
+  if (!access.ok()) RefuseRemoteAccess(FrameType::kReadResp, h.seq, access, "READ");
+  return Status::Ok();
+}
+
+Status TcpConnection::ServeWrite(const FrameHeader& h, const uint8_t* payload) {
+  const Status access = registry_->Access(h.rkey, h.addr, h.payload_len, kRemoteWrite, id_,
+                                          [&](uint8_t* dst) { CopyToShared(dst, payload, h.payload_len); });
+  if (!access.ok()) RefuseRemoteAccess(FrameType::kWriteNak, h.seq, access, "WRITE");
+  return Status::Ok();
+}
+
+Status TcpConnection::ServeSend(const FrameHeader& h, const uint8_t* payload) {
+  Status nak;
+  {
+    MutexLock lock(mu_);
+    if (failed_) return Status::Ok();
+    if (!unmatched_sends_.empty() || recv_queue_.empty()) {
+      // No receive posted: keep it for the next PostRecv (verbs would
+      // retry on RNR).
+      if (unmatched_bytes_ + h.payload_len > kMaxUnmatchedBytes || unmatched_sends_.size() >= kMaxQueueDepth) {
+        nak = Internal("receiver not ready: too many messages wait for a receive buffer");
+      } else {
+        unmatched_sends_.emplace_back(payload, payload + h.payload_len);
+        unmatched_bytes_ += h.payload_len;
+      }
+    } else {
+      const RecvWr wr = recv_queue_.front();
+      recv_queue_.pop_front();
+      if (h.payload_len > wr.length) {
+        nak = TooLong(h.payload_len, wr.length);
+        completions_.push_back(Completion{wr.wr_id, OpType::kRecv, nak, 0});
+      } else {
+        if (h.payload_len > 0) std::memcpy(wr.buf, payload, h.payload_len);
+        completions_.push_back(Completion{wr.wr_id, OpType::kRecv, Status::Ok(), h.payload_len});
+        cv_.NotifyAll();
+      }
+    }
+  }
+  if (!nak.ok()) {
+    AppendResponse(FrameType::kSendAck, h.seq, nak.code(), nak.message());
+    discard_ = true;
+    close_after_flush_ = true;
+    Fail(nak.message());
+    return Status::Ok();
+  }
+  AppendResponse(FrameType::kSendAck, h.seq, StatusCode::kOk, {});
+  return Status::Ok();
+}
+
+Status TcpConnection::HandleResponse(const FrameHeader& h, const uint8_t* payload) {
+  MutexLock lock(mu_);
+  if (failed_) return Status::Ok();  // already flushed
+  // Unsignaled WRITEs before the answered request have executed.
+  while (!send_queue_.empty() && send_queue_.front().seq < h.seq) {
+    if (send_queue_.front().op != OpType::kWrite) {
+      return ProtocolViolation("response for request " + std::to_string(h.seq) + " skips request " +
+                               std::to_string(send_queue_.front().seq));
+    }
+    send_queue_.pop_front();
+  }
+  if (send_queue_.empty() || send_queue_.front().seq != h.seq) {
+    return ProtocolViolation("response for unknown request " + std::to_string(h.seq));
+  }
+  const SendWr wr = send_queue_.front();
+  const FrameType expected = wr.op == OpType::kRead    ? FrameType::kReadResp
+                             : wr.op == OpType::kWrite ? FrameType::kWriteNak
+                                                       : FrameType::kSendAck;
+  if (static_cast<FrameType>(h.type) != expected) {
+    return ProtocolViolation(std::string(FrameTypeName(h.type)) + " answers a " +
+                             FrameTypeName(static_cast<uint8_t>(expected)) + " request");
+  }
+  if (h.status == 0) {
+    if (wr.op == OpType::kRead ? h.payload_len != wr.length : h.payload_len != 0) {
+      return ProtocolViolation("response of " + std::to_string(h.payload_len) + " bytes to request " +
+                               std::to_string(h.seq));
+    }
+    if (wr.op == OpType::kRead && wr.length > 0) std::memcpy(wr.dst, payload, wr.length);
+    send_queue_.pop_front();
+    if (wr.signaled) {
+      completions_.push_back(Completion{wr.wr_id, wr.op, Status::Ok(), wr.length});
+      cv_.NotifyAll();
+    }
+    return Status::Ok();
+  }
+  const char* op = wr.op == OpType::kRead ? "READ" : wr.op == OpType::kWrite ? "WRITE" : "SEND";
+  const Status failed(static_cast<StatusCode>(h.status),
+                      std::string("remote ") + op + " failed at " + peer_address_ + ": " +
+                          PrintableText(payload, h.payload_len));
+  send_queue_.pop_front();
+  completions_.push_back(Completion{wr.wr_id, wr.op, failed, 0});
+  FailLocked("a " + std::string(op) + " failed: " + failed.message());
+  return failed;  // ends the reader; the socket is closed
+}
+
+}  // namespace rkv::transport::tcp
