@@ -20,9 +20,9 @@ TEST(LinkBothTest, TheClientLibraryAndTheControlPlaneCodeShareAProcess) {
   region.set_addr(4096);
   region.set_length(8192);
   region.set_rkey(7);
-  EXPECT_TRUE(ValidateRegion("index", region).ok());
+  EXPECT_TRUE(control::ValidateRegion("index", region).ok());
   region.set_length(0);
-  EXPECT_FALSE(ValidateRegion("index", region).ok());
+  EXPECT_FALSE(control::ValidateRegion("index", region).ok());
 
   // The public client in the same process: nothing listens on this port, so
   // connecting fails cleanly rather than crashing.
