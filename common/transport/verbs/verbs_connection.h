@@ -55,6 +55,16 @@
 // entries and the receive CQ recv_depth: every outstanding WR can complete
 // (in error, unsignaled ones too) without overflowing a CQ.
 //
+// Closing. A disconnect (the peer's DISCONNECTED event, this side's
+// Disconnect, a handshake that never completed, device removal) moves the
+// QP to the error state, which flushes every outstanding WR. The flushed
+// WRs, and Poll once nothing is left, then report why the connection
+// closed (UNAVAILABLE "peer A closed the connection", "connection to A
+// closed locally", ...) rather than the device's "Work Request Flushed
+// Error". A WR that failed for a reason of its own keeps the device's
+// status, and when such a failure came first the flushes keep theirs too
+// (the QP was already in error: they are that failure's, not the close's).
+//
 // Waiting (Poll). Poll first busy-polls both CQs (ibv_poll_cq reads
 // memory the device shares with the process: no system call), for up to
 // the connection's spin window, yielding the CPU every few rounds; only
@@ -232,7 +242,12 @@ class VerbsConnection final : public Connection {
   // entries out from the front.
   void PushPending(Completion c);
   size_t TakePending(std::span<Completion> out);
+  // Moves the QP to the error state, which flushes every outstanding WR.
   void MoveQpToError();
+  // MoveQpToError for a connection that is closing: `why` (UNAVAILABLE)
+  // becomes close_status_ unless a WR failed before or a cause is already
+  // recorded (see "Closing" above).
+  void CloseQp(Status why);
   bool Broken() const;
   Status BrokenStatus() const;
   uint32_t SendOutstanding() const { return static_cast<uint32_t>(next_seq_ - retired_seq_); }
@@ -278,6 +293,9 @@ class VerbsConnection final : public Connection {
   bool local_disconnected_ = false;  // Disconnect() called
   bool disconnect_sent_ = false;     // rdma_disconnect called
   bool qp_in_error_ = false;
+  // Why the connection closed (see "Closing" above): what flushed WRs and
+  // BrokenStatus report. OK while open, and after a WR failed first.
+  Status close_status_;
   Status bind_status_;
 };
 

@@ -28,8 +28,11 @@ constexpr int kPollBatch = 16;
 // many empty ibv_poll_cq rounds.
 constexpr uint32_t kSpinRoundsPerYield = 8;
 
-Status WcStatus(const ibv_wc& wc) {
+// The status of a work completion. A flush only says that the QP is in the
+// error state; `close_status`, when set, says why (the connection closed).
+Status WcStatus(const ibv_wc& wc, const Status& close_status) {
   if (wc.status == IBV_WC_SUCCESS) return Status::Ok();
+  if (wc.status == IBV_WC_WR_FLUSH_ERR && !close_status.ok()) return close_status;
   std::string message = std::string("work request failed: ") + ibv_wc_status_str(wc.status) +
                         " (ibv_wc_status " + std::to_string(static_cast<int>(wc.status)) +
                         ", vendor_err " + std::to_string(wc.vendor_err) + ")";
@@ -54,6 +57,7 @@ inline bool VerbsConnection::Broken() const {
 }
 
 Status VerbsConnection::BrokenStatus() const {
+  if (!close_status_.ok()) return close_status_;
   if (remote_disconnected_) return Unavailable("peer " + peer_address_ + " disconnected");
   if (local_disconnected_) return Unavailable("connection to " + peer_address_ + " was disconnected");
   return Unavailable("connection to " + peer_address_ +
@@ -253,7 +257,7 @@ void VerbsConnection::OnSendCompletion(const ibv_wc& wc) {
     return;
   }
   const SendEntry& entry = send_ring_[seq & (send_ring_.size() - 1)];
-  Status status = WcStatus(wc);
+  Status status = WcStatus(wc, close_status_);
   if (!status.ok()) {
     // The QP is in the error state now; every later WR flushes.
     failed_ = true;
@@ -277,7 +281,7 @@ void VerbsConnection::OnRecvCompletion(const ibv_wc& wc) {
   Completion c;
   c.wr_id = wc.wr_id;
   c.op = OpType::kRecv;
-  c.status = WcStatus(wc);
+  c.status = WcStatus(wc, close_status_);
   if (c.status.ok()) {
     c.byte_len = wc.byte_len;
   } else {

@@ -468,7 +468,7 @@ void VerbsConnection::Disconnect() {
       VLOG(1) << VerbsError("rdma_disconnect(" + peer_address_ + ")", errno);
     }
   }
-  MoveQpToError();
+  CloseQp(Unavailable("connection to " + peer_address_ + " closed locally"));
 }
 
 // ------------------------------------------------------------------ cm events
@@ -482,6 +482,13 @@ void VerbsConnection::MoveQpToError() {
     return;
   }
   qp_in_error_ = true;
+}
+
+void VerbsConnection::CloseQp(Status why) {
+  // After a failed WR the flushes are that failure's; a second cause (our
+  // Disconnect after the peer's) is not the first one.
+  if (!failed_ && close_status_.ok()) close_status_ = std::move(why);
+  MoveQpToError();
 }
 
 Status VerbsConnection::HandleCmEvents() {
@@ -498,16 +505,21 @@ Status VerbsConnection::HandleCmEvents() {
           rdma_disconnect(id_.get());
         }
         // Flushes every outstanding WR, so each one completes.
-        MoveQpToError();
+        CloseQp(event->event == RDMA_CM_EVENT_DISCONNECTED
+                    ? Unavailable("peer " + peer_address_ + " closed the connection")
+                    : Unavailable("connection to " + peer_address_ +
+                                  " lost: the RDMA device was removed"));
         break;
       case RDMA_CM_EVENT_CONNECT_ERROR:
       case RDMA_CM_EVENT_UNREACHABLE:
-      case RDMA_CM_EVENT_REJECTED:
+      case RDMA_CM_EVENT_REJECTED: {
         // The handshake Accept answered never completed: the peer is gone.
-        LOG(INFO) << peer_address_ << ": handshake not completed: " << EventText(event.get());
+        const std::string what = EventText(event.get());
+        LOG(INFO) << peer_address_ << ": handshake not completed: " << what;
         remote_disconnected_ = true;
-        MoveQpToError();
+        CloseQp(Unavailable("connection to " + peer_address_ + " lost: handshake not completed: " + what));
         break;
+      }
       case RDMA_CM_EVENT_ESTABLISHED:
       case RDMA_CM_EVENT_TIMEWAIT_EXIT:
         break;
