@@ -242,10 +242,19 @@ StatusOr<std::unique_ptr<VerbsConnection>> VerbsConnection::Connect(
   if (event->event == RDMA_CM_EVENT_REJECTED) {
     const auto& c = event->param.conn;
     if (event->status == kRejectConsumerDefined) {
+      const std::span<const uint8_t> data(static_cast<const uint8_t*>(c.private_data),
+                                          c.private_data ? c.private_data_len : 0);
+      if (std::all_of(data.begin(), data.end(), [](uint8_t b) { return b == 0; })) {
+        // No server sent this: every reject of this transport carries an
+        // encoded Rejection. The server's kernel rejects so, with no data,
+        // a request whose cm_id is destroyed unanswered: the server process
+        // died (or closed its listener) with the request queued. Transient,
+        // as when nothing listens: its replacement may be listening soon.
+        return Unavailable(where + ": connection refused (the server went away before answering)");
+      }
       // UNAVAILABLE when the server's transport failed while setting the
       // connection up (RejectTransient): transient, so worth retrying.
-      return RejectedStatus(where, DecodeRejection(std::span<const uint8_t>(
-                                       static_cast<const uint8_t*>(c.private_data), c.private_data_len)));
+      return RejectedStatus(where, DecodeRejection(data));
     }
     return Unavailable(where + ": connection refused (CM reject reason " +
                        std::to_string(event->status) + "; is a server listening there?)");
