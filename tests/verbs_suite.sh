@@ -91,7 +91,7 @@ check_auto_picks_verbs() {
   return 1
 }
 
-run_gtest_binary "${build}/common/verbs_transport_test" 300
+run_gtest_binary "${build}/common/transport/verbs_transport_test" 300
 export -f check_auto_picks_verbs
 run_one "TransportAutoPicksVerbs" 120 bash -c 'check_auto_picks_verbs "$1"' _ "${build}"
 run_gtest_binary "${build}/tests/rkv_integration_test" 900

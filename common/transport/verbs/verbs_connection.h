@@ -2,6 +2,12 @@
 // memory. Internal to common/transport/verbs/; users see the Connection and
 // MemoryRegion interfaces of common/transport/transport.h.
 //
+// The class is implemented in two files: verbs_connection_setup.cc
+// (creation, handshake, private memory, Disconnect, teardown and rdma_cm
+// events) and verbs_connection_datapath.cc (posts, send queue accounting,
+// completions and Poll). The send queue steps that both use are inline at
+// the end of this header.
+//
 // Connection setup. The QP is created with ibv_create_qp and is never
 // attached to the cm_id ("user-managed" QP): the transport moves it through
 // INIT, RTR and RTS itself, with the attributes rdma_init_qp_attr computes
@@ -48,6 +54,16 @@
 // signaled WR whose completion frees room. The send CQ holds send_depth
 // entries and the receive CQ recv_depth: every outstanding WR can complete
 // (in error, unsignaled ones too) without overflowing a CQ.
+//
+// Closing. A disconnect (the peer's DISCONNECTED event, this side's
+// Disconnect, a handshake that never completed, device removal) moves the
+// QP to the error state, which flushes every outstanding WR. The flushed
+// WRs, and Poll once nothing is left, then report why the connection
+// closed (UNAVAILABLE "peer A closed the connection", "connection to A
+// closed locally", ...) rather than the device's "Work Request Flushed
+// Error". A WR that failed for a reason of its own keeps the device's
+// status, and when such a failure came first the flushes keep theirs too
+// (the QP was already in error: they are that failure's, not the close's).
 //
 // Waiting (Poll). Poll first busy-polls both CQs (ibv_poll_cq reads
 // memory the device shares with the process: no system call), for up to
@@ -226,7 +242,12 @@ class VerbsConnection final : public Connection {
   // entries out from the front.
   void PushPending(Completion c);
   size_t TakePending(std::span<Completion> out);
+  // Moves the QP to the error state, which flushes every outstanding WR.
   void MoveQpToError();
+  // MoveQpToError for a connection that is closing: `why` (UNAVAILABLE)
+  // becomes close_status_ unless a WR failed before or a cause is already
+  // recorded (see "Closing" above).
+  void CloseQp(Status why);
   bool Broken() const;
   Status BrokenStatus() const;
   uint32_t SendOutstanding() const { return static_cast<uint32_t>(next_seq_ - retired_seq_); }
@@ -272,7 +293,48 @@ class VerbsConnection final : public Connection {
   bool local_disconnected_ = false;  // Disconnect() called
   bool disconnect_sent_ = false;     // rdma_disconnect called
   bool qp_in_error_ = false;
+  // Why the connection closed (see "Closing" above): what flushed WRs and
+  // BrokenStatus report. OK while open, and after a WR failed first.
+  Status close_status_;
   Status bind_status_;
 };
+
+// The send ring's per-post steps. Every post of the data path runs them,
+// and so does BindWindows (setup): they are defined here so that both
+// verbs_connection_datapath.cc and verbs_connection_setup.cc inline them;
+// only the cold paths (WaitForSendRoom, PostFailed) are calls.
+
+inline Status VerbsConnection::ReserveSend(uint32_t n) {
+  // The common case (room) reads no clock.
+  if (n <= send_depth_ && send_depth_ - SendOutstanding() >= n) [[likely]] return Status::Ok();
+  return WaitForSendRoom(n);
+}
+
+inline void VerbsConnection::AddSend(uint32_t index, const SendEntry& entry, bool want_signal,
+                                     bool last) {
+  ibv_send_wr& wr = send_wrs_[index];
+  // The last WR of a post is signaled when the unsignaled run would
+  // otherwise reach the signal interval (see "Send queue accounting" above).
+  const bool signaled = want_signal || (last && unsignaled_run_ + 1 >= signal_interval_);
+  const uint64_t seq = next_seq_++;
+  send_ring_[seq & (send_ring_.size() - 1)] = entry;
+  wr.wr_id = seq;
+  if (signaled) {
+    wr.send_flags |= IBV_SEND_SIGNALED;
+    unsignaled_run_ = 0;
+  } else {
+    ++unsignaled_run_;
+  }
+}
+
+inline Status VerbsConnection::PostSendChain(uint32_t count, const char* what) {
+  for (uint32_t i = 0; i + 1 < count; ++i) send_wrs_[i].next = &send_wrs_[i + 1];
+  send_wrs_[count - 1].next = nullptr;
+  ibv_send_wr* bad = nullptr;
+  if (const int ret = ibv_post_send(qp_.get(), send_wrs_.data(), &bad); ret != 0) [[unlikely]] {
+    return PostFailed(count, bad, ret, what);
+  }
+  return Status::Ok();
+}
 
 }  // namespace rkv::transport::verbs

@@ -454,7 +454,14 @@ std::string FormatSockaddr(const sockaddr* addr) {
   if (addr->sa_family == AF_INET6) {
     const auto* in6 = reinterpret_cast<const sockaddr_in6*>(addr);
     inet_ntop(AF_INET6, &in6->sin6_addr, host, sizeof(host));
-    return "[" + std::string(host) + "]:" + std::to_string(ntohs(in6->sin6_port));
+    // Appended in order rather than "[" + std::string(host) + ...: GCC 12 at
+    // -O3 warns falsely (-Wrestrict) on the insert at the front that
+    // operator+(const char*, std::string&&) performs.
+    std::string out = "[";
+    out += host;
+    out += "]:";
+    out += std::to_string(ntohs(in6->sin6_port));
+    return out;
   }
   return "?";
 }

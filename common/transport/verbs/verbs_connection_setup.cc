@@ -1,15 +1,19 @@
+// VerbsConnection, setup and teardown: creating both sides of a connection
+// (CreatePassive, Connect), its queues and QP state changes, private memory
+// and its window binds, the server's Accept / Reject, Disconnect, the
+// destructor's teardown order, and the rdma_cm events of an established
+// connection (HandleCmEvents). The per-operation code is in
+// verbs_connection_datapath.cc; the class and its design notes are in
+// verbs_connection.h.
 #include "common/transport/verbs/verbs_connection.h"
 
 #include <netdb.h>
-#include <poll.h>
-#include <sched.h>
 #include <sys/socket.h>
 
 #include <algorithm>
 #include <bit>
 #include <cerrno>
 #include <cstddef>
-#include <cstdio>
 #include <cstring>
 #include <utility>
 
@@ -24,13 +28,6 @@ namespace {
 // work; it does not wait for the client's RTU). The client side is bounded
 // by the timeout given to Connect.
 constexpr auto kHandshakeTimeout = std::chrono::seconds(30);
-// How long a Post waits for send queue room while the device completes
-// earlier work requests (they complete without the caller's help).
-constexpr auto kSendQueueWait = std::chrono::seconds(5);
-constexpr int kPollBatch = 16;
-// While spinning, Poll reads the clock and yields the CPU once every this
-// many empty ibv_poll_cq rounds.
-constexpr uint32_t kSpinRoundsPerYield = 8;
 
 // rdma_cm private data limits on IB/RoCE (CM REQ/REP/REJ less rdma_cm's
 // header); the transport interface promises exactly these.
@@ -51,23 +48,6 @@ constexpr int kRejectConsumerDefined = 28;
 int MsLeft(Clock::time_point deadline) {
   const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now());
   return static_cast<int>(std::clamp<int64_t>(left.count(), 1, 1 << 30));
-}
-
-Status WcStatus(const ibv_wc& wc) {
-  if (wc.status == IBV_WC_SUCCESS) return Status::Ok();
-  std::string message = std::string("work request failed: ") + ibv_wc_status_str(wc.status) +
-                        " (ibv_wc_status " + std::to_string(static_cast<int>(wc.status)) +
-                        ", vendor_err " + std::to_string(wc.vendor_err) + ")";
-  switch (wc.status) {
-    case IBV_WC_REM_ACCESS_ERR:
-      return PermissionDenied(std::move(message));
-    case IBV_WC_WR_FLUSH_ERR:
-    case IBV_WC_RETRY_EXC_ERR:
-    case IBV_WC_RNR_RETRY_EXC_ERR:
-      return Unavailable(std::move(message));
-    default:
-      return Internal(std::move(message));
-  }
 }
 
 void RejectTransient(rdma_cm_id* id, const std::string& why) {
@@ -262,10 +242,19 @@ StatusOr<std::unique_ptr<VerbsConnection>> VerbsConnection::Connect(
   if (event->event == RDMA_CM_EVENT_REJECTED) {
     const auto& c = event->param.conn;
     if (event->status == kRejectConsumerDefined) {
+      const std::span<const uint8_t> data(static_cast<const uint8_t*>(c.private_data),
+                                          c.private_data ? c.private_data_len : 0);
+      if (std::all_of(data.begin(), data.end(), [](uint8_t b) { return b == 0; })) {
+        // No server sent this: every reject of this transport carries an
+        // encoded Rejection. The server's kernel rejects so, with no data,
+        // a request whose cm_id is destroyed unanswered: the server process
+        // died (or closed its listener) with the request queued. Transient,
+        // as when nothing listens: its replacement may be listening soon.
+        return Unavailable(where + ": connection refused (the server went away before answering)");
+      }
       // UNAVAILABLE when the server's transport failed while setting the
       // connection up (RejectTransient): transient, so worth retrying.
-      return RejectedStatus(where, DecodeRejection(std::span<const uint8_t>(
-                                       static_cast<const uint8_t*>(c.private_data), c.private_data_len)));
+      return RejectedStatus(where, DecodeRejection(data));
     }
     return Unavailable(where + ": connection refused (CM reject reason " +
                        std::to_string(event->status) + "; is a server listening there?)");
@@ -488,303 +477,10 @@ void VerbsConnection::Disconnect() {
       VLOG(1) << VerbsError("rdma_disconnect(" + peer_address_ + ")", errno);
     }
   }
-  MoveQpToError();
+  CloseQp(Unavailable("connection to " + peer_address_ + " closed locally"));
 }
 
-// ------------------------------------------------------------------ data path
-
-inline bool VerbsConnection::Broken() const {
-  return failed_ || remote_disconnected_ || local_disconnected_;
-}
-
-Status VerbsConnection::BrokenStatus() const {
-  if (remote_disconnected_) return Unavailable("peer " + peer_address_ + " disconnected");
-  if (local_disconnected_) return Unavailable("connection to " + peer_address_ + " was disconnected");
-  return Unavailable("connection to " + peer_address_ +
-                     " failed: a work request completed in error");
-}
-
-inline Status VerbsConnection::CheckSendable() const {
-  if (state_ == State::kConnected && !Broken()) [[likely]] return Status::Ok();
-  return NotSendable();
-}
-
-Status VerbsConnection::NotSendable() const {
-  if (state_ != State::kConnected) return FailedPrecondition("the connection is not established");
-  return BrokenStatus();
-}
-
-inline Status VerbsConnection::CheckLocal(const LocalBuf& buf, const char* what) const {
-  if (buf.mr != nullptr && buf.offset <= buf.mr->size() && buf.length <= buf.mr->size() - buf.offset)
-      [[likely]] {
-    return Status::Ok();
-  }
-  return BadLocal(buf, what);
-}
-
-Status VerbsConnection::BadLocal(const LocalBuf& buf, const char* what) {
-  if (buf.mr == nullptr) return InvalidArgument(std::string(what) + ": no memory region");
-  return InvalidArgument(std::string(what) + ": [" + std::to_string(buf.offset) + ", +" +
-                         std::to_string(buf.length) + ") is outside its region of " +
-                         std::to_string(buf.mr->size()) + " bytes");
-}
-
-inline Status VerbsConnection::ReserveSend(uint32_t n) {
-  // The common case (room) reads no clock.
-  if (n <= send_depth_ && send_depth_ - SendOutstanding() >= n) [[likely]] return Status::Ok();
-  return WaitForSendRoom(n);
-}
-
-Status VerbsConnection::WaitForSendRoom(uint32_t n) {
-  if (n > send_depth_) {
-    return InvalidArgument(std::to_string(n) + " work requests exceed the send queue depth " +
-                           std::to_string(send_depth_));
-  }
-  Clock::time_point deadline{};
-  while (send_depth_ - SendOutstanding() < n) {
-    RKV_ASSIGN_OR_RETURN(int polled, DrainCqs());
-    if (polled > 0) continue;
-    if (Broken()) return BrokenStatus();
-    if (deadline == Clock::time_point{}) deadline = Clock::now() + kSendQueueWait;
-    if (Clock::now() >= deadline) {
-      return ResourceExhausted("send queue full: " + std::to_string(SendOutstanding()) + " of " +
-                               std::to_string(send_depth_) + " work requests outstanding");
-    }
-    RKV_RETURN_IF_ERROR(WaitEvents(deadline));
-  }
-  return Status::Ok();
-}
-
-inline void VerbsConnection::AddSend(uint32_t index, const SendEntry& entry, bool want_signal,
-                                     bool last) {
-  ibv_send_wr& wr = send_wrs_[index];
-  // The last WR of a post is signaled when the unsignaled run would
-  // otherwise reach the signal interval (see the header).
-  const bool signaled = want_signal || (last && unsignaled_run_ + 1 >= signal_interval_);
-  const uint64_t seq = next_seq_++;
-  send_ring_[seq & (send_ring_.size() - 1)] = entry;
-  wr.wr_id = seq;
-  if (signaled) {
-    wr.send_flags |= IBV_SEND_SIGNALED;
-    unsignaled_run_ = 0;
-  } else {
-    ++unsignaled_run_;
-  }
-}
-
-inline Status VerbsConnection::PostSendChain(uint32_t count, const char* what) {
-  for (uint32_t i = 0; i + 1 < count; ++i) send_wrs_[i].next = &send_wrs_[i + 1];
-  send_wrs_[count - 1].next = nullptr;
-  ibv_send_wr* bad = nullptr;
-  if (const int ret = ibv_post_send(qp_.get(), send_wrs_.data(), &bad); ret != 0) [[unlikely]] {
-    return PostFailed(count, bad, ret, what);
-  }
-  return Status::Ok();
-}
-
-Status VerbsConnection::PostFailed(uint32_t count, const ibv_send_wr* bad, int ret, const char* what) {
-  // WRs before `bad` were posted and will complete (flushed, once the QP
-  // is in error); the rest were not.
-  const uint32_t posted = bad == nullptr ? 0 : static_cast<uint32_t>(bad - send_wrs_.data());
-  next_seq_ -= count - posted;
-  failed_ = true;
-  MoveQpToError();
-  return VerbsError(what, ret);
-}
-
-Status VerbsConnection::PostReads(std::span<const ReadOp> ops) { return PostReadList(ops); }
-
-inline Status VerbsConnection::PostReadList(std::span<const ReadOp> ops) {
-  RKV_RETURN_IF_ERROR(CheckSendable());
-  if (ops.empty()) return Status::Ok();
-  for (const ReadOp& op : ops) RKV_RETURN_IF_ERROR(CheckLocal(op.local, "READ destination"));
-  const auto n = static_cast<uint32_t>(std::min<size_t>(ops.size(), UINT32_MAX));
-  if (n != ops.size()) return InvalidArgument("too many READs in one post");
-  RKV_RETURN_IF_ERROR(ReserveSend(n));
-  for (uint32_t i = 0; i < n; ++i) {
-    const ReadOp& op = ops[i];
-    ibv_sge& sge = send_sges_[i];
-    sge.addr = reinterpret_cast<uint64_t>(op.local.mr->data() + op.local.offset);
-    sge.length = op.local.length;
-    sge.lkey = op.local.mr->lkey();
-    ibv_send_wr& wr = send_wrs_[i];
-    wr = ibv_send_wr{};
-    wr.opcode = IBV_WR_RDMA_READ;
-    wr.sg_list = &sge;
-    wr.num_sge = 1;
-    wr.wr.rdma.remote_addr = op.remote.addr;
-    wr.wr.rdma.rkey = op.remote.rkey;
-    SendEntry entry;
-    entry.user_wr_id = op.wr_id;
-    entry.op = OpType::kRead;
-    entry.report_success = op.signaled;
-    AddSend(i, entry, op.signaled, i + 1 == n);
-  }
-  return PostSendChain(n, "ibv_post_send(RDMA_READ)");
-}
-
-Status VerbsConnection::PostReadsAndWait(std::span<const ReadOp> ops, std::chrono::microseconds timeout,
-                                         std::vector<Completion>* others) {
-  RKV_RETURN_IF_ERROR(CheckReadsToWaitFor(ops));
-  RKV_RETURN_IF_ERROR(PostReadList(ops));
-  if (pending_count_ == 0) {
-    const uint64_t last_seq = next_seq_ - 1;
-    ibv_wc wc;
-    const int n = ibv_poll_cq(send_cq_->get(), 1, &wc);
-    if (n == 1 && wc.wr_id == last_seq && wc.status == IBV_WC_SUCCESS) {
-      retired_seq_ = last_seq + 1;  // and every WR before it: in order
-      return Status::Ok();
-    }
-    if (n == 1) OnSendCompletion(wc);
-  }
-  return WaitForRead(ops.back().wr_id, timeout, others);
-}
-
-Status VerbsConnection::PostWriteSend(LocalBuf write_src, RemoteBuf write_dst, LocalBuf send,
-                                      uint64_t wr_id) {
-  RKV_RETURN_IF_ERROR(CheckSendable());
-  RKV_RETURN_IF_ERROR(CheckLocal(write_src, "WRITE source"));
-  RKV_RETURN_IF_ERROR(CheckLocal(send, "SEND source"));
-  RKV_RETURN_IF_ERROR(ReserveSend(kWrsPerWriteSend));
-
-  ibv_sge& wsge = send_sges_[0];
-  wsge.addr = reinterpret_cast<uint64_t>(write_src.mr->data() + write_src.offset);
-  wsge.length = write_src.length;
-  wsge.lkey = write_src.mr->lkey();
-  ibv_send_wr& write = send_wrs_[0];
-  write = ibv_send_wr{};
-  write.opcode = IBV_WR_RDMA_WRITE;
-  write.sg_list = &wsge;
-  write.num_sge = 1;
-  write.wr.rdma.remote_addr = write_dst.addr;
-  write.wr.rdma.rkey = write_dst.rkey;
-  SendEntry write_entry;
-  write_entry.user_wr_id = wr_id;
-  write_entry.op = OpType::kWrite;
-  AddSend(0, write_entry, /*want_signal=*/false, /*last=*/false);
-
-  AddSignaledSend(1, send, wr_id);
-  return PostSendChain(kWrsPerWriteSend, "ibv_post_send(RDMA_WRITE+SEND)");
-}
-
-void VerbsConnection::AddSignaledSend(uint32_t index, LocalBuf send, uint64_t wr_id) {
-  ibv_sge& sge = send_sges_[index];
-  sge.addr = reinterpret_cast<uint64_t>(send.mr->data() + send.offset);
-  sge.length = send.length;
-  sge.lkey = send.mr->lkey();
-  ibv_send_wr& wr = send_wrs_[index];
-  wr = ibv_send_wr{};
-  wr.opcode = IBV_WR_SEND;
-  wr.sg_list = &sge;
-  wr.num_sge = 1;
-  // Inline only what the QP said it can carry (max_inline_data, read back
-  // after creation); the buffer may be reused as soon as the post returns.
-  if (send.length <= max_inline_) wr.send_flags |= IBV_SEND_INLINE;
-  SendEntry entry;
-  entry.user_wr_id = wr_id;
-  entry.op = OpType::kSend;
-  entry.report_success = true;
-  AddSend(index, entry, /*want_signal=*/true, /*last=*/true);
-}
-
-Status VerbsConnection::PostSend(LocalBuf send, uint64_t wr_id) {
-  RKV_RETURN_IF_ERROR(CheckSendable());
-  RKV_RETURN_IF_ERROR(CheckLocal(send, "SEND source"));
-  RKV_RETURN_IF_ERROR(ReserveSend(1));
-  AddSignaledSend(0, send, wr_id);
-  return PostSendChain(1, "ibv_post_send(SEND)");
-}
-
-Status VerbsConnection::PostRecv(LocalBuf buf, uint64_t wr_id) {
-  if (state_ != State::kPending && state_ != State::kConnected) {
-    return FailedPrecondition("PostRecv on a connection that is neither pending nor established");
-  }
-  if (Broken()) return BrokenStatus();
-  RKV_RETURN_IF_ERROR(CheckLocal(buf, "receive buffer"));
-  if (recv_outstanding_ >= recv_depth_) {
-    return ResourceExhausted("receive queue full: " + std::to_string(recv_outstanding_) +
-                             " receives posted");
-  }
-  ibv_sge sge{};
-  sge.addr = reinterpret_cast<uint64_t>(buf.mr->data() + buf.offset);
-  sge.length = buf.length;
-  sge.lkey = buf.mr->lkey();
-  ibv_recv_wr wr{};
-  wr.wr_id = wr_id;
-  wr.sg_list = &sge;
-  wr.num_sge = 1;
-  ibv_recv_wr* bad = nullptr;
-  if (const int ret = ibv_post_recv(qp_.get(), &wr, &bad); ret != 0) {
-    return VerbsError("ibv_post_recv", ret);
-  }
-  ++recv_outstanding_;
-  return Status::Ok();
-}
-
-// ------------------------------------------------------------------ completions
-
-void VerbsConnection::OnSendCompletion(const ibv_wc& wc) {
-  const uint64_t seq = wc.wr_id;
-  if (seq < retired_seq_ || seq >= next_seq_) {
-    LOG(ERROR) << "send completion for unknown sequence " << seq << " on " << peer_address_;
-    return;
-  }
-  const SendEntry& entry = send_ring_[seq & (send_ring_.size() - 1)];
-  Status status = WcStatus(wc);
-  if (!status.ok()) {
-    // The QP is in the error state now; every later WR flushes.
-    failed_ = true;
-    qp_in_error_ = true;
-  }
-  if (entry.internal) {
-    if (!status.ok()) bind_status_ = status;
-  } else if (!status.ok() || entry.report_success) {
-    Completion c;
-    c.wr_id = entry.user_wr_id;
-    c.op = entry.op;
-    c.status = std::move(status);
-    PushPending(std::move(c));
-  }
-  // An RC send queue completes in order: every WR up to `seq` is done.
-  retired_seq_ = seq + 1;
-}
-
-void VerbsConnection::OnRecvCompletion(const ibv_wc& wc) {
-  if (recv_outstanding_ > 0) --recv_outstanding_;
-  Completion c;
-  c.wr_id = wc.wr_id;
-  c.op = OpType::kRecv;
-  c.status = WcStatus(wc);
-  if (c.status.ok()) {
-    c.byte_len = wc.byte_len;
-  } else {
-    failed_ = true;
-    qp_in_error_ = true;
-  }
-  PushPending(std::move(c));
-}
-
-StatusOr<int> VerbsConnection::DrainCqs() {
-  ibv_wc wcs[kPollBatch];
-  int total = 0;
-  for (const bool send : {true, false}) {
-    ibv_cq* cq = send ? send_cq_->get() : recv_cq_->get();
-    while (true) {
-      const int n = ibv_poll_cq(cq, kPollBatch, wcs);
-      if (n < 0) return Internal("ibv_poll_cq failed (" + std::to_string(n) + ")");
-      for (int i = 0; i < n; ++i) {
-        if (send) {
-          OnSendCompletion(wcs[i]);
-        } else {
-          OnRecvCompletion(wcs[i]);
-        }
-      }
-      total += n;
-      if (n < kPollBatch) break;
-    }
-  }
-  return total;
-}
+// ------------------------------------------------------------------ cm events
 
 void VerbsConnection::MoveQpToError() {
   if (qp_in_error_ || qp_.get() == nullptr) return;
@@ -795,6 +491,13 @@ void VerbsConnection::MoveQpToError() {
     return;
   }
   qp_in_error_ = true;
+}
+
+void VerbsConnection::CloseQp(Status why) {
+  // After a failed WR the flushes are that failure's; a second cause (our
+  // Disconnect after the peer's) is not the first one.
+  if (!failed_ && close_status_.ok()) close_status_ = std::move(why);
+  MoveQpToError();
 }
 
 Status VerbsConnection::HandleCmEvents() {
@@ -811,16 +514,21 @@ Status VerbsConnection::HandleCmEvents() {
           rdma_disconnect(id_.get());
         }
         // Flushes every outstanding WR, so each one completes.
-        MoveQpToError();
+        CloseQp(event->event == RDMA_CM_EVENT_DISCONNECTED
+                    ? Unavailable("peer " + peer_address_ + " closed the connection")
+                    : Unavailable("connection to " + peer_address_ +
+                                  " lost: the RDMA device was removed"));
         break;
       case RDMA_CM_EVENT_CONNECT_ERROR:
       case RDMA_CM_EVENT_UNREACHABLE:
-      case RDMA_CM_EVENT_REJECTED:
+      case RDMA_CM_EVENT_REJECTED: {
         // The handshake Accept answered never completed: the peer is gone.
-        LOG(INFO) << peer_address_ << ": handshake not completed: " << EventText(event.get());
+        const std::string what = EventText(event.get());
+        LOG(INFO) << peer_address_ << ": handshake not completed: " << what;
         remote_disconnected_ = true;
-        MoveQpToError();
+        CloseQp(Unavailable("connection to " + peer_address_ + " lost: handshake not completed: " + what));
         break;
+      }
       case RDMA_CM_EVENT_ESTABLISHED:
       case RDMA_CM_EVENT_TIMEWAIT_EXIT:
         break;
@@ -828,133 +536,6 @@ Status VerbsConnection::HandleCmEvents() {
         LOG(INFO) << peer_address_ << ": ignoring rdma_cm event " << EventText(event.get());
     }
   }
-}
-
-Status VerbsConnection::WaitEvents(Clock::time_point deadline) {
-  for (ibv_cq* cq : {send_cq_->get(), recv_cq_->get()}) {
-    if (const int ret = ibv_req_notify_cq(cq, 0); ret != 0) {
-      return VerbsError("ibv_req_notify_cq", ret);
-    }
-  }
-  // A completion that arrived before the CQ was armed raises no event:
-  // look once more before sleeping.
-  RKV_ASSIGN_OR_RETURN(int polled, DrainCqs());
-  if (polled > 0) return Status::Ok();
-  const auto now = Clock::now();
-  const auto left =
-      std::chrono::duration_cast<std::chrono::nanoseconds>(std::max(deadline - now, Clock::duration::zero()));
-  timespec ts{};
-  ts.tv_sec = static_cast<time_t>(left.count() / 1'000'000'000);
-  ts.tv_nsec = static_cast<long>(left.count() % 1'000'000'000);
-  pollfd fds[2] = {{comp_channel_->fd(), POLLIN, 0}, {channel_->fd(), POLLIN, 0}};
-  if (ppoll(fds, 2, &ts, nullptr) < 0 && errno != EINTR) {
-    return VerbsError("ppoll(completion channel)", errno);
-  }
-  if ((fds[0].revents & POLLIN) != 0) {
-    ibv_cq* cq = nullptr;
-    void* context = nullptr;
-    // The fd is non-blocking: read every queued event, ack each at once
-    // (ibv_destroy_cq waits for unacked events).
-    while (ibv_get_cq_event(comp_channel_->get(), &cq, &context) == 0) {
-      ibv_ack_cq_events(cq, 1);
-    }
-  }
-  if ((fds[1].revents & POLLIN) != 0) RKV_RETURN_IF_ERROR(HandleCmEvents());
-  return Status::Ok();
-}
-
-void VerbsConnection::PushPending(Completion c) {
-  if (pending_count_ == pending_.size()) {
-    // Full: double, keeping the order (oldest first). Rare: only a caller
-    // that posts without polling gets here.
-    std::vector<Completion> bigger(std::max<size_t>(2 * pending_.size(), 8));
-    for (size_t i = 0; i < pending_count_; ++i) {
-      bigger[i] = std::move(pending_[(pending_head_ + i) & (pending_.size() - 1)]);
-    }
-    pending_ = std::move(bigger);
-    pending_head_ = 0;
-  }
-  pending_[(pending_head_ + pending_count_) & (pending_.size() - 1)] = std::move(c);
-  ++pending_count_;
-}
-
-size_t VerbsConnection::TakePending(std::span<Completion> out) {
-  const size_t n = std::min(out.size(), pending_count_);
-  for (size_t i = 0; i < n; ++i) {
-    out[i] = std::move(pending_[pending_head_]);
-    pending_head_ = (pending_head_ + 1) & (pending_.size() - 1);
-  }
-  pending_count_ -= n;
-  return n;
-}
-
-Status VerbsConnection::Spin(Clock::time_point until) {
-  uint32_t rounds = 0;
-  while (pending_count_ == 0) {
-    RKV_ASSIGN_OR_RETURN(int polled, DrainCqs());
-    if (polled > 0) continue;  // e.g. only internal completions: go on
-    if (++rounds % kSpinRoundsPerYield == 0) {
-      if (Clock::now() >= until) break;
-      // Lets another runnable thread on this CPU go first (on a loopback
-      // device that may be the peer whose reply this Poll waits for).
-      sched_yield();
-    }
-  }
-  return Status::Ok();
-}
-
-void VerbsConnection::AdaptSpin(Clock::duration waited) {
-  const Clock::duration max = config_.max_spin;
-  if (max <= Clock::duration::zero() || waited <= spin_window_) return;
-  if (waited <= max) {
-    // Spinning a little longer would have caught it: grow.
-    spin_window_ = std::min<Clock::duration>(
-        max, std::max<Clock::duration>(2 * spin_window_, kMinSpinWindow));
-  } else {
-    // Longer than any spin: spin less, down to not at all.
-    spin_window_ /= 2;
-    if (spin_window_ < kMinSpinWindow) spin_window_ = Clock::duration::zero();
-  }
-}
-
-StatusOr<size_t> VerbsConnection::Poll(std::span<Completion> out,
-                                       std::chrono::microseconds timeout) {
-  if (out.empty()) return size_t{0};
-  if (state_ == State::kRejected || state_ == State::kClosed || qp_.get() == nullptr) {
-    return FailedPrecondition("Poll on a connection that was rejected or never established");
-  }
-  // Fast path: what is queued or already in the CQs, no clock, no syscall.
-  if (pending_count_ == 0) RKV_RETURN_IF_ERROR(DrainCqs().status());
-  if (pending_count_ > 0) return TakePending(out);
-
-  const auto start = Clock::now();
-  const auto deadline = start + timeout;
-  if (!Broken() && spin_window_ > Clock::duration::zero() && timeout.count() > 0) {
-    RKV_RETURN_IF_ERROR(Spin(std::min(deadline, start + spin_window_)));
-    // Caught while spinning: the window is right, nothing to adapt (and no
-    // clock read: under emulation each costs about a microsecond).
-    if (pending_count_ > 0) return TakePending(out);
-  }
-  while (true) {
-    // Disconnects arrive as cm events; they are read here, off the fast
-    // path: a connection whose peer went away stops completing, so its
-    // next Poll that finds nothing ready gets here.
-    RKV_RETURN_IF_ERROR(HandleCmEvents());
-    RKV_RETURN_IF_ERROR(DrainCqs().status());
-    if (pending_count_ > 0) break;
-    if (Broken() && SendOutstanding() == 0 && recv_outstanding_ == 0) return BrokenStatus();
-    if (Clock::now() >= deadline) {
-      // Nothing came: that says something only when the wait outlasted
-      // any spin (then spin less).
-      if (timeout > config_.max_spin) AdaptSpin(Clock::now() - start);
-      if (Broken()) return BrokenStatus();
-      return size_t{0};
-    }
-    RKV_RETURN_IF_ERROR(WaitEvents(deadline));
-    if (pending_count_ > 0) break;
-  }
-  AdaptSpin(Clock::now() - start);
-  return TakePending(out);
 }
 
 }  // namespace rkv::transport::verbs
