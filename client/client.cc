@@ -2,9 +2,9 @@
 // server. A client of a coordinator routes by the cluster map that
 // ControlClient keeps current; a client of one server (ClientOptions::
 // server) routes by a table of that server alone (RoutingTable::ForServer),
-// which owns every shard. Both go through the same routing, pools and
-// retries (Client::Impl::WithServer); what only a coordinator's map has
-// (members, admin stats, map versions) fails with FAILED_PRECONDITION
+// which owns every shard. Both go through the same routing (Routes), pools
+// and retries (Client::Impl::WithServer); what only a coordinator's map
+// has (members, admin stats, map versions) fails with FAILED_PRECONDITION
 // without one.
 #include "rkv/client.h"
 
@@ -21,6 +21,7 @@
 #include "client/cluster_map.h"
 #include "client/connection_pool.h"
 #include "client/control_client.h"
+#include "client/routes.h"
 #include "client/server_connection.h"
 #include "common/clock.h"
 #include "common/mutex.h"
@@ -37,6 +38,7 @@ namespace rkv {
 using client::Clock;
 using client::ConnectionPool;
 using client::Deadline;
+using client::Routes;
 using client::RoutingTable;
 using client::ServerConnection;
 using client::ServerEntry;
@@ -104,6 +106,10 @@ class Client::Impl {
     // The watch thread goes first: nothing may install maps while the
     // pools are torn down; the pools go before the transports they use.
     control_.reset();
+    {
+      MutexLock lock(routes_mu_);
+      routes_.reset();
+    }
     MutexLock lock(pools_mu_);
     pools_.clear();
   }
@@ -157,8 +163,17 @@ class Client::Impl {
   // Whether a coordinator feeds the routing table.
   bool cluster() const { return control_ != nullptr; }
 
-  // The routing table in use: a call takes it once and routes by it.
-  std::shared_ptr<const RoutingTable> Routing() const { return holder_.Current(); }
+  // The routes of the newest table: a call takes them once and routes by
+  // them.
+  std::shared_ptr<Routes> Routing() EXCLUDES(routes_mu_) {
+    std::shared_ptr<Routes> routes;
+    {
+      MutexLock lock(routes_mu_);
+      routes = routes_;
+    }
+    if (routes == nullptr || routes->generation() != holder_.generation()) [[unlikely]] return NewRoutes();
+    return routes;
+  }
 
   Deadline DeadlineOf(const CallOptions& call) const {
     return SteadyNow() + (call.timeout.count() > 0 ? call.timeout : options_.timeout);
@@ -191,16 +206,17 @@ class Client::Impl {
   }
 
   // Runs `fn(connection)` on a connection to the server that owns `key` in
-  // `table` (WithServer).
+  // the table of `routes` (WithServer).
   template <typename Fn>
-  Status WithKey(std::shared_ptr<const RoutingTable> table, std::string_view key, Deadline deadline, Fn&& fn) {
-    const size_t owner = table->OwnerIndexOf(key);
-    return WithServer(std::move(table), owner, deadline, fn);
+  Status WithKey(std::shared_ptr<Routes> routes, std::string_view key, Deadline deadline, Fn&& fn) {
+    const size_t owner = routes->table().OwnerIndexOf(key);
+    return WithServer(std::move(routes), owner, deadline, fn);
   }
 
-  // Runs `fn(connection)` on a connection to server `index` of `table`,
-  // from a slot of its pool (any free one, or slot `slot`). `fn` returns a
-  // Status; a non-OK one with the connection intact is the call's answer.
+  // Runs `fn(connection)` on a connection to server `index` of the table of
+  // `routes`, from a slot of its pool (any free one, or slot `slot`). `fn`
+  // returns a Status; a non-OK one with the connection intact is the call's
+  // answer.
   //
   // A server marked DOWN, a failed connect, a broken connection or a
   // server epoch other than the one the table pins make the call retry,
@@ -211,14 +227,19 @@ class Client::Impl {
   // coordinator prefixes errors with the server ("server ID (epoch E,
   // HOST:PORT): "); the errors of a client of one server name its address.
   template <typename Fn>
-  Status WithServer(std::shared_ptr<const RoutingTable> table, size_t index, Deadline deadline, Fn&& fn,
+  Status WithServer(std::shared_ptr<Routes> routes, size_t index, Deadline deadline, Fn&& fn,
                     size_t slot = ConnectionPool::kAnySlot) {
-    Attempts a(std::move(table), index);
+    Attempts a(std::move(routes), index);
     while (true) {
       if (a.server->up) [[likely]] {
-        auto pool = PoolFor(*a.server);
-        if (!pool.ok()) [[unlikely]] return Named(*a.server, pool.status());
-        SlotLease lease(**pool, slot);
+        ConnectionPool* pool = a.routes->pool(a.index);
+        if (pool == nullptr) [[unlikely]] {
+          auto attached = AttachPool(a);
+          if (!attached.ok()) return Named(*a.server, attached.status());
+          pool = *attached;
+        }
+        last_kind_.store(static_cast<int>(pool->kind()), std::memory_order_relaxed);
+        SlotLease lease(*pool, slot);
         bool fresh = false;
         Status s = lease.EnsureConnected(request_, deadline, &fresh);
         if (s.ok() && fresh) {
@@ -240,7 +261,7 @@ class Client::Impl {
           a.last_from_op = false;
         }
       } else {
-        a.last = Unavailable("marked DOWN in cluster map version " + to_string(a.table->version()));
+        a.last = Unavailable("marked DOWN in cluster map version " + to_string(a.routes->table().version()));
         a.last_from_op = false;
       }
       // The lease is released: refetch and back off without holding a slot.
@@ -276,11 +297,11 @@ class Client::Impl {
   }
 
   StatusOr<ServerStatsInfo> ServerStats(std::string_view server_id, Deadline deadline) {
-    const auto table = Routing();
-    const ServerEntry* e = table->Find(server_id);
+    const auto routes = Routing();
+    const ServerEntry* e = routes->table().Find(server_id);
     if (e == nullptr) {
       return NotFound("no server '" + control::Printable(server_id) + "' in cluster map version " +
-                      to_string(table->version()));
+                      to_string(routes->table().version()));
     }
     auto r = control_->Stats(e->admin_address, deadline);
     if (!r.ok()) return r.status().WithContext(e->Describe());
@@ -306,10 +327,10 @@ class Client::Impl {
  private:
   // What a call has seen over its attempts on one server.
   struct Attempts {
-    Attempts(std::shared_ptr<const RoutingTable> t, size_t index)
-        : table(std::move(t)), server(&table->servers()[index]) {}
-    std::shared_ptr<const RoutingTable> table;  // the newest the call has routed by
-    const ServerEntry* server;                  // in *table
+    Attempts(std::shared_ptr<Routes> r, size_t i) : routes(std::move(r)), index(i), server(&routes->table().servers()[i]) {}
+    std::shared_ptr<Routes> routes;  // the newest the call has routed by
+    size_t index;                    // of the server in routes->table()
+    const ServerEntry* server;       // routes->table().servers()[index]
     std::chrono::milliseconds backoff{1};
     Status last;                // what failed last
     bool last_from_op = false;  // `last` came from fn, not from reaching the server
@@ -351,7 +372,7 @@ class Client::Impl {
     }
     lease.Drop();
     return Unavailable("the server answered with epoch " + to_string(server_epoch) + ", cluster map version " +
-                       to_string(a.table->version()) + " lists epoch " + to_string(e.epoch));
+                       to_string(a.routes->table().version()) + " lists epoch " + to_string(e.epoch));
   }
 
   // Between two attempts: refetches the map (a client of a coordinator),
@@ -367,14 +388,16 @@ class Client::Impl {
       std::this_thread::sleep_for(std::min<Clock::duration>(a.backoff, deadline - now));
       a.backoff = std::min(a.backoff * 2, kBackoffMax);
     }
-    auto table = Routing();
-    const ServerEntry* e = table->Find(a.server->server_id);
+    auto routes = Routing();
+    const RoutingTable& table = routes->table();
+    const ServerEntry* e = table.Find(a.server->server_id);
     if (e == nullptr) {
       return Unavailable("server " + a.server->server_id + " is not in cluster map version " +
-                         to_string(table->version()));
+                         to_string(table.version()));
     }
-    a.table = std::move(table);
+    a.index = static_cast<size_t>(e - table.servers().data());
     a.server = e;
+    a.routes = std::move(routes);
     return Status::Ok();
   }
 
@@ -391,6 +414,27 @@ class Client::Impl {
                        last.ToString());
   }
 
+  // The newest table's routes, made when a table came since the current
+  // ones were (or at the first call).
+  [[gnu::noinline]] std::shared_ptr<Routes> NewRoutes() EXCLUDES(routes_mu_) {
+    // The generation is read first: the table is that one or newer, and
+    // routes stamped older than their table are only remade once more.
+    const uint64_t generation = holder_.generation();
+    auto routes = std::make_shared<Routes>(holder_.Current(), generation);
+    std::shared_ptr<Routes> old;  // released outside the lock
+    MutexLock lock(routes_mu_);
+    if (routes_ != nullptr && routes_->generation() >= generation) return routes_;
+    old = std::move(routes_);
+    routes_ = routes;
+    return routes;
+  }
+
+  // Attaches to a.routes the pool of a.server's incarnation (PoolFor).
+  [[gnu::noinline]] StatusOr<ConnectionPool*> AttachPool(const Attempts& a) {
+    RKV_ASSIGN_OR_RETURN(std::shared_ptr<ConnectionPool> pool, PoolFor(*a.server));
+    return a.routes->Attach(a.index, std::move(pool));
+  }
+
   // The pool for the incarnation `e` describes: the existing one while the
   // table lists the same epoch, address and transport, else a new one
   // (calls that still hold the old one finish on it).
@@ -398,15 +442,8 @@ class Client::Impl {
     {
       MutexLock lock(pools_mu_);
       const auto it = pools_.find(e.server_id);
-      if (it != pools_.end() && Serves(*it->second, e)) [[likely]] {
-        last_kind_.store(static_cast<int>(it->second->kind()), std::memory_order_relaxed);
-        return it->second;
-      }
+      if (it != pools_.end() && Serves(*it->second, e)) return it->second;
     }
-    return NewPool(e);
-  }
-
-  [[gnu::noinline]] StatusOr<std::shared_ptr<ConnectionPool>> NewPool(const ServerEntry& e) EXCLUDES(pools_mu_) {
     RKV_ASSIGN_OR_RETURN(transport::Transport * t, TransportFor(e));
     MutexLock lock(pools_mu_);
     std::shared_ptr<ConnectionPool>& p = pools_[e.server_id];
@@ -451,12 +488,16 @@ class Client::Impl {
   client::MapHolder holder_;
   std::unique_ptr<client::ControlClient> control_;  // null for a client of one server
 
-  // Declaration order matters: pools_ (whose connections use the
-  // transports) is destroyed before transports_.
+  // Declaration order matters: the pools (whose connections use the
+  // transports) are destroyed before transports_.
   Mutex transports_mu_;
   std::map<transport::Kind, std::unique_ptr<transport::Transport>> transports_ GUARDED_BY(transports_mu_);
+  // One pool per server id: its newest incarnation's.
   Mutex pools_mu_;
-  std::map<std::string, std::shared_ptr<ConnectionPool>> pools_ GUARDED_BY(pools_mu_);  // by server id
+  std::map<std::string, std::shared_ptr<ConnectionPool>> pools_ GUARDED_BY(pools_mu_);
+  // The routes calls take (Routing).
+  Mutex routes_mu_;
+  std::shared_ptr<Routes> routes_ GUARDED_BY(routes_mu_);
 };
 
 StatusOr<std::unique_ptr<Client>> Client::Connect(const ClientOptions& options) {
@@ -509,12 +550,12 @@ Status Client::Get(std::string_view key, std::string* value, uint64_t* version,
                    const CallOptions& call) {
   if (value == nullptr) return InvalidArgument("Get: no string to put the value in (value is null)");
   value->clear();
-  auto table = impl_->Routing();
-  RKV_RETURN_IF_ERROR(impl_->CheckKey(*table, key));
+  auto routes = impl_->Routing();
+  RKV_RETURN_IF_ERROR(impl_->CheckKey(routes->table(), key));
   const Deadline deadline = impl_->DeadlineOf(call);
   client::LookupResult result;
   result.value.swap(*value);  // the lookup copies the value into the caller's memory
-  Status s = impl_->WithKey(std::move(table), key, deadline, [&](ServerConnection& conn) {
+  Status s = impl_->WithKey(std::move(routes), key, deadline, [&](ServerConnection& conn) {
     return conn.Lookup(std::span<const std::string_view>(&key, 1),
                        std::span<client::LookupResult>(&result, 1), deadline);
   });
@@ -541,12 +582,12 @@ StatusOr<std::string> Client::Get(std::string_view key, const CallOptions& call)
 
 StatusOr<uint64_t> Client::Put(std::string_view key, std::string_view value,
                                const CallOptions& call) {
-  auto table = impl_->Routing();
-  RKV_RETURN_IF_ERROR(impl_->CheckKey(*table, key));
-  RKV_RETURN_IF_ERROR(impl_->CheckValue(*table, value));
+  auto routes = impl_->Routing();
+  RKV_RETURN_IF_ERROR(impl_->CheckKey(routes->table(), key));
+  RKV_RETURN_IF_ERROR(impl_->CheckValue(routes->table(), value));
   const Deadline deadline = impl_->DeadlineOf(call);
   client::ApplyResult result;
-  const Status s = impl_->WithKey(std::move(table), key, deadline, [&](ServerConnection& conn) -> Status {
+  const Status s = impl_->WithKey(std::move(routes), key, deadline, [&](ServerConnection& conn) -> Status {
     // The limits may differ on a restarted server; the check above used the
     // newest connection's (or the map's), this one uses this connection's.
     if (key.size() > conn.accept().max_key_bytes || value.size() > conn.accept().max_value_bytes) {
@@ -566,11 +607,11 @@ StatusOr<uint64_t> Client::Put(std::string_view key, std::string_view value,
 }
 
 Status Client::Delete(std::string_view key, const CallOptions& call) {
-  auto table = impl_->Routing();
-  RKV_RETURN_IF_ERROR(impl_->CheckKey(*table, key));
+  auto routes = impl_->Routing();
+  RKV_RETURN_IF_ERROR(impl_->CheckKey(routes->table(), key));
   const Deadline deadline = impl_->DeadlineOf(call);
   client::ApplyResult result;
-  RKV_RETURN_IF_ERROR(impl_->WithKey(std::move(table), key, deadline, [&](ServerConnection& conn) -> Status {
+  RKV_RETURN_IF_ERROR(impl_->WithKey(std::move(routes), key, deadline, [&](ServerConnection& conn) -> Status {
     if (key.size() > conn.accept().max_key_bytes) {
       return InvalidArgument("key of " + to_string(key.size()) + " bytes: over the server's max_key_bytes " +
                              to_string(conn.accept().max_key_bytes));
@@ -586,11 +627,12 @@ Status Client::Delete(std::string_view key, const CallOptions& call) {
 std::vector<StatusOr<std::string>> Client::MultiGet(std::span<const std::string> keys,
                                                     const CallOptions& call) {
   const Deadline deadline = impl_->DeadlineOf(call);
-  const auto table = impl_->Routing();
+  const auto routes = impl_->Routing();
+  const RoutingTable& table = routes->table();
   std::vector<client::LookupResult> results(keys.size());
   std::vector<Status> group_status(keys.size());  // per key: its group's call status
   for (size_t i = 0; i < keys.size(); ++i) {
-    Status s = impl_->CheckKey(*table, keys[i]);
+    Status s = impl_->CheckKey(table, keys[i]);
     if (!s.ok()) {
       results[i].done = true;
       results[i].status = std::move(s);
@@ -600,14 +642,14 @@ std::vector<StatusOr<std::string>> Client::MultiGet(std::span<const std::string>
   // server, results land back at the keys' positions.
   std::map<size_t, std::vector<size_t>> groups;  // server index -> key positions
   for (size_t i = 0; i < keys.size(); ++i) {
-    if (!results[i].done) groups[table->OwnerIndexOf(keys[i])].push_back(i);
+    if (!results[i].done) groups[table.OwnerIndexOf(keys[i])].push_back(i);
   }
   for (const auto& [server, positions] : groups) {
     std::vector<std::string_view> views;
     std::vector<client::LookupResult> group(positions.size());
     views.reserve(positions.size());
     for (size_t p : positions) views.push_back(keys[p]);
-    const Status s = impl_->WithServer(table, server, deadline,
+    const Status s = impl_->WithServer(routes, server, deadline,
                                        [&](ServerConnection& conn) { return conn.Lookup(views, group, deadline); });
     for (size_t j = 0; j < positions.size(); ++j) {
       results[positions[j]] = std::move(group[j]);
@@ -629,8 +671,8 @@ std::vector<StatusOr<std::string>> Client::MultiGet(std::span<const std::string>
   return out;
 }
 
-uint32_t Client::max_key_bytes() const { return impl_->MaxKeyBytes(*impl_->Routing()); }
-uint32_t Client::max_value_bytes() const { return impl_->MaxValueBytes(*impl_->Routing()); }
+uint32_t Client::max_key_bytes() const { return impl_->MaxKeyBytes(impl_->Routing()->table()); }
+uint32_t Client::max_value_bytes() const { return impl_->MaxValueBytes(impl_->Routing()->table()); }
 uint64_t Client::server_epoch() const { return impl_->ServerEpoch(); }
 std::string Client::transport_name() const { return impl_->TransportName(); }
 std::string Client::transport_reason() const { return impl_->TransportReason(); }
@@ -639,15 +681,15 @@ bool Client::cluster_mode() const { return impl_->cluster(); }
 
 uint64_t Client::cluster_map_version() const {
   if (!impl_->cluster()) return 0;
-  return impl_->Routing()->version();
+  return impl_->Routing()->table().version();
 }
 
 StatusOr<std::vector<MemberInfo>> Client::Members() const {
   if (!impl_->cluster()) return FailedPrecondition("Members needs a client connected through a coordinator");
-  const auto table = impl_->Routing();
+  const auto routes = impl_->Routing();
   std::vector<MemberInfo> out;
-  out.reserve(table->servers().size());
-  for (const ServerEntry& e : table->servers()) out.push_back(ToMember(e));
+  out.reserve(routes->table().servers().size());
+  for (const ServerEntry& e : routes->table().servers()) out.push_back(ToMember(e));
   return out;
 }
 

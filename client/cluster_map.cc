@@ -103,6 +103,7 @@ bool MapHolder::InstallIfNewer(std::shared_ptr<const RoutingTable> table) {
   if (table_ && table->version() <= table_->version()) return false;
   old = std::move(table_);
   table_ = std::move(table);
+  generation_.fetch_add(1, std::memory_order_release);
   return true;
 }
 

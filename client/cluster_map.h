@@ -12,6 +12,7 @@
 // thread-safe.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -116,10 +117,17 @@ class MapHolder {
   // Installs `table` when there is none yet or its version is higher than
   // the current one's; returns whether it did.
   bool InstallIfNewer(std::shared_ptr<const RoutingTable> table) EXCLUDES(mu_);
+  // How many tables were installed so far, without taking the lock: a
+  // reader that keeps what it derived from a table checks it against this
+  // to see whether a newer table came (then Current() has it, or a newer
+  // one).
+  uint64_t generation() const { return generation_.load(std::memory_order_acquire); }
 
  private:
   mutable Mutex mu_;
   std::shared_ptr<const RoutingTable> table_ GUARDED_BY(mu_);
+  // Raised (release) after table_ changed, under mu_.
+  std::atomic<uint64_t> generation_{0};
 };
 
 }  // namespace rkv::client

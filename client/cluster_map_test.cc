@@ -195,10 +195,12 @@ TEST(MapHolderTest, InstallsOnlyNewerVersionsAndSwapsWholeTables) {
   MapHolder holder;
   EXPECT_EQ(holder.Current(), nullptr);
   EXPECT_FALSE(holder.InstallIfNewer(nullptr));
+  EXPECT_EQ(holder.generation(), 0u);
 
   auto v5 = RoutingTable::Build(ThreeServerMap(5));
   ASSERT_TRUE(v5.ok());
   EXPECT_TRUE(holder.InstallIfNewer(*v5));
+  EXPECT_EQ(holder.generation(), 1u);
   const auto held = holder.Current();
   ASSERT_NE(held, nullptr);
   EXPECT_EQ(held->version(), 5u);
@@ -217,6 +219,7 @@ TEST(MapHolderTest, InstallsOnlyNewerVersionsAndSwapsWholeTables) {
   EXPECT_TRUE(holder.InstallIfNewer(*v7));
   EXPECT_FALSE(holder.InstallIfNewer(*v6));        // older
   EXPECT_FALSE(holder.InstallIfNewer(*v7_again));  // same version
+  EXPECT_EQ(holder.generation(), 2u);              // only installs count
   const auto now = holder.Current();
   EXPECT_EQ(now->version(), 7u);
   EXPECT_EQ(now->Find("b")->epoch, 99u);
