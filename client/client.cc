@@ -327,7 +327,8 @@ class Client::Impl {
  private:
   // What a call has seen over its attempts on one server.
   struct Attempts {
-    Attempts(std::shared_ptr<Routes> r, size_t i) : routes(std::move(r)), index(i), server(&routes->table().servers()[i]) {}
+    Attempts(std::shared_ptr<Routes> r, size_t i)
+        : routes(std::move(r)), index(i), server(&routes->table().servers()[i]) {}
     std::shared_ptr<Routes> routes;  // the newest the call has routed by
     size_t index;                    // of the server in routes->table()
     const ServerEntry* server;       // routes->table().servers()[index]
@@ -401,9 +402,9 @@ class Client::Impl {
     return Status::Ok();
   }
 
-  // The error of a call whose deadline passed while reaching `e` kept
-  // failing; `last` is the last failure, from the operation itself when
-  // `from_op`, else from reaching the server.
+  // The error of a call whose deadline passed while its attempts on `e`
+  // kept failing; `last` is the last failure, from the operation itself
+  // when `from_op`, else from reaching the server.
   Status GiveUp(const ServerEntry& e, Status last, bool from_op) const {
     if (from_op && last.code() == StatusCode::kDeadlineExceeded) return Named(e, std::move(last));
     if (cluster()) return Unavailable(e.Describe() + ": " + last.ToString());
