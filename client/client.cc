@@ -1,6 +1,11 @@
-// Client: the public API over pools of ServerConnections: one pool for a
-// single server, or one per server of a cluster (created on first use),
-// routed by the cluster map that ControlClient keeps current.
+// Client: the public API over a routing table and one connection pool per
+// server. A client of a coordinator routes by the cluster map that
+// ControlClient keeps current; a client of one server (ClientOptions::
+// server) routes by a table of that server alone (RoutingTable::ForServer),
+// which owns every shard. Both go through the same routing (Routes), pools
+// and retries (Client::Impl::WithServer); what only a coordinator's map
+// has (members, admin stats, map versions) fails with FAILED_PRECONDITION
+// without one.
 #include "rkv/client.h"
 
 #include <glog/logging.h>
@@ -10,16 +15,19 @@
 #include <cstring>
 #include <map>
 #include <optional>
-#include <mutex>
 #include <random>
 #include <thread>
 
 #include "client/cluster_map.h"
+#include "client/connection_pool.h"
 #include "client/control_client.h"
+#include "client/routes.h"
 #include "client/server_connection.h"
 #include "common/clock.h"
+#include "common/mutex.h"
 #include "common/net_address.h"
 #include "common/protocol.h"
+#include "common/thread_annotations.h"
 #include "common/token.h"
 #include "common/transport/factory.h"
 #include "common/transport/transport.h"
@@ -28,17 +36,21 @@
 namespace rkv {
 
 using client::Clock;
+using client::ConnectionPool;
 using client::Deadline;
+using client::Routes;
+using client::RoutingTable;
 using client::ServerConnection;
 using client::ServerEntry;
+using client::SlotLease;
 using std::to_string;
 
 namespace {
 
 constexpr int kMaxConnections = 64;
 constexpr char kDefaultServer[] = "127.0.0.1:7700";
-// Retry backoff of a cluster call between attempts.
-constexpr std::chrono::milliseconds kClusterBackoffMax{100};
+// The longest wait between two attempts of a call.
+constexpr std::chrono::milliseconds kBackoffMax{100};
 
 // Connect errors worth retrying: the server is down, restarting, or was
 // between accept and epoch publication.
@@ -47,101 +59,15 @@ bool RetryableConnectError(const Status& s) {
          s.code() == StatusCode::kAborted;
 }
 
-// A pool of connections to one server address. Each call holds one slot
-// (its mutex) while it uses the slot's connection.
-class ConnectionPool {
- public:
-  struct Slot {
-    std::mutex mu;
-    std::unique_ptr<ServerConnection> conn;  // guarded by mu
-  };
+// The transport a server announces ("verbs" or "tcp").
+transport::Kind KindOf(const ServerEntry& e) {
+  return e.transport == "verbs" ? transport::Kind::kVerbs : transport::Kind::kTcp;
+}
 
-  ConnectionPool(transport::Transport* transport, std::string address, uint64_t map_epoch, int size)
-      : transport_(transport), address_(std::move(address)), map_epoch_(map_epoch) {
-    for (int i = 0; i < size; ++i) slots_.push_back(std::make_unique<Slot>());
-  }
-
-  const std::string& address() const { return address_; }
-  uint64_t map_epoch() const { return map_epoch_; }
-  size_t size() const { return slots_.size(); }
-  Slot& slot(size_t i) { return *slots_[i]; }
-
-  // Returns a slot whose mutex the caller now holds: a free one if any,
-  // else waits for one chosen round-robin.
-  Slot& Acquire() {
-    const size_t start = next_slot_.fetch_add(1, std::memory_order_relaxed);
-    // The common case, inline: the round-robin slot is free.
-    if (Slot& s = *slots_[start % slots_.size()]; s.mu.try_lock()) [[likely]] return s;
-    return AcquireAny(start);
-  }
-
-  // Makes slot.conn a live connection (a new one when missing or broken).
-  // With `retry`, retries while the server is unreachable until the
-  // deadline (UNAVAILABLE then); without, returns the first failure.
-  // Sets *fresh when it opened a new connection. Requires slot.mu.
-  Status EnsureConnected(Slot& slot, const protocol::ConnectRequestData& request, Deadline deadline,
-                         bool retry, bool* fresh) {
-    *fresh = false;
-    if (slot.conn && !slot.conn->broken()) [[likely]] return Status::Ok();
-    return Reconnect(slot, request, deadline, retry, fresh);
-  }
-
- private:
-  // Acquire's other cases: another free slot, else a wait for the
-  // round-robin one.
-  [[gnu::noinline]] Slot& AcquireAny(size_t start) {
-    for (size_t i = 1; i < slots_.size(); ++i) {
-      Slot& s = *slots_[(start + i) % slots_.size()];
-      if (s.mu.try_lock()) return s;
-    }
-    Slot& s = *slots_[start % slots_.size()];
-    s.mu.lock();
-    return s;
-  }
-
-  [[gnu::noinline]] Status Reconnect(Slot& slot, const protocol::ConnectRequestData& request,
-                                     Deadline deadline, bool retry, bool* fresh) {
-    slot.conn.reset();
-    std::chrono::milliseconds backoff(1);
-    while (true) {
-      auto c = ServerConnection::Open(*transport_, address_, request, deadline);
-      if (c.ok()) {
-        slot.conn = std::move(*c);
-        *fresh = true;
-        VLOG(1) << "rkv: connected to " << address_ << " epoch " << slot.conn->accept().epoch << " ("
-                << transport::KindName(transport_->kind()) << ")";
-        return Status::Ok();
-      }
-      if (!retry || !RetryableConnectError(c.status())) return c.status();
-      const auto now = Clock::now();
-      if (now + backoff >= deadline) {
-        return Unavailable("cannot connect to " + address_ + " within the deadline; last error: " +
-                           c.status().ToString());
-      }
-      std::this_thread::sleep_for(backoff);
-      backoff = std::min(backoff * 2, std::chrono::milliseconds(200));
-    }
-  }
-
-  transport::Transport* const transport_;
-  const std::string address_;
-  const uint64_t map_epoch_;  // the epoch the map listed when this pool was made (0: single server)
-  std::vector<std::unique_ptr<Slot>> slots_;
-  std::atomic<size_t> next_slot_{0};
-};
-
-// Holds a slot's mutex for a scope.
-class SlotLease {
- public:
-  explicit SlotLease(ConnectionPool& pool) : slot_(pool.Acquire()) {}
-  ~SlotLease() { slot_.mu.unlock(); }
-  SlotLease(const SlotLease&) = delete;
-  SlotLease& operator=(const SlotLease&) = delete;
-  ConnectionPool::Slot& slot() { return slot_; }
-
- private:
-  ConnectionPool::Slot& slot_;
-};
+// Whether `pool` was made for the incarnation `e` describes.
+bool Serves(const ConnectionPool& pool, const ServerEntry& e) {
+  return pool.map_epoch() == e.epoch && pool.address() == e.data_address && pool.kind() == KindOf(e);
+}
 
 MemberInfo ToMember(const ServerEntry& e) {
   MemberInfo m;
@@ -160,6 +86,8 @@ MemberInfo ToMember(const ServerEntry& e) {
 
 }  // namespace
 
+// Thread safety: every method may be called from any thread once Init*
+// returned (Init* run in Connect, before the client is shared).
 class Client::Impl {
  public:
   explicit Impl(const ClientOptions& options) : options_(options) {
@@ -176,37 +104,37 @@ class Client::Impl {
 
   ~Impl() {
     // The watch thread goes first: nothing may install maps while the
-    // pools and transports are torn down.
+    // pools are torn down; the pools go before the transports they use.
     control_.reset();
+    {
+      MutexLock lock(routes_mu_);
+      routes_.reset();
+    }
+    MutexLock lock(pools_mu_);
     pools_.clear();
-    single_pool_.reset();
   }
 
-  bool cluster() const { return control_ != nullptr; }
+  // ---- Setup (Connect).
 
-  // ---- single-server mode ----
-
-  Status InitSingle(std::unique_ptr<transport::Transport> transport, std::string reason) {
-    single_transport_ = std::move(transport);
+  // A client of one server: installs the table of the server alone and
+  // opens every connection of its pool now (retrying within the timeout
+  // while the server is unreachable), so that Connect reports an
+  // unreachable server, a refused token or an incompatible table.
+  Status InitServer(transport::Kind kind, std::string reason) {
+    fixed_kind_ = kind;
     transport_reason_ = std::move(reason);
-    single_pool_ = std::make_unique<ConnectionPool>(single_transport_.get(), options_.server, 0,
-                                                    options_.connections);
+    holder_.InstallIfNewer(RoutingTable::ForServer(options_.server, transport::KindName(kind)));
     const Deadline deadline = Clock::now() + options_.timeout;
-    for (size_t i = 0; i < single_pool_->size(); ++i) {
-      ConnectionPool::Slot& slot = single_pool_->slot(i);
-      std::lock_guard<std::mutex> lock(slot.mu);
-      bool fresh = false;
-      RKV_RETURN_IF_ERROR(single_pool_->EnsureConnected(slot, request_, deadline, /*retry=*/true, &fresh));
-      NoteConnection(*slot.conn);
+    for (size_t slot = 0; slot < static_cast<size_t>(options_.connections); ++slot) {
+      RKV_RETURN_IF_ERROR(
+          WithServer(Routing(), 0, deadline, [](ServerConnection&) { return Status::Ok(); }, slot));
     }
     return Status::Ok();
   }
 
-  // ---- cluster mode ----
-
-  // Fetches the first complete map (retrying within the timeout while the
-  // coordinator is unreachable or the cluster incomplete), then starts the
-  // watch.
+  // A client of a coordinator: fetches the first complete map (retrying
+  // within the timeout while the coordinator is unreachable or the cluster
+  // incomplete), then starts the watch. Servers are connected on first use.
   Status InitCluster(std::optional<transport::Kind> fixed_kind, std::string reason) {
     fixed_kind_ = fixed_kind;
     transport_reason_ = std::move(reason);
@@ -230,34 +158,46 @@ class Client::Impl {
     return Status::Ok();
   }
 
-  std::shared_ptr<const client::RoutingTable> Table() const { return holder_.Current(); }
+  // ---- What a call needs.
 
-  // ---- shared ----
+  // Whether a coordinator feeds the routing table.
+  bool cluster() const { return control_ != nullptr; }
+
+  // The routes of the newest table: a call takes them once and routes by
+  // them.
+  std::shared_ptr<Routes> Routing() EXCLUDES(routes_mu_) {
+    std::shared_ptr<Routes> routes;
+    {
+      MutexLock lock(routes_mu_);
+      routes = routes_;
+    }
+    if (routes == nullptr || routes->generation() != holder_.generation()) [[unlikely]] return NewRoutes();
+    return routes;
+  }
 
   Deadline DeadlineOf(const CallOptions& call) const {
     return SteadyNow() + (call.timeout.count() > 0 ? call.timeout : options_.timeout);
   }
 
-  uint32_t MaxKeyBytes() const {
-    if (cluster()) return Table()->min_max_key_bytes();
-    return max_key_bytes_.load(std::memory_order_relaxed);
+  // The limits every server of `table` accepts: the table's when it knows
+  // them (a coordinator's map lists every server's), else the newest
+  // connection's.
+  uint32_t MaxKeyBytes(const RoutingTable& table) const {
+    const uint32_t listed = table.min_max_key_bytes();
+    return listed != 0 ? listed : max_key_bytes_.load(std::memory_order_relaxed);
   }
-  uint32_t MaxValueBytes() const {
-    if (cluster()) return Table()->min_max_value_bytes();
-    return max_value_bytes_.load(std::memory_order_relaxed);
+  uint32_t MaxValueBytes(const RoutingTable& table) const {
+    const uint32_t listed = table.min_max_value_bytes();
+    return listed != 0 ? listed : max_value_bytes_.load(std::memory_order_relaxed);
   }
 
-  Status CheckKey(std::string_view key) const {
-    const uint32_t max = MaxKeyBytes();
+  Status CheckKey(const RoutingTable& table, std::string_view key) const {
+    const uint32_t max = MaxKeyBytes(table);
     if (!key.empty() && key.size() <= max) [[likely]] return Status::Ok();
     return BadKey(key, max);
   }
-  [[gnu::cold, gnu::noinline]] static Status BadKey(std::string_view key, uint32_t max) {
-    return InvalidArgument("key of " + to_string(key.size()) + " bytes: keys must be 1.." + to_string(max) +
-                           " bytes (the server's max_key_bytes)");
-  }
-  Status CheckValue(std::string_view value) const {
-    const uint32_t max = MaxValueBytes();
+  Status CheckValue(const RoutingTable& table, std::string_view value) const {
+    const uint32_t max = MaxValueBytes(table);
     if (value.size() > max) {
       return InvalidArgument("value of " + to_string(value.size()) + " bytes: values must be 0.." +
                              to_string(max) + " bytes (the server's max_value_bytes)");
@@ -265,148 +205,71 @@ class Client::Impl {
     return Status::Ok();
   }
 
-  // Runs `fn(connection)` on a connection to the server that owns `key`.
+  // Runs `fn(connection)` on a connection to the server that owns `key` in
+  // the table of `routes` (WithServer).
   template <typename Fn>
-  Status WithKey(std::string_view key, Deadline deadline, Fn&& fn) {
-    if (!cluster()) return WithSingle(deadline, fn);
-    return WithServer(Table()->OwnerOf(key).server_id, deadline, fn);
+  Status WithKey(std::shared_ptr<Routes> routes, std::string_view key, Deadline deadline, Fn&& fn) {
+    const size_t owner = routes->table().OwnerIndexOf(key);
+    return WithServer(std::move(routes), owner, deadline, fn);
   }
 
-  // Single-server mode: runs `fn` on a pool connection, reconnecting and
-  // retrying while the connection breaks, until `deadline`. `fn` returns a
-  // Status; a non-OK one with the connection still intact is final.
+  // Runs `fn(connection)` on a connection to server `index` of the table of
+  // `routes`, from a slot of its pool (any free one, or slot `slot`). `fn`
+  // returns a Status; a non-OK one with the connection intact is the call's
+  // answer.
+  //
+  // A server marked DOWN, a failed connect, a broken connection or a
+  // server epoch other than the one the table pins make the call retry,
+  // with backoff, until `deadline`: a client of a coordinator refetches
+  // the map first (rate-limited) and every attempt finds the server again,
+  // by id, in the newest table (shards stay with their server id across
+  // restarts, so the id, not the key, is re-resolved). A client of a
+  // coordinator prefixes errors with the server ("server ID (epoch E,
+  // HOST:PORT): "); the errors of a client of one server name its address.
   template <typename Fn>
-  Status WithSingle(Deadline deadline, Fn&& fn) {
-    SlotLease lease(*single_pool_);
-    ConnectionPool::Slot& slot = lease.slot();
-    std::chrono::milliseconds backoff(1);
+  Status WithServer(std::shared_ptr<Routes> routes, size_t index, Deadline deadline, Fn&& fn,
+                    size_t slot = ConnectionPool::kAnySlot) {
+    Attempts a(std::move(routes), index);
     while (true) {
-      bool fresh = false;
-      RKV_RETURN_IF_ERROR(single_pool_->EnsureConnected(slot, request_, deadline, /*retry=*/true, &fresh));
-      if (fresh) NoteConnection(*slot.conn);
-      Status s = fn(*slot.conn);  // not const: returned by move
-      if (s.ok() || !slot.conn->broken()) return s;
-      VLOG(1) << "rkv: connection to " << options_.server << " broke: " << s;
-      const auto now = Clock::now();
-      if (now >= deadline) {
-        if (s.code() == StatusCode::kDeadlineExceeded) return s;
-        return Unavailable("connection to " + options_.server +
-                           " broke and the deadline passed: " + s.ToString());
-      }
-      std::this_thread::sleep_for(std::min<Clock::duration>(backoff, deadline - now));
-      backoff = std::min(backoff * 2, std::chrono::milliseconds(50));
-    }
-  }
-
-  // Cluster mode: runs `fn` on a connection to server `server_id` as the
-  // current map describes it. A server marked DOWN, a failed connect, a
-  // broken connection or an epoch other than the map's make the call
-  // refetch the map (rate-limited) and retry with backoff until `deadline`.
-  // Errors name the server, its epoch and address. (Shards stay with their
-  // server id across restarts, so the id, not the key, is re-resolved.)
-  template <typename Fn>
-  Status WithServer(const std::string& server_id, Deadline deadline, Fn&& fn) {
-    std::chrono::milliseconds backoff(1);
-    Status last;
-    bool last_from_op = false;  // `last` came from fn, not from reaching the server
-    std::string last_server;
-    while (true) {
-      const auto table = Table();
-      const ServerEntry* e = table->Find(server_id);
-      if (e == nullptr) {
-        return Unavailable("server " + server_id + " is not in cluster map version " +
-                           to_string(table->version()));
-      }
-      last_server = e->Describe();
-      bool refetch_now = false;
-      if (!e->up) {
-        last = Unavailable("marked DOWN in cluster map version " + to_string(table->version()));
-        last_from_op = false;
-      } else {
-        auto pool = PoolFor(*e);
-        if (!pool.ok()) return pool.status().WithContext(last_server);
-        SlotLease lease(**pool);
-        ConnectionPool::Slot& slot = lease.slot();
-        bool fresh = false;
-        Status s = (*pool)->EnsureConnected(slot, request_, deadline, /*retry=*/false, &fresh);
-        if (s.ok() && fresh) {
-          const uint64_t server_epoch = slot.conn->accept().epoch;
-          switch (client::CompareEpoch(e->epoch, server_epoch)) {
-            case client::EpochRelation::kMatch:
-              NoteConnection(*slot.conn);
-              break;
-            case client::EpochRelation::kServerNewer:
-              // Restarted after this map was made: its new regions are in
-              // a newer map.
-              refetch_now = true;
-              [[fallthrough]];
-            case client::EpochRelation::kServerOlder:
-              slot.conn.reset();
-              last_from_op = false;
-              s = Unavailable("the server answered with epoch " + to_string(server_epoch) +
-                              ", cluster map version " + to_string(table->version()) + " lists epoch " +
-                              to_string(e->epoch));
-              break;
-          }
-        } else if (!s.ok() && !RetryableConnectError(s)) {
-          return s.WithContext(last_server);
+      if (a.server->up) [[likely]] {
+        ConnectionPool* pool = a.routes->pool(a.index);
+        if (pool == nullptr) [[unlikely]] {
+          auto attached = AttachPool(a);
+          if (!attached.ok()) return Named(*a.server, attached.status());
+          pool = *attached;
         }
-        if (s.ok()) {
-          s = fn(*slot.conn);
-          if (s.ok() || !slot.conn->broken()) return s.ok() ? s : s.WithContext(last_server);
-          VLOG(1) << "rkv: " << last_server << ": connection broke: " << s;
-          last = std::move(s);
-          last_from_op = true;
-        } else if (s.code() != StatusCode::kDeadlineExceeded || last.ok()) {
+        last_kind_.store(static_cast<int>(pool->kind()), std::memory_order_relaxed);
+        SlotLease lease(*pool, slot);
+        bool fresh = false;
+        Status s = lease.EnsureConnected(request_, deadline, &fresh);
+        if (s.ok() && fresh) {
+          s = AcceptIncarnation(a, lease);
+        } else if (!s.ok() && !RetryableConnectError(s)) {
+          return Named(*a.server, std::move(s));
+        }
+        if (s.ok()) [[likely]] {
+          s = fn(lease.conn());
+          if (s.ok()) [[likely]] return s;
+          if (!lease.conn().broken()) return Named(*a.server, std::move(s));
+          VLOG(1) << "rkv: connection to " << a.server->data_address << " broke: " << s;
+          a.last = std::move(s);
+          a.last_from_op = true;
+        } else if (s.code() != StatusCode::kDeadlineExceeded || a.last.ok()) {
           // (A connect cut short by the deadline says less than the error
           // before it.)
-          last = std::move(s);
-          last_from_op = false;
+          a.last = std::move(s);
+          a.last_from_op = false;
         }
+      } else {
+        a.last = Unavailable("marked DOWN in cluster map version " + to_string(a.routes->table().version()));
+        a.last_from_op = false;
       }
       // The lease is released: refetch and back off without holding a slot.
-      const bool newer = control_->MaybeRefetch(deadline) || refetch_now;
-      const auto now = Clock::now();
-      if (now >= deadline) {
-        if (last_from_op && last.code() == StatusCode::kDeadlineExceeded) return last.WithContext(last_server);
-        return Unavailable(last_server + ": " + last.ToString());
-      }
-      if (!newer) {
-        std::this_thread::sleep_for(std::min<Clock::duration>(backoff, deadline - now));
-        backoff = std::min(backoff * 2, kClusterBackoffMax);
-      }
+      RKV_RETURN_IF_ERROR(NextAttempt(a, deadline));
     }
   }
 
-  // The pool for the incarnation `e` describes: the existing one when the
-  // map still lists the same epoch and address, else a new one (calls that
-  // still hold the old one finish on it).
-  StatusOr<std::shared_ptr<ConnectionPool>> PoolFor(const ServerEntry& e) {
-    RKV_ASSIGN_OR_RETURN(transport::Transport * t, TransportFor(e));
-    std::lock_guard<std::mutex> lock(pools_mu_);
-    std::shared_ptr<ConnectionPool>& p = pools_[e.server_id];
-    if (!p || p->map_epoch() != e.epoch || p->address() != e.data_address) {
-      if (p) VLOG(1) << "rkv: " << e.Describe() << ": new incarnation, replacing its connections";
-      p = std::make_shared<ConnectionPool>(t, e.data_address, e.epoch, options_.connections);
-    }
-    return p;
-  }
-
-  // The transport to reach a server that announces `e.transport`.
-  StatusOr<transport::Transport*> TransportFor(const ServerEntry& e) {
-    const transport::Kind wanted = e.transport == "verbs" ? transport::Kind::kVerbs : transport::Kind::kTcp;
-    if (fixed_kind_ && *fixed_kind_ != wanted) {
-      return FailedPrecondition("the server speaks " + e.transport + " but ClientOptions.transport is " +
-                                options_.transport);
-    }
-    std::lock_guard<std::mutex> lock(transports_mu_);
-    auto& t = transports_[wanted];
-    if (!t) {
-      RKV_ASSIGN_OR_RETURN(t, transport::CreateTransport(wanted, transport::Options{}));
-    }
-    last_kind_.store(static_cast<int>(wanted), std::memory_order_relaxed);
-    return t.get();
-  }
+  // ---- What the public accessors report.
 
   void NoteConnection(const ServerConnection& conn) {
     const protocol::AcceptData& a = conn.accept();
@@ -417,19 +280,28 @@ class Client::Impl {
     epoch_.store(a.epoch, std::memory_order_relaxed);
   }
 
+  uint64_t ServerEpoch() const { return epoch_.load(std::memory_order_relaxed); }
+
   std::string TransportName() const {
-    if (!cluster()) return transport::KindName(single_transport_->kind());
     if (fixed_kind_) return transport::KindName(*fixed_kind_);
     const int k = last_kind_.load(std::memory_order_relaxed);
     return k < 0 ? "auto" : transport::KindName(static_cast<transport::Kind>(k));
   }
+  const std::string& TransportReason() const { return transport_reason_; }
 
-  StatusOr<ServerStatsInfo> Stats(std::string_view server_id, Deadline deadline) {
-    const auto table = Table();
-    const ServerEntry* e = table->Find(server_id);
+  // ---- Cluster only (callers check cluster()).
+
+  Status RefreshClusterMap(Deadline deadline) {
+    auto t = control_->Fetch(deadline);
+    return t.ok() ? Status::Ok() : t.status();
+  }
+
+  StatusOr<ServerStatsInfo> ServerStats(std::string_view server_id, Deadline deadline) {
+    const auto routes = Routing();
+    const ServerEntry* e = routes->table().Find(server_id);
     if (e == nullptr) {
       return NotFound("no server '" + control::Printable(server_id) + "' in cluster map version " +
-                      to_string(table->version()));
+                      to_string(routes->table().version()));
     }
     auto r = control_->Stats(e->admin_address, deadline);
     if (!r.ok()) return r.status().WithContext(e->Describe());
@@ -452,30 +324,181 @@ class Client::Impl {
     return out;
   }
 
+ private:
+  // What a call has seen over its attempts on one server.
+  struct Attempts {
+    Attempts(std::shared_ptr<Routes> r, size_t i)
+        : routes(std::move(r)), index(i), server(&routes->table().servers()[i]) {}
+    std::shared_ptr<Routes> routes;  // the newest the call has routed by
+    size_t index;                    // of the server in routes->table()
+    const ServerEntry* server;       // routes->table().servers()[index]
+    std::chrono::milliseconds backoff{1};
+    Status last;                // what failed last
+    bool last_from_op = false;  // `last` came from fn, not from reaching the server
+    bool refetch_now = false;   // the server is newer than the table: refetch without waiting
+  };
+
+  [[gnu::cold, gnu::noinline]] static Status BadKey(std::string_view key, uint32_t max) {
+    return InvalidArgument("key of " + to_string(key.size()) + " bytes: keys must be 1.." + to_string(max) +
+                           " bytes (the server's max_key_bytes)");
+  }
+
+  // `s` as a call reports it: a client of a coordinator names the server.
+  Status Named(const ServerEntry& e, Status s) const {
+    if (!cluster()) return s;
+    return s.WithContext(e.Describe());
+  }
+
+  // A new connection of `lease` answered for a.server: kept (and its limits
+  // and epoch noted) when it is the incarnation the table pins, or the
+  // table pins none; otherwise closed, with UNAVAILABLE saying which epoch
+  // answered (and, when the server is newer than the table, a refetch
+  // requested).
+  [[gnu::noinline]] Status AcceptIncarnation(Attempts& a, SlotLease& lease) {
+    const ServerEntry& e = *a.server;
+    const uint64_t server_epoch = lease.conn().accept().epoch;
+    const client::EpochRelation relation =
+        e.pins_epoch() ? client::CompareEpoch(e.epoch, server_epoch) : client::EpochRelation::kMatch;
+    switch (relation) {
+      case client::EpochRelation::kMatch:
+        NoteConnection(lease.conn());
+        return Status::Ok();
+      case client::EpochRelation::kServerNewer:
+        // Restarted after this map was made: its new regions are in a
+        // newer map.
+        a.refetch_now = true;
+        [[fallthrough]];
+      case client::EpochRelation::kServerOlder:
+        break;
+    }
+    lease.Drop();
+    return Unavailable("the server answered with epoch " + to_string(server_epoch) + ", cluster map version " +
+                       to_string(a.routes->table().version()) + " lists epoch " + to_string(e.epoch));
+  }
+
+  // Between two attempts: refetches the map (a client of a coordinator),
+  // returns the call's error once `deadline` passed (GiveUp), else waits
+  // the backoff (not when a newer map arrived) and finds the server in the
+  // newest table (UNAVAILABLE when it is no longer listed).
+  [[gnu::noinline]] Status NextAttempt(Attempts& a, Deadline deadline) {
+    const bool newer = (control_ != nullptr && control_->MaybeRefetch(deadline)) || a.refetch_now;
+    a.refetch_now = false;
+    const auto now = Clock::now();
+    if (now >= deadline) return GiveUp(*a.server, std::move(a.last), a.last_from_op);
+    if (!newer) {
+      std::this_thread::sleep_for(std::min<Clock::duration>(a.backoff, deadline - now));
+      a.backoff = std::min(a.backoff * 2, kBackoffMax);
+    }
+    auto routes = Routing();
+    const RoutingTable& table = routes->table();
+    const ServerEntry* e = table.Find(a.server->server_id);
+    if (e == nullptr) {
+      return Unavailable("server " + a.server->server_id + " is not in cluster map version " +
+                         to_string(table.version()));
+    }
+    a.index = static_cast<size_t>(e - table.servers().data());
+    a.server = e;
+    a.routes = std::move(routes);
+    return Status::Ok();
+  }
+
+  // The error of a call whose deadline passed while its attempts on `e`
+  // kept failing; `last` is the last failure, from the operation itself
+  // when `from_op`, else from reaching the server.
+  Status GiveUp(const ServerEntry& e, Status last, bool from_op) const {
+    if (from_op && last.code() == StatusCode::kDeadlineExceeded) return Named(e, std::move(last));
+    if (cluster()) return Unavailable(e.Describe() + ": " + last.ToString());
+    if (from_op) {
+      return Unavailable("connection to " + e.data_address + " broke and the deadline passed: " + last.ToString());
+    }
+    return Unavailable("cannot connect to " + e.data_address + " within the deadline; last error: " +
+                       last.ToString());
+  }
+
+  // The newest table's routes, made when a table came since the current
+  // ones were (or at the first call).
+  [[gnu::noinline]] std::shared_ptr<Routes> NewRoutes() EXCLUDES(routes_mu_) {
+    // The generation is read first: the table is that one or newer, and
+    // routes stamped older than their table are only remade once more.
+    const uint64_t generation = holder_.generation();
+    auto routes = std::make_shared<Routes>(holder_.Current(), generation);
+    std::shared_ptr<Routes> old;  // released outside the lock
+    MutexLock lock(routes_mu_);
+    if (routes_ != nullptr && routes_->generation() >= generation) return routes_;
+    old = std::move(routes_);
+    routes_ = routes;
+    return routes;
+  }
+
+  // Attaches to a.routes the pool of a.server's incarnation (PoolFor).
+  [[gnu::noinline]] StatusOr<ConnectionPool*> AttachPool(const Attempts& a) {
+    RKV_ASSIGN_OR_RETURN(std::shared_ptr<ConnectionPool> pool, PoolFor(*a.server));
+    return a.routes->Attach(a.index, std::move(pool));
+  }
+
+  // The pool for the incarnation `e` describes: the existing one while the
+  // table lists the same epoch, address and transport, else a new one
+  // (calls that still hold the old one finish on it).
+  StatusOr<std::shared_ptr<ConnectionPool>> PoolFor(const ServerEntry& e) EXCLUDES(pools_mu_) {
+    {
+      MutexLock lock(pools_mu_);
+      const auto it = pools_.find(e.server_id);
+      if (it != pools_.end() && Serves(*it->second, e)) return it->second;
+    }
+    RKV_ASSIGN_OR_RETURN(transport::Transport * t, TransportFor(e));
+    MutexLock lock(pools_mu_);
+    std::shared_ptr<ConnectionPool>& p = pools_[e.server_id];
+    if (!p || !Serves(*p, e)) {
+      if (p) VLOG(1) << "rkv: " << e.Describe() << ": new incarnation, replacing its connections";
+      p = std::make_shared<ConnectionPool>(t, e.data_address, e.epoch, options_.connections);
+    }
+    return p;
+  }
+
+  // The transport to reach a server that announces `e.transport` (made on
+  // first use; FAILED_PRECONDITION when ClientOptions.transport names the
+  // other one).
+  StatusOr<transport::Transport*> TransportFor(const ServerEntry& e) EXCLUDES(transports_mu_) {
+    const transport::Kind wanted = KindOf(e);
+    if (fixed_kind_ && *fixed_kind_ != wanted) {
+      return FailedPrecondition("the server speaks " + e.transport + " but ClientOptions.transport is " +
+                                options_.transport);
+    }
+    MutexLock lock(transports_mu_);
+    auto& t = transports_[wanted];
+    if (!t) {
+      RKV_ASSIGN_OR_RETURN(t, transport::CreateTransport(wanted, transport::Options{}));
+    }
+    last_kind_.store(static_cast<int>(wanted), std::memory_order_relaxed);
+    return t.get();
+  }
+
   const ClientOptions options_;
+  protocol::ConnectRequestData request_;
+
+  // Set by Init* and read-only afterwards.
+  std::optional<transport::Kind> fixed_kind_;  // the transport of every server, unless "auto" with a coordinator
   std::string transport_reason_;
+
+  // What the newest connection announced, and the transport last used.
   std::atomic<uint32_t> max_key_bytes_{0};
   std::atomic<uint32_t> max_value_bytes_{0};
   std::atomic<uint64_t> epoch_{0};
-
-  // Cluster mode.
-  client::MapHolder holder_;
-  std::unique_ptr<client::ControlClient> control_;
-
- private:
-  protocol::ConnectRequestData request_;
-
-  // Single-server mode.
-  std::unique_ptr<transport::Transport> single_transport_;
-  std::unique_ptr<ConnectionPool> single_pool_;
-
-  // Cluster mode.
-  std::optional<transport::Kind> fixed_kind_;  // set unless transport is "auto"
   std::atomic<int> last_kind_{-1};
-  std::mutex transports_mu_;
-  std::map<transport::Kind, std::unique_ptr<transport::Transport>> transports_;  // guarded by transports_mu_
-  std::mutex pools_mu_;
-  std::map<std::string, std::shared_ptr<ConnectionPool>> pools_;  // guarded by pools_mu_
+
+  client::MapHolder holder_;
+  std::unique_ptr<client::ControlClient> control_;  // null for a client of one server
+
+  // Declaration order matters: the pools (whose connections use the
+  // transports) are destroyed before transports_.
+  Mutex transports_mu_;
+  std::map<transport::Kind, std::unique_ptr<transport::Transport>> transports_ GUARDED_BY(transports_mu_);
+  // One pool per server id: its newest incarnation's.
+  Mutex pools_mu_;
+  std::map<std::string, std::shared_ptr<ConnectionPool>> pools_ GUARDED_BY(pools_mu_);
+  // The routes calls take (Routing).
+  Mutex routes_mu_;
+  std::shared_ptr<Routes> routes_ GUARDED_BY(routes_mu_);
 };
 
 StatusOr<std::unique_ptr<Client>> Client::Connect(const ClientOptions& options) {
@@ -516,10 +539,8 @@ StatusOr<std::unique_ptr<Client>> Client::Connect(const ClientOptions& options) 
   RKV_RETURN_IF_ERROR(ParseHostPort(options.server, &host, &port));
   if (port == 0) return InvalidArgument("server address '" + options.server + "' has port 0");
   VLOG(1) << "rkv: " << why;
-  RKV_ASSIGN_OR_RETURN(std::unique_ptr<transport::Transport> t,
-                       transport::CreateTransport(kind, transport::Options{}));
   auto impl = std::make_unique<Impl>(effective);
-  RKV_RETURN_IF_ERROR(impl->InitSingle(std::move(t), std::move(why)));
+  RKV_RETURN_IF_ERROR(impl->InitServer(kind, std::move(why)));
   return std::unique_ptr<Client>(new Client(std::move(impl)));
 }
 
@@ -530,11 +551,12 @@ Status Client::Get(std::string_view key, std::string* value, uint64_t* version,
                    const CallOptions& call) {
   if (value == nullptr) return InvalidArgument("Get: no string to put the value in (value is null)");
   value->clear();
-  RKV_RETURN_IF_ERROR(impl_->CheckKey(key));
+  auto routes = impl_->Routing();
+  RKV_RETURN_IF_ERROR(impl_->CheckKey(routes->table(), key));
   const Deadline deadline = impl_->DeadlineOf(call);
   client::LookupResult result;
   result.value.swap(*value);  // the lookup copies the value into the caller's memory
-  Status s = impl_->WithKey(key, deadline, [&](ServerConnection& conn) {
+  Status s = impl_->WithKey(std::move(routes), key, deadline, [&](ServerConnection& conn) {
     return conn.Lookup(std::span<const std::string_view>(&key, 1),
                        std::span<client::LookupResult>(&result, 1), deadline);
   });
@@ -561,11 +583,12 @@ StatusOr<std::string> Client::Get(std::string_view key, const CallOptions& call)
 
 StatusOr<uint64_t> Client::Put(std::string_view key, std::string_view value,
                                const CallOptions& call) {
-  RKV_RETURN_IF_ERROR(impl_->CheckKey(key));
-  RKV_RETURN_IF_ERROR(impl_->CheckValue(value));
+  auto routes = impl_->Routing();
+  RKV_RETURN_IF_ERROR(impl_->CheckKey(routes->table(), key));
+  RKV_RETURN_IF_ERROR(impl_->CheckValue(routes->table(), value));
   const Deadline deadline = impl_->DeadlineOf(call);
   client::ApplyResult result;
-  const Status s = impl_->WithKey(key, deadline, [&](ServerConnection& conn) -> Status {
+  const Status s = impl_->WithKey(std::move(routes), key, deadline, [&](ServerConnection& conn) -> Status {
     // The limits may differ on a restarted server; the check above used the
     // newest connection's (or the map's), this one uses this connection's.
     if (key.size() > conn.accept().max_key_bytes || value.size() > conn.accept().max_value_bytes) {
@@ -585,10 +608,11 @@ StatusOr<uint64_t> Client::Put(std::string_view key, std::string_view value,
 }
 
 Status Client::Delete(std::string_view key, const CallOptions& call) {
-  RKV_RETURN_IF_ERROR(impl_->CheckKey(key));
+  auto routes = impl_->Routing();
+  RKV_RETURN_IF_ERROR(impl_->CheckKey(routes->table(), key));
   const Deadline deadline = impl_->DeadlineOf(call);
   client::ApplyResult result;
-  RKV_RETURN_IF_ERROR(impl_->WithKey(key, deadline, [&](ServerConnection& conn) -> Status {
+  RKV_RETURN_IF_ERROR(impl_->WithKey(std::move(routes), key, deadline, [&](ServerConnection& conn) -> Status {
     if (key.size() > conn.accept().max_key_bytes) {
       return InvalidArgument("key of " + to_string(key.size()) + " bytes: over the server's max_key_bytes " +
                              to_string(conn.accept().max_key_bytes));
@@ -604,40 +628,33 @@ Status Client::Delete(std::string_view key, const CallOptions& call) {
 std::vector<StatusOr<std::string>> Client::MultiGet(std::span<const std::string> keys,
                                                     const CallOptions& call) {
   const Deadline deadline = impl_->DeadlineOf(call);
+  const auto routes = impl_->Routing();
+  const RoutingTable& table = routes->table();
   std::vector<client::LookupResult> results(keys.size());
   std::vector<Status> group_status(keys.size());  // per key: its group's call status
   for (size_t i = 0; i < keys.size(); ++i) {
-    Status s = impl_->CheckKey(keys[i]);
+    Status s = impl_->CheckKey(table, keys[i]);
     if (!s.ok()) {
       results[i].done = true;
       results[i].status = std::move(s);
     }
   }
-  if (!impl_->cluster()) {
-    std::vector<std::string_view> views(keys.begin(), keys.end());
-    const Status s = impl_->WithSingle(deadline, [&](ServerConnection& conn) {
-      return conn.Lookup(views, results, deadline);
-    });
-    std::fill(group_status.begin(), group_status.end(), s);
-  } else {
-    // Group the keys by owner (one map snapshot), run each group on its
-    // server, results land back at the keys' positions.
-    const auto table = impl_->Table();
-    std::map<size_t, std::vector<size_t>> groups;  // server index -> key positions
-    for (size_t i = 0; i < keys.size(); ++i) {
-      if (!results[i].done) groups[table->OwnerIndexOf(keys[i])].push_back(i);
-    }
-    for (const auto& [server, positions] : groups) {
-      std::vector<std::string_view> views;
-      std::vector<client::LookupResult> group(positions.size());
-      views.reserve(positions.size());
-      for (size_t p : positions) views.push_back(keys[p]);
-      const Status s = impl_->WithServer(table->servers()[server].server_id, deadline,
-                                         [&](ServerConnection& conn) { return conn.Lookup(views, group, deadline); });
-      for (size_t j = 0; j < positions.size(); ++j) {
-        results[positions[j]] = std::move(group[j]);
-        group_status[positions[j]] = s;
-      }
+  // Group the keys by owner (one table for all), run each group on its
+  // server, results land back at the keys' positions.
+  std::map<size_t, std::vector<size_t>> groups;  // server index -> key positions
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if (!results[i].done) groups[table.OwnerIndexOf(keys[i])].push_back(i);
+  }
+  for (const auto& [server, positions] : groups) {
+    std::vector<std::string_view> views;
+    std::vector<client::LookupResult> group(positions.size());
+    views.reserve(positions.size());
+    for (size_t p : positions) views.push_back(keys[p]);
+    const Status s = impl_->WithServer(routes, server, deadline,
+                                       [&](ServerConnection& conn) { return conn.Lookup(views, group, deadline); });
+    for (size_t j = 0; j < positions.size(); ++j) {
+      results[positions[j]] = std::move(group[j]);
+      group_status[positions[j]] = s;
     }
   }
   std::vector<StatusOr<std::string>> out;
@@ -655,37 +672,36 @@ std::vector<StatusOr<std::string>> Client::MultiGet(std::span<const std::string>
   return out;
 }
 
-uint32_t Client::max_key_bytes() const { return impl_->MaxKeyBytes(); }
-uint32_t Client::max_value_bytes() const { return impl_->MaxValueBytes(); }
-uint64_t Client::server_epoch() const { return impl_->epoch_.load(std::memory_order_relaxed); }
+uint32_t Client::max_key_bytes() const { return impl_->MaxKeyBytes(impl_->Routing()->table()); }
+uint32_t Client::max_value_bytes() const { return impl_->MaxValueBytes(impl_->Routing()->table()); }
+uint64_t Client::server_epoch() const { return impl_->ServerEpoch(); }
 std::string Client::transport_name() const { return impl_->TransportName(); }
-std::string Client::transport_reason() const { return impl_->transport_reason_; }
+std::string Client::transport_reason() const { return impl_->TransportReason(); }
 
 bool Client::cluster_mode() const { return impl_->cluster(); }
 
 uint64_t Client::cluster_map_version() const {
   if (!impl_->cluster()) return 0;
-  return impl_->Table()->version();
+  return impl_->Routing()->table().version();
 }
 
 StatusOr<std::vector<MemberInfo>> Client::Members() const {
   if (!impl_->cluster()) return FailedPrecondition("Members needs a client connected through a coordinator");
-  const auto table = impl_->Table();
+  const auto routes = impl_->Routing();
   std::vector<MemberInfo> out;
-  out.reserve(table->servers().size());
-  for (const ServerEntry& e : table->servers()) out.push_back(ToMember(e));
+  out.reserve(routes->table().servers().size());
+  for (const ServerEntry& e : routes->table().servers()) out.push_back(ToMember(e));
   return out;
 }
 
 StatusOr<ServerStatsInfo> Client::ServerStats(std::string_view server_id, const CallOptions& call) {
   if (!impl_->cluster()) return FailedPrecondition("ServerStats needs a client connected through a coordinator");
-  return impl_->Stats(server_id, impl_->DeadlineOf(call));
+  return impl_->ServerStats(server_id, impl_->DeadlineOf(call));
 }
 
 Status Client::RefreshClusterMap(const CallOptions& call) {
   if (!impl_->cluster()) return FailedPrecondition("RefreshClusterMap needs a client connected through a coordinator");
-  auto t = impl_->control_->Fetch(impl_->DeadlineOf(call));
-  return t.ok() ? Status::Ok() : t.status();
+  return impl_->RefreshClusterMap(impl_->DeadlineOf(call));
 }
 
 }  // namespace rkv

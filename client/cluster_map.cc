@@ -58,12 +58,23 @@ StatusOr<std::shared_ptr<const RoutingTable>> RoutingTable::Build(const v1::Clus
   return std::shared_ptr<const RoutingTable>(std::move(t));
 }
 
-const ServerEntry& RoutingTable::OwnerOfShard(uint32_t shard) const {
-  return servers_[shard_to_server_[shard]];
+std::shared_ptr<const RoutingTable> RoutingTable::ForServer(const std::string& data_address,
+                                                           const std::string& transport) {
+  std::shared_ptr<RoutingTable> t(new RoutingTable());
+  ServerEntry e;
+  e.server_id = data_address;
+  e.up = true;
+  e.state = "UP";
+  e.data_address = data_address;
+  e.transport = transport;
+  e.shards_owned = 1;
+  t->servers_.push_back(std::move(e));
+  t->shard_to_server_.push_back(0);
+  return t;
 }
 
-size_t RoutingTable::OwnerIndexOf(std::string_view key) const {
-  return shard_to_server_[ShardOf(key, shard_count())];
+const ServerEntry& RoutingTable::OwnerOfShard(uint32_t shard) const {
+  return servers_[shard_to_server_[shard]];
 }
 
 const ServerEntry& RoutingTable::OwnerOf(std::string_view key) const { return servers_[OwnerIndexOf(key)]; }
@@ -81,17 +92,18 @@ EpochRelation CompareEpoch(uint64_t map_epoch, uint64_t server_epoch) {
 }
 
 std::shared_ptr<const RoutingTable> MapHolder::Current() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return table_;
 }
 
 bool MapHolder::InstallIfNewer(std::shared_ptr<const RoutingTable> table) {
   if (!table) return false;
   std::shared_ptr<const RoutingTable> old;  // released outside the lock
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   if (table_ && table->version() <= table_->version()) return false;
   old = std::move(table_);
   table_ = std::move(table);
+  generation_.fetch_add(1, std::memory_order_release);
   return true;
 }
 

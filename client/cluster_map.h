@@ -1,6 +1,8 @@
-// The client's view of a cluster map: a routing table built from a
-// validated v1::ClusterMap (key -> shard -> owning server), and the holder
-// that publishes the newest one.
+// The client's routing: a table that sends each key to the server that
+// owns it (key -> shard -> owning server), and the holder that publishes
+// the newest one. A table is built from a validated v1::ClusterMap (a
+// client of a coordinator), or for one server given by its address, which
+// then owns every shard (a client of one server: no coordinator).
 //
 // A RoutingTable is immutable once built; the holder swaps whole tables
 // (a shared_ptr under a mutex), so a reader sees either the old map or the
@@ -10,13 +12,15 @@
 // thread-safe.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "common/hash.h"
+#include "common/mutex.h"
 #include "common/status.h"
 #include "proto/rkv.pb.h"
 
@@ -25,6 +29,7 @@ namespace rkv::client {
 // One server as the map describes it.
 struct ServerEntry {
   std::string server_id;
+  // The incarnation the map lists; 0 in a table built by ForServer.
   uint64_t epoch = 0;
   bool up = false;
   std::string state;  // "UP" or "DOWN"
@@ -38,6 +43,13 @@ struct ServerEntry {
   uint64_t heap_bytes_used = 0;
   uint64_t heap_bytes = 0;
 
+  // Whether a connection must reach the incarnation `epoch` names
+  // (CompareEpoch). A coordinator's map pins every server's; the table of
+  // one server given by its address pins none: whichever incarnation
+  // answers is the one meant, so a restarted server is followed by
+  // reconnecting alone.
+  bool pins_epoch() const { return epoch != 0; }
+
   // "server ID (epoch E, ADDRESS)", the prefix of every error about it.
   std::string Describe() const;
 };
@@ -48,6 +60,13 @@ class RoutingTable {
   // for a malformed map; UNAVAILABLE "cluster has K of N servers" while
   // the map has no shard assignment yet (the cluster is not complete).
   static StatusOr<std::shared_ptr<const RoutingTable>> Build(const v1::ClusterMap& map);
+  // The table of one server reached directly at `data_address`, speaking
+  // `transport` ("tcp" or "verbs"): version 0, one shard, which the server
+  // owns; its entry is UP, named by its address, pins no epoch (0), and
+  // knows no limits (the min_max_*() are 0: the connections' accept data
+  // tells them).
+  static std::shared_ptr<const RoutingTable> ForServer(const std::string& data_address,
+                                                       const std::string& transport);
 
   uint64_t version() const { return version_; }
   uint32_t shard_count() const { return static_cast<uint32_t>(shard_to_server_.size()); }
@@ -58,11 +77,16 @@ class RoutingTable {
   const ServerEntry& OwnerOfShard(uint32_t shard) const;
   // The owner of `key`: OwnerOfShard(ShardOf(key, shard_count())).
   const ServerEntry& OwnerOf(std::string_view key) const;
-  // The index into servers() of the owner of `key`.
-  size_t OwnerIndexOf(std::string_view key) const;
+  // The index into servers() of the owner of `key`. Inline: every call of
+  // the client asks it; with one server, no hash is needed.
+  size_t OwnerIndexOf(std::string_view key) const {
+    if (servers_.size() == 1) return 0;
+    return shard_to_server_[ShardOf(key, shard_count())];
+  }
   // The server named `server_id`, or nullptr.
   const ServerEntry* Find(std::string_view server_id) const;
-  // The smallest limits over all servers (what every server accepts).
+  // The smallest limits over all servers (what every server accepts); 0
+  // when the table does not know them (ForServer).
   uint32_t min_max_key_bytes() const { return min_max_key_bytes_; }
   uint32_t min_max_value_bytes() const { return min_max_value_bytes_; }
 
@@ -77,7 +101,7 @@ class RoutingTable {
 };
 
 // How a connected server's epoch (from its accept data) relates to the
-// epoch the map lists for it.
+// epoch the map lists for it (see ServerEntry::pins_epoch).
 enum class EpochRelation {
   kMatch,        // the incarnation the map describes
   kServerNewer,  // the server restarted after this map: refetch the map
@@ -89,14 +113,21 @@ EpochRelation CompareEpoch(uint64_t map_epoch, uint64_t server_epoch);
 class MapHolder {
  public:
   // The current table; nullptr before the first Install.
-  std::shared_ptr<const RoutingTable> Current() const;
+  std::shared_ptr<const RoutingTable> Current() const EXCLUDES(mu_);
   // Installs `table` when there is none yet or its version is higher than
   // the current one's; returns whether it did.
-  bool InstallIfNewer(std::shared_ptr<const RoutingTable> table);
+  bool InstallIfNewer(std::shared_ptr<const RoutingTable> table) EXCLUDES(mu_);
+  // How many tables were installed so far, without taking the lock: a
+  // reader that keeps what it derived from a table checks it against this
+  // to see whether a newer table came (then Current() has it, or a newer
+  // one).
+  uint64_t generation() const { return generation_.load(std::memory_order_acquire); }
 
  private:
-  mutable std::mutex mu_;
-  std::shared_ptr<const RoutingTable> table_;  // guarded by mu_
+  mutable Mutex mu_;
+  std::shared_ptr<const RoutingTable> table_ GUARDED_BY(mu_);
+  // Raised (release) after table_ changed, under mu_.
+  std::atomic<uint64_t> generation_{0};
 };
 
 }  // namespace rkv::client

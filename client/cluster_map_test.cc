@@ -155,6 +155,35 @@ TEST(RoutingTableTest, RejectsMalformedMaps) {
   }
 }
 
+TEST(RoutingTableTest, OneServerGivenByItsAddressOwnsEveryKey) {
+  const auto table = RoutingTable::ForServer("10.0.0.5:7700", "verbs");
+  EXPECT_EQ(table->version(), 0u);
+  EXPECT_EQ(table->shard_count(), 1u);
+  ASSERT_EQ(table->servers().size(), 1u);
+  const ServerEntry& e = table->servers()[0];
+  EXPECT_EQ(e.server_id, "10.0.0.5:7700");
+  EXPECT_EQ(e.data_address, "10.0.0.5:7700");
+  EXPECT_EQ(e.transport, "verbs");
+  EXPECT_TRUE(e.up);
+  EXPECT_EQ(e.state, "UP");
+  // No incarnation is pinned: a restarted server is the same server.
+  EXPECT_FALSE(e.pins_epoch());
+  // Limits come from the connections, not from the table.
+  EXPECT_EQ(table->min_max_key_bytes(), 0u);
+  EXPECT_EQ(table->min_max_value_bytes(), 0u);
+  for (const std::string& key : std::vector<std::string>{"a", "user:42", std::string(1024, 'k')}) {
+    EXPECT_EQ(table->OwnerIndexOf(key), 0u) << key;
+    EXPECT_EQ(&table->OwnerOf(key), &e) << key;
+  }
+  EXPECT_EQ(table->Find("10.0.0.5:7700"), &e);
+  EXPECT_EQ(table->Find("10.0.0.5:7701"), nullptr);
+
+  // A coordinator's map pins every server's incarnation.
+  auto map = RoutingTable::Build(ThreeServerMap(5));
+  ASSERT_TRUE(map.ok());
+  for (const ServerEntry& s : (*map)->servers()) EXPECT_TRUE(s.pins_epoch()) << s.server_id;
+}
+
 TEST(EpochTest, ComparesTheServersEpochWithTheMaps) {
   EXPECT_EQ(CompareEpoch(5, 5), EpochRelation::kMatch);
   EXPECT_EQ(CompareEpoch(5, 6), EpochRelation::kServerNewer);
@@ -166,10 +195,12 @@ TEST(MapHolderTest, InstallsOnlyNewerVersionsAndSwapsWholeTables) {
   MapHolder holder;
   EXPECT_EQ(holder.Current(), nullptr);
   EXPECT_FALSE(holder.InstallIfNewer(nullptr));
+  EXPECT_EQ(holder.generation(), 0u);
 
   auto v5 = RoutingTable::Build(ThreeServerMap(5));
   ASSERT_TRUE(v5.ok());
   EXPECT_TRUE(holder.InstallIfNewer(*v5));
+  EXPECT_EQ(holder.generation(), 1u);
   const auto held = holder.Current();
   ASSERT_NE(held, nullptr);
   EXPECT_EQ(held->version(), 5u);
@@ -188,6 +219,7 @@ TEST(MapHolderTest, InstallsOnlyNewerVersionsAndSwapsWholeTables) {
   EXPECT_TRUE(holder.InstallIfNewer(*v7));
   EXPECT_FALSE(holder.InstallIfNewer(*v6));        // older
   EXPECT_FALSE(holder.InstallIfNewer(*v7_again));  // same version
+  EXPECT_EQ(holder.generation(), 2u);              // only installs count
   const auto now = holder.Current();
   EXPECT_EQ(now->version(), 7u);
   EXPECT_EQ(now->Find("b")->epoch, 99u);

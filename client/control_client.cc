@@ -36,11 +36,11 @@ ControlClient::ControlClient(std::string coordinator, const std::string& token, 
 
 ControlClient::~ControlClient() {
   {
-    std::lock_guard<std::mutex> lock(watch_mu_);
+    MutexLock lock(watch_mu_);
     stopping_ = true;
     if (watch_context_ != nullptr) watch_context_->TryCancel();
   }
-  watch_cv_.notify_all();
+  watch_cv_.NotifyAll();
   if (watch_thread_.joinable()) watch_thread_.join();
 }
 
@@ -61,8 +61,13 @@ StatusOr<std::shared_ptr<const RoutingTable>> ControlClient::Fetch(Deadline dead
 }
 
 bool ControlClient::MaybeRefetch(Deadline deadline) {
-  std::unique_lock<std::mutex> lock(refetch_mu_, std::try_to_lock);
-  if (!lock.owns_lock()) return false;  // another call is refetching
+  if (!refetch_mu_.TryLock()) return false;  // another call is refetching
+  const bool installed = RefetchLocked(deadline);
+  refetch_mu_.Unlock();
+  return installed;
+}
+
+bool ControlClient::RefetchLocked(Deadline deadline) {
   const auto now = Clock::now();
   if (last_refetch_ != Clock::time_point{} && now - last_refetch_ < kMinRefetchInterval) return false;
   last_refetch_ = now;
@@ -82,7 +87,7 @@ bool ControlClient::MaybeRefetch(Deadline deadline) {
 }
 
 void ControlClient::StartWatch() {
-  std::lock_guard<std::mutex> lock(watch_mu_);
+  MutexLock lock(watch_mu_);
   if (watch_thread_.joinable() || stopping_) return;
   watch_thread_ = std::thread([this] { WatchLoop(); });
 }
@@ -93,7 +98,7 @@ void ControlClient::WatchLoop() {
     grpc::ClientContext context;
     control::AttachTokenDigest(&context, digest_hex_);
     {
-      std::lock_guard<std::mutex> lock(watch_mu_);
+      MutexLock lock(watch_mu_);
       if (stopping_) return;
       watch_context_ = &context;
     }
@@ -116,16 +121,21 @@ void ControlClient::WatchLoop() {
     }
     const grpc::Status end = reader->Finish();
     {
-      std::lock_guard<std::mutex> lock(watch_mu_);
+      MutexLock lock(watch_mu_);
       watch_context_ = nullptr;
       if (stopping_) return;
     }
     VLOG(1) << "rkv: watch of coordinator " << coordinator_ << " ended: " << control::FromGrpc(end)
             << "; reconnecting in " << backoff.count() << " ms";
     if (got_any) backoff = kWatchBackoffMin;
-    std::unique_lock<std::mutex> lock(watch_mu_);
-    watch_cv_.wait_for(lock, backoff, [this] { return stopping_; });
-    if (stopping_) return;
+    {
+      // Waits out the backoff, or until the destructor sets stopping_.
+      MutexLock lock(watch_mu_);
+      const auto until = std::chrono::steady_clock::now() + backoff;
+      while (!stopping_ && watch_cv_.WaitUntil(watch_mu_, until)) {
+      }
+      if (stopping_) return;
+    }
     backoff = std::min(backoff * 2, kWatchBackoffMax);
   }
 }

@@ -11,9 +11,7 @@
 #pragma once
 
 #include <chrono>
-#include <condition_variable>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 
@@ -22,7 +20,9 @@
 
 #include "client/cluster_map.h"
 #include "client/server_connection.h"
+#include "common/mutex.h"
 #include "common/status.h"
+#include "common/thread_annotations.h"
 #include "proto/rkv.grpc.pb.h"
 
 namespace rkv::client {
@@ -54,16 +54,18 @@ class ControlClient {
   // is running in another thread). It takes at most half the time left
   // before `deadline` (and 500 ms). A failure is logged, not returned: the
   // cached map stays in use. Returns whether a newer map got installed.
-  bool MaybeRefetch(Deadline deadline);
+  bool MaybeRefetch(Deadline deadline) EXCLUDES(refetch_mu_);
 
   // Starts the watch thread (once).
-  void StartWatch();
+  void StartWatch() EXCLUDES(watch_mu_);
 
   // Admin.Stats of the server whose Admin service is at `admin_address`.
   StatusOr<v1::StatsResponse> Stats(const std::string& admin_address, Deadline deadline);
 
  private:
-  void WatchLoop();
+  // MaybeRefetch once it holds refetch_mu_.
+  bool RefetchLocked(Deadline deadline) REQUIRES(refetch_mu_);
+  void WatchLoop() EXCLUDES(watch_mu_);
 
   const std::string coordinator_;
   const std::string digest_hex_;
@@ -71,13 +73,15 @@ class ControlClient {
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::Coordinator::Stub> stub_;
 
-  std::mutex refetch_mu_;  // held by the one thread refetching
-  Clock::time_point last_refetch_{};  // guarded by refetch_mu_
+  Mutex refetch_mu_;  // held by the one thread refetching
+  Clock::time_point last_refetch_ GUARDED_BY(refetch_mu_){};
 
-  std::mutex watch_mu_;
-  std::condition_variable watch_cv_;
-  bool stopping_ = false;                          // guarded by watch_mu_
-  grpc::ClientContext* watch_context_ = nullptr;   // guarded by watch_mu_
+  Mutex watch_mu_;
+  CondVar watch_cv_;  // signalled when stopping_ is set
+  bool stopping_ GUARDED_BY(watch_mu_) = false;
+  grpc::ClientContext* watch_context_ GUARDED_BY(watch_mu_) = nullptr;  // the running watch's, to cancel it
+  // Started by StartWatch (under watch_mu_), joined by the destructor once
+  // stopping_ is set (without the lock, which the thread takes).
   std::thread watch_thread_;
 };
 

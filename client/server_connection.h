@@ -19,8 +19,13 @@
 // the connection broken (and disconnects it). A broken connection fails
 // every later call with the status that broke it; the owner reconnects.
 //
-// Thread safety: none. The owner serializes all calls (Client keeps each
-// connection under a mutex).
+// The class is defined in three files: server_connection.cc (Open, the
+// buffer layout, completion dispatch), server_connection_get.cc (Lookup:
+// the one-sided READs of a GET) and server_connection_put.cc (Apply: the
+// staging-ring WRITE, the request SEND and the reply).
+//
+// Thread safety: none. The owner serializes all calls (the client keeps
+// each connection in a pool slot under that slot's mutex).
 #pragma once
 
 #include <array>
@@ -92,12 +97,14 @@ class ServerConnection {
 
   bool broken() const { return broken_; }
   const protocol::AcceptData& accept() const { return accept_; }
-  const layout::TableHeader& table() const { return table_; }
+  // The server's table header as READ at connect time (checked against
+  // the accept data).
+  const layout::TableHeader& table_header() const { return table_header_; }
 
   // Looks up every key whose result is not done yet (keys.size() ==
   // results.size()): one READ of the key's neighbourhood, then one READ of
   // each block whose slot fingerprint matches; a miss is confirmed by one
-  // more neighbourhood READ (see LookupBatch). Torn, reused or leased-out
+  // more neighbourhood READ (server_connection_get.cc). Torn, reused or leased-out
   // reads are retried with backoff until `deadline`; afterwards every such
   // result is done.
   // Returns non-OK only when the connection broke: results already done
@@ -117,60 +124,11 @@ class ServerConnection {
     void operator()(uint8_t* p) const { std::free(p); }
   };
 
-  ServerConnection(std::unique_ptr<transport::Connection> conn, const protocol::AcceptData& accept,
-                   std::string address);
-  Status Init(transport::Transport& transport, Deadline deadline);
-  Status LookupBatch(std::span<const std::string_view> keys, std::span<LookupResult> results,
-                     std::span<const size_t> batch, Deadline deadline);
-
-  // Posts `ops` (the last one signaled, wr_ids filled in here) and waits
-  // for the signaled completion. `now` is a clock reading taken just
-  // before the call (saves reading the clock again for the first wait).
-  Status PostReadsAndWait(std::span<transport::ReadOp> ops, Deadline deadline,
-                          Clock::time_point now, std::string_view what);
-  // PostReadsAndWait's uncommon end: a failure, or completions of other
-  // work that arrived meanwhile.
-  [[gnu::cold, gnu::noinline]] Status AfterReads(Status s, std::string_view what);
-  // Polls until done() or the deadline (which breaks the connection: work
-  // is in flight). `now` as for PostReadsAndWait.
-  template <typename Done>
-  Status WaitFor(Done done, Deadline deadline, Clock::time_point now, std::string_view what);
-  // Polls once, up to `wait`, and dispatches the completions.
-  Status PollOnce(std::chrono::microseconds wait);
-  // Accounts for one completion (receives: HandleReceive); a failed one
-  // breaks the connection.
-  void HandleCompletion(const transport::Completion& c);
-  void HandleReceive(uint64_t index, uint32_t byte_len);
-  Status MarkBroken(Status why);
-
-  uint64_t NextWrId() { return next_wr_id_++; }
-
-  // Declaration order is teardown order, reversed: the connection (queue
-  // pair) goes first, then the registration, then the memory it covered.
-  std::unique_ptr<uint8_t, FreeDeleter> buffer_;
-  std::unique_ptr<transport::MemoryRegion> mr_;
-  std::unique_ptr<transport::Connection> conn_;
-
-  const std::string address_;
-  const protocol::AcceptData accept_;
-  layout::TableHeader table_{};
-  const std::chrono::microseconds lease_;
-  const uint64_t max_block_;
-
-  // Offsets into buffer_.
-  size_t block_area_offset_ = 0;
-  size_t block_area_bytes_ = 0;
-  size_t build_offset_ = 0;
-  size_t send_offset_ = 0;
-  size_t recv_offset_ = 0;
-  uint32_t posted_recvs_ = 0;
-
-  StagingRing ring_;
-  uint32_t credits_ = 0;
-  uint32_t max_credits_ = 0;
-  uint64_t next_request_id_ = 1;
-  std::deque<uint64_t> outstanding_;  // request ids, in send order
-  std::optional<protocol::ReplyMsg> last_reply_;
+  // Receive completions carry this bit plus the receive buffer's index;
+  // READ and SEND wr_ids come from a counter that never reaches it.
+  static constexpr uint64_t kRecvTag = uint64_t{1} << 63;
+  static constexpr size_t kNeighborhoodBytes = layout::kNeighborhoodBuckets * sizeof(layout::Bucket);
+  static constexpr size_t kBucketAreaBytes = kMaxBatchKeys * kNeighborhoodBytes;
 
   // Per-lookup scratch, sized once in Init and reused by every Lookup so
   // that the GET path allocates nothing (a result's value string aside).
@@ -197,14 +155,113 @@ class ServerConnection {
     uint64_t bytes = 0;
     size_t local_offset = 0;
   };
+
+  // The time left before `deadline` as seen at `now`; zero once it passed.
+  static std::chrono::microseconds Left(Deadline deadline, Clock::time_point now) {
+    return now >= deadline ? std::chrono::microseconds(0)
+                           : std::chrono::duration_cast<std::chrono::microseconds>(deadline - now);
+  }
+
+  // ---- Setup and shared plumbing (server_connection.cc).
+  ServerConnection(std::unique_ptr<transport::Connection> conn, const protocol::AcceptData& accept,
+                   std::string address);
+  // Lays out and registers the buffer, posts the receives, READs and
+  // checks the table header.
+  Status Init(transport::Transport& transport, Deadline deadline);
+  // Polls once, up to `wait`, and dispatches the completions.
+  Status PollOnce(std::chrono::microseconds wait);
+  // Accounts for one completion (receives: HandleReceive); a failed one
+  // breaks the connection.
+  void HandleCompletion(const transport::Completion& c);
+  Status MarkBroken(Status why);
+  uint64_t NextWrId() { return next_wr_id_++; }
+
+  // ---- The GET path (server_connection_get.cc).
+  // READs the table header (the first bytes of the index region) into
+  // table_header_.
+  Status ReadTableHeader(Deadline deadline);
+  // Posts `ops` (the last one signaled, wr_ids filled in here) and waits
+  // for the signaled completion. `now` is a clock reading taken just
+  // before the call (saves reading the clock again for the first wait).
+  Status PostReadsAndWait(std::span<transport::ReadOp> ops, Deadline deadline,
+                          Clock::time_point now, std::string_view what);
+  // PostReadsAndWait's uncommon end: a failure, or completions of other
+  // work that arrived meanwhile.
+  [[gnu::cold, gnu::noinline]] Status AfterReads(Status s, std::string_view what);
+  // One batch of at most kMaxBatchKeys keys, in rounds of the steps below
+  // (each inlined into LookupBatch: named to be read, not called apart).
+  Status LookupBatch(std::span<const std::string_view> keys, std::span<LookupResult> results,
+                     std::span<const size_t> batch, Deadline deadline);
+  // Resets the per-key state of `batch` and puts every key on todo_.
+  void StartBatch(std::span<const std::string_view> keys, std::span<const size_t> batch);
+  // Step 1: every todo_ key's neighbourhood, one READ each, in one list.
+  // *posted: when the list was posted (the lease starts there);
+  // *read_done: when it completed, read only when a key of the round
+  // confirms a miss (*posted otherwise).
+  Status ReadNeighborhoods(Deadline deadline, Clock::time_point* posted, Clock::time_point* read_done);
+  // Step 2: candidates_ = the slots whose fingerprint matches their key's;
+  // a slot naming a block outside the heap marks its key's outcome corrupt.
+  void FindCandidates();
+  // Step 3: READs the candidates' blocks (as many per list as the block
+  // area holds); each key's newest match goes into outcome_ (version) and
+  // its result (value).
+  Status ReadCandidates(std::span<const std::string_view> keys, std::span<LookupResult> results,
+                        std::span<const size_t> batch, Clock::time_point posted, Deadline deadline);
+  // Step 4: answers each todo_ key or keeps it (in todo_ afterwards) for
+  // another round. Returns whether a kept key failed its round (the next
+  // round then waits for the backoff).
+  bool SettleRound(std::span<LookupResult> results, std::span<const size_t> batch,
+                   Clock::time_point posted, Clock::time_point read_done);
+  // Every todo_ key is done: DEADLINE_EXCEEDED with its last failure.
+  [[gnu::cold, gnu::noinline]] void GiveUp(std::span<LookupResult> results, std::span<const size_t> batch);
+  // Marks `o` corrupt: `slot` names a block outside the heap.
+  [[gnu::cold, gnu::noinline]] void MarkCorrupt(Outcome& o, uint64_t slot) const;
+
+  // ---- The PUT/DELETE path (server_connection_put.cc).
+  // Polls until done() or the deadline (which breaks the connection: work
+  // is in flight). `now` as for PostReadsAndWait.
+  template <typename Done>
+  Status WaitFor(Done done, Deadline deadline, Clock::time_point now, std::string_view what);
+  // A reply in receive buffer `index`: re-posts the buffer, checks the
+  // reply answers the oldest outstanding request, frees its ring space and
+  // returns its credits.
+  void HandleReceive(uint64_t index, uint32_t byte_len);
+
+  // Declaration order is teardown order, reversed: the connection (queue
+  // pair) goes first, then the registration, then the memory it covered.
+  std::unique_ptr<uint8_t, FreeDeleter> buffer_;
+  std::unique_ptr<transport::MemoryRegion> mr_;
+  std::unique_ptr<transport::Connection> conn_;
+
+  const std::string address_;
+  const protocol::AcceptData accept_;
+  layout::TableHeader table_header_{};
+  const std::chrono::microseconds lease_;
+  const uint64_t max_block_;
+
+  // Offsets into buffer_.
+  size_t block_area_offset_ = 0;
+  size_t block_area_bytes_ = 0;
+  size_t build_offset_ = 0;
+  size_t send_offset_ = 0;
+  size_t recv_offset_ = 0;
+  uint32_t posted_recvs_ = 0;
+
+  // PUT/DELETE state.
+  StagingRing ring_;
+  uint32_t credits_ = 0;
+  uint32_t max_credits_ = 0;
+  uint64_t next_request_id_ = 1;
+  std::deque<uint64_t> outstanding_;  // request ids, in send order
+  std::optional<protocol::ReplyMsg> last_reply_;
+
+  // GET scratch (see KeyState).
   std::vector<size_t> pending_;
   std::vector<KeyState> key_state_;
   std::vector<size_t> todo_;
   std::vector<size_t> next_todo_;
   std::vector<Outcome> outcome_;
   std::vector<Candidate> candidates_;
-  // Marks `o` corrupt: `slot` names a block outside the heap.
-  [[gnu::cold, gnu::noinline]] void MarkCorrupt(Outcome& o, uint64_t slot) const;
   std::vector<transport::ReadOp> ops_;
   // Completions of one Poll; small: a GET waits for one signaled READ.
   std::array<transport::Completion, 8> completions_;

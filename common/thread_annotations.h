@@ -11,12 +11,26 @@
 #define RKV_THREAD_ANNOTATION(x)
 #endif
 
+// gRPC's headers include abseil's legacy absl/base/internal/
+// thread_annotations.h, which defines GUARDED_BY, PT_GUARDED_BY,
+// ACQUIRED_BEFORE, ACQUIRED_AFTER and NO_THREAD_SAFETY_ANALYSIS
+// unconditionally, as the same clang attributes. Whichever header comes
+// first defines those five (a redefinition in abseil's system header after
+// this one is not diagnosed; one here after abseil's would be).
 #define CAPABILITY(x) RKV_THREAD_ANNOTATION(capability(x))
 #define SCOPED_CAPABILITY RKV_THREAD_ANNOTATION(scoped_lockable)
+#ifndef GUARDED_BY
 #define GUARDED_BY(x) RKV_THREAD_ANNOTATION(guarded_by(x))
+#endif
+#ifndef PT_GUARDED_BY
 #define PT_GUARDED_BY(x) RKV_THREAD_ANNOTATION(pt_guarded_by(x))
+#endif
+#ifndef ACQUIRED_BEFORE
 #define ACQUIRED_BEFORE(...) RKV_THREAD_ANNOTATION(acquired_before(__VA_ARGS__))
+#endif
+#ifndef ACQUIRED_AFTER
 #define ACQUIRED_AFTER(...) RKV_THREAD_ANNOTATION(acquired_after(__VA_ARGS__))
+#endif
 #define REQUIRES(...) RKV_THREAD_ANNOTATION(requires_capability(__VA_ARGS__))
 #define REQUIRES_SHARED(...) RKV_THREAD_ANNOTATION(requires_shared_capability(__VA_ARGS__))
 #define ACQUIRE(...) RKV_THREAD_ANNOTATION(acquire_capability(__VA_ARGS__))
@@ -28,4 +42,6 @@
 #define EXCLUDES(...) RKV_THREAD_ANNOTATION(locks_excluded(__VA_ARGS__))
 #define ASSERT_CAPABILITY(x) RKV_THREAD_ANNOTATION(assert_capability(x))
 #define RETURN_CAPABILITY(x) RKV_THREAD_ANNOTATION(lock_returned(x))
+#ifndef NO_THREAD_SAFETY_ANALYSIS
 #define NO_THREAD_SAFETY_ANALYSIS RKV_THREAD_ANNOTATION(no_thread_safety_analysis)
+#endif
