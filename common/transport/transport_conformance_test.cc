@@ -409,6 +409,15 @@ TEST_P(TransportTest, RejectRefusesTheConnectionWithTheServersReason) {
     // A rejected connection is unusable.
     EXPECT_FALSE(pending->Accept({}).ok());
   }
+  // No reason at all is not a transient one.
+  {
+    auto connecting = ConnectAsync();
+    std::unique_ptr<Connection> pending = NextPending();
+    ASSERT_NE(pending, nullptr);
+    pending->Reject({});
+    const Status refused = connecting.get().status();
+    EXPECT_EQ(refused.code(), StatusCode::kPermissionDenied) << refused;
+  }
   // The reason's text is cut to kRejectionTextBytes - 1 bytes.
   const std::string kept(kRejectionTextBytes - 1, 'r');
   auto connecting = ConnectAsync();
@@ -573,7 +582,7 @@ TEST_P(TransportTest, AWriteIsVisibleWhenTheSendAfterItIsReceived) {
   // that part of the ring. The WRITE itself reports nothing.
   constexpr uint32_t kSlots = 4;
   constexpr uint32_t kSlotBytes = 512;
-  constexpr uint32_t kRounds = 200;
+  constexpr uint32_t kRounds = 300;
   Private ring{std::vector<uint8_t>(kSlots * kSlotBytes)};
   Buffer recv = MakeBuffer(*server_, kSlots * 64, kLocalWrite);
   Buffer reply = MakeBuffer(*server_, kSlots * 8, kLocalWrite);
