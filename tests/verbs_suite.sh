@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Runs the verbs tests inside the SoftRoCE guest (deploy/softroce/), one test
-# at a time: the verbs transport's own tests, a check that
-# --transport=auto picks verbs, then the cross-process suites (single server
-# and cluster) with
+# at a time: the transport conformance suite for tcp, verbs and the
+# fault-injecting wrapper around verbs (RKV_TRANSPORTS), the verbs
+# transport's own tests, a check that --transport=auto picks verbs, then the
+# cross-process suites (single server and cluster) with
 # RKV_TEST_TRANSPORT=verbs on the rxe0 address. Prints "N passed, N failed"
 # and exits non-zero when anything failed.
 #
@@ -91,6 +92,11 @@ check_auto_picks_verbs() {
   return 1
 }
 
+# The conformance suite's instances are named at startup: the same binary
+# that ctest runs for tcp on the host.
+export RKV_TRANSPORTS="tcp,verbs,fault(verbs)"
+run_gtest_binary "${build}/common/transport/transport_conformance_test" 300
+unset RKV_TRANSPORTS
 run_gtest_binary "${build}/common/transport/verbs_transport_test" 300
 export -f check_auto_picks_verbs
 run_one "TransportAutoPicksVerbs" 120 bash -c 'check_auto_picks_verbs "$1"' _ "${build}"
