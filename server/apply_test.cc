@@ -214,7 +214,7 @@ TEST_F(ApplyTest, MalformedMessagesGetClearErrors) {
 }
 
 TEST_F(ApplyTest, BadRecordsGetClearErrors) {
-  // CRC mismatch: DATA_LOSS.
+  // Checksum mismatch: DATA_LOSS.
   uint32_t len = Stage(0, "key", "value");
   ring_[30] ^= 0x40;
   ExpectError(Send(Msg(protocol::Op::kPut, 0, len, 1)), StatusCode::kDataLoss, 1);

@@ -122,8 +122,8 @@ Status Server::Rebuild() {
     return Status::Ok();
   }));
   keys_at_start_ = n;
-  rebuild_time_ = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start);
-  LOG(INFO) << "rebuilt the table from " << options_.data_dir << ": " << n << " keys in " << rebuild_time_.count()
+  const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start);
+  LOG(INFO) << "rebuilt the table from " << options_.data_dir << ": " << n << " keys in " << took.count()
             << " ms (load " << table_->load_factor() << ", heap " << heap_->stats().used_bytes << " bytes used)";
   return Status::Ok();
 }

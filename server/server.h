@@ -90,7 +90,6 @@ class Server {
   std::string address() const;
   uint64_t epoch() const { return epoch_; }
   uint64_t keys_at_start() const { return keys_at_start_; }
-  std::chrono::milliseconds rebuild_time() const { return rebuild_time_; }
   ServerStats Stats() const;
 
   // The index (TableHeader + buckets) and heap regions and the table's
@@ -101,11 +100,9 @@ class Server {
   uint32_t bucket_count_log2() const { return bucket_count_log2_; }
   uint64_t hash_seed() const { return hash_seed_; }
   uint64_t heap_bytes() const { return heap_region_.length; }
-  const ServerOptions& options() const { return options_; }
 
  private:
   struct Worker;
-  friend class ServerTestPeer;
 
   explicit Server(const ServerOptions& options, transport::Transport* transport);
   Status Init();
@@ -120,7 +117,6 @@ class Server {
   transport::Transport* const transport_;
   uint64_t epoch_ = 0;
   uint64_t keys_at_start_ = 0;
-  std::chrono::milliseconds rebuild_time_{0};
   RegionView index_region_;
   RegionView heap_region_;
   uint32_t bucket_count_log2_ = 0;
