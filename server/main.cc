@@ -33,7 +33,6 @@
 #include <pthread.h>
 #include <unistd.h>
 
-#include "common/layout.h"
 #include "common/net_address.h"
 #include "common/token.h"
 #include "common/transport/factory.h"
@@ -270,10 +269,8 @@ int main(int argc, char** argv) {
     m.self.data_address = data_address;
     m.self.admin_address = admin_address;
     m.self.transport = rkv::transport::KindName(*kind);
-    const rkv::server::RegionView index = srv->index_region();
-    const rkv::server::RegionView heap = srv->heap_region();
-    m.self.index = {index.addr, index.length, index.rkey};
-    m.self.heap = {heap.addr, heap.length, heap.rkey};
+    m.self.index = srv->index_region();
+    m.self.heap = srv->heap_region();
     m.self.table.bucket_count_log2 = srv->bucket_count_log2();
     m.self.table.hash_seed = srv->hash_seed();
     m.self.table.heap_size = srv->heap_bytes();

@@ -18,6 +18,7 @@
 
 #include "proto/auth.h"
 #include "proto/grpc_status.h"
+#include "proto/region_descriptor.h"
 #include "proto/rkv.grpc.pb.h"
 #include "proto/validation.h"
 
@@ -83,19 +84,9 @@ v1::JoinRequest ToJoinRequest(const JoinInfo& j) {
   r.set_data_address(j.data_address);
   r.set_admin_address(j.admin_address);
   r.set_transport(j.transport);
-  r.mutable_index()->set_addr(j.index.addr);
-  r.mutable_index()->set_length(j.index.length);
-  r.mutable_index()->set_rkey(j.index.rkey);
-  r.mutable_heap()->set_addr(j.heap.addr);
-  r.mutable_heap()->set_length(j.heap.length);
-  r.mutable_heap()->set_rkey(j.heap.rkey);
-  v1::TableParams* t = r.mutable_table();
-  t->set_bucket_count_log2(j.table.bucket_count_log2);
-  t->set_hash_seed(j.table.hash_seed);
-  t->set_heap_size(j.table.heap_size);
-  t->set_max_key_bytes(j.table.max_key_bytes);
-  t->set_max_value_bytes(j.table.max_value_bytes);
-  t->set_grace_period_us(j.table.grace_period_us);
+  *r.mutable_index() = control::ToProto(j.index);
+  *r.mutable_heap() = control::ToProto(j.heap);
+  *r.mutable_table() = control::ToProto(j.table);
   return r;
 }
 

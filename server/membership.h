@@ -15,7 +15,9 @@
 #include <thread>
 #include <vector>
 
+#include "common/protocol.h"
 #include "common/status.h"
+#include "proto/table_params.h"
 
 namespace rkv::server {
 
@@ -32,21 +34,6 @@ struct ServerIdentity {
   static StatusOr<ServerIdentity> LoadOrCreate(const std::string& data_dir);
 };
 
-struct RegionInfo {
-  uint64_t addr = 0;
-  uint64_t length = 0;
-  uint32_t rkey = 0;
-};
-
-struct TableInfo {
-  uint32_t bucket_count_log2 = 0;
-  uint64_t hash_seed = 0;
-  uint64_t heap_size = 0;
-  uint32_t max_key_bytes = 0;
-  uint32_t max_value_bytes = 0;
-  uint64_t grace_period_us = 0;
-};
-
 // What this server announces in its Join (rkv.v1.JoinRequest).
 struct JoinInfo {
   std::string server_id;
@@ -54,9 +41,9 @@ struct JoinInfo {
   std::string data_address;   // HOST:PORT clients connect to (not 0.0.0.0)
   std::string admin_address;  // HOST:PORT of the Admin service
   std::string transport;      // "tcp" or "verbs"
-  RegionInfo index;
-  RegionInfo heap;
-  TableInfo table;
+  protocol::RegionDescriptor index;  // TableHeader + buckets, REMOTE_READ
+  protocol::RegionDescriptor heap;   // blocks, REMOTE_READ
+  control::TableParams table;
 };
 
 // Reported with every heartbeat.

@@ -91,8 +91,8 @@ Status Server::Init() {
   // server itself (it writes with the CPU) and is not granted.
   RKV_ASSIGN_OR_RETURN(index_mr_, transport_->Register(index_mem_.data(), index_bytes, transport::kRemoteRead));
   RKV_ASSIGN_OR_RETURN(heap_mr_, transport_->Register(heap_mem_.data(), heap_bytes, transport::kRemoteRead));
-  index_region_ = RegionView{index_mr_->remote_addr(), index_mr_->size(), index_mr_->rkey()};
-  heap_region_ = RegionView{heap_mr_->remote_addr(), heap_mr_->size(), heap_mr_->rkey()};
+  index_region_ = Describe(*index_mr_);
+  heap_region_ = Describe(*heap_mr_);
 
   RKV_ASSIGN_OR_RETURN(listener_, transport_->Listen(options_.listen));
   address_ = listener_->address();
@@ -213,8 +213,8 @@ void Server::HandlePending(std::unique_ptr<transport::Connection> conn) {
   a.protocol_version = protocol::kProtocolVersion;
   a.layout_version = layout::kLayoutVersion;
   a.epoch = epoch_;
-  a.index = Describe(*index_mr_);
-  a.heap = Describe(*heap_mr_);
+  a.index = index_region_;
+  a.heap = heap_region_;
   a.ring = Describe(*w->ring_mr);
   a.request_credits = credits;
   a.max_key_bytes = options_.max_key_bytes;

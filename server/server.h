@@ -39,6 +39,7 @@
 #include <string>
 #include <thread>
 
+#include "common/protocol.h"
 #include "common/status.h"
 #include "common/transport/transport.h"
 #include "server/apply.h"
@@ -64,14 +65,6 @@ struct ServerStats {
   uint64_t gets_served_by_cpu = 0;    // always 0: GETs are one-sided READs
 };
 
-// A registered region as clients address it (remote address, length,
-// rkey), for announcing it to the control plane.
-struct RegionView {
-  uint64_t addr = 0;
-  uint64_t length = 0;
-  uint32_t rkey = 0;
-};
-
 class Server {
  public:
   // Starts a server with validated `options` (see ValidateOptions) on
@@ -92,11 +85,12 @@ class Server {
   uint64_t keys_at_start() const { return keys_at_start_; }
   ServerStats Stats() const;
 
-  // The index (TableHeader + buckets) and heap regions and the table's
-  // parameters, fixed at Start and unchanged afterwards (also after
-  // Shutdown, when they no longer name live registrations).
-  RegionView index_region() const { return index_region_; }
-  RegionView heap_region() const { return heap_region_; }
+  // The index (TableHeader + buckets) and heap regions as clients address
+  // them, and the table's parameters, fixed at Start and unchanged
+  // afterwards (also after Shutdown, when the regions no longer name live
+  // registrations).
+  const protocol::RegionDescriptor& index_region() const { return index_region_; }
+  const protocol::RegionDescriptor& heap_region() const { return heap_region_; }
   uint32_t bucket_count_log2() const { return bucket_count_log2_; }
   uint64_t hash_seed() const { return hash_seed_; }
   uint64_t heap_bytes() const { return heap_region_.length; }
@@ -117,8 +111,8 @@ class Server {
   transport::Transport* const transport_;
   uint64_t epoch_ = 0;
   uint64_t keys_at_start_ = 0;
-  RegionView index_region_;
-  RegionView heap_region_;
+  protocol::RegionDescriptor index_region_{};
+  protocol::RegionDescriptor heap_region_{};
   uint32_t bucket_count_log2_ = 0;
   uint64_t hash_seed_ = 0;
 
