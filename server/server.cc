@@ -233,7 +233,7 @@ void Server::HandlePending(std::unique_ptr<transport::Connection> conn) {
   LOG(INFO) << "accepted client " << std::hex << w->client_id << std::dec << " from " << w->peer;
   Worker* raw = w.get();
   {
-    std::lock_guard<std::mutex> lock(workers_mu_);
+    MutexLock lock(workers_mu_);
     workers_.push_back(std::move(w));
   }
   raw->thread = std::thread([this, raw] { ServeConnection(raw); });
@@ -313,7 +313,7 @@ void Server::ServeConnection(Worker* w) {
 void Server::ReapFinished() {
   std::list<std::unique_ptr<Worker>> done;
   {
-    std::lock_guard<std::mutex> lock(workers_mu_);
+    MutexLock lock(workers_mu_);
     for (auto it = workers_.begin(); it != workers_.end();) {
       if ((*it)->finished.load(std::memory_order_acquire)) {
         done.splice(done.end(), workers_, it++);
@@ -329,7 +329,7 @@ void Server::ReapFinished() {
 }
 
 void Server::Shutdown() {
-  std::lock_guard<std::mutex> lock(shutdown_mu_);
+  MutexLock lock(shutdown_mu_);
   if (shut_down_) return;
   shut_down_ = true;
   const bool started = listener_ != nullptr;
@@ -338,7 +338,7 @@ void Server::Shutdown() {
   if (accept_thread_.joinable()) accept_thread_.join();
   std::list<std::unique_ptr<Worker>> all;
   {
-    std::lock_guard<std::mutex> wl(workers_mu_);
+    MutexLock wl(workers_mu_);
     all.swap(workers_);
   }
   for (auto& w : all) {

@@ -35,10 +35,10 @@
 #include <cstdint>
 #include <list>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 
+#include "common/mutex.h"
 #include "common/protocol.h"
 #include "common/status.h"
 #include "common/transport/transport.h"
@@ -77,7 +77,7 @@ class Server {
 
   // Stops accepting, disconnects every client, joins all threads and closes
   // the store. Idempotent.
-  void Shutdown();
+  void Shutdown() EXCLUDES(shutdown_mu_, workers_mu_);
 
   // "HOST:PORT" actually listened on (the real port when 0 was asked).
   std::string address() const;
@@ -101,11 +101,12 @@ class Server {
   explicit Server(const ServerOptions& options, transport::Transport* transport);
   Status Init();
   Status Rebuild();
-  void AcceptLoop();
-  void HandlePending(std::unique_ptr<transport::Connection> conn);
+  void AcceptLoop() EXCLUDES(workers_mu_);
+  void HandlePending(std::unique_ptr<transport::Connection> conn) EXCLUDES(workers_mu_);
   void Refuse(transport::Connection& conn, StatusCode code, const std::string& message);
   void ServeConnection(Worker* w);
-  void ReapFinished();
+  // Joins and destroys the workers whose connection has ended.
+  void ReapFinished() EXCLUDES(workers_mu_);
 
   const ServerOptions options_;
   transport::Transport* const transport_;
@@ -132,10 +133,11 @@ class Server {
 
   std::atomic<bool> stopping_{false};
   std::thread accept_thread_;
-  std::mutex workers_mu_;  // guards workers_
-  std::list<std::unique_ptr<Worker>> workers_;
-  std::mutex shutdown_mu_;  // serializes Shutdown
-  bool shut_down_ = false;
+  Mutex workers_mu_;
+  std::list<std::unique_ptr<Worker>> workers_ GUARDED_BY(workers_mu_);
+  // Serializes Shutdown; taken before workers_mu_.
+  Mutex shutdown_mu_ ACQUIRED_BEFORE(workers_mu_);
+  bool shut_down_ GUARDED_BY(shutdown_mu_) = false;
 
   std::atomic<uint64_t> connections_open_{0};
   std::atomic<uint64_t> connections_accepted_{0};
