@@ -19,15 +19,17 @@
 // One worker thread per connection: polls the connection, applies its
 //   requests in order (server/apply.h), re-posts each receive buffer before
 //   replying, and replies with a SEND. A broken connection (Poll error or an
-//   error completion) is logged and destroyed, which releases its ring and
-//   queue pair; the accept thread reaps finished workers.
+//   error completion) is logged and destroyed by its worker, which releases
+//   its queue pair and registrations; the accept thread then reaps the
+//   finished worker (joins it, frees its ring).
 //
 // No GET ever reaches this process: clients read the index and heap with
-// one-sided READs (Stats::gets_served_by_cpu stays 0; there is no GET
+// one-sided READs (ServerStats::gets_served_by_cpu stays 0; there is no GET
 // message in the protocol).
 //
-// Thread safety: Stats, address, epoch are thread-safe. Shutdown may be
-// called from any thread but once at a time; the destructor calls it.
+// Thread safety: the accessors and Stats are thread-safe. Shutdown may be
+// called from any thread, also concurrently (the calls are serialized); the
+// destructor calls it.
 #pragma once
 
 #include <atomic>

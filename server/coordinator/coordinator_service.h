@@ -6,8 +6,8 @@
 // the state machine's Status onto the RPC status unchanged.
 //
 // Thread safety: the service is called from gRPC's threads concurrently;
-// CoordinatorServer::Shutdown may be called from any thread, once at a
-// time, and the destructor calls it.
+// CoordinatorServer::Shutdown may be called from any thread, also
+// concurrently (the calls are serialized), and the destructor calls it.
 #pragma once
 
 #include <atomic>
