@@ -368,7 +368,6 @@ ServerStats Server::Stats() const {
   s.keys = a.keys;
   s.heap_bytes_used = a.heap.used_bytes;
   s.heap_bytes_quarantined = a.heap.quarantined_bytes;
-  s.heap_bytes_free = a.heap.free_bytes;
   return s;
 }
 

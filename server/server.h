@@ -63,7 +63,6 @@ struct ServerStats {
   uint64_t keys = 0;
   uint64_t heap_bytes_used = 0;
   uint64_t heap_bytes_quarantined = 0;
-  uint64_t heap_bytes_free = 0;
   uint64_t gets_served_by_cpu = 0;    // always 0: GETs are one-sided READs
 };
 
