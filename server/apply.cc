@@ -111,7 +111,7 @@ protocol::ReplyMsg Applier::Apply(std::span<const uint8_t> msg, std::span<const 
 }
 
 protocol::ReplyMsg Applier::ApplyPut(uint64_t request_id, std::string_view key, std::string_view value) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   if (!table_->PrepareInsert(key, Heap::Clock::now())) {
     // Refused before anything is written.
     return Error(request_id, ResourceExhausted("table full: no slot in the key's neighbourhood, even after moving keys (raise --max_keys)"));
@@ -154,7 +154,7 @@ protocol::ReplyMsg Applier::ApplyPut(uint64_t request_id, std::string_view key, 
 }
 
 protocol::ReplyMsg Applier::ApplyDelete(uint64_t request_id, std::string_view key) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   const std::optional<Table::Entry> e = table_->Lookup(key);
   if (!e) return Error(request_id, NotFound("key not found"));
   if (Status s = store_->Delete(key); !s.ok()) {
@@ -172,7 +172,7 @@ Applier::Snapshot Applier::snapshot() const {
   s.puts = puts_.load(std::memory_order_relaxed);
   s.deletes = deletes_.load(std::memory_order_relaxed);
   s.request_errors = errors_.load(std::memory_order_relaxed);
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   s.keys = table_->size();
   s.heap = heap_->stats();
   return s;

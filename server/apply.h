@@ -33,16 +33,17 @@
 // Acknowledged therefore means durable per --durability, and the slot is
 // published only after the durable write.
 //
-// Thread safety: Apply and the accessors are thread-safe (one internal
-// mutex). The Store, Table and Heap must not be used by anyone else while
-// the Applier exists, except through mutex().
+// Thread safety: Apply and the accessors are thread-safe: one internal
+// mutex guards every use of the Store, Table and Heap, which nobody else may
+// use while the Applier exists. (The server closes the Store only once no
+// Apply can run; snapshot() does not use it.)
 #pragma once
 
 #include <atomic>
 #include <cstdint>
-#include <mutex>
 #include <span>
 
+#include "common/mutex.h"
 #include "common/protocol.h"
 #include "common/status.h"
 #include "server/heap.h"
@@ -67,7 +68,7 @@ class Applier {
   // record lies in `ring` (the connection's staging ring). Always returns a
   // reply with credits = 1 and the request id (0 if the message is too
   // short to hold one).
-  protocol::ReplyMsg Apply(std::span<const uint8_t> msg, std::span<const uint8_t> ring);
+  protocol::ReplyMsg Apply(std::span<const uint8_t> msg, std::span<const uint8_t> ring) EXCLUDES(mu_);
 
   struct Snapshot {
     uint64_t puts = 0;            // PUTs applied
@@ -76,22 +77,24 @@ class Applier {
     uint64_t keys = 0;
     Heap::Stats heap;
   };
-  Snapshot snapshot() const;
+  Snapshot snapshot() const EXCLUDES(mu_);
 
   // The largest block a valid request may name.
   uint64_t max_block_bytes() const;
 
  private:
-  protocol::ReplyMsg ApplyPut(uint64_t request_id, std::string_view key, std::string_view value);
-  protocol::ReplyMsg ApplyDelete(uint64_t request_id, std::string_view key);
+  protocol::ReplyMsg ApplyPut(uint64_t request_id, std::string_view key, std::string_view value) EXCLUDES(mu_);
+  protocol::ReplyMsg ApplyDelete(uint64_t request_id, std::string_view key) EXCLUDES(mu_);
   protocol::ReplyMsg Error(uint64_t request_id, const Status& status);
 
-  Store* const store_;
-  Table* const table_;
-  Heap* const heap_;
+  // Held for the whole of a write: requests of all connections are applied
+  // one at a time.
+  mutable Mutex mu_;
+  Store* const store_ PT_GUARDED_BY(mu_);
+  Table* const table_ PT_GUARDED_BY(mu_);
+  Heap* const heap_ PT_GUARDED_BY(mu_);
   const ApplyLimits limits_;
 
-  mutable std::mutex mu_;  // guards store_ writes, table_ and heap_
   std::atomic<uint64_t> puts_{0};
   std::atomic<uint64_t> deletes_{0};
   std::atomic<uint64_t> errors_{0};

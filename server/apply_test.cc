@@ -80,15 +80,16 @@ class ApplyTest : public ::testing::Test {
     return out;
   }
 
-  protocol::ReplyMsg Send(const std::vector<uint8_t>& msg) { return applier_->Apply(msg, ring_); }
+  // Applies the request message `msg` (its record staged in the ring).
+  protocol::ReplyMsg Apply(const std::vector<uint8_t>& msg) { return applier_->Apply(msg, ring_); }
 
   protocol::ReplyMsg Put(std::string_view key, std::string_view value, uint64_t id = 1, uint64_t offset = 0) {
     const uint32_t len = Stage(offset, key, value);
-    return Send(Msg(protocol::Op::kPut, offset, len, id));
+    return Apply(Msg(protocol::Op::kPut, offset, len, id));
   }
   protocol::ReplyMsg Del(std::string_view key, uint64_t id = 1, uint64_t offset = 0) {
     const uint32_t len = Stage(offset, key, "", layout::kBlockFlagTombstone);
-    return Send(Msg(protocol::Op::kDelete, offset, len, id));
+    return Apply(Msg(protocol::Op::kDelete, offset, len, id));
   }
 
   std::optional<std::string> TableValue(std::string_view key) {
@@ -180,66 +181,66 @@ TEST_F(ApplyTest, MalformedMessagesGetClearErrors) {
 
   auto shorter = good;
   shorter.resize(20);
-  ExpectError(Send(shorter), StatusCode::kInvalidArgument, 77);
+  ExpectError(Apply(shorter), StatusCode::kInvalidArgument, 77);
   auto longer = good;
   longer.push_back(0);
-  ExpectError(Send(longer), StatusCode::kInvalidArgument, 77);
-  ExpectError(Send(std::vector<uint8_t>(3, 0)), StatusCode::kInvalidArgument, 0);
+  ExpectError(Apply(longer), StatusCode::kInvalidArgument, 77);
+  ExpectError(Apply(std::vector<uint8_t>(3, 0)), StatusCode::kInvalidArgument, 0);
 
   auto m = good;
   m[0] = 9;  // op
-  ExpectError(Send(m), StatusCode::kInvalidArgument, 77);
+  ExpectError(Apply(m), StatusCode::kInvalidArgument, 77);
   m = good;
   m[2] = 1;  // reserved
-  ExpectError(Send(m), StatusCode::kInvalidArgument, 77);
+  ExpectError(Apply(m), StatusCode::kInvalidArgument, 77);
 
-  ExpectError(Send(Msg(protocol::Op::kPut, 32, len, 77)), StatusCode::kInvalidArgument, 77);  // unaligned
-  ExpectError(Send(Msg(protocol::Op::kPut, kRingBytes, 64, 77)), StatusCode::kInvalidArgument, 77);
-  ExpectError(Send(Msg(protocol::Op::kPut, kRingBytes - 64, 128, 77)), StatusCode::kInvalidArgument, 77);
-  ExpectError(Send(Msg(protocol::Op::kPut, ~uint64_t{63}, 128, 77)), StatusCode::kInvalidArgument, 77);
-  ExpectError(Send(Msg(protocol::Op::kPut, 0, 16, 77)), StatusCode::kInvalidArgument, 77);  // < header
-  ExpectError(Send(Msg(protocol::Op::kPut, 0, 0xFFFFFFFF, 77)), StatusCode::kInvalidArgument, 77);
+  ExpectError(Apply(Msg(protocol::Op::kPut, 32, len, 77)), StatusCode::kInvalidArgument, 77);  // unaligned
+  ExpectError(Apply(Msg(protocol::Op::kPut, kRingBytes, 64, 77)), StatusCode::kInvalidArgument, 77);
+  ExpectError(Apply(Msg(protocol::Op::kPut, kRingBytes - 64, 128, 77)), StatusCode::kInvalidArgument, 77);
+  ExpectError(Apply(Msg(protocol::Op::kPut, ~uint64_t{63}, 128, 77)), StatusCode::kInvalidArgument, 77);
+  ExpectError(Apply(Msg(protocol::Op::kPut, 0, 16, 77)), StatusCode::kInvalidArgument, 77);  // < header
+  ExpectError(Apply(Msg(protocol::Op::kPut, 0, 0xFFFFFFFF, 77)), StatusCode::kInvalidArgument, 77);
   // Longer than the record's block (the next block's bytes would count).
-  ExpectError(Send(Msg(protocol::Op::kPut, 0, len + 64, 77)), StatusCode::kInvalidArgument, 77);
+  ExpectError(Apply(Msg(protocol::Op::kPut, 0, len + 64, 77)), StatusCode::kInvalidArgument, 77);
   // Shorter than the record.
-  ExpectError(Send(Msg(protocol::Op::kPut, 0, 24, 77)), StatusCode::kInvalidArgument, 77);
+  ExpectError(Apply(Msg(protocol::Op::kPut, 0, 24, 77)), StatusCode::kInvalidArgument, 77);
 
   EXPECT_FALSE(TableValue("key").has_value());
   EXPECT_FALSE(StoreValue("key").has_value());
   EXPECT_EQ(applier_->snapshot().request_errors, 13u);
 
   // And the good one still works afterwards.
-  EXPECT_EQ(Send(good).status_code, 0);
+  EXPECT_EQ(Apply(good).status_code, 0);
   EXPECT_EQ(TableValue("key"), "value");
 }
 
 TEST_F(ApplyTest, BadRecordsGetClearErrors) {
-  // CRC mismatch: DATA_LOSS.
+  // Checksum mismatch: DATA_LOSS.
   uint32_t len = Stage(0, "key", "value");
   ring_[30] ^= 0x40;
-  ExpectError(Send(Msg(protocol::Op::kPut, 0, len, 1)), StatusCode::kDataLoss, 1);
+  ExpectError(Apply(Msg(protocol::Op::kPut, 0, len, 1)), StatusCode::kDataLoss, 1);
   // A record not yet (or half) written: zeros.
   std::memset(ring_.data(), 0, 256);
-  ExpectError(Send(Msg(protocol::Op::kPut, 0, 64, 2)), StatusCode::kInvalidArgument, 2);
+  ExpectError(Apply(Msg(protocol::Op::kPut, 0, 64, 2)), StatusCode::kInvalidArgument, 2);
   // Version set by the client.
   len = Stage(0, "key", "value", 0, 5);
-  ExpectError(Send(Msg(protocol::Op::kPut, 0, len, 3)), StatusCode::kInvalidArgument, 3);
+  ExpectError(Apply(Msg(protocol::Op::kPut, 0, len, 3)), StatusCode::kInvalidArgument, 3);
   // Key and value limits (64 and 8192 in this fixture).
   len = Stage(0, std::string(65, 'k'), "v");
-  ExpectError(Send(Msg(protocol::Op::kPut, 0, len, 4)), StatusCode::kInvalidArgument, 4);
+  ExpectError(Apply(Msg(protocol::Op::kPut, 0, len, 4)), StatusCode::kInvalidArgument, 4);
   len = Stage(0, "k", std::string(8193, 'v'));
-  ExpectError(Send(Msg(protocol::Op::kPut, 0, len, 5)), StatusCode::kInvalidArgument, 5);
+  ExpectError(Apply(Msg(protocol::Op::kPut, 0, len, 5)), StatusCode::kInvalidArgument, 5);
   // Tombstone rules.
   len = Stage(0, "k", "v", layout::kBlockFlagTombstone);
-  ExpectError(Send(Msg(protocol::Op::kPut, 0, len, 6)), StatusCode::kInvalidArgument, 6);
-  ExpectError(Send(Msg(protocol::Op::kDelete, 0, len, 7)), StatusCode::kInvalidArgument, 7);  // has a value
+  ExpectError(Apply(Msg(protocol::Op::kPut, 0, len, 6)), StatusCode::kInvalidArgument, 6);
+  ExpectError(Apply(Msg(protocol::Op::kDelete, 0, len, 7)), StatusCode::kInvalidArgument, 7);  // has a value
   len = Stage(0, "k", "");
-  ExpectError(Send(Msg(protocol::Op::kDelete, 0, len, 8)), StatusCode::kInvalidArgument, 8);  // no tombstone
+  ExpectError(Apply(Msg(protocol::Op::kDelete, 0, len, 8)), StatusCode::kInvalidArgument, 8);  // no tombstone
   EXPECT_EQ(table_->size(), 0u);
 
   // The largest allowed record is accepted.
   len = Stage(0, std::string(64, 'k'), std::string(8192, 'v'));
-  EXPECT_EQ(Send(Msg(protocol::Op::kPut, 0, len, 9)).status_code, 0);
+  EXPECT_EQ(Apply(Msg(protocol::Op::kPut, 0, len, 9)).status_code, 0);
 }
 
 TEST_F(ApplyTest, GarbageNeverCrashesOrChangesAnything) {
@@ -253,7 +254,7 @@ TEST_F(ApplyTest, GarbageNeverCrashesOrChangesAnything) {
     m.ring_offset = (rng() % (kRingBytes / 64 + 2)) * 64;
     std::vector<uint8_t> msg(sizeof(m));
     std::memcpy(msg.data(), &m, sizeof(m));
-    const auto r = Send(msg);
+    const auto r = Apply(msg);
     ASSERT_NE(r.status_code, 0);
     ASSERT_EQ(r.request_id, static_cast<uint64_t>(i));
     ASSERT_EQ(r.credits, 1u);

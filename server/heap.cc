@@ -125,7 +125,6 @@ std::optional<Heap::Clock::time_point> Heap::ReclaimableAt() const {
 
 Heap::Stats Heap::stats() const {
   Stats s;
-  s.capacity_bytes = capacity_;
   s.used_bytes = used_bytes_;
   s.quarantined_bytes = quarantined_bytes_;
   s.free_bytes = capacity_ - used_bytes_ - quarantined_bytes_;

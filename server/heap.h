@@ -51,7 +51,6 @@ class Heap {
   using Clock = std::chrono::steady_clock;
 
   struct Stats {
-    uint64_t capacity_bytes = 0;     // heap size
     uint64_t used_bytes = 0;         // class bytes of live (allocated) blocks
     uint64_t quarantined_bytes = 0;  // class bytes retired, grace not yet over
     uint64_t free_bytes = 0;         // capacity - used - quarantined

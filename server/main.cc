@@ -22,7 +22,6 @@
 #include <filesystem>
 #include <iostream>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <system_error>
@@ -33,7 +32,7 @@
 #include <pthread.h>
 #include <unistd.h>
 
-#include "common/layout.h"
+#include "common/mutex.h"
 #include "common/net_address.h"
 #include "common/token.h"
 #include "common/transport/factory.h"
@@ -79,8 +78,8 @@ class JoinThread {
 
   bool failed() const { return failed_.load(std::memory_order_acquire); }
   // The refusal; meaningful once failed() is true.
-  rkv::Status error() const {
-    std::lock_guard<std::mutex> lock(mu_);
+  rkv::Status error() const EXCLUDES(mu_) {
+    rkv::MutexLock lock(mu_);
     return error_;
   }
   // Aborts a Join still retrying, then sends Leave if joined (via
@@ -91,11 +90,11 @@ class JoinThread {
   }
 
  private:
-  void Run() {
+  void Run() EXCLUDES(mu_) {
     rkv::Status s = membership_->Start();
     if (s.ok() || s.code() == rkv::StatusCode::kCancelled) return;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      rkv::MutexLock lock(mu_);
       error_ = std::move(s);
     }
     // Release: error_ is written before failed() reads true.
@@ -103,8 +102,8 @@ class JoinThread {
   }
 
   rkv::server::Membership* const membership_;
-  mutable std::mutex mu_;
-  rkv::Status error_;  // guarded by mu_
+  mutable rkv::Mutex mu_;
+  rkv::Status error_ GUARDED_BY(mu_);
   std::atomic<bool> failed_{false};
   std::thread thread_;  // last: starts after the members it uses
 };
@@ -270,10 +269,8 @@ int main(int argc, char** argv) {
     m.self.data_address = data_address;
     m.self.admin_address = admin_address;
     m.self.transport = rkv::transport::KindName(*kind);
-    const rkv::server::RegionView index = srv->index_region();
-    const rkv::server::RegionView heap = srv->heap_region();
-    m.self.index = {index.addr, index.length, index.rkey};
-    m.self.heap = {heap.addr, heap.length, heap.rkey};
+    m.self.index = srv->index_region();
+    m.self.heap = srv->heap_region();
     m.self.table.bucket_count_log2 = srv->bucket_count_log2();
     m.self.table.hash_seed = srv->hash_seed();
     m.self.table.heap_size = srv->heap_bytes();

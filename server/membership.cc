@@ -18,6 +18,7 @@
 
 #include "proto/auth.h"
 #include "proto/grpc_status.h"
+#include "proto/region_descriptor.h"
 #include "proto/rkv.grpc.pb.h"
 #include "proto/validation.h"
 
@@ -83,19 +84,9 @@ v1::JoinRequest ToJoinRequest(const JoinInfo& j) {
   r.set_data_address(j.data_address);
   r.set_admin_address(j.admin_address);
   r.set_transport(j.transport);
-  r.mutable_index()->set_addr(j.index.addr);
-  r.mutable_index()->set_length(j.index.length);
-  r.mutable_index()->set_rkey(j.index.rkey);
-  r.mutable_heap()->set_addr(j.heap.addr);
-  r.mutable_heap()->set_length(j.heap.length);
-  r.mutable_heap()->set_rkey(j.heap.rkey);
-  v1::TableParams* t = r.mutable_table();
-  t->set_bucket_count_log2(j.table.bucket_count_log2);
-  t->set_hash_seed(j.table.hash_seed);
-  t->set_heap_size(j.table.heap_size);
-  t->set_max_key_bytes(j.table.max_key_bytes);
-  t->set_max_value_bytes(j.table.max_value_bytes);
-  t->set_grace_period_us(j.table.grace_period_us);
+  *r.mutable_index() = control::ToProto(j.index);
+  *r.mutable_heap() = control::ToProto(j.heap);
+  *r.mutable_table() = control::ToProto(j.table);
   return r;
 }
 
@@ -159,7 +150,7 @@ Status Membership::JoinOnce() {
   ctx.set_deadline(std::chrono::system_clock::now() + options_.rpc_timeout);
   v1::JoinResponse resp;
   RKV_RETURN_IF_ERROR(control::FromGrpc(rpc_->stub->Join(&ctx, rpc_->join, &resp)));
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   joined_ = true;
   map_version_ = resp.map_version();
   shards_.assign(resp.shards().begin(), resp.shards().end());
@@ -180,7 +171,7 @@ Status Membership::FetchShards() {
   for (const v1::ServerInfo& s : map.servers()) {
     if (s.server_id() == options_.self.server_id) mine.assign(s.shards().begin(), s.shards().end());
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   if (mine.size() != shards_.size()) {
     LOG(INFO) << "server " << options_.self.server_id << " owns " << mine.size() << " of " << map.shard_count()
               << " shards (map version " << map.version() << ")";
@@ -209,7 +200,7 @@ Status Membership::HeartbeatOnce() {
 }
 
 void Membership::NoteReachable(bool reachable, const Status& why) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   connected_ = reachable;
   if (reachable && reported_down_) {
     LOG(INFO) << "coordinator " << options_.coordinator_address << " is reachable again";
@@ -222,8 +213,12 @@ void Membership::NoteReachable(bool reachable, const Status& why) {
 }
 
 bool Membership::SleepFor(std::chrono::milliseconds d) {
-  std::unique_lock<std::mutex> lock(mu_);
-  return !stop_cv_.wait_for(lock, d, [this] { return stopping_; });
+  const auto deadline = std::chrono::steady_clock::now() + d;
+  MutexLock lock(mu_);
+  while (!stopping_) {
+    if (!stop_cv_.WaitUntil(mu_, deadline)) break;
+  }
+  return !stopping_;
 }
 
 Status Membership::Start() {
@@ -233,7 +228,7 @@ Status Membership::Start() {
   std::chrono::milliseconds backoff = std::max(options_.initial_backoff, std::chrono::milliseconds(1));
   for (;;) {
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(mu_);
       if (stopping_) return Status(StatusCode::kCancelled, "stopped before joining the coordinator");
     }
     const Status s = JoinOnce();
@@ -247,14 +242,14 @@ Status Membership::Start() {
   }
   NoteReachable(true, Status::Ok());
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     LOG(INFO) << "server " << options_.self.server_id << " (epoch " << options_.self.epoch << ", "
               << options_.self.data_address << ") joined the coordinator at " << options_.coordinator_address
               << ": map version " << map_version_ << ", " << shards_.size() << " shards";
   }
   // Under stop_mu_ so that a concurrent Stop either sees the thread and
   // joins it, or has already run and leaves none behind.
-  std::lock_guard<std::mutex> guard(stop_mu_);
+  MutexLock guard(stop_mu_);
   if (stopped_) {
     SendLeave();  // Stop ran before this Join completed, so it sent none
     return Status(StatusCode::kCancelled, "stopped while joining the coordinator");
@@ -268,7 +263,7 @@ void Membership::HeartbeatLoop() {
   for (;;) {
     std::chrono::milliseconds interval;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(mu_);
       interval = heartbeat_interval_;
     }
     if (!SleepFor(interval)) return;
@@ -289,7 +284,7 @@ void Membership::HeartbeatLoop() {
       // An answer, not an outage (e.g. a newer epoch of this server id took
       // over, or the token changed): keep trying, log once.
       {
-        std::lock_guard<std::mutex> lock(mu_);
+        MutexLock lock(mu_);
         connected_ = false;
       }
       if (!refused_logged) LOG(ERROR) << "coordinator refuses this server: " << s << "; retrying";
@@ -299,16 +294,16 @@ void Membership::HeartbeatLoop() {
 }
 
 void Membership::Stop() {
-  std::lock_guard<std::mutex> guard(stop_mu_);
+  MutexLock guard(stop_mu_);
   if (stopped_) return;
   stopped_ = true;
   bool joined = false;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     stopping_ = true;
     joined = joined_;
   }
-  stop_cv_.notify_all();
+  stop_cv_.NotifyAll();
   if (heartbeat_thread_.joinable()) heartbeat_thread_.join();
   if (joined) SendLeave();
 }
@@ -327,22 +322,22 @@ void Membership::SendLeave() {
   } else {
     LOG(WARNING) << "Leave failed (" << s << "); the coordinator will mark this server DOWN on its own";
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   connected_ = false;
 }
 
 uint64_t Membership::map_version() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return map_version_;
 }
 
 std::vector<uint32_t> Membership::shards() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return shards_;
 }
 
 bool Membership::connected() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return connected_;
 }
 

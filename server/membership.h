@@ -6,16 +6,17 @@
 #pragma once
 
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "common/mutex.h"
+#include "common/protocol.h"
 #include "common/status.h"
+#include "proto/table_params.h"
 
 namespace rkv::server {
 
@@ -32,21 +33,6 @@ struct ServerIdentity {
   static StatusOr<ServerIdentity> LoadOrCreate(const std::string& data_dir);
 };
 
-struct RegionInfo {
-  uint64_t addr = 0;
-  uint64_t length = 0;
-  uint32_t rkey = 0;
-};
-
-struct TableInfo {
-  uint32_t bucket_count_log2 = 0;
-  uint64_t hash_seed = 0;
-  uint64_t heap_size = 0;
-  uint32_t max_key_bytes = 0;
-  uint32_t max_value_bytes = 0;
-  uint64_t grace_period_us = 0;
-};
-
 // What this server announces in its Join (rkv.v1.JoinRequest).
 struct JoinInfo {
   std::string server_id;
@@ -54,9 +40,9 @@ struct JoinInfo {
   std::string data_address;   // HOST:PORT clients connect to (not 0.0.0.0)
   std::string admin_address;  // HOST:PORT of the Admin service
   std::string transport;      // "tcp" or "verbs"
-  RegionInfo index;
-  RegionInfo heap;
-  TableInfo table;
+  protocol::RegionDescriptor index;  // TableHeader + buckets, REMOTE_READ
+  protocol::RegionDescriptor heap;   // blocks, REMOTE_READ
+  control::TableParams table;
 };
 
 // Reported with every heartbeat.
@@ -93,51 +79,54 @@ class Membership {
   // UNAUTHENTICATED (wrong token), FAILED_PRECONDITION (cluster full, stale
   // epoch), INVALID_ARGUMENT (a field it refused; also checked here before
   // any call). CANCELLED when Stop is called meanwhile. Call once.
-  Status Start();
+  Status Start() EXCLUDES(stop_mu_, mu_);
 
   // Stops the heartbeat thread, then sends Leave (bounded by 2 s; a failure
   // is only logged) if the server had joined. Idempotent.
-  void Stop();
+  void Stop() EXCLUDES(stop_mu_, mu_);
 
   // The last map version the coordinator reported (0 before the Join).
-  uint64_t map_version() const;
+  uint64_t map_version() const EXCLUDES(mu_);
   // The shards this server owns per the last Join or map fetch; empty
   // until the cluster is complete.
-  std::vector<uint32_t> shards() const;
+  std::vector<uint32_t> shards() const EXCLUDES(mu_);
   // True while the last Join/Heartbeat succeeded.
-  bool connected() const;
+  bool connected() const EXCLUDES(mu_);
 
  private:
   struct Rpc;  // the channel, stub and token digest
 
   // One Join attempt; updates the state on success.
-  Status JoinOnce();
-  Status HeartbeatOnce();
-  Status FetchShards();
-  void HeartbeatLoop();
+  Status JoinOnce() EXCLUDES(mu_);
+  Status HeartbeatOnce() EXCLUDES(mu_);
+  Status FetchShards() EXCLUDES(mu_);
+  void HeartbeatLoop() EXCLUDES(mu_);
   // Sleeps `d` unless Stop is called; false when stopping.
-  bool SleepFor(std::chrono::milliseconds d);
-  void NoteReachable(bool reachable, const Status& why);
-  // Leave, bounded by 2 s; a failure is only logged.
-  void SendLeave();
+  bool SleepFor(std::chrono::milliseconds d) EXCLUDES(mu_);
+  void NoteReachable(bool reachable, const Status& why) EXCLUDES(mu_);
+  // Leave, bounded by 2 s; a failure is only logged. Called by Stop, or by
+  // a Start that finds Stop already ran, so never twice.
+  void SendLeave() REQUIRES(stop_mu_) EXCLUDES(mu_);
 
   const MembershipOptions options_;
   std::unique_ptr<Rpc> rpc_;
 
-  mutable std::mutex mu_;
-  std::condition_variable stop_cv_;
-  // Guarded by mu_:
-  bool stopping_ = false;
-  bool joined_ = false;        // a Join succeeded at least once
-  bool connected_ = false;
-  bool reported_down_ = false; // logged that the coordinator is unreachable
-  uint64_t map_version_ = 0;
-  std::vector<uint32_t> shards_;
-  std::chrono::milliseconds heartbeat_interval_{500};
+  mutable Mutex mu_;
+  CondVar stop_cv_;  // signalled when stopping_ becomes true
+  bool stopping_ GUARDED_BY(mu_) = false;
+  bool joined_ GUARDED_BY(mu_) = false;         // a Join succeeded at least once
+  bool connected_ GUARDED_BY(mu_) = false;
+  bool reported_down_ GUARDED_BY(mu_) = false;  // logged that the coordinator is unreachable
+  uint64_t map_version_ GUARDED_BY(mu_) = 0;
+  std::vector<uint32_t> shards_ GUARDED_BY(mu_);
+  std::chrono::milliseconds heartbeat_interval_ GUARDED_BY(mu_) = std::chrono::milliseconds(500);
 
-  std::thread heartbeat_thread_;
-  std::mutex stop_mu_;  // serializes Stop; guards heartbeat_thread_ and stopped_
-  bool stopped_ = false;
+  // Serializes Stop against itself and against the end of Start, so that
+  // the heartbeat thread is either joined by Stop or never started. Taken
+  // before mu_ when both are held.
+  Mutex stop_mu_ ACQUIRED_BEFORE(mu_);
+  std::thread heartbeat_thread_ GUARDED_BY(stop_mu_);
+  bool stopped_ GUARDED_BY(stop_mu_) = false;
 };
 
 }  // namespace rkv::server

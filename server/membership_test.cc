@@ -6,6 +6,8 @@
 #include <fstream>
 #include <thread>
 
+#include "proto/region_descriptor.h"
+#include "proto/table_params.h"
 #include "server/coordinator/coordinator_service.h"
 #include "server/coordinator/test_util.h"
 
@@ -38,6 +40,13 @@ std::unique_ptr<CoordinatorServer> StartCoordinator(uint32_t servers, const std:
   return server.ok() ? std::move(server).value() : nullptr;
 }
 
+// The value of `v`, which the test expects to hold one.
+template <typename T>
+T Valid(StatusOr<T> v) {
+  EXPECT_TRUE(v.ok()) << v.status();
+  return v.ok() ? std::move(v).value() : T{};
+}
+
 MembershipOptions Options(const std::string& coordinator, const std::string& id = "s-00000001") {
   const v1::JoinRequest j = MakeJoin(id, 3, 1);
   MembershipOptions o;
@@ -48,10 +57,9 @@ MembershipOptions Options(const std::string& coordinator, const std::string& id 
   o.self.data_address = j.data_address();
   o.self.admin_address = j.admin_address();
   o.self.transport = j.transport();
-  o.self.index = {j.index().addr(), j.index().length(), j.index().rkey()};
-  o.self.heap = {j.heap().addr(), j.heap().length(), j.heap().rkey()};
-  o.self.table = {j.table().bucket_count_log2(), j.table().hash_seed(),       j.table().heap_size(),
-                  j.table().max_key_bytes(),     j.table().max_value_bytes(), j.table().grace_period_us()};
+  o.self.index = Valid(control::FromProto(j.index()));
+  o.self.heap = Valid(control::FromProto(j.heap()));
+  o.self.table = Valid(control::FromProto(j.table()));
   o.initial_backoff = std::chrono::milliseconds(5);
   o.max_backoff = std::chrono::milliseconds(50);
   return o;

@@ -91,8 +91,8 @@ Status Server::Init() {
   // server itself (it writes with the CPU) and is not granted.
   RKV_ASSIGN_OR_RETURN(index_mr_, transport_->Register(index_mem_.data(), index_bytes, transport::kRemoteRead));
   RKV_ASSIGN_OR_RETURN(heap_mr_, transport_->Register(heap_mem_.data(), heap_bytes, transport::kRemoteRead));
-  index_region_ = RegionView{index_mr_->remote_addr(), index_mr_->size(), index_mr_->rkey()};
-  heap_region_ = RegionView{heap_mr_->remote_addr(), heap_mr_->size(), heap_mr_->rkey()};
+  index_region_ = Describe(*index_mr_);
+  heap_region_ = Describe(*heap_mr_);
 
   RKV_ASSIGN_OR_RETURN(listener_, transport_->Listen(options_.listen));
   address_ = listener_->address();
@@ -122,8 +122,8 @@ Status Server::Rebuild() {
     return Status::Ok();
   }));
   keys_at_start_ = n;
-  rebuild_time_ = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start);
-  LOG(INFO) << "rebuilt the table from " << options_.data_dir << ": " << n << " keys in " << rebuild_time_.count()
+  const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start);
+  LOG(INFO) << "rebuilt the table from " << options_.data_dir << ": " << n << " keys in " << took.count()
             << " ms (load " << table_->load_factor() << ", heap " << heap_->stats().used_bytes << " bytes used)";
   return Status::Ok();
 }
@@ -213,8 +213,8 @@ void Server::HandlePending(std::unique_ptr<transport::Connection> conn) {
   a.protocol_version = protocol::kProtocolVersion;
   a.layout_version = layout::kLayoutVersion;
   a.epoch = epoch_;
-  a.index = Describe(*index_mr_);
-  a.heap = Describe(*heap_mr_);
+  a.index = index_region_;
+  a.heap = heap_region_;
   a.ring = Describe(*w->ring_mr);
   a.request_credits = credits;
   a.max_key_bytes = options_.max_key_bytes;
@@ -233,7 +233,7 @@ void Server::HandlePending(std::unique_ptr<transport::Connection> conn) {
   LOG(INFO) << "accepted client " << std::hex << w->client_id << std::dec << " from " << w->peer;
   Worker* raw = w.get();
   {
-    std::lock_guard<std::mutex> lock(workers_mu_);
+    MutexLock lock(workers_mu_);
     workers_.push_back(std::move(w));
   }
   raw->thread = std::thread([this, raw] { ServeConnection(raw); });
@@ -313,7 +313,7 @@ void Server::ServeConnection(Worker* w) {
 void Server::ReapFinished() {
   std::list<std::unique_ptr<Worker>> done;
   {
-    std::lock_guard<std::mutex> lock(workers_mu_);
+    MutexLock lock(workers_mu_);
     for (auto it = workers_.begin(); it != workers_.end();) {
       if ((*it)->finished.load(std::memory_order_acquire)) {
         done.splice(done.end(), workers_, it++);
@@ -329,7 +329,7 @@ void Server::ReapFinished() {
 }
 
 void Server::Shutdown() {
-  std::lock_guard<std::mutex> lock(shutdown_mu_);
+  MutexLock lock(shutdown_mu_);
   if (shut_down_) return;
   shut_down_ = true;
   const bool started = listener_ != nullptr;
@@ -338,7 +338,7 @@ void Server::Shutdown() {
   if (accept_thread_.joinable()) accept_thread_.join();
   std::list<std::unique_ptr<Worker>> all;
   {
-    std::lock_guard<std::mutex> wl(workers_mu_);
+    MutexLock wl(workers_mu_);
     all.swap(workers_);
   }
   for (auto& w : all) {
@@ -368,7 +368,6 @@ ServerStats Server::Stats() const {
   s.keys = a.keys;
   s.heap_bytes_used = a.heap.used_bytes;
   s.heap_bytes_quarantined = a.heap.quarantined_bytes;
-  s.heap_bytes_free = a.heap.free_bytes;
   return s;
 }
 

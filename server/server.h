@@ -19,15 +19,17 @@
 // One worker thread per connection: polls the connection, applies its
 //   requests in order (server/apply.h), re-posts each receive buffer before
 //   replying, and replies with a SEND. A broken connection (Poll error or an
-//   error completion) is logged and destroyed, which releases its ring and
-//   queue pair; the accept thread reaps finished workers.
+//   error completion) is logged and destroyed by its worker, which releases
+//   its queue pair and registrations; the accept thread then reaps the
+//   finished worker (joins it, frees its ring).
 //
 // No GET ever reaches this process: clients read the index and heap with
-// one-sided READs (Stats::gets_served_by_cpu stays 0; there is no GET
+// one-sided READs (ServerStats::gets_served_by_cpu stays 0; there is no GET
 // message in the protocol).
 //
-// Thread safety: Stats, address, epoch are thread-safe. Shutdown may be
-// called from any thread but once at a time; the destructor calls it.
+// Thread safety: the accessors and Stats are thread-safe. Shutdown may be
+// called from any thread, also concurrently (the calls are serialized); the
+// destructor calls it.
 #pragma once
 
 #include <atomic>
@@ -35,10 +37,11 @@
 #include <cstdint>
 #include <list>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 
+#include "common/mutex.h"
+#include "common/protocol.h"
 #include "common/status.h"
 #include "common/transport/transport.h"
 #include "server/apply.h"
@@ -60,16 +63,7 @@ struct ServerStats {
   uint64_t keys = 0;
   uint64_t heap_bytes_used = 0;
   uint64_t heap_bytes_quarantined = 0;
-  uint64_t heap_bytes_free = 0;
   uint64_t gets_served_by_cpu = 0;    // always 0: GETs are one-sided READs
-};
-
-// A registered region as clients address it (remote address, length,
-// rkey), for announcing it to the control plane.
-struct RegionView {
-  uint64_t addr = 0;
-  uint64_t length = 0;
-  uint32_t rkey = 0;
 };
 
 class Server {
@@ -84,45 +78,43 @@ class Server {
 
   // Stops accepting, disconnects every client, joins all threads and closes
   // the store. Idempotent.
-  void Shutdown();
+  void Shutdown() EXCLUDES(shutdown_mu_, workers_mu_);
 
   // "HOST:PORT" actually listened on (the real port when 0 was asked).
   std::string address() const;
   uint64_t epoch() const { return epoch_; }
   uint64_t keys_at_start() const { return keys_at_start_; }
-  std::chrono::milliseconds rebuild_time() const { return rebuild_time_; }
   ServerStats Stats() const;
 
-  // The index (TableHeader + buckets) and heap regions and the table's
-  // parameters, fixed at Start and unchanged afterwards (also after
-  // Shutdown, when they no longer name live registrations).
-  RegionView index_region() const { return index_region_; }
-  RegionView heap_region() const { return heap_region_; }
+  // The index (TableHeader + buckets) and heap regions as clients address
+  // them, and the table's parameters, fixed at Start and unchanged
+  // afterwards (also after Shutdown, when the regions no longer name live
+  // registrations).
+  const protocol::RegionDescriptor& index_region() const { return index_region_; }
+  const protocol::RegionDescriptor& heap_region() const { return heap_region_; }
   uint32_t bucket_count_log2() const { return bucket_count_log2_; }
   uint64_t hash_seed() const { return hash_seed_; }
   uint64_t heap_bytes() const { return heap_region_.length; }
-  const ServerOptions& options() const { return options_; }
 
  private:
   struct Worker;
-  friend class ServerTestPeer;
 
   explicit Server(const ServerOptions& options, transport::Transport* transport);
   Status Init();
   Status Rebuild();
-  void AcceptLoop();
-  void HandlePending(std::unique_ptr<transport::Connection> conn);
+  void AcceptLoop() EXCLUDES(workers_mu_);
+  void HandlePending(std::unique_ptr<transport::Connection> conn) EXCLUDES(workers_mu_);
   void Refuse(transport::Connection& conn, StatusCode code, const std::string& message);
   void ServeConnection(Worker* w);
-  void ReapFinished();
+  // Joins and destroys the workers whose connection has ended.
+  void ReapFinished() EXCLUDES(workers_mu_);
 
   const ServerOptions options_;
   transport::Transport* const transport_;
   uint64_t epoch_ = 0;
   uint64_t keys_at_start_ = 0;
-  std::chrono::milliseconds rebuild_time_{0};
-  RegionView index_region_;
-  RegionView heap_region_;
+  protocol::RegionDescriptor index_region_{};
+  protocol::RegionDescriptor heap_region_{};
   uint32_t bucket_count_log2_ = 0;
   uint64_t hash_seed_ = 0;
 
@@ -142,10 +134,11 @@ class Server {
 
   std::atomic<bool> stopping_{false};
   std::thread accept_thread_;
-  std::mutex workers_mu_;  // guards workers_
-  std::list<std::unique_ptr<Worker>> workers_;
-  std::mutex shutdown_mu_;  // serializes Shutdown
-  bool shut_down_ = false;
+  Mutex workers_mu_;
+  std::list<std::unique_ptr<Worker>> workers_ GUARDED_BY(workers_mu_);
+  // Serializes Shutdown; taken before workers_mu_.
+  Mutex shutdown_mu_ ACQUIRED_BEFORE(workers_mu_);
+  bool shut_down_ GUARDED_BY(shutdown_mu_) = false;
 
   std::atomic<uint64_t> connections_open_{0};
   std::atomic<uint64_t> connections_accepted_{0};

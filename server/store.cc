@@ -19,6 +19,7 @@ constexpr char kDataPrefix = 'd';
 constexpr char kMetaPrefix = 'm';
 constexpr std::string_view kVersionKey = "mversion";
 constexpr std::string_view kEpochKey = "mepoch";
+static_assert(kVersionKey[0] == kMetaPrefix && kEpochKey[0] == kMetaPrefix);
 
 constexpr uint8_t kRecordFormat = 1;
 constexpr size_t kRecordHeaderBytes = 1 + 8 + 4;

@@ -92,11 +92,7 @@ class Store {
   using ScanFn = std::function<Status(std::string_view key, uint64_t version, std::string_view value)>;
   Status Scan(const ScanFn& fn) const;
 
-  Durability durability() const { return durability_; }
-  const std::string& dir() const { return dir_; }
-
  private:
-  friend class StoreTestPeer;
   Store(std::string dir, Durability durability, rocksdb::DB* db);
   Status Write(std::string_view what, std::string_view key, bool put, std::string_view value, uint64_t version);
 

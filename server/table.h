@@ -118,12 +118,15 @@ class Table {
 
   // Inserts or replaces `key` with a record {key, value, version} in a new
   // heap block, published with one release store into the key's existing
-  // slot (replace, then the old block is retired at `now`) or into a free
-  // slot of the emptier candidate bucket (insert). Sizes must have been
-  // validated (key 1..kMaxKeyBytesLimit, block <= kMaxBlockBytes).
-  // RESOURCE_EXHAUSTED when both candidate buckets are full (insert only)
-  // or the heap has no block; nothing changed then and the old value, if
-  // any, stays readable. Returns where the key now lives.
+  // slot (replace, then the old block is retired at `now`) or into the
+  // first free slot of its neighbourhood from its home bucket on (insert;
+  // when every bucket of it is full, other keys are moved out of the way
+  // first: see "Relocation"). Sizes must have been validated (key
+  // 1..kMaxKeyBytesLimit, block <= kMaxBlockBytes). RESOURCE_EXHAUSTED when
+  // no slot of the neighbourhood can be freed (insert only) or the heap has
+  // no block; no key's value changed then (keys may have moved, each within
+  // its own neighbourhood) and the old value, if any, stays readable.
+  // Returns where the key now lives.
   StatusOr<Entry> Upsert(std::string_view key, std::string_view value, uint64_t version,
                          Heap::Clock::time_point now);
 
@@ -149,7 +152,8 @@ class Table {
   uint64_t slot_count() const { return bucket_count() * layout::kSlotsPerBucket; }
   double load_factor() const { return static_cast<double>(size_) / static_cast<double>(slot_count()); }
   uint64_t hash_seed() const { return seed_; }
-  // Keys moved to their other candidate bucket to make room, since Init.
+  // Moves of a key to another bucket of its neighbourhood to make room
+  // (see "Relocation"), since Init.
   uint64_t relocations() const { return relocations_; }
   const layout::TableHeader& header() const;
 

@@ -47,8 +47,7 @@ class TableFixture {
         heap_mem_(static_cast<uint8_t*>(std::aligned_alloc(64, heap_bytes))),
         heap_(heap_bytes, grace_period),
         table_(std::span<uint8_t>(index_.get(), index_bytes_), std::span<uint8_t>(heap_mem_.get(), heap_bytes),
-               &heap_),
-        heap_bytes_(heap_bytes) {
+               &heap_) {
     std::memset(index_.get(), 0xAB, index_bytes_);  // Init must clear it
     EXPECT_TRUE(table_.Init(log2, /*epoch=*/7, seed).ok());
   }
@@ -64,7 +63,6 @@ class TableFixture {
   std::unique_ptr<uint8_t, FreeDeleter> heap_mem_;
   Heap heap_;
   Table table_;
-  uint64_t heap_bytes_;
 };
 
 TEST(TableTest, InitWritesTheHeaderAndEmptiesBuckets) {

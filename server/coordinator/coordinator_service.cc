@@ -93,27 +93,30 @@ void CoordinatorServer::ExpiryLoop() {
   const auto period = std::clamp<std::chrono::milliseconds>(state_->config().heartbeat_interval / 2,
                                                             std::chrono::milliseconds(5),
                                                             std::chrono::milliseconds(250));
-  std::unique_lock<std::mutex> lock(mu_);
-  while (!stopping_) {
-    expiry_cv_.wait_for(lock, period, [this] { return stopping_; });
-    if (stopping_) break;
-    lock.unlock();
+  for (;;) {
+    {
+      const auto deadline = std::chrono::steady_clock::now() + period;
+      MutexLock lock(mu_);
+      while (!stopping_) {
+        if (!expiry_cv_.WaitUntil(mu_, deadline)) break;
+      }
+      if (stopping_) return;
+    }
     if (auto expired = state_->ExpireHeartbeats(); !expired.ok()) {
       LOG(ERROR) << "cannot record a server as DOWN: " << expired.status() << "; retrying";
     }
-    lock.lock();
   }
 }
 
 void CoordinatorServer::Shutdown() {
-  std::lock_guard<std::mutex> guard(shutdown_mu_);
+  MutexLock guard(shutdown_mu_);
   if (shut_down_) return;
   shut_down_ = true;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     stopping_ = true;
   }
-  expiry_cv_.notify_all();
+  expiry_cv_.NotifyAll();
   if (expiry_thread_.joinable()) expiry_thread_.join();
   if (state_ != nullptr) state_->CloseWatchers();
   if (server_ != nullptr) {

@@ -6,20 +6,19 @@
 // the state machine's Status onto the RPC status unchanged.
 //
 // Thread safety: the service is called from gRPC's threads concurrently;
-// CoordinatorServer::Shutdown may be called from any thread, once at a
-// time, and the destructor calls it.
+// CoordinatorServer::Shutdown may be called from any thread, also
+// concurrently (the calls are serialized), and the destructor calls it.
 #pragma once
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 
 #include <grpcpp/server.h>
 
+#include "common/mutex.h"
 #include "common/status.h"
 #include "proto/rkv.grpc.pb.h"
 #include "server/coordinator/coordinator_state.h"
@@ -62,7 +61,7 @@ class CoordinatorServer {
 
   // Ends watch streams, stops the expiry thread and the gRPC server
   // (in-flight unary calls get up to 2 s). Idempotent.
-  void Shutdown();
+  void Shutdown() EXCLUDES(shutdown_mu_, mu_);
 
   // "HOST:PORT" actually bound (the real port when 0 was asked).
   const std::string& address() const { return address_; }
@@ -70,19 +69,21 @@ class CoordinatorServer {
 
  private:
   CoordinatorServer() = default;
-  void ExpiryLoop();
+  void ExpiryLoop() EXCLUDES(mu_);
 
   std::unique_ptr<CoordinatorState> state_;
   std::unique_ptr<CoordinatorService> service_;
   std::unique_ptr<grpc::Server> server_;
   std::string address_;
 
-  std::mutex mu_;  // guards stopping_ for expiry_cv_
-  std::condition_variable expiry_cv_;
-  bool stopping_ = false;
+  Mutex mu_;
+  CondVar expiry_cv_;  // signalled when stopping_ is set
+  bool stopping_ GUARDED_BY(mu_) = false;
+  // Started by Start before the server is shared; joined by Shutdown.
   std::thread expiry_thread_;
-  std::mutex shutdown_mu_;  // serializes Shutdown
-  bool shut_down_ = false;
+  // Serializes Shutdown; taken before mu_.
+  Mutex shutdown_mu_ ACQUIRED_BEFORE(mu_);
+  bool shut_down_ GUARDED_BY(shutdown_mu_) = false;
 };
 
 }  // namespace rkv::coordinator

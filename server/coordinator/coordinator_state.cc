@@ -65,7 +65,7 @@ Status ValidateConfig(const CoordinatorConfig& c) {
 }
 
 CoordinatorState::CoordinatorState(const CoordinatorConfig& config, std::unique_ptr<StateStore> store, Clock clock)
-    : config_(config), store_(std::move(store)), clock_(std::move(clock)) {}
+    : config_(config), clock_(std::move(clock)), store_(std::move(store)) {}
 
 StatusOr<std::unique_ptr<CoordinatorState>> CoordinatorState::Open(const CoordinatorConfig& config,
                                                                    std::unique_ptr<StateStore> store, Clock clock) {
@@ -77,8 +77,8 @@ StatusOr<std::unique_ptr<CoordinatorState>> CoordinatorState::Open(const Coordin
 }
 
 Status CoordinatorState::Load() {
+  MutexLock lock(mu_);
   RKV_ASSIGN_OR_RETURN(StateStore::Snapshot snap, store_->Load());
-  std::lock_guard<std::mutex> lock(mu_);
   if (!snap.meta.has_value()) {
     if (!snap.servers.empty()) return DataLoss("the store holds servers but no meta record");
     return Status::Ok();
@@ -160,13 +160,13 @@ Status CoordinatorState::CommitLocked(std::vector<Server> next, const std::vecto
   servers_ = std::move(next);
   assigned_ = next_assigned;
   ++version_;
-  changed_cv_.notify_all();
+  changed_cv_.NotifyAll();
   return Status::Ok();
 }
 
 StatusOr<v1::JoinResponse> CoordinatorState::Join(const v1::JoinRequest& r) {
   RKV_RETURN_IF_ERROR(control::ValidateJoinRequest(r));
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   const steady_clock::time_point now = clock_();
   const int found = FindLocked(r.server_id());
   std::vector<Server> next = servers_;
@@ -249,7 +249,7 @@ StatusOr<v1::JoinResponse> CoordinatorState::Join(const v1::JoinRequest& r) {
 
 StatusOr<v1::HeartbeatResponse> CoordinatorState::Heartbeat(const v1::HeartbeatRequest& r) {
   RKV_RETURN_IF_ERROR(control::ValidateServerAndEpoch(r.server_id(), r.epoch()));
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   const int found = FindLocked(r.server_id());
   if (found < 0) return NotFound("unknown server " + r.server_id() + "; join first");
   Server& s = servers_[static_cast<size_t>(found)];
@@ -270,7 +270,7 @@ StatusOr<v1::HeartbeatResponse> CoordinatorState::Heartbeat(const v1::HeartbeatR
 
 Status CoordinatorState::Leave(const v1::LeaveRequest& r) {
   RKV_RETURN_IF_ERROR(control::ValidateServerAndEpoch(r.server_id(), r.epoch()));
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   const int found = FindLocked(r.server_id());
   if (found < 0) return NotFound("unknown server " + r.server_id());
   const size_t index = static_cast<size_t>(found);
@@ -287,7 +287,7 @@ Status CoordinatorState::Leave(const v1::LeaveRequest& r) {
 }
 
 StatusOr<int> CoordinatorState::ExpireHeartbeats() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   const steady_clock::time_point now = clock_();
   int expired = 0;
   for (size_t i = 0; i < servers_.size(); ++i) {
@@ -325,28 +325,31 @@ v1::ClusterMap CoordinatorState::MapLocked() const {
 }
 
 v1::ClusterMap CoordinatorState::Map() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return MapLocked();
 }
 
 uint64_t CoordinatorState::version() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return version_;
 }
 
 StatusOr<std::optional<v1::ClusterMap>> CoordinatorState::WaitForChange(uint64_t known_version,
                                                                         std::chrono::milliseconds timeout) {
-  std::unique_lock<std::mutex> lock(mu_);
-  changed_cv_.wait_for(lock, timeout, [&] { return closed_ || version_ != known_version; });
+  const auto deadline = steady_clock::now() + timeout;
+  MutexLock lock(mu_);
+  while (!closed_ && version_ == known_version) {
+    if (!changed_cv_.WaitUntil(mu_, deadline)) break;
+  }
   if (closed_) return Status(StatusCode::kCancelled, "the coordinator is shutting down");
   if (version_ == known_version) return std::optional<v1::ClusterMap>();
   return std::optional<v1::ClusterMap>(MapLocked());
 }
 
 void CoordinatorState::CloseWatchers() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   closed_ = true;
-  changed_cv_.notify_all();
+  changed_cv_.NotifyAll();
 }
 
 }  // namespace rkv::coordinator

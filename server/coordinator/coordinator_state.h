@@ -24,16 +24,15 @@
 #pragma once
 
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
+#include "common/mutex.h"
 #include "common/status.h"
 #include "proto/rkv.pb.h"
 #include "server/coordinator/state_store.h"
@@ -69,32 +68,33 @@ class CoordinatorState {
   // Errors: INVALID_ARGUMENT (malformed request), FAILED_PRECONDITION
   // (stale epoch, conflicting rejoin, cluster full), or the store's error
   // when the change could not be committed.
-  StatusOr<v1::JoinResponse> Join(const v1::JoinRequest& request);
+  StatusOr<v1::JoinResponse> Join(const v1::JoinRequest& request) EXCLUDES(mu_);
 
   // Errors: INVALID_ARGUMENT, NOT_FOUND (unknown id), FAILED_PRECONDITION
   // (another epoch, or the server is DOWN): the server must Join again.
-  StatusOr<v1::HeartbeatResponse> Heartbeat(const v1::HeartbeatRequest& request);
+  StatusOr<v1::HeartbeatResponse> Heartbeat(const v1::HeartbeatRequest& request) EXCLUDES(mu_);
 
   // Marks the server DOWN. OK as well when it already is. Errors as for
   // Heartbeat (a DOWN server excepted), or the store's.
-  Status Leave(const v1::LeaveRequest& request);
+  Status Leave(const v1::LeaveRequest& request) EXCLUDES(mu_);
 
   // Marks DOWN every UP server whose deadline has passed, one version
   // each. Returns how many; on a commit error the servers stay UP and the
   // error is returned (the next call retries).
-  StatusOr<int> ExpireHeartbeats();
+  StatusOr<int> ExpireHeartbeats() EXCLUDES(mu_);
 
-  v1::ClusterMap Map() const;
-  uint64_t version() const;
+  v1::ClusterMap Map() const EXCLUDES(mu_);
+  uint64_t version() const EXCLUDES(mu_);
   const CoordinatorConfig& config() const { return config_; }
 
   // Blocks until the version differs from `known_version` (returns the
   // map), `timeout` passes (returns nullopt) or CloseWatchers is called
   // (CANCELLED).
-  StatusOr<std::optional<v1::ClusterMap>> WaitForChange(uint64_t known_version, std::chrono::milliseconds timeout);
+  StatusOr<std::optional<v1::ClusterMap>> WaitForChange(uint64_t known_version, std::chrono::milliseconds timeout)
+      EXCLUDES(mu_);
 
   // Wakes every WaitForChange caller with CANCELLED, now and from now on.
-  void CloseWatchers();
+  void CloseWatchers() EXCLUDES(mu_);
 
  private:
   struct Server {
@@ -104,25 +104,27 @@ class CoordinatorState {
   };
 
   CoordinatorState(const CoordinatorConfig& config, std::unique_ptr<StateStore> store, Clock clock);
-  Status Load();
+  Status Load() EXCLUDES(mu_);
   // Commits `next` (servers in join order) with version_ + 1, writing the
   // records of `changed` (indices into next), then makes it current.
-  Status CommitLocked(std::vector<Server> next, const std::vector<size_t>& changed, bool next_assigned);
-  v1::ClusterMap MapLocked() const;
-  int FindLocked(const std::string& id) const;
+  Status CommitLocked(std::vector<Server> next, const std::vector<size_t>& changed, bool next_assigned)
+      REQUIRES(mu_);
+  v1::ClusterMap MapLocked() const REQUIRES(mu_);
+  int FindLocked(const std::string& id) const REQUIRES(mu_);
   static std::string Describe(const v1::ServerInfo& info);
 
   const CoordinatorConfig config_;
-  const std::unique_ptr<StateStore> store_;
   const Clock clock_;
 
-  mutable std::mutex mu_;
-  std::condition_variable changed_cv_;  // notified when version_ changes or closed_
-  // Guarded by mu_:
-  std::vector<Server> servers_;  // join order; at most expected_servers
-  uint64_t version_ = 0;
-  bool assigned_ = false;  // shards assigned (once N servers joined)
-  bool closed_ = false;
+  // Serializes every public method, the store's commits included (the
+  // store need not be thread-safe).
+  mutable Mutex mu_;
+  const std::unique_ptr<StateStore> store_ PT_GUARDED_BY(mu_);
+  CondVar changed_cv_;  // notified when version_ changes or closed_ is set
+  std::vector<Server> servers_ GUARDED_BY(mu_);  // join order; at most expected_servers
+  uint64_t version_ GUARDED_BY(mu_) = 0;
+  bool assigned_ GUARDED_BY(mu_) = false;  // shards assigned (once N servers joined)
+  bool closed_ GUARDED_BY(mu_) = false;
 };
 
 }  // namespace rkv::coordinator

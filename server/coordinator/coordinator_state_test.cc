@@ -228,7 +228,7 @@ TEST_F(CoordinatorStateTest, VersionBumpsOncePerChange) {
   clock_.Advance(milliseconds(3001));
   EXPECT_EQ(*state->ExpireHeartbeats(), 2);
   EXPECT_EQ(state->version(), 6u);
-  EXPECT_EQ(data_->commits, 6);  // every change was committed
+  EXPECT_EQ(data_->commits(), 6);  // every change was committed
 }
 
 TEST_F(CoordinatorStateTest, AFailedCommitChangesNothing) {
@@ -236,7 +236,7 @@ TEST_F(CoordinatorStateTest, AFailedCommitChangesNothing) {
   ASSERT_TRUE(state->Join(MakeJoin("a", 1, 0)).ok());
   const v1::ClusterMap before = state->Map();
 
-  data_->fail = true;
+  data_->SetFailing(true);
   auto b = state->Join(MakeJoin("b", 1, 1));  // would assign every shard
   EXPECT_EQ(b.status().code(), StatusCode::kInternal);
   EXPECT_EQ(state->Leave(LeaveReq("a", 1)).code(), StatusCode::kInternal);
@@ -244,7 +244,7 @@ TEST_F(CoordinatorStateTest, AFailedCommitChangesNothing) {
   EXPECT_EQ(state->ExpireHeartbeats().status().code(), StatusCode::kInternal);
   EXPECT_EQ(state->Map().SerializeAsString(), before.SerializeAsString());
 
-  data_->fail = false;
+  data_->SetFailing(false);
   ASSERT_TRUE(state->Join(MakeJoin("b", 1, 1)).ok());
   EXPECT_EQ(state->Map().shard_owner_size(), 4);
   EXPECT_EQ(state->version(), before.version() + 1);
@@ -369,14 +369,16 @@ TEST(CoordinatorPersistenceTest, InconsistentRecordsAreDataLoss) {
     ASSERT_TRUE((*state)->Join(MakeJoin("a", 1, 0)).ok());
     ASSERT_TRUE((*state)->Join(MakeJoin("b", 1, 1)).ok());
   }
-  data->servers["b"].mutable_info()->add_shards(0);  // shard 0 owned twice
+  data->EditServer("b", [](auto& b) { b.mutable_info()->add_shards(0); });  // shard 0 owned twice
   EXPECT_EQ(CoordinatorState::Open(Config(2, 4), std::make_unique<MemoryStore>(data)).status().code(),
             StatusCode::kDataLoss);
-  data->servers["b"].mutable_info()->mutable_shards()->RemoveLast();
-  data->servers["b"].set_join_order(0);  // two servers first
+  data->EditServer("b", [](auto& b) {
+    b.mutable_info()->mutable_shards()->RemoveLast();
+    b.set_join_order(0);  // two servers first
+  });
   EXPECT_EQ(CoordinatorState::Open(Config(2, 4), std::make_unique<MemoryStore>(data)).status().code(),
             StatusCode::kDataLoss);
-  data->servers["b"].set_join_order(1);
+  data->EditServer("b", [](auto& b) { b.set_join_order(1); });
   EXPECT_TRUE(CoordinatorState::Open(Config(2, 4), std::make_unique<MemoryStore>(data)).ok());
 }
 

@@ -6,13 +6,16 @@
 
 #include <chrono>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
+#include <optional>
 #include <string>
 #include <system_error>
+#include <vector>
 
 #include "common/layout.h"
+#include "common/mutex.h"
 #include "proto/rkv.pb.h"
 #include "server/coordinator/coordinator_state.h"
 #include "server/coordinator/state_store.h"
@@ -42,12 +45,12 @@ class TempDir {
 // A steady clock that moves only when told to.
 class FakeClock {
  public:
-  std::chrono::steady_clock::time_point Now() const {
-    std::lock_guard<std::mutex> lock(mu_);
+  std::chrono::steady_clock::time_point Now() const EXCLUDES(mu_) {
+    MutexLock lock(mu_);
     return now_;
   }
-  void Advance(std::chrono::milliseconds d) {
-    std::lock_guard<std::mutex> lock(mu_);
+  void Advance(std::chrono::milliseconds d) EXCLUDES(mu_) {
+    MutexLock lock(mu_);
     now_ += d;
   }
   Clock AsClock() {
@@ -55,37 +58,63 @@ class FakeClock {
   }
 
  private:
-  mutable std::mutex mu_;
-  std::chrono::steady_clock::time_point now_{std::chrono::hours(1)};
+  mutable Mutex mu_;
+  std::chrono::steady_clock::time_point now_ GUARDED_BY(mu_) =
+      std::chrono::steady_clock::time_point(std::chrono::hours(1));
 };
 
-// Records in memory; commits fail while `fail` is set. The records live in
-// a shared object so that a test can "reopen" the same store.
-struct MemoryStoreData {
-  std::mutex mu;
-  std::optional<v1::store::StoredMeta> meta;
-  std::map<std::string, v1::store::StoredServer> servers;
-  bool fail = false;
-  int commits = 0;
+// The records of a MemoryStore, kept apart from it so that a test can
+// "reopen" the same store, fail its commits or edit what it holds.
+class MemoryStoreData {
+ public:
+  StatusOr<StateStore::Snapshot> Load() const EXCLUDES(mu_) {
+    MutexLock lock(mu_);
+    StateStore::Snapshot snap;
+    snap.meta = meta_;
+    for (const auto& [id, s] : servers_) snap.servers.push_back(s);
+    return snap;
+  }
+  Status Commit(const v1::store::StoredMeta& meta, const std::vector<v1::store::StoredServer>& servers)
+      EXCLUDES(mu_) {
+    MutexLock lock(mu_);
+    if (fail_) return Internal("injected commit failure");
+    meta_ = meta;
+    for (const auto& s : servers) servers_[s.info().server_id()] = s;
+    ++commits_;
+    return Status::Ok();
+  }
+
+  // Commits fail with INTERNAL while `fail` is set.
+  void SetFailing(bool fail) EXCLUDES(mu_) {
+    MutexLock lock(mu_);
+    fail_ = fail;
+  }
+  // Commits that succeeded.
+  int commits() const EXCLUDES(mu_) {
+    MutexLock lock(mu_);
+    return commits_;
+  }
+  // Changes the stored record of `server_id` (a new one if absent).
+  void EditServer(const std::string& server_id, const std::function<void(v1::store::StoredServer&)>& edit)
+      EXCLUDES(mu_) {
+    MutexLock lock(mu_);
+    edit(servers_[server_id]);
+  }
+
+ private:
+  mutable Mutex mu_;
+  std::optional<v1::store::StoredMeta> meta_ GUARDED_BY(mu_);
+  std::map<std::string, v1::store::StoredServer> servers_ GUARDED_BY(mu_);
+  bool fail_ GUARDED_BY(mu_) = false;
+  int commits_ GUARDED_BY(mu_) = 0;
 };
 
 class MemoryStore final : public StateStore {
  public:
   explicit MemoryStore(std::shared_ptr<MemoryStoreData> data) : data_(std::move(data)) {}
-  StatusOr<Snapshot> Load() override {
-    std::lock_guard<std::mutex> lock(data_->mu);
-    Snapshot snap;
-    snap.meta = data_->meta;
-    for (const auto& [id, s] : data_->servers) snap.servers.push_back(s);
-    return snap;
-  }
+  StatusOr<Snapshot> Load() override { return data_->Load(); }
   Status Commit(const v1::store::StoredMeta& meta, const std::vector<v1::store::StoredServer>& servers) override {
-    std::lock_guard<std::mutex> lock(data_->mu);
-    if (data_->fail) return Internal("injected commit failure");
-    data_->meta = meta;
-    for (const auto& s : servers) data_->servers[s.info().server_id()] = s;
-    ++data_->commits;
-    return Status::Ok();
+    return data_->Commit(meta, servers);
   }
 
  private:
