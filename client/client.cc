@@ -587,7 +587,7 @@ StatusOr<uint64_t> Client::Put(std::string_view key, std::string_view value,
   RKV_RETURN_IF_ERROR(impl_->CheckKey(routes->table(), key));
   RKV_RETURN_IF_ERROR(impl_->CheckValue(routes->table(), value));
   const Deadline deadline = impl_->DeadlineOf(call);
-  client::ApplyResult result;
+  client::WriteResult result;
   const Status s = impl_->WithKey(std::move(routes), key, deadline, [&](ServerConnection& conn) -> Status {
     // The limits may differ on a restarted server; the check above used the
     // newest connection's (or the map's), this one uses this connection's.
@@ -597,7 +597,7 @@ StatusOr<uint64_t> Client::Put(std::string_view key, std::string_view value,
                              to_string(conn.accept().max_key_bytes) + ", " +
                              to_string(conn.accept().max_value_bytes) + ")");
     }
-    auto r = conn.Apply(protocol::Op::kPut, key, value, deadline);
+    auto r = conn.Write(protocol::Op::kPut, key, value, deadline);
     if (!r.ok()) return r.status();
     result = std::move(*r);
     return Status::Ok();
@@ -611,13 +611,13 @@ Status Client::Delete(std::string_view key, const CallOptions& call) {
   auto routes = impl_->Routing();
   RKV_RETURN_IF_ERROR(impl_->CheckKey(routes->table(), key));
   const Deadline deadline = impl_->DeadlineOf(call);
-  client::ApplyResult result;
+  client::WriteResult result;
   RKV_RETURN_IF_ERROR(impl_->WithKey(std::move(routes), key, deadline, [&](ServerConnection& conn) -> Status {
     if (key.size() > conn.accept().max_key_bytes) {
       return InvalidArgument("key of " + to_string(key.size()) + " bytes: over the server's max_key_bytes " +
                              to_string(conn.accept().max_key_bytes));
     }
-    auto r = conn.Apply(protocol::Op::kDelete, key, {}, deadline);
+    auto r = conn.Write(protocol::Op::kDelete, key, {}, deadline);
     if (!r.ok()) return r.status();
     result = std::move(*r);
     return Status::Ok();

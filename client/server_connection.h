@@ -21,7 +21,7 @@
 //
 // The class is defined in three files: server_connection.cc (Open, the
 // buffer layout, completion dispatch), server_connection_get.cc (Lookup:
-// the one-sided READs of a GET) and server_connection_put.cc (Apply: the
+// the one-sided READs of a GET) and server_connection_put.cc (Write: the
 // staging-ring WRITE, the request SEND and the reply).
 //
 // Thread safety: none. The owner serializes all calls (the client keeps
@@ -76,7 +76,7 @@ struct LookupResult {
 };
 
 // The server's verdict on a PUT or DELETE.
-struct ApplyResult {
+struct WriteResult {
   Status status;         // as the server replied
   uint64_t version = 0;  // the new (PUT) or deleted (DELETE) version
 };
@@ -116,7 +116,7 @@ class ServerConnection {
   // its reply. Sizes must have been checked against the accept data's
   // limits. Non-OK only when the connection broke (the request may or may
   // not have been applied).
-  StatusOr<ApplyResult> Apply(protocol::Op op, std::string_view key, std::string_view value,
+  StatusOr<WriteResult> Write(protocol::Op op, std::string_view key, std::string_view value,
                               Deadline deadline);
 
  private:

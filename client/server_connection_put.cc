@@ -1,4 +1,4 @@
-// ServerConnection's PUT/DELETE path: Apply builds the record in the
+// ServerConnection's PUT/DELETE path: Write builds the record in the
 // local build area, WRITEs it into this connection's staging ring on the
 // server and SENDs the request that names it (one posted pair), then waits
 // for the reply. Replies arrive in order; each frees the oldest record's
@@ -19,7 +19,7 @@ using std::to_string;
 
 }  // namespace
 
-StatusOr<ApplyResult> ServerConnection::Apply(protocol::Op op, std::string_view key,
+StatusOr<WriteResult> ServerConnection::Write(protocol::Op op, std::string_view key,
                                               std::string_view value, Deadline deadline) {
   if (broken_) return broken_status_;
   if (credits_ == 0) return MarkBroken(Unavailable("server " + address_ + " left no request credits"));
@@ -56,7 +56,7 @@ StatusOr<ApplyResult> ServerConnection::Apply(protocol::Op op, std::string_view 
                last_reply_->request_id == request.request_id;
       },
       deadline, Clock::now(), "the reply"));
-  ApplyResult result;
+  WriteResult result;
   result.version = last_reply_->version;
   if (last_reply_->status_code != 0) {
     result.status = Status(static_cast<StatusCode>(last_reply_->status_code),

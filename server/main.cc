@@ -47,7 +47,7 @@ DEFINE_string(data_dir, "", "directory of the RocksDB durable copy, created if m
 DEFINE_string(memory, "256M", "heap region size in bytes; suffixes K, M, G, T (default 256M)");
 DEFINE_uint64(max_keys, 1048576, "number of keys the table is sized for (default 1048576)");
 DEFINE_string(durability, "wal", "none | wal (survives a process crash) | sync (survives power loss) (default wal)");
-DEFINE_uint32(max_value_bytes, 1048576, "largest value in bytes (default 1048576; at most 4128768)");
+DEFINE_uint32(max_value_bytes, 1048576, "largest value in bytes (default 1048576; at most 4063232)");
 DEFINE_uint32(max_key_bytes, 1024, "largest key in bytes (default 1024; at most 65535)");
 DEFINE_string(token_file, "", "file holding the token clients must present (required)");
 DEFINE_string(transport, "auto", "auto | tcp | verbs; auto picks verbs when an RDMA port is active (default auto)");

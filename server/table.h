@@ -25,7 +25,7 @@
 // kMaxDisplacementBuckets away) and brings that slot in by moving keys into
 // it, each from a bucket nearer the neighbourhood and within its own
 // neighbourhood, until the free slot lands inside. First refusal comes at a
-// load of ~0.92-0.98 (table_test measures it; DESIGN.md asks >= 0.85). A
+// load of ~0.92-0.98 (table_test measures it; the design asks >= 0.85). A
 // move publishes the key's slot word at its new place before clearing the
 // old one, so memory always holds the key somewhere, but one READ of a
 // neighbourhood is not atomic: it may read the new place before the publish

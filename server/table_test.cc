@@ -269,7 +269,7 @@ TEST(TableTest, SizingFitsMaxKeys) {
 
 // Fills a table sized for `max_keys` until the first refused insert: all
 // max_keys must fit, and the load reached must be at least 0.85, the
-// DESIGN.md target (relocation makes it ~0.95; without it ~0.6).
+// design target (docs/design.md) (relocation makes it ~0.95; without it ~0.6).
 void FillUntilRefused(uint64_t max_keys) {
   const uint32_t log2 = *Table::BucketCountLog2ForKeys(max_keys);
   const uint64_t slots = (uint64_t{1} << log2) * layout::kSlotsPerBucket;

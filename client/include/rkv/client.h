@@ -19,7 +19,9 @@
 //   INVALID_ARGUMENT   a key outside 1..max_key_bytes() bytes or a value over
 //                      max_value_bytes() bytes (checked before anything is
 //                      sent), or bad ClientOptions.
-//   PERMISSION_DENIED  the server refused the token.
+//   PERMISSION_DENIED  the server refused the connection: a wrong token, an
+//                      incompatible version, or no connection slot left
+//                      (the message says which).
 //   UNAVAILABLE        the server could not be reached (or stayed down)
 //                      within the call's deadline.
 //   DEADLINE_EXCEEDED  the server is reachable but the call could not
@@ -42,9 +44,11 @@
 // "server ID (epoch E, HOST:PORT): ".
 //
 // Retries: a call that meets a broken connection reconnects (the server may
-// have restarted under a new epoch) and retries within its deadline. A PUT
-// may therefore be applied twice (harmless: last writer wins); a DELETE
-// retried after a lost reply may report NOT_FOUND.
+// have restarted under a new epoch) and retries within its deadline. Retries
+// are not idempotent yet: a PUT retried after a lost reply is applied twice
+// (its version moves twice, and it may overwrite a newer PUT of another
+// client made in between), and a DELETE retried after a lost reply may
+// report NOT_FOUND.
 //
 // Thread safety: a Client is thread-safe. Concurrent calls share a pool of
 // ClientOptions::connections connections; each call takes a free one (or
@@ -132,8 +136,11 @@ class RKV_EXPORT Client {
   // Single server: connects every pool connection (retrying within
   // options.timeout while the server is unreachable) and checks the
   // server's table. Errors: INVALID_ARGUMENT for bad options,
-  // PERMISSION_DENIED for a refused token, FAILED_PRECONDITION for an
-  // incompatible server, UNAVAILABLE when the server stayed unreachable.
+  // PERMISSION_DENIED when the server refused the connection (token,
+  // version, connection limit: the message says which), FAILED_PRECONDITION
+  // for a server that accepted but speaks another protocol or layout
+  // version, INVALID_ARGUMENT for malformed accept data or table header,
+  // UNAVAILABLE when the server stayed unreachable.
   // Cluster: fetches a complete cluster map (retrying within
   // options.timeout while the coordinator is unreachable or the cluster
   // is still incomplete) and starts following it; servers are connected
