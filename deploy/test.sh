@@ -27,4 +27,6 @@ if [ "${RKV_SKIP_VERBS:-0}" = "1" ]; then
 fi
 
 echo "== verbs suite in the SoftRoCE guest"
-deploy/softroce/run-in-guest.sh --timeout 2400 -- tests/verbs_suite.sh "$(pwd)/build/release"
+# A generous boot limit: on a shared, busy machine the emulated guest can
+# take several minutes to boot.
+deploy/softroce/run-in-guest.sh --timeout 2400 --boot-timeout 600 -- tests/verbs_suite.sh "$(pwd)/build/release"
