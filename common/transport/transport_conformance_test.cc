@@ -38,6 +38,7 @@
 #include "common/transport/factory.h"
 #include "common/transport/fault/fault_transport.h"
 #include "common/transport/transport.h"
+#include "common/transport/transport_test_util.h"
 #include "common/transport/verbs/verbs_connection.h"
 
 namespace rkv::transport {
@@ -45,8 +46,12 @@ namespace {
 
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
+using testing::Buffer;
+using testing::kWait;
+using testing::MakeBuffer;
+using testing::PollOne;
+using testing::PollUntilFailed;
 
-constexpr auto kWait = std::chrono::seconds(30);
 constexpr uint32_t kClientSendDepth = 16;
 
 // ------------------------------------------------------------ the instances
@@ -128,35 +133,6 @@ bool StartsWith(std::span<const uint8_t> data, std::span<const uint8_t> prefix) 
   return data.size() >= prefix.size() && std::equal(prefix.begin(), prefix.end(), data.begin());
 }
 
-// Waits for one completion; a failed Poll comes back as a completion with
-// wr_id ~0 and Poll's status.
-Completion PollOne(Connection& conn) {
-  Completion out[1];
-  const auto deadline = Clock::now() + kWait;
-  while (Clock::now() < deadline) {
-    StatusOr<size_t> n = conn.Poll(out, 100ms);
-    if (!n.ok()) return Completion{~uint64_t{0}, OpType::kRead, n.status(), 0};
-    if (*n == 1) return out[0];
-  }
-  ADD_FAILURE() << "no completion";
-  return Completion{~uint64_t{0}, OpType::kRead, Internal("the test gave up waiting"), 0};
-}
-
-// Polls until Poll reports the connection unusable and returns that
-// status; every completion reported before goes to `seen`. Each Poll may
-// wait long: a transport reports the completions it flushes before the
-// failure, and a short Poll could end before the last of them came.
-Status PollUntilFailed(Connection& conn, std::vector<Completion>* seen) {
-  Completion out[8];
-  const auto deadline = Clock::now() + kWait;
-  while (Clock::now() < deadline) {
-    StatusOr<size_t> n = conn.Poll(out, kWait);
-    if (!n.ok()) return n.status();
-    for (size_t i = 0; i < *n; ++i) seen->push_back(out[i]);
-  }
-  return Internal("the connection never failed");
-}
-
 // Whether a connection-private region of `server_side` is closed to other
 // connections. It always is, but on a verbs device without type 2 memory
 // windows, where private regions are plain MRs (the weaker fallback that
@@ -166,23 +142,6 @@ bool PrivateRegionsAreEnforced(Connection& server_side) {
   while (Connection* inner = fault::WrappedConnection(*c)) c = inner;
   const auto* verbs_connection = dynamic_cast<const verbs::VerbsConnection*>(c);
   return verbs_connection == nullptr || verbs_connection->uses_memory_windows();
-}
-
-// A registered buffer.
-struct Buffer {
-  std::vector<uint8_t> bytes;
-  std::unique_ptr<MemoryRegion> mr;
-  LocalBuf At(size_t offset, uint32_t length) const { return LocalBuf{mr.get(), offset, length}; }
-  RemoteBuf Remote(size_t offset = 0) const { return RemoteBuf{mr->remote_addr() + offset, mr->rkey()}; }
-};
-
-Buffer MakeBuffer(Transport& t, size_t size, uint32_t access, uint8_t fill = 0) {
-  Buffer b;
-  b.bytes.assign(size, fill);
-  StatusOr<std::unique_ptr<MemoryRegion>> mr = t.Register(b.bytes.data(), b.bytes.size(), access);
-  EXPECT_TRUE(mr.ok()) << mr.status();
-  if (mr.ok()) b.mr = std::move(*mr);
-  return b;
 }
 
 // A connection-private region (server side, before Accept).
@@ -230,20 +189,7 @@ class ConformanceTest : public ::testing::Test {
     return options;
   }
 
-  // The next connection request (nullptr, and a failure, when none came).
-  std::unique_ptr<Connection> NextPending() {
-    const auto deadline = Clock::now() + kWait;
-    while (Clock::now() < deadline) {
-      StatusOr<std::unique_ptr<Connection>> next = listener_->Next(100ms);
-      if (!next.ok()) {
-        ADD_FAILURE() << next.status();
-        return nullptr;
-      }
-      if (*next != nullptr) return std::move(*next);
-    }
-    ADD_FAILURE() << "no connection request";
-    return nullptr;
-  }
+  std::unique_ptr<Connection> NextPending() { return testing::NextPending(*listener_); }
 
   struct Pair {
     std::unique_ptr<Connection> server;

@@ -18,54 +18,18 @@
 #include <vector>
 
 #include "common/transport/factory.h"
+#include "common/transport/transport_test_util.h"
 
 namespace rkv::transport::fault {
 namespace {
 
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
-
-// Bounds only how long a broken build may hang a test; never a threshold.
-constexpr auto kWait = std::chrono::seconds(30);
-
-Completion PollOne(Connection& conn) {
-  Completion out[1];
-  const auto deadline = Clock::now() + kWait;
-  while (Clock::now() < deadline) {
-    StatusOr<size_t> n = conn.Poll(out, 100ms);
-    if (!n.ok()) return Completion{~uint64_t{0}, OpType::kRead, n.status(), 0};
-    if (*n == 1) return out[0];
-  }
-  ADD_FAILURE() << "no completion";
-  return Completion{~uint64_t{0}, OpType::kRead, Internal("the test gave up waiting"), 0};
-}
-
-Status PollUntilFailed(Connection& conn, std::vector<Completion>* seen) {
-  Completion out[8];
-  const auto deadline = Clock::now() + kWait;
-  while (Clock::now() < deadline) {
-    StatusOr<size_t> n = conn.Poll(out, kWait);
-    if (!n.ok()) return n.status();
-    for (size_t i = 0; i < *n; ++i) seen->push_back(out[i]);
-  }
-  return Internal("the connection never failed");
-}
-
-struct Buffer {
-  std::vector<uint8_t> bytes;
-  std::unique_ptr<MemoryRegion> mr;
-  LocalBuf At(size_t offset, uint32_t length) const { return LocalBuf{mr.get(), offset, length}; }
-  RemoteBuf Remote(size_t offset = 0) const { return RemoteBuf{mr->remote_addr() + offset, mr->rkey()}; }
-};
-
-Buffer MakeBuffer(Transport& t, size_t size, uint32_t access, uint8_t fill = 0) {
-  Buffer b;
-  b.bytes.assign(size, fill);
-  StatusOr<std::unique_ptr<MemoryRegion>> mr = t.Register(b.bytes.data(), b.bytes.size(), access);
-  EXPECT_TRUE(mr.ok()) << mr.status();
-  if (mr.ok()) b.mr = std::move(*mr);
-  return b;
-}
+using testing::Buffer;
+using testing::kWait;
+using testing::MakeBuffer;
+using testing::PollOne;
+using testing::PollUntilFailed;
 
 std::unique_ptr<FaultTransport> MakeFaultTransport() {
   StatusOr<std::unique_ptr<Transport>> tcp = CreateTransport(Kind::kTcp, Options{});
@@ -89,19 +53,7 @@ class FaultTransportTest : public ::testing::Test {
     local_ = MakeBuffer(*client_, 4096, kLocalWrite);
   }
 
-  std::unique_ptr<Connection> NextPending() {
-    const auto deadline = Clock::now() + kWait;
-    while (Clock::now() < deadline) {
-      StatusOr<std::unique_ptr<Connection>> next = listener_->Next(100ms);
-      if (!next.ok()) {
-        ADD_FAILURE() << next.status();
-        return nullptr;
-      }
-      if (*next != nullptr) return std::move(*next);
-    }
-    ADD_FAILURE() << "no connection request";
-    return nullptr;
-  }
+  std::unique_ptr<Connection> NextPending() { return testing::NextPending(*listener_); }
 
   // Connects and accepts; the server side gets a private ring and four
   // receives (inbox_ slots 0..3, wr_ids 0..3) before Accept.
