@@ -5,7 +5,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -36,6 +38,21 @@ double TestScale() {
   if (!s || !*s) return 1.0;
   const double v = std::atof(s);
   return v > 0 ? v : 1.0;
+}
+
+int SuiteCount(const char* env, int n, int minimum) {
+  const char* s = std::getenv(env);
+  if (s == nullptr || *s == '\0') {
+    return std::max(minimum, static_cast<int>(std::lround(n * TestScale())));
+  }
+  char* end = nullptr;
+  errno = 0;
+  const long v = std::strtol(s, &end, 10);
+  if (errno != 0 || *end != '\0' || v <= 0 || v > 1'000'000) {
+    ADD_FAILURE() << "$" << env << "=\"" << s << "\": expected a positive integer (at most 1000000)";
+    return minimum;
+  }
+  return static_cast<int>(v);
 }
 
 TempDir::TempDir() {

@@ -22,6 +22,10 @@ std::string TestHost();
 // A scale factor for loads: 1 on the host, smaller in the emulated guest
 // ($RKV_TEST_SCALE, a positive float).
 double TestScale();
+// How many rounds a suite runs: $`env` when set (a positive integer; any
+// other text fails the calling test and counts as `minimum`), else
+// max(minimum, round(n * TestScale())). Lets a sanitizer build run fewer.
+int SuiteCount(const char* env, int n, int minimum);
 
 // A fresh directory under the test temp dir, removed by the destructor.
 class TempDir {

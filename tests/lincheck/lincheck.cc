@@ -94,9 +94,7 @@ std::string Describe(const Operation& op, Time base) {
       break;
     case OpKind::kDelete:
       s += "DELETE -> ";
-      s += op.outcome == Outcome::kOk         ? "OK"
-           : op.outcome == Outcome::kNotFound ? "NOT_FOUND"
-                                              : "outcome unknown";
+      s += op.outcome == Outcome::kOk ? "OK" : op.outcome == Outcome::kNotFound ? "NOT_FOUND" : "outcome unknown";
       break;
   }
   s += " [" + Millis(op.invoke, base) + ", ";
@@ -114,7 +112,8 @@ std::string WhyNot(const KeyOp& k, int state, const std::vector<std::string>& va
   const Operation& op = *k.op;
   if (Step(state, k) >= 0) return "fits here, but every order that starts with it fails later";
   const std::string now = StateName(state, values);
-  if (op.kind == OpKind::kGet && op.outcome == Outcome::kOk) return "reads " + Quote(op.value) + " but the value is " + now;
+  if (op.kind == OpKind::kGet && op.outcome == Outcome::kOk)
+    return "reads " + Quote(op.value) + " but the value is " + now;
   if (op.kind == OpKind::kGet) return "finds the key absent but the value is " + now;
   if (op.outcome == Outcome::kOk) return "deletes the key but it is absent";
   return "finds the key absent but the value is " + now;
@@ -163,7 +162,8 @@ KeyResult CheckKey(const std::string& key, const std::vector<const Operation*>& 
       if (it == ids.end()) {
         return {Verdict::kNotLinearizable, "key " + Quote(key) + ": " + Describe(*op, base) +
                                                " reads a value that no PUT of this key wrote and that was not "
-                                               "its initial value.\n" + listing()};
+                                               "its initial value.\n" +
+                                               listing()};
       }
       k.value_id = it->second;
     }
@@ -235,8 +235,7 @@ KeyResult CheckKey(const std::string& key, const std::vector<const Operation*>& 
         if (seen.insert(c).second) {
           if (seen.size() > options.max_states) {
             return {Verdict::kGaveUp, "key " + Quote(key) + ": more than " + std::to_string(options.max_states) +
-                                          " configurations explored among " + std::to_string(n) +
-                                          " operations.\n"};
+                                          " configurations explored among " + std::to_string(n) + " operations.\n"};
           }
           stack.push_back({e, config.state});
           config = std::move(c);
@@ -339,8 +338,8 @@ CheckResult Check(const History& history, const CheckOptions& options) {
     if (result.failing_keys.size() <= options.max_explained) result.explanation += k.explanation;
   }
   if (result.failing_keys.size() > options.max_explained) {
-    result.explanation += "(and " + std::to_string(result.failing_keys.size() - options.max_explained) +
-                          " more keys)\n";
+    result.explanation +=
+        "(and " + std::to_string(result.failing_keys.size() - options.max_explained) + " more keys)\n";
   }
   return result;
 }

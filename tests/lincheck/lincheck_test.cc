@@ -1,10 +1,10 @@
 #include "tests/lincheck/lincheck.h"
 
+#include <gtest/gtest.h>
+
 #include <algorithm>
 #include <optional>
 #include <random>
-
-#include <gtest/gtest.h>
 
 namespace rkv::lincheck {
 namespace {
@@ -67,9 +67,9 @@ TEST(LincheckTest, ConcurrentOperationsMayTakeEffectInEitherOrder) {
       Get(2, "k", "a", 13, 14),
   }));
   // A read overlapping a put may see the old or the new value.
-  ExpectLinearizable(CheckOps({Put(0, "k", "new", 5, 20), Get(1, "k", "old", 6, 7), Get(2, "k", "new", 8, 9),
-                               Get(1, "k", "new", 21, 22)},
-                              {{"k", "old"}}));
+  ExpectLinearizable(CheckOps(
+      {Put(0, "k", "new", 5, 20), Get(1, "k", "old", 6, 7), Get(2, "k", "new", 8, 9), Get(1, "k", "new", 21, 22)},
+      {{"k", "old"}}));
   // Operations that touch only at one instant count as concurrent.
   ExpectLinearizable(CheckOps({Put(0, "k", "a", 0, 5), Get(1, "k", "old", 5, 6)}, {{"k", "old"}}));
 }
@@ -105,8 +105,7 @@ TEST(LincheckTest, RejectsALostWrite) {
   // An acknowledged put that a later read does not see, from absent ...
   CheckResult r = CheckOps({Put(0, "k", "a", 0, 1), GetAbsent(1, "k", 2, 3)});
   ASSERT_EQ(r.verdict, Verdict::kNotLinearizable);
-  EXPECT_NE(r.explanation.find("finds the key absent but the value is \"a\""), std::string::npos)
-      << r.explanation;
+  EXPECT_NE(r.explanation.find("finds the key absent but the value is \"a\""), std::string::npos) << r.explanation;
   // ... and over an initial value: the old value comes back.
   r = CheckOps({Put(0, "k", "new", 0, 1), Get(1, "k", "old", 2, 3)}, {{"k", "old"}});
   ASSERT_EQ(r.verdict, Verdict::kNotLinearizable);
@@ -119,8 +118,7 @@ TEST(LincheckTest, RejectsALostWrite) {
 TEST(LincheckTest, RejectsAReadOfAValueNeverWritten) {
   const CheckResult r = CheckOps({Put(0, "k", "a", 0, 1), Get(1, "k", "zzz", 2, 3)});
   ASSERT_EQ(r.verdict, Verdict::kNotLinearizable);
-  EXPECT_NE(r.explanation.find("reads a value that no PUT of this key wrote"), std::string::npos)
-      << r.explanation;
+  EXPECT_NE(r.explanation.find("reads a value that no PUT of this key wrote"), std::string::npos) << r.explanation;
   EXPECT_NE(r.explanation.find("\"zzz\""), std::string::npos) << r.explanation;
 }
 
@@ -139,8 +137,7 @@ TEST(LincheckTest, AWriteOfUnknownOutcomeMayTakeEffectLaterOrNever) {
   // Seen long after the call gave up: it may take effect at any later time.
   ExpectLinearizable(CheckOps({PutUnknown(0, "k", "a", 0), GetAbsent(1, "k", 10, 11), Get(1, "k", "a", 50, 51)}));
   // But once seen it cannot be unseen without another write.
-  const CheckResult r =
-      CheckOps({PutUnknown(0, "k", "a", 0), Get(1, "k", "a", 10, 11), GetAbsent(1, "k", 50, 51)});
+  const CheckResult r = CheckOps({PutUnknown(0, "k", "a", 0), Get(1, "k", "a", 10, 11), GetAbsent(1, "k", 50, 51)});
   ASSERT_EQ(r.verdict, Verdict::kNotLinearizable);
   EXPECT_NE(r.explanation.find("outcome unknown"), std::string::npos) << r.explanation;
   // Nor can it take effect before it was invoked.
@@ -154,8 +151,8 @@ TEST(LincheckTest, AWriteOfUnknownOutcomeMayTakeEffectLaterOrNever) {
 }
 
 TEST(LincheckTest, AGetOfUnknownOutcomeSaysNothing) {
-  ExpectLinearizable(CheckOps({Put(0, "k", "a", 0, 1),
-                               {1, OpKind::kGet, "k", "garbage", Outcome::kUnknown, At(2), At(2)}}));
+  ExpectLinearizable(
+      CheckOps({Put(0, "k", "a", 0, 1), {1, OpKind::kGet, "k", "garbage", Outcome::kUnknown, At(2), At(2)}}));
 }
 
 TEST(LincheckTest, KeysAreCheckedOnTheirOwnAndTheFailingOneIsNamed) {
