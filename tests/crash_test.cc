@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <memory>
 #include <optional>
@@ -42,8 +43,11 @@ constexpr int kAckedAfterRestart = 10;
 // Deadline of a load call: short enough that calls caught by a kill often
 // fail and leave ambiguous writes (the case worth checking); a call that
 // fails on a slow machine is one more ambiguous write, so only the figures,
-// never the verdict, depend on the machine's speed.
-constexpr std::chrono::milliseconds kLoadCallTimeout{2000};
+// never the verdict, depend on the machine's speed. Longer where
+// $RKV_TEST_SCALE says the CPU is slow.
+std::chrono::milliseconds LoadCallTimeout() {
+  return std::chrono::milliseconds(std::lround(2000 / std::min(1.0, TestScale())));
+}
 // Only bound a hang.
 constexpr std::chrono::milliseconds kVerifyTimeout{60000};
 constexpr std::chrono::seconds kProgressDeadline{180};
@@ -107,7 +111,7 @@ void LoadOne(Loader& l, int thread) {
   const int k = static_cast<int>(l.rng() % kKeysPerThread);
   const std::string key = KeyName(thread, k);
   KeyModel& m = l.keys[static_cast<size_t>(k)];
-  const CallOptions call{kLoadCallTimeout};
+  const CallOptions call{LoadCallTimeout()};
   const int pick = static_cast<int>(l.rng() % 100);
   if (pick < 40) {
     std::string value;
