@@ -14,10 +14,12 @@
 
 #include "client/cluster_map.h"
 #include "fuzz/fuzz_input.h"
+#include "fuzz/quiet_protobuf.h"
 #include "proto/rkv.pb.h"
 #include "proto/validation.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  rkv::fuzz::QuietProtobuf();
   using namespace rkv;
   v1::ClusterMap map;
   if (!map.ParseFromArray(data, static_cast<int>(size))) return 0;

@@ -17,6 +17,7 @@
 
 #include "common/layout.h"
 #include "fuzz/fuzz_input.h"
+#include "fuzz/quiet_protobuf.h"
 #include "proto/region_descriptor.h"
 #include "proto/rkv.pb.h"
 #include "proto/table_params.h"
@@ -96,6 +97,7 @@ void CheckJoin(const v1::JoinRequest& r) {
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  rkv::fuzz::QuietProtobuf();
   fuzz::FuzzInput in(data, size);
   const uint8_t selector = in.Take<uint8_t>();
   const std::span<const uint8_t> bytes = in.Rest();

@@ -7,7 +7,8 @@
 // terminal), then NUL-separated strings.
 //   mode 0: the strings are the positional arguments;
 //   mode 1: the first string is a key or value to print;
-//   mode 2: the strings fill MemberInfo and ServerStatsInfo records.
+//   mode 2: the strings fill MemberInfo and ServerStatsInfo records (those
+//           that are valid UTF-8, as protobuf strings are).
 //
 // Properties: a parsed command line is one of the documented shapes; hex
 // decoding inverts hex encoding; IsValidUtf8 agrees with a reference
@@ -153,9 +154,12 @@ void CheckListings(const std::vector<std::string>& fields) {
   std::vector<MemberInfo> members;
   std::vector<ServerStatsInfo> stats;
   size_t next = 0;
-  const auto field = [&]() -> const std::string& {
-    static const std::string kEmpty;
-    return next < fields.size() ? fields[next++] : kEmpty;
+  // These fields arrive as protobuf strings, which parse only as valid
+  // UTF-8 (JsonQuote's precondition): other bytes never reach them.
+  const auto field = [&]() -> std::string {
+    if (next >= fields.size()) return "";
+    const std::string& f = fields[next++];
+    return ReferenceUtf8(f) ? f : "";
   };
   while (next < fields.size()) {
     MemberInfo m;
