@@ -13,10 +13,7 @@
 #include <cstring>
 #include <thread>
 
-#if defined(__SSE2__)
-#include <emmintrin.h>
-#endif
-
+#include "client/wire_checks.h"
 #include "common/clock.h"
 #include "common/hash.h"
 #include "common/record.h"
@@ -27,44 +24,6 @@ namespace {
 using std::chrono::duration_cast;
 using std::chrono::microseconds;
 using std::to_string;
-
-// Calls fn(slot) for every used slot word among words[0, count) (count a
-// multiple of 4) whose fingerprint is `fingerprint`. A neighbourhood has 64
-// slots and usually one match: with SSE2 (every x86-64) four slots are
-// compared per step (29 ns for 64 slots on this host, 75 ns slot by slot;
-// under QEMU TCG, which emulates SSE2 with helper calls, 0.7 us against
-// 0.3 us: the native figure decides).
-template <typename Fn>
-[[gnu::always_inline]] inline void ForEachFingerprintMatch(const uint8_t* words, size_t count, uint16_t fingerprint,
-                                                           Fn&& fn) {
-  static_assert(layout::kFingerprintShift == 48, "the fingerprint is the top 16-bit lane of a slot word");
-  const auto match = [&](size_t s) {
-    uint64_t slot;
-    std::memcpy(&slot, words + s * sizeof(uint64_t), sizeof(slot));
-    if (slot != layout::kEmptySlot) fn(slot);
-  };
-#if defined(__SSE2__)
-  const __m128i want = _mm_set1_epi16(static_cast<short>(fingerprint));
-  for (size_t s = 0; s < count; s += 4) {
-    const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(words + s * sizeof(uint64_t)));
-    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(words + (s + 2) * sizeof(uint64_t)));
-    // One bit per byte; bit 7 of each 8-byte half is its fingerprint lane.
-    const uint32_t hits = (static_cast<uint32_t>(_mm_movemask_epi8(_mm_cmpeq_epi16(a, want))) |
-                           static_cast<uint32_t>(_mm_movemask_epi8(_mm_cmpeq_epi16(b, want))) << 16) &
-                          0x80808080u;
-    if (hits == 0) continue;
-    for (size_t k = 0; k < 4; ++k) {
-      if (hits & (0x80u << (8 * k))) match(s + k);
-    }
-  }
-#else
-  for (size_t s = 0; s < count; ++s) {
-    uint64_t slot;
-    std::memcpy(&slot, words + s * sizeof(uint64_t), sizeof(slot));
-    if (layout::SlotFingerprint(slot) == fingerprint) match(s);
-  }
-#endif
-}
 
 }  // namespace
 
@@ -189,14 +148,11 @@ Status ServerConnection::LookupBatch(std::span<const std::string_view> keys,
     const Neighborhood& nb = key_state_[todo_[t]].nb;
     const uint8_t* words = buffer_.get() + t * kNeighborhoodBytes;
     ForEachFingerprintMatch(words, nb.count * layout::kSlotsPerBucket, nb.fingerprint, [&](uint64_t slot) {
-      const uint64_t offset = layout::SlotBlockOffset(slot);
-      const uint64_t bytes = layout::SlotBlockBytes(slot);
-      if (bytes == 0 || bytes > max_block_ || offset > accept_.heap.length ||
-          bytes > accept_.heap.length - offset) [[unlikely]] {
+      if (!SlotBlockInHeap(slot, max_block_, accept_.heap.length)) [[unlikely]] {
         MarkCorrupt(outcome_[t], slot);
         return;
       }
-      candidates_.push_back(Candidate{t, offset, bytes});
+      candidates_.push_back(Candidate{t, layout::SlotBlockOffset(slot), layout::SlotBlockBytes(slot)});
     });
   }
 }

@@ -11,6 +11,7 @@
 #include "common/protocol.h"
 #include "common/token.h"
 #include "common/transport/transport.h"
+#include "server/connect_request.h"
 
 namespace rkv::server {
 
@@ -154,28 +155,10 @@ void Server::Refuse(transport::Connection& conn, StatusCode code, const std::str
 
 void Server::HandlePending(std::unique_ptr<transport::Connection> conn) {
   // Validate the connect request before anything is allocated for it.
-  const std::span<const uint8_t> pd = conn->peer_private_data();
-  protocol::ConnectRequestData req{};
-  if (pd.size() < sizeof(req)) {
-    // rdmacm may pad private data up to its maximum, so longer is fine.
-    return Refuse(*conn, StatusCode::kInvalidArgument,
-                  "malformed connect request (" + std::to_string(pd.size()) + " bytes)");
-  }
-  std::memcpy(&req, pd.data(), sizeof(req));
-  if (req.magic != protocol::kConnectMagic) {
-    return Refuse(*conn, StatusCode::kInvalidArgument, "malformed connect request (bad magic)");
-  }
-  if (req.protocol_version != protocol::kProtocolVersion || req.layout_version != layout::kLayoutVersion) {
-    return Refuse(*conn, StatusCode::kFailedPrecondition,
-                  "unsupported protocol/layout version " + std::to_string(req.protocol_version) + "/" +
-                      std::to_string(req.layout_version) + " (server speaks " +
-                      std::to_string(protocol::kProtocolVersion) + "/" + std::to_string(layout::kLayoutVersion) +
-                      ")");
-  }
-  const Sha256Digest expected = TokenDigest(options_.token);
-  if (!DigestEqual(req.token_digest, expected.data(), expected.size())) {
-    return Refuse(*conn, StatusCode::kUnauthenticated, "invalid token");
-  }
+  const StatusOr<protocol::ConnectRequestData> parsed =
+      ParseConnectRequest(conn->peer_private_data(), TokenDigest(options_.token));
+  if (!parsed.ok()) return Refuse(*conn, parsed.status().code(), parsed.status().message());
+  const protocol::ConnectRequestData& req = *parsed;
   if (connections_open_.load(std::memory_order_relaxed) >= options_.max_connections) {
     return Refuse(*conn, StatusCode::kResourceExhausted,
                   "too many connections (max " + std::to_string(options_.max_connections) + ")");

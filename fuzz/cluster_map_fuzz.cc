@@ -1,0 +1,59 @@
+// Cluster maps (client/cluster_map.h, proto/validation.h
+// ValidateClusterMap): what a client or server receives from the
+// coordinator and routes every request by, as the bytes of a serialized
+// rkv.v1.ClusterMap.
+//
+// Properties: a table is built only from a map that validates; in a built
+// table every shard has an owner among the servers, every key routes to
+// one, each server is found by its id, and the smallest limits are those of
+// some server.
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "client/cluster_map.h"
+#include "fuzz/fuzz_input.h"
+#include "fuzz/quiet_protobuf.h"
+#include "proto/rkv.pb.h"
+#include "proto/validation.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  rkv::fuzz::QuietProtobuf();
+  using namespace rkv;
+  v1::ClusterMap map;
+  if (!map.ParseFromArray(data, static_cast<int>(size))) return 0;
+  const Status valid = control::ValidateClusterMap(map);
+  const auto built = client::RoutingTable::Build(map);
+  if (!built.ok()) {
+    const StatusCode code = built.status().code();
+    RKV_FUZZ_CHECK(code == StatusCode::kInvalidArgument || code == StatusCode::kUnavailable);
+    RKV_FUZZ_CHECK(valid.ok() == (code == StatusCode::kUnavailable));
+    return 0;
+  }
+  RKV_FUZZ_CHECK(valid.ok());
+  const client::RoutingTable& t = **built;
+  RKV_FUZZ_CHECK(t.version() == map.version());
+  RKV_FUZZ_CHECK(t.shard_count() == map.shard_count() && t.shard_count() >= 1);
+  RKV_FUZZ_CHECK(t.servers().size() == static_cast<size_t>(map.servers_size()) && !t.servers().empty());
+  for (uint32_t s = 0; s < t.shard_count(); ++s) {
+    const client::ServerEntry& owner = t.OwnerOfShard(s);
+    RKV_FUZZ_CHECK(owner.server_id == map.shard_owner(static_cast<int>(s)));
+    RKV_FUZZ_CHECK(t.Find(owner.server_id) == &owner);
+  }
+  for (const client::ServerEntry& e : t.servers()) {
+    RKV_FUZZ_CHECK(t.Find(e.server_id) == &e);
+    RKV_FUZZ_CHECK(t.min_max_key_bytes() <= e.max_key_bytes && t.min_max_value_bytes() <= e.max_value_bytes);
+    RKV_FUZZ_CHECK(control::ValidateServerId(e.server_id).ok());
+  }
+  RKV_FUZZ_CHECK(std::any_of(t.servers().begin(), t.servers().end(), [&](const client::ServerEntry& e) {
+    return e.max_key_bytes == t.min_max_key_bytes();
+  }));
+  // Keys route to a listed server, the same one by index and by entry.
+  for (const std::string& key : {std::string("k"), map.SerializeAsString().substr(0, 16), std::string()}) {
+    const size_t i = t.OwnerIndexOf(key);
+    RKV_FUZZ_CHECK(i < t.servers().size());
+    RKV_FUZZ_CHECK(&t.OwnerOf(key) == &t.servers()[i]);
+  }
+  return 0;
+}

@@ -1,0 +1,438 @@
+// Writes the seed corpora of the fuzz targets (fuzz/corpus/<target>/):
+// small valid inputs built with the project's own encoders, and near-valid
+// ones (one field wrong), so that fuzzing starts past the first checks.
+//
+// Usage: fuzz_corpus_gen OUT_DIR (normally fuzz/corpus). Run by hand when
+// a format changes; the files are committed.
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/layout.h"
+#include "common/protocol.h"
+#include "common/record.h"
+#include "common/token.h"
+#include "common/transport/rejection.h"
+#include "common/transport/tcp/tcp_frame.h"
+#include "proto/rkv.pb.h"
+
+namespace {
+
+using namespace rkv;
+using Bytes = std::vector<uint8_t>;
+namespace tcp = rkv::transport::tcp;
+
+std::filesystem::path g_out;
+
+void Write(const std::string& target, const std::string& name, const Bytes& bytes) {
+  const std::filesystem::path dir = g_out / target;
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir / name, std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+}
+
+template <typename T>
+void Put(Bytes& out, const T& v) {
+  const auto* p = reinterpret_cast<const uint8_t*>(&v);
+  out.insert(out.end(), p, p + sizeof(T));
+}
+
+void Put(Bytes& out, std::string_view s) { out.insert(out.end(), s.begin(), s.end()); }
+
+Bytes Concat(std::initializer_list<Bytes> parts) {
+  Bytes out;
+  for (const Bytes& p : parts) out.insert(out.end(), p.begin(), p.end());
+  return out;
+}
+
+Bytes Record(std::string_view key, std::string_view value, uint16_t flags = 0, uint64_t version = 0) {
+  Bytes out(layout::BlockBytes(key.size(), value.size()));
+  EncodeRecord(out, key, value, version, flags);
+  return out;
+}
+
+Bytes Frame(tcp::FrameType type, uint64_t seq, std::string_view payload, uint64_t addr = 0, uint32_t rkey = 0,
+            uint32_t op_len = 0, int32_t status = 0) {
+  tcp::FrameHeader h = tcp::MakeHeader(type, seq);
+  h.addr = type == tcp::FrameType::kConnect ? tcp::kHelloMagic : addr;
+  h.rkey = rkey;
+  h.op_len = op_len;
+  h.status = status;
+  h.payload_len = static_cast<uint32_t>(payload.size());
+  Bytes out;
+  Put(out, h);
+  Put(out, payload);
+  return out;
+}
+
+Bytes Serialized(const google::protobuf::MessageLite& m) {
+  const std::string s = m.SerializeAsString();
+  return Bytes(s.begin(), s.end());
+}
+
+void TcpFrames() {
+  using tcp::FrameType;
+  const std::string connect(36, 'c');
+  Write("tcp_frame", "connect", Frame(FrameType::kConnect, 0, connect));
+  Write("tcp_frame", "accept", Frame(FrameType::kAccept, 0, std::string(96, 'a')));
+  Write("tcp_frame", "reject", Frame(FrameType::kReject, 0, "busy"));
+  Write("tcp_frame", "read_req", Frame(FrameType::kReadReq, 1, "", 0x1000, 5, 64));
+  Write("tcp_frame", "write_then_send",
+        Concat({Frame(FrameType::kWrite, 1, std::string(32, 'w'), 0x1000, 5),
+                Frame(FrameType::kSend, 2, std::string(24, 's'))}));
+  Write("tcp_frame", "responses",
+        Concat({Frame(FrameType::kReadResp, 1, std::string(16, 'r')),
+                Frame(FrameType::kWriteNak, 2, "remote access error", 0, 0, 0, 7),
+                Frame(FrameType::kSendAck, 3, "")}));
+  Bytes truncated = Frame(FrameType::kSend, 1, std::string(64, 's'));
+  truncated.resize(truncated.size() - 10);
+  Write("tcp_frame", "truncated_send", truncated);
+  Bytes bad_magic = Frame(FrameType::kSend, 1, "x");
+  bad_magic[0] ^= 1;
+  Write("tcp_frame", "bad_magic", bad_magic);
+  Write("tcp_frame", "read_too_long", Frame(FrameType::kReadReq, 1, "", 0, 5, tcp::kMaxOpBytes + 1));
+
+  // tcp_connection: a work byte (2 READs, all signaled, a SEND, 2
+  // receives = 0x2e), then the peer's frames; rkey 1 = the read/write
+  // region, 2 = read-only.
+  const uint8_t work = 2 | 4 | 8 | (2 << 4);
+  Write("tcp_connection", "answers_all",
+        Concat({Bytes{work}, Frame(FrameType::kReadResp, 1, std::string(16, 'a')),
+                Frame(FrameType::kReadResp, 2, std::string(32, 'b')), Frame(FrameType::kSendAck, 3, ""),
+                Frame(FrameType::kSend, 9, std::string(20, 'm')), Frame(FrameType::kSend, 10, std::string(40, 'n'))}));
+  Write("tcp_connection", "peer_reads_and_writes",
+        Concat({Bytes{0}, Frame(FrameType::kReadReq, 1, "", 64, 1, 128), Frame(FrameType::kWrite, 2, "hello", 256, 1),
+                Frame(FrameType::kReadReq, 3, "", 0, 2, 16)}));
+  Write("tcp_connection", "write_to_read_only",
+        Concat({Bytes{0}, Frame(FrameType::kWrite, 1, "nope", 0, 2), Frame(FrameType::kSend, 2, "after")}));
+  Write("tcp_connection", "read_past_region", Concat({Bytes{0}, Frame(FrameType::kReadReq, 1, "", 4000, 1, 200)}));
+  Write("tcp_connection", "nak_and_unknown_response",
+        Concat({Bytes{work}, Frame(FrameType::kReadResp, 1, "denied", 0, 0, 0, 7),
+                Frame(FrameType::kSendAck, 42, "")}));
+  Write("tcp_connection", "wrong_response_type",
+        Concat({Bytes{work}, Frame(FrameType::kSendAck, 1, ""), Frame(FrameType::kAccept, 0, "x")}));
+  Write("tcp_connection", "send_too_long_for_receive",
+        Concat({Bytes{0x10}, Frame(FrameType::kSend, 1, std::string(100, 'z'))}));
+}
+
+void Records() {
+  Write("record", "put", Record("key", "value"));
+  Write("record", "tombstone", Record("gone", "", layout::kBlockFlagTombstone));
+  Write("record", "versioned", Record("k", std::string(100, 'v'), 0, 57));
+  Bytes torn = Record("key", "value");
+  torn[30] ^= 0xff;
+  Write("record", "bad_checksum", torn);
+  Bytes cut = Record("key", std::string(40, 'v'));
+  cut.resize(40);
+  Write("record", "truncated", cut);
+  Bytes flags = Record("key", "value");
+  flags[10] = 0x80;
+  Write("record", "unknown_flag", flags);
+}
+
+Bytes Request(protocol::Op op, uint64_t offset, uint32_t length) {
+  protocol::RequestMsg m{};
+  m.op = static_cast<uint8_t>(op);
+  m.length = length;
+  m.request_id = 1;
+  m.ring_offset = offset;
+  Bytes out;
+  Put(out, m);
+  return out;
+}
+
+void Apply() {
+  // flags, count - 1, then per message its length and bytes, then the ring.
+  const Bytes put = Record("key", "value");
+  const Bytes del = Record("key", "", layout::kBlockFlagTombstone);
+  Bytes ring = put;
+  ring.resize(128, 0);
+  ring.insert(ring.end(), del.begin(), del.end());
+  const auto len = [](const Bytes& m) { return Bytes{static_cast<uint8_t>(m.size())}; };
+  const Bytes m_put = Request(protocol::Op::kPut, 0, static_cast<uint32_t>(put.size()));
+  const Bytes m_del = Request(protocol::Op::kDelete, 128, static_cast<uint32_t>(del.size()));
+  Write("apply", "put", Concat({Bytes{0, 0}, len(m_put), m_put, ring}));
+  Write("apply", "put_delete", Concat({Bytes{0, 1}, len(m_put), m_put, len(m_del), m_del, ring}));
+  Write("apply", "put_delete_delete",
+        Concat({Bytes{0, 2}, len(m_put), m_put, len(m_del), m_del, len(m_del), m_del, ring}));
+  const Bytes m_odd = Request(protocol::Op::kPut, 8, static_cast<uint32_t>(put.size()));
+  const Bytes m_out = Request(protocol::Op::kPut, 4096, 64);
+  Bytes m_op = m_put;
+  m_op[0] = 9;
+  Bytes m_short = m_put;
+  m_short.resize(20);
+  Write("apply", "bad_requests",
+        Concat({Bytes{0, 3}, len(m_odd), m_odd, len(m_out), m_out, len(m_op), m_op, len(m_short), m_short, ring}));
+  Bytes torn = ring;
+  torn[40] ^= 1;
+  Write("apply", "torn_then_resealed", Concat({Bytes{1, 0}, len(m_put), m_put, torn}));
+  Write("apply", "torn", Concat({Bytes{0, 0}, len(m_put), m_put, torn}));
+  Bytes versioned = Record("key", "value", 0, 5);
+  versioned.resize(128, 0);
+  Write("apply", "nonzero_version", Concat({Bytes{0, 0}, len(m_put), m_put, versioned}));
+}
+
+protocol::ConnectRequestData ValidConnect() {
+  protocol::ConnectRequestData c{};
+  c.magic = protocol::kConnectMagic;
+  c.protocol_version = protocol::kProtocolVersion;
+  c.layout_version = layout::kLayoutVersion;
+  c.client_id = 0x1234;
+  const Sha256Digest d = TokenDigest("fuzz-token");
+  std::memcpy(c.token_digest, d.data(), d.size());
+  return c;
+}
+
+void Connect() {
+  Bytes valid;
+  Put(valid, ValidConnect());
+  Write("connect_request", "valid", valid);
+  Bytes padded = valid;
+  padded.resize(protocol::kMaxConnectPrivateData, 0);
+  Write("connect_request", "padded", padded);
+  Bytes short_data = valid;
+  short_data.resize(20);
+  Write("connect_request", "short", short_data);
+  protocol::ConnectRequestData v = ValidConnect();
+  v.protocol_version = 2;
+  Bytes version;
+  Put(version, v);
+  Write("connect_request", "other_version", version);
+  v = ValidConnect();
+  v.token_digest[0] ^= 1;
+  Bytes token;
+  Put(token, v);
+  Write("connect_request", "wrong_token", token);
+}
+
+protocol::AcceptData ValidAccept() {
+  protocol::AcceptData a{};
+  a.magic = protocol::kAcceptMagic;
+  a.protocol_version = protocol::kProtocolVersion;
+  a.layout_version = layout::kLayoutVersion;
+  a.epoch = 3;
+  a.index = {0x10000, layout::IndexBytes(1024), 11, 0};
+  a.heap = {0x200000, 1 << 20, 12, 0};
+  a.ring = {0x900000, 256 << 10, 13, 0};
+  a.request_credits = 16;
+  a.max_key_bytes = 1024;
+  a.max_value_bytes = 64 << 10;
+  a.grace_period_us = 100000;
+  return a;
+}
+
+void Accept() {
+  Bytes valid;
+  Put(valid, ValidAccept());
+  Write("accept_data", "valid", valid);
+  Bytes padded = valid;
+  padded.resize(protocol::kMaxAcceptPrivateData, 0);
+  Write("accept_data", "padded", padded);
+  protocol::AcceptData a = ValidAccept();
+  a.ring.length = 1024;
+  Bytes small_ring;
+  Put(small_ring, a);
+  Write("accept_data", "ring_too_small", small_ring);
+  a = ValidAccept();
+  a.index.length += 64;
+  Bytes index;
+  Put(index, a);
+  Write("accept_data", "index_not_power_of_two", index);
+  a = ValidAccept();
+  a.heap.addr = ~uint64_t{0} - 10;
+  Bytes wraps;
+  Put(wraps, a);
+  Write("accept_data", "heap_wraps", wraps);
+
+  // wire_checks: selector 1, then XOR masks over a valid accept and header
+  // (zeros: both valid), then a table hash.
+  Bytes pair{1};
+  pair.resize(1 + sizeof(protocol::AcceptData) + sizeof(layout::TableHeader), 0);
+  Bytes hash;
+  Put(hash, uint64_t{0xfffffffffffffff0});
+  Write("wire_checks", "valid_pair", Concat({pair, hash}));
+  Bytes epoch = pair;
+  epoch[1 + sizeof(protocol::AcceptData) + offsetof(layout::TableHeader, epoch)] = 1;
+  Write("wire_checks", "epoch_differs", Concat({epoch, hash}));
+  Bytes log2 = pair;
+  log2[1 + sizeof(protocol::AcceptData) + offsetof(layout::TableHeader, bucket_count_log2)] = 3;
+  Write("wire_checks", "log2_disagrees", Concat({log2, hash}));
+  protocol::ReplyMsg r{};
+  r.request_id = 9;
+  r.credits = 1;
+  r.version = 4;
+  std::strcpy(r.message, "");
+  Bytes reply{0};
+  Put(reply, r);
+  Write("wire_checks", "reply_ok", reply);
+  r.status_code = 8;
+  std::memset(r.message, 'x', sizeof(r.message));
+  Bytes unterminated{0};
+  Put(unterminated, r);
+  Write("wire_checks", "reply_unterminated", unterminated);
+}
+
+void Neighborhood() {
+  // max_key_bytes, max_value_bytes, fingerprint, 64 slots, heap.
+  const uint16_t fp = 0xbeef;
+  Bytes in;
+  Put(in, uint16_t{1024});
+  Put(in, uint32_t{4096});
+  Put(in, fp);
+  const Bytes rec = Record("key", "value", 0, 3);
+  const Bytes rec2 = Record("other", std::string(200, 'v'), 0, 4);
+  std::vector<uint64_t> slots(64, 0);
+  slots[3] = layout::MakeSlot(fp, 0, rec.size());
+  slots[17] = layout::MakeSlot(fp, 128, rec2.size());
+  slots[40] = layout::MakeSlot(fp, 1 << 20, 64);        // past the heap
+  slots[41] = layout::MakeSlot(fp ^ 1, 0, rec.size());   // another fingerprint
+  slots[63] = layout::MakeSlot(fp, 64, 64);              // not a record
+  for (const uint64_t s : slots) Put(in, s);
+  Bytes heap = rec;
+  heap.resize(128, 0);
+  heap.insert(heap.end(), rec2.begin(), rec2.end());
+  Write("neighborhood", "matches", Concat({in, heap}));
+}
+
+void Rejections() {
+  Write("rejection", "unavailable", transport::EncodeRejection({StatusCode::kUnavailable, "server is busy"}));
+  Write("rejection", "unauthenticated", transport::EncodeRejection({StatusCode::kUnauthenticated, "invalid token"}));
+  Bytes text;
+  Put(text, std::string_view("plain text reason"));
+  text.resize(148, 0);
+  Write("rejection", "padded_text", text);
+  Write("rejection", "zeros", Bytes(148, 0));
+  Bytes bad_code = transport::EncodeRejection({StatusCode::kInternal, "x"});
+  bad_code[4] = 99;
+  Write("rejection", "unknown_code", bad_code);
+}
+
+void Fill(v1::RegionDescriptor* r, uint64_t addr, uint64_t length, uint32_t rkey) {
+  r->set_addr(addr);
+  r->set_length(length);
+  r->set_rkey(rkey);
+}
+
+void Fill(v1::TableParams* t) {
+  t->set_bucket_count_log2(10);
+  t->set_hash_seed(42);
+  t->set_heap_size(1 << 20);
+  t->set_max_key_bytes(1024);
+  t->set_max_value_bytes(64 << 10);
+  t->set_grace_period_us(100000);
+}
+
+v1::ServerInfo Server(const std::string& id, std::vector<uint32_t> shards) {
+  v1::ServerInfo s;
+  s.set_server_id(id);
+  s.set_epoch(2);
+  s.set_state(v1::UP);
+  s.set_data_address("10.0.0.1:7000");
+  s.set_admin_address("10.0.0.1:7001");
+  s.set_transport("tcp");
+  Fill(s.mutable_index(), 0x10000, layout::IndexBytes(1024), 11);
+  Fill(s.mutable_heap(), 0x200000, 1 << 20, 12);
+  Fill(s.mutable_table());
+  for (const uint32_t shard : shards) s.add_shards(shard);
+  s.set_heap_bytes(1 << 20);
+  return s;
+}
+
+void Control() {
+  v1::JoinRequest join;
+  join.set_server_id("server-1");
+  join.set_epoch(2);
+  join.set_data_address("127.0.0.1:7000");
+  join.set_admin_address("[::1]:7001");
+  join.set_transport("verbs");
+  Fill(join.mutable_index(), 0x10000, layout::IndexBytes(1024), 11);
+  Fill(join.mutable_heap(), 0x200000, 1 << 20, 12);
+  Fill(join.mutable_table());
+  Write("control_proto", "join", Concat({Bytes{0}, Serialized(join)}));
+  join.set_data_address("host:0");
+  Write("control_proto", "join_port_zero", Concat({Bytes{0}, Serialized(join)}));
+  v1::HeartbeatRequest hb;
+  hb.set_server_id("server-1");
+  hb.set_epoch(2);
+  hb.set_keys(10);
+  Write("control_proto", "heartbeat", Concat({Bytes{1}, Serialized(hb)}));
+  v1::LeaveRequest leave;
+  leave.set_server_id("-bad");
+  leave.set_epoch(2);
+  Write("control_proto", "leave_bad_id", Concat({Bytes{2}, Serialized(leave)}));
+  v1::TableParams t;
+  Fill(&t);
+  Write("control_proto", "table_params", Concat({Bytes{3}, Serialized(t)}));
+  v1::RegionDescriptor r;
+  Fill(&r, ~uint64_t{0} - 100, 50, 3);
+  Write("control_proto", "region", Concat({Bytes{4}, Serialized(r)}));
+
+  v1::ClusterMap map;
+  map.set_version(5);
+  map.set_shard_count(4);
+  map.set_expected_servers(2);
+  *map.add_servers() = Server("a", {0, 2});
+  *map.add_servers() = Server("b", {1, 3});
+  for (const char* owner : {"a", "b", "a", "b"}) map.add_shard_owner(owner);
+  Write("cluster_map", "two_servers", Serialized(map));
+  v1::ClusterMap pending;
+  pending.set_version(1);
+  pending.set_shard_count(4);
+  pending.set_expected_servers(2);
+  *pending.add_servers() = Server("a", {});
+  Write("cluster_map", "unassigned", Serialized(pending));
+  v1::ClusterMap wrong = map;
+  wrong.set_shard_owner(1, "c");
+  Write("cluster_map", "unknown_owner", Serialized(wrong));
+}
+
+void Kvctl() {
+  const auto args = [](uint8_t mode, std::initializer_list<std::string_view> list) {
+    Bytes out{mode};
+    bool first = true;
+    for (const std::string_view a : list) {
+      if (!first) out.push_back(0);
+      first = false;
+      Put(out, a);
+    }
+    return out;
+  };
+  Write("kvctl_args", "get", args(0, {"get", "key"}));
+  Write("kvctl_args", "put_value", args(0, {"put", "key", "value"}));
+  Write("kvctl_args", "put_stdin", args(0, {"put", "key", "-"}));
+  Write("kvctl_args", "put_file", args(2, {"put", "key"}));
+  Write("kvctl_args", "put_tty", args(4, {"put", "key"}));
+  Write("kvctl_args", "del_hex", args(1, {"del", "0aFF"}));
+  Write("kvctl_args", "bad_hex", args(1, {"get", "0g"}));
+  Write("kvctl_args", "members", args(0, {"members"}));
+  Write("kvctl_args", "stats", args(0, {"stats", "server-1"}));
+  Write("kvctl_args", "too_many", args(0, {"get", "a", "b"}));
+  Write("kvctl_args", "print_utf8", args(1 << 3, {"caf\xc3\xa9 \xf0\x9f\x98\x80 \"q\" \\ \t"}));
+  Write("kvctl_args", "print_invalid", args(1 << 3, {"\xed\xa0\x80\xc0\xaf\xff"}));
+  Write("kvctl_args", "listing",
+        args(2 << 3, {"server-1", "UP", "10.0.0.1:7000", "10.0.0.1:7001", "tcp", "s\xc3\xa9rver", "DOWN\n", "", "", ""}));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 2) {
+    std::fprintf(stderr, "usage: %s OUT_DIR\n", argv[0]);
+    return 2;
+  }
+  g_out = argv[1];
+  TcpFrames();
+  Records();
+  Apply();
+  Connect();
+  Accept();
+  Neighborhood();
+  Rejections();
+  Control();
+  Kvctl();
+  return 0;
+}

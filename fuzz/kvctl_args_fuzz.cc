@@ -1,0 +1,200 @@
+// kvctl's handling of what a user types and what it prints from servers
+// (client/kvctl/kvctl_util.h): command lines, hex keys, value sources, and
+// the JSON and text it writes for keys, values, members and stats (fields
+// that come from servers and the coordinator, any bytes).
+//
+// Input: a mode byte (low bits: --key_hex, --value_file given, stdin a
+// terminal), then NUL-separated strings.
+//   mode 0: the strings are the positional arguments;
+//   mode 1: the first string is a key or value to print;
+//   mode 2: the strings fill MemberInfo and ServerStatsInfo records (those
+//           that are valid UTF-8, as protobuf strings are).
+//
+// Properties: a parsed command line is one of the documented shapes; hex
+// decoding inverts hex encoding; IsValidUtf8 agrees with a reference
+// decoder (Unicode's table of well-formed byte sequences); JSON output is
+// one line with no raw control character, and its strings are valid UTF-8.
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "client/kvctl/kvctl_util.h"
+#include "fuzz/fuzz_input.h"
+
+namespace {
+
+using namespace rkv;
+using namespace rkv::kvctl;
+
+std::vector<std::string> SplitNul(std::string_view s) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  for (size_t i = 0; i <= s.size(); ++i) {
+    if (i == s.size() || s[i] == '\0') {
+      out.emplace_back(s.substr(start, i - start));
+      start = i + 1;
+    }
+  }
+  return out;
+}
+
+// Unicode 15, table 3-7: the well-formed UTF-8 byte sequences.
+bool ReferenceUtf8(std::string_view s) {
+  size_t i = 0;
+  while (i < s.size()) {
+    const auto b = [&](size_t k) { return static_cast<uint8_t>(s[i + k]); };
+    const auto in = [](uint8_t v, uint8_t lo, uint8_t hi) { return v >= lo && v <= hi; };
+    const uint8_t c = b(0);
+    const size_t left = s.size() - i;
+    if (c <= 0x7F) {
+      i += 1;
+    } else if (in(c, 0xC2, 0xDF)) {
+      if (left < 2 || !in(b(1), 0x80, 0xBF)) return false;
+      i += 2;
+    } else if (in(c, 0xE0, 0xEF)) {
+      const uint8_t lo = c == 0xE0 ? 0xA0 : 0x80;
+      const uint8_t hi = c == 0xED ? 0x9F : 0xBF;
+      if (left < 3 || !in(b(1), lo, hi) || !in(b(2), 0x80, 0xBF)) return false;
+      i += 3;
+    } else if (in(c, 0xF0, 0xF4)) {
+      const uint8_t lo = c == 0xF0 ? 0x90 : 0x80;
+      const uint8_t hi = c == 0xF4 ? 0x8F : 0xBF;
+      if (left < 4 || !in(b(1), lo, hi) || !in(b(2), 0x80, 0xBF) || !in(b(3), 0x80, 0xBF)) return false;
+      i += 4;
+    } else {
+      return false;
+    }
+  }
+  return true;
+}
+
+std::string Hex(std::string_view bytes) {
+  static constexpr char kDigits[] = "0123456789abcdef";
+  std::string out;
+  for (const char ch : bytes) {
+    const auto c = static_cast<uint8_t>(ch);
+    out.push_back(kDigits[c >> 4]);
+    out.push_back(kDigits[c & 15]);
+  }
+  return out;
+}
+
+// No raw control character but line ends, valid UTF-8 throughout.
+void CheckJsonLines(const std::string& json) {
+  RKV_FUZZ_CHECK(ReferenceUtf8(json));
+  for (size_t i = 0; i < json.size(); ++i) {
+    const auto c = static_cast<uint8_t>(json[i]);
+    if (c == '\n') continue;
+    RKV_FUZZ_CHECK(c >= 0x20 && c != 0x7F);
+  }
+}
+
+void CheckCommandLine(const std::vector<std::string>& args, uint8_t mode) {
+  const bool key_hex = (mode & 1) != 0;
+  const StatusOr<Invocation> inv = ParseInvocation(args, key_hex);
+  if (!inv.ok()) {
+    RKV_FUZZ_CHECK(inv.status().code() == StatusCode::kInvalidArgument);
+    return;
+  }
+  RKV_FUZZ_CHECK(!args.empty() && inv->command_name == args[0]);
+  switch (inv->command) {
+    case Command::kGet:
+    case Command::kDel:
+      RKV_FUZZ_CHECK(args.size() == 2 && !inv->has_value_arg);
+      break;
+    case Command::kPut:
+      RKV_FUZZ_CHECK(args.size() == 2 || args.size() == 3);
+      RKV_FUZZ_CHECK(inv->has_value_arg == (args.size() == 3));
+      if (inv->has_value_arg) RKV_FUZZ_CHECK(inv->value_arg == args[2]);
+      break;
+    case Command::kMembers:
+      RKV_FUZZ_CHECK(args.size() == 1);
+      return;
+    case Command::kStats:
+      RKV_FUZZ_CHECK(args.size() <= 2 && inv->server_id == (args.size() == 2 ? args[1] : ""));
+      return;
+  }
+  if (key_hex) {
+    RKV_FUZZ_CHECK(args[1].size() == 2 * inv->key.size());
+    const StatusOr<std::string> again = DecodeHex(args[1]);
+    RKV_FUZZ_CHECK(again.ok() && *again == inv->key);
+  } else {
+    RKV_FUZZ_CHECK(inv->key == args[1]);
+  }
+  if (inv->command != Command::kPut) return;
+  const StatusOr<ValueSource> source = ChooseValueSource(*inv, (mode & 2) != 0, (mode & 4) != 0);
+  if (!source.ok()) {
+    RKV_FUZZ_CHECK(source.status().code() == StatusCode::kInvalidArgument);
+    return;
+  }
+  if (*source == ValueSource::kArgument) RKV_FUZZ_CHECK(inv->has_value_arg && inv->value_arg != "-");
+  if (*source == ValueSource::kFile) RKV_FUZZ_CHECK((mode & 2) != 0 && !inv->has_value_arg);
+}
+
+void CheckPrinting(const std::string& bytes) {
+  RKV_FUZZ_CHECK(IsValidUtf8(bytes) == ReferenceUtf8(bytes));
+  const StatusOr<std::string> back = DecodeHex(Hex(bytes));
+  RKV_FUZZ_CHECK(back.ok() && *back == bytes);
+  const std::string b64 = Base64Encode(bytes);
+  RKV_FUZZ_CHECK(b64.size() == (bytes.size() + 2) / 3 * 4);
+  if (IsValidUtf8(bytes)) {
+    const std::string q = JsonQuote(bytes);
+    RKV_FUZZ_CHECK(q.size() >= 2 && q.front() == '"' && q.back() == '"');
+    CheckJsonLines(q);
+  }
+  CheckJsonLines(FormatGetJson(bytes, bytes, 7));
+  CheckJsonLines(FormatPutJson(bytes, 7));
+  CheckJsonLines(FormatDelJson(bytes));
+  (void)FormatBytes(bytes.size() * 0x9E3779B97F4A7C15ULL);
+}
+
+void CheckListings(const std::vector<std::string>& fields) {
+  std::vector<MemberInfo> members;
+  std::vector<ServerStatsInfo> stats;
+  size_t next = 0;
+  // These fields arrive as protobuf strings, which parse only as valid
+  // UTF-8 (JsonQuote's precondition): other bytes never reach them.
+  const auto field = [&]() -> std::string {
+    if (next >= fields.size()) return "";
+    const std::string& f = fields[next++];
+    return ReferenceUtf8(f) ? f : "";
+  };
+  while (next < fields.size()) {
+    MemberInfo m;
+    m.server_id = field();
+    m.state = field();
+    m.data_address = field();
+    m.admin_address = field();
+    m.transport = field();
+    m.epoch = m.server_id.size() * 0x123456789ULL;
+    m.heap_bytes = m.state.size() * 0xFFFFFFFFFULL;
+    members.push_back(m);
+    ServerStatsInfo s;
+    s.server_id = m.server_id;
+    s.epoch = m.epoch;
+    s.heap_bytes = m.heap_bytes;
+    stats.push_back(s);
+  }
+  const std::string members_json = FormatMembersJson(members);
+  const std::string stats_json = FormatStatsJson(stats);
+  CheckJsonLines(members_json);
+  CheckJsonLines(stats_json);
+  (void)FormatMembersText(members);
+  (void)FormatStatsText(stats);
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  fuzz::FuzzInput in(data, size);
+  const uint8_t mode = in.Take<uint8_t>();
+  const std::vector<std::string> strings = SplitNul(fuzz::AsText(in.Rest()));
+  switch ((mode >> 3) % 3) {
+    case 0: CheckCommandLine(strings, mode); break;
+    case 1: CheckPrinting(strings[0]); break;
+    default: CheckListings(strings); break;
+  }
+  return 0;
+}

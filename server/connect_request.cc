@@ -1,0 +1,32 @@
+#include "server/connect_request.h"
+
+#include <cstring>
+#include <string>
+#include <tuple>
+
+#include "common/layout.h"
+
+namespace rkv::server {
+
+StatusOr<protocol::ConnectRequestData> ParseConnectRequest(std::span<const uint8_t> data,
+                                                           const Sha256Digest& token_digest) {
+  protocol::ConnectRequestData req{};
+  if (data.size() < sizeof(req)) {
+    return InvalidArgument("malformed connect request (" + std::to_string(data.size()) + " bytes)");
+  }
+  std::memcpy(&req, data.data(), sizeof(req));
+  if (req.magic != protocol::kConnectMagic) return InvalidArgument("malformed connect request (bad magic)");
+  if (req.protocol_version != protocol::kProtocolVersion || req.layout_version != layout::kLayoutVersion) {
+    return FailedPrecondition("unsupported protocol/layout version " + std::to_string(req.protocol_version) + "/" +
+                              std::to_string(req.layout_version) + " (server speaks " +
+                              std::to_string(protocol::kProtocolVersion) + "/" +
+                              std::to_string(layout::kLayoutVersion) + ")");
+  }
+  static_assert(sizeof(req.token_digest) == std::tuple_size_v<Sha256Digest>);
+  if (!DigestEqual(req.token_digest, token_digest.data(), token_digest.size())) {
+    return Unauthenticated("invalid token");
+  }
+  return req;
+}
+
+}  // namespace rkv::server
