@@ -8,7 +8,12 @@
 #                  (`cmake -S . -B b -DCMAKE_BUILD_TYPE=Release`, default
 #                  generator, warnings not errors: GCC 12 at -O3 warns
 #                  falsely, e.g. -Wrestrict on string concatenation)
-# Usage: deploy/test-presets.sh [STAGE...]   (default: all three)
+#   fuzz           every libFuzzer target for a bounded time (deploy/fuzz.sh,
+#                  $RKV_FUZZ_SECONDS per target, default 15)
+# The sanitizer builds run the crash and linearizability suites at smaller
+# counts (the release run of deploy/test.sh runs them in full): 5 crash
+# cycles and 30 histories unless RKV_CRASH_CYCLES / RKV_LIN_HISTORIES say.
+# Usage: deploy/test-presets.sh [STAGE...]   (default: all four)
 # Exits non-zero when a build or a test fails.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -16,7 +21,7 @@ cd "$(dirname "$0")/.."
 deploy/install-deps.sh
 
 presets=("$@")
-[ ${#presets[@]} -gt 0 ] || presets=(debug-asan tsan release-plain)
+[ ${#presets[@]} -gt 0 ] || presets=(debug-asan tsan release-plain fuzz)
 
 for preset in "${presets[@]}"; do
   start=$SECONDS
@@ -24,14 +29,18 @@ for preset in "${presets[@]}"; do
     debug-asan|tsan)
       deploy/build.sh "${preset}"
       echo "== host tests under ${preset}"
-      ctest --preset "${preset}" --timeout 1200
+      RKV_CRASH_CYCLES="${RKV_CRASH_CYCLES:-5}" RKV_LIN_HISTORIES="${RKV_LIN_HISTORIES:-30}" \
+        ctest --preset "${preset}" --timeout 1200
       ;;
     release-plain)
       cmake -S . -B build/release-plain -DCMAKE_BUILD_TYPE=Release >/dev/null
       cmake --build build/release-plain --parallel "$(nproc 2>/dev/null || echo 2)"
       ;;
+    fuzz)
+      deploy/fuzz.sh "${RKV_FUZZ_SECONDS:-15}"
+      ;;
     *)
-      echo "test-presets: unknown preset '${preset}' (expected debug-asan, tsan or release-plain)" >&2
+      echo "test-presets: unknown preset '${preset}' (expected debug-asan, tsan, release-plain or fuzz)" >&2
       exit 2
       ;;
   esac
