@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdarg>
+#include <cstdio>
 #include <cstring>
 
 #include <glog/logging.h>
@@ -105,6 +107,26 @@ Status FromRocks(const rocksdb::Status& s, std::string_view context) {
   return Internal(std::string(context) + ": " + s.ToString());
 }
 
+// RocksDB's own log, at warning level and above, into the server's log. Its
+// default, a LOG file in the data dir, fails on a full disk like the rest,
+// and this RocksDB build then aborts on its next line (an assertion on the
+// writer that saw the error).
+class GlogLogger : public rocksdb::Logger {
+ public:
+  GlogLogger() : Logger(rocksdb::InfoLogLevel::WARN_LEVEL) {}
+  using Logger::Logv;
+  void Logv(const rocksdb::InfoLogLevel level, const char* format, va_list ap) override {
+    if (level < GetInfoLogLevel()) return;
+    char text[1024];
+    std::vsnprintf(text, sizeof(text), format, ap);
+    if (level >= rocksdb::InfoLogLevel::ERROR_LEVEL) {
+      LOG(ERROR) << "rocksdb: " << text;
+    } else {
+      LOG(WARNING) << "rocksdb: " << text;
+    }
+  }
+};
+
 // Turns off RocksDB's automatic recovery from background errors, so that
 // Store::Recover is the only path out of the error state (see store.h).
 class ManualRecoveryOnly : public rocksdb::EventListener {
@@ -185,6 +207,7 @@ StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& dir, const Store
     store->env_ = rocksdb::NewCompositeEnv(store_options.file_system);
     options.env = store->env_.get();
   }
+  options.info_log = std::make_shared<GlogLogger>();
   store->listener_ = std::make_shared<ManualRecoveryOnly>();
   options.listeners.push_back(store->listener_);
   store->db_options_ = std::make_unique<rocksdb::Options>(options);
