@@ -73,18 +73,19 @@ struct Decoded {
 };
 
 StatusOr<Decoded> DecodeStored(std::string_view key, std::string_view stored) {
-  const std::string where = "stored record of key '" + PrintableKey(key) + "'";
+  // Built only on failure: the rebuild decodes every record.
+  const auto where = [&] { return "stored record of key '" + PrintableKey(key) + "'"; };
   if (key.empty()) return DataLoss("stored record with an empty key");
   if (stored.size() < kRecordHeaderBytes) {
-    return DataLoss(where + " is " + std::to_string(stored.size()) + " bytes, shorter than its header");
+    return DataLoss(where() + " is " + std::to_string(stored.size()) + " bytes, shorter than its header");
   }
   const uint8_t format = static_cast<uint8_t>(stored[0]);
-  if (format != kRecordFormat) return DataLoss(where + " has unknown format " + std::to_string(format));
+  if (format != kRecordFormat) return DataLoss(where() + " has unknown format " + std::to_string(format));
   const uint64_t version = GetU64(stored.data() + 1);
   const uint32_t crc = GetU32(stored.data() + 9);
   const std::string_view value = stored.substr(kRecordHeaderBytes);
-  if (version == 0) return DataLoss(where + " has version 0");
-  if (RecordCrc(format, version, key, value) != crc) return DataLoss(where + " fails its checksum");
+  if (version == 0) return DataLoss(where() + " has version 0");
+  if (RecordCrc(format, version, key, value) != crc) return DataLoss(where() + " fails its checksum");
   return Decoded{version, value};
 }
 
