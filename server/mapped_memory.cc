@@ -18,6 +18,12 @@ StatusOr<MappedMemory> MappedMemory::Allocate(size_t bytes) {
     const int err = errno;
     return ResourceExhausted(PosixError("mmap(" + std::to_string(bytes) + " bytes)", err).message());
   }
+  // Transparent huge pages where the system allows them on request: the
+  // heap and index are written densely, and 4 KiB pages cost a fault each
+  // (a third of the rebuild's time) and TLB misses on every READ. Advice
+  // only: a kernel without THP keeps small pages.
+  constexpr size_t kHugePage = size_t{2} << 20;
+  if (mapped >= kHugePage) ::madvise(p, mapped, MADV_HUGEPAGE);
   return MappedMemory(static_cast<uint8_t*>(p), bytes, mapped);
 }
 

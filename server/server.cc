@@ -12,6 +12,7 @@
 #include "common/token.h"
 #include "common/transport/transport.h"
 #include "server/connect_request.h"
+#include "server/rebuild.h"
 
 namespace rkv::server {
 
@@ -106,26 +107,12 @@ Status Server::Init() {
 
 Status Server::Rebuild() {
   const auto start = std::chrono::steady_clock::now();
-  const Heap::Clock::time_point now = Heap::Clock::now();
-  uint64_t n = 0;
-  RKV_RETURN_IF_ERROR(store_->Scan([&](std::string_view key, uint64_t version, std::string_view value) -> Status {
-    if (key.size() > options_.max_key_bytes || value.size() > options_.max_value_bytes) {
-      return FailedPrecondition("stored key '" + PrintableKey(key) + "' (" + std::to_string(key.size()) +
-                                "-byte key, " + std::to_string(value.size()) +
-                                "-byte value) exceeds --max_key_bytes/--max_value_bytes; raise them");
-    }
-    Status s = table_->Upsert(key, value, version, now).status();
-    if (!s.ok()) {
-      return s.WithContext("rebuilding the table at key '" + PrintableKey(key) + "' after " + std::to_string(n) +
-                           " keys (raise --max_keys or --memory)");
-    }
-    ++n;
-    return Status::Ok();
-  }));
-  keys_at_start_ = n;
+  RKV_ASSIGN_OR_RETURN(keys_at_start_,
+                       RebuildTable(*store_, *table_, RebuildLimits{options_.max_key_bytes, options_.max_value_bytes}));
   const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start);
-  LOG(INFO) << "rebuilt the table from " << options_.data_dir << ": " << n << " keys in " << took.count()
-            << " ms (load " << table_->load_factor() << ", heap " << heap_->stats().used_bytes << " bytes used)";
+  LOG(INFO) << "rebuilt the table from " << options_.data_dir << ": " << keys_at_start_ << " keys in "
+            << took.count() << " ms (load " << table_->load_factor() << ", heap " << heap_->stats().used_bytes
+            << " bytes used)";
   return Status::Ok();
 }
 

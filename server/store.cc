@@ -2,11 +2,16 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdarg>
+#include <cstdio>
 #include <cstring>
 
 #include <glog/logging.h>
 #include <rocksdb/db.h>
+#include <rocksdb/env.h>
+#include <rocksdb/file_system.h>
 #include <rocksdb/iterator.h>
+#include <rocksdb/listener.h>
 #include <rocksdb/options.h>
 #include <rocksdb/write_batch.h>
 
@@ -68,18 +73,19 @@ struct Decoded {
 };
 
 StatusOr<Decoded> DecodeStored(std::string_view key, std::string_view stored) {
-  const std::string where = "stored record of key '" + PrintableKey(key) + "'";
+  // Built only on failure: the rebuild decodes every record.
+  const auto where = [&] { return "stored record of key '" + PrintableKey(key) + "'"; };
   if (key.empty()) return DataLoss("stored record with an empty key");
   if (stored.size() < kRecordHeaderBytes) {
-    return DataLoss(where + " is " + std::to_string(stored.size()) + " bytes, shorter than its header");
+    return DataLoss(where() + " is " + std::to_string(stored.size()) + " bytes, shorter than its header");
   }
   const uint8_t format = static_cast<uint8_t>(stored[0]);
-  if (format != kRecordFormat) return DataLoss(where + " has unknown format " + std::to_string(format));
+  if (format != kRecordFormat) return DataLoss(where() + " has unknown format " + std::to_string(format));
   const uint64_t version = GetU64(stored.data() + 1);
   const uint32_t crc = GetU32(stored.data() + 9);
   const std::string_view value = stored.substr(kRecordHeaderBytes);
-  if (version == 0) return DataLoss(where + " has version 0");
-  if (RecordCrc(format, version, key, value) != crc) return DataLoss(where + " fails its checksum");
+  if (version == 0) return DataLoss(where() + " has version 0");
+  if (RecordCrc(format, version, key, value) != crc) return DataLoss(where() + " fails its checksum");
   return Decoded{version, value};
 }
 
@@ -101,6 +107,38 @@ Status FromRocks(const rocksdb::Status& s, std::string_view context) {
   if (s.IsNoSpace()) return ResourceExhausted(std::string(context) + ": " + s.ToString());
   return Internal(std::string(context) + ": " + s.ToString());
 }
+
+// RocksDB's own log, at warning level and above, into the server's log. Its
+// default, a LOG file in the data dir, fails on a full disk like the rest,
+// and this RocksDB build then aborts on its next line (an assertion on the
+// writer that saw the error).
+class GlogLogger : public rocksdb::Logger {
+ public:
+  GlogLogger() : Logger(rocksdb::InfoLogLevel::WARN_LEVEL) {}
+  using Logger::Logv;
+  void Logv(const rocksdb::InfoLogLevel level, const char* format, va_list ap) override {
+    if (level < GetInfoLogLevel()) return;
+    char text[1024];
+    std::vsnprintf(text, sizeof(text), format, ap);
+    if (level >= rocksdb::InfoLogLevel::ERROR_LEVEL) {
+      LOG(ERROR) << "rocksdb: " << text;
+    } else {
+      LOG(WARNING) << "rocksdb: " << text;
+    }
+  }
+};
+
+// Turns off RocksDB's automatic recovery from background errors, so that
+// Store::Recover is the only path out of the error state (see store.h).
+class ManualRecoveryOnly : public rocksdb::EventListener {
+ public:
+  const char* Name() const override { return "rkv.ManualRecoveryOnly"; }
+  void OnErrorRecoveryBegin(rocksdb::BackgroundErrorReason /*reason*/, rocksdb::Status bg_error,
+                            bool* auto_recovery) override {
+    bg_error.PermitUncheckedError();
+    *auto_recovery = false;
+  }
+};
 
 }  // namespace
 
@@ -138,12 +176,11 @@ std::string PrintableKey(std::string_view key) {
   return out;
 }
 
-Store::Store(std::string dir, Durability durability, rocksdb::DB* db)
-    : dir_(std::move(dir)), durability_(durability), db_(db) {}
+Store::Store(std::string dir, const StoreOptions& options) : dir_(std::move(dir)), options_(options) {}
 
 Store::~Store() {
   if (!db_) return;
-  if (durability_ == Durability::kNone) {
+  if (options_.durability == Durability::kNone) {
     const rocksdb::Status s = db_->Flush(rocksdb::FlushOptions());
     if (!s.ok()) LOG(ERROR) << "rocksdb flush of " << dir_ << " failed: " << s.ToString();
   }
@@ -151,11 +188,30 @@ Store::~Store() {
   if (!s.ok()) LOG(ERROR) << "rocksdb close of " << dir_ << " failed: " << s.ToString();
 }
 
-StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& dir, Durability durability) {
+StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& dir, const StoreOptions& store_options) {
+  if (store_options.resume_backoff_initial.count() <= 0 ||
+      store_options.resume_backoff_max < store_options.resume_backoff_initial) {
+    return InvalidArgument("store resume backoff: initial " +
+                           std::to_string(store_options.resume_backoff_initial.count()) + " ms, max " +
+                           std::to_string(store_options.resume_backoff_max.count()) +
+                           " ms; need 0 < initial <= max");
+  }
+  std::unique_ptr<Store> store(new Store(dir, store_options));
   rocksdb::Options options;
   options.create_if_missing = true;
+  // A failed WAL append stops writes instead of being skipped over: a WAL
+  // with a torn record in its middle would stop replay there and lose the
+  // acknowledged writes after it.
   options.paranoid_checks = true;
   options.keep_log_file_num = 4;
+  if (store_options.file_system) {
+    store->env_ = rocksdb::NewCompositeEnv(store_options.file_system);
+    options.env = store->env_.get();
+  }
+  options.info_log = std::make_shared<GlogLogger>();
+  store->listener_ = std::make_shared<ManualRecoveryOnly>();
+  options.listeners.push_back(store->listener_);
+  store->db_options_ = std::make_unique<rocksdb::Options>(options);
   rocksdb::DB* raw = nullptr;
   const rocksdb::Status s = rocksdb::DB::Open(options, dir, &raw);
   if (!s.ok()) {
@@ -167,7 +223,7 @@ StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& dir, Durability 
     }
     return FromRocks(s, "opening RocksDB in " + dir);
   }
-  std::unique_ptr<Store> store(new Store(dir, durability, raw));
+  store->db_.reset(raw);
   RKV_ASSIGN_OR_RETURN(const uint64_t old_epoch, ReadMeta(raw, kEpochKey, dir));
   RKV_ASSIGN_OR_RETURN(store->version_hw_, ReadMeta(raw, kVersionKey, dir));
   store->epoch_ = old_epoch + 1;
@@ -195,12 +251,93 @@ Status Store::Write(std::string_view what, std::string_view key, bool put, std::
   } else {
     RKV_RETURN_IF_ERROR(FromRocks(batch.Delete(dkey), "batch"));
   }
+  if (error_) RKV_RETURN_IF_ERROR(Recover());
   rocksdb::WriteOptions wo;
-  wo.disableWAL = durability_ == Durability::kNone;
-  wo.sync = durability_ == Durability::kSync;
-  RKV_RETURN_IF_ERROR(FromRocks(db_->Write(wo, &batch),
-                                "rocksdb " + std::string(what) + " of key '" + PrintableKey(key) + "'"));
+  wo.disableWAL = options_.durability == Durability::kNone;
+  wo.sync = options_.durability == Durability::kSync;
+  const Status s =
+      FromRocks(db_->Write(wo, &batch), "rocksdb " + std::string(what) + " of key '" + PrintableKey(key) + "'");
+  if (!s.ok()) {
+    EnterErrorState(s);
+    return s;
+  }
+  if (error_) {
+    LOG(INFO) << "store in " << dir_ << " accepts writes again (" << error_->refused
+              << " writes refused since: " << error_->status << ")";
+    error_.reset();
+  }
   version_hw_ = new_hw;
+  return Status::Ok();
+}
+
+void Store::EnterErrorState(const Status& failed) {
+  // RocksDB refuses every write from now until a Resume (paranoid_checks).
+  // Resume replaces the WAL only when the active memtable holds something
+  // to flush; a WAL whose append failed while it was empty would stay in
+  // use, its writer failing every later append (a fatal error). Then the
+  // database is reopened instead, which replays the WAL up to the torn
+  // append and starts a new one.
+  uint64_t entries = 1;
+  const bool wal_stuck = options_.durability != Durability::kNone &&
+                         db_->GetIntProperty("rocksdb.num-entries-active-mem-table", &entries) && entries == 0;
+  const auto now = std::chrono::steady_clock::now();
+  if (!error_) {
+    LOG(ERROR) << "store in " << dir_ << " refuses writes until it recovers: " << failed;
+    error_ = ErrorState{failed, now + options_.resume_backoff_initial, options_.resume_backoff_initial};
+  } else {
+    Backoff(now);
+  }
+  error_->reopen = error_->reopen || wal_stuck;
+  ++error_->refused;
+}
+
+void Store::Backoff(std::chrono::steady_clock::time_point now) {
+  error_->backoff = std::min(2 * error_->backoff, options_.resume_backoff_max);
+  error_->next_recovery = now + error_->backoff;
+}
+
+Status Store::Recover() {
+  const auto now = std::chrono::steady_clock::now();
+  if (now >= error_->next_recovery) {
+    Status s;
+    if (error_->reopen) {
+      s = Reopen();
+    } else {
+      const rocksdb::Status r = db_->Resume();
+      // Resume refuses a fatal error (anything but a full disk, e.g. a WAL
+      // writer that saw an error): reopening is the way out of those.
+      if (!r.ok() && !r.IsNoSpace()) error_->reopen = true;
+      s = FromRocks(r, "resuming RocksDB in " + dir_);
+    }
+    if (s.ok()) {
+      error_->reopen = false;
+      return Status::Ok();  // the write goes ahead; the state ends when it succeeds
+    }
+    VLOG(1) << "store recovery failed: " << s;
+    Backoff(now);
+  }
+  ++error_->refused;
+  return Status(error_->status.code(),
+                "writes are refused until the store recovers from: " + error_->status.message());
+}
+
+Status Store::Reopen() {
+  if (db_) {
+    const rocksdb::Status s = db_->Close();
+    if (!s.ok()) LOG(WARNING) << "closing RocksDB in " << dir_ << " to reopen it: " << s.ToString();
+    db_.reset();
+  }
+  rocksdb::DB* raw = nullptr;
+  RKV_RETURN_IF_ERROR(FromRocks(rocksdb::DB::Open(*db_options_, dir_, &raw), "reopening RocksDB in " + dir_));
+  db_.reset(raw);
+  // A write reported as failed may still have reached the WAL whole (a
+  // failed sync): keep versions above anything the store now holds.
+  RKV_ASSIGN_OR_RETURN(const uint64_t hw, ReadMeta(raw, kVersionKey, dir_));
+  version_hw_ = std::max(version_hw_, hw);
+  if (!error_->reopened) {
+    LOG(WARNING) << "reopened RocksDB in " << dir_ << " to recover: its WAL failed while the memtable was empty";
+    error_->reopened = true;
+  }
   return Status::Ok();
 }
 
@@ -218,6 +355,7 @@ Status Store::Delete(std::string_view key) {
 }
 
 StatusOr<std::optional<Store::Value>> Store::Get(std::string_view key) const {
+  if (!db_) return Unavailable("store in " + dir_ + " is being reopened: " + error_->status.message());
   std::string dkey(1, kDataPrefix);
   dkey.append(key);
   std::string stored;
@@ -229,6 +367,7 @@ StatusOr<std::optional<Store::Value>> Store::Get(std::string_view key) const {
 }
 
 Status Store::Scan(const ScanFn& fn) const {
+  if (!db_) return Unavailable("store in " + dir_ + " is being reopened: " + error_->status.message());
   rocksdb::ReadOptions ro;
   ro.verify_checksums = true;
   ro.fill_cache = false;

@@ -21,15 +21,34 @@
 //          writes under one mutex, so writes from different connections
 //          are fsynced one after the other.
 //
+// Full disk and other write errors: RocksDB stops accepting writes after a
+// failed WAL append or flush (a "background error"; paranoid_checks). Its
+// own automatic recovery is turned off: it waits for write_buffer_size
+// (64 MiB) of free space, polls every 5 s, and refuses DB::Resume() (Busy)
+// meanwhile. Instead the store enters its error state on the first failed
+// write (logged once), fails every later write at once with the same status
+// (RESOURCE_EXHAUSTED for a full disk), and calls DB::Resume() from the next
+// write after a backoff (StoreOptions::resume_backoff_*). Resume flushes the
+// memtables to new SST files and switches the WAL; when it cannot (the WAL
+// failed while the memtable was empty, see EnterErrorState) the database is
+// closed and opened again. The store leaves the error state (logged once)
+// when a write succeeds. A failed
+// write was never applied (RocksDB inserts into the memtable only after the
+// WAL append succeeded), and every acknowledged write stays in the memtable
+// and the WAL until a flush makes it durable in SST files. Reads (Get, Scan)
+// are never refused by the error state.
+//
 // Everything read back is validated: a malformed stored record or meta
 // value is DATA_LOSS naming the key, and the server refuses to start rather
 // than serve wrong data.
 //
-// Thread safety: Put, Delete, NextVersion are called under one external
-// lock (the apply mutex). Get and Scan may run concurrently with them
-// (RocksDB is thread-safe) but see a point-in-time view only for Scan.
+// Thread safety: not thread-safe. Put, Delete, NextVersion and Get are
+// called under one external lock (the apply mutex); Scan before writes
+// start (the rebuild). Recovery may close and reopen the database inside a
+// Put or Delete; Get and Scan are UNAVAILABLE while a reopen has failed.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -41,6 +60,10 @@
 
 namespace rocksdb {
 class DB;
+class Env;
+class EventListener;
+class FileSystem;
+struct Options;
 }
 
 namespace rkv::server {
@@ -50,6 +73,17 @@ enum class Durability { kNone, kWal, kSync };
 // "none" | "wal" | "sync"; INVALID_ARGUMENT otherwise.
 StatusOr<Durability> ParseDurability(std::string_view name);
 const char* DurabilityName(Durability d);
+
+struct StoreOptions {
+  Durability durability = Durability::kWal;
+  // After a failed write, the next write waits this long before it tries
+  // DB::Resume(); each failed Resume doubles the wait, up to the maximum.
+  std::chrono::milliseconds resume_backoff_initial{10};
+  std::chrono::milliseconds resume_backoff_max{1000};
+  // The file system RocksDB uses; null is the operating system's. Tests
+  // inject faults through a rocksdb::FileSystemWrapper.
+  std::shared_ptr<rocksdb::FileSystem> file_system;
+};
 
 class Store {
  public:
@@ -63,7 +97,12 @@ class Store {
   // database (RocksDB's LOCK file), DATA_LOSS when the meta keys are
   // malformed, INTERNAL/PERMISSION_DENIED etc. for other failures, always
   // naming the directory.
-  static StatusOr<std::unique_ptr<Store>> Open(const std::string& dir, Durability durability);
+  static StatusOr<std::unique_ptr<Store>> Open(const std::string& dir, const StoreOptions& options);
+  static StatusOr<std::unique_ptr<Store>> Open(const std::string& dir, Durability durability) {
+    StoreOptions options;
+    options.durability = durability;
+    return Open(dir, options);
+  }
 
   ~Store();  // flushes (for kNone) and closes the database
   Store(const Store&) = delete;
@@ -78,13 +117,19 @@ class Store {
   uint64_t NextVersion() const { return version_hw_ + 1; }
 
   // Writes `key` -> {version, value} and the high-water mark max(hw,
-  // version) in one batch, durable per the store's durability.
+  // version) in one batch, durable per the store's durability. On error
+  // nothing was written; RESOURCE_EXHAUSTED for a full disk, also while the
+  // store waits to retry recovery (see "Full disk" above).
   Status Put(std::string_view key, std::string_view value, uint64_t version);
   // Removes `key` (not an error if absent), durable per the durability.
+  // Errors as for Put.
   Status Delete(std::string_view key);
 
   // Reads `key`; nullopt when absent; DATA_LOSS when malformed.
   StatusOr<std::optional<Value>> Get(std::string_view key) const;
+
+  // Whether writes are refused until a DB::Resume() succeeds.
+  bool in_error_state() const { return error_.has_value(); }
 
   // Calls `fn` for every stored record in key order; stops at the first
   // non-OK status from `fn` and returns it. DATA_LOSS (naming the key) for a
@@ -93,12 +138,34 @@ class Store {
   Status Scan(const ScanFn& fn) const;
 
  private:
-  Store(std::string dir, Durability durability, rocksdb::DB* db);
+  Store(std::string dir, const StoreOptions& options);
   Status Write(std::string_view what, std::string_view key, bool put, std::string_view value, uint64_t version);
+  // Enters the error state after a failed write, or backs off further.
+  void EnterErrorState(const Status& failed);
+  void Backoff(std::chrono::steady_clock::time_point now);
+  // In the error state: OK once the database accepts writes again (the
+  // state ends when a write succeeds), else the error that started it.
+  Status Recover();
+  // Closes and opens the database again (the way out of a stuck WAL).
+  Status Reopen();
+
+  struct ErrorState {
+    Status status;  // of the write that failed first
+    std::chrono::steady_clock::time_point next_recovery;
+    std::chrono::milliseconds backoff;
+    uint64_t refused = 0;  // writes failed while in the state
+    bool reopen = false;   // recover by reopening rather than DB::Resume()
+    bool reopened = false;  // logged once per error state
+  };
 
   std::string dir_;
-  Durability durability_;
-  std::unique_ptr<rocksdb::DB> db_;
+  StoreOptions options_;
+  // Declared before db_: the database uses them until it is closed.
+  std::unique_ptr<rocksdb::Env> env_;
+  std::shared_ptr<rocksdb::EventListener> listener_;
+  std::unique_ptr<rocksdb::Options> db_options_;  // to reopen with
+  std::unique_ptr<rocksdb::DB> db_;  // null only while a reopen failed
+  std::optional<ErrorState> error_;
   uint64_t epoch_ = 0;
   uint64_t version_hw_ = 0;
 };

@@ -6,8 +6,14 @@
 #include <string>
 #include <vector>
 
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <thread>
+
 #include <gtest/gtest.h>
 #include <rocksdb/db.h>
+#include <rocksdb/file_system.h>
 #include <unistd.h>
 
 namespace rkv::server {
@@ -17,9 +23,10 @@ namespace {
 class StoreTest : public ::testing::Test {
  protected:
   void SetUp() override {
+    std::string name = ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    std::replace(name.begin(), name.end(), '/', '_');  // parameterized tests
     dir_ = std::filesystem::path(::testing::TempDir()) /
-           ("rkv_store_test_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+           ("rkv_store_test_" + std::to_string(::getpid()) + "_" + name);
     std::filesystem::remove_all(dir_);
   }
   void TearDown() override { std::filesystem::remove_all(dir_); }
@@ -50,6 +57,78 @@ class StoreTest : public ::testing::Test {
   }
 
   std::filesystem::path dir_;
+};
+
+// A file system whose WAL (*.log) and SST (*.sst) appends fail with
+// ENOSPC while the flag for their kind is set, as on a full disk.
+class FullDiskFileSystem : public rocksdb::FileSystemWrapper {
+ public:
+  FullDiskFileSystem() : FileSystemWrapper(rocksdb::FileSystem::Default()) {}
+  const char* Name() const override { return "FullDiskFileSystem"; }
+
+  std::atomic<bool> wal_full{false};
+  std::atomic<bool> sst_full{false};
+  std::atomic<uint64_t> refused{0};
+
+  rocksdb::IOStatus NewWritableFile(const std::string& name, const rocksdb::FileOptions& options,
+                                    std::unique_ptr<rocksdb::FSWritableFile>* result,
+                                    rocksdb::IODebugContext* dbg) override {
+    rocksdb::IOStatus s = target()->NewWritableFile(name, options, result, dbg);
+    if (s.ok()) Wrap(name, result);
+    return s;
+  }
+  rocksdb::IOStatus ReopenWritableFile(const std::string& name, const rocksdb::FileOptions& options,
+                                       std::unique_ptr<rocksdb::FSWritableFile>* result,
+                                       rocksdb::IODebugContext* dbg) override {
+    rocksdb::IOStatus s = target()->ReopenWritableFile(name, options, result, dbg);
+    if (s.ok()) Wrap(name, result);
+    return s;
+  }
+
+ private:
+  class File : public rocksdb::FSWritableFileOwnerWrapper {
+   public:
+    File(std::unique_ptr<rocksdb::FSWritableFile> file, std::atomic<bool>* full, std::atomic<uint64_t>* refused)
+        : FSWritableFileOwnerWrapper(std::move(file)), full_(full), refused_(refused) {}
+    rocksdb::IOStatus Append(const rocksdb::Slice& data, const rocksdb::IOOptions& options,
+                             rocksdb::IODebugContext* dbg) override {
+      if (Full()) return rocksdb::IOStatus::NoSpace("injected: no space left on device");
+      return target()->Append(data, options, dbg);
+    }
+    rocksdb::IOStatus Append(const rocksdb::Slice& data, const rocksdb::IOOptions& options,
+                             const rocksdb::DataVerificationInfo& info, rocksdb::IODebugContext* dbg) override {
+      if (Full()) return rocksdb::IOStatus::NoSpace("injected: no space left on device");
+      return target()->Append(data, options, info, dbg);
+    }
+    rocksdb::IOStatus PositionedAppend(const rocksdb::Slice& data, uint64_t offset,
+                                       const rocksdb::IOOptions& options, rocksdb::IODebugContext* dbg) override {
+      if (Full()) return rocksdb::IOStatus::NoSpace("injected: no space left on device");
+      return target()->PositionedAppend(data, offset, options, dbg);
+    }
+    rocksdb::IOStatus PositionedAppend(const rocksdb::Slice& data, uint64_t offset,
+                                       const rocksdb::IOOptions& options, const rocksdb::DataVerificationInfo& info,
+                                       rocksdb::IODebugContext* dbg) override {
+      if (Full()) return rocksdb::IOStatus::NoSpace("injected: no space left on device");
+      return target()->PositionedAppend(data, offset, options, info, dbg);
+    }
+
+   private:
+    bool Full() {
+      if (!full_->load()) return false;
+      refused_->fetch_add(1);
+      return true;
+    }
+    std::atomic<bool>* full_;
+    std::atomic<uint64_t>* refused_;
+  };
+
+  void Wrap(const std::string& name, std::unique_ptr<rocksdb::FSWritableFile>* file) {
+    auto ends_with = [&](std::string_view suffix) {
+      return name.size() >= suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
+    };
+    std::atomic<bool>* flag = ends_with(".log") ? &wal_full : ends_with(".sst") ? &sst_full : nullptr;
+    if (flag != nullptr) *file = std::make_unique<File>(std::move(*file), flag, &refused);
+  }
 };
 
 TEST(DurabilityTest, Parses) {
@@ -208,6 +287,100 @@ TEST_F(StoreTest, UnusableDirectoryIsAnError) {
   EXPECT_FALSE(s.ok());
   EXPECT_NE(s.status().message().find(file), std::string::npos) << s.status();
 }
+
+TEST_F(StoreTest, BadResumeBackoffIsRefused) {
+  StoreOptions o;
+  o.resume_backoff_initial = std::chrono::milliseconds(0);
+  EXPECT_EQ(Store::Open(dir_.string(), o).status().code(), StatusCode::kInvalidArgument);
+  o.resume_backoff_initial = std::chrono::milliseconds(20);
+  o.resume_backoff_max = std::chrono::milliseconds(10);
+  EXPECT_EQ(Store::Open(dir_.string(), o).status().code(), StatusCode::kInvalidArgument);
+}
+
+// What fills up: the WAL and SST files alike (a full disk), or only the WAL
+// (the flush that recovery makes still fits, the next WAL append does not).
+enum class FullKind { kWalAndSst, kWalOnly };
+
+class StoreFullDiskTest : public StoreTest,
+                          public ::testing::WithParamInterface<std::tuple<Durability, FullKind>> {};
+
+TEST_P(StoreFullDiskTest, WritesFailWhileFullAndRecoverWithoutLosingAcknowledgedOnes) {
+  const auto [durability, kind] = GetParam();
+  auto fs = std::make_shared<FullDiskFileSystem>();
+  StoreOptions options;
+  options.durability = durability;
+  options.resume_backoff_initial = std::chrono::milliseconds(1);
+  options.resume_backoff_max = std::chrono::milliseconds(4);
+  options.file_system = fs;
+  auto opened = Store::Open(dir_.string(), options);
+  ASSERT_TRUE(opened.ok()) << opened.status();
+  std::unique_ptr<Store> store = std::move(opened).value();
+
+  std::map<std::string, std::pair<uint64_t, std::string>> acked;
+  int next_key = 0;
+  auto put = [&]() -> Status {
+    const std::string key = "key" + std::to_string(next_key++);
+    const std::string value = "value of " + key;
+    const uint64_t version = store->NextVersion();
+    Status s = store->Put(key, value, version);
+    if (s.ok()) acked[key] = {version, value};
+    return s;
+  };
+  for (int i = 0; i < 50; ++i) ASSERT_TRUE(put().ok());
+
+  // Two rounds: the second starts from the state the first recovery left
+  // (flushed memtable, new WAL).
+  for (int round = 0; round < 2; ++round) {
+    SCOPED_TRACE("round " + std::to_string(round));
+    fs->wal_full = true;
+    fs->sst_full = kind == FullKind::kWalAndSst;
+    Status s = put();
+    EXPECT_EQ(s.code(), StatusCode::kResourceExhausted) << s;
+    EXPECT_TRUE(store->in_error_state());
+    // Stays failing while the disk is full, also once recovery is retried
+    // (each sleep outlasts the longest backoff).
+    for (int i = 0; i < 5; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      s = put();
+      EXPECT_EQ(s.code(), StatusCode::kResourceExhausted) << s;
+    }
+    const uint64_t refused_before = fs->refused;
+    EXPECT_GT(refused_before, 0u);
+    // Deletes are refused too, and change nothing.
+    EXPECT_EQ(store->Delete("key0").code(), StatusCode::kResourceExhausted);
+
+    fs->wal_full = false;
+    fs->sst_full = false;
+    // Writes succeed again once recovery has been retried; the deadline only
+    // bounds a hang.
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    do {
+      s = put();
+      if (!s.ok()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    } while (!s.ok() && std::chrono::steady_clock::now() < deadline);
+    ASSERT_TRUE(s.ok()) << s;
+    EXPECT_FALSE(store->in_error_state());
+    for (int i = 0; i < 20; ++i) ASSERT_TRUE(put().ok());
+  }
+
+  // Everything acknowledged is there, with its version, after a reopen on
+  // the plain file system; nothing refused is.
+  const uint64_t hw = store->version_high_water();
+  store.reset();
+  auto reopened = MustOpen(durability);
+  ASSERT_NE(reopened, nullptr);
+  EXPECT_EQ(reopened->version_high_water(), hw);
+  EXPECT_EQ(ScanAll(*reopened), acked);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Modes, StoreFullDiskTest,
+    ::testing::Combine(::testing::Values(Durability::kWal, Durability::kSync),
+                       ::testing::Values(FullKind::kWalAndSst, FullKind::kWalOnly)),
+    [](const ::testing::TestParamInfo<StoreFullDiskTest::ParamType>& info) {
+      return std::string(DurabilityName(std::get<0>(info.param))) +
+             (std::get<1>(info.param) == FullKind::kWalOnly ? "WalOnly" : "WalAndSst");
+    });
 
 }  // namespace
 }  // namespace rkv::server

@@ -221,46 +221,67 @@ bool Table::MakeRoom(const Neighborhood& nb, Heap::Clock::time_point now) {
   return false;
 }
 
-StatusOr<Table::Entry> Table::Upsert(std::string_view key, std::string_view value, uint64_t version,
-                                     Heap::Clock::time_point now) {
-  const Neighborhood nb = NeighborhoodOf(TableHash(key, seed_), log2_);
-  std::optional<Entry> existing = Lookup(key);
-
-  Entry target;
-  if (existing) {
-    target = *existing;
-  } else {
-    // The first free slot of the neighbourhood, from the key's home bucket
-    // on: keys stay near home, which leaves the buckets after them free for
-    // keys displaced from earlier homes (hopscotch). When every bucket is
-    // full, keys move out of the way first; the moves are harmless if the
-    // heap refuses below: every key stays reachable.
-    std::optional<Position> free_slot = FirstFreeSlot(nb);
-    if (!free_slot && MakeRoom(nb, now)) free_slot = FirstFreeSlot(nb);
-    if (!free_slot) {
-      return ResourceExhausted("table full: every bucket of the key's neighbourhood is full (" +
-                               std::to_string(size_) + " keys in " + std::to_string(slot_count()) +
-                               " slots; raise --max_keys)");
-    }
-    target.bucket = free_slot->bucket;
-    target.slot_index = free_slot->slot_index;
+StatusOr<Table::Position> Table::FreeSlotFor(const Neighborhood& nb, Heap::Clock::time_point now) {
+  // The first free slot of the neighbourhood, from the key's home bucket
+  // on: keys stay near home, which leaves the buckets after them free for
+  // keys displaced from earlier homes (hopscotch). When every bucket is
+  // full, keys move out of the way first; the moves are harmless if the
+  // heap refuses later: every key stays reachable.
+  std::optional<Position> free_slot = FirstFreeSlot(nb);
+  if (!free_slot && MakeRoom(nb, now)) free_slot = FirstFreeSlot(nb);
+  if (!free_slot) {
+    return ResourceExhausted("table full: every bucket of the key's neighbourhood is full (" +
+                             std::to_string(size_) + " keys in " + std::to_string(slot_count()) +
+                             " slots; raise --max_keys)");
   }
+  return *free_slot;
+}
 
+StatusOr<uint64_t> Table::PublishRecord(Position at, uint16_t fingerprint, std::string_view key,
+                                        std::string_view value, uint64_t version, Heap::Clock::time_point now) {
   const uint64_t block_bytes = layout::BlockBytes(key.size(), value.size());
   RKV_ASSIGN_OR_RETURN(const uint64_t offset, heap_->Allocate(block_bytes, now));
   // The block is private until published: plain stores are fine here.
   EncodeRecord(heap_memory_.subspan(offset, block_bytes), key, value, version, /*flags=*/0);
-  const uint64_t slot = layout::MakeSlot(nb.fingerprint, offset, block_bytes);
-  PublishSlot(bucket(target.bucket)->slots[target.slot_index], slot);
+  const uint64_t slot = layout::MakeSlot(fingerprint, offset, block_bytes);
+  PublishSlot(bucket(at.bucket)->slots[at.slot_index], slot);
+  return slot;
+}
 
+StatusOr<Table::Entry> Table::Upsert(std::string_view key, std::string_view value, uint64_t version,
+                                     Heap::Clock::time_point now) {
+  const Neighborhood nb = NeighborhoodOf(TableHash(key, seed_), log2_);
+  const std::optional<Entry> existing = Lookup(key);
+  Position at;
+  if (existing) {
+    at = Position{existing->bucket, existing->slot_index};
+  } else {
+    RKV_ASSIGN_OR_RETURN(at, FreeSlotFor(nb, now));
+  }
+  RKV_ASSIGN_OR_RETURN(const uint64_t slot, PublishRecord(at, nb.fingerprint, key, value, version, now));
   if (existing) {
     heap_->Retire(layout::SlotBlockOffset(existing->slot), layout::SlotBlockBytes(existing->slot), now);
   } else {
     ++size_;
   }
-  target.slot = slot;
-  target.version = version;
-  return target;
+  return Entry{at.bucket, at.slot_index, slot, version};
+}
+
+StatusOr<Table::Entry> Table::InsertAbsent(std::string_view key, std::string_view value, uint64_t version,
+                                           uint64_t hash, Heap::Clock::time_point now) {
+  const Neighborhood nb = NeighborhoodOf(hash, log2_);
+  RKV_ASSIGN_OR_RETURN(const Position at, FreeSlotFor(nb, now));
+  RKV_ASSIGN_OR_RETURN(const uint64_t slot, PublishRecord(at, nb.fingerprint, key, value, version, now));
+  ++size_;
+  return Entry{at.bucket, at.slot_index, slot, version};
+}
+
+void Table::Prefetch(uint64_t hash) const {
+  const Neighborhood nb = NeighborhoodOf(hash, log2_);
+  // A key lands in its home bucket or close after it: the first two buckets
+  // cover nearly every insert at the loads the table is sized for.
+  __builtin_prefetch(bucket(nb.first), /*rw=*/1);
+  if (nb.count > 1) __builtin_prefetch(bucket(nb.first + 1), /*rw=*/1);
 }
 
 StatusOr<uint64_t> Table::Delete(std::string_view key, Heap::Clock::time_point now) {

@@ -130,6 +130,15 @@ class Table {
   StatusOr<Entry> Upsert(std::string_view key, std::string_view value, uint64_t version,
                          Heap::Clock::time_point now);
 
+  // Rebuild only, before ServeReaders: inserts `key`, which must be absent
+  // (the keys of one store scan are distinct), without looking it up; `hash`
+  // is TableHash(key, hash_seed()). Otherwise as Upsert.
+  StatusOr<Entry> InsertAbsent(std::string_view key, std::string_view value, uint64_t version, uint64_t hash,
+                               Heap::Clock::time_point now);
+  // Asks the CPU to fetch the first buckets of the neighbourhood of `hash`
+  // into its cache, so that inserts of many keys overlap their misses.
+  void Prefetch(uint64_t hash) const;
+
   // Removes `key`: stores kEmptySlot with release order, retires the block
   // at `now`. Returns the version of the removed record; NOT_FOUND when the
   // key is absent.
@@ -185,6 +194,11 @@ class Table {
   // has a free slot, outside `nb`) into it from a bucket nearer `nb`, and
   // sets `free_bucket` to that bucket. False when no key can.
   bool HopToward(const Neighborhood& nb, uint64_t& free_bucket, Heap::Clock::time_point now);
+  // A free slot of `nb` (moving keys if need be), or RESOURCE_EXHAUSTED.
+  StatusOr<Position> FreeSlotFor(const Neighborhood& nb, Heap::Clock::time_point now);
+  // Allocates and writes the block of a record, then publishes it at `at`.
+  StatusOr<uint64_t> PublishRecord(Position at, uint16_t fingerprint, std::string_view key, std::string_view value,
+                                   uint64_t version, Heap::Clock::time_point now);
   // Moves the key at `from` to `to` (free): publish, then clear.
   void Move(Position from, Position to);
 

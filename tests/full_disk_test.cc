@@ -1,0 +1,171 @@
+// A real rkv-server whose data dir is a small tmpfs: PUTs fill it until they
+// fail with RESOURCE_EXHAUSTED, GETs go on, and once the file system grows
+// (mount -o remount,size=...) PUTs succeed again without a restart, with
+// every acknowledged write intact, then and after a restart.
+//
+// Mounting needs root (CI runs the suite as root). The test makes its own
+// mount namespace first, so the tmpfs is private to this process and the
+// server it starts, and disappears with them whatever happens.
+#include <sched.h>
+#include <sys/mount.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <string>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "rkv/client.h"
+#include "tests/server_process.h"
+
+namespace rkv::testing {
+namespace {
+
+constexpr uint64_t kSmallFsBytes = 2 << 20;
+constexpr uint64_t kGrownFsBytes = 32 << 20;
+constexpr size_t kValueBytes = 16 << 10;
+// Bounds a hang only: the server retries its recovery within about a second.
+constexpr auto kRecoveryDeadline = std::chrono::seconds(120);
+
+std::string SizeOption(uint64_t bytes) { return "size=" + std::to_string(bytes) + ",mode=0700"; }
+
+std::string ValueFor(int i) {
+  std::string v(kValueBytes, '\0');
+  for (size_t j = 0; j < v.size(); ++j) v[j] = static_cast<char>('a' + (i * 7 + j) % 26);
+  return v;
+}
+
+class FullDiskTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_EQ(::geteuid(), 0u) << "this test mounts a tmpfs and must run as root (CI runs the suite as root)";
+    ASSERT_EQ(::unshare(CLONE_NEWNS), 0) << "unshare(CLONE_NEWNS): " << std::strerror(errno);
+    // Mounts made here must not propagate back to the host's namespace.
+    ASSERT_EQ(::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr), 0)
+        << "making / private: " << std::strerror(errno);
+    data_dir_ = dir_.path() + "/fs";
+    std::filesystem::create_directories(data_dir_);
+    ASSERT_EQ(::mount("tmpfs", data_dir_.c_str(), "tmpfs", 0, SizeOption(kSmallFsBytes).c_str()), 0)
+        << "mounting a tmpfs on " << data_dir_ << ": " << std::strerror(errno);
+    mounted_ = true;
+    token_file_ = dir_.path() + "/token";
+    WriteFile(token_file_, "full-disk-token\n");
+    server_ = std::make_unique<ServerProcess>(data_dir_, token_file_);
+    const Status s = server_->Start();
+    ASSERT_TRUE(s.ok()) << s;
+  }
+
+  void TearDown() override {
+    server_.reset();  // kills the server before its file system goes
+    if (mounted_) ::umount2(data_dir_.c_str(), MNT_DETACH);
+  }
+
+  std::unique_ptr<Client> NewClient() {
+    ClientOptions o;
+    o.server = server_->address();
+    o.token = "full-disk-token";
+    o.transport = TestTransport();
+    o.timeout = std::chrono::milliseconds(10000);
+    auto c = Client::Connect(o);
+    EXPECT_TRUE(c.ok()) << c.status() << "\nserver log:\n" << server_->Log();
+    return c.ok() ? std::move(c).value() : nullptr;
+  }
+
+  // Every acknowledged write reads back with its value and version.
+  void ExpectAllAcknowledged(Client& client, const std::map<std::string, std::pair<std::string, uint64_t>>& acked) {
+    for (const auto& [key, want] : acked) {
+      std::string value;
+      uint64_t version = 0;
+      const Status s = client.Get(key, &value, &version);
+      ASSERT_TRUE(s.ok()) << key << ": " << s;
+      EXPECT_EQ(value, want.first) << key;
+      EXPECT_EQ(version, want.second) << key;
+    }
+  }
+
+  TempDir dir_;
+  std::string data_dir_;
+  bool mounted_ = false;
+  std::string token_file_;
+  std::unique_ptr<ServerProcess> server_;
+};
+
+TEST_F(FullDiskTest, PutsRecoverWithoutRestartOnceTheFileSystemGrows) {
+  auto client = NewClient();
+  ASSERT_NE(client, nullptr);
+  std::map<std::string, std::pair<std::string, uint64_t>> acked;
+
+  // Fill the file system until a PUT is refused.
+  Status refused;
+  int i = 0;
+  for (; i < static_cast<int>(4 * kSmallFsBytes / kValueBytes); ++i) {
+    const std::string key = "key" + std::to_string(i);
+    StatusOr<uint64_t> v = client->Put(key, ValueFor(i));
+    if (!v.ok()) {
+      refused = v.status();
+      break;
+    }
+    acked[key] = {ValueFor(i), *v};
+  }
+  ASSERT_FALSE(refused.ok()) << "a " << kSmallFsBytes << "-byte file system never filled up";
+  ASSERT_EQ(refused.code(), StatusCode::kResourceExhausted) << refused << "\nserver log:\n" << server_->Log();
+  EXPECT_NE(refused.message().find("No space left on device"), std::string::npos) << refused;
+  ASSERT_GT(acked.size(), 0u);
+
+  // Full: PUTs and DELETEs stay refused, GETs are served.
+  for (int j = 0; j < 5; ++j) {
+    StatusOr<uint64_t> v = client->Put("while-full-" + std::to_string(j), ValueFor(j));
+    EXPECT_EQ(v.status().code(), StatusCode::kResourceExhausted) << v.status();
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_EQ(client->Delete("key0").code(), StatusCode::kResourceExhausted);
+  ExpectAllAcknowledged(*client, acked);
+
+  // Grow the file system: PUTs succeed again, the same process serving.
+  ASSERT_EQ(::mount("tmpfs", data_dir_.c_str(), "tmpfs", MS_REMOUNT, SizeOption(kGrownFsBytes).c_str()), 0)
+      << "growing the tmpfs: " << std::strerror(errno);
+  const auto deadline = std::chrono::steady_clock::now() + kRecoveryDeadline;
+  StatusOr<uint64_t> v = ResourceExhausted("not tried");
+  const std::string key = "key" + std::to_string(i);
+  while (!v.ok() && std::chrono::steady_clock::now() < deadline) {
+    v = client->Put(key, ValueFor(i));
+    if (!v.ok()) {
+      ASSERT_EQ(v.status().code(), StatusCode::kResourceExhausted) << v.status();
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  }
+  ASSERT_TRUE(v.ok()) << "PUTs still refused after the file system grew: " << v.status() << "\nserver log:\n"
+                      << server_->Log();
+  acked[key] = {ValueFor(i), *v};
+  for (int j = i + 1; j < i + 20; ++j) {
+    const std::string k = "key" + std::to_string(j);
+    StatusOr<uint64_t> put = client->Put(k, ValueFor(j));
+    ASSERT_TRUE(put.ok()) << put.status();
+    acked[k] = {ValueFor(j), *put};
+  }
+  ExpectAllAcknowledged(*client, acked);
+  const std::string log = server_->Log();
+  EXPECT_NE(log.find("refuses writes until it recovers"), std::string::npos) << log;
+  EXPECT_NE(log.find("accepts writes again"), std::string::npos) << log;
+
+  // And after a restart, from the store alone.
+  client.reset();
+  server_->Kill9();
+  const Status started = server_->Start();
+  ASSERT_TRUE(started.ok()) << started;
+  client = NewClient();
+  ASSERT_NE(client, nullptr);
+  ExpectAllAcknowledged(*client, acked);
+  for (int j = 0; j < 5; ++j) {
+    std::string value;
+    EXPECT_EQ(client->Get("while-full-" + std::to_string(j), &value).code(), StatusCode::kNotFound);
+  }
+}
+
+}  // namespace
+}  // namespace rkv::testing
