@@ -141,35 +141,31 @@ void TcpListener::AcceptSockets() {
 void TcpListener::EvictFor(const std::string& source) {
   const size_t max_total = std::max<uint32_t>(options_.max_pending_handshakes, 1);
   const uint32_t max_per_source = std::max<uint32_t>(options_.max_handshakes_per_source, 1);
-  const std::string* victim_source = nullptr;
+  const auto own = per_source_.find(source);
+  // Which sockets in setup may go: those of `source`, or those of the
+  // addresses with the most (then the oldest of them goes).
+  uint32_t most = 0;
   const char* why = nullptr;
-  if (auto it = per_source_.find(source); it != per_source_.end() && it->second >= max_per_source) {
-    victim_source = &it->first;
-    why = "sockets in setup from that address";
+  if (own != per_source_.end() && own->second >= max_per_source) {
+    why = "sockets in setup from one address";
   } else if (handshakes_.size() >= max_total) {
-    // The address that holds the most sockets in setup pays.
-    uint32_t most = 0;
-    for (const auto& [addr, n] : per_source_) {
-      if (n > most) {
-        most = n;
-        victim_source = &addr;
-      }
-    }
+    for (const auto& [addr, n] : per_source_) most = std::max(most, n);
     why = "sockets in setup";
+  } else {
+    return;
   }
-  if (victim_source == nullptr) return;
   // handshakes_ is in order of acceptance: the first match is the oldest.
-  const auto victim = std::find_if(handshakes_.begin(), handshakes_.end(),
-                                   [&](const auto& hs) { return hs->source == *victim_source; });
+  const auto victim = std::find_if(handshakes_.begin(), handshakes_.end(), [&](const auto& hs) {
+    return most == 0 ? hs->source == source : per_source_[hs->source] == most;
+  });
   if (victim == handshakes_.end()) return;
   ++evicted_;
   LOG_EVERY_N(WARNING, 100) << "tcp transport: too many " << why << " (" << handshakes_.size() << " in all, "
-                            << per_source_[*victim_source] << " from " << *victim_source << "); closed "
+                            << per_source_[(*victim)->source] << " from " << (*victim)->source << "); closed "
                             << (*victim)->peer << ", the oldest of them, for a new socket (" << evicted_
                             << " closed so since start; logged every 100th)";
-  const std::string gone = (*victim)->source;  // *victim_source may be erased with the count
+  ForgetSource(per_source_, (*victim)->source);
   handshakes_.erase(victim);
-  ForgetSource(per_source_, gone);
 }
 
 StatusOr<std::unique_ptr<Connection>> TcpListener::Progress(Handshake& hs) {
