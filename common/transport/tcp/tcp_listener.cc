@@ -156,6 +156,7 @@ void TcpListener::EvictFor(const std::string& source) {
   }
   // handshakes_ is in order of acceptance: the first match is the oldest.
   const auto victim = std::find_if(handshakes_.begin(), handshakes_.end(), [&](const auto& hs) {
+    mu_.AssertHeld();
     return most == 0 ? hs->source == source : per_source_[hs->source] == most;
   });
   if (victim == handshakes_.end()) return;
