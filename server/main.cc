@@ -30,6 +30,7 @@
 #include <gflags/gflags.h>
 #include <glog/logging.h>
 #include <pthread.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "common/mutex.h"
@@ -53,7 +54,15 @@ DEFINE_string(token_file, "", "file holding the token clients must present (requ
 DEFINE_string(transport, "auto", "auto | tcp | verbs; auto picks verbs when an RDMA port is active (default auto)");
 DEFINE_int32(gid_index, -1, "verbs: RoCE GID index, -1 picks one (default -1)");
 DEFINE_string(ring_bytes, "4M", "staging ring per connection in bytes, >= 2x the largest block; suffixes K, M, G (default 4M)");
-DEFINE_uint32(max_connections, 64, "most client connections at once; more are refused (default 64)");
+DEFINE_uint32(max_connections, 1024, "most client connections at once, at most 4096; more are refused. Each costs "
+                                     "its staging ring (--ring_bytes), a thread and on tcp up to ~5 MiB of responses in "
+                                     "flight: 1024 * (4M + 5M) = 9 GiB at worst (default 1024)");
+DEFINE_uint32(handshake_timeout_ms, 5000, "tcp: a socket that has not completed connection setup in this many "
+                                          "milliseconds is closed (default 5000)");
+DEFINE_uint32(frame_timeout_ms, 30000, "tcp: a connection that leaves a frame incomplete, or reads none of the "
+                                       "responses waiting for it, for this many milliseconds is closed (default 30000)");
+DEFINE_uint32(idle_timeout_s, 600, "tcp: a connection that sends nothing for this many seconds is closed (clients "
+                                   "reconnect by themselves); 0: never (default 600)");
 DEFINE_uint32(grace_period_ms, 100, "heap quarantine in milliseconds before a replaced block is reused; "
                                     "clients' GET lease is half of it (default 100)");
 
@@ -108,6 +117,25 @@ class JoinThread {
   std::thread thread_;  // last: starts after the members it uses
 };
 
+// Each connection holds a socket and an eventfd (tcp) or a few verbs
+// descriptors, and a socket in setup holds one more: raises the soft limit
+// on open files to the hard one, and warns when even that is short of what
+// `max_connections` needs.
+void RaiseFileLimit(uint32_t max_connections) {
+  rlimit lim{};
+  if (::getrlimit(RLIMIT_NOFILE, &lim) != 0) return;
+  if (lim.rlim_cur < lim.rlim_max) {
+    lim.rlim_cur = lim.rlim_max;
+    if (::setrlimit(RLIMIT_NOFILE, &lim) != 0) PLOG(WARNING) << "setrlimit(RLIMIT_NOFILE)";
+    (void)::getrlimit(RLIMIT_NOFILE, &lim);
+  }
+  const uint64_t wanted = 4ULL * max_connections + 1024;
+  if (lim.rlim_cur != RLIM_INFINITY && lim.rlim_cur < wanted) {
+    LOG(WARNING) << "the open file limit " << lim.rlim_cur << " is below the ~" << wanted
+                 << " that --max_connections " << max_connections << " needs; raise it (ulimit -n)";
+  }
+}
+
 int BadFlag(const std::string& message) {
   std::cerr << "rkv-server: " << message << "\n";
   return 2;
@@ -131,6 +159,9 @@ int main(int argc, char** argv) {
   o.max_key_bytes = FLAGS_max_key_bytes;
   o.max_connections = FLAGS_max_connections;
   o.grace_period_ms = FLAGS_grace_period_ms;
+  o.handshake_timeout_ms = FLAGS_handshake_timeout_ms;
+  o.frame_timeout_ms = FLAGS_frame_timeout_ms;
+  o.idle_timeout_s = FLAGS_idle_timeout_s;
   {
     auto memory = ParseByteSize(FLAGS_memory);
     if (!memory.ok()) return BadFlag("--memory: " + memory.status().message());
@@ -181,6 +212,10 @@ int main(int argc, char** argv) {
   LOG(INFO) << why;
   rkv::transport::Options topts;
   topts.gid_index = FLAGS_gid_index;
+  topts.handshake_timeout = std::chrono::milliseconds(o.handshake_timeout_ms);
+  topts.frame_timeout = std::chrono::milliseconds(o.frame_timeout_ms);
+  topts.idle_timeout = std::chrono::seconds(o.idle_timeout_s);
+  RaiseFileLimit(o.max_connections);
   auto transport = rkv::transport::CreateTransport(*kind, topts);
   if (!transport.ok()) {
     std::cerr << "rkv-server: creating the " << rkv::transport::KindName(*kind)

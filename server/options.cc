@@ -56,6 +56,21 @@ Status ValidateOptions(const ServerOptions& o) {
     return InvalidArgument("--grace_period_ms " + std::to_string(o.grace_period_ms) + " is outside [" +
                            std::to_string(kMinGracePeriodMs) + ", " + std::to_string(kMaxGracePeriodMs) + "]");
   }
+  const auto check_ms = [](const char* flag, uint32_t ms) -> Status {
+    if (ms >= kMinTimeoutMs && ms <= kMaxTimeoutMs) return Status::Ok();
+    return InvalidArgument(std::string(flag) + " " + std::to_string(ms) + " is outside [" +
+                           std::to_string(kMinTimeoutMs) + ", " + std::to_string(kMaxTimeoutMs) + "]");
+  };
+  RKV_RETURN_IF_ERROR(check_ms("--handshake_timeout_ms", o.handshake_timeout_ms));
+  RKV_RETURN_IF_ERROR(check_ms("--frame_timeout_ms", o.frame_timeout_ms));
+  if (o.idle_timeout_s > kMaxIdleTimeoutS) {
+    return InvalidArgument("--idle_timeout_s " + std::to_string(o.idle_timeout_s) + " is over " +
+                           std::to_string(kMaxIdleTimeoutS) + " (0 turns the idle limit off)");
+  }
+  if (o.idle_timeout_s != 0 && uint64_t{o.idle_timeout_s} * 1000 < o.frame_timeout_ms) {
+    return InvalidArgument("--idle_timeout_s " + std::to_string(o.idle_timeout_s) +
+                           " is shorter than --frame_timeout_ms " + std::to_string(o.frame_timeout_ms));
+  }
   if (o.request_credits < 1 || o.request_credits > kMaxRequestCredits) {
     return InvalidArgument("request credits " + std::to_string(o.request_credits) + " outside [1, " +
                            std::to_string(kMaxRequestCredits) + "]");

@@ -21,7 +21,21 @@ struct ServerOptions {
   uint32_t max_key_bytes = 1024;
   std::string token;                      // the raw token clients must present (its digest)
   uint64_t ring_bytes = 4ULL << 20;       // staging ring per connection
-  uint32_t max_connections = 64;
+  // Memory per connection: its staging ring (ring_bytes, pinned on
+  // verbs), 2 * request_credits * 128 bytes of messages, a worker thread
+  // (8 MiB of stack reserved, tens of KiB used); on tcp also at most
+  // ~5 MiB of responses in flight (tcp_frame.h) and one frame being
+  // received. 1024 * (4 MiB + 5 MiB) = 9 GiB at worst with the defaults,
+  // which a 24 GiB machine holds beside the heap.
+  uint32_t max_connections = 1024;
+  // tcp only (docs/design.md, "Failure model and security"): a socket
+  // that has not completed its setup within handshake_timeout_ms is
+  // closed; so is a connection that leaves a frame incomplete, or reads
+  // none of its responses, for frame_timeout_ms, or sends nothing for
+  // idle_timeout_s (0: no idle limit).
+  uint32_t handshake_timeout_ms = 5000;
+  uint32_t frame_timeout_ms = 30'000;
+  uint32_t idle_timeout_s = 600;
   uint32_t grace_period_ms = 100;         // heap quarantine; clients' GET lease is half
   uint32_t request_credits = 32;          // outstanding requests per connection
 };
@@ -67,6 +81,9 @@ inline constexpr uint32_t kMinGracePeriodMs = 2;
 inline constexpr uint64_t kMaxRingBytes = 1ULL << 30;
 inline constexpr uint32_t kMaxConnectionsLimit = 4096;
 inline constexpr uint32_t kMaxRequestCredits = 128;
+inline constexpr uint32_t kMinTimeoutMs = 100;
+inline constexpr uint32_t kMaxTimeoutMs = 3'600'000;
+inline constexpr uint32_t kMaxIdleTimeoutS = 7 * 86'400;
 
 // The block of the largest record the options allow.
 uint64_t MaxBlockBytes(const ServerOptions& o);

@@ -40,6 +40,11 @@ TEST(OptionsTest, EveryBadValueIsRejectedNamingItsFlag) {
       {"--max_connections", [](ServerOptions& o) { o.max_connections = 0; }},
       {"--grace_period_ms", [](ServerOptions& o) { o.grace_period_ms = 1; }},
       {"--grace_period_ms", [](ServerOptions& o) { o.grace_period_ms = 3'600'000; }},
+      {"--handshake_timeout_ms", [](ServerOptions& o) { o.handshake_timeout_ms = 0; }},
+      {"--handshake_timeout_ms", [](ServerOptions& o) { o.handshake_timeout_ms = kMaxTimeoutMs + 1; }},
+      {"--frame_timeout_ms", [](ServerOptions& o) { o.frame_timeout_ms = 10; }},
+      {"--idle_timeout_s", [](ServerOptions& o) { o.idle_timeout_s = kMaxIdleTimeoutS + 1; }},
+      {"--idle_timeout_s", [](ServerOptions& o) { o.idle_timeout_s = 1; }},  // below the 30 s frame limit
   };
   for (const Case& c : cases) {
     ServerOptions o = Valid();

@@ -61,6 +61,8 @@ class ServerProcess {
   // SIGTERM; returns the exit status (waitpid form) once it exited.
   int Terminate();
   bool running() const { return pid_ > 0; }
+  // The process id while running, else -1.
+  pid_t pid() const { return pid_; }
   // "HOST:PORT".
   const std::string& address() const { return address_; }
   // What the server wrote to stderr (its log), for failure messages.

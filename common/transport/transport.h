@@ -215,6 +215,26 @@ struct Options {
   // A spinning Poll yields the CPU between rounds, so other runnable
   // threads (e.g. the peer on a loopback device) still get to run.
   int poll_spin_us = 1000;
+
+  // tcp only: the limits a listener puts on the peers it accepts (the
+  // verbs path has rdma_cm's own setup timeouts, and its server CPU sees
+  // no READ or WRITE; docs/design.md, "Failure model and security").
+  //
+  // A socket that has not sent its whole CONNECT frame this long after it
+  // was accepted is closed.
+  std::chrono::milliseconds handshake_timeout{5000};
+  // Sockets in setup at once, in all and from one source address. A new
+  // socket beyond either limit evicts the oldest one in setup from its own
+  // address (else the oldest of the address with the most), so sockets
+  // that never speak cannot keep a client out.
+  uint32_t max_pending_handshakes = 1024;
+  uint32_t max_handshakes_per_source = 32;
+  // An accepted connection is closed when its peer sends no frame at all
+  // for idle_timeout, when a frame it started is not whole within
+  // frame_timeout, or when it reads none of the responses waiting for it
+  // for frame_timeout. Zero: no limit.
+  std::chrono::milliseconds idle_timeout{0};
+  std::chrono::milliseconds frame_timeout{0};
 };
 
 class Transport {

@@ -44,17 +44,25 @@ void DrainEventFd(int fd) {
   }
 }
 
-std::string SockaddrToString(const sockaddr* sa) {
+std::string SockaddrHost(const sockaddr* sa) {
   char host[INET6_ADDRSTRLEN] = {};
   if (sa->sa_family == AF_INET) {
-    const auto* in = reinterpret_cast<const sockaddr_in*>(sa);
-    ::inet_ntop(AF_INET, &in->sin_addr, host, sizeof host);
-    return std::string(host) + ":" + std::to_string(ntohs(in->sin_port));
+    ::inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in*>(sa)->sin_addr, host, sizeof host);
+    return host;
   }
   if (sa->sa_family == AF_INET6) {
-    const auto* in6 = reinterpret_cast<const sockaddr_in6*>(sa);
-    ::inet_ntop(AF_INET6, &in6->sin6_addr, host, sizeof host);
-    return "[" + std::string(host) + "]:" + std::to_string(ntohs(in6->sin6_port));
+    ::inet_ntop(AF_INET6, &reinterpret_cast<const sockaddr_in6*>(sa)->sin6_addr, host, sizeof host);
+    return host;
+  }
+  return "unknown";
+}
+
+std::string SockaddrToString(const sockaddr* sa) {
+  if (sa->sa_family == AF_INET) {
+    return SockaddrHost(sa) + ":" + std::to_string(ntohs(reinterpret_cast<const sockaddr_in*>(sa)->sin_port));
+  }
+  if (sa->sa_family == AF_INET6) {
+    return "[" + SockaddrHost(sa) + "]:" + std::to_string(ntohs(reinterpret_cast<const sockaddr_in6*>(sa)->sin6_port));
   }
   return "unknown";
 }

@@ -91,6 +91,8 @@ void DrainEventFd(int fd);
 
 // "host:port", "[v6 host]:port", or "unknown" for another family.
 std::string SockaddrToString(const sockaddr* sa);
+// The host part alone ("10.0.0.1", "::1"), or "unknown" for another family.
+std::string SockaddrHost(const sockaddr* sa);
 // The peer address of a connected socket, or "unknown".
 std::string PeerName(int fd);
 // Turns Nagle's algorithm off: every frame is sent when it is complete.

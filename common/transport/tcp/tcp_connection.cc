@@ -29,6 +29,8 @@ TcpConnection::TcpConnection(std::shared_ptr<Registry> registry, const Options& 
       peer_private_data_(std::move(peer_private_data)),
       max_send_wr_(std::clamp<uint32_t>(options.max_send_wr, 1, kMaxQueueDepth)),
       max_recv_wr_(std::clamp<uint32_t>(options.max_recv_wr, 1, kMaxQueueDepth)),
+      idle_timeout_(established ? std::chrono::milliseconds(0) : std::max(options.idle_timeout, {})),
+      frame_timeout_(established ? std::chrono::milliseconds(0) : std::max(options.frame_timeout, {})),
       state_(established ? State::kActive : State::kPending),
       rx_(std::move(rx)) {}
 
@@ -41,6 +43,8 @@ TcpConnection::~TcpConnection() {
 }
 
 void TcpConnection::Start() {
+  last_frame_at_ = Clock::now();
+  partial_since_ = last_frame_at_;
   reader_ = std::thread([this] { ReaderLoop(); });
 }
 
@@ -186,6 +190,7 @@ Status TcpConnection::PostRecv(LocalBuf buf, uint64_t wr_id) {
   {
     MutexLock lock(mu_);
     if (failed_) return error_;
+    largest_recv_ = std::max(largest_recv_, buf.length);
     if (!unmatched_sends_.empty()) {
       // A SEND that arrived before any receive was posted.
       std::vector<uint8_t> msg = std::move(unmatched_sends_.front());
@@ -296,6 +301,9 @@ Status TcpConnection::FlushLocked() {
     const ssize_t r = ::send(fd_.get(), out_.head(), out_.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
     if (r > 0) {
       out_.Consume(static_cast<size_t>(r));
+      sent_total_ += static_cast<uint64_t>(r);
+      while (!read_ends_.empty() && read_ends_.front() <= sent_total_) read_ends_.pop_front();
+      out_stalled_since_ = Clock::now();
       continue;
     }
     if (r < 0 && errno == EINTR) continue;
@@ -303,6 +311,8 @@ Status TcpConnection::FlushLocked() {
     return PosixError("send to " + peer_address_, errno);
   }
   out_.TrimIfIdle(kIdleBufferKeep);
+  // Stalled from the next frame on, not from the last byte sent.
+  out_stalled_since_ = Clock::time_point::max();
   return Status::Ok();
 }
 
@@ -313,6 +323,12 @@ void TcpConnection::SendFrames(Fill&& fill) {
   {
     MutexLock lock(out_mu_);
     if (out_closed_) return;
+    if (out_streaming_) {
+      // The reader moves them to out_ after the READ response it streams.
+      fill(deferred_);
+      return;
+    }
+    if (out_.empty()) out_stalled_since_ = Clock::now();
     fill(out_);
     sent = FlushLocked();
     leftover = !out_.empty();
@@ -325,9 +341,10 @@ void TcpConnection::SendFrames(Fill&& fill) {
   }
 }
 
-size_t TcpConnection::OutBacklog() {
+TcpConnection::Backlog TcpConnection::OutBacklog() {
   MutexLock lock(out_mu_);
-  return out_closed_ ? 0 : out_.size();
+  if (out_closed_) return Backlog{0, 0};
+  return Backlog{out_.size(), read_ends_.size()};
 }
 
 void TcpConnection::AppendResponse(FrameType type, uint64_t seq, StatusCode code, std::string_view text) {
@@ -337,6 +354,7 @@ void TcpConnection::AppendResponse(FrameType type, uint64_t seq, StatusCode code
   h.payload_len = static_cast<uint32_t>(text.size());
   MutexLock lock(out_mu_);
   if (out_closed_) return;
+  if (out_.empty()) out_stalled_since_ = Clock::now();
   out_.Append(&h, kHeaderBytes);
   out_.Append(text.data(), text.size());
 }

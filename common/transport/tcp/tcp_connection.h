@@ -20,10 +20,26 @@
 //
 // Deadlock freedom: the socket is non-blocking and nobody ever blocks on a
 // send. A frame that does not fit the kernel buffer stays in `out_` and the
-// reader thread sends it when the socket is writable, so a reader always
-// keeps reading and two peers can never wait on each other's full buffers.
-// The reader pauses reading only while its own backlog of responses to the
-// peer is above a high-water mark (a peer that asks but never reads).
+// reader thread sends it when the socket is writable, so a reader keeps
+// reading and two peers do not wait on each other's full buffers. The
+// reader stops at a request of the peer (READ, WRITE, SEND; responses are
+// always taken) while the peer has kMaxReadsInFlight READ responses or
+// kMaxQueuedResponseBytes of responses unread, or while a large READ
+// response is still being streamed (tcp_frame.h); it resumes below a
+// low-water mark. Two peers that both serve each other's READs and both
+// stop reading that way could wait on each other; rkv's clients serve no
+// READs.
+//
+// Streaming. A READ response longer than kReadChunkBytes is copied into
+// `out_` a chunk at a time as the peer reads it. Until its last chunk is
+// in, frames the application thread sends wait in `deferred_`, so that no
+// frame lands inside the response.
+//
+// Limits on the peer (accepted connections only, from Options): the
+// reader closes the connection when the peer sends no frame for
+// idle_timeout while nothing waits for it, leaves a frame incomplete for
+// frame_timeout, or reads none of the responses waiting for it for
+// frame_timeout.
 //
 // Thread safety: the application thread calls the Connection methods (one
 // at a time, per the interface); the reader thread serves the socket. They
@@ -45,6 +61,7 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -109,8 +126,11 @@ class TcpConnection final : public Connection {
   static constexpr size_t kIdleBufferKeep = 4 << 20;
   // The reader stops taking requests while this many response bytes wait
   // for the peer to read them, and resumes below the low-water mark.
-  static constexpr size_t kOutHighWater = 128 << 20;
-  static constexpr size_t kOutLowWater = 16 << 20;
+  static constexpr size_t kOutHighWater = kMaxQueuedResponseBytes;
+  static constexpr size_t kOutLowWater = kMaxQueuedResponseBytes / 4;
+  // A READ response is copied into out_ at most this much at a time.
+  static constexpr uint32_t kReadChunkBytes = 1 << 20;
+  static_assert(kReadChunkBytes <= kOutHighWater);
   // Queue depth limit (Options are clamped into [1, kMaxQueueDepth]); also
   // the most SENDs kept for receives not yet posted.
   static constexpr uint32_t kMaxQueueDepth = 1 << 16;
@@ -126,6 +146,17 @@ class TcpConnection final : public Connection {
     bool signaled;
     uint8_t* dst;     // kRead: where the data goes
     uint32_t length;  // bytes read, written or sent
+  };
+  // A READ response whose payload is still being copied into out_.
+  struct StreamedRead {
+    uint32_t rkey;
+    uint64_t addr;  // of the next byte to copy
+    uint32_t left;  // bytes still to copy
+  };
+  // What waits in out_ for the peer.
+  struct Backlog {
+    size_t bytes;
+    size_t reads;  // READ responses not wholly sent
   };
   struct RecvWr {
     uint64_t wr_id;
@@ -165,8 +196,8 @@ class TcpConnection final : public Connection {
   template <typename Fill>
   void SendFrames(Fill&& fill) EXCLUDES(mu_, out_mu_);
 
-  // Bytes in `out_` not yet sent (0 once our side is shut).
-  size_t OutBacklog() EXCLUDES(out_mu_);
+  // What waits in `out_` (nothing once our side is shut).
+  Backlog OutBacklog() EXCLUDES(out_mu_);
 
   // Appends a response frame that carries `code` and (for errors) `text`.
   void AppendResponse(FrameType type, uint64_t seq, StatusCode code, std::string_view text) EXCLUDES(out_mu_);
@@ -190,6 +221,14 @@ class TcpConnection final : public Connection {
   void RefuseRemoteAccess(FrameType response, uint64_t seq, const Status& why, const char* op)
       EXCLUDES(mu_, out_mu_);
   Status ServeRead(const FrameHeader& h) EXCLUDES(mu_, out_mu_);
+  // Copies the next chunks of streaming_ into out_ while it has room; ends
+  // the stream after the last one.
+  Status ContinueRead() EXCLUDES(out_mu_);
+  // Whether the peer's next request must wait (the class comment says when).
+  bool MustWaitToServe(FrameType type) EXCLUDES(out_mu_);
+  // The time the reader gives up on the peer, if any limit applies now,
+  // with the reason it would give.
+  Clock::time_point PeerDeadline(const Backlog& backlog, std::string* why) EXCLUDES(out_mu_);
   Status ServeWrite(const FrameHeader& h, const uint8_t* payload) EXCLUDES(mu_, out_mu_);
   Status ServeSend(const FrameHeader& h, const uint8_t* payload) EXCLUDES(mu_, out_mu_);
   // A response to one of our work requests.
@@ -203,6 +242,9 @@ class TcpConnection final : public Connection {
   const std::vector<uint8_t> peer_private_data_;
   const uint32_t max_send_wr_;
   const uint32_t max_recv_wr_;
+  // Limits on the peer; zero: none (always for a connection we made).
+  const std::chrono::milliseconds idle_timeout_;
+  const std::chrono::milliseconds frame_timeout_;
   std::atomic<State> state_;
   std::atomic<bool> stop_{false};
 
@@ -217,6 +259,7 @@ class TcpConnection final : public Connection {
   std::deque<RecvWr> recv_queue_ GUARDED_BY(mu_);
   std::deque<std::vector<uint8_t>> unmatched_sends_ GUARDED_BY(mu_);
   size_t unmatched_bytes_ GUARDED_BY(mu_) = 0;
+  uint32_t largest_recv_ GUARDED_BY(mu_) = 0;  // longest receive buffer ever posted
   std::deque<Completion> completions_ GUARDED_BY(mu_);
   bool failed_ GUARDED_BY(mu_) = false;
   Status error_ GUARDED_BY(mu_);
@@ -225,6 +268,15 @@ class TcpConnection final : public Connection {
   Mutex out_mu_ ACQUIRED_AFTER(mu_);
   ByteBuffer out_ GUARDED_BY(out_mu_);
   bool out_closed_ GUARDED_BY(out_mu_) = false;  // our side is shut: nothing more is sent
+  bool out_streaming_ GUARDED_BY(out_mu_) = false;  // a READ response is being streamed
+  ByteBuffer deferred_ GUARDED_BY(out_mu_);          // frames sent during the stream
+  uint64_t sent_total_ GUARDED_BY(out_mu_) = 0;      // bytes of out_ ever sent
+  // Where (in sent_total_'s count) each READ response not wholly sent ends.
+  std::deque<uint64_t> read_ends_ GUARDED_BY(out_mu_);
+  // Since when out_ has waited with no byte taken by the socket.
+  // Since when out_ has waited with no byte taken by the socket; max() while
+  // out_ is empty.
+  Clock::time_point out_stalled_since_ GUARDED_BY(out_mu_) = Clock::time_point::max();
 
   // Reader thread only (and the constructor).
   ByteBuffer rx_;
@@ -232,7 +284,10 @@ class TcpConnection final : public Connection {
   bool close_after_flush_ = false;        // shut down our side once out_ is sent
   std::atomic<bool> lingering_{false};    // an access error was answered
   std::atomic<bool> reader_done_{false};  // the reader thread has finished
-  bool paused_ = false;                   // not reading: too much output backlog
+  bool paused_ = false;                   // a request of the peer waits at the head of rx_
+  std::optional<StreamedRead> streaming_;
+  Clock::time_point last_frame_at_;       // when the peer's last whole frame was taken
+  Clock::time_point partial_since_;       // when the frame at the head of rx_ began (if partial)
 
   std::thread reader_;
 };

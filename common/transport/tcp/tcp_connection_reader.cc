@@ -7,6 +7,7 @@
 #include <poll.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <string>
@@ -42,17 +43,22 @@ void TcpConnection::ReaderBody() {
       end = Unavailable("disconnected locally");
       break;
     }
-    const size_t backlog = OutBacklog();
-    if (paused_ && backlog <= kOutLowWater) {
+    const Backlog backlog = OutBacklog();
+    const bool can_stream = streaming_.has_value() && backlog.bytes <= kOutLowWater;
+    const bool can_resume =
+        paused_ && !streaming_ && backlog.bytes <= kOutLowWater && backlog.reads < kMaxReadsInFlight;
+    if (can_stream || can_resume) {
       paused_ = false;
       end = ProcessFrames();
       if (end.ok()) end = FlushFromReader();
       continue;
     }
+    std::string why;
+    const Clock::time_point give_up = PeerDeadline(backlog, &why);
     short events = paused_ ? 0 : POLLIN;
-    if (backlog > 0) events |= POLLOUT;
+    if (backlog.bytes > 0) events |= POLLOUT;
     pollfd fds[2] = {{fd_.get(), events, 0}, {wake_fd_.get(), POLLIN, 0}};
-    if (::poll(fds, 2, -1) < 0) {
+    if (::poll(fds, 2, give_up == Clock::time_point::max() ? -1 : MillisUntil(give_up)) < 0) {
       if (errno == EINTR) continue;
       end = PosixError("poll", errno);
       break;
@@ -67,8 +73,45 @@ void TcpConnection::ReaderBody() {
       if (!end.ok()) break;
     }
     end = FlushFromReader();
+    if (end.ok() && (idle_timeout_.count() > 0 || frame_timeout_.count() > 0) &&
+        Clock::now() >= PeerDeadline(OutBacklog(), &why)) {
+      LOG(WARNING) << "tcp transport: closing the connection of " << peer_address_ << ": it " << why;
+      end = Unavailable("peer " + peer_address_ + " " + why);
+    }
   }
   Break(end.message());
+}
+
+Clock::time_point TcpConnection::PeerDeadline(const Backlog& backlog, std::string* why) {
+  Clock::time_point at = Clock::time_point::max();
+  const auto consider = [&](Clock::time_point t, std::string reason) {
+    if (t < at) {
+      at = t;
+      *why = std::move(reason);
+    }
+  };
+  if (frame_timeout_.count() > 0) {
+    const std::string limit = std::to_string(frame_timeout_.count()) + " ms";
+    if (backlog.bytes > 0) {
+      Clock::time_point stalled;
+      {
+        MutexLock lock(out_mu_);
+        stalled = out_stalled_since_;
+      }
+      if (stalled != Clock::time_point::max()) {
+        consider(stalled + frame_timeout_, "read none of the " + std::to_string(backlog.bytes) +
+                                               " bytes of responses waiting for it for " + limit);
+      }
+    }
+    if (!paused_ && !rx_.empty()) {
+      consider(partial_since_ + frame_timeout_, "left a frame incomplete for " + limit);
+    }
+  }
+  if (idle_timeout_.count() > 0 && backlog.bytes == 0 && rx_.empty() && !streaming_) {
+    consider(last_frame_at_ + idle_timeout_,
+             "sent no frame for " + std::to_string(idle_timeout_.count()) + " ms (idle limit)");
+  }
+  return at;
 }
 
 Status TcpConnection::FlushFromReader() {
@@ -89,6 +132,7 @@ Status TcpConnection::ReadAvailable() {
     const size_t space = rx_.tail_space();
     const ssize_t r = ::recv(fd_.get(), rx_.tail(), space, MSG_DONTWAIT);
     if (r > 0) {
+      if (rx_.empty()) partial_since_ = Clock::now();
       rx_.Commit(static_cast<size_t>(r));
       RKV_RETURN_IF_ERROR(ProcessFrames());
       if (paused_ || static_cast<size_t>(r) < space) break;
@@ -105,24 +149,44 @@ Status TcpConnection::ReadAvailable() {
 
 Status TcpConnection::ProcessFrames() {
   FrameHeader h;
+  bool took = false;
+  Status result;
   for (;;) {
-    if (rx_.size() < kHeaderBytes) return Status::Ok();
-    if (OutBacklog() > kOutHighWater) {
-      paused_ = true;
-      return Status::Ok();
+    if (streaming_) {
+      result = ContinueRead();
+      if (!result.ok()) break;
     }
+    if (rx_.size() < kHeaderBytes) break;
     const StatusOr<bool> complete = TryParseFrame(rx_, &h);
-    if (!complete.ok()) return ProtocolViolation(complete.status().message());
+    if (!complete.ok()) {
+      result = ProtocolViolation(complete.status().message());
+      break;
+    }
+    if (!discard_ && MustWaitToServe(static_cast<FrameType>(h.type))) {
+      paused_ = true;
+      break;
+    }
     if (!*complete) {
       // Room for the whole frame, so it arrives in place.
       rx_.Reserve(kHeaderBytes + h.payload_len - rx_.size());
-      return Status::Ok();
+      break;
     }
     const uint8_t* payload = rx_.head() + kHeaderBytes;
-    const Status handled = discard_ ? Status::Ok() : HandleFrame(h, payload);
+    result = discard_ ? Status::Ok() : HandleFrame(h, payload);
     rx_.Consume(kHeaderBytes + h.payload_len);
-    RKV_RETURN_IF_ERROR(handled);
+    took = true;
+    if (!result.ok()) break;
   }
+  if (took) last_frame_at_ = partial_since_ = Clock::now();
+  return result;
+}
+
+bool TcpConnection::MustWaitToServe(FrameType type) {
+  if (type != FrameType::kReadReq && type != FrameType::kWrite && type != FrameType::kSend) return false;
+  if (streaming_) return true;
+  const Backlog backlog = OutBacklog();
+  if (backlog.bytes > kOutHighWater) return true;
+  return type == FrameType::kReadReq && backlog.reads >= kMaxReadsInFlight;
 }
 
 Status TcpConnection::ProtocolViolation(const std::string& what) {
@@ -154,16 +218,61 @@ void TcpConnection::RefuseRemoteAccess(FrameType response, uint64_t seq, const S
 }
 
 Status TcpConnection::ServeRead(const FrameHeader& h) {
+  const uint32_t first = std::min(h.op_len, kReadChunkBytes);
+  // The whole range is checked now; the rest is copied as the peer reads.
   const Status access = registry_->Access(h.rkey, h.addr, h.op_len, kRemoteRead, id_, [&](const uint8_t* src) {
     FrameHeader r = MakeHeader(FrameType::kReadResp, h.seq);
     r.payload_len = h.op_len;
     MutexLock lock(out_mu_);
     if (out_closed_) return;
-    uint8_t* p = out_.Append(kHeaderBytes + h.op_len);
+    if (out_.empty()) out_stalled_since_ = Clock::now();
+    uint8_t* p = out_.Append(kHeaderBytes + first);
     std::memcpy(p, &r, kHeaderBytes);
-    CopyFromShared(p + kHeaderBytes, src, h.op_len);
+    CopyFromShared(p + kHeaderBytes, src, first);
+    read_ends_.push_back(sent_total_ + out_.size() + (h.op_len - first));
+    out_streaming_ = first < h.op_len;
   });
-  if (!access.ok()) RefuseRemoteAccess(FrameType::kReadResp, h.seq, access, "READ");
+  if (!access.ok()) {
+    RefuseRemoteAccess(FrameType::kReadResp, h.seq, access, "READ");
+  } else if (first < h.op_len) {
+    streaming_ = StreamedRead{h.rkey, h.addr + first, h.op_len - first};
+  }
+  return Status::Ok();
+}
+
+Status TcpConnection::ContinueRead() {
+  while (streaming_) {
+    {
+      MutexLock lock(out_mu_);
+      if (out_closed_) {
+        streaming_.reset();
+        return Status::Ok();
+      }
+      if (out_.size() > kOutHighWater) return Status::Ok();
+    }
+    StreamedRead& s = *streaming_;
+    const uint32_t n = std::min(s.left, kReadChunkBytes);
+    const Status access = registry_->Access(s.rkey, s.addr, n, kRemoteRead, id_, [&](const uint8_t* src) {
+      MutexLock lock(out_mu_);
+      if (out_closed_) return;
+      if (out_.empty()) out_stalled_since_ = Clock::now();
+      CopyFromShared(out_.Append(n), src, n);
+      if (n == s.left) {
+        // The response is whole: what the application sent meanwhile follows it.
+        out_streaming_ = false;
+        out_.Append(deferred_.head(), deferred_.size());
+        deferred_.Consume(deferred_.size());
+        deferred_.TrimIfIdle(kIdleBufferKeep);
+      }
+    });
+    if (!access.ok()) {
+      // Deregistered in the middle: the frame promised bytes it cannot have.
+      return Internal("READ response to " + peer_address_ + " cut short: " + access.message());
+    }
+    s.addr += n;
+    s.left -= n;
+    if (s.left == 0) streaming_.reset();
+  }
   return Status::Ok();
 }
 
@@ -182,7 +291,10 @@ Status TcpConnection::ServeSend(const FrameHeader& h, const uint8_t* payload) {
     if (!unmatched_sends_.empty() || recv_queue_.empty()) {
       // No receive posted: keep it for the next PostRecv (verbs would
       // retry on RNR).
-      if (unmatched_bytes_ + h.payload_len > kMaxUnmatchedBytes || unmatched_sends_.size() >= kMaxQueueDepth) {
+      if (largest_recv_ > 0 && h.payload_len > largest_recv_) {
+        // No receive this side posts takes it: refused now, not held.
+        nak = TooLong(h.payload_len, largest_recv_);
+      } else if (unmatched_bytes_ + h.payload_len > kMaxUnmatchedBytes || unmatched_sends_.size() >= max_recv_wr_) {
         nak = Internal("receiver not ready: too many messages wait for a receive buffer");
       } else {
         unmatched_sends_.emplace_back(payload, payload + h.payload_len);

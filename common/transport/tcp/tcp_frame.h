@@ -19,6 +19,18 @@
 // The target processes frames in arrival order, so its responses arrive in
 // the order of the requests they answer.
 //
+// What a peer may have in flight at a target (the model is a verbs RC
+// responder, which serves max_dest_rd_atomic READs at once and applies
+// back-pressure, not errors, beyond it). The target stops taking the
+// peer's requests (it leaves them unread in the socket, so TCP's window
+// pushes back) while kMaxReadsInFlight READ responses are not wholly sent,
+// or while more than kMaxQueuedResponseBytes of responses wait for the
+// peer to read them; it sends a large READ response in chunks from memory
+// as the peer reads, so that one 64 MiB READ holds no 64 MiB buffer. Valid
+// requests are never refused for this: they wait. A peer that reads none
+// of what waits for it is the target's to close (Options::frame_timeout,
+// with the reason in its log).
+//
 // Every header read from a socket goes through ValidateHeader before any of
 // its fields is used.
 #pragma once
@@ -41,6 +53,9 @@ inline constexpr uint64_t kHelloMagic = 0x3130504354564b52;   // "RKVTCP01"
 
 // Largest READ, WRITE or SEND, and so the largest payload of any frame.
 inline constexpr uint32_t kMaxOpBytes = 64u << 20;
+// Back-pressure limits of a target (see above).
+inline constexpr uint32_t kMaxReadsInFlight = 16;
+inline constexpr size_t kMaxQueuedResponseBytes = 4u << 20;
 // Largest error text carried by a response frame.
 inline constexpr uint32_t kMaxErrorText = 256;
 // Private data limits, those of rdmacm on IB/RoCE.

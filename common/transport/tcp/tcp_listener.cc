@@ -17,6 +17,13 @@ namespace {
 
 Status Cancelled(std::string m) { return Status(StatusCode::kCancelled, std::move(m)); }
 
+// Takes one socket of `source` off the count.
+void ForgetSource(std::unordered_map<std::string, uint32_t>& counts, const std::string& source) {
+  const auto it = counts.find(source);
+  if (it == counts.end()) return;
+  if (--it->second == 0) counts.erase(it);
+}
+
 }  // namespace
 
 TcpListener::TcpListener(std::shared_ptr<Registry> registry, const Options& options, UniqueFd fd,
@@ -35,7 +42,9 @@ StatusOr<std::unique_ptr<Connection>> TcpListener::Next(std::chrono::millisecond
     if (shutdown_.load(std::memory_order_acquire)) return Cancelled("listener " + address_ + " shut down");
     Clock::time_point wake_at = deadline;
     fds.clear();
-    fds.push_back({fd_.get(), POLLIN, 0});
+    const bool accepting = Clock::now() >= accept_paused_until_;
+    if (!accepting) wake_at = std::min(wake_at, accept_paused_until_);
+    fds.push_back({fd_.get(), static_cast<short>(accepting ? POLLIN : 0), 0});
     fds.push_back({wake_fd_.get(), POLLIN, 0});
     for (const auto& hs : handshakes_) {
       fds.push_back({hs->fd.get(), POLLIN, 0});
@@ -64,10 +73,13 @@ StatusOr<std::unique_ptr<Connection>> TcpListener::Next(std::chrono::millisecond
         }
       }
       if (!drop && now >= hs->deadline) {
-        LOG(WARNING) << "tcp transport: dropped connection from " << hs->peer << ": no CONNECT in time";
+        LOG(WARNING) << "tcp transport: dropped connection from " << hs->peer << ": no whole CONNECT frame within "
+                     << options_.handshake_timeout.count() << " ms";
         drop = true;
       }
-      if (!drop) {
+      if (drop) {
+        ForgetSource(per_source_, hs->source);
+      } else {
         if (keep != i) handshakes_[keep] = std::move(hs);
         ++keep;
       }
@@ -91,27 +103,70 @@ void TcpListener::AcceptSockets() {
     UniqueFd fd(::accept4(fd_.get(), reinterpret_cast<sockaddr*>(&ss), &len, SOCK_NONBLOCK | SOCK_CLOEXEC));
     if (!fd.valid()) {
       if (errno == EINTR || errno == ECONNABORTED) continue;
+      if (errno == EMFILE || errno == ENFILE) {
+        // Out of descriptors: a socket in setup makes way (the oldest), or,
+        // with none, accepting pauses a moment rather than spin on poll.
+        LOG_EVERY_N(WARNING, 100) << "tcp transport: accept on " << address_ << ": " << std::strerror(errno)
+                                  << " (" << handshakes_.size() << " sockets in setup; logged every 100th)";
+        if (handshakes_.empty()) {
+          accept_paused_until_ = Clock::now() + kAcceptPauseOnNoFds;
+          return;
+        }
+        ForgetSource(per_source_, handshakes_.front()->source);
+        handshakes_.erase(handshakes_.begin());
+        continue;
+      }
       if (errno != EAGAIN && errno != EWOULDBLOCK) {
         LOG(WARNING) << "tcp transport: accept on " << address_ << ": " << std::strerror(errno);
       }
       return;
     }
-    const std::string peer = SockaddrToString(reinterpret_cast<sockaddr*>(&ss));
-    if (handshakes_.size() >= kMaxPendingHandshakes) {
-      LOG(WARNING) << "tcp transport: " << handshakes_.size() << " connections in setup; dropping " << peer;
-      continue;
-    }
+    const auto* sa = reinterpret_cast<const sockaddr*>(&ss);
+    auto hs = std::make_unique<Handshake>();
+    hs->peer = SockaddrToString(sa);
+    hs->source = SockaddrHost(sa);
     const Status nodelay = SetNoDelay(fd.get());
     if (!nodelay.ok()) {
-      LOG(WARNING) << "tcp transport: " << peer << ": " << nodelay;
+      LOG(WARNING) << "tcp transport: " << hs->peer << ": " << nodelay;
       continue;
     }
-    auto hs = std::make_unique<Handshake>();
+    EvictFor(hs->source);
     hs->fd = std::move(fd);
-    hs->peer = peer;
-    hs->deadline = Clock::now() + kHandshakeTimeout;
+    hs->deadline = Clock::now() + options_.handshake_timeout;
+    ++per_source_[hs->source];
     handshakes_.push_back(std::move(hs));
   }
+}
+
+void TcpListener::EvictFor(const std::string& source) {
+  const size_t max_total = std::max<uint32_t>(options_.max_pending_handshakes, 1);
+  const uint32_t max_per_source = std::max<uint32_t>(options_.max_handshakes_per_source, 1);
+  const auto own = per_source_.find(source);
+  // Which sockets in setup may go: those of `source`, or those of the
+  // addresses with the most (then the oldest of them goes).
+  uint32_t most = 0;
+  const char* why = nullptr;
+  if (own != per_source_.end() && own->second >= max_per_source) {
+    why = "sockets in setup from one address";
+  } else if (handshakes_.size() >= max_total) {
+    for (const auto& [addr, n] : per_source_) most = std::max(most, n);
+    why = "sockets in setup";
+  } else {
+    return;
+  }
+  // handshakes_ is in order of acceptance: the first match is the oldest.
+  const auto victim = std::find_if(handshakes_.begin(), handshakes_.end(), [&](const auto& hs) {
+    mu_.AssertHeld();
+    return most == 0 ? hs->source == source : per_source_[hs->source] == most;
+  });
+  if (victim == handshakes_.end()) return;
+  ++evicted_;
+  LOG_EVERY_N(WARNING, 100) << "tcp transport: too many " << why << " (" << handshakes_.size() << " in all, "
+                            << per_source_[(*victim)->source] << " from " << (*victim)->source << "); closed "
+                            << (*victim)->peer << ", the oldest of them, for a new socket (" << evicted_
+                            << " closed so since start; logged every 100th)";
+  ForgetSource(per_source_, (*victim)->source);
+  handshakes_.erase(victim);
 }
 
 StatusOr<std::unique_ptr<Connection>> TcpListener::Progress(Handshake& hs) {
@@ -130,8 +185,12 @@ StatusOr<std::unique_ptr<Connection>> TcpListener::Progress(Handshake& hs) {
     if (errno == EAGAIN || errno == EWOULDBLOCK) return std::unique_ptr<Connection>();
     return PosixError("recv", errno);
   }
-  if (static_cast<FrameType>(h.type) != FrameType::kConnect || h.seq != 0 || h.rkey != 0 || h.op_len != 0) {
+  if (static_cast<FrameType>(h.type) != FrameType::kConnect) {
     return InvalidArgument(std::string("expected a CONNECT frame, got ") + FrameTypeName(h.type));
+  }
+  if (h.seq != 0 || h.rkey != 0 || h.op_len != 0) {
+    return InvalidArgument("CONNECT frame with nonzero seq, rkey or op_len (" + std::to_string(h.seq) + ", " +
+                           std::to_string(h.rkey) + ", " + std::to_string(h.op_len) + "); they must be 0");
   }
   const uint8_t* payload = hs.rx.head() + kHeaderBytes;
   std::vector<uint8_t> private_data(payload, payload + h.payload_len);

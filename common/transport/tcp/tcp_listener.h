@@ -6,9 +6,18 @@
 // caller's thread: no thread of the listener's own. A socket stays in setup
 // until its CONNECT frame is whole (then Next returns it as a pending
 // TcpConnection), its peer breaks the protocol or leaves, or
-// kHandshakeTimeout passes; the last three drop it with a warning in the
-// log. At most kMaxPendingHandshakes sockets are in setup at once; more are
-// closed as they arrive, so a flood of idle sockets costs bounded memory.
+// Options::handshake_timeout passes since it was accepted; the last three
+// drop it with a warning in the log.
+//
+// Sockets that never speak cannot lock clients out: at most
+// Options::max_pending_handshakes sockets are in setup at once, and at most
+// Options::max_handshakes_per_source from one source address. A new socket
+// beyond a limit is always taken; it evicts the oldest socket in setup from
+// its own address, or (the table full) the oldest from the address with
+// the most sockets in setup. A client sends its CONNECT frame right after
+// connecting, so it is read within one round of Next unless a whole table
+// of newer sockets arrived meanwhile; the accept path itself never waits
+// on a socket.
 //
 // Thread safety: Next may be called from one thread at a time (calls are
 // serialized by mu_); Shutdown and address from any thread.
@@ -19,6 +28,7 @@
 #include <cstddef>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "common/mutex.h"
@@ -33,11 +43,6 @@ namespace rkv::transport::tcp {
 
 class TcpListener final : public Listener {
  public:
-  // A peer that opens a socket and sends no CONNECT frame is dropped after this.
-  static constexpr auto kHandshakeTimeout = std::chrono::seconds(10);
-  // Sockets in setup at once; more are closed at once.
-  static constexpr size_t kMaxPendingHandshakes = 256;
-
   // Takes over `fd`, a bound, listening, non-blocking socket whose local
   // name is `address`. `wake_fd` is an eventfd for this listener alone.
   TcpListener(std::shared_ptr<Registry> registry, const Options& options, UniqueFd fd, UniqueFd wake_fd,
@@ -48,16 +53,23 @@ class TcpListener final : public Listener {
   void Shutdown() override;
 
  private:
+  static constexpr auto kAcceptPauseOnNoFds = std::chrono::milliseconds(10);
+
   // A socket in setup.
   struct Handshake {
     UniqueFd fd;
-    std::string peer;
+    std::string peer;    // "host:port", for logs
+    std::string source;  // the peer's address without the port
     ByteBuffer rx;
     Clock::time_point deadline;
   };
 
   // Accepts every socket waiting on fd_ into handshakes_.
   void AcceptSockets() REQUIRES(mu_);
+
+  // Makes room in handshakes_ for a new socket from `source` (the class
+  // comment says which socket goes).
+  void EvictFor(const std::string& source) REQUIRES(mu_);
 
   // Reads what a socket in setup has sent: a pending connection once its
   // CONNECT frame is whole, nullptr while incomplete, an error when the
@@ -72,7 +84,14 @@ class TcpListener final : public Listener {
   std::atomic<bool> shutdown_{false};
 
   Mutex mu_;  // serializes Next
+  // In order of acceptance: the oldest first.
   std::vector<std::unique_ptr<Handshake>> handshakes_ GUARDED_BY(mu_);
+  // handshakes_ per source address (no zero counts).
+  std::unordered_map<std::string, uint32_t> per_source_ GUARDED_BY(mu_);
+  uint64_t evicted_ GUARDED_BY(mu_) = 0;
+  // accept(2) ran out of descriptors with no socket in setup to close: the
+  // listening socket is not polled before this.
+  Clock::time_point accept_paused_until_ GUARDED_BY(mu_);
 };
 
 }  // namespace rkv::transport::tcp

@@ -12,7 +12,9 @@
 #include <sys/time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cstdio>
 #include <chrono>
 #include <cstring>
 #include <functional>
@@ -39,12 +41,20 @@ using testing::PollUntilFailed;
 // Sends raw bytes to a listener, as a misbehaving peer would.
 class RawSocket {
  public:
-  explicit RawSocket(const std::string& address) {
+  // `source`: the local IPv4 address to connect from (any 127.x.y.z works
+  // on loopback), or empty.
+  explicit RawSocket(const std::string& address, const std::string& source = "") {
     const uint16_t port = static_cast<uint16_t>(std::stoi(address.substr(address.rfind(':') + 1)));
     fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     EXPECT_GE(fd_, 0);
     timeval tv{static_cast<time_t>(kWait.count()), 0};
     ::setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    if (!source.empty()) {
+      sockaddr_in local{};
+      local.sin_family = AF_INET;
+      EXPECT_EQ(::inet_pton(AF_INET, source.c_str(), &local.sin_addr), 1);
+      EXPECT_EQ(::bind(fd_, reinterpret_cast<sockaddr*>(&local), sizeof local), 0) << std::strerror(errno);
+    }
     sockaddr_in sa{};
     sa.sin_family = AF_INET;
     sa.sin_port = htons(port);
@@ -87,8 +97,12 @@ class RawSocket {
 
 class TcpTransportTest : public ::testing::Test {
  protected:
+  // The server transport's options; a test that needs others sets them
+  // and calls SetUp again.
+  Options server_options_;
+
   void SetUp() override {
-    StatusOr<std::unique_ptr<Transport>> server = CreateTransport(Kind::kTcp, Options{});
+    StatusOr<std::unique_ptr<Transport>> server = CreateTransport(Kind::kTcp, server_options_);
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = std::move(*server);
     StatusOr<std::unique_ptr<Transport>> client = CreateTransport(Kind::kTcp, Options{});
@@ -100,6 +114,33 @@ class TcpTransportTest : public ::testing::Test {
   }
 
   std::unique_ptr<Connection> NextPending() { return testing::NextPending(*listener_); }
+
+  // Runs the listener (nothing must complete setup) until `done` or kWait.
+  bool RunListenerUntil(const std::function<bool()>& done) {
+    const auto deadline = Clock::now() + kWait;
+    while (!done()) {
+      if (Clock::now() >= deadline) return false;
+      StatusOr<std::unique_ptr<Connection>> next = listener_->Next(20ms);
+      EXPECT_TRUE(next.ok() && *next == nullptr);
+    }
+    return true;
+  }
+
+  // A raw socket that completed setup (CONNECT sent, ACCEPT read), with
+  // the server's side of it accepted into `*conn`.
+  std::unique_ptr<RawSocket> RawAccepted(std::unique_ptr<Connection>* conn) {
+    auto raw = std::make_unique<RawSocket>(listener_->address());
+    tcp::FrameHeader hello = tcp::MakeHeader(tcp::FrameType::kConnect, 0);
+    hello.addr = tcp::kHelloMagic;
+    raw->SendHeader(hello);
+    *conn = NextPending();
+    EXPECT_NE(*conn, nullptr);
+    if (*conn == nullptr) return raw;
+    EXPECT_TRUE((*conn)->Accept({}).ok());
+    tcp::FrameHeader accept;
+    EXPECT_TRUE(raw->ReadHeader(&accept));
+    return raw;
+  }
 
   struct Pair {
     std::unique_ptr<Connection> server;
@@ -422,6 +463,148 @@ TEST_F(TcpTransportTest, RawReadRequestsAreCheckedLikeAnyOther) {
   EXPECT_EQ(h.status, static_cast<int32_t>(StatusCode::kPermissionDenied));
   EXPECT_LE(h.payload_len, tcp::kMaxErrorText);
   EXPECT_TRUE(raw.WaitClosed());
+}
+
+TEST_F(TcpTransportTest, SilentSocketsCannotLockAClientOut) {
+  // Sockets that never speak, from many sources and many from one, far
+  // beyond the setup table: the oldest make way and a client gets in.
+  server_options_.max_pending_handshakes = 16;
+  server_options_.max_handshakes_per_source = 4;
+  server_options_.handshake_timeout = std::chrono::hours(1);  // only eviction frees slots here
+  SetUp();
+  std::vector<std::unique_ptr<RawSocket>> flood;
+  for (int i = 0; i < 12; ++i) flood.push_back(std::make_unique<RawSocket>(listener_->address(), "127.0.0.2"));
+  for (int i = 0; i < 40; ++i) {
+    flood.push_back(std::make_unique<RawSocket>(listener_->address(), "127.0.1." + std::to_string(2 + i)));
+  }
+  // Every socket is taken in, so the first ones from 127.0.0.2 (beyond its
+  // 4) and the oldest of the rest are closed.
+  EXPECT_TRUE(RunListenerUntil([&] { return flood[0]->ClosedByPeer() && flood[12]->ClosedByPeer(); }));
+  EXPECT_FALSE(flood.back()->ClosedByPeer());
+  Buffer table = MakeBuffer(*server_, 64, kRemoteRead, 3);
+  Pair pair = ConnectPair();
+  ASSERT_NE(pair.client, nullptr);
+  Buffer local = MakeBuffer(*client_, 64, kLocalWrite);
+  const ReadOp op{local.At(0, 64), table.Remote(), 1, true};
+  ASSERT_TRUE(pair.client->PostReads({&op, 1}).ok());
+  EXPECT_TRUE(PollOne(*pair.client).status.ok());
+  EXPECT_EQ(local.bytes[0], 3);
+}
+
+TEST_F(TcpTransportTest, SetupHasADeadline) {
+  server_options_.handshake_timeout = 100ms;
+  SetUp();
+  RawSocket silent(listener_->address());
+  RawSocket slow(listener_->address());
+  tcp::FrameHeader hello = tcp::MakeHeader(tcp::FrameType::kConnect, 0);
+  hello.addr = tcp::kHelloMagic;
+  slow.Send(&hello, 10);  // a byte now and then never makes a frame
+  EXPECT_TRUE(RunListenerUntil([&] { return silent.ClosedByPeer() && slow.ClosedByPeer(); }));
+}
+
+TEST_F(TcpTransportTest, AConnectFrameWithNonzeroFieldsIsRefused) {
+  RawSocket raw(listener_->address());
+  tcp::FrameHeader hello = tcp::MakeHeader(tcp::FrameType::kConnect, 0);
+  hello.addr = tcp::kHelloMagic;
+  hello.op_len = 5;
+  raw.SendHeader(hello);
+  EXPECT_TRUE(RunListenerUntil([&] { return raw.ClosedByPeer(); }));
+}
+
+TEST_F(TcpTransportTest, AnIdleConnectionIsClosedByTheServerSide) {
+  server_options_.idle_timeout = 200ms;
+  SetUp();
+  Buffer recv = MakeBuffer(*server_, 64, kLocalWrite);
+  Pair pair = ConnectPair([&](Connection& c) { ASSERT_TRUE(c.PostRecv(recv.At(0, 64), 4).ok()); });
+  ASSERT_NE(pair.client, nullptr);
+  std::vector<Completion> seen;
+  EXPECT_EQ(PollUntilFailed(*pair.server, &seen).code(), StatusCode::kUnavailable);
+  EXPECT_EQ(PollUntilFailed(*pair.client, &seen).code(), StatusCode::kUnavailable);
+}
+
+TEST_F(TcpTransportTest, AFrameLeftIncompleteClosesTheConnection) {
+  server_options_.frame_timeout = 200ms;
+  SetUp();
+  std::unique_ptr<Connection> conn;
+  std::unique_ptr<RawSocket> raw = RawAccepted(&conn);
+  ASSERT_NE(conn, nullptr);
+  tcp::FrameHeader send = tcp::MakeHeader(tcp::FrameType::kSend, 1);
+  send.payload_len = 100;
+  raw->SendHeader(send);
+  raw->Send("half", 4);
+  std::vector<Completion> seen;
+  EXPECT_EQ(PollUntilFailed(*conn, &seen).code(), StatusCode::kUnavailable);
+  EXPECT_TRUE(raw->WaitClosed());
+}
+
+// Resident set high-water mark of this process, in bytes (0 if unknown).
+size_t PeakRss() {
+  FILE* f = std::fopen("/proc/self/status", "r");
+  if (f == nullptr) return 0;
+  char line[256];
+  size_t kb = 0;
+  while (std::fgets(line, sizeof line, f) != nullptr) {
+    if (std::sscanf(line, "VmHWM: %zu kB", &kb) == 1) break;
+  }
+  std::fclose(f);
+  return kb << 10;
+}
+
+TEST_F(TcpTransportTest, UndrainedReadsPinABoundedAmountOfMemory) {
+  // Eight 64 MiB READs from a peer that never reads its socket: the target
+  // holds a few MiB of them, not 512 MiB, and closes the connection once
+  // the peer has read nothing for frame_timeout.
+  server_options_.frame_timeout = 300ms;
+  SetUp();
+  Buffer big = MakeBuffer(*server_, tcp::kMaxOpBytes, kRemoteRead, 0x77);  // touched: resident
+  std::unique_ptr<Connection> conn;
+  std::unique_ptr<RawSocket> raw = RawAccepted(&conn);
+  ASSERT_NE(conn, nullptr);
+  // Reset the high-water mark (Linux: "5" > clear_refs); without it the
+  // peak also counts what ran before.
+  FILE* clear = std::fopen("/proc/self/clear_refs", "w");
+  const bool reset = clear != nullptr && std::fputs("5", clear) >= 0 && std::fclose(clear) == 0;
+  const size_t before = PeakRss();
+  for (uint64_t seq = 1; seq <= 8; ++seq) {
+    tcp::FrameHeader read = tcp::MakeHeader(tcp::FrameType::kReadReq, seq);
+    read.addr = big.mr->remote_addr();
+    read.rkey = big.mr->rkey();
+    read.op_len = tcp::kMaxOpBytes;
+    raw->SendHeader(read);
+  }
+  std::vector<Completion> seen;
+  EXPECT_EQ(PollUntilFailed(*conn, &seen).code(), StatusCode::kUnavailable);
+  const size_t grown = PeakRss() - before;
+  std::printf("peak RSS grew by %zu KiB while 8 x 64 MiB READs went undrained%s\n", grown >> 10,
+              reset ? "" : " (peak not reset: figure includes earlier use)");
+  if (reset) {
+    EXPECT_LT(grown, size_t{32} << 20);
+  }
+}
+
+TEST_F(TcpTransportTest, ReadsBeyondTheLimitWaitAndAllComplete) {
+  // More READs than kMaxReadsInFlight, and one larger than the queued
+  // response limit, in one chain: all complete, in order, with the data.
+  constexpr size_t kBig = 3 * tcp::kMaxQueuedResponseBytes + 12345;
+  Buffer remote = MakeBuffer(*server_, kBig, kRemoteRead);
+  for (size_t i = 0; i < kBig; ++i) remote.bytes[i] = static_cast<uint8_t>(i * 7 + (i >> 13));
+  Pair pair = ConnectPair();
+  ASSERT_NE(pair.client, nullptr);
+  constexpr int kSmall = 3 * tcp::kMaxReadsInFlight;
+  Buffer local = MakeBuffer(*client_, kBig + kSmall * 64, kLocalWrite);
+  std::vector<ReadOp> ops;
+  for (int i = 0; i < kSmall; ++i) {
+    ops.push_back(ReadOp{local.At(kBig + i * 64, 64), remote.Remote(i * 64), static_cast<uint64_t>(i), false});
+  }
+  ops.push_back(ReadOp{local.At(0, kBig), remote.Remote(), 999, true});
+  ASSERT_TRUE(pair.client->PostReads(ops).ok());
+  const Completion done = PollOne(*pair.client);
+  ASSERT_TRUE(done.status.ok()) << done.status;
+  EXPECT_EQ(done.wr_id, 999u);
+  EXPECT_TRUE(std::equal(remote.bytes.begin(), remote.bytes.begin() + kBig, local.bytes.begin()));
+  for (int i = 0; i < kSmall; ++i) {
+    EXPECT_EQ(std::memcmp(local.bytes.data() + kBig + i * 64, remote.bytes.data() + i * 64, 64), 0) << i;
+  }
 }
 
 }  // namespace
