@@ -393,6 +393,7 @@ TEST_F(ServerE2ETest, ConnectionsBeyondTheLimitAreRefused) {
   ASSERT_NE(first, nullptr);
   auto second = RawClient::Connect(client_transport_.get(), server_->address(), kToken);
   ASSERT_FALSE(second.ok());
+  EXPECT_EQ(second.status().code(), StatusCode::kResourceExhausted) << second.status();
   EXPECT_NE(second.status().message().find("too many connections"), std::string::npos) << second.status();
   // Once the first leaves, its slot is reclaimed.
   first->conn().Disconnect();
