@@ -95,8 +95,12 @@ class Client::Impl {
     request_.magic = protocol::kConnectMagic;
     request_.protocol_version = protocol::kProtocolVersion;
     request_.layout_version = layout::kLayoutVersion;
+    // Random, so that no two clients share the server's replay cache
+    // entries; 0 is avoided only to keep it recognizable in logs.
     std::random_device rd;
-    request_.client_id = (uint64_t{rd()} << 32) | rd();
+    do {
+      request_.client_id = (uint64_t{rd()} << 32) | rd();
+    } while (request_.client_id == 0);
     const Sha256Digest digest = TokenDigest(options.token);
     static_assert(sizeof(request_.token_digest) == std::tuple_size_v<Sha256Digest>);
     std::memcpy(request_.token_digest, digest.data(), digest.size());
@@ -267,6 +271,51 @@ class Client::Impl {
       // The lease is released: refetch and back off without holding a slot.
       RKV_RETURN_IF_ERROR(NextAttempt(a, deadline));
     }
+  }
+
+  // ---- PUT and DELETE.
+
+  // One PUT or DELETE call's request, as its attempts send it.
+  struct PendingWrite {
+    protocol::Op op = protocol::Op::kPut;
+    uint64_t request_id = 0;  // drawn at the first attempt, kept by every resend
+    bool sent = false;        // some attempt posted it
+    uint64_t sent_epoch = 0;  // the server incarnation it was posted to
+    bool outcome_reported = false;  // the call's error already says the outcome is unknown
+  };
+
+  // One attempt of `w` on `conn`: resends it, with its request id, while
+  // `conn` reaches the incarnation it was sent to (whose replay cache
+  // answers a request it applied with the original reply); refuses to send
+  // it to any other incarnation once it was sent, since a restarted server
+  // remembers nothing: UNAVAILABLE, outcome unknown.
+  Status WriteAttempt(ServerConnection& conn, PendingWrite& w, std::string_view key, std::string_view value,
+                      Deadline deadline, client::WriteResult* result) {
+    const uint64_t epoch = conn.accept().epoch;
+    if (w.sent && epoch != w.sent_epoch) [[unlikely]] {
+      w.outcome_reported = true;
+      return Unavailable(std::string(w.op == protocol::Op::kDelete ? "DELETE" : "PUT") +
+                         " outcome unknown: its reply was lost and the server restarted (epoch " +
+                         to_string(w.sent_epoch) + " -> " + to_string(epoch) +
+                         "), so it cannot tell whether it applied the request; not resent");
+    }
+    if (w.request_id == 0) w.request_id = next_request_id_.fetch_add(1, std::memory_order_relaxed);
+    bool posted = false;
+    auto r = conn.Write(w.op, key, value, w.request_id, deadline, &posted);
+    if (posted && !w.sent) {
+      w.sent = true;
+      w.sent_epoch = epoch;
+    }
+    if (!r.ok()) return r.status();
+    *result = std::move(*r);
+    return Status::Ok();
+  }
+
+  // The error of a write call `w` that got no reply: says so when the
+  // request was sent (it may or may not have been applied).
+  static Status WriteFailed(const PendingWrite& w, Status s) {
+    if (!w.sent || w.outcome_reported) return s;
+    return Status(s.code(), s.message() + " (the request was sent and its reply lost: outcome unknown)");
   }
 
   // ---- What the public accessors report.
@@ -475,6 +524,9 @@ class Client::Impl {
 
   const ClientOptions options_;
   protocol::ConnectRequestData request_;
+  // Request ids of PUTs and DELETEs: unique for request_.client_id across
+  // every connection, as the servers' replay caches need.
+  std::atomic<uint64_t> next_request_id_{1};
 
   // Set by Init* and read-only afterwards.
   std::optional<transport::Kind> fixed_kind_;  // the transport of every server, unless "auto" with a coordinator
@@ -588,6 +640,8 @@ StatusOr<uint64_t> Client::Put(std::string_view key, std::string_view value,
   RKV_RETURN_IF_ERROR(impl_->CheckValue(routes->table(), value));
   const Deadline deadline = impl_->DeadlineOf(call);
   client::WriteResult result;
+  Impl::PendingWrite write;
+  write.op = protocol::Op::kPut;
   const Status s = impl_->WithKey(std::move(routes), key, deadline, [&](ServerConnection& conn) -> Status {
     // The limits may differ on a restarted server; the check above used the
     // newest connection's (or the map's), this one uses this connection's.
@@ -597,12 +651,9 @@ StatusOr<uint64_t> Client::Put(std::string_view key, std::string_view value,
                              to_string(conn.accept().max_key_bytes) + ", " +
                              to_string(conn.accept().max_value_bytes) + ")");
     }
-    auto r = conn.Write(protocol::Op::kPut, key, value, deadline);
-    if (!r.ok()) return r.status();
-    result = std::move(*r);
-    return Status::Ok();
+    return impl_->WriteAttempt(conn, write, key, value, deadline, &result);
   });
-  if (!s.ok()) return s;
+  if (!s.ok()) return Impl::WriteFailed(write, s);
   if (!result.status.ok()) return result.status;
   return result.version;
 }
@@ -612,16 +663,16 @@ Status Client::Delete(std::string_view key, const CallOptions& call) {
   RKV_RETURN_IF_ERROR(impl_->CheckKey(routes->table(), key));
   const Deadline deadline = impl_->DeadlineOf(call);
   client::WriteResult result;
-  RKV_RETURN_IF_ERROR(impl_->WithKey(std::move(routes), key, deadline, [&](ServerConnection& conn) -> Status {
+  Impl::PendingWrite write;
+  write.op = protocol::Op::kDelete;
+  const Status s = impl_->WithKey(std::move(routes), key, deadline, [&](ServerConnection& conn) -> Status {
     if (key.size() > conn.accept().max_key_bytes) {
       return InvalidArgument("key of " + to_string(key.size()) + " bytes: over the server's max_key_bytes " +
                              to_string(conn.accept().max_key_bytes));
     }
-    auto r = conn.Write(protocol::Op::kDelete, key, {}, deadline);
-    if (!r.ok()) return r.status();
-    result = std::move(*r);
-    return Status::Ok();
-  }));
+    return impl_->WriteAttempt(conn, write, key, {}, deadline, &result);
+  });
+  if (!s.ok()) return Impl::WriteFailed(write, s);
   return result.status;
 }
 

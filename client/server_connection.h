@@ -112,12 +112,16 @@ class ServerConnection {
   Status Lookup(std::span<const std::string_view> keys, std::span<LookupResult> results,
                 Deadline deadline);
 
-  // Sends one PUT (value) or DELETE (empty value, tombstone) and waits for
-  // its reply. Sizes must have been checked against the accept data's
-  // limits. Non-OK only when the connection broke (the request may or may
-  // not have been applied).
+  // Sends one PUT (value) or DELETE (empty value, tombstone) as request
+  // `request_id` and waits for its reply. The caller numbers requests
+  // uniquely per client id across all its connections, and resends a
+  // request whose reply was lost with the same id (common/protocol.h).
+  // Sizes must have been checked against the accept data's limits. Non-OK
+  // only when the connection broke. *sent (when not null) says whether the
+  // request was posted: if not, the server never saw it; if so and the
+  // result is non-OK, it may or may not have been applied.
   StatusOr<WriteResult> Write(protocol::Op op, std::string_view key, std::string_view value,
-                              Deadline deadline);
+                              uint64_t request_id, Deadline deadline, bool* sent = nullptr);
 
  private:
   struct FreeDeleter {
@@ -251,7 +255,6 @@ class ServerConnection {
   StagingRing ring_;
   uint32_t credits_ = 0;
   uint32_t max_credits_ = 0;
-  uint64_t next_request_id_ = 1;
   std::deque<uint64_t> outstanding_;  // request ids, in send order
   std::optional<protocol::ReplyMsg> last_reply_;
 

@@ -19,8 +19,9 @@ using std::to_string;
 
 }  // namespace
 
-StatusOr<WriteResult> ServerConnection::Write(protocol::Op op, std::string_view key,
-                                              std::string_view value, Deadline deadline) {
+StatusOr<WriteResult> ServerConnection::Write(protocol::Op op, std::string_view key, std::string_view value,
+                                              uint64_t request_id, Deadline deadline, bool* sent) {
+  if (sent != nullptr) *sent = false;
   if (broken_) return broken_status_;
   if (credits_ == 0) return MarkBroken(Unavailable("server " + address_ + " left no request credits"));
   const uint16_t flags = op == protocol::Op::kDelete ? layout::kBlockFlagTombstone : 0;
@@ -34,7 +35,7 @@ StatusOr<WriteResult> ServerConnection::Write(protocol::Op op, std::string_view 
   protocol::RequestMsg request{};
   request.op = static_cast<uint8_t>(op);
   request.length = static_cast<uint32_t>(block);
-  request.request_id = next_request_id_++;
+  request.request_id = request_id;
   request.ring_offset = *ring_offset;
   std::memcpy(buffer_.get() + send_offset_, &request, sizeof(request));
 
@@ -44,6 +45,7 @@ StatusOr<WriteResult> ServerConnection::Write(protocol::Op op, std::string_view 
       {accept_.ring.addr + *ring_offset, accept_.ring.rkey},
       {mr_.get(), send_offset_, static_cast<uint32_t>(sizeof(request))}, wr);
   if (!posted.ok()) return MarkBroken(posted.WithContext("posting a request"));
+  if (sent != nullptr) *sent = true;
   --credits_;
   outstanding_.push_back(request.request_id);
   last_reply_.reset();

@@ -254,6 +254,12 @@ std::unique_ptr<FaultTransport> ClientTransport() {
 
 Deadline Soon() { return Clock::now() + std::chrono::seconds(30); }
 
+// Request ids are the caller's: unique per client, as Client numbers them.
+uint64_t NextRequestId() {
+  static uint64_t next = 1;
+  return next++;
+}
+
 StatusOr<std::unique_ptr<ServerConnection>> Open(FaultTransport& t, const FakeServer& server) {
   return ServerConnection::Open(t, server.address(), protocol::ConnectRequestData{}, Soon());
 }
@@ -476,11 +482,11 @@ TEST(ServerConnectionTest, PutWritesARecordIntoTheRingAndReturnsTheVersion) {
   auto t = ClientTransport();
   auto c = OpenOrDie(*t, server);
   ASSERT_NE(c, nullptr);
-  auto v1 = c->Write(protocol::Op::kPut, "k", "hello", Soon());
+  auto v1 = c->Write(protocol::Op::kPut, "k", "hello", NextRequestId(), Soon());
   ASSERT_TRUE(v1.ok()) << v1.status();
   EXPECT_TRUE(v1->status.ok());
   EXPECT_EQ(v1->version, 10u);
-  auto v2 = c->Write(protocol::Op::kDelete, "k", "", Soon());
+  auto v2 = c->Write(protocol::Op::kDelete, "k", "", NextRequestId(), Soon());
   ASSERT_TRUE(v2.ok()) << v2.status();
   EXPECT_EQ(v2->version, 11u);
   const std::vector<protocol::RequestMsg> requests = server.requests();
@@ -490,7 +496,7 @@ TEST(ServerConnectionTest, PutWritesARecordIntoTheRingAndReturnsTheVersion) {
   for (const auto& r : requests) EXPECT_EQ(r.ring_offset % 64, 0u);
   // Many more requests than credits or ring space: replies free both.
   for (int i = 0; i < 100; ++i) {
-    auto v = c->Write(protocol::Op::kPut, "k", std::string(1000, 'x'), Soon());
+    auto v = c->Write(protocol::Op::kPut, "k", std::string(1000, 'x'), NextRequestId(), Soon());
     ASSERT_TRUE(v.ok()) << v.status();
   }
 }
@@ -504,7 +510,7 @@ TEST(ServerConnectionTest, ServerErrorsArePassedThrough) {
   auto t = ClientTransport();
   auto c = OpenOrDie(*t, server);
   ASSERT_NE(c, nullptr);
-  auto r = c->Write(protocol::Op::kPut, "k", "v", Soon());
+  auto r = c->Write(protocol::Op::kPut, "k", "v", NextRequestId(), Soon());
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->status.code(), StatusCode::kResourceExhausted);
   EXPECT_EQ(r->status.message(), "heap full");
@@ -519,7 +525,7 @@ TEST(ServerConnectionTest, MalformedRepliesBreakTheConnection) {
   auto t = ClientTransport();
   auto c = OpenOrDie(*t, server);
   ASSERT_NE(c, nullptr);
-  auto r = c->Write(protocol::Op::kPut, "k", "v", Soon());
+  auto r = c->Write(protocol::Op::kPut, "k", "v", NextRequestId(), Soon());
   EXPECT_FALSE(r.ok());
   EXPECT_TRUE(c->broken());
   // A broken connection is disconnected: the server sees its client go.
@@ -531,7 +537,7 @@ TEST(ServerConnectionTest, MalformedRepliesBreakTheConnection) {
   });
   c = OpenOrDie(*t, server);
   ASSERT_NE(c, nullptr);
-  EXPECT_FALSE(c->Write(protocol::Op::kPut, "k", "v", Soon()).ok());
+  EXPECT_FALSE(c->Write(protocol::Op::kPut, "k", "v", NextRequestId(), Soon()).ok());
   EXPECT_TRUE(c->broken());
   EXPECT_TRUE(server.WaitForEndedConnections(2));
 
@@ -540,7 +546,7 @@ TEST(ServerConnectionTest, MalformedRepliesBreakTheConnection) {
   c = OpenOrDie(*t, server);
   ASSERT_NE(c, nullptr);
   t->faults().SetHook(FaultOp::kRecv, [](FaultPoint& p) { p.byte_len = 16; });
-  EXPECT_FALSE(c->Write(protocol::Op::kPut, "k", "v", Soon()).ok());
+  EXPECT_FALSE(c->Write(protocol::Op::kPut, "k", "v", NextRequestId(), Soon()).ok());
   EXPECT_TRUE(c->broken());
   EXPECT_TRUE(server.WaitForEndedConnections(3));
 }
@@ -558,7 +564,7 @@ TEST(ServerConnectionTest, TransportFailureBreaksTheConnection) {
   EXPECT_EQ(s.code(), StatusCode::kUnavailable);
   EXPECT_FALSE(r.done);
   EXPECT_TRUE(c->broken());
-  EXPECT_EQ(c->Write(protocol::Op::kPut, "k", "v", Soon()).status().code(), StatusCode::kUnavailable);
+  EXPECT_EQ(c->Write(protocol::Op::kPut, "k", "v", NextRequestId(), Soon()).status().code(), StatusCode::kUnavailable);
 }
 
 }  // namespace

@@ -67,7 +67,7 @@ TEST(ParseAcceptDataTest, RejectsEachBadField) {
   };
   const Case cases[] = {
       {"magic", [](protocol::AcceptData& a) { a.magic = protocol::kConnectMagic; }, StatusCode::kInvalidArgument},
-      {"protocol", [](protocol::AcceptData& a) { a.protocol_version = 2; }, StatusCode::kFailedPrecondition},
+      {"protocol", [](protocol::AcceptData& a) { a.protocol_version = protocol::kProtocolVersion + 1; }, StatusCode::kFailedPrecondition},
       {"layout", [](protocol::AcceptData& a) { a.layout_version = 9; }, StatusCode::kFailedPrecondition},
       {"no credits", [](protocol::AcceptData& a) { a.request_credits = 0; }, StatusCode::kInvalidArgument},
       {"many credits", [](protocol::AcceptData& a) { a.request_credits = 1u << 30; }, StatusCode::kInvalidArgument},

@@ -18,6 +18,14 @@
 // Staging ring use: the server processes a connection's requests in order,
 //   so the ring is a FIFO: a request's bytes are free again once its reply
 //   has arrived.
+// Request ids: a client numbers its PUT/DELETE requests uniquely per
+//   client_id, across all of its connections to a server. The server
+//   remembers its recent replies per client_id (server/request_cache.h) and
+//   answers a request id it has answered before with that reply again,
+//   without applying it twice; a client may therefore resend a request
+//   whose reply was lost, with the same id, on another connection to the
+//   same server incarnation (epoch). Version 2 introduced this: version 1
+//   clients numbered requests per connection and are refused.
 #pragma once
 
 #include <cstddef>
@@ -27,7 +35,7 @@ namespace rkv::protocol {
 
 inline constexpr uint32_t kConnectMagic = 0x43564B52;  // "RKVC"
 inline constexpr uint32_t kAcceptMagic = 0x41564B52;   // "RKVA"
-inline constexpr uint16_t kProtocolVersion = 1;
+inline constexpr uint16_t kProtocolVersion = 2;
 
 inline constexpr size_t kMaxConnectPrivateData = 56;
 inline constexpr size_t kMaxAcceptPrivateData = 196;
@@ -38,7 +46,9 @@ struct ConnectRequestData {
   uint32_t magic;             // kConnectMagic
   uint16_t protocol_version;  // kProtocolVersion
   uint16_t layout_version;    // layout::kLayoutVersion
-  uint64_t client_id;         // random per client process, for logs
+  uint64_t client_id;         // random per client instance (so per process):
+                              // names the client in the server's replay
+                              // cache and in logs
   uint8_t token_digest[kTokenDigestBytes];  // TokenDigest(token), never the raw token
 };
 static_assert(sizeof(ConnectRequestData) <= kMaxConnectPrivateData);
@@ -72,7 +82,7 @@ struct RequestMsg {
   uint8_t op;            // Op
   uint8_t reserved[3];   // 0
   uint32_t length;       // bytes of the record in the ring (block length)
-  uint64_t request_id;   // echoed in the reply
+  uint64_t request_id;   // unique per client_id; echoed in the reply
   uint64_t ring_offset;  // 64-byte aligned offset of the record in the ring
 };
 static_assert(sizeof(RequestMsg) == 24);

@@ -49,6 +49,8 @@ Buffer AlignedZeroed(size_t n) {
 
 constexpr uint32_t kBucketCountLog2 = 6;
 constexpr uint64_t kHeapBytes = 256 << 10;
+// Every request comes from one client (its ids are fresh per request).
+constexpr uint64_t kClientId = 0xF022;
 
 struct World {
   std::filesystem::path dir;
@@ -136,7 +138,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         ResealRecord(std::span<uint8_t>(ring).subspan(req.ring_offset, req.length));
       }
     }
-    const protocol::ReplyMsg reply = w.applier->Apply(msg, ring);
+    const protocol::ReplyMsg reply = w.applier->Apply(kClientId, msg, ring);
     CheckReply(reply);
     uint64_t sent_id = 0;
     if (msg.size() >= offsetof(protocol::RequestMsg, request_id) + sizeof(sent_id)) {

@@ -198,7 +198,7 @@ void Connect() {
   short_data.resize(20);
   Write("connect_request", "short", short_data);
   protocol::ConnectRequestData v = ValidConnect();
-  v.protocol_version = 2;
+  v.protocol_version = protocol::kProtocolVersion + 1;
   Bytes version;
   Put(version, v);
   Write("connect_request", "other_version", version);

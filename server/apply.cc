@@ -24,8 +24,8 @@ protocol::ReplyMsg MakeReply(uint64_t request_id, StatusCode code, uint64_t vers
   return r;
 }
 
-Applier::Applier(Store* store, Table* table, Heap* heap, ApplyLimits limits)
-    : store_(store), table_(table), heap_(heap), limits_(limits) {}
+Applier::Applier(Store* store, Table* table, Heap* heap, ApplyLimits limits, RequestCacheLimits replies)
+    : store_(store), table_(table), heap_(heap), cache_(replies), limits_(limits) {}
 
 uint64_t Applier::max_block_bytes() const {
   return layout::BlockBytes(limits_.max_key_bytes, limits_.max_value_bytes);
@@ -36,7 +36,7 @@ protocol::ReplyMsg Applier::Error(uint64_t request_id, const Status& status) {
   return MakeReply(request_id, status.code(), 0, status.message());
 }
 
-protocol::ReplyMsg Applier::Apply(std::span<const uint8_t> msg, std::span<const uint8_t> ring) {
+protocol::ReplyMsg Applier::Apply(uint64_t client_id, std::span<const uint8_t> msg, std::span<const uint8_t> ring) {
   protocol::RequestMsg req{};
   uint64_t request_id = 0;
   if (msg.size() >= offsetof(protocol::RequestMsg, request_id) + sizeof(uint64_t)) {
@@ -104,14 +104,34 @@ protocol::ReplyMsg Applier::Apply(std::span<const uint8_t> msg, std::span<const 
   if (op == protocol::Op::kDelete) {
     if (!tombstone) return Error(request_id, InvalidArgument("DELETE record lacks the tombstone flag"));
     if (!r.value.empty()) return Error(request_id, InvalidArgument("DELETE record carries a value"));
-    return ApplyDelete(request_id, r.key);
+  } else if (tombstone) {
+    return Error(request_id, InvalidArgument("PUT record carries the tombstone flag"));
   }
-  if (tombstone) return Error(request_id, InvalidArgument("PUT record carries the tombstone flag"));
-  return ApplyPut(request_id, r.key, r.value);
+  return ApplyOnce(client_id, request_id, op, r.key, r.value);
+}
+
+protocol::ReplyMsg Applier::ApplyOnce(uint64_t client_id, uint64_t request_id, protocol::Op op,
+                                      std::string_view key, std::string_view value) {
+  MutexLock lock(mu_);
+  protocol::ReplyMsg reply{};
+  switch (cache_.Check(client_id, request_id, &reply)) {
+    case RequestCache::Verdict::kReplay:
+      replays_.fetch_add(1, std::memory_order_relaxed);
+      return reply;
+    case RequestCache::Verdict::kForgotten:
+      // Not remembered, so not applied again: it may be a retry of a
+      // request applied long ago.
+      return Error(request_id, Aborted("request " + std::to_string(request_id) +
+                                       " is too old for the replay check: not applied; a retry's outcome is unknown"));
+    case RequestCache::Verdict::kNew:
+      break;
+  }
+  reply = op == protocol::Op::kDelete ? ApplyDelete(request_id, key) : ApplyPut(request_id, key, value);
+  cache_.Insert(client_id, reply);
+  return reply;
 }
 
 protocol::ReplyMsg Applier::ApplyPut(uint64_t request_id, std::string_view key, std::string_view value) {
-  MutexLock lock(mu_);
   if (!table_->PrepareInsert(key, Heap::Clock::now())) {
     // Refused before anything is written.
     return Error(request_id, ResourceExhausted("table full: no slot in the key's neighbourhood, even after moving keys (raise --max_keys)"));
@@ -154,7 +174,6 @@ protocol::ReplyMsg Applier::ApplyPut(uint64_t request_id, std::string_view key, 
 }
 
 protocol::ReplyMsg Applier::ApplyDelete(uint64_t request_id, std::string_view key) {
-  MutexLock lock(mu_);
   const std::optional<Table::Entry> e = table_->Lookup(key);
   if (!e) return Error(request_id, NotFound("key not found"));
   if (Status s = store_->Delete(key); !s.ok()) {
@@ -171,6 +190,7 @@ Applier::Snapshot Applier::snapshot() const {
   Snapshot s;
   s.puts = puts_.load(std::memory_order_relaxed);
   s.deletes = deletes_.load(std::memory_order_relaxed);
+  s.replays = replays_.load(std::memory_order_relaxed);
   s.request_errors = errors_.load(std::memory_order_relaxed);
   MutexLock lock(mu_);
   s.keys = table_->size();

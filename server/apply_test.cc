@@ -6,6 +6,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -41,7 +42,8 @@ class ApplyTest : public ::testing::Test {
     std::filesystem::remove_all(dir_);
   }
 
-  void Build(uint32_t log2, uint64_t heap_bytes, std::chrono::milliseconds grace, ApplyLimits limits) {
+  void Build(uint32_t log2, uint64_t heap_bytes, std::chrono::milliseconds grace, ApplyLimits limits,
+             RequestCacheLimits replies = {}) {
     applier_.reset();
     table_.reset();
     store_.reset();
@@ -59,7 +61,7 @@ class ApplyTest : public ::testing::Test {
     table_ = std::make_unique<Table>(std::span<uint8_t>(index_.get(), index_bytes_),
                                      std::span<uint8_t>(heap_mem_.get(), heap_bytes), heap_.get());
     ASSERT_TRUE(table_->Init(log2, store_->epoch(), 42).ok());
-    applier_ = std::make_unique<Applier>(store_.get(), table_.get(), heap_.get(), limits);
+    applier_ = std::make_unique<Applier>(store_.get(), table_.get(), heap_.get(), limits, replies);
     ring_.assign(kRingBytes, 0);
   }
 
@@ -80,16 +82,20 @@ class ApplyTest : public ::testing::Test {
     return out;
   }
 
-  // Applies the request message `msg` (its record staged in the ring).
-  protocol::ReplyMsg Apply(const std::vector<uint8_t>& msg) { return applier_->Apply(msg, ring_); }
-
-  protocol::ReplyMsg Put(std::string_view key, std::string_view value, uint64_t id = 1, uint64_t offset = 0) {
-    const uint32_t len = Stage(offset, key, value);
-    return Apply(Msg(protocol::Op::kPut, offset, len, id));
+  // Applies the request message `msg` (its record staged in the ring) as
+  // a request of client `client`.
+  protocol::ReplyMsg Apply(const std::vector<uint8_t>& msg, uint64_t client = kClient) {
+    return applier_->Apply(client, msg, ring_);
   }
-  protocol::ReplyMsg Del(std::string_view key, uint64_t id = 1, uint64_t offset = 0) {
+
+  // Request id 0 picks a fresh one: every request of a client needs its own.
+  protocol::ReplyMsg Put(std::string_view key, std::string_view value, uint64_t id = 0, uint64_t offset = 0) {
+    const uint32_t len = Stage(offset, key, value);
+    return Apply(Msg(protocol::Op::kPut, offset, len, id != 0 ? id : next_id_++));
+  }
+  protocol::ReplyMsg Del(std::string_view key, uint64_t id = 0, uint64_t offset = 0) {
     const uint32_t len = Stage(offset, key, "", layout::kBlockFlagTombstone);
-    return Apply(Msg(protocol::Op::kDelete, offset, len, id));
+    return Apply(Msg(protocol::Op::kDelete, offset, len, id != 0 ? id : next_id_++));
   }
 
   std::optional<std::string> TableValue(std::string_view key) {
@@ -125,6 +131,8 @@ class ApplyTest : public ::testing::Test {
   std::unique_ptr<Table> table_;
   std::unique_ptr<Applier> applier_;
   std::vector<uint8_t> ring_;
+  uint64_t next_id_ = 1000;  // above the ids tests give explicitly
+  static constexpr uint64_t kClient = 0xC1;
 };
 
 TEST_F(ApplyTest, PutReplaceDelete) {
@@ -268,9 +276,9 @@ TEST_F(ApplyTest, TableFullIsRefusedWithoutAStoreWrite) {
   int accepted = 0;
   protocol::ReplyMsg r{};
   for (int i = 0; i < 100; ++i) {
-    r = Put("k" + std::to_string(i), "v", i);
+    r = Put("k" + std::to_string(i), "v", i + 1);
     if (r.status_code != 0) {
-      ExpectError(r, StatusCode::kResourceExhausted, i);
+      ExpectError(r, StatusCode::kResourceExhausted, i + 1);
       EXPECT_FALSE(StoreValue("k" + std::to_string(i)).has_value());
       break;
     }
@@ -311,6 +319,101 @@ TEST_F(ApplyTest, HeapFullOfQuarantineWaitsOneGracePeriod) {
   EXPECT_EQ(r.status_code, 0) << r.message;
   EXPECT_EQ(TableValue("k2"), std::string(1000, 'b'));
   EXPECT_EQ(heap_->stats().quarantined_bytes, 0u);
+}
+
+TEST_F(ApplyTest, AReplayedPutGetsTheOriginalReplyAndIsAppliedOnce) {
+  const auto first = Put("key", "v1", 21);
+  ASSERT_EQ(first.status_code, 0) << first.message;
+  ASSERT_EQ(first.version, 1u);
+  // The same request again (as a client resends it on a new connection,
+  // staged at another ring offset): the original reply, nothing applied.
+  const auto again = Put("key", "v1", 21, 256);
+  EXPECT_EQ(again.status_code, 0) << again.message;
+  EXPECT_EQ(again.request_id, 21u);
+  EXPECT_EQ(again.version, 1u);
+  EXPECT_EQ(again.credits, 1u);
+  EXPECT_EQ(store_->version_high_water(), 1u);
+  EXPECT_EQ((*store_->Get("key"))->version, 1u);
+  EXPECT_EQ(applier_->snapshot().puts, 1u);
+  EXPECT_EQ(applier_->snapshot().replays, 1u);
+  // A newer PUT of the key, then the old request once more: still its own
+  // reply, and the newer value stays.
+  ASSERT_EQ(Put("key", "v2", 22).version, 2u);
+  EXPECT_EQ(Put("key", "v1", 21).version, 1u);
+  EXPECT_EQ(TableValue("key"), "v2");
+  EXPECT_EQ(store_->version_high_water(), 2u);
+}
+
+TEST_F(ApplyTest, AReplayedDeleteGetsTheOriginalOk) {
+  ASSERT_EQ(Put("key", "v").status_code, 0);
+  const auto first = Del("key", 31);
+  ASSERT_EQ(first.status_code, 0) << first.message;
+  ASSERT_EQ(first.version, 1u);
+  const auto again = Del("key", 31);
+  EXPECT_EQ(again.status_code, 0) << again.message << " (a retried DELETE must not report NOT_FOUND)";
+  EXPECT_EQ(again.version, 1u);
+  EXPECT_EQ(applier_->snapshot().deletes, 1u);
+  // A new DELETE of the absent key is NOT_FOUND, as before.
+  EXPECT_EQ(Del("key", 32).status_code, static_cast<int32_t>(StatusCode::kNotFound));
+}
+
+TEST_F(ApplyTest, RequestIdsArePerClient) {
+  // Two clients may use the same request id: both are applied.
+  const uint32_t len = Stage(0, "key", "v");
+  const auto a = Apply(Msg(protocol::Op::kPut, 0, len, 5), /*client=*/1);
+  const auto b = Apply(Msg(protocol::Op::kPut, 0, len, 5), /*client=*/2);
+  ASSERT_EQ(a.status_code, 0) << a.message;
+  ASSERT_EQ(b.status_code, 0) << b.message;
+  EXPECT_EQ(a.version, 1u);
+  EXPECT_EQ(b.version, 2u);
+  EXPECT_EQ(applier_->snapshot().replays, 0u);
+}
+
+TEST_F(ApplyTest, ARequestRefusedByValidationIsNotRemembered) {
+  // A corrupt record is refused; the client's fixed resend of the same id
+  // is applied.
+  uint32_t len = Stage(0, "key", "value");
+  ring_[layout::RecordBytes(3, 5) - 1] ^= 0xFF;
+  ExpectError(Apply(Msg(protocol::Op::kPut, 0, len, 41)), StatusCode::kDataLoss, 41);
+  len = Stage(0, "key", "value");
+  const auto r = Apply(Msg(protocol::Op::kPut, 0, len, 41));
+  EXPECT_EQ(r.status_code, 0) << r.message;
+  EXPECT_EQ(r.version, 1u);
+}
+
+TEST_F(ApplyTest, AReplayWhoseReplyWasForgottenIsRefusedNotApplied) {
+  Build(6, 1 << 20, 100ms, ApplyLimits{64, 8192}, {.max_clients = 4, .requests_per_client = 2});
+  ASSERT_EQ(Put("a", "1", 1).version, 1u);
+  ASSERT_EQ(Put("b", "1", 2).version, 2u);
+  ASSERT_EQ(Put("c", "1", 3).version, 3u);  // forgets request 1
+  ExpectError(Put("a", "1", 1), StatusCode::kAborted, 1);
+  EXPECT_EQ(store_->version_high_water(), 3u);
+  EXPECT_EQ(Put("b", "1", 2).version, 2u);  // still remembered
+}
+
+TEST_F(ApplyTest, ConcurrentReplaysOfOneRequestApplyItOnce) {
+  // The same request from several connections at once (an original still
+  // being applied and its retries): one apply, one version for all.
+  constexpr int kThreads = 4;
+  std::vector<std::vector<uint8_t>> rings(kThreads, std::vector<uint8_t>(kRingBytes, 0));
+  std::vector<uint8_t> msg;
+  for (auto& ring : rings) {
+    const uint64_t len = EncodeRecord(std::span<uint8_t>(ring), "key", "v", 0, 0);
+    msg = Msg(protocol::Op::kPut, 0, static_cast<uint32_t>(len), 51);
+  }
+  std::vector<protocol::ReplyMsg> replies(kThreads);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kThreads; ++i) {
+    threads.emplace_back([&, i] { replies[i] = applier_->Apply(kClient, msg, rings[i]); });
+  }
+  for (auto& t : threads) t.join();
+  for (const auto& r : replies) {
+    EXPECT_EQ(r.status_code, 0) << r.message;
+    EXPECT_EQ(r.version, 1u);
+  }
+  EXPECT_EQ(applier_->snapshot().puts, 1u);
+  EXPECT_EQ(applier_->snapshot().replays, static_cast<uint64_t>(kThreads - 1));
+  EXPECT_EQ(store_->version_high_water(), 1u);
 }
 
 }  // namespace

@@ -247,7 +247,7 @@ void Server::ServeConnection(Worker* w) {
       const size_t offset = size_t{buf} * protocol::kMaxMessageBytes;
       const size_t msg_len = std::min<size_t>(len, protocol::kMaxMessageBytes);
       const protocol::ReplyMsg reply =
-          applier_->Apply(std::span<const uint8_t>(w->messages.data() + offset, msg_len), ring);
+          applier_->Apply(w->client_id, std::span<const uint8_t>(w->messages.data() + offset, msg_len), ring);
       // Re-post the receive before replying: the reply returns the credit,
       // and the client may send its next request as soon as it sees it.
       if (Status s = conn.PostRecv(

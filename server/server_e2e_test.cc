@@ -4,6 +4,7 @@
 // and READs the table header, buckets and blocks back.
 #include "server/server.h"
 
+#include <atomic>
 #include <cstring>
 #include <filesystem>
 #include <memory>
@@ -53,7 +54,9 @@ class RawClient {
     req.magic = protocol::kConnectMagic;
     req.protocol_version = protocol::kProtocolVersion;
     req.layout_version = layout::kLayoutVersion;
-    req.client_id = 0xC11E;
+    // Request ids count per RawClient, so each is a client of its own.
+    static std::atomic<uint64_t> next_client{0xC11E};
+    req.client_id = next_client++;
     const Sha256Digest d = TokenDigest(token);
     std::memcpy(req.token_digest, d.data(), d.size());
     RKV_ASSIGN_OR_RETURN(c->conn_, t->Connect(address, std::span(reinterpret_cast<const uint8_t*>(&req), sizeof(req)),
@@ -365,6 +368,24 @@ TEST_F(ServerE2ETest, MalformedConnectRequestIsRejected) {
   EXPECT_NE(c.status().message().find("malformed"), std::string::npos) << c.status();
 }
 
+TEST_F(ServerE2ETest, AClientOfAnOlderProtocolIsRefused) {
+  // Version 1 clients numbered requests per connection, which the replay
+  // cache would take for retries: they must not get in.
+  StartServer();
+  protocol::ConnectRequestData req{};
+  req.magic = protocol::kConnectMagic;
+  req.protocol_version = 1;
+  req.layout_version = layout::kLayoutVersion;
+  req.client_id = 0xC0FFEE;
+  const Sha256Digest d = TokenDigest(kToken);
+  std::memcpy(req.token_digest, d.data(), d.size());
+  auto c = client_transport_->Connect(server_->address(),
+                                      std::span(reinterpret_cast<const uint8_t*>(&req), sizeof(req)), 5000ms);
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("unsupported protocol/layout version 1/"), std::string::npos) << c.status();
+  EXPECT_EQ(server_->Stats().connections_accepted, 0u);
+}
+
 TEST_F(ServerE2ETest, ConnectionsBeyondTheLimitAreRefused) {
   options_.max_connections = 1;
   StartServer();
@@ -372,6 +393,7 @@ TEST_F(ServerE2ETest, ConnectionsBeyondTheLimitAreRefused) {
   ASSERT_NE(first, nullptr);
   auto second = RawClient::Connect(client_transport_.get(), server_->address(), kToken);
   ASSERT_FALSE(second.ok());
+  EXPECT_EQ(second.status().code(), StatusCode::kResourceExhausted) << second.status();
   EXPECT_NE(second.status().message().find("too many connections"), std::string::npos) << second.status();
   // Once the first leaves, its slot is reclaimed.
   first->conn().Disconnect();

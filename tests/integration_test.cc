@@ -466,8 +466,23 @@ TEST_F(ServerTest, KvctlCommandsAndExitCodes) {
   EXPECT_EQ(r.exit_code, 0) << r.err;
   r = Kvctl({"del", "greeting"});
   EXPECT_EQ(r.exit_code, 1);
-  r = Kvctl({"frobnicate", "x"});
-  EXPECT_EQ(r.exit_code, 2);
+  // A usage error: one line saying what is wrong, then where to look, not
+  // the whole usage.
+  const auto expect_usage_error = [&](std::vector<std::string> args, const std::string& what) {
+    SCOPED_TRACE(what);
+    const CommandResult u = Kvctl(std::move(args));
+    EXPECT_EQ(u.exit_code, 2);
+    const size_t first_newline = u.err.find('\n');
+    ASSERT_NE(first_newline, std::string::npos) << u.err;
+    EXPECT_NE(u.err.substr(0, first_newline).find(what), std::string::npos) << u.err;
+    EXPECT_EQ(u.err.substr(first_newline + 1), "run 'kvctl --help' for usage\n") << u.err;
+  };
+  expect_usage_error({"frobnicate", "x"}, "unknown command 'frobnicate'");
+  expect_usage_error({"get"}, "missing KEY");
+  expect_usage_error({"--output=xml", "get", "k"}, "--output must be text or json");
+  expect_usage_error({"--timeout=soon", "get", "k"}, "illegal value 'soon'");
+  expect_usage_error({"--no_such_flag", "get", "k"}, "unknown command line flag 'no_such_flag'");
+  expect_usage_error({"members"}, "needs --coordinator");
 
   r = RunCommand({RKV_KVCTL_BIN, "--help"});
   EXPECT_EQ(r.exit_code, 0);
@@ -476,6 +491,21 @@ TEST_F(ServerTest, KvctlCommandsAndExitCodes) {
                            "--output", "--value_file"}) {
     EXPECT_NE(help.find(word), std::string::npos) << "kvctl --help does not mention " << word;
   }
+}
+
+class OneConnectionServerTest : public ServerTest {
+ protected:
+  void SetUp() override { StartServer({"--max_connections=1"}); }
+};
+
+TEST_F(OneConnectionServerTest, KvctlReportsAFullServerAsResourceExhausted) {
+  auto holder = NewClient();  // takes the only connection slot
+  ASSERT_NE(holder, nullptr);
+  const CommandResult r = Kvctl({"get", "k"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("RESOURCE_EXHAUSTED"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("too many connections"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("PERMISSION_DENIED"), std::string::npos) << r.err;
 }
 
 class SmallServerTest : public ServerTest {

@@ -40,11 +40,10 @@ constexpr int kClients = 5;
 constexpr int kOpsPerClient = 20;
 // A restart in the middle of every kRestartEvery-th history.
 constexpr int kRestartEvery = 5;
-// Retries are not idempotent yet (docs/design.md, "Retries are not
-// idempotent yet"): a write retried on a restarted server may be applied
-// twice. Once a retry after a restart is refused as "outcome unknown", a
-// write is applied at most once and this goes.
-constexpr bool kRetriesMayApplyTwice = true;
+// A write is applied at most once (docs/design.md, "Retries and the replay
+// cache"): a call that lost its reply resends it to the same server
+// incarnation only, and one whose server restarted meanwhile ends with
+// UNAVAILABLE, outcome unknown, which the history records as such.
 // Only bounds a hang: a call in flight across a restart retries until the
 // server is back.
 constexpr std::chrono::milliseconds kCallTimeout{60000};
@@ -73,13 +72,12 @@ class HistoryRunner {
     const int total = static_cast<int>(clients_.size()) * kOpsPerClient;
     std::atomic<int> done{0};
     std::vector<std::vector<lincheck::Operation>> per_client(clients_.size());
-    std::vector<int> doubled(clients_.size(), 0);
     std::vector<std::thread> threads;
     for (size_t c = 0; c < clients_.size(); ++c) {
       threads.emplace_back([&, c] {
         std::mt19937_64 rng(static_cast<uint64_t>(h) * 1000 + c);
         for (int i = 0; i < kOpsPerClient; ++i) {
-          if (RunOne(*clients_[c], static_cast<int>(c), h, i, rng, &per_client[c])) ++doubled[c];
+          RunOne(*clients_[c], static_cast<int>(c), h, i, rng, &per_client[c]);
           done.fetch_add(1, std::memory_order_relaxed);
         }
       });
@@ -95,7 +93,6 @@ class HistoryRunner {
     for (auto& t : threads) t.join();
     if (disruptor.joinable()) disruptor.join();
 
-    for (int d : doubled) figures_.unknown_writes -= d;
     for (auto& ops : per_client) {
       for (auto& op : ops) {
         if (op.kind != OpKind::kGet && op.outcome == Outcome::kUnknown) ++figures_.unknown_writes;
@@ -145,9 +142,8 @@ class HistoryRunner {
     return op;
   }
 
-  // Runs one random operation of client `c` and appends it to `out`;
-  // true when it went in twice (see kRetriesMayApplyTwice).
-  bool RunOne(Client& client, int c, int h, int i, std::mt19937_64& rng, std::vector<lincheck::Operation>* out) {
+  // Runs one random operation of client `c` and appends it to `out`.
+  void RunOne(Client& client, int c, int h, int i, std::mt19937_64& rng, std::vector<lincheck::Operation>* out) {
     const std::string& key = keys_[rng() % keys_.size()];
     const int pick = static_cast<int>(rng() % 100);
     if (pick < 45) {
@@ -155,9 +151,8 @@ class HistoryRunner {
         const Status s = client.Get(key, &op.value);
         op.outcome = s.ok() ? Outcome::kOk : s.code() == StatusCode::kNotFound ? Outcome::kNotFound : Outcome::kUnknown;
       }));
-      return false;
+      return;
     }
-    const uint64_t epoch_before = client.server_epoch();
     if (pick < 85) {
       const std::string value = "c" + std::to_string(c) + "-h" + std::to_string(h) + "-" + std::to_string(i);
       out->push_back(Record(OpKind::kPut, c, key, value, [&](lincheck::Operation& op) {
@@ -169,16 +164,6 @@ class HistoryRunner {
         op.outcome = s.ok() ? Outcome::kOk : s.code() == StatusCode::kNotFound ? Outcome::kNotFound : Outcome::kUnknown;
       }));
     }
-    if (kRetriesMayApplyTwice && client.server_epoch() != epoch_before) {
-      // The call reconnected to a new server incarnation: the old one may
-      // have applied the write before it died and the new one again on
-      // the retry, each at any time after the call began, and the result
-      // seen is the retry's. Two writes of unknown outcome say exactly that.
-      out->back().outcome = Outcome::kUnknown;
-      out->push_back(out->back());
-      return true;
-    }
-    return false;
   }
 
   std::vector<std::unique_ptr<Client>> clients_;

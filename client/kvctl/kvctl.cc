@@ -71,7 +71,8 @@ constexpr char kUsage[] =
     "--v=1 logs connection details to stderr. When KEY or VALUE starts with '-', end the\n"
     "flags with '--' before the command: kvctl --token_file=T -- put KEY -5\n"
     "\n"
-    "Exit status: 0 done (found), 1 key not found, 2 any other error (one line on stderr).\n";
+    "Exit status: 0 done (found), 1 key not found, 2 any other error (one line on stderr;\n"
+    "a usage error adds a second: run 'kvctl --help' for usage).\n";
 
 void PrintHelp() {
   std::cout << "kvctl: " << kUsage << "\nFlags:\n";
@@ -82,8 +83,13 @@ void PrintHelp() {
   }
 }
 
-void UsageError(const std::string& message) {
-  std::cerr << "kvctl: " << message << "\n\nkvctl: " << kUsage << "Run 'kvctl --help' for the flags.\n";
+constexpr char kUsageHint[] = "run 'kvctl --help' for usage";
+
+// A command line kvctl cannot run: what is wrong, then where to look; not
+// the whole usage. Returns the exit status for it.
+int UsageError(const std::string& message) {
+  std::cerr << "kvctl: " << message << "\n" << kUsageHint << "\n";
+  return kExitError;
 }
 
 // Prints the one-line error; returns the exit status for it.
@@ -117,10 +123,8 @@ rkv::StatusOr<std::string> ReadAll(int fd, size_t limit, const std::string& what
   }
 }
 
-rkv::StatusOr<std::string> ReadValue(const rkv::kvctl::Invocation& inv) {
-  auto source = rkv::kvctl::ChooseValueSource(inv, !FLAGS_value_file.empty(), isatty(STDIN_FILENO) == 1);
-  if (!source.ok()) return source.status();
-  switch (*source) {
+rkv::StatusOr<std::string> ReadValue(const rkv::kvctl::Invocation& inv, rkv::kvctl::ValueSource source) {
+  switch (source) {
     case rkv::kvctl::ValueSource::kArgument:
       return inv.value_arg;
     case rkv::kvctl::ValueSource::kStdin:
@@ -143,24 +147,25 @@ bool WriteAll(const std::string& bytes) {
 int Run(const rkv::kvctl::Invocation& inv) {
   const std::string& cmd = inv.command_name;
   if (FLAGS_output != "text" && FLAGS_output != "json") {
-    return Fail(cmd, rkv::InvalidArgument("--output must be text or json, not '" + FLAGS_output + "'"));
+    return UsageError(cmd + ": --output must be text or json, not '" + FLAGS_output + "'");
   }
-  if (FLAGS_timeout <= 0) return Fail(cmd, rkv::InvalidArgument("--timeout must be positive (milliseconds)"));
-  if (FLAGS_token_file.empty()) return Fail(cmd, rkv::InvalidArgument("--token_file is required"));
+  if (FLAGS_timeout <= 0) return UsageError(cmd + ": --timeout must be positive (milliseconds)");
+  if (FLAGS_token_file.empty()) return UsageError(cmd + ": --token_file is required");
   const bool json = FLAGS_output == "json";
   gflags::CommandLineFlagInfo server_flag;
   const bool server_given = gflags::GetCommandLineFlagInfo("server", &server_flag) && !server_flag.is_default;
   const bool cluster = !FLAGS_coordinator.empty();
-  if (cluster && server_given) {
-    return Fail(cmd, rkv::InvalidArgument("give either --server or --coordinator, not both"));
-  }
+  if (cluster && server_given) return UsageError(cmd + ": give either --server or --coordinator, not both");
   if (!cluster && (inv.command == rkv::kvctl::Command::kMembers || inv.command == rkv::kvctl::Command::kStats)) {
-    return Fail(cmd, rkv::InvalidArgument(cmd + " needs --coordinator=HOST:PORT"));
+    return UsageError(cmd + ": needs --coordinator=HOST:PORT");
   }
 
   std::string value;
   if (inv.command == rkv::kvctl::Command::kPut) {
-    auto v = ReadValue(inv);
+    // No value, or two: a usage error.
+    auto source = rkv::kvctl::ChooseValueSource(inv, !FLAGS_value_file.empty(), isatty(STDIN_FILENO) == 1);
+    if (!source.ok()) return UsageError(source.status().message());
+    auto v = ReadValue(inv, *source);
     if (!v.ok()) return Fail(cmd, v.status());
     value = std::move(*v);
   }
@@ -254,7 +259,11 @@ int Run(const rkv::kvctl::Invocation& inv) {
 int main(int argc, char** argv) {
   gflags::SetUsageMessage(kUsage);
   gflags::SetVersionString(RKV_VERSION);
-  GFLAGS_NAMESPACE::gflags_exitfunc = [](int code) { std::exit(code == 0 ? kExitOk : kExitError); };
+  // gflags has printed its one line ("ERROR: illegal value ...") already.
+  GFLAGS_NAMESPACE::gflags_exitfunc = [](int code) {
+    if (code != 0) std::cerr << kUsageHint << "\n";
+    std::exit(code == 0 ? kExitOk : kExitError);
+  };
   gflags::ParseCommandLineNonHelpFlags(&argc, &argv, /*remove_flags=*/true);
   if (FLAGS_help || FLAGS_helpshort) {
     PrintHelp();
@@ -270,9 +279,6 @@ int main(int argc, char** argv) {
 
   std::vector<std::string> args(argv + 1, argv + argc);
   auto inv = rkv::kvctl::ParseInvocation(args, FLAGS_key_hex);
-  if (!inv.ok()) {
-    UsageError(inv.status().message());
-    return kExitError;
-  }
+  if (!inv.ok()) return UsageError(inv.status().message());
   return Run(*inv);
 }

@@ -68,6 +68,7 @@ std::string DescribeRejection(const Rejection& r) {
 Status RejectedStatus(const std::string& where, const Rejection& r) {
   const std::string message = where + ": rejected by the server: " + DescribeRejection(r);
   if (r.code == StatusCode::kUnavailable) return Unavailable(message);
+  if (r.code == StatusCode::kResourceExhausted) return ResourceExhausted(message);
   return PermissionDenied(message);
 }
 

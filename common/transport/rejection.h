@@ -53,7 +53,9 @@ std::string DescribeRejection(const Rejection& r);
 
 // The status a refused Connect returns: UNAVAILABLE when the server
 // refused for a transient reason (it said UNAVAILABLE: worth retrying),
-// PERMISSION_DENIED otherwise, with `where` and the reason in its message.
+// RESOURCE_EXHAUSTED when it said so (no connection slot or memory left),
+// PERMISSION_DENIED otherwise (a wrong token, another version, or no code),
+// with `where` and the reason in its message.
 Status RejectedStatus(const std::string& where, const Rejection& r);
 
 }  // namespace rkv::transport

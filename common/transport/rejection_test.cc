@@ -62,7 +62,9 @@ TEST(RejectionTest, ForeignBytesAreDescribedNeverTrusted) {
 
 TEST(RejectionTest, OnlyUnavailableIsTransient) {
   EXPECT_EQ(RejectedStatus("x", {StatusCode::kUnavailable, "busy"}).code(), StatusCode::kUnavailable);
-  EXPECT_EQ(RejectedStatus("x", {StatusCode::kResourceExhausted, "full"}).code(), StatusCode::kPermissionDenied);
+  // "too many connections" is not a refused token (kvctl once said so).
+  EXPECT_EQ(RejectedStatus("x", {StatusCode::kResourceExhausted, "full"}).code(), StatusCode::kResourceExhausted);
+  EXPECT_EQ(RejectedStatus("x", {StatusCode::kUnauthenticated, "invalid token"}).code(), StatusCode::kPermissionDenied);
   EXPECT_EQ(RejectedStatus("x", {StatusCode::kOk, "?"}).code(), StatusCode::kPermissionDenied);
   EXPECT_NE(RejectedStatus("connect to h:1", {StatusCode::kUnavailable, "busy"}).message().find("connect to h:1"),
             std::string::npos);

@@ -337,10 +337,11 @@ TEST_P(TransportTest, RejectRefusesTheConnectionWithTheServersReason) {
     StatusCode why;
     StatusCode connect_fails_with;
   };
-  // UNAVAILABLE is transient (worth retrying); any other reason is not.
+  // UNAVAILABLE is transient (worth retrying); RESOURCE_EXHAUSTED (no
+  // connection slot left) keeps its code; any other reason is a refusal.
   const Case cases[] = {{StatusCode::kUnauthenticated, StatusCode::kPermissionDenied},
                         {StatusCode::kPermissionDenied, StatusCode::kPermissionDenied},
-                        {StatusCode::kResourceExhausted, StatusCode::kPermissionDenied},
+                        {StatusCode::kResourceExhausted, StatusCode::kResourceExhausted},
                         {StatusCode::kUnavailable, StatusCode::kUnavailable}};
   for (const Case& c : cases) {
     SCOPED_TRACE(std::string(StatusCodeName(c.why)));

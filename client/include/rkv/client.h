@@ -19,17 +19,24 @@
 //   INVALID_ARGUMENT   a key outside 1..max_key_bytes() bytes or a value over
 //                      max_value_bytes() bytes (checked before anything is
 //                      sent), or bad ClientOptions.
-//   PERMISSION_DENIED  the server refused the connection: a wrong token, an
-//                      incompatible version, or no connection slot left
-//                      (the message says which).
+//   PERMISSION_DENIED  the server refused the connection: a wrong token or
+//                      an incompatible version (the message says which).
+//   RESOURCE_EXHAUSTED the server refused the connection because it has no
+//                      connection slot left ("too many connections"), or
+//                      refused a write (e.g. its table or heap is full).
 //   UNAVAILABLE        the server could not be reached (or stayed down)
-//                      within the call's deadline.
+//                      within the call's deadline; for a PUT or DELETE whose
+//                      request was sent, or whose server restarted before
+//                      the reply came, the message says its outcome is
+//                      unknown (see Retries).
+//   ABORTED            a resent PUT or DELETE the server could no longer
+//                      check for a replay: not applied by the resend, but
+//                      the first attempt's outcome is unknown.
 //   DEADLINE_EXCEEDED  the server is reachable but the call could not
 //                      complete in time (the message says what kept failing).
 //   DATA_LOSS          the server's table is corrupt (a slot pointing
 //                      outside the heap, seen repeatedly).
-//   others             as returned by the server (e.g. RESOURCE_EXHAUSTED
-//                      when its table or heap is full).
+//   others             as returned by the server.
 //
 // Cluster mode (ClientOptions::coordinator set): Connect fetches the
 // cluster map from the coordinator and a background thread keeps it
@@ -44,11 +51,20 @@
 // "server ID (epoch E, HOST:PORT): ".
 //
 // Retries: a call that meets a broken connection reconnects (the server may
-// have restarted under a new epoch) and retries within its deadline. Retries
-// are not idempotent yet: a PUT retried after a lost reply is applied twice
-// (its version moves twice, and it may overwrite a newer PUT of another
-// client made in between), and a DELETE retried after a lost reply may
-// report NOT_FOUND.
+// have restarted under a new epoch) and retries within its deadline. A PUT
+// or DELETE is resent with the same request id (ids are unique per Client,
+// whose id is random) and the server answers a request it has already
+// applied with its original reply, so a PUT or DELETE that returns OK was
+// applied exactly once and its result is that application's (a resent
+// DELETE reports OK, not NOT_FOUND; a resent PUT returns its own version
+// and never overwrites a newer PUT). A request is resent only to the server
+// incarnation (epoch) it was sent to: a restarted server does not know what
+// it applied, so the call returns UNAVAILABLE saying the outcome is unknown.
+// The server remembers the last 256 replies of each of its 1024 most
+// recently active clients; a retry beyond that is refused with ABORTED (or,
+// for a client forgotten as least recently active, applied again). A call
+// that fails with UNAVAILABLE or DEADLINE_EXCEEDED after sending its request
+// may or may not have been applied (the message says so). GETs only read.
 //
 // Thread safety: a Client is thread-safe. Concurrent calls share a pool of
 // ClientOptions::connections connections; each call takes a free one (or

@@ -1,0 +1,150 @@
+// Client retries of PUT and DELETE against an in-process server whose
+// transport loses replies (the fault-injecting transport): a request whose
+// reply was lost is resent with its request id and applied once; after a
+// server restart it is not resent and the call reports that its outcome is
+// unknown.
+#include <chrono>
+#include <filesystem>
+#include <future>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include "common/transport/factory.h"
+#include "common/transport/fault/fault_transport.h"
+#include "rkv/client.h"
+#include "server/server.h"
+
+namespace rkv {
+namespace {
+
+using namespace std::chrono_literals;
+using transport::fault::FaultTransport;
+
+constexpr char kToken[] = "retry-token";
+
+// The version a PUT returned, or 0 (and a test failure) on an error.
+uint64_t VersionOf(const StatusOr<uint64_t>& v) {
+  EXPECT_TRUE(v.ok()) << v.status();
+  return v.ok() ? *v : 0;
+}
+
+class ClientRetryTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::path(::testing::TempDir()) /
+           ("rkv_client_retry_" + std::to_string(::getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::remove_all(dir_);
+    options_.listen = "127.0.0.1:0";
+    options_.data_dir = dir_.string();
+    options_.memory_bytes = 16 << 20;
+    options_.max_keys = 1000;
+    options_.token = kToken;
+    StartServer();
+  }
+  void TearDown() override {
+    client_.reset();
+    server_.reset();
+    std::filesystem::remove_all(dir_);
+  }
+
+  // A server on a fresh fault-injecting transport (no faults yet), at the
+  // address of the previous one, if any.
+  void StartServer() {
+    if (server_) {
+      options_.listen = server_->address();
+      server_->Shutdown();
+      server_.reset();
+    }
+    auto tcp = transport::CreateTransport(transport::Kind::kTcp, transport::Options());
+    ASSERT_TRUE(tcp.ok()) << tcp.status();
+    transport_ = std::make_unique<FaultTransport>(std::move(tcp).value());
+    auto s = server::Server::Start(options_, transport_.get());
+    ASSERT_TRUE(s.ok()) << s.status();
+    server_ = std::move(s).value();
+  }
+
+  void Connect() {
+    ClientOptions o;
+    o.server = server_->address();
+    o.token = kToken;
+    o.transport = "tcp";
+    // Generous: it only bounds a hang; nothing here waits for it to pass.
+    o.timeout = 60s;
+    auto c = Client::Connect(o);
+    ASSERT_TRUE(c.ok()) << c.status();
+    client_ = std::move(c).value();
+  }
+
+  // The server's next reply is lost: its SEND fails and the connection
+  // breaks, after the request was applied.
+  void LoseTheNextReply() { ASSERT_TRUE(transport_->faults().AddSpec("send:fail:nth=1").ok()); }
+
+  std::filesystem::path dir_;
+  server::ServerOptions options_;
+  // The server goes before the transport it uses.
+  std::unique_ptr<FaultTransport> transport_;
+  std::unique_ptr<server::Server> server_;
+  std::unique_ptr<Client> client_;
+};
+
+TEST_F(ClientRetryTest, APutWhoseReplyWasLostIsResentAndAppliedOnce) {
+  Connect();
+  ASSERT_EQ(VersionOf(client_->Put("k", "v1")), 1u);
+  LoseTheNextReply();
+  auto v = client_->Put("k", "v2");
+  ASSERT_TRUE(v.ok()) << v.status();
+  EXPECT_EQ(*v, 2u) << "the resent PUT must get the original reply";
+  EXPECT_EQ(server_->Stats().puts, 2u) << "the resent PUT must not be applied again";
+  EXPECT_EQ(server_->Stats().connections_accepted, 2u) << "resent on a new connection";
+  auto got = client_->GetVersioned("k");
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->value, "v2");
+  EXPECT_EQ(got->version, 2u);
+  // The next PUT takes the next version: nothing was applied twice.
+  EXPECT_EQ(VersionOf(client_->Put("k", "v3")), 3u);
+}
+
+TEST_F(ClientRetryTest, ADeleteWhoseReplyWasLostIsResentAndReportsOk) {
+  Connect();
+  ASSERT_TRUE(client_->Put("k", "v").ok());
+  LoseTheNextReply();
+  const Status s = client_->Delete("k");
+  EXPECT_TRUE(s.ok()) << s << " (a resent DELETE must not report NOT_FOUND)";
+  EXPECT_EQ(server_->Stats().deletes, 1u);
+  EXPECT_EQ(client_->Get("k").status().code(), StatusCode::kNotFound);
+}
+
+TEST_F(ClientRetryTest, AfterAServerRestartTheOutcomeIsUnknownAndNothingIsResent) {
+  Connect();
+  ASSERT_EQ(VersionOf(client_->Put("k", "v1")), 1u);
+  // The reply is lost and the server takes no new connection, so the
+  // client keeps retrying its connect until the restarted server answers.
+  ASSERT_TRUE(transport_->faults().AddSpec("send:fail:nth=1;accept:fail").ok());
+  auto put = std::async(std::launch::async, [&] { return client_->Put("k", "v2"); });
+  // Restart once the PUT was applied (bounded wait).
+  for (int i = 0; i < 3000 && server_->Stats().puts < 2; ++i) std::this_thread::sleep_for(10ms);
+  ASSERT_EQ(server_->Stats().puts, 2u);
+  const uint64_t old_epoch = server_->epoch();
+  StartServer();
+  ASSERT_NE(server_->epoch(), old_epoch);
+
+  const StatusOr<uint64_t> v = put.get();
+  ASSERT_FALSE(v.ok()) << "got version " << *v;
+  EXPECT_EQ(v.status().code(), StatusCode::kUnavailable) << v.status();
+  EXPECT_NE(v.status().message().find("outcome unknown"), std::string::npos) << v.status();
+  EXPECT_NE(v.status().message().find("restarted"), std::string::npos) << v.status();
+  EXPECT_EQ(server_->Stats().puts, 0u) << "the PUT was resent to the restarted server";
+  // It was applied once, by the first incarnation, and is durable.
+  auto got = client_->GetVersioned("k");
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->value, "v2");
+  EXPECT_EQ(got->version, 2u);
+}
+
+}  // namespace
+}  // namespace rkv
