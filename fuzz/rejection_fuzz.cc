@@ -3,7 +3,8 @@
 //
 // Properties: decoding any bytes gives a non-empty, printable text of
 // bounded length and a valid code; a refusal re-encoded decodes to itself;
-// the status a refused Connect returns is UNAVAILABLE or PERMISSION_DENIED.
+// the status a refused Connect returns is UNAVAILABLE or RESOURCE_EXHAUSTED
+// when the server said so, PERMISSION_DENIED otherwise.
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
@@ -43,7 +44,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string described = DescribeRejection(r);
   RKV_FUZZ_CHECK(described.find(r.text) == 0);
   const rkv::Status s = RejectedStatus("server", r);
-  RKV_FUZZ_CHECK(s.code() == rkv::StatusCode::kUnavailable || s.code() == rkv::StatusCode::kPermissionDenied);
+  RKV_FUZZ_CHECK(s.code() == rkv::StatusCode::kUnavailable || s.code() == rkv::StatusCode::kResourceExhausted ||
+                 s.code() == rkv::StatusCode::kPermissionDenied);
   RKV_FUZZ_CHECK((s.code() == rkv::StatusCode::kUnavailable) == (r.code == rkv::StatusCode::kUnavailable));
+  RKV_FUZZ_CHECK((s.code() == rkv::StatusCode::kResourceExhausted) == (r.code == rkv::StatusCode::kResourceExhausted));
   return 0;
 }
