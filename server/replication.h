@@ -1,0 +1,73 @@
+// What the apply path needs to know about the cluster to replicate a write,
+// and who may send replication traffic: the boundary between the data path
+// (server/apply.cc, server/replicator.h) and the code that follows the
+// cluster map (server/membership.h).
+//
+// A primary forwards every PUT and DELETE of a key to the backups of the
+// key's shard in the current map before it makes the write durable and
+// publishes it locally, and replies only when every backup has acknowledged
+// it (or has been taken out of the replica set by the coordinator). See
+// docs/design.md, "Replication".
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/status.h"
+
+namespace rkv::server {
+
+// One backup of a shard, as the current map names it.
+struct ReplicaPeer {
+  std::string server_id;
+  uint64_t epoch = 0;
+  std::string data_address;  // HOST:PORT of its data plane
+};
+
+// Where a key's writes must go, decided from one map version.
+struct WriteRoute {
+  uint64_t map_version = 0;
+  uint32_t shard = 0;
+  std::vector<ReplicaPeer> backups;  // may be empty (R = 1, or none left)
+};
+
+// Implemented by the map follower; a fake in tests. Thread-safe.
+class ReplicationPolicy {
+ public:
+  virtual ~ReplicationPolicy() = default;
+
+  // The route for a client's write of `key`: OK with the backups to forward
+  // to when this server is the primary of the key's shard in the current
+  // map; FAILED_PRECONDITION ("not the primary of shard S in map version
+  // V") when it is not, so the client refetches the map; UNAVAILABLE when
+  // this server has no complete map yet.
+  virtual StatusOr<WriteRoute> RouteWrite(std::string_view key) = 0;
+
+  // A backup did not acknowledge a forwarded write of `shard` in time (or
+  // refused it): asks the coordinator to take it out of the shard's replica
+  // set and returns OK once a map without it is committed (the write may
+  // then be acknowledged without it), or the error that prevented that (the
+  // write must then fail with UNAVAILABLE: its outcome is unknown).
+  virtual Status ReportFailedBackup(uint32_t shard, const ReplicaPeer& backup, std::string_view reason) = 0;
+
+  // The id of the server of the current map whose id has fingerprint
+  // `fingerprint` (PeerFingerprint) and whose epoch is `epoch`; nullopt when
+  // there is none (its replication traffic is then refused at the
+  // handshake with PERMISSION_DENIED).
+  virtual std::optional<std::string> FindPeer(uint64_t fingerprint, uint64_t epoch) = 0;
+
+  // Whether this server accepts a forwarded write of `key` from `sender_id`:
+  // OK when, in the current map, the sender is the primary of the key's
+  // shard and this server one of its backups; FAILED_PRECONDITION naming
+  // the map version otherwise.
+  virtual Status AcceptReplica(std::string_view sender_id, std::string_view key) = 0;
+};
+
+// 64 bits that name a server id in a replication handshake (the connect
+// private data has no room for the id itself): XXH3 of the id.
+uint64_t PeerFingerprint(std::string_view server_id);
+
+}  // namespace rkv::server
