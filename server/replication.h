@@ -56,14 +56,19 @@ class ReplicationPolicy {
   // The id of the server of the current map whose id has fingerprint
   // `fingerprint` (PeerFingerprint) and whose epoch is `epoch`; nullopt when
   // there is none (its replication traffic is then refused at the
-  // handshake with PERMISSION_DENIED).
+  // handshake with PERMISSION_DENIED). When the current map has no such
+  // server, the map is refetched once (bounded, about a second) before
+  // answering, so that a peer that just restarted is not refused.
   virtual std::optional<std::string> FindPeer(uint64_t fingerprint, uint64_t epoch) = 0;
 
-  // Whether this server accepts a forwarded write of `key` from `sender_id`:
-  // OK when, in the current map, the sender is the primary of the key's
-  // shard and this server one of its backups; FAILED_PRECONDITION naming
-  // the map version otherwise.
-  virtual Status AcceptReplica(std::string_view sender_id, std::string_view key) = 0;
+  // Whether this server accepts a forwarded write of `key` from `sender_id`,
+  // which forwarded it under map version `sender_map_version`: OK when, in
+  // the current map, the sender is the primary of the key's shard and this
+  // server one of its backups; FAILED_PRECONDITION naming the map version
+  // otherwise. When this server's map is older than the sender's, it first
+  // waits (bounded, about a second) to learn a newer one, so that a map
+  // change seen by the primary first is not mistaken for a bad sender.
+  virtual Status AcceptReplica(std::string_view sender_id, std::string_view key, uint64_t sender_map_version) = 0;
 };
 
 // 64 bits that name a server id in a replication handshake (the connect
