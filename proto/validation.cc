@@ -12,6 +12,12 @@ namespace {
 
 bool IsAlnum(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9'); }
 bool IsHex(char c) { return (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F') || (c >= '0' && c <= '9'); }
+bool IsPrintableAscii(std::string_view text) {
+  for (char c : text) {
+    if (c < 0x20 || c > 0x7E) return false;
+  }
+  return true;
+}
 
 }  // namespace
 
@@ -135,10 +141,122 @@ Status ValidateServerFields(std::string_view id, uint64_t epoch, std::string_vie
 
 }  // namespace
 
-Status ValidateJoinRequest(const v1::JoinRequest& r) {
-  return ValidateServerFields(r.server_id(), r.epoch(), r.data_address(), r.admin_address(), r.transport(), r.index(),
-                              r.heap(), r.table());
+Status ValidateZone(std::string_view zone) {
+  if (zone.size() > kMaxZoneBytes) {
+    return InvalidArgument("zone '" + Printable(zone) + "' is longer than " + std::to_string(kMaxZoneBytes) + " bytes");
+  }
+  if (!IsPrintableAscii(zone)) {
+    return InvalidArgument("zone '" + Printable(zone) + "' holds a byte that is not printable ASCII");
+  }
+  return Status::Ok();
 }
+
+Status ValidateJoinRequest(const v1::JoinRequest& r) {
+  RKV_RETURN_IF_ERROR(ValidateServerFields(r.server_id(), r.epoch(), r.data_address(), r.admin_address(),
+                                           r.transport(), r.index(), r.heap(), r.table()));
+  return ValidateZone(r.zone());
+}
+
+Status ValidateReportReplicaFailure(const v1::ReportReplicaFailureRequest& r) {
+  RKV_RETURN_IF_ERROR(ValidateServerAndEpoch(r.server_id(), r.epoch()));
+  RKV_RETURN_IF_ERROR(ValidateServerId(r.backup_id()).WithContext("backup_id"));
+  if (r.shards().empty()) return InvalidArgument("shards is empty: name the shards the backup failed");
+  if (static_cast<uint32_t>(r.shards_size()) > kMaxShardCount) {
+    return InvalidArgument("shards lists " + std::to_string(r.shards_size()) + " shards, more than " +
+                           std::to_string(kMaxShardCount));
+  }
+  for (uint32_t shard : r.shards()) {
+    if (shard >= kMaxShardCount) {
+      return InvalidArgument("shard " + std::to_string(shard) + " is not below " + std::to_string(kMaxShardCount));
+    }
+  }
+  if (r.reason().size() > kMaxReasonBytes) {
+    return InvalidArgument("reason is longer than " + std::to_string(kMaxReasonBytes) + " bytes");
+  }
+  if (!IsPrintableAscii(r.reason())) {
+    return InvalidArgument("reason '" + Printable(r.reason()) + "' holds a byte that is not printable ASCII");
+  }
+  return Status::Ok();
+}
+
+namespace {
+
+// The replica lists of a map whose servers and shard_owner are valid.
+// `index_of` maps each server id to its index in map.servers().
+Status ValidateReplicaSets(const v1::ClusterMap& map,
+                           const std::unordered_map<std::string_view, int>& index_of) {
+  if (map.replication_factor() > kMaxReplicationFactor) {
+    return InvalidArgument("replication_factor " + std::to_string(map.replication_factor()) + " is over " +
+                           std::to_string(kMaxReplicationFactor));
+  }
+  if (map.replication_factor() > map.expected_servers()) {
+    return InvalidArgument("replication_factor " + std::to_string(map.replication_factor()) +
+                           " is above expected_servers " + std::to_string(map.expected_servers()));
+  }
+  const bool assigned = map.shard_owner_size() != 0;
+  if (map.replication_factor() == 0 || !assigned) {
+    // A map older than replication, or one without shards yet: no replica
+    // lists at all.
+    if (map.shard_replicas_size() != 0) {
+      return InvalidArgument(std::string("shard_replicas is not empty in a map ") +
+                             (assigned ? "with replication_factor 0" : "without a shard assignment"));
+    }
+    for (const v1::ServerInfo& s : map.servers()) {
+      if (s.backup_shards_size() != 0) {
+        return InvalidArgument("server '" + s.server_id() + "' lists backup_shards in a map " +
+                               (assigned ? "with replication_factor 0" : "without a shard assignment"));
+      }
+    }
+    return Status::Ok();
+  }
+  if (static_cast<uint32_t>(map.shard_replicas_size()) != map.shard_count()) {
+    return InvalidArgument("shard_replicas has " + std::to_string(map.shard_replicas_size()) +
+                           " entries, not shard_count " + std::to_string(map.shard_count()));
+  }
+  // Each server's backup_shards must be exactly, ascending, the shards whose
+  // replica list names it after the primary.
+  std::vector<int> next(map.servers_size(), 0);
+  for (uint32_t shard = 0; shard < map.shard_count(); ++shard) {
+    const v1::ShardReplicas& replicas = map.shard_replicas(static_cast<int>(shard));
+    const std::string where = "shard_replicas[" + std::to_string(shard) + "]";
+    if (replicas.server_ids_size() < 1 ||
+        static_cast<uint32_t>(replicas.server_ids_size()) > map.replication_factor()) {
+      return InvalidArgument(where + " lists " + std::to_string(replicas.server_ids_size()) +
+                             " servers, not 1.." + std::to_string(map.replication_factor()));
+    }
+    if (replicas.server_ids(0) != map.shard_owner(static_cast<int>(shard))) {
+      return InvalidArgument(where + " starts with '" + Printable(replicas.server_ids(0)) + "', not the owner '" +
+                             Printable(map.shard_owner(static_cast<int>(shard))) + "'");
+    }
+    for (int k = 0; k < replicas.server_ids_size(); ++k) {
+      const std::string& id = replicas.server_ids(k);
+      for (int j = 0; j < k; ++j) {
+        if (replicas.server_ids(j) == id) return InvalidArgument(where + " lists '" + Printable(id) + "' twice");
+      }
+      const auto it = index_of.find(id);
+      if (it == index_of.end()) {
+        return InvalidArgument(where + " lists '" + Printable(id) + "', not a listed server");
+      }
+      if (k == 0) continue;
+      const v1::ServerInfo& s = map.servers(it->second);
+      int& n = next[it->second];
+      if (n >= s.backup_shards_size() || s.backup_shards(n) != shard) {
+        return InvalidArgument("server '" + s.server_id() + "' backup_shards disagree with shard_replicas at shard " +
+                               std::to_string(shard));
+      }
+      ++n;
+    }
+  }
+  for (int i = 0; i < map.servers_size(); ++i) {
+    if (next[i] != map.servers(i).backup_shards_size()) {
+      return InvalidArgument("server '" + map.servers(i).server_id() +
+                             "' lists backup_shards that shard_replicas do not give it");
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace
 
 Status ValidateClusterMap(const v1::ClusterMap& map) {
   if (map.shard_count() < 1 || map.shard_count() > kMaxShardCount) {
@@ -163,6 +281,7 @@ Status ValidateClusterMap(const v1::ClusterMap& map) {
       return InvalidArgument("servers[" + std::to_string(i) + "] has state " + std::to_string(s.state()) +
                              ", not UP or DOWN");
     }
+    if (Status z = ValidateZone(s.zone()); !z.ok()) return z.WithContext("servers[" + std::to_string(i) + "]");
     if (!index_of.emplace(s.server_id(), i).second) {
       return InvalidArgument("server_id '" + s.server_id() + "' is listed twice");
     }
@@ -171,7 +290,7 @@ Status ValidateClusterMap(const v1::ClusterMap& map) {
     for (const v1::ServerInfo& s : map.servers()) {
       if (s.shards_size() != 0) return InvalidArgument("server '" + s.server_id() + "' owns shards of an unassigned map");
     }
-    return Status::Ok();
+    return ValidateReplicaSets(map, index_of);
   }
   if (static_cast<uint32_t>(map.shard_owner_size()) != map.shard_count()) {
     return InvalidArgument("shard_owner has " + std::to_string(map.shard_owner_size()) + " entries, not shard_count " +
@@ -199,7 +318,7 @@ Status ValidateClusterMap(const v1::ClusterMap& map) {
       return InvalidArgument("server '" + map.servers(i).server_id() + "' lists shards it does not own");
     }
   }
-  return Status::Ok();
+  return ValidateReplicaSets(map, index_of);
 }
 
 }  // namespace rkv::control

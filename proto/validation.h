@@ -21,6 +21,9 @@ inline constexpr uint32_t kMaxShardCount = 65536;
 inline constexpr uint32_t kMaxExpectedServers = 4096;
 inline constexpr uint32_t kMaxBucketCountLog2 = 40;
 inline constexpr uint64_t kMaxGracePeriodUs = 60'000'000;
+inline constexpr uint32_t kMaxReplicationFactor = 5;
+inline constexpr size_t kMaxZoneBytes = 64;
+inline constexpr size_t kMaxReasonBytes = 200;
 
 // 1..64 characters of [A-Za-z0-9._-], starting with a letter or digit.
 Status ValidateServerId(std::string_view id);
@@ -41,10 +44,20 @@ Status ValidateRegion(std::string_view field, const v1::RegionDescriptor& region
 // larger than the layout's maximum, grace_period_us in [1, 60 s].
 Status ValidateTableParams(const v1::TableParams& table);
 
+// A failure domain label: at most 64 bytes of printable ASCII (0x20..0x7E);
+// may be empty (unlabelled).
+Status ValidateZone(std::string_view zone);
+
 // Every field of a JoinRequest, and that the regions hold the table: the
-// index region at least layout::IndexBytes(1 << bucket_count_log2) bytes and
-// the heap region at least heap_size bytes.
+// index region at least layout::IndexBytes(1 << bucket_count_log2) bytes,
+// the heap region at least heap_size bytes; the zone as ValidateZone.
 Status ValidateJoinRequest(const v1::JoinRequest& request);
+
+// The form of a ReportReplicaFailureRequest: reporter id and non-zero
+// epoch, a valid backup_id, 1..kMaxShardCount shards (each below
+// kMaxShardCount; the coordinator checks them against its shard count),
+// and a reason of printable ASCII of at most 200 bytes.
+Status ValidateReportReplicaFailure(const v1::ReportReplicaFailureRequest& request);
 
 // A server id and a non-zero epoch.
 Status ValidateServerAndEpoch(std::string_view server_id, uint64_t epoch);
@@ -53,7 +66,20 @@ Status ValidateServerAndEpoch(std::string_view server_id, uint64_t epoch);
 // every server valid (as a JoinRequest would be) with a distinct id and a
 // state of UP or DOWN; shard_owner either empty or shard_count ids of
 // listed servers, and each server's `shards` exactly the shards naming it.
+// Replica sets: replication_factor in [0, 5] and at most expected_servers
+// (0: a map from a coordinator older than replication, read as 1, which
+// must then carry no shard_replicas and no backup_shards). With R >= 1 and
+// shards assigned, shard_replicas has shard_count entries, entry s holding
+// 1..R distinct listed servers with shard_owner[s] first; each server's
+// `backup_shards` is exactly, ascending, the shards whose entry lists it
+// after the first. Unassigned: no shard_replicas, no backup_shards.
 Status ValidateClusterMap(const v1::ClusterMap& map);
+
+// The replication factor a valid map means: replication_factor, or 1 for a
+// map that predates it (0).
+inline uint32_t EffectiveReplicationFactor(const v1::ClusterMap& map) {
+  return map.replication_factor() == 0 ? 1 : map.replication_factor();
+}
 
 // `text` cut to `max` bytes with non-printable bytes replaced by '?', for
 // error messages and logs that quote untrusted input.

@@ -46,6 +46,19 @@ grpc::Status CoordinatorService::Leave(grpc::ServerContext* context, const v1::L
   return ToGrpc(state_->Leave(*request));
 }
 
+grpc::Status CoordinatorService::ReportReplicaFailure(grpc::ServerContext* context,
+                                                      const v1::ReportReplicaFailureRequest* request,
+                                                      v1::ReportReplicaFailureResponse* response) {
+  if (grpc::Status s = CheckToken(context, token_digest_hex_); !s.ok()) return s;
+  auto result = state_->ReportReplicaFailure(*request);
+  if (!result.ok()) {
+    LOG(WARNING) << "ReportReplicaFailure from " << context->peer() << " refused: " << result.status();
+    return ToGrpc(result.status());
+  }
+  *response = std::move(result).value();
+  return grpc::Status::OK;
+}
+
 grpc::Status CoordinatorService::GetClusterMap(grpc::ServerContext* context, const v1::GetClusterMapRequest*,
                                                v1::ClusterMap* response) {
   if (grpc::Status s = CheckToken(context, token_digest_hex_); !s.ok()) return s;

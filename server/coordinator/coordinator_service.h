@@ -34,6 +34,8 @@ class CoordinatorService final : public v1::Coordinator::Service {
   grpc::Status Heartbeat(grpc::ServerContext* context, const v1::HeartbeatRequest* request,
                          v1::HeartbeatResponse* response) override;
   grpc::Status Leave(grpc::ServerContext* context, const v1::LeaveRequest* request, v1::LeaveResponse* response) override;
+  grpc::Status ReportReplicaFailure(grpc::ServerContext* context, const v1::ReportReplicaFailureRequest* request,
+                                    v1::ReportReplicaFailureResponse* response) override;
   grpc::Status GetClusterMap(grpc::ServerContext* context, const v1::GetClusterMapRequest* request,
                              v1::ClusterMap* response) override;
   // Polls for client cancellation every kWatchPoll while no version comes.

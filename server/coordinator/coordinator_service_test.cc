@@ -67,6 +67,14 @@ TEST_F(CoordinatorServiceTest, EveryRpcRefusesAMissingOrWrongToken) {
     v1::ClusterMap map;
     EXPECT_EQ(stub_->GetClusterMap(Ctx(token).get(), v1::GetClusterMapRequest(), &map).error_code(),
               grpc::StatusCode::UNAUTHENTICATED);
+    v1::ReportReplicaFailureRequest report;
+    report.set_server_id("a");
+    report.set_epoch(1);
+    report.set_backup_id("b");
+    report.add_shards(0);
+    v1::ReportReplicaFailureResponse reported;
+    EXPECT_EQ(stub_->ReportReplicaFailure(Ctx(token).get(), report, &reported).error_code(),
+              grpc::StatusCode::UNAUTHENTICATED);
     auto ctx = Ctx(token);
     auto reader = stub_->WatchClusterMap(ctx.get(), v1::WatchClusterMapRequest());
     EXPECT_FALSE(reader->Read(&map));
@@ -107,6 +115,39 @@ TEST_F(CoordinatorServiceTest, JoinHeartbeatAndGetClusterMap) {
   v1::JoinRequest bad = MakeJoin("a", 1, 0);
   bad.set_transport("carrier-pigeon");
   EXPECT_EQ(stub_->Join(Ctx().get(), bad, &join).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+}
+
+TEST_F(CoordinatorServiceTest, ReportReplicaFailureTakesTheBackupOut) {
+  v1::JoinResponse join;
+  ASSERT_TRUE(stub_->Join(Ctx().get(), MakeJoin("a", 1, 0), &join).ok());
+  ASSERT_TRUE(stub_->Join(Ctx().get(), MakeJoin("b", 1, 1), &join).ok());
+  v1::ClusterMap map;
+  ASSERT_TRUE(stub_->GetClusterMap(Ctx().get(), v1::GetClusterMapRequest(), &map).ok());
+  EXPECT_EQ(map.replication_factor(), 2u);  // the default with two servers
+  ASSERT_EQ(map.shard_replicas_size(), 8);
+  EXPECT_EQ(map.shard_replicas(0).server_ids_size(), 2);
+
+  v1::ReportReplicaFailureRequest report;
+  report.set_server_id("a");
+  report.set_epoch(1);
+  report.set_backup_id("b");
+  report.add_shards(0);
+  report.add_shards(2);
+  report.set_reason("no acknowledgement within 1 s");
+  v1::ReportReplicaFailureResponse reported;
+  ASSERT_TRUE(stub_->ReportReplicaFailure(Ctx().get(), report, &reported).ok());
+  EXPECT_EQ(reported.map_version(), 3u);
+  ASSERT_TRUE(stub_->GetClusterMap(Ctx().get(), v1::GetClusterMapRequest(), &map).ok());
+  EXPECT_EQ(map.version(), 3u);
+  EXPECT_EQ(map.shard_replicas(0).server_ids_size(), 1);
+  EXPECT_EQ(map.shard_replicas(2).server_ids_size(), 1);
+  EXPECT_EQ(map.shard_replicas(4).server_ids_size(), 2);
+
+  report.set_backup_id("a");
+  grpc::Status self = stub_->ReportReplicaFailure(Ctx().get(), report, &reported);
+  EXPECT_EQ(self.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  report.set_server_id("nobody");
+  EXPECT_EQ(stub_->ReportReplicaFailure(Ctx().get(), report, &reported).error_code(), grpc::StatusCode::NOT_FOUND);
 }
 
 TEST_F(CoordinatorServiceTest, WatchDeliversTheCurrentMapThenEachNewVersion) {

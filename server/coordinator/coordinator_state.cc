@@ -1,6 +1,9 @@
 #include "server/coordinator/coordinator_state.h"
 
+#include <algorithm>
 #include <cstdio>
+#include <tuple>
+#include <unordered_map>
 #include <utility>
 
 #include <glog/logging.h>
@@ -33,6 +36,11 @@ void CopyJoinFields(const v1::JoinRequest& r, v1::ServerInfo* info) {
   *info->mutable_heap() = r.heap();
   *info->mutable_table() = r.table();
   info->set_heap_bytes(r.table().heap_size());
+  info->set_zone(r.zone());
+}
+
+bool Contains(const google::protobuf::RepeatedField<uint32_t>& ascending, uint32_t value) {
+  return std::binary_search(ascending.begin(), ascending.end(), value);
 }
 
 std::string Seconds(steady_clock::duration d) {
@@ -52,6 +60,14 @@ Status ValidateConfig(const CoordinatorConfig& c) {
     return InvalidArgument("--servers " + std::to_string(c.expected_servers) + " is outside [1, " +
                            std::to_string(control::kMaxExpectedServers) + "]");
   }
+  if (c.replicas > control::kMaxReplicationFactor) {
+    return InvalidArgument("--replicas " + std::to_string(c.replicas) + " is outside [1, " +
+                           std::to_string(control::kMaxReplicationFactor) + "]");
+  }
+  if (EffectiveReplicas(c) > c.expected_servers) {
+    return InvalidArgument("--replicas " + std::to_string(c.replicas) + " is above --servers " +
+                           std::to_string(c.expected_servers) + ": each copy of a shard needs its own server");
+  }
   if (c.heartbeat_interval.count() < 1 || c.heartbeat_interval.count() > 60'000) {
     return InvalidArgument("--heartbeat_interval_ms " + std::to_string(c.heartbeat_interval.count()) +
                            " is outside [1, 60000]");
@@ -64,8 +80,46 @@ Status ValidateConfig(const CoordinatorConfig& c) {
   return Status::Ok();
 }
 
+uint32_t DefaultReplicas(uint32_t expected_servers) { return std::min<uint32_t>(3, expected_servers); }
+
+uint32_t EffectiveReplicas(const CoordinatorConfig& config) {
+  return config.replicas != 0 ? config.replicas : DefaultReplicas(config.expected_servers);
+}
+
+std::vector<size_t> PlaceBackups(const std::vector<std::string>& zones, size_t primary, size_t count,
+                                 std::vector<uint32_t>* backup_load) {
+  const size_t n = zones.size();
+  std::unordered_map<std::string_view, uint32_t> in_zone;  // the shard's replicas per zone so far
+  ++in_zone[zones[primary]];
+  std::vector<bool> chosen(n, false);
+  chosen[primary] = true;
+  std::vector<size_t> picks;
+  picks.reserve(count);
+  for (size_t k = 0; k < count; ++k) {
+    size_t best = n;
+    std::tuple<uint32_t, uint32_t, size_t> best_key;
+    for (size_t d = 1; d < n; ++d) {
+      const size_t i = (primary + d) % n;
+      if (chosen[i]) continue;
+      const auto z = in_zone.find(zones[i]);
+      const std::tuple<uint32_t, uint32_t, size_t> key(z == in_zone.end() ? 0 : z->second, (*backup_load)[i], d);
+      if (best == n || key < best_key) {
+        best = i;
+        best_key = key;
+      }
+    }
+    if (best == n) break;  // fewer servers than asked for; ValidateConfig prevents it
+    chosen[best] = true;
+    ++in_zone[zones[best]];
+    ++(*backup_load)[best];
+    picks.push_back(best);
+  }
+  std::sort(picks.begin(), picks.end(), [&](size_t a, size_t b) { return (a + n - primary) % n < (b + n - primary) % n; });
+  return picks;
+}
+
 CoordinatorState::CoordinatorState(const CoordinatorConfig& config, std::unique_ptr<StateStore> store, Clock clock)
-    : config_(config), clock_(std::move(clock)), store_(std::move(store)) {}
+    : config_(config), replicas_(EffectiveReplicas(config)), clock_(std::move(clock)), store_(std::move(store)) {}
 
 StatusOr<std::unique_ptr<CoordinatorState>> CoordinatorState::Open(const CoordinatorConfig& config,
                                                                    std::unique_ptr<StateStore> store, Clock clock) {
@@ -93,6 +147,13 @@ Status CoordinatorState::Load() {
     return FailedPrecondition("the data dir holds a cluster of " + std::to_string(meta.expected_servers()) +
                               " servers, not --servers " + std::to_string(config_.expected_servers) +
                               "; adding or removing servers (rebalancing) is not supported yet");
+  }
+  // A store written before replication existed holds one copy per shard.
+  const uint32_t stored_replicas = meta.replication_factor() == 0 ? 1 : meta.replication_factor();
+  if (stored_replicas != replicas_) {
+    return FailedPrecondition("the data dir holds a cluster of " + std::to_string(stored_replicas) +
+                              " replicas per shard, not --replicas " + std::to_string(replicas_) +
+                              "; changing the replication factor is not supported");
   }
   const size_t n = snap.servers.size();
   if (n > config_.expected_servers) return DataLoss("the store holds more servers than the cluster size");
@@ -122,7 +183,8 @@ Status CoordinatorState::Load() {
     return DataLoss("the stored cluster map is inconsistent: " + s.message());
   }
   LOG(INFO) << "loaded cluster map version " << version_ << ": " << n << " of " << config_.expected_servers
-            << " servers, " << config_.shard_count << " shards" << (assigned_ ? " assigned" : " not assigned yet");
+            << " servers, " << config_.shard_count << " shards" << (assigned_ ? " assigned" : " not assigned yet")
+            << ", " << replicas_ << " replicas per shard";
   for (const Server& s : servers_) {
     LOG(INFO) << Describe(s.info) << " is " << v1::ServerState_Name(s.info.state()) << " (as stored)";
   }
@@ -147,6 +209,7 @@ Status CoordinatorState::CommitLocked(std::vector<Server> next, const std::vecto
   meta.set_shard_count(config_.shard_count);
   meta.set_expected_servers(config_.expected_servers);
   meta.set_shards_assigned(next_assigned);
+  meta.set_replication_factor(replicas_);
   std::vector<v1::store::StoredServer> records;
   records.reserve(changed.size());
   for (size_t i : changed) {
@@ -180,6 +243,11 @@ StatusOr<v1::JoinResponse> CoordinatorState::Join(const v1::JoinRequest& r) {
     if (r.epoch() < known_epoch) {
       return FailedPrecondition("server " + r.server_id() + ": epoch " + std::to_string(r.epoch()) +
                                 " is older than the known epoch " + std::to_string(known_epoch) + " (stale)");
+    }
+    if (r.zone() != s.info.zone()) {
+      // Placement relied on the zone: a server may not move.
+      return FailedPrecondition("server " + r.server_id() + " joined in zone '" + s.info.zone() +
+                                "', not zone '" + r.zone() + "'; a server keeps its zone for the life of its id");
     }
     if (r.epoch() == known_epoch) {
       if (!SameIncarnation(s.info, r)) {
@@ -221,12 +289,9 @@ StatusOr<v1::JoinResponse> CoordinatorState::Join(const v1::JoinRequest& r) {
   }
   std::vector<size_t> changed{index};
   if (!next_assigned && next.size() == config_.expected_servers) {
-    // The N-th server: assign every shard, round robin in join order. The
-    // whole assignment is one commit, so it is never seen half-applied.
-    for (Server& s : next) s.info.clear_shards();
-    for (uint32_t shard = 0; shard < config_.shard_count; ++shard) {
-      next[shard % next.size()].info.add_shards(shard);
-    }
+    // The N-th server: assign every shard. The whole assignment is one
+    // commit, so it is never seen half-applied.
+    AssignShards(&next);
     next_assigned = true;
     changed.clear();
     for (size_t i = 0; i < next.size(); ++i) changed.push_back(i);
@@ -237,13 +302,86 @@ StatusOr<v1::JoinResponse> CoordinatorState::Join(const v1::JoinRequest& r) {
   LOG(INFO) << Describe(s.info) << " " << what << "; map version " << version_;
   if (assigning) {
     LOG(INFO) << "assigned " << config_.shard_count << " shards round robin over " << servers_.size()
-              << " servers; map version " << version_;
+              << " servers, " << replicas_ << " replicas each; map version " << version_;
   }
   v1::JoinResponse resp;
   resp.set_map_version(version_);
   *resp.mutable_shards() = s.info.shards();
   resp.set_heartbeat_interval_ms(static_cast<uint32_t>(config_.heartbeat_interval.count()));
   resp.set_heartbeat_timeout_ms(static_cast<uint32_t>(config_.heartbeat_timeout.count()));
+  return resp;
+}
+
+void CoordinatorState::AssignShards(std::vector<Server>* next) const {
+  std::vector<std::string> zones;
+  zones.reserve(next->size());
+  for (Server& s : *next) {
+    s.info.clear_shards();
+    s.info.clear_backup_shards();
+    zones.push_back(s.info.zone());
+  }
+  std::vector<uint32_t> load(next->size(), 0);
+  for (uint32_t shard = 0; shard < config_.shard_count; ++shard) {
+    const size_t primary = shard % next->size();
+    (*next)[primary].info.add_shards(shard);
+    for (size_t b : PlaceBackups(zones, primary, replicas_ - 1, &load)) (*next)[b].info.add_backup_shards(shard);
+  }
+}
+
+StatusOr<v1::ReportReplicaFailureResponse> CoordinatorState::ReportReplicaFailure(
+    const v1::ReportReplicaFailureRequest& r) {
+  RKV_RETURN_IF_ERROR(control::ValidateReportReplicaFailure(r));
+  MutexLock lock(mu_);
+  const int reporter_index = FindLocked(r.server_id());
+  if (reporter_index < 0) return NotFound("unknown server " + r.server_id() + "; join first");
+  const Server& reporter = servers_[static_cast<size_t>(reporter_index)];
+  if (r.epoch() != reporter.info.epoch()) {
+    return FailedPrecondition("server " + r.server_id() + ": epoch " + std::to_string(r.epoch()) +
+                              " is not the joined epoch " + std::to_string(reporter.info.epoch()) + "; join again");
+  }
+  if (reporter.info.state() != v1::UP) {
+    return FailedPrecondition("server " + r.server_id() + " is marked DOWN; join again");
+  }
+  if (r.backup_id() == r.server_id()) {
+    return FailedPrecondition("server " + r.server_id() + " reports itself: a primary is never taken out of a replica set");
+  }
+  const int backup_index = FindLocked(r.backup_id());
+  if (backup_index < 0) return NotFound("unknown backup server " + r.backup_id());
+  if (!assigned_) return FailedPrecondition("shards are not assigned yet: no replica sets to change");
+  for (uint32_t shard : r.shards()) {
+    if (shard >= config_.shard_count) {
+      return InvalidArgument("shard " + std::to_string(shard) + " is not below the shard count " +
+                             std::to_string(config_.shard_count));
+    }
+  }
+  const size_t b = static_cast<size_t>(backup_index);
+  const v1::ServerInfo& backup = servers_[b].info;
+  std::vector<uint32_t> removed;
+  for (uint32_t shard : r.shards()) {
+    if (Contains(reporter.info.shards(), shard) && Contains(backup.backup_shards(), shard)) removed.push_back(shard);
+  }
+  std::sort(removed.begin(), removed.end());
+  removed.erase(std::unique(removed.begin(), removed.end()), removed.end());
+  v1::ReportReplicaFailureResponse resp;
+  if (removed.empty()) {
+    // Already out of every set it could leave (a retried report): no change.
+    resp.set_map_version(version_);
+    return resp;
+  }
+  std::vector<Server> next = servers_;
+  google::protobuf::RepeatedField<uint32_t> kept;
+  for (uint32_t shard : backup.backup_shards()) {
+    if (!std::binary_search(removed.begin(), removed.end(), shard)) kept.Add(shard);
+  }
+  *next[b].info.mutable_backup_shards() = std::move(kept);
+  RKV_RETURN_IF_ERROR(CommitLocked(std::move(next), {b}, assigned_));
+  const std::string reason = control::Printable(r.reason(), control::kMaxReasonBytes);
+  for (uint32_t shard : removed) {
+    LOG(INFO) << Describe(servers_[b].info) << " taken out of the replica set of shard " << shard << " on report of "
+              << Describe(servers_[static_cast<size_t>(reporter_index)].info) << ": " << reason << "; map version "
+              << version_;
+  }
+  resp.set_map_version(version_);
   return resp;
 }
 
@@ -310,6 +448,7 @@ v1::ClusterMap CoordinatorState::MapLocked() const {
   map.set_version(version_);
   map.set_shard_count(config_.shard_count);
   map.set_expected_servers(config_.expected_servers);
+  map.set_replication_factor(replicas_);
   if (assigned_) {
     std::vector<const std::string*> owner(config_.shard_count, nullptr);
     for (const Server& s : servers_) {
@@ -319,6 +458,29 @@ v1::ClusterMap CoordinatorState::MapLocked() const {
     }
     static const std::string kNone;
     for (const std::string* id : owner) map.add_shard_owner(id != nullptr ? *id : kNone);
+    // Replica lists: the owner, then the backups in join order starting
+    // after the owner (the order PlaceBackups gives them). Out-of-range or
+    // contradictory records are left for ValidateClusterMap to catch.
+    const size_t n = servers_.size();
+    std::unordered_map<std::string_view, size_t> order;
+    for (size_t i = 0; i < n; ++i) order.emplace(servers_[i].info.server_id(), i);
+    std::vector<std::vector<size_t>> backups(config_.shard_count);
+    for (size_t i = 0; i < n; ++i) {
+      for (uint32_t shard : servers_[i].info.backup_shards()) {
+        if (shard < backups.size()) backups[shard].push_back(i);
+      }
+    }
+    for (uint32_t shard = 0; shard < config_.shard_count; ++shard) {
+      v1::ShardReplicas* replicas = map.add_shard_replicas();
+      const std::string& primary_id = map.shard_owner(static_cast<int>(shard));
+      replicas->add_server_ids(primary_id);
+      const auto p = order.find(primary_id);
+      const size_t primary = p == order.end() ? 0 : p->second;
+      std::vector<size_t>& list = backups[shard];
+      std::sort(list.begin(), list.end(),
+                [&](size_t a, size_t b) { return (a + n - primary) % n < (b + n - primary) % n; });
+      for (size_t i : list) replicas->add_server_ids(servers_[i].info.server_id());
+    }
   }
   for (const Server& s : servers_) *map.add_servers() = s.info;
   return map;

@@ -5,7 +5,13 @@
 // Rules:
 //   - Servers join in some order; when the expected_servers-th distinct id
 //     joins, every shard s is assigned to the (s mod N)-th server in join
-//     order, once and for all (no rebalancing).
+//     order (its primary), once and for all (no rebalancing), and gets R - 1
+//     backups (PlaceBackups below): R servers in all, on as many distinct
+//     zones as the cluster has, up to R.
+//   - A server's zone is part of its identity: a rejoin with another zone
+//     is refused.
+//   - ReportReplicaFailure takes a backup out of replica sets of its
+//     reporter's shards (never the primary); nothing puts it back yet.
 //   - A known id rejoining with a newer epoch (a restart: new regions) gets
 //     its shards back and is UP. The same epoch with the same content is an
 //     idempotent retry (or, after DOWN, a return to UP); the same epoch
@@ -24,6 +30,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -42,6 +49,9 @@ namespace rkv::coordinator {
 struct CoordinatorConfig {
   uint32_t shard_count = 1024;    // [1, control::kMaxShardCount]
   uint32_t expected_servers = 3;  // N, [1, control::kMaxExpectedServers]
+  // R, the copies of each shard: [1, control::kMaxReplicationFactor] and at
+  // most N; 0 means DefaultReplicas(N).
+  uint32_t replicas = 0;
   std::chrono::milliseconds heartbeat_interval{500};
   std::chrono::milliseconds heartbeat_timeout{3000};  // > heartbeat_interval
 };
@@ -49,14 +59,34 @@ struct CoordinatorConfig {
 // INVALID_ARGUMENT naming the flag when a field is out of range.
 Status ValidateConfig(const CoordinatorConfig& config);
 
+// The R used when none is given: 3, or N when the cluster is smaller.
+uint32_t DefaultReplicas(uint32_t expected_servers);
+
+// config.replicas, or DefaultReplicas when it is 0.
+uint32_t EffectiveReplicas(const CoordinatorConfig& config);
+
+// The placement of one shard's backups, given its primary: `count` further
+// distinct servers among `zones.size()` (servers in join order, each with
+// its zone; "" is a zone like any other). Each pick takes, among the
+// servers not yet chosen, the one whose zone holds the fewest of the
+// shard's replicas so far, then the one holding the fewest backups so far
+// (`backup_load`, indexed like `zones`, incremented for each pick), then
+// the first in join order after the primary. So the replicas cover
+// min(R, zones) distinct zones, and backups spread evenly. Returns the
+// picks in join order starting after the primary. Requires count <
+// zones.size() and primary < zones.size().
+std::vector<size_t> PlaceBackups(const std::vector<std::string>& zones, size_t primary, size_t count,
+                                 std::vector<uint32_t>* backup_load);
+
 using Clock = std::function<std::chrono::steady_clock::time_point()>;
 
 class CoordinatorState {
  public:
   // Loads the state from `store` (a new store starts empty at version 0)
   // with `config` (validated). FAILED_PRECONDITION when the store was
-  // written with another shard count or cluster size; DATA_LOSS when its
-  // records contradict each other. Servers keep their stored state; UP
+  // written with another shard count, cluster size or replication factor
+  // (a store older than replication has R = 1); DATA_LOSS when its
+  // records contradict each other (replica sets included). Servers keep their stored state; UP
   // ones get a fresh heartbeat deadline counted from now.
   static StatusOr<std::unique_ptr<CoordinatorState>> Open(const CoordinatorConfig& config,
                                                           std::unique_ptr<StateStore> store,
@@ -66,9 +96,22 @@ class CoordinatorState {
   CoordinatorState& operator=(const CoordinatorState&) = delete;
 
   // Errors: INVALID_ARGUMENT (malformed request), FAILED_PRECONDITION
-  // (stale epoch, conflicting rejoin, cluster full), or the store's error
-  // when the change could not be committed.
+  // (stale epoch, conflicting rejoin, another zone than the id joined
+  // with, cluster full), or the store's error when the change could not be
+  // committed.
   StatusOr<v1::JoinResponse> Join(const v1::JoinRequest& request) EXCLUDES(mu_);
+
+  // Takes request.backup_id out of the replica set of every listed shard
+  // whose primary is the reporter and which lists the backup, keeping the
+  // order of the others, in one new map version; returns that version, or
+  // the current one when no set lists the backup any more (idempotent).
+  // Shards the reporter is not the primary of are left alone. Errors:
+  // INVALID_ARGUMENT (malformed, or a shard not below the shard count),
+  // NOT_FOUND (unknown reporter or backup), FAILED_PRECONDITION (the
+  // reporter's epoch is not its current one, it is DOWN, the backup is the
+  // reporter itself, or shards are not assigned yet), or the store's error.
+  StatusOr<v1::ReportReplicaFailureResponse> ReportReplicaFailure(const v1::ReportReplicaFailureRequest& request)
+      EXCLUDES(mu_);
 
   // Errors: INVALID_ARGUMENT, NOT_FOUND (unknown id), FAILED_PRECONDITION
   // (another epoch, or the server is DOWN): the server must Join again.
@@ -86,6 +129,7 @@ class CoordinatorState {
   v1::ClusterMap Map() const EXCLUDES(mu_);
   uint64_t version() const EXCLUDES(mu_);
   const CoordinatorConfig& config() const { return config_; }
+  uint32_t replicas() const { return replicas_; }
 
   // Blocks until the version differs from `known_version` (returns the
   // map), `timeout` passes (returns nullopt) or CloseWatchers is called
@@ -109,11 +153,14 @@ class CoordinatorState {
   // records of `changed` (indices into next), then makes it current.
   Status CommitLocked(std::vector<Server> next, const std::vector<size_t>& changed, bool next_assigned)
       REQUIRES(mu_);
+  // Gives every shard its primary ((s mod N)-th server) and backups.
+  void AssignShards(std::vector<Server>* next) const;
   v1::ClusterMap MapLocked() const REQUIRES(mu_);
   int FindLocked(const std::string& id) const REQUIRES(mu_);
   static std::string Describe(const v1::ServerInfo& info);
 
   const CoordinatorConfig config_;
+  const uint32_t replicas_;  // EffectiveReplicas(config_)
   const Clock clock_;
 
   // Serializes every public method, the store's commits included (the

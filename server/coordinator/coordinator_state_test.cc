@@ -2,6 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <map>
+#include <set>
 #include <thread>
 
 #include "proto/validation.h"
@@ -17,10 +20,11 @@ using testing::MemoryStoreData;
 using testing::TempDir;
 using std::chrono::milliseconds;
 
-CoordinatorConfig Config(uint32_t servers = 3, uint32_t shards = 10) {
+CoordinatorConfig Config(uint32_t servers = 3, uint32_t shards = 10, uint32_t replicas = 0) {
   CoordinatorConfig c;
   c.expected_servers = servers;
   c.shard_count = shards;
+  c.replicas = replicas;
   c.heartbeat_interval = milliseconds(500);
   c.heartbeat_timeout = milliseconds(3000);
   return c;
@@ -380,6 +384,344 @@ TEST(CoordinatorPersistenceTest, InconsistentRecordsAreDataLoss) {
             StatusCode::kDataLoss);
   data->EditServer("b", [](auto& b) { b.set_join_order(1); });
   EXPECT_TRUE(CoordinatorState::Open(Config(2, 4), std::make_unique<MemoryStore>(data)).ok());
+}
+
+// ---- Replica sets.
+
+std::vector<std::string> Replicas(const v1::ClusterMap& map, uint32_t shard) {
+  const auto& ids = map.shard_replicas(static_cast<int>(shard)).server_ids();
+  return std::vector<std::string>(ids.begin(), ids.end());
+}
+
+// Joins servers "s0".."s<N-1>" in that order, server i in zones[i].
+v1::ClusterMap JoinAll(CoordinatorState& state, const std::vector<std::string>& zones) {
+  for (size_t i = 0; i < zones.size(); ++i) {
+    auto j = state.Join(MakeJoin("s" + std::to_string(i), 1, static_cast<uint32_t>(i), zones[i]));
+    EXPECT_TRUE(j.ok()) << j.status();
+  }
+  return state.Map();
+}
+
+// Checks what every placement promises: R distinct servers per shard, the
+// round-robin primary first, backup_shards matching, the map valid, and
+// backups spread evenly (per-server counts differ by at most one). Returns
+// the smallest number of distinct zones a shard's replicas cover.
+size_t CheckPlacement(const v1::ClusterMap& map, uint32_t replicas) {
+  EXPECT_TRUE(control::ValidateClusterMap(map).ok()) << control::ValidateClusterMap(map);
+  EXPECT_EQ(map.replication_factor(), replicas);
+  EXPECT_EQ(static_cast<uint32_t>(map.shard_replicas_size()), map.shard_count());
+  std::map<std::string, std::string> zone_of;
+  std::map<std::string, uint32_t> backups;
+  for (const auto& s : map.servers()) {
+    zone_of[s.server_id()] = s.zone();
+    backups[s.server_id()] = 0;
+  }
+  size_t min_zones = replicas;
+  for (uint32_t shard = 0; shard < map.shard_count(); ++shard) {
+    const std::vector<std::string> r = Replicas(map, shard);
+    EXPECT_EQ(r.size(), replicas) << "shard " << shard;
+    if (r.empty()) continue;
+    EXPECT_EQ(r[0], map.servers(static_cast<int>(shard % map.servers_size())).server_id()) << "shard " << shard;
+    EXPECT_EQ(r[0], map.shard_owner(static_cast<int>(shard)));
+    EXPECT_EQ(std::set<std::string>(r.begin(), r.end()).size(), r.size()) << "shard " << shard;
+    std::set<std::string> zones;
+    for (size_t k = 0; k < r.size(); ++k) {
+      zones.insert(zone_of[r[k]]);
+      if (k > 0) ++backups[r[k]];
+    }
+    min_zones = std::min(min_zones, zones.size());
+  }
+  uint32_t lo = ~0u, hi = 0;
+  for (const auto& s : map.servers()) {
+    EXPECT_EQ(static_cast<uint32_t>(s.backup_shards_size()), backups[s.server_id()]) << s.server_id();
+    lo = std::min(lo, backups[s.server_id()]);
+    hi = std::max(hi, backups[s.server_id()]);
+  }
+  EXPECT_LE(hi - lo, 1u) << map.ShortDebugString();
+  return min_zones;
+}
+
+TEST_F(CoordinatorStateTest, OneReplicaIsTheRoundRobinOwnerAlone) {
+  auto state = Open(Config(3, 10, 1));
+  const v1::ClusterMap map = JoinAll(*state, {"", "", ""});
+  CheckPlacement(map, 1);
+  for (uint32_t shard = 0; shard < 10; ++shard) {
+    EXPECT_EQ(Replicas(map, shard), std::vector<std::string>{map.shard_owner(static_cast<int>(shard))});
+  }
+  for (const auto& s : map.servers()) EXPECT_EQ(s.backup_shards_size(), 0) << s.server_id();
+}
+
+TEST_F(CoordinatorStateTest, DefaultReplicasIsThreeOrTheClusterSize) {
+  EXPECT_EQ(DefaultReplicas(1), 1u);
+  EXPECT_EQ(DefaultReplicas(2), 2u);
+  EXPECT_EQ(DefaultReplicas(3), 3u);
+  EXPECT_EQ(DefaultReplicas(7), 3u);
+  auto state = Open(Config(2, 4));
+  EXPECT_EQ(state->replicas(), 2u);
+  const v1::ClusterMap map = JoinAll(*state, {"", ""});
+  CheckPlacement(map, 2);
+  // Without zones the backups follow join order from the primary.
+  EXPECT_EQ(Replicas(map, 0), (std::vector<std::string>{"s0", "s1"}));
+  EXPECT_EQ(Replicas(map, 1), (std::vector<std::string>{"s1", "s0"}));
+}
+
+TEST_F(CoordinatorStateTest, ReplicasAreDistinctServersSpreadEvenlyWithoutZones) {
+  for (uint32_t r : {2u, 3u}) {
+    for (uint32_t n : {3u, 4u, 5u, 7u}) {
+      data_ = std::make_shared<MemoryStoreData>();
+      auto state = Open(Config(n, 64, r));
+      ASSERT_NE(state, nullptr);
+      SCOPED_TRACE("R=" + std::to_string(r) + " N=" + std::to_string(n));
+      CheckPlacement(JoinAll(*state, std::vector<std::string>(n, "")), r);
+    }
+  }
+}
+
+TEST_F(CoordinatorStateTest, ReplicasGoToDistinctZonesWhenThereAreEnough) {
+  const std::vector<std::vector<std::string>> layouts = {
+      {"a", "a", "b", "b", "c", "c"},  // zones grouped in join order
+      {"a", "b", "c", "a", "b", "c"},  // interleaved
+      {"a", "a", "a", "b", "b", "c"},  // uneven
+      {"a", "b", "c"},
+  };
+  for (const auto& zones : layouts) {
+    for (uint32_t r : {2u, 3u}) {
+      data_ = std::make_shared<MemoryStoreData>();
+      auto state = Open(Config(static_cast<uint32_t>(zones.size()), 60, r));
+      ASSERT_NE(state, nullptr);
+      SCOPED_TRACE("R=" + std::to_string(r) + " zones " + ::testing::PrintToString(zones));
+      const v1::ClusterMap map = JoinAll(*state, zones);
+      if (zones == std::vector<std::string>{"a", "a", "a", "b", "b", "c"} && r == 3) {
+        // Every shard needs the one server of zone c: distinct zones win
+        // over an even spread.
+        EXPECT_TRUE(control::ValidateClusterMap(map).ok());
+        for (uint32_t shard = 0; shard < 60; ++shard) {
+          std::set<std::string> seen;
+          for (const std::string& id : Replicas(map, shard)) seen.insert(Find(map, id)->zone());
+          EXPECT_EQ(seen.size(), 3u) << "shard " << shard;
+        }
+        continue;
+      }
+      EXPECT_EQ(CheckPlacement(map, r), r);
+    }
+  }
+}
+
+TEST_F(CoordinatorStateTest, FewerZonesThanReplicasSpreadOverAllOfThem) {
+  for (uint32_t r : {2u, 3u}) {
+    data_ = std::make_shared<MemoryStoreData>();
+    auto state = Open(Config(4, 40, r));
+    SCOPED_TRACE("R=" + std::to_string(r));
+    EXPECT_EQ(CheckPlacement(JoinAll(*state, {"east", "east", "west", "west"}), r), 2u);
+  }
+  // Labelled and unlabelled servers: "" counts as a zone of its own.
+  data_ = std::make_shared<MemoryStoreData>();
+  auto state = Open(Config(3, 30, 3));
+  EXPECT_EQ(CheckPlacement(JoinAll(*state, {"x", "", "x"}), 3), 2u);
+}
+
+TEST(PlaceBackupsTest, PrefersNewZonesThenLightServersThenJoinOrder) {
+  std::vector<uint32_t> load(5, 0);
+  // Primary 0 in zone a; servers 1, 2 in a, 3, 4 in b: one backup in b
+  // first (3, the nearest), then a second in the least used zone.
+  EXPECT_EQ(PlaceBackups({"a", "a", "a", "b", "b"}, 0, 2, &load), (std::vector<size_t>{1, 3}));
+  EXPECT_EQ(load, (std::vector<uint32_t>{0, 1, 0, 1, 0}));
+  // Load breaks ties: 2 and 4 are now lighter than 1 and 3.
+  EXPECT_EQ(PlaceBackups({"a", "a", "a", "b", "b"}, 0, 2, &load), (std::vector<size_t>{2, 4}));
+  std::vector<uint32_t> none(3, 0);
+  EXPECT_EQ(PlaceBackups({"", "", ""}, 2, 2, &none), (std::vector<size_t>{0, 1}));
+}
+
+TEST_F(CoordinatorStateTest, ReplicasAboveTheClusterSizeOrFiveAreRefused) {
+  EXPECT_EQ(ValidateConfig(Config(3, 4, 4)).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(ValidateConfig(Config(3, 4, 4)).message(),
+            "--replicas 4 is above --servers 3: each copy of a shard needs its own server");
+  EXPECT_EQ(ValidateConfig(Config(8, 4, 6)).code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(ValidateConfig(Config(8, 4, 5)).ok());
+  EXPECT_TRUE(ValidateConfig(Config(1, 4, 1)).ok());
+  EXPECT_TRUE(ValidateConfig(Config(1, 4, 0)).ok());  // the default: 1 for one server
+  EXPECT_EQ(CoordinatorState::Open(Config(2, 4, 3), std::make_unique<MemoryStore>(data_)).status().code(),
+            StatusCode::kInvalidArgument);
+}
+
+TEST_F(CoordinatorStateTest, AServerKeepsItsZone) {
+  auto state = Open(Config(2, 4, 2));
+  JoinAll(*state, {"rack-1", "rack-2"});
+  const uint64_t version = state->version();
+  auto moved = state->Join(MakeJoin("s0", 2, 0, "rack-9"));
+  EXPECT_EQ(moved.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(moved.status().message().find("'rack-1'"), std::string::npos) << moved.status();
+  EXPECT_NE(moved.status().message().find("'rack-9'"), std::string::npos) << moved.status();
+  EXPECT_EQ(state->version(), version);
+  EXPECT_EQ(state->Join(MakeJoin("s0", 2, 0, "")).status().code(), StatusCode::kFailedPrecondition);
+  // The same zone with a new epoch is a restart like any other.
+  ASSERT_TRUE(state->Join(MakeJoin("s0", 2, 0, "rack-1")).ok());
+  EXPECT_EQ(Find(state->Map(), "s0")->zone(), "rack-1");
+  // A zone that is not printable ASCII, or too long, is malformed.
+  EXPECT_EQ(state->Join(MakeJoin("s1", 3, 1, "tab\there")).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(state->Join(MakeJoin("s1", 3, 1, std::string(65, 'z'))).status().code(), StatusCode::kInvalidArgument);
+}
+
+v1::ReportReplicaFailureRequest Report(const std::string& reporter, uint64_t epoch, const std::string& backup,
+                                       std::vector<uint32_t> shards, const std::string& reason = "timed out") {
+  v1::ReportReplicaFailureRequest r;
+  r.set_server_id(reporter);
+  r.set_epoch(epoch);
+  r.set_backup_id(backup);
+  for (uint32_t s : shards) r.add_shards(s);
+  r.set_reason(reason);
+  return r;
+}
+
+TEST_F(CoordinatorStateTest, ReportReplicaFailureRemovesTheBackupOnceAndKeepsTheOrder) {
+  auto state = Open(Config(4, 8, 4));
+  JoinAll(*state, {"", "", "", ""});
+  const v1::ClusterMap before = state->Map();
+  EXPECT_EQ(Replicas(before, 0), (std::vector<std::string>{"s0", "s1", "s2", "s3"}));
+  EXPECT_EQ(Replicas(before, 4), (std::vector<std::string>{"s0", "s1", "s2", "s3"}));
+  EXPECT_EQ(Replicas(before, 1), (std::vector<std::string>{"s1", "s2", "s3", "s0"}));
+  const uint64_t version = state->version();
+
+  // s0 is the primary of 0 and 4, not of 1: only 0 and 4 change, in one
+  // version.
+  auto removed = state->ReportReplicaFailure(Report("s0", 1, "s2", {4, 1, 0, 4}));
+  ASSERT_TRUE(removed.ok()) << removed.status();
+  EXPECT_EQ(removed->map_version(), version + 1);
+  EXPECT_EQ(state->version(), version + 1);
+  const v1::ClusterMap after = state->Map();
+  ASSERT_TRUE(control::ValidateClusterMap(after).ok()) << control::ValidateClusterMap(after);
+  EXPECT_EQ(Replicas(after, 0), (std::vector<std::string>{"s0", "s1", "s3"}));
+  EXPECT_EQ(Replicas(after, 4), (std::vector<std::string>{"s0", "s1", "s3"}));
+  EXPECT_EQ(Replicas(after, 1), Replicas(before, 1));
+  const v1::ServerInfo* s2 = Find(after, "s2");
+  EXPECT_EQ(std::vector<uint32_t>(s2->backup_shards().begin(), s2->backup_shards().end()),
+            (std::vector<uint32_t>{1, 3, 5, 7}));
+  EXPECT_EQ(s2->shards_size(), 2);  // its own primaries are untouched
+
+  // Idempotent: a retried report answers the current version, no change.
+  auto again = state->ReportReplicaFailure(Report("s0", 1, "s2", {0, 4}));
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->map_version(), version + 1);
+  // Nor does a report for shards the reporter is not the primary of.
+  auto other = state->ReportReplicaFailure(Report("s0", 1, "s3", {1, 2, 3}));
+  ASSERT_TRUE(other.ok()) << other.status();
+  EXPECT_EQ(other->map_version(), version + 1);
+  EXPECT_EQ(state->version(), version + 1);
+  EXPECT_EQ(state->Map().SerializeAsString(), after.SerializeAsString());
+}
+
+TEST_F(CoordinatorStateTest, ReportReplicaFailureRefusesWhatItCannotHonour) {
+  auto state = Open(Config(3, 6, 3));
+  ASSERT_TRUE(state->Join(MakeJoin("s0", 1, 0)).ok());
+  ASSERT_TRUE(state->Join(MakeJoin("s1", 1, 1)).ok());
+  EXPECT_EQ(state->ReportReplicaFailure(Report("s0", 1, "s1", {0})).status().code(),
+            StatusCode::kFailedPrecondition);  // not assigned yet
+  ASSERT_TRUE(state->Join(MakeJoin("s2", 1, 2)).ok());
+  const uint64_t version = state->version();
+  auto code = [&](const v1::ReportReplicaFailureRequest& r) { return state->ReportReplicaFailure(r).status().code(); };
+  EXPECT_EQ(code(Report("nobody", 1, "s1", {0})), StatusCode::kNotFound);
+  EXPECT_EQ(code(Report("s0", 1, "nobody", {0})), StatusCode::kNotFound);
+  EXPECT_EQ(code(Report("s0", 2, "s1", {0})), StatusCode::kFailedPrecondition);  // not its epoch
+  EXPECT_EQ(code(Report("s0", 1, "s0", {0})), StatusCode::kFailedPrecondition);  // the primary itself
+  EXPECT_NE(state->ReportReplicaFailure(Report("s0", 1, "s0", {0})).status().message().find("never"),
+            std::string::npos);
+  EXPECT_EQ(code(Report("s0", 1, "s1", {6})), StatusCode::kInvalidArgument);  // shard out of range
+  EXPECT_EQ(code(Report("s0", 1, "s1", {})), StatusCode::kInvalidArgument);
+  EXPECT_EQ(code(Report("s0", 0, "s1", {0})), StatusCode::kInvalidArgument);
+  EXPECT_EQ(code(Report("s0", 1, "bad id", {0})), StatusCode::kInvalidArgument);
+  EXPECT_EQ(code(Report("s0", 1, "s1", {0}, "bell\a")), StatusCode::kInvalidArgument);
+  EXPECT_EQ(code(Report("s0", 1, "s1", {0}, std::string(201, 'r'))), StatusCode::kInvalidArgument);
+  ASSERT_TRUE(state->Leave(LeaveReq("s0", 1)).ok());
+  EXPECT_EQ(code(Report("s0", 1, "s1", {0})), StatusCode::kFailedPrecondition);  // DOWN
+  EXPECT_EQ(state->version(), version + 1);  // the Leave only
+  for (uint32_t shard = 0; shard < 6; ++shard) EXPECT_EQ(Replicas(state->Map(), shard).size(), 3u);
+  // A failed commit changes nothing.
+  data_->SetFailing(true);
+  EXPECT_EQ(code(Report("s1", 1, "s2", {1})), StatusCode::kInternal);
+  data_->SetFailing(false);
+  EXPECT_EQ(Replicas(state->Map(), 1).size(), 3u);
+}
+
+TEST(CoordinatorPersistenceTest, ReplicaSetsSurviveAReopen) {
+  TempDir dir;
+  v1::ClusterMap before;
+  {
+    auto state = CoordinatorState::Open(Config(3, 12, 3), std::move(OpenRocksDbStateStore(dir.path())).value());
+    ASSERT_TRUE(state.ok()) << state.status();
+    JoinAll(**state, {"z1", "z2", "z3"});
+    ASSERT_TRUE((*state)->ReportReplicaFailure(Report("s1", 1, "s0", {1, 4})).ok());
+    before = (*state)->Map();
+    EXPECT_EQ(Replicas(before, 1), (std::vector<std::string>{"s1", "s2"}));
+  }
+  auto state = CoordinatorState::Open(Config(3, 12, 3), std::move(OpenRocksDbStateStore(dir.path())).value());
+  ASSERT_TRUE(state.ok()) << state.status();
+  EXPECT_EQ((*state)->Map().SerializeAsString(), before.SerializeAsString())
+      << (*state)->Map().ShortDebugString() << "\nvs\n" << before.ShortDebugString();
+}
+
+TEST(CoordinatorPersistenceTest, ReopeningWithAnotherReplicationFactorIsRefused) {
+  TempDir dir;
+  {
+    auto state = CoordinatorState::Open(Config(3, 8, 2), std::move(OpenRocksDbStateStore(dir.path())).value());
+    ASSERT_TRUE(state.ok());
+    ASSERT_TRUE((*state)->Join(MakeJoin("a", 1, 0)).ok());
+  }
+  auto other = CoordinatorState::Open(Config(3, 8, 3), std::move(OpenRocksDbStateStore(dir.path())).value());
+  EXPECT_EQ(other.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(other.status().message().find("2 replicas"), std::string::npos) << other.status();
+  EXPECT_NE(other.status().message().find("--replicas 3"), std::string::npos) << other.status();
+  // The default (3 for three servers) is another R as well.
+  EXPECT_EQ(CoordinatorState::Open(Config(3, 8), std::move(OpenRocksDbStateStore(dir.path())).value()).status().code(),
+            StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(CoordinatorState::Open(Config(3, 8, 2), std::move(OpenRocksDbStateStore(dir.path())).value()).ok());
+}
+
+TEST(CoordinatorPersistenceTest, AStoreOlderThanReplicationHasOneReplica) {
+  auto data = std::make_shared<MemoryStoreData>();
+  {
+    auto state = CoordinatorState::Open(Config(2, 4, 1), std::make_unique<MemoryStore>(data));
+    ASSERT_TRUE(state.ok());
+    ASSERT_TRUE((*state)->Join(MakeJoin("a", 1, 0)).ok());
+    ASSERT_TRUE((*state)->Join(MakeJoin("b", 1, 1)).ok());
+  }
+  data->EditMeta([](auto& meta) { meta.clear_replication_factor(); });
+  auto two = CoordinatorState::Open(Config(2, 4), std::make_unique<MemoryStore>(data));
+  EXPECT_EQ(two.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(two.status().message().find("1 replicas per shard, not --replicas 2"), std::string::npos) << two.status();
+  auto one = CoordinatorState::Open(Config(2, 4, 1), std::make_unique<MemoryStore>(data));
+  ASSERT_TRUE(one.ok()) << one.status();
+  const v1::ClusterMap map = (*one)->Map();
+  EXPECT_EQ(map.replication_factor(), 1u);
+  EXPECT_EQ(Replicas(map, 3), std::vector<std::string>{"b"});
+}
+
+TEST(CoordinatorPersistenceTest, ContradictoryReplicaRecordsAreDataLoss) {
+  auto data = std::make_shared<MemoryStoreData>();
+  {
+    auto state = CoordinatorState::Open(Config(3, 6, 2), std::make_unique<MemoryStore>(data));
+    JoinAll(**state, {"", "", ""});
+  }
+  auto open = [&] { return CoordinatorState::Open(Config(3, 6, 2), std::make_unique<MemoryStore>(data)).status(); };
+  ASSERT_TRUE(open().ok());
+  // s0 backs up its own shard 0.
+  data->EditServer("s0", [](auto& s) { s.mutable_info()->mutable_backup_shards()->Add(0); });
+  EXPECT_EQ(open().code(), StatusCode::kDataLoss);
+  data->EditServer("s0", [](auto& s) { s.mutable_info()->mutable_backup_shards()->RemoveLast(); });
+  ASSERT_TRUE(open().ok());
+  // Three copies of shard 1 with R = 2.
+  data->EditServer("s0", [](auto& s) {
+    auto* b = s.mutable_info()->mutable_backup_shards();
+    b->Add(1);
+    std::sort(b->begin(), b->end());
+  });
+  EXPECT_EQ(open().code(), StatusCode::kDataLoss);
+  // A backup shard past the shard count.
+  data->EditServer("s0", [](auto& s) {
+    s.mutable_info()->clear_backup_shards();
+    s.mutable_info()->add_backup_shards(2);
+    s.mutable_info()->add_backup_shards(99);
+  });
+  EXPECT_EQ(open().code(), StatusCode::kDataLoss);
 }
 
 }  // namespace

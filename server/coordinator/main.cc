@@ -1,4 +1,4 @@
-// rkv-coordinator: membership, shard assignment and the cluster map, with
+// rkv-coordinator: membership, shard assignment, replica sets and the cluster map, with
 // its state in RocksDB. See server/coordinator/coordinator_state.h.
 //
 // Exit codes: 0 after SIGTERM/SIGINT and a clean shutdown; 1 when it
@@ -23,6 +23,9 @@ DEFINE_string(data_dir, "", "directory of the coordinator's RocksDB state, creat
 DEFINE_string(token_file, "", "file holding the token every server and client must present (required)");
 DEFINE_uint32(shards, 1024, "number of shards, 1..65536; fixed for the life of the data dir (default 1024)");
 DEFINE_uint32(servers, 3, "cluster size N: shards are assigned when the N-th server joins (default 3)");
+DEFINE_uint32(replicas, 3,
+              "copies of each shard R, 1..5 and at most --servers (a primary and R-1 backups, on distinct zones "
+              "when there are enough); fixed for the life of the data dir (default 3, or --servers when fewer)");
 DEFINE_uint32(heartbeat_interval_ms, 500, "milliseconds between a server's heartbeats (default 500)");
 DEFINE_uint32(heartbeat_timeout_ms, 3000, "milliseconds without a heartbeat before a server is DOWN (default 3000)");
 
@@ -42,7 +45,7 @@ int CannotStart(const rkv::Status& status) {
 
 int main(int argc, char** argv) {
   FLAGS_logtostderr = true;
-  gflags::SetUsageMessage("rkv-coordinator --data_dir=DIR --token_file=FILE [--listen=HOST:PORT] [--servers=N] ...");
+  gflags::SetUsageMessage("rkv-coordinator --data_dir=DIR --token_file=FILE [--listen=HOST:PORT] [--servers=N] [--replicas=R] ...");
   gflags::ParseCommandLineFlags(&argc, &argv, true);
   google::InitGoogleLogging(argv[0]);
   if (argc > 1) return BadFlag(std::string("unexpected argument '") + argv[1] + "'");
@@ -54,6 +57,11 @@ int main(int argc, char** argv) {
   rkv::coordinator::CoordinatorConfig config;
   config.shard_count = FLAGS_shards;
   config.expected_servers = FLAGS_servers;
+  // Not given: 3, or N when the cluster is smaller; given: exactly that.
+  gflags::CommandLineFlagInfo replicas_flag;
+  const bool replicas_given = gflags::GetCommandLineFlagInfo("replicas", &replicas_flag) && !replicas_flag.is_default;
+  if (replicas_given && FLAGS_replicas == 0) return BadFlag("--replicas 0 is outside [1, 5]");
+  config.replicas = replicas_given ? FLAGS_replicas : 0;
   config.heartbeat_interval = std::chrono::milliseconds(FLAGS_heartbeat_interval_ms);
   config.heartbeat_timeout = std::chrono::milliseconds(FLAGS_heartbeat_timeout_ms);
   if (rkv::Status s = rkv::coordinator::ValidateConfig(config); !s.ok()) return BadFlag(s.message());
@@ -78,7 +86,8 @@ int main(int argc, char** argv) {
 
   std::cout << "rkv-coordinator listening on " << (*server)->address() << std::endl;  // flushed
   LOG(INFO) << "rkv-coordinator serving on " << (*server)->address() << ": " << config.expected_servers
-            << " servers, " << config.shard_count << " shards, heartbeat " << config.heartbeat_interval.count()
+            << " servers, " << config.shard_count << " shards, " << rkv::coordinator::EffectiveReplicas(config)
+            << " replicas, heartbeat " << config.heartbeat_interval.count()
             << " ms, timeout " << config.heartbeat_timeout.count() << " ms";
 
   int signal_number = 0;

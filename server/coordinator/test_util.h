@@ -100,6 +100,11 @@ class MemoryStoreData {
     MutexLock lock(mu_);
     edit(servers_[server_id]);
   }
+  // Changes the stored meta record (which must exist).
+  void EditMeta(const std::function<void(v1::store::StoredMeta&)>& edit) EXCLUDES(mu_) {
+    MutexLock lock(mu_);
+    edit(*meta_);
+  }
 
  private:
   mutable Mutex mu_;
@@ -122,8 +127,10 @@ class MemoryStore final : public StateStore {
 };
 
 // A valid JoinRequest; `seed` varies the addresses and regions.
-inline v1::JoinRequest MakeJoin(const std::string& id, uint64_t epoch, uint32_t seed = 0) {
+inline v1::JoinRequest MakeJoin(const std::string& id, uint64_t epoch, uint32_t seed = 0,
+                                const std::string& zone = "") {
   v1::JoinRequest r;
+  r.set_zone(zone);
   r.set_server_id(id);
   r.set_epoch(epoch);
   r.set_data_address("127.0.0.1:" + std::to_string(7700 + seed));
