@@ -137,5 +137,123 @@ TEST(ValidationTest, ClusterMaps) {
   });
 }
 
+// GoodMap with R = 2: shard s on its owner and the other server.
+v1::ClusterMap ReplicatedMap() {
+  v1::ClusterMap map = GoodMap();
+  map.set_replication_factor(2);
+  for (uint32_t shard = 0; shard < 4; ++shard) {
+    v1::ShardReplicas* r = map.add_shard_replicas();
+    r->add_server_ids(shard % 2 == 0 ? "a" : "b");
+    r->add_server_ids(shard % 2 == 0 ? "b" : "a");
+    map.mutable_servers(static_cast<int>((shard + 1) % 2))->add_backup_shards(shard);
+  }
+  return map;
+}
+
+TEST(ValidationTest, ReplicaSets) {
+  EXPECT_TRUE(ValidateClusterMap(ReplicatedMap()).ok()) << ValidateClusterMap(ReplicatedMap());
+  // A map from a coordinator older than replication: R 0, no lists.
+  EXPECT_TRUE(ValidateClusterMap(GoodMap()).ok());
+  EXPECT_EQ(EffectiveReplicationFactor(GoodMap()), 1u);
+  EXPECT_EQ(EffectiveReplicationFactor(ReplicatedMap()), 2u);
+  // Fewer replicas than R (a backup was taken out) is fine.
+  v1::ClusterMap short_set = ReplicatedMap();
+  short_set.mutable_shard_replicas(1)->mutable_server_ids()->RemoveLast();
+  short_set.mutable_servers(0)->clear_backup_shards();
+  short_set.mutable_servers(0)->add_backup_shards(3);
+  EXPECT_TRUE(ValidateClusterMap(short_set).ok()) << ValidateClusterMap(short_set);
+  // Unassigned, with R set: no lists yet.
+  v1::ClusterMap unassigned = ReplicatedMap();
+  unassigned.clear_shard_owner();
+  unassigned.clear_shard_replicas();
+  for (auto& s : *unassigned.mutable_servers()) {
+    s.clear_shards();
+    s.clear_backup_shards();
+  }
+  EXPECT_TRUE(ValidateClusterMap(unassigned).ok()) << ValidateClusterMap(unassigned);
+
+  auto refused = [](auto mutate) {
+    v1::ClusterMap map = ReplicatedMap();
+    mutate(map);
+    const Status s = ValidateClusterMap(map);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << map.ShortDebugString();
+    return s.message();
+  };
+  refused([](auto& m) { m.set_replication_factor(6); });
+  refused([](auto& m) { m.set_replication_factor(3); });  // above expected_servers 2
+  EXPECT_NE(refused([](auto& m) { m.mutable_shard_replicas()->RemoveLast(); }).find("shard_replicas has 3"),
+            std::string::npos);
+  refused([](auto& m) { m.clear_shard_replicas(); });  // R 2 and assigned: lists required
+  refused([](auto& m) { m.mutable_shard_replicas(0)->clear_server_ids(); });  // empty list
+  EXPECT_NE(refused([](auto& m) {  // primary not first
+              m.mutable_shard_replicas(0)->set_server_ids(0, "b");
+              m.mutable_shard_replicas(0)->set_server_ids(1, "a");
+            }).find("not the owner"),
+            std::string::npos);
+  EXPECT_NE(refused([](auto& m) { m.mutable_shard_replicas(0)->set_server_ids(1, "a"); }).find("twice"),
+            std::string::npos);
+  refused([](auto& m) { m.mutable_shard_replicas(0)->set_server_ids(1, "zz"); });  // unknown server
+  refused([](auto& m) { m.mutable_shard_replicas(0)->add_server_ids("c"); });      // more than R
+  refused([](auto& m) { m.set_replication_factor(1); });                           // lists of 2 with R 1
+  refused([](auto& m) { m.mutable_servers(1)->clear_backup_shards(); });          // backup_shards disagree
+  refused([](auto& m) { m.mutable_servers(1)->add_backup_shards(2); });           // a backup shard twice
+  refused([](auto& m) {  // backup_shards out of order
+    auto* b = m.mutable_servers(1)->mutable_backup_shards();
+    std::swap(*b->Mutable(0), *b->Mutable(1));
+  });
+  refused([](auto& m) {  // R 0 with lists
+    m.set_replication_factor(0);
+  });
+  refused([](auto& m) {  // R 0, no lists, but backup_shards
+    m.set_replication_factor(0);
+    m.clear_shard_replicas();
+  });
+  refused([](auto& m) {  // lists without an assignment
+    m.clear_shard_owner();
+    for (auto& s : *m.mutable_servers()) s.clear_shards();
+  });
+  refused([](auto& m) { m.mutable_servers(0)->set_zone(std::string(kMaxZoneBytes + 1, 'z')); });
+  refused([](auto& m) { m.mutable_servers(0)->set_zone("new\nline"); });
+}
+
+TEST(ValidationTest, Zones) {
+  EXPECT_TRUE(ValidateZone("").ok());
+  EXPECT_TRUE(ValidateZone("eu-west-1a / rack 7").ok());
+  EXPECT_TRUE(ValidateZone(std::string(kMaxZoneBytes, '~')).ok());
+  EXPECT_FALSE(ValidateZone(std::string(kMaxZoneBytes + 1, 'a')).ok());
+  EXPECT_FALSE(ValidateZone("tab\there").ok());
+  EXPECT_FALSE(ValidateZone("caf\xc3\xa9").ok());
+  EXPECT_FALSE(ValidateZone(std::string("nul\0", 4)).ok());
+  v1::JoinRequest j = GoodJoin();
+  j.set_zone("z1");
+  EXPECT_TRUE(ValidateJoinRequest(j).ok());
+  j.set_zone("z\x7f");
+  EXPECT_EQ(ValidateJoinRequest(j).code(), StatusCode::kInvalidArgument);
+}
+
+TEST(ValidationTest, ReportReplicaFailureRequests) {
+  v1::ReportReplicaFailureRequest good;
+  good.set_server_id("a");
+  good.set_epoch(3);
+  good.set_backup_id("b");
+  good.add_shards(0);
+  good.add_shards(kMaxShardCount - 1);
+  good.set_reason(std::string(kMaxReasonBytes, 'r'));
+  EXPECT_TRUE(ValidateReportReplicaFailure(good).ok());
+  auto refused = [&](auto mutate) {
+    v1::ReportReplicaFailureRequest r = good;
+    mutate(r);
+    EXPECT_EQ(ValidateReportReplicaFailure(r).code(), StatusCode::kInvalidArgument) << r.ShortDebugString();
+  };
+  refused([](auto& r) { r.set_server_id(""); });
+  refused([](auto& r) { r.set_epoch(0); });
+  refused([](auto& r) { r.set_backup_id(""); });
+  refused([](auto& r) { r.set_backup_id("not/an/id"); });
+  refused([](auto& r) { r.clear_shards(); });
+  refused([](auto& r) { r.add_shards(kMaxShardCount); });
+  refused([](auto& r) { r.set_reason(std::string(kMaxReasonBytes + 1, 'r')); });
+  refused([](auto& r) { r.set_reason("line\nbreak"); });
+}
+
 }  // namespace
 }  // namespace rkv::control
