@@ -39,7 +39,9 @@ StatusOr<std::shared_ptr<const RoutingTable>> RoutingTable::Build(const v1::Clus
     e.transport = s.transport();
     e.max_key_bytes = s.table().max_key_bytes();
     e.max_value_bytes = s.table().max_value_bytes();
+    e.zone = s.zone();
     e.shards_owned = static_cast<uint32_t>(s.shards_size());
+    e.backup_shards = static_cast<uint32_t>(s.backup_shards_size());
     e.keys = s.keys();
     e.heap_bytes_used = s.heap_bytes_used();
     e.heap_bytes = s.heap_bytes();
@@ -54,6 +56,24 @@ StatusOr<std::shared_ptr<const RoutingTable>> RoutingTable::Build(const v1::Clus
     const auto it = index.find(owner);
     if (it == index.end()) return InvalidArgument("cluster map: shard owner '" + control::Printable(owner) + "' not listed");
     t->shard_to_server_.push_back(it->second);
+  }
+  // ValidateClusterMap checked the lists: the owner first, listed servers.
+  t->replication_factor_ = control::EffectiveReplicationFactor(map);
+  t->replica_begin_.reserve(map.shard_count() + 1);
+  t->replica_begin_.push_back(0);
+  for (uint32_t shard = 0; shard < map.shard_count(); ++shard) {
+    if (map.shard_replicas().empty()) {
+      t->replica_servers_.push_back(t->shard_to_server_[shard]);
+    } else {
+      for (const std::string& id : map.shard_replicas(static_cast<int>(shard)).server_ids()) {
+        const auto it = index.find(id);
+        if (it == index.end()) {
+          return InvalidArgument("cluster map: replica '" + control::Printable(id) + "' not listed");
+        }
+        t->replica_servers_.push_back(it->second);
+      }
+    }
+    t->replica_begin_.push_back(static_cast<uint32_t>(t->replica_servers_.size()));
   }
   return std::shared_ptr<const RoutingTable>(std::move(t));
 }
@@ -70,6 +90,8 @@ std::shared_ptr<const RoutingTable> RoutingTable::ForServer(const std::string& d
   e.shards_owned = 1;
   t->servers_.push_back(std::move(e));
   t->shard_to_server_.push_back(0);
+  t->replica_begin_ = {0, 1};
+  t->replica_servers_ = {0};
   return t;
 }
 
@@ -78,6 +100,19 @@ const ServerEntry& RoutingTable::OwnerOfShard(uint32_t shard) const {
 }
 
 const ServerEntry& RoutingTable::OwnerOf(std::string_view key) const { return servers_[OwnerIndexOf(key)]; }
+
+std::vector<ReplicaEntry> RoutingTable::ReplicasOfShard(uint32_t shard) const {
+  std::vector<ReplicaEntry> out;
+  for (uint32_t i = replica_begin_[shard]; i < replica_begin_[shard + 1]; ++i) {
+    out.push_back({&servers_[replica_servers_[i]], i == replica_begin_[shard] ? ReplicaRole::kPrimary
+                                                                               : ReplicaRole::kBackup});
+  }
+  return out;
+}
+
+std::vector<ReplicaEntry> RoutingTable::ReplicasOf(std::string_view key) const {
+  return ReplicasOfShard(ShardOf(key, shard_count()));
+}
 
 const ServerEntry* RoutingTable::Find(std::string_view server_id) const {
   for (const ServerEntry& e : servers_) {

@@ -1,6 +1,7 @@
 // The client's routing: a table that sends each key to the server that
-// owns it (key -> shard -> owning server), and the holder that publishes
-// the newest one. A table is built from a validated v1::ClusterMap (a
+// owns it (key -> shard -> owning server, the shard's primary), the
+// shard's replica set (primary first, then its backups), and the holder
+// that publishes the newest table. Data calls go to the primary only. A table is built from a validated v1::ClusterMap (a
 // client of a coordinator), or for one server given by its address, which
 // then owns every shard (a client of one server: no coordinator).
 //
@@ -38,7 +39,9 @@ struct ServerEntry {
   std::string transport;  // "tcp" or "verbs"
   uint32_t max_key_bytes = 0;
   uint32_t max_value_bytes = 0;
-  uint32_t shards_owned = 0;
+  std::string zone;  // failure domain; empty when unlabelled
+  uint32_t shards_owned = 0;    // shards it is the primary of
+  uint32_t backup_shards = 0;   // shards it holds as a backup
   uint64_t keys = 0;
   uint64_t heap_bytes_used = 0;
   uint64_t heap_bytes = 0;
@@ -52,6 +55,13 @@ struct ServerEntry {
 
   // "server ID (epoch E, ADDRESS)", the prefix of every error about it.
   std::string Describe() const;
+};
+
+// One server of a shard's replica set.
+enum class ReplicaRole { kPrimary, kBackup };
+struct ReplicaEntry {
+  const ServerEntry* server = nullptr;  // into the table's servers()
+  ReplicaRole role = ReplicaRole::kPrimary;
 };
 
 class RoutingTable {
@@ -83,6 +93,16 @@ class RoutingTable {
     if (servers_.size() == 1) return 0;
     return shard_to_server_[ShardOf(key, shard_count())];
   }
+  // R, the copies each shard is meant to have (1 for a map older than
+  // replication). A replica set may hold fewer while a backup is missing.
+  uint32_t replication_factor() const { return replication_factor_; }
+  // The replica set of shard `shard` (< shard_count()): the primary
+  // (OwnerOfShard) first, then the backups in the map's order. A map older
+  // than replication gives the owner alone.
+  std::vector<ReplicaEntry> ReplicasOfShard(uint32_t shard) const;
+  // The replica set of `key`'s shard.
+  std::vector<ReplicaEntry> ReplicasOf(std::string_view key) const;
+
   // The server named `server_id`, or nullptr.
   const ServerEntry* Find(std::string_view server_id) const;
   // The smallest limits over all servers (what every server accepts); 0
@@ -96,6 +116,11 @@ class RoutingTable {
   uint64_t version_ = 0;
   std::vector<ServerEntry> servers_;
   std::vector<uint32_t> shard_to_server_;  // shard -> index into servers_
+  uint32_t replication_factor_ = 1;
+  // Shard s's replicas are replica_servers_[replica_begin_[s] ..
+  // replica_begin_[s + 1]), indices into servers_, primary first.
+  std::vector<uint32_t> replica_begin_;
+  std::vector<uint32_t> replica_servers_;
   uint32_t min_max_key_bytes_ = 0;
   uint32_t min_max_value_bytes_ = 0;
 };

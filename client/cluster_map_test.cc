@@ -76,6 +76,78 @@ TEST(RoutingTableTest, RoutesEveryKeyToTheOwnerOfItsShard) {
   EXPECT_EQ(table.OwnerOfShard(4).epoch, 11u);
 }
 
+// ThreeServerMap with R = 3 (shard s: s%3, then the next two in join
+// order), zones, and shard 0's backup "c" taken out.
+v1::ClusterMap ReplicatedMap(uint64_t version) {
+  v1::ClusterMap map = ThreeServerMap(version);
+  map.set_replication_factor(3);
+  const std::vector<std::string> ids = {"a", "b", "c"};
+  for (int i = 0; i < 3; ++i) map.mutable_servers(i)->set_zone("zone-" + std::to_string(i));
+  for (uint32_t s = 0; s < 12; ++s) {
+    v1::ShardReplicas* r = map.add_shard_replicas();
+    for (uint32_t k = 0; k < 3; ++k) {
+      const uint32_t server = (s + k) % 3;
+      if (s == 0 && server == 2) continue;
+      r->add_server_ids(ids[server]);
+      if (k > 0) map.mutable_servers(static_cast<int>(server))->add_backup_shards(s);
+    }
+  }
+  return map;
+}
+
+std::vector<std::string> Ids(const std::vector<ReplicaEntry>& replicas) {
+  std::vector<std::string> out;
+  for (const ReplicaEntry& r : replicas) out.push_back(r.server->server_id);
+  return out;
+}
+
+TEST(RoutingTableTest, ExposesReplicaSetsPrimaryFirstAndRoutesToThePrimary) {
+  auto t = RoutingTable::Build(ReplicatedMap(7));
+  ASSERT_TRUE(t.ok()) << t.status();
+  const RoutingTable& table = **t;
+  EXPECT_EQ(table.replication_factor(), 3u);
+  EXPECT_EQ(Ids(table.ReplicasOfShard(4)), (std::vector<std::string>{"b", "c", "a"}));
+  EXPECT_EQ(Ids(table.ReplicasOfShard(0)), (std::vector<std::string>{"a", "b"}));  // one missing
+  const auto replicas = table.ReplicasOfShard(5);
+  ASSERT_EQ(replicas.size(), 3u);
+  EXPECT_EQ(replicas[0].role, ReplicaRole::kPrimary);
+  EXPECT_EQ(replicas[1].role, ReplicaRole::kBackup);
+  EXPECT_EQ(replicas[2].role, ReplicaRole::kBackup);
+  EXPECT_EQ(replicas[0].server, &table.OwnerOfShard(5));
+  for (int i = 0; i < 100; ++i) {
+    const std::string key = "key-" + std::to_string(i);
+    const auto of_key = table.ReplicasOf(key);
+    ASSERT_FALSE(of_key.empty());
+    EXPECT_EQ(of_key[0].server, &table.OwnerOf(key)) << key;  // data calls still go to the primary
+    EXPECT_EQ(Ids(of_key), Ids(table.ReplicasOfShard(ShardOf(key, 12))));
+  }
+  const ServerEntry* c = table.Find("c");
+  EXPECT_EQ(c->zone, "zone-2");
+  EXPECT_EQ(c->shards_owned, 4u);
+  EXPECT_EQ(c->backup_shards, 7u);  // 8 shards as a backup, less shard 0
+}
+
+TEST(RoutingTableTest, AMapOlderThanReplicationHasTheOwnerAlone) {
+  auto t = RoutingTable::Build(ThreeServerMap(5));
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ((*t)->replication_factor(), 1u);
+  for (uint32_t s = 0; s < 12; ++s) {
+    const auto r = (*t)->ReplicasOfShard(s);
+    ASSERT_EQ(r.size(), 1u);
+    EXPECT_EQ(r[0].server, &(*t)->OwnerOfShard(s));
+    EXPECT_EQ(r[0].role, ReplicaRole::kPrimary);
+  }
+  const auto single = RoutingTable::ForServer("127.0.0.1:7700", "tcp");
+  EXPECT_EQ(single->replication_factor(), 1u);
+  EXPECT_EQ(Ids(single->ReplicasOf("any")), std::vector<std::string>{"127.0.0.1:7700"});
+}
+
+TEST(RoutingTableTest, RejectsMalformedReplicaSets) {
+  v1::ClusterMap map = ReplicatedMap(7);
+  map.mutable_shard_replicas(3)->set_server_ids(1, "zz");
+  EXPECT_EQ(RoutingTable::Build(map).status().code(), StatusCode::kInvalidArgument);
+}
+
 TEST(RoutingTableTest, FindsServersByIdAndDescribesThem) {
   auto t = RoutingTable::Build(ThreeServerMap(5));
   ASSERT_TRUE(t.ok()) << t.status();
