@@ -38,6 +38,7 @@ namespace rkv {
 using client::Clock;
 using client::ConnectionPool;
 using client::Deadline;
+using client::ReplicaEntry;
 using client::Routes;
 using client::RoutingTable;
 using client::ServerConnection;
@@ -81,6 +82,8 @@ MemberInfo ToMember(const ServerEntry& e) {
   m.keys = e.keys;
   m.heap_bytes_used = e.heap_bytes_used;
   m.heap_bytes = e.heap_bytes;
+  m.zone = e.zone;
+  m.backup_shards = e.backup_shards;
   return m;
 }
 
@@ -743,6 +746,28 @@ StatusOr<std::vector<MemberInfo>> Client::Members() const {
   out.reserve(routes->table().servers().size());
   for (const ServerEntry& e : routes->table().servers()) out.push_back(ToMember(e));
   return out;
+}
+
+StatusOr<ClusterInfo> Client::Cluster() const {
+  if (!impl_->cluster()) return FailedPrecondition("Cluster needs a client connected through a coordinator");
+  const auto routes = impl_->Routing();
+  const RoutingTable& table = routes->table();
+  ClusterInfo out;
+  out.map_version = table.version();
+  out.replication_factor = table.replication_factor();
+  out.members.reserve(table.servers().size());
+  for (const ServerEntry& e : table.servers()) out.members.push_back(ToMember(e));
+  out.shards.resize(table.shard_count());
+  for (uint32_t shard = 0; shard < table.shard_count(); ++shard) {
+    out.shards[shard].shard = shard;
+    for (const ReplicaEntry& r : table.ReplicasOfShard(shard)) out.shards[shard].replicas.push_back(r.server->server_id);
+  }
+  return out;
+}
+
+StatusOr<uint32_t> Client::ShardOfKey(std::string_view key) const {
+  if (!impl_->cluster()) return FailedPrecondition("ShardOfKey needs a client connected through a coordinator");
+  return ShardOf(key, impl_->Routing()->table().shard_count());
 }
 
 StatusOr<ServerStatsInfo> Client::ServerStats(std::string_view server_id, const CallOptions& call) {

@@ -1,5 +1,5 @@
 // kvctl: command-line client of an rkv server or cluster (get / put / del,
-// and members / stats through the coordinator).
+// and members / shards / where / stats through the coordinator).
 #include <gflags/gflags.h>
 #include <glog/logging.h>
 #include <fcntl.h>
@@ -22,7 +22,8 @@
 
 DEFINE_string(server, "127.0.0.1:7700", "HOST:PORT of the rkv server's data plane (default 127.0.0.1:7700)");
 DEFINE_string(coordinator, "",
-              "HOST:PORT of the rkv-coordinator: cluster mode (instead of --server; needed by members and stats)");
+              "HOST:PORT of the rkv-coordinator: cluster mode (instead of --server; needed by members, shards, where "
+              "and stats)");
 DEFINE_string(token_file, "", "file holding the access token (required)");
 DEFINE_string(transport, "auto", "data-plane transport: auto, tcp or verbs (default auto)");
 DEFINE_int32(timeout, 5000, "deadline of the whole command, in milliseconds (default 5000)");
@@ -56,8 +57,17 @@ constexpr char kUsage[] =
     "                                 VALUE is '-' or absent and stdin is not a terminal\n"
     "  kvctl [flags] del KEY          delete KEY\n"
     "  kvctl --coordinator=H:P [flags] members\n"
-    "                                 the cluster's servers: id, epoch, state, address, shards,\n"
-    "                                 keys, memory used/total (--output=json: a JSON array)\n"
+    "                                 the cluster's servers: id, epoch, state, address, zone,\n"
+    "                                 shards as primary, shards as backup, keys, memory\n"
+    "                                 used/total (--output=json: a JSON array)\n"
+    "  kvctl --coordinator=H:P [flags] shards\n"
+    "                                 one line per shard: its primary and backups; then a\n"
+    "                                 summary: shards, R (copies per shard) and how many shards\n"
+    "                                 have fewer than R (--output=json: one JSON object)\n"
+    "  kvctl --coordinator=H:P [flags] where KEY\n"
+    "                                 KEY's shard and every server holding it: role (primary,\n"
+    "                                 which serves KEY's calls, or backup), state, address, zone\n"
+    "                                 (--output=json: one JSON object)\n"
     "  kvctl --coordinator=H:P [flags] stats [SERVER_ID]\n"
     "                                 each server's counters from its admin service (keys,\n"
     "                                 puts, deletes, errors, connections, gets served by CPU,\n"
@@ -67,7 +77,8 @@ constexpr char kUsage[] =
     "\n"
     "Flags of every command: --server or --coordinator (not both; default\n"
     "--server=127.0.0.1:7700), --token_file (required), --transport, --timeout, --output,\n"
-    "--key_hex; put also takes --value_file. members and stats need --coordinator.\n"
+    "--key_hex; put also takes --value_file. members, shards, where and stats need\n"
+    "--coordinator.\n"
     "--v=1 logs connection details to stderr. When KEY or VALUE starts with '-', end the\n"
     "flags with '--' before the command: kvctl --token_file=T -- put KEY -5\n"
     "\n"
@@ -156,7 +167,10 @@ int Run(const rkv::kvctl::Invocation& inv) {
   const bool server_given = gflags::GetCommandLineFlagInfo("server", &server_flag) && !server_flag.is_default;
   const bool cluster = !FLAGS_coordinator.empty();
   if (cluster && server_given) return UsageError(cmd + ": give either --server or --coordinator, not both");
-  if (!cluster && (inv.command == rkv::kvctl::Command::kMembers || inv.command == rkv::kvctl::Command::kStats)) {
+  const bool needs_cluster = inv.command == rkv::kvctl::Command::kMembers ||
+                             inv.command == rkv::kvctl::Command::kStats ||
+                             inv.command == rkv::kvctl::Command::kShards || inv.command == rkv::kvctl::Command::kWhere;
+  if (!cluster && needs_cluster) {
     return UsageError(cmd + ": needs --coordinator=HOST:PORT");
   }
 
@@ -214,6 +228,24 @@ int Run(const rkv::kvctl::Invocation& inv) {
       if (!members.ok()) return Fail(cmd, members.status());
       const std::string out =
           json ? rkv::kvctl::FormatMembersJson(*members) : rkv::kvctl::FormatMembersText(*members);
+      if (!WriteAll(out)) return Fail(cmd, rkv::PosixError("write(stdout)", errno));
+      return kExitOk;
+    }
+    case rkv::kvctl::Command::kShards: {
+      auto info = (*client)->Cluster();
+      if (!info.ok()) return Fail(cmd, info.status());
+      const std::string out = json ? rkv::kvctl::FormatShardsJson(*info) : rkv::kvctl::FormatShardsText(*info);
+      if (!WriteAll(out)) return Fail(cmd, rkv::PosixError("write(stdout)", errno));
+      return kExitOk;
+    }
+    case rkv::kvctl::Command::kWhere: {
+      auto info = (*client)->Cluster();
+      if (!info.ok()) return Fail(cmd, info.status());
+      auto shard = (*client)->ShardOfKey(inv.key);
+      if (!shard.ok()) return Fail(cmd, shard.status());
+      if (*shard >= info->shards.size()) return Fail(cmd, rkv::Internal("shard out of the map's range"));
+      const std::string out =
+          json ? rkv::kvctl::FormatWhereJson(*info, inv.key, *shard) : rkv::kvctl::FormatWhereText(*info, *shard);
       if (!WriteAll(out)) return Fail(cmd, rkv::PosixError("write(stdout)", errno));
       return kExitOk;
     }

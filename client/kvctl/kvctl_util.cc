@@ -20,10 +20,13 @@ StatusOr<Invocation> ParseInvocation(const std::vector<std::string>& args, bool 
   } else if (args[0] == "del") {
     inv.command = Command::kDel;
     max_args = 2;
-  } else if (args[0] == "members") {
-    inv.command = Command::kMembers;
+  } else if (args[0] == "where") {
+    inv.command = Command::kWhere;
+    max_args = 2;
+  } else if (args[0] == "members" || args[0] == "shards") {
+    inv.command = args[0] == "members" ? Command::kMembers : Command::kShards;
     if (args.size() > 1) {
-      return InvalidArgument("members: takes no arguments (" + std::to_string(args.size() - 1) + " given)");
+      return InvalidArgument(args[0] + ": takes no arguments (" + std::to_string(args.size() - 1) + " given)");
     }
     return inv;
   } else if (args[0] == "stats") {
@@ -237,14 +240,91 @@ std::string FormatBytes(uint64_t bytes) {
   return buf;
 }
 
+namespace {
+
+std::string ZoneCell(const std::string& zone) { return zone.empty() ? "-" : zone; }
+
+const MemberInfo* FindMember(const ClusterInfo& cluster, const std::string& id) {
+  for (const MemberInfo& m : cluster.members) {
+    if (m.server_id == id) return &m;
+  }
+  return nullptr;
+}
+
+}  // namespace
+
 std::string FormatMembersText(const std::vector<MemberInfo>& members) {
   std::vector<std::vector<std::string>> rows;
-  rows.push_back({"SERVER", "EPOCH", "STATE", "ADDRESS", "SHARDS", "KEYS", "MEMORY (USED/TOTAL)"});
+  rows.push_back({"SERVER", "EPOCH", "STATE", "ADDRESS", "ZONE", "PRIMARIES", "BACKUPS", "KEYS",
+                  "MEMORY (USED/TOTAL)"});
   for (const MemberInfo& m : members) {
-    rows.push_back({m.server_id, U(m.epoch), m.state, m.data_address, U(m.shards), U(m.keys),
-                    FormatBytes(m.heap_bytes_used) + " / " + FormatBytes(m.heap_bytes)});
+    rows.push_back({m.server_id, U(m.epoch), m.state, m.data_address, ZoneCell(m.zone), U(m.shards),
+                    U(m.backup_shards), U(m.keys), FormatBytes(m.heap_bytes_used) + " / " + FormatBytes(m.heap_bytes)});
   }
   return Columns(rows);
+}
+
+uint32_t UnderReplicatedShards(const ClusterInfo& cluster) {
+  uint32_t n = 0;
+  for (const ShardInfo& s : cluster.shards) {
+    if (s.replicas.size() < cluster.replication_factor) ++n;
+  }
+  return n;
+}
+
+std::string FormatShardsText(const ClusterInfo& cluster) {
+  std::vector<std::vector<std::string>> rows;
+  rows.push_back({"SHARD", "PRIMARY", "BACKUPS"});
+  for (const ShardInfo& s : cluster.shards) {
+    std::string backups;
+    for (size_t i = 1; i < s.replicas.size(); ++i) backups += (i > 1 ? "," : "") + s.replicas[i];
+    rows.push_back({U(s.shard), s.replicas.empty() ? "-" : s.replicas[0], backups.empty() ? "-" : backups});
+  }
+  return Columns(rows) + U(cluster.shards.size()) + " shards, R=" + U(cluster.replication_factor) + ", " +
+         U(UnderReplicatedShards(cluster)) + " with fewer than " + U(cluster.replication_factor) + " replicas\n";
+}
+
+std::string FormatShardsJson(const ClusterInfo& cluster) {
+  std::string out = "{\"map_version\":" + U(cluster.map_version) + ",\"shard_count\":" + U(cluster.shards.size()) +
+                    ",\"replication_factor\":" + U(cluster.replication_factor) +
+                    ",\"under_replicated\":" + U(UnderReplicatedShards(cluster)) + ",\"shards\":[";
+  for (size_t i = 0; i < cluster.shards.size(); ++i) {
+    const ShardInfo& s = cluster.shards[i];
+    if (i > 0) out += ",";
+    out += "{\"shard\":" + U(s.shard) + ",\"primary\":" + JsonQuote(s.replicas.empty() ? "" : s.replicas[0]) +
+           ",\"backups\":[";
+    for (size_t k = 1; k < s.replicas.size(); ++k) out += (k > 1 ? "," : "") + JsonQuote(s.replicas[k]);
+    out += "]}";
+  }
+  return out + "]}\n";
+}
+
+std::string FormatWhereText(const ClusterInfo& cluster, uint32_t shard) {
+  const ShardInfo& s = cluster.shards[shard];
+  std::vector<std::vector<std::string>> rows;
+  rows.push_back({"SERVER", "ROLE", "STATE", "ADDRESS", "ZONE"});
+  for (size_t k = 0; k < s.replicas.size(); ++k) {
+    const MemberInfo* m = FindMember(cluster, s.replicas[k]);
+    rows.push_back({s.replicas[k], k == 0 ? "primary" : "backup", m != nullptr ? m->state : "?",
+                    m != nullptr ? m->data_address : "?", m != nullptr ? ZoneCell(m->zone) : "?"});
+  }
+  return "shard " + U(shard) + " of " + U(cluster.shards.size()) + ", map version " + U(cluster.map_version) + "\n" +
+         Columns(rows);
+}
+
+std::string FormatWhereJson(const ClusterInfo& cluster, std::string_view key, uint32_t shard) {
+  const ShardInfo& s = cluster.shards[shard];
+  std::string out = "{" + JsonBytesField("key", key) + ",\"shard\":" + U(shard) +
+                    ",\"map_version\":" + U(cluster.map_version) + ",\"replicas\":[";
+  for (size_t k = 0; k < s.replicas.size(); ++k) {
+    const MemberInfo* m = FindMember(cluster, s.replicas[k]);
+    if (k > 0) out += ",";
+    out += "{\"server_id\":" + JsonQuote(s.replicas[k]) + ",\"role\":" + (k == 0 ? "\"primary\"" : "\"backup\"") +
+           ",\"state\":" + JsonQuote(m != nullptr ? m->state : "") +
+           ",\"data_address\":" + JsonQuote(m != nullptr ? m->data_address : "") +
+           ",\"zone\":" + JsonQuote(m != nullptr ? m->zone : "") + "}";
+  }
+  return out + "]}\n";
 }
 
 std::string FormatMembersJson(const std::vector<MemberInfo>& members) {
@@ -256,7 +336,8 @@ std::string FormatMembersJson(const std::vector<MemberInfo>& members) {
            ",\"state\":" + JsonQuote(m.state) + ",\"data_address\":" + JsonQuote(m.data_address) +
            ",\"admin_address\":" + JsonQuote(m.admin_address) + ",\"transport\":" + JsonQuote(m.transport) +
            ",\"shards\":" + U(m.shards) + ",\"keys\":" + U(m.keys) + ",\"heap_bytes_used\":" +
-           U(m.heap_bytes_used) + ",\"heap_bytes\":" + U(m.heap_bytes) + "}";
+           U(m.heap_bytes_used) + ",\"heap_bytes\":" + U(m.heap_bytes) + ",\"zone\":" + JsonQuote(m.zone) +
+           ",\"backup_shards\":" + U(m.backup_shards) + "}";
   }
   return out + "]\n";
 }

@@ -12,10 +12,10 @@
 
 namespace rkv::kvctl {
 
-enum class Command { kGet, kPut, kDel, kMembers, kStats };
+enum class Command { kGet, kPut, kDel, kMembers, kStats, kShards, kWhere };
 
-// A parsed command line (after flags): get|del KEY, put KEY [VALUE],
-// members, or stats [SERVER_ID].
+// A parsed command line (after flags): get|del|where KEY, put KEY [VALUE],
+// members, shards, or stats [SERVER_ID].
 struct Invocation {
   Command command = Command::kGet;
   std::string command_name;
@@ -66,10 +66,30 @@ std::string FormatDelJson(std::string_view key);
 std::string FormatBytes(uint64_t bytes);
 
 // `kvctl members`: a table with a header row (server, epoch, state,
-// address, shards, keys, memory used / total), or a JSON array of objects
-// (one per server, all MemberInfo fields), each with a trailing newline.
+// address, zone ("-" when unlabelled), primaries, backups, keys, memory
+// used / total), or a JSON array of objects (one per server, all
+// MemberInfo fields), each with a trailing newline.
 std::string FormatMembersText(const std::vector<MemberInfo>& members);
 std::string FormatMembersJson(const std::vector<MemberInfo>& members);
+
+// `kvctl shards`: a table (shard, primary, backups joined by ',', "-" for
+// none), one row per shard, then the summary line "N shards, R=R, K with
+// fewer than R replicas"; or one JSON object {"map_version", "shard_count",
+// "replication_factor", "under_replicated", "shards": [{"shard",
+// "primary", "backups": [...]}]}. A trailing newline either way.
+std::string FormatShardsText(const ClusterInfo& cluster);
+std::string FormatShardsJson(const ClusterInfo& cluster);
+
+// Shards with fewer than R replicas.
+uint32_t UnderReplicatedShards(const ClusterInfo& cluster);
+
+// `kvctl where KEY`: "shard S of N, map version V", then a table (server,
+// role "primary" or "backup", state, address, zone) of the shard's
+// replicas; or one JSON object {"key" (as JsonBytesField), "shard",
+// "map_version", "replicas": [{"server_id", "role", "state",
+// "data_address", "zone"}]}. `shard` < cluster.shards.size().
+std::string FormatWhereText(const ClusterInfo& cluster, uint32_t shard);
+std::string FormatWhereJson(const ClusterInfo& cluster, std::string_view key, uint32_t shard);
 
 // `kvctl stats`: same shapes, with the ServerStatsInfo fields.
 std::string FormatStatsText(const std::vector<ServerStatsInfo>& stats);

@@ -119,6 +119,69 @@ TEST(ParseInvocationTest, ParsesClusterCommands) {
   EXPECT_EQ(one->server_id, "s-1");
   EXPECT_FALSE(ParseInvocation({"stats", "a", "b"}, false).ok());
   EXPECT_FALSE(ParseInvocation({"stats", ""}, false).ok());
+
+  auto shards = ParseInvocation({"shards"}, false);
+  ASSERT_TRUE(shards.ok()) << shards.status();
+  EXPECT_EQ(shards->command, Command::kShards);
+  EXPECT_EQ(ParseInvocation({"shards", "x"}, false).status().message(), "shards: takes no arguments (1 given)");
+
+  auto where = ParseInvocation({"where", "6b"}, true);
+  ASSERT_TRUE(where.ok()) << where.status();
+  EXPECT_EQ(where->command, Command::kWhere);
+  EXPECT_EQ(where->key, "k");
+  EXPECT_EQ(ParseInvocation({"where"}, false).status().message(), "where: missing KEY");
+  EXPECT_FALSE(ParseInvocation({"where", "k", "v"}, false).ok());
+}
+
+ClusterInfo SmallCluster() {
+  ClusterInfo c;
+  c.map_version = 9;
+  c.replication_factor = 3;
+  for (const char* id : {"a", "b", "c"}) {
+    MemberInfo m;
+    m.server_id = id;
+    m.state = "UP";
+    m.data_address = std::string("10.0.0.") + static_cast<char>('1' + (id[0] - 'a')) + ":7700";
+    m.zone = std::string("z-") + id;
+    c.members.push_back(m);
+  }
+  c.members[1].state = "DOWN";
+  c.members[2].zone = "";
+  c.shards = {{0, {"a", "b", "c"}}, {1, {"b", "c"}}, {2, {"c"}}};
+  return c;
+}
+
+TEST(ClusterFormatTest, FormatsShards) {
+  const ClusterInfo c = SmallCluster();
+  EXPECT_EQ(UnderReplicatedShards(c), 2u);
+  EXPECT_EQ(FormatShardsText(c),
+            "SHARD  PRIMARY  BACKUPS\n"
+            "0      a        b,c\n"
+            "1      b        c\n"
+            "2      c        -\n"
+            "3 shards, R=3, 2 with fewer than 3 replicas\n");
+  EXPECT_EQ(FormatShardsJson(c),
+            "{\"map_version\":9,\"shard_count\":3,\"replication_factor\":3,\"under_replicated\":2,\"shards\":["
+            "{\"shard\":0,\"primary\":\"a\",\"backups\":[\"b\",\"c\"]},"
+            "{\"shard\":1,\"primary\":\"b\",\"backups\":[\"c\"]},"
+            "{\"shard\":2,\"primary\":\"c\",\"backups\":[]}]}\n");
+}
+
+TEST(ClusterFormatTest, FormatsWhere) {
+  const ClusterInfo c = SmallCluster();
+  EXPECT_EQ(FormatWhereText(c, 0),
+            "shard 0 of 3, map version 9\n"
+            "SERVER  ROLE     STATE  ADDRESS        ZONE\n"
+            "a       primary  UP     10.0.0.1:7700  z-a\n"
+            "b       backup   DOWN   10.0.0.2:7700  z-b\n"
+            "c       backup   UP     10.0.0.3:7700  -\n");
+  EXPECT_EQ(FormatWhereJson(c, "k", 1),
+            "{\"key\":\"k\",\"shard\":1,\"map_version\":9,\"replicas\":["
+            "{\"server_id\":\"b\",\"role\":\"primary\",\"state\":\"DOWN\",\"data_address\":\"10.0.0.2:7700\","
+            "\"zone\":\"z-b\"},"
+            "{\"server_id\":\"c\",\"role\":\"backup\",\"state\":\"UP\",\"data_address\":\"10.0.0.3:7700\","
+            "\"zone\":\"\"}]}\n");
+  EXPECT_NE(FormatWhereJson(c, std::string("\xff", 1), 2).find("\"key_base64\":\"/w==\""), std::string::npos);
 }
 
 TEST(ClusterFormatTest, FormatsBytes) {
@@ -140,18 +203,21 @@ TEST(ClusterFormatTest, FormatsMembers) {
   a.keys = 10;
   a.heap_bytes_used = 2048;
   a.heap_bytes = 1 << 20;
+  a.zone = "rack 1";
+  a.backup_shards = 684;
   MemberInfo b = a;
   b.server_id = "server-two";
   b.state = "DOWN";
+  b.zone = "";
   const std::string text = FormatMembersText({a, b});
   EXPECT_EQ(text,
-            "SERVER      EPOCH  STATE  ADDRESS         SHARDS  KEYS  MEMORY (USED/TOTAL)\n"
-            "s-1         5      UP     127.0.0.1:7701  342     10    2.0 KiB / 1.0 MiB\n"
-            "server-two  5      DOWN   127.0.0.1:7701  342     10    2.0 KiB / 1.0 MiB\n");
+            "SERVER      EPOCH  STATE  ADDRESS         ZONE    PRIMARIES  BACKUPS  KEYS  MEMORY (USED/TOTAL)\n"
+            "s-1         5      UP     127.0.0.1:7701  rack 1  342        684      10    2.0 KiB / 1.0 MiB\n"
+            "server-two  5      DOWN   127.0.0.1:7701  -       342        684      10    2.0 KiB / 1.0 MiB\n");
   EXPECT_EQ(FormatMembersJson({a}),
             "[{\"server_id\":\"s-1\",\"epoch\":5,\"state\":\"UP\",\"data_address\":\"127.0.0.1:7701\","
             "\"admin_address\":\"127.0.0.1:8701\",\"transport\":\"tcp\",\"shards\":342,\"keys\":10,"
-            "\"heap_bytes_used\":2048,\"heap_bytes\":1048576}]\n");
+            "\"heap_bytes_used\":2048,\"heap_bytes\":1048576,\"zone\":\"rack 1\",\"backup_shards\":684}]\n");
   EXPECT_EQ(FormatMembersJson({}), "[]\n");
 }
 

@@ -126,10 +126,29 @@ struct MemberInfo {
   std::string data_address;
   std::string admin_address;
   std::string transport;  // "tcp" or "verbs"
-  uint32_t shards = 0;    // shards owned
+  uint32_t shards = 0;    // shards owned (it is their primary)
   uint64_t keys = 0;
   uint64_t heap_bytes_used = 0;
   uint64_t heap_bytes = 0;
+  std::string zone;            // failure domain; empty when unlabelled
+  uint32_t backup_shards = 0;  // shards it holds as a backup
+};
+
+// The servers holding one shard: its primary (which serves every call for
+// the shard's keys) first, then its backups.
+struct ShardInfo {
+  uint32_t shard = 0;
+  std::vector<std::string> replicas;  // server ids, primary first
+};
+
+// One version of the cluster map as the client caches it.
+struct ClusterInfo {
+  uint64_t map_version = 0;
+  // R, the copies each shard is meant to have; a shard holds fewer while a
+  // failed backup is out of its replica set.
+  uint32_t replication_factor = 0;
+  std::vector<MemberInfo> members;  // in join order
+  std::vector<ShardInfo> shards;    // shards[s].shard == s
 };
 
 // A server's counters, from its Admin service.
@@ -209,6 +228,12 @@ class RKV_EXPORT Client {
   uint64_t cluster_map_version() const;
   // The servers of the cached map, in join order.
   StatusOr<std::vector<MemberInfo>> Members() const;
+  // The cached map's servers and every shard's replica set, all from one
+  // map version.
+  StatusOr<ClusterInfo> Cluster() const;
+  // The shard `key` belongs to (the same in every map version: the shard
+  // count is fixed for the life of a cluster).
+  StatusOr<uint32_t> ShardOfKey(std::string_view key) const;
   // The Admin Stats of server `server_id` (NOT_FOUND when the cached map
   // has no such server; the RPC's error, prefixed with the server,
   // otherwise).
