@@ -6,10 +6,13 @@
 // Properties: a table is built only from a map that validates; in a built
 // table every shard has an owner among the servers, every key routes to
 // one, each server is found by its id, and the smallest limits are those of
-// some server.
+// some server; every shard's replica set holds 1..R distinct listed
+// servers, the owner first as the only primary, and a key's set is its
+// shard's, led by the server its data calls go to.
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <set>
 #include <string>
 
 #include "client/cluster_map.h"
@@ -36,10 +39,22 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   RKV_FUZZ_CHECK(t.version() == map.version());
   RKV_FUZZ_CHECK(t.shard_count() == map.shard_count() && t.shard_count() >= 1);
   RKV_FUZZ_CHECK(t.servers().size() == static_cast<size_t>(map.servers_size()) && !t.servers().empty());
+  RKV_FUZZ_CHECK(t.replication_factor() >= 1 && t.replication_factor() <= control::kMaxReplicationFactor);
+  RKV_FUZZ_CHECK(t.replication_factor() == control::EffectiveReplicationFactor(map));
   for (uint32_t s = 0; s < t.shard_count(); ++s) {
     const client::ServerEntry& owner = t.OwnerOfShard(s);
     RKV_FUZZ_CHECK(owner.server_id == map.shard_owner(static_cast<int>(s)));
     RKV_FUZZ_CHECK(t.Find(owner.server_id) == &owner);
+    const std::vector<client::ReplicaEntry> replicas = t.ReplicasOfShard(s);
+    RKV_FUZZ_CHECK(!replicas.empty() && replicas.size() <= t.replication_factor());
+    RKV_FUZZ_CHECK(replicas[0].server == &owner && replicas[0].role == client::ReplicaRole::kPrimary);
+    std::set<const client::ServerEntry*> distinct;
+    for (size_t k = 0; k < replicas.size(); ++k) {
+      RKV_FUZZ_CHECK(replicas[k].server != nullptr && t.Find(replicas[k].server->server_id) == replicas[k].server);
+      RKV_FUZZ_CHECK(k == 0 || replicas[k].role == client::ReplicaRole::kBackup);
+      distinct.insert(replicas[k].server);
+    }
+    RKV_FUZZ_CHECK(distinct.size() == replicas.size());
   }
   for (const client::ServerEntry& e : t.servers()) {
     RKV_FUZZ_CHECK(t.Find(e.server_id) == &e);
@@ -54,6 +69,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const size_t i = t.OwnerIndexOf(key);
     RKV_FUZZ_CHECK(i < t.servers().size());
     RKV_FUZZ_CHECK(&t.OwnerOf(key) == &t.servers()[i]);
+    const std::vector<client::ReplicaEntry> replicas = t.ReplicasOf(key);
+    RKV_FUZZ_CHECK(!replicas.empty() && replicas[0].server == &t.OwnerOf(key));
   }
   return 0;
 }

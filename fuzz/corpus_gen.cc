@@ -388,6 +388,22 @@ void Control() {
   v1::ClusterMap wrong = map;
   wrong.set_shard_owner(1, "c");
   Write("cluster_map", "unknown_owner", Serialized(wrong));
+  // R = 2 with zones; shard 3 has lost its backup.
+  v1::ClusterMap replicated = map;
+  replicated.set_replication_factor(2);
+  replicated.mutable_servers(0)->set_zone("zone a");
+  replicated.mutable_servers(1)->set_zone("zone b");
+  for (uint32_t shard = 0; shard < 4; ++shard) {
+    v1::ShardReplicas* r = replicated.add_shard_replicas();
+    r->add_server_ids(shard % 2 == 0 ? "a" : "b");
+    if (shard == 3) continue;
+    r->add_server_ids(shard % 2 == 0 ? "b" : "a");
+    replicated.mutable_servers(static_cast<int>((shard + 1) % 2))->add_backup_shards(shard);
+  }
+  Write("cluster_map", "replicated", Serialized(replicated));
+  v1::ClusterMap primary_twice = replicated;
+  primary_twice.mutable_shard_replicas(0)->set_server_ids(1, "a");
+  Write("cluster_map", "primary_twice", Serialized(primary_twice));
 }
 
 void Kvctl() {

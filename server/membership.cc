@@ -87,6 +87,7 @@ v1::JoinRequest ToJoinRequest(const JoinInfo& j) {
   *r.mutable_index() = control::ToProto(j.index);
   *r.mutable_heap() = control::ToProto(j.heap);
   *r.mutable_table() = control::ToProto(j.table);
+  r.set_zone(j.zone);
   return r;
 }
 

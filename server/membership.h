@@ -43,6 +43,7 @@ struct JoinInfo {
   protocol::RegionDescriptor index;  // TableHeader + buckets, REMOTE_READ
   protocol::RegionDescriptor heap;   // blocks, REMOTE_READ
   control::TableParams table;
+  std::string zone;  // failure domain (--zone); may be empty
 };
 
 // Reported with every heartbeat.

@@ -96,6 +96,7 @@ TEST(MembershipTest, JoinsHeartbeatsWithStatsAndLeaves) {
   std::atomic<uint64_t> keys{42};
   MembershipOptions options = Options(coordinator->address());
   options.stats = [&] { return MembershipStats{keys.load(), 640}; };
+  options.self.zone = "rack 7";
   Membership membership(options);
   ASSERT_TRUE(membership.Start().ok());
   EXPECT_TRUE(membership.connected());
@@ -107,6 +108,7 @@ TEST(MembershipTest, JoinsHeartbeatsWithStatsAndLeaves) {
   ASSERT_NE(me, nullptr);
   EXPECT_EQ(me->state(), v1::UP);
   EXPECT_EQ(me->epoch(), 3u);
+  EXPECT_EQ(me->zone(), "rack 7");
   EXPECT_EQ(me->index().rkey(), options.self.index.rkey);
   EXPECT_EQ(me->table().hash_seed(), options.self.table.hash_seed);
 

@@ -128,6 +128,15 @@ Status ValidateControlOptions(const ControlOptions& c, const std::string& listen
                            " binds every interface, so clients would not know where to connect: with "
                            "--coordinator, also pass --advertise_address=HOST:PORT");
   }
+  // The rule of control::ValidateZone, which the coordinator applies to the
+  // Join; checked here too so that a bad flag stops the server at once.
+  if (c.zone.size() > kMaxZoneBytes) {
+    return InvalidArgument("--zone is " + std::to_string(c.zone.size()) + " bytes, over " +
+                           std::to_string(kMaxZoneBytes));
+  }
+  for (char ch : c.zone) {
+    if (ch < 0x20 || ch > 0x7E) return InvalidArgument("--zone may hold only printable ASCII characters");
+  }
   return Status::Ok();
 }
 

@@ -2,6 +2,7 @@
 // from flags; tests fill them directly.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -51,6 +52,11 @@ struct ControlOptions {
   // actually listened on. Required with a coordinator when --listen is a
   // wildcard (0.0.0.0 or ::).
   std::string advertise_address;
+  // Failure domain announced in the Join (`--zone`): printable ASCII, at
+  // most 64 bytes; empty = unlabelled. The coordinator puts a shard's
+  // replicas in distinct zones when it can, and refuses a rejoin that
+  // changes it.
+  std::string zone;
 };
 
 // True for a host that binds every interface ("0.0.0.0", "::"), which no
@@ -84,6 +90,7 @@ inline constexpr uint32_t kMaxRequestCredits = 128;
 inline constexpr uint32_t kMinTimeoutMs = 100;
 inline constexpr uint32_t kMaxTimeoutMs = 3'600'000;
 inline constexpr uint32_t kMaxIdleTimeoutS = 7 * 86'400;
+inline constexpr size_t kMaxZoneBytes = 64;  // == control::kMaxZoneBytes
 
 // The block of the largest record the options allow.
 uint64_t MaxBlockBytes(const ServerOptions& o);

@@ -110,6 +110,19 @@ TEST(ControlOptionsTest, BadValuesAreRejectedNamingTheirFlag) {
   }
 }
 
+TEST(ControlOptionsTest, ZonesArePrintableAsciiOfAtMost64Bytes) {
+  ControlOptions c{"127.0.0.1:7600", "", "", "eu-west-1a rack 7"};
+  EXPECT_TRUE(ValidateControlOptions(c, "127.0.0.1:7700").ok());
+  c.zone = std::string(kMaxZoneBytes, 'z');
+  EXPECT_TRUE(ValidateControlOptions(c, "127.0.0.1:7700").ok());
+  for (const std::string& bad : {std::string(kMaxZoneBytes + 1, 'z'), std::string("tab\there"),
+                                 std::string("caf\xc3\xa9")}) {
+    const Status s = ValidateControlOptions(ControlOptions{"127.0.0.1:7600", "", "", bad}, "127.0.0.1:7700");
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << bad;
+    EXPECT_NE(s.message().find("--zone"), std::string::npos) << s;
+  }
+}
+
 TEST(ControlOptionsTest, WildcardListenIsFineWithAnAdvertisedAddress) {
   ControlOptions c{"127.0.0.1:7600", "", "10.1.2.3:7700"};
   EXPECT_TRUE(ValidateControlOptions(c, "0.0.0.0:7700").ok());
