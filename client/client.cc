@@ -760,7 +760,9 @@ StatusOr<ClusterInfo> Client::Cluster() const {
   out.shards.resize(table.shard_count());
   for (uint32_t shard = 0; shard < table.shard_count(); ++shard) {
     out.shards[shard].shard = shard;
-    for (const ReplicaEntry& r : table.ReplicasOfShard(shard)) out.shards[shard].replicas.push_back(r.server->server_id);
+    for (const ReplicaEntry& r : table.ReplicasOfShard(shard)) {
+      out.shards[shard].replicas.push_back(r.server->server_id);
+    }
   }
   return out;
 }

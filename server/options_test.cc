@@ -90,17 +90,17 @@ TEST(ControlOptionsTest, BadValuesAreRejectedNamingTheirFlag) {
     const char* listen;
   };
   const Case cases[] = {
-      {"--coordinator", {"no-port", "", ""}, "127.0.0.1:7700"},
-      {"--coordinator", {"127.0.0.1:0", "", ""}, "127.0.0.1:7700"},
-      {"--coordinator", {"0.0.0.0:7600", "", ""}, "127.0.0.1:7700"},
-      {"--coordinator", {"host:70000", "", ""}, "127.0.0.1:7700"},
-      {"--admin_listen", {"", "nohostport", ""}, "127.0.0.1:7700"},
-      {"--admin_listen", {"", "127.0.0.1:7700", ""}, "127.0.0.1:7700"},
-      {"--advertise_address", {"", "", "10.0.0.1"}, "127.0.0.1:7700"},
-      {"--advertise_address", {"", "", "10.0.0.1:0"}, "127.0.0.1:7700"},
-      {"--advertise_address", {"127.0.0.1:7600", "", "0.0.0.0:7700"}, "0.0.0.0:7700"},
-      {"--advertise_address", {"127.0.0.1:7600", "", ""}, "0.0.0.0:7700"},
-      {"--advertise_address", {"127.0.0.1:7600", "", ""}, "[::]:7700"},
+      {"--coordinator", {"no-port", "", "", ""}, "127.0.0.1:7700"},
+      {"--coordinator", {"127.0.0.1:0", "", "", ""}, "127.0.0.1:7700"},
+      {"--coordinator", {"0.0.0.0:7600", "", "", ""}, "127.0.0.1:7700"},
+      {"--coordinator", {"host:70000", "", "", ""}, "127.0.0.1:7700"},
+      {"--admin_listen", {"", "nohostport", "", ""}, "127.0.0.1:7700"},
+      {"--admin_listen", {"", "127.0.0.1:7700", "", ""}, "127.0.0.1:7700"},
+      {"--advertise_address", {"", "", "10.0.0.1", ""}, "127.0.0.1:7700"},
+      {"--advertise_address", {"", "", "10.0.0.1:0", ""}, "127.0.0.1:7700"},
+      {"--advertise_address", {"127.0.0.1:7600", "", "0.0.0.0:7700", ""}, "0.0.0.0:7700"},
+      {"--advertise_address", {"127.0.0.1:7600", "", "", ""}, "0.0.0.0:7700"},
+      {"--advertise_address", {"127.0.0.1:7600", "", "", ""}, "[::]:7700"},
   };
   for (const Case& c : cases) {
     const Status s = ValidateControlOptions(c.c, c.listen);
@@ -124,19 +124,19 @@ TEST(ControlOptionsTest, ZonesArePrintableAsciiOfAtMost64Bytes) {
 }
 
 TEST(ControlOptionsTest, WildcardListenIsFineWithAnAdvertisedAddress) {
-  ControlOptions c{"127.0.0.1:7600", "", "10.1.2.3:7700"};
+  ControlOptions c{"127.0.0.1:7600", "", "10.1.2.3:7700", ""};
   EXPECT_TRUE(ValidateControlOptions(c, "0.0.0.0:7700").ok());
   EXPECT_TRUE(ValidateControlOptions(c, "[::]:7700").ok());
 }
 
 TEST(ControlOptionsTest, AdminListenDefaultsToTheDataHostWithACoordinator) {
-  ControlOptions c{"127.0.0.1:7600", "", ""};
+  ControlOptions c{"127.0.0.1:7600", "", "", ""};
   EXPECT_EQ(EffectiveAdminListen(c, "127.0.0.1:7701"), "127.0.0.1:0");
   EXPECT_EQ(EffectiveAdminListen(c, "[::1]:7701"), "[::1]:0");
   c.admin_listen = "127.0.0.1:9000";
   EXPECT_EQ(EffectiveAdminListen(c, "127.0.0.1:7701"), "127.0.0.1:9000");
   // Standalone with an explicit --admin_listen serves Admin too.
-  EXPECT_EQ(EffectiveAdminListen(ControlOptions{"", "127.0.0.1:0", ""}, "127.0.0.1:7701"), "127.0.0.1:0");
+  EXPECT_EQ(EffectiveAdminListen(ControlOptions{"", "127.0.0.1:0", "", ""}, "127.0.0.1:7701"), "127.0.0.1:0");
 }
 
 TEST(ControlOptionsTest, AdvertisedAddressNeverAnnouncesAWildcard) {

@@ -9,6 +9,7 @@
 #include <map>
 #include <mutex>
 #include <random>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -147,6 +148,141 @@ TEST_F(ClusterTest, KeysSpreadOverEveryServer) {
   r = Kvctl({"get", "spread-7"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(r.out, ValueFor("spread-7", 1));
+}
+
+// Lines of `text`, without their newlines.
+std::vector<std::string> Lines(const std::string& text) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (start < text.size()) {
+    size_t end = text.find('\n', start);
+    if (end == std::string::npos) end = text.size();
+    out.push_back(text.substr(start, end - start));
+    start = end + 1;
+  }
+  return out;
+}
+
+TEST_F(ClusterTest, KvctlShowsReplicaSetsAndWhereAKeyLives) {
+  auto client = NewClient();
+  ASSERT_NE(client, nullptr);
+  auto cluster = client->Cluster();
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  // Three servers and the default R: every server holds every shard, one
+  // third of them as the primary.
+  EXPECT_EQ(cluster->replication_factor, 3u);
+  ASSERT_EQ(cluster->shards.size(), 1024u);
+  for (const MemberInfo& m : cluster->members) {
+    EXPECT_EQ(m.shards + m.backup_shards, 1024u) << m.server_id;
+  }
+  for (const ShardInfo& s : cluster->shards) {
+    ASSERT_EQ(s.replicas.size(), 3u) << "shard " << s.shard;
+    EXPECT_EQ(s.replicas[0], cluster->members[s.shard % 3].server_id) << "shard " << s.shard;
+  }
+
+  // shards: a header, one line per shard, the summary.
+  auto r = Kvctl({"shards"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::vector<std::string> lines = Lines(r.out);
+  ASSERT_EQ(lines.size(), 1024u + 2) << r.out.substr(0, 400);
+  EXPECT_EQ(lines.back(), "1024 shards, R=3, 0 with fewer than 3 replicas");
+  const ShardInfo& s7 = cluster->shards[7];
+  EXPECT_EQ(lines[1 + 7].substr(0, 1), "7");
+  EXPECT_NE(lines[1 + 7].find(s7.replicas[0]), std::string::npos) << lines[1 + 7];
+  EXPECT_NE(lines[1 + 7].find(s7.replicas[1] + "," + s7.replicas[2]), std::string::npos) << lines[1 + 7];
+  r = Kvctl({"--output=json", "shards"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("\"shard_count\":1024,\"replication_factor\":3,\"under_replicated\":0"), std::string::npos)
+      << r.out.substr(0, 200);
+
+  // where: the key's shard, its primary (which serves the key) and backups.
+  ASSERT_TRUE(client->Put("where-am-i", "here").ok());
+  auto shard = client->ShardOfKey("where-am-i");
+  ASSERT_TRUE(shard.ok()) << shard.status();
+  r = Kvctl({"where", "where-am-i"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::vector<std::string> where = Lines(r.out);
+  ASSERT_EQ(where.size(), 5u) << r.out;
+  EXPECT_EQ(where[0].find("shard " + std::to_string(*shard) + " of 1024"), 0u) << r.out;
+  const std::vector<std::string>& replicas = cluster->shards[*shard].replicas;
+  for (size_t k = 0; k < 3; ++k) {
+    const std::string& row = where[2 + k];
+    EXPECT_EQ(row.find(replicas[k]), 0u) << r.out;
+    EXPECT_NE(row.find(k == 0 ? "primary" : "backup"), std::string::npos) << row;
+    EXPECT_NE(row.find("UP"), std::string::npos) << row;
+    for (const MemberInfo& m : cluster->members) {
+      if (m.server_id == replicas[k]) {
+        EXPECT_NE(row.find(m.data_address), std::string::npos) << row;
+      }
+    }
+  }
+  r = Kvctl({"--output=json", "where", "where-am-i"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("{\"key\":\"where-am-i\",\"shard\":" + std::to_string(*shard)), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("{\"server_id\":\"" + replicas[0] + "\",\"role\":\"primary\""), std::string::npos) << r.out;
+
+  // members: zone (none here), shards as primary and as backup.
+  r = Kvctl({"members"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("ZONE  PRIMARIES  BACKUPS"), std::string::npos) << r.out;
+  for (const std::string& row : Lines(r.out)) {
+    std::istringstream in(row);
+    std::vector<std::string> cells;
+    for (std::string cell; in >> cell;) cells.push_back(cell);
+    ASSERT_GE(cells.size(), 7u) << row;
+    for (const MemberInfo& m : cluster->members) {
+      if (cells[0] != m.server_id) continue;
+      EXPECT_EQ(cells[4], "-") << row;  // no zone
+      EXPECT_EQ(cells[5], std::to_string(m.shards)) << row;
+      EXPECT_EQ(cells[6], std::to_string(m.backup_shards)) << row;
+    }
+  }
+}
+
+TEST(CoordinatorFlagsTest, ReplicasMustFitTheClusterAndStayFixedForTheDataDir) {
+  TempDir dir;
+  const std::string token_file = dir.path() + "/token";
+  WriteFile(token_file, std::string(kToken) + "\n");
+  const std::string data_dir = dir.path() + "/coordinator";
+  {
+    ServerProcess too_many(data_dir, token_file, {"--servers=3", "--replicas=4"}, ServerProcess::Role::kCoordinator);
+    EXPECT_FALSE(too_many.Start().ok());
+    EXPECT_NE(too_many.Log().find("--replicas 4 is above --servers 3"), std::string::npos) << too_many.Log();
+  }
+  {
+    // The data dir keeps R from its first change on; here the cluster
+    // completes, which a client's Connect waits for.
+    ServerProcess one(data_dir, token_file, {"--servers=2", "--replicas=1"}, ServerProcess::Role::kCoordinator);
+    Status s = one.Start();
+    ASSERT_TRUE(s.ok()) << s << "\n" << one.Log();
+    std::vector<std::unique_ptr<ServerProcess>> servers;
+    for (int i = 0; i < 2; ++i) {
+      servers.push_back(std::make_unique<ServerProcess>(
+          dir.path() + "/server" + std::to_string(i), token_file,
+          std::vector<std::string>{"--coordinator=" + one.address(), "--memory=16777216", "--max_keys=1024"}));
+      s = servers.back()->Start();
+      ASSERT_TRUE(s.ok()) << s;
+    }
+    ClientOptions o;
+    o.server.clear();
+    o.coordinator = one.address();
+    o.token = kToken;
+    o.transport = TestTransport();
+    o.timeout = std::chrono::milliseconds(60000);
+    auto client = Client::Connect(o);
+    ASSERT_TRUE(client.ok()) << client.status() << "\n" << one.Log();
+    auto cluster = (*client)->Cluster();
+    ASSERT_TRUE(cluster.ok()) << cluster.status();
+    EXPECT_EQ(cluster->replication_factor, 1u);
+    for (const ShardInfo& shard : cluster->shards) EXPECT_EQ(shard.replicas.size(), 1u);
+    client->reset();
+    for (auto& server : servers) server->Terminate();
+    one.Terminate();
+  }
+  // The default (2 with two servers) is another R than the data dir's.
+  ServerProcess other(data_dir, token_file, {"--servers=2"}, ServerProcess::Role::kCoordinator);
+  EXPECT_FALSE(other.Start().ok());
+  EXPECT_NE(other.Log().find("1 replicas per shard, not --replicas 2"), std::string::npos) << other.Log();
 }
 
 TEST_F(ClusterTest, GetsNeverReachAServerCpu) {

@@ -483,12 +483,16 @@ TEST_F(ServerTest, KvctlCommandsAndExitCodes) {
   expect_usage_error({"--timeout=soon", "get", "k"}, "illegal value 'soon'");
   expect_usage_error({"--no_such_flag", "get", "k"}, "unknown command line flag 'no_such_flag'");
   expect_usage_error({"members"}, "needs --coordinator");
+  expect_usage_error({"shards"}, "shards: needs --coordinator");
+  expect_usage_error({"where", "k"}, "where: needs --coordinator");
+  expect_usage_error({"where"}, "where: missing KEY");
+  expect_usage_error({"shards", "extra"}, "shards: takes no arguments (1 given)");
 
   r = RunCommand({RKV_KVCTL_BIN, "--help"});
   EXPECT_EQ(r.exit_code, 0);
   const std::string help = r.out + r.err;
-  for (const char* word : {"get", "put", "del", "--server", "--token_file", "--transport", "--timeout",
-                           "--output", "--value_file"}) {
+  for (const char* word : {"get", "put", "del", "members", "shards", "where KEY", "stats", "--server", "--token_file",
+                           "--transport", "--timeout", "--output", "--value_file"}) {
     EXPECT_NE(help.find(word), std::string::npos) << "kvctl --help does not mention " << word;
   }
 }

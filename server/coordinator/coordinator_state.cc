@@ -114,7 +114,8 @@ std::vector<size_t> PlaceBackups(const std::vector<std::string>& zones, size_t p
     ++(*backup_load)[best];
     picks.push_back(best);
   }
-  std::sort(picks.begin(), picks.end(), [&](size_t a, size_t b) { return (a + n - primary) % n < (b + n - primary) % n; });
+  const auto after_primary = [&](size_t i) { return (i + n - primary) % n; };
+  std::sort(picks.begin(), picks.end(), [&](size_t a, size_t b) { return after_primary(a) < after_primary(b); });
   return picks;
 }
 
@@ -343,7 +344,8 @@ StatusOr<v1::ReportReplicaFailureResponse> CoordinatorState::ReportReplicaFailur
     return FailedPrecondition("server " + r.server_id() + " is marked DOWN; join again");
   }
   if (r.backup_id() == r.server_id()) {
-    return FailedPrecondition("server " + r.server_id() + " reports itself: a primary is never taken out of a replica set");
+    return FailedPrecondition("server " + r.server_id() +
+                              " reports itself: a primary is never taken out of a replica set");
   }
   const int backup_index = FindLocked(r.backup_id());
   if (backup_index < 0) return NotFound("unknown backup server " + r.backup_id());
