@@ -425,6 +425,8 @@ void Kvctl() {
   Write("kvctl_args", "del_hex", args(1, {"del", "0aFF"}));
   Write("kvctl_args", "bad_hex", args(1, {"get", "0g"}));
   Write("kvctl_args", "members", args(0, {"members"}));
+  Write("kvctl_args", "shards", args(0, {"shards"}));
+  Write("kvctl_args", "where_hex", args(1, {"where", "6b6579"}));
   Write("kvctl_args", "stats", args(0, {"stats", "server-1"}));
   Write("kvctl_args", "too_many", args(0, {"get", "a", "b"}));
   Write("kvctl_args", "print_utf8", args(1 << 3, {"caf\xc3\xa9 \xf0\x9f\x98\x80 \"q\" \\ \t"}));

@@ -1,14 +1,15 @@
 // kvctl's handling of what a user types and what it prints from servers
 // (client/kvctl/kvctl_util.h): command lines, hex keys, value sources, and
-// the JSON and text it writes for keys, values, members and stats (fields
-// that come from servers and the coordinator, any bytes).
+// the JSON and text it writes for keys, values, members, shards, where and
+// stats (fields that come from servers and the coordinator, any bytes).
 //
 // Input: a mode byte (low bits: --key_hex, --value_file given, stdin a
 // terminal), then NUL-separated strings.
 //   mode 0: the strings are the positional arguments;
 //   mode 1: the first string is a key or value to print;
 //   mode 2: the strings fill MemberInfo and ServerStatsInfo records (those
-//           that are valid UTF-8, as protobuf strings are).
+//           that are valid UTF-8, as protobuf strings are), and shards whose
+//           replicas are those servers.
 //
 // Properties: a parsed command line is one of the documented shapes; hex
 // decoding inverts hex encoding; IsValidUtf8 agrees with a reference
@@ -102,6 +103,7 @@ void CheckCommandLine(const std::vector<std::string>& args, uint8_t mode) {
   switch (inv->command) {
     case Command::kGet:
     case Command::kDel:
+    case Command::kWhere:
       RKV_FUZZ_CHECK(args.size() == 2 && !inv->has_value_arg);
       break;
     case Command::kPut:
@@ -110,6 +112,7 @@ void CheckCommandLine(const std::vector<std::string>& args, uint8_t mode) {
       if (inv->has_value_arg) RKV_FUZZ_CHECK(inv->value_arg == args[2]);
       break;
     case Command::kMembers:
+    case Command::kShards:
       RKV_FUZZ_CHECK(args.size() == 1);
       return;
     case Command::kStats:
@@ -168,6 +171,8 @@ void CheckListings(const std::vector<std::string>& fields) {
     m.data_address = field();
     m.admin_address = field();
     m.transport = field();
+    m.zone = field();
+    m.backup_shards = static_cast<uint32_t>(m.zone.size());
     m.epoch = m.server_id.size() * 0x123456789ULL;
     m.heap_bytes = m.state.size() * 0xFFFFFFFFFULL;
     members.push_back(m);
@@ -183,6 +188,26 @@ void CheckListings(const std::vector<std::string>& fields) {
   CheckJsonLines(stats_json);
   (void)FormatMembersText(members);
   (void)FormatStatsText(stats);
+
+  // Shard s held by members s, s+1, ... (up to three), in a cluster of R 3.
+  ClusterInfo cluster;
+  cluster.replication_factor = 3;
+  cluster.members = members;
+  for (size_t s = 0; s < members.size(); ++s) {
+    ShardInfo shard;
+    shard.shard = static_cast<uint32_t>(s);
+    for (size_t k = 0; k < 3 && k < members.size(); ++k) {
+      shard.replicas.push_back(members[(s + k) % members.size()].server_id);
+    }
+    cluster.shards.push_back(shard);
+  }
+  RKV_FUZZ_CHECK(UnderReplicatedShards(cluster) == (members.size() < 3 ? members.size() : 0));
+  CheckJsonLines(FormatShardsJson(cluster));
+  (void)FormatShardsText(cluster);
+  for (size_t s = 0; s < cluster.shards.size() && s < 4; ++s) {
+    CheckJsonLines(FormatWhereJson(cluster, members[s].server_id, static_cast<uint32_t>(s)));
+    (void)FormatWhereText(cluster, static_cast<uint32_t>(s));
+  }
 }
 
 }  // namespace
