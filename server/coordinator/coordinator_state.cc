@@ -86,10 +86,10 @@ uint32_t EffectiveReplicas(const CoordinatorConfig& config) {
   return config.replicas != 0 ? config.replicas : DefaultReplicas(config.expected_servers);
 }
 
-std::vector<size_t> PlaceBackups(const std::vector<std::string>& zones, size_t primary, size_t count,
-                                 std::vector<uint32_t>* backup_load) {
+std::vector<size_t> PlaceBackups(const std::vector<uint32_t>& zones, uint32_t zone_count, size_t primary,
+                                 size_t count, std::vector<uint32_t>* backup_load) {
   const size_t n = zones.size();
-  std::unordered_map<std::string_view, uint32_t> in_zone;  // the shard's replicas per zone so far
+  std::vector<uint32_t> in_zone(zone_count, 0);  // the shard's replicas per zone so far
   ++in_zone[zones[primary]];
   std::vector<bool> chosen(n, false);
   chosen[primary] = true;
@@ -101,8 +101,7 @@ std::vector<size_t> PlaceBackups(const std::vector<std::string>& zones, size_t p
     for (size_t d = 1; d < n; ++d) {
       const size_t i = (primary + d) % n;
       if (chosen[i]) continue;
-      const auto z = in_zone.find(zones[i]);
-      const std::tuple<uint32_t, uint32_t, size_t> key(z == in_zone.end() ? 0 : z->second, (*backup_load)[i], d);
+      const std::tuple<uint32_t, uint32_t, size_t> key(in_zone[zones[i]], (*backup_load)[i], d);
       if (best == n || key < best_key) {
         best = i;
         best_key = key;
@@ -314,18 +313,22 @@ StatusOr<v1::JoinResponse> CoordinatorState::Join(const v1::JoinRequest& r) {
 }
 
 void CoordinatorState::AssignShards(std::vector<Server>* next) const {
-  std::vector<std::string> zones;
+  std::unordered_map<std::string, uint32_t> zone_ids;
+  std::vector<uint32_t> zones;
   zones.reserve(next->size());
   for (Server& s : *next) {
     s.info.clear_shards();
     s.info.clear_backup_shards();
-    zones.push_back(s.info.zone());
+    zones.push_back(zone_ids.emplace(s.info.zone(), static_cast<uint32_t>(zone_ids.size())).first->second);
   }
+  const uint32_t zone_count = static_cast<uint32_t>(zone_ids.size());
   std::vector<uint32_t> load(next->size(), 0);
   for (uint32_t shard = 0; shard < config_.shard_count; ++shard) {
     const size_t primary = shard % next->size();
     (*next)[primary].info.add_shards(shard);
-    for (size_t b : PlaceBackups(zones, primary, replicas_ - 1, &load)) (*next)[b].info.add_backup_shards(shard);
+    for (size_t b : PlaceBackups(zones, zone_count, primary, replicas_ - 1, &load)) {
+      (*next)[b].info.add_backup_shards(shard);
+    }
   }
 }
 

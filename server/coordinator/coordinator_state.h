@@ -66,17 +66,18 @@ uint32_t DefaultReplicas(uint32_t expected_servers);
 uint32_t EffectiveReplicas(const CoordinatorConfig& config);
 
 // The placement of one shard's backups, given its primary: `count` further
-// distinct servers among `zones.size()` (servers in join order, each with
-// its zone; "" is a zone like any other). Each pick takes, among the
+// distinct servers among `zones.size()` (servers in join order; zones[i] is
+// server i's zone as a number below zone_count, equal for equal zone names,
+// "" being a zone like any other). Each pick takes, among the
 // servers not yet chosen, the one whose zone holds the fewest of the
 // shard's replicas so far, then the one holding the fewest backups so far
 // (`backup_load`, indexed like `zones`, incremented for each pick), then
 // the first in join order after the primary. So the replicas cover
 // min(R, zones) distinct zones, and backups spread evenly. Returns the
 // picks in join order starting after the primary. Requires count <
-// zones.size() and primary < zones.size().
-std::vector<size_t> PlaceBackups(const std::vector<std::string>& zones, size_t primary, size_t count,
-                                 std::vector<uint32_t>* backup_load);
+// zones.size() and primary < zones.size(). O(count * zones.size()).
+std::vector<size_t> PlaceBackups(const std::vector<uint32_t>& zones, uint32_t zone_count, size_t primary,
+                                 size_t count, std::vector<uint32_t>* backup_load);
 
 using Clock = std::function<std::chrono::steady_clock::time_point()>;
 
