@@ -207,6 +207,16 @@ void Connect() {
   Bytes token;
   Put(token, v);
   Write("connect_request", "wrong_token", token);
+  protocol::PeerConnectData peer{};
+  peer.request = ValidConnect();
+  peer.request.magic = protocol::kPeerConnectMagic;
+  peer.sender_epoch = 3;
+  Bytes peer_valid;
+  Put(peer_valid, peer);
+  Write("connect_request", "peer", peer_valid);
+  Bytes peer_cut = peer_valid;
+  peer_cut.resize(sizeof(protocol::ConnectRequestData));
+  Write("connect_request", "peer_without_epoch", peer_cut);
 }
 
 protocol::AcceptData ValidAccept() {
