@@ -17,8 +17,9 @@
 //   - DELETE carries the tombstone flag and an empty value, PUT no tombstone.
 // Bad framing is INVALID_ARGUMENT; a record whose checksum fails is DATA_LOSS.
 //
-// Apply (under the apply mutex, so requests of all connections are applied
-// one at a time, in arrival order per connection):
+// Apply (a client's writes one at a time under the primary mutex, in
+// arrival order per connection; the store, table and heap under the table
+// mutex, mu_):
 //   PUT:    version = store.NextVersion(); store.Put (durable per
 //           --durability); table.Upsert (publishes the slot: the
 //           linearization point); reply. If the table or heap refuses
