@@ -6,7 +6,9 @@
 // that a backup failed; or the write fails and nothing is published.
 #include <filesystem>
 #include <memory>
+#include <functional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -350,6 +352,48 @@ TEST_F(ReplicationPathTest, AnOlderForwardAfterANewerOneChangesNothing) {
   EXPECT_EQ(Code(*del), StatusCode::kOk);
   EXPECT_EQ(Get(backups_[0], "k"), GetResult());
   EXPECT_EQ(backups_[0].server->Stats().replica_writes, 2u);
+}
+
+// Every server is a primary of some shards and a backup of others: two
+// servers forwarding to each other at once must never wait for each other.
+TEST_F(ReplicationPathTest, TwoServersThatAreEachOthersBackupsWriteConcurrently) {
+  Node& a = backups_[0];
+  Node& b = backups_[1];
+  a.policy.AddPeer(b.id, b.server->epoch());
+  b.policy.AddPeer(a.id, a.server->epoch());
+  a.policy.SetRoute(WriteRoute{kMapVersion, 1, {ReplicaPeer{b.id, b.server->epoch(), b.server->address()}}});
+  b.policy.SetRoute(WriteRoute{kMapVersion, 2, {ReplicaPeer{a.id, a.server->epoch(), a.server->address()}}});
+  constexpr int kWrites = 40;
+  std::vector<std::string> failures[2];
+  const auto writer = [&](Node& n, std::vector<std::string>* failed) {
+    auto c = RawConnection::Connect(transport_.get(), n.server->address(), kToken);
+    if (!c.ok()) {
+      failed->push_back(c.status().ToString());
+      return;
+    }
+    for (int i = 0; i < kWrites; ++i) {
+      auto r = (*c)->Send(protocol::Op::kPut, n.id + "-" + std::to_string(i), "v", 0, i + 1);
+      if (!r.ok()) {
+        failed->push_back(r.status().ToString());
+      } else if (Code(*r) != StatusCode::kOk) {
+        failed->push_back(r->message);
+      }
+    }
+  };
+  std::thread ta(writer, std::ref(a), &failures[0]);
+  std::thread tb(writer, std::ref(b), &failures[1]);
+  ta.join();
+  tb.join();
+  EXPECT_TRUE(failures[0].empty()) << failures[0].front();
+  EXPECT_TRUE(failures[1].empty()) << failures[1].front();
+  for (Node* n : {&a, &b}) {
+    const ServerStats s = n->server->Stats();
+    EXPECT_EQ(s.backup_failures, 0u) << n->id;
+    EXPECT_EQ(s.forwarded_writes, uint64_t{kWrites}) << n->id;
+    EXPECT_EQ(s.replica_writes, uint64_t{kWrites}) << n->id;
+    EXPECT_EQ(s.keys, uint64_t{2 * kWrites}) << n->id;
+    EXPECT_TRUE(n->policy.reports().empty()) << n->id;
+  }
 }
 
 }  // namespace
