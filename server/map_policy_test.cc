@@ -197,6 +197,39 @@ TEST(MapPolicyTest, TheTestMapsPassTheMapChecks) {
   }
 }
 
+TEST(MapPolicyTest, ReplicaListsThePolicyCannotUseAreRefused) {
+  const auto refused = [](const v1::ClusterMap& m, const std::string& why) {
+    const Status s = CheckReplicaLists(m);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << why;
+    EXPECT_NE(s.message().find(why), std::string::npos) << s;
+  };
+  v1::ClusterMap m = MakeMap(5, kThree, kR3);
+  m.mutable_shard_replicas()->RemoveLast();
+  refused(m, "shard_replicas has 3 entries, not shard_count 4");
+  m = MakeMap(5, kThree, kR3);
+  m.mutable_shard_replicas(1)->clear_server_ids();
+  refused(m, "shard_replicas[1] is empty");
+  m = MakeMap(5, kThree, kR3);
+  m.mutable_shard_replicas(1)->add_server_ids("d");
+  refused(m, "shard_replicas[1] has 4 servers, more than replication_factor 3");
+  m = MakeMap(5, kThree, kR3);
+  m.mutable_shard_replicas(1)->set_server_ids(2, "zz");
+  refused(m, "shard_replicas[1] names 'zz', which is not a listed server");
+  m = MakeMap(5, kThree, kR3);
+  m.mutable_shard_replicas(1)->set_server_ids(2, "b");
+  refused(m, "shard_replicas[1] names 'b' twice");
+  m = MakeMap(5, kThree, kR3);
+  m.mutable_shard_replicas(1)->set_server_ids(0, "c");
+  m.mutable_shard_replicas(1)->set_server_ids(1, "b");
+  refused(m, "shard_replicas[1] starts with 'c', not shard_owner 'b'");
+  m = MakeMap(5, kThree, kR3);
+  m.clear_shard_owner();
+  refused(m, "shard_replicas is set but shard_owner is empty");
+  m = MakeMap(5, kThree, kR3);
+  m.set_replication_factor(control::kMaxExpectedServers + 1);
+  refused(m, "replication_factor 4097 is above 4096");
+}
+
 TEST(MapPolicyTest, NoSourceOrNoMapOrNoAssignmentIsUnavailable) {
   MapPolicy unattached;
   EXPECT_EQ(unattached.RouteWrite("k").status().code(), StatusCode::kUnavailable);
