@@ -5,7 +5,9 @@
 // and serves the Admin service; the Join runs on its own thread, so the
 // data plane serves clients whether or not the coordinator is reachable.
 // It then follows the cluster map, from which its replication policy
-// (server/map_policy.h) reads this server's role in each shard.
+// (server/map_policy.h) reads this server's role in each shard: until a map
+// assigns the shards and lists this incarnation, writes are refused with
+// UNAVAILABLE.
 //
 // Stdout: "rkv-server listening on HOST:PORT (transport T, epoch E, K keys)"
 // once the data plane listens, then, when the server has an identity
@@ -229,7 +231,8 @@ int main(int argc, char** argv) {
   // the membership it reads is attached once the server has an identity.
   std::optional<rkv::server::MapPolicy> policy;
   if (!control.coordinator.empty()) policy.emplace();
-  auto server = rkv::server::Server::Start(o, transport->get());
+  // Standalone: no policy, every write is this server's alone.
+  auto server = rkv::server::Server::Start(o, transport->get(), policy ? &*policy : nullptr);
   if (!server.ok()) {
     std::cerr << "rkv-server: " << server.status() << "\n";
     return 1;
