@@ -4,6 +4,10 @@
 // With --coordinator the server also joins the cluster (server/membership.h)
 // and serves the Admin service; the Join runs on its own thread, so the
 // data plane serves clients whether or not the coordinator is reachable.
+// It then follows the cluster map, from which its replication policy
+// (server/map_policy.h) reads this server's role in each shard: until a map
+// assigns the shards and lists this incarnation, writes are refused with
+// UNAVAILABLE.
 //
 // Stdout: "rkv-server listening on HOST:PORT (transport T, epoch E, K keys)"
 // once the data plane listens, then, when the server has an identity
@@ -39,6 +43,7 @@
 #include "common/transport/factory.h"
 #include "common/transport/transport.h"
 #include "server/admin_service.h"
+#include "server/map_policy.h"
 #include "server/membership.h"
 #include "server/options.h"
 #include "server/server.h"
@@ -222,7 +227,12 @@ int main(int argc, char** argv) {
               << " transport failed: " << transport.status() << "\n";
     return 1;
   }
-  auto server = rkv::server::Server::Start(o, transport->get());
+  // The policy exists before the data plane, which keeps a pointer to it;
+  // the membership it reads is attached once the server has an identity.
+  std::optional<rkv::server::MapPolicy> policy;
+  if (!control.coordinator.empty()) policy.emplace();
+  // Standalone: no policy, every write is this server's alone.
+  auto server = rkv::server::Server::Start(o, transport->get(), policy ? &*policy : nullptr);
   if (!server.ok()) {
     std::cerr << "rkv-server: " << server.status() << "\n";
     return 1;
@@ -317,6 +327,7 @@ int main(int argc, char** argv) {
       return rkv::server::MembershipStats{st.keys, st.heap_bytes_used};
     };
     membership = std::make_unique<rkv::server::Membership>(std::move(m));
+    policy->Attach(membership.get());
     join.emplace(membership.get());
   }
 
@@ -338,13 +349,16 @@ int main(int argc, char** argv) {
     rc = 1;
   }
   // Leave first, so that the coordinator marks this server DOWN before its
-  // data plane goes away; then the Admin service, then the data plane.
+  // data plane goes away; then the Admin service, then the data plane. The
+  // stopped membership outlives the data plane, whose policy still reads
+  // its last map (and gets CANCELLED from anything that would reach the
+  // coordinator).
   if (join) join->Stop();
   join.reset();
-  membership.reset();
   if (admin) admin->Shutdown();
   admin.reset();
   srv->Shutdown();
   server.value().reset();
+  membership.reset();
   return rc;
 }
