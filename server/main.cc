@@ -71,6 +71,9 @@ DEFINE_uint32(idle_timeout_s, 600, "tcp: a connection that sends nothing for thi
 DEFINE_uint32(grace_period_ms, 100, "heap quarantine in milliseconds before a replaced block is reused; "
                                     "clients' GET lease is half of it (default 100)");
 
+DEFINE_uint32(replication_timeout_ms, 1000, "how long a primary waits for a backup to acknowledge a forwarded "
+              "write before it reports the backup to the coordinator, which takes it out of the shard's "
+              "replica set, 1..60000 (default 1000)");
 DEFINE_string(coordinator, "", "HOST:PORT of rkv-coordinator to join; empty runs standalone (default empty)");
 DEFINE_string(admin_listen, "", "HOST:PORT of the Admin gRPC service, port 0 picks a free one; default: none when "
                                 "standalone, the --listen host with port 0 with --coordinator");
@@ -167,6 +170,7 @@ int main(int argc, char** argv) {
   o.handshake_timeout_ms = FLAGS_handshake_timeout_ms;
   o.frame_timeout_ms = FLAGS_frame_timeout_ms;
   o.idle_timeout_s = FLAGS_idle_timeout_s;
+  o.replication_timeout_ms = FLAGS_replication_timeout_ms;
   {
     auto memory = ParseByteSize(FLAGS_memory);
     if (!memory.ok()) return BadFlag("--memory: " + memory.status().message());
@@ -231,8 +235,20 @@ int main(int argc, char** argv) {
   // the membership it reads is attached once the server has an identity.
   std::optional<rkv::server::MapPolicy> policy;
   if (!control.coordinator.empty()) policy.emplace();
+  // The server's id: its backups know it by it (replication handshake), and
+  // the control plane announces it.
+  std::string server_id;
+  if (!control.coordinator.empty() || !admin_listen.empty()) {
+    auto identity = rkv::server::ServerIdentity::LoadOrCreate(o.data_dir);
+    if (!identity.ok()) {
+      std::cerr << "rkv-server: loading the server id in " << o.data_dir << " failed: " << identity.status() << "\n";
+      return 1;
+    }
+    server_id = identity->server_id;
+  }
   // Standalone: no policy, every write is this server's alone.
-  auto server = rkv::server::Server::Start(o, transport->get(), policy ? &*policy : nullptr);
+  auto server = rkv::server::Server::Start(o, transport->get(), policy ? &*policy : nullptr,
+                                           policy ? std::string_view(server_id) : std::string_view());
   if (!server.ok()) {
     std::cerr << "rkv-server: " << server.status() << "\n";
     return 1;
@@ -250,14 +266,10 @@ int main(int argc, char** argv) {
   };
 
   // The control plane: identity, Admin service, membership.
-  std::string server_id;
   std::unique_ptr<rkv::server::AdminServer> admin;
   std::string admin_address;
   std::string data_address;
   if (!control.coordinator.empty() || !admin_listen.empty()) {
-    auto identity = rkv::server::ServerIdentity::LoadOrCreate(o.data_dir);
-    if (!identity.ok()) return fail("loading the server id in " + o.data_dir + " failed: " + identity.status().ToString());
-    server_id = identity->server_id;
     auto advertised = rkv::server::AdvertisedAddress(srv->address(), control.advertise_address, "");
     if (!advertised.ok() && !control.coordinator.empty()) {
       return fail("no data address to announce: " + advertised.status().ToString() +
