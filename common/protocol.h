@@ -26,6 +26,15 @@
 //   whose reply was lost, with the same id, on another connection to the
 //   same server incarnation (epoch). Version 2 introduced this: version 1
 //   clients numbered requests per connection and are refused.
+// Replication (server to server, docs/design.md "Replication"): a primary
+//   connects to each backup of its shards like a client, with a
+//   PeerConnectData (magic kPeerConnectMagic) that names it by
+//   fingerprint and epoch, and forwards each write as kReplicatePut /
+//   kReplicateDelete: the record carries the primary's version (non-zero)
+//   and RequestMsg::request_id the primary's map version. A client
+//   connection may send only kPut / kDelete, a peer connection only the
+//   replica ops. Old servers refuse the peer magic at the handshake, so the
+//   protocol version is unchanged.
 #pragma once
 
 #include <cstddef>
@@ -35,6 +44,7 @@ namespace rkv::protocol {
 
 inline constexpr uint32_t kConnectMagic = 0x43564B52;  // "RKVC"
 inline constexpr uint32_t kAcceptMagic = 0x41564B52;   // "RKVA"
+inline constexpr uint32_t kPeerConnectMagic = 0x50564B52;  // "RKVP"
 inline constexpr uint16_t kProtocolVersion = 2;
 
 inline constexpr size_t kMaxConnectPrivateData = 56;
@@ -52,6 +62,17 @@ struct ConnectRequestData {
   uint8_t token_digest[kTokenDigestBytes];  // TokenDigest(token), never the raw token
 };
 static_assert(sizeof(ConnectRequestData) <= kMaxConnectPrivateData);
+
+// The connect private data of a replication connection: a
+// ConnectRequestData whose magic is kPeerConnectMagic and whose client_id
+// is PeerFingerprint(sender's server id) (server/replication.h), then the
+// sender's epoch. The receiving server accepts it only from a server of its
+// current cluster map with that fingerprint and epoch.
+struct PeerConnectData {
+  ConnectRequestData request;
+  uint64_t sender_epoch;  // >= 1
+};
+static_assert(sizeof(PeerConnectData) <= kMaxConnectPrivateData);
 
 struct RegionDescriptor {
   uint64_t addr;    // remote virtual address of the first byte
@@ -76,13 +97,18 @@ struct AcceptData {
 };
 static_assert(sizeof(AcceptData) <= kMaxAcceptPrivateData);
 
-enum class Op : uint8_t { kPut = 1, kDelete = 2 };
+// kPut / kDelete: a client's write (record version 0). kReplicatePut /
+// kReplicateDelete: a primary's forward of a write it applies (record
+// version = the primary's, non-zero; request_id = the primary's map
+// version); only on a peer connection.
+enum class Op : uint8_t { kPut = 1, kDelete = 2, kReplicatePut = 3, kReplicateDelete = 4 };
 
 struct RequestMsg {
   uint8_t op;            // Op
   uint8_t reserved[3];   // 0
   uint32_t length;       // bytes of the record in the ring (block length)
-  uint64_t request_id;   // unique per client_id; echoed in the reply
+  uint64_t request_id;   // unique per client_id (replica ops: the sender's
+                         // map version); echoed in the reply
   uint64_t ring_offset;  // 64-byte aligned offset of the record in the ring
 };
 static_assert(sizeof(RequestMsg) == 24);

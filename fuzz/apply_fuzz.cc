@@ -8,11 +8,20 @@
 // exactly its size (ASan sees any read past it). With flag bit 0 the
 // harness reseals the checksum of the record each well-sized message
 // names, so the fuzzer gets past the checksum to the checks behind it.
+// With flag bit 1 the messages arrive on a replication connection
+// (Applier::ApplyReplica) instead of a client's. The Applier replicates:
+// its policy routes every client write to one backup and accepts every
+// replica, and its forwarder acknowledges every forward it checks.
 //
 // Properties: every reply is well formed (credits 1, a valid status code,
 // a NUL-terminated message); an OK PUT leaves the record's key with the
 // reply's version in both the table and the store, an OK DELETE leaves it
 // in neither. Each whole message gets a fresh request id from the harness.
+// A forwarded record decodes, carries a non-zero version and the op's
+// tombstone flag. An OK replica PUT leaves the key in table and store with
+// the reply's version, at least the record's (the store's high-water mark
+// too); an OK replica DELETE leaves the key absent (reply version 0) or
+// newer than the record's.
 #include <unistd.h>
 
 #include <chrono>
@@ -22,6 +31,7 @@
 #include <cstring>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -30,6 +40,8 @@
 #include "fuzz/fuzz_input.h"
 #include "server/apply.h"
 #include "server/heap.h"
+#include "server/replication.h"
+#include "server/replicator.h"
 #include "server/store.h"
 #include "server/table.h"
 
@@ -52,6 +64,30 @@ constexpr uint64_t kHeapBytes = 256 << 10;
 // Every request comes from one client (its ids are fresh per request).
 constexpr uint64_t kClientId = 0xF022;
 
+// Every client write goes to one backup; every replica is accepted.
+class FuzzPolicy final : public ReplicationPolicy {
+ public:
+  StatusOr<WriteRoute> RouteWrite(std::string_view) override {
+    return WriteRoute{1, 0, {ReplicaPeer{"s-fuzz-backup", 1, "127.0.0.1:1"}}};
+  }
+  Status ReportFailedBackup(uint32_t, const ReplicaPeer&, std::string_view) override { return Status::Ok(); }
+  std::optional<std::string> FindPeer(uint64_t, uint64_t) override { return "s-fuzz-primary"; }
+  Status AcceptReplica(std::string_view, std::string_view, uint64_t) override { return Status::Ok(); }
+};
+
+// Checks what the apply path forwards, and acknowledges it.
+class CheckingForwarder final : public Forwarder {
+ public:
+  std::vector<Status> Forward(const std::vector<ReplicaPeer>& backups, uint64_t, protocol::Op op,
+                              std::span<const uint8_t> record) override {
+    RKV_FUZZ_CHECK(op == protocol::Op::kReplicatePut || op == protocol::Op::kReplicateDelete);
+    const auto r = DecodeRecord(record);
+    RKV_FUZZ_CHECK(r.ok() && r->version != 0);
+    RKV_FUZZ_CHECK(((r->flags & layout::kBlockFlagTombstone) != 0) == (op == protocol::Op::kReplicateDelete));
+    return std::vector<Status>(backups.size());
+  }
+};
+
 struct World {
   std::filesystem::path dir;
   std::unique_ptr<Store> store;
@@ -59,6 +95,8 @@ struct World {
   Buffer heap_memory;
   std::unique_ptr<Heap> heap;
   std::unique_ptr<Table> table;
+  FuzzPolicy policy;
+  CheckingForwarder forwarder;
   std::unique_ptr<Applier> applier;
 };
 
@@ -91,7 +129,8 @@ World& TheWorld() {
   w.table = std::make_unique<Table>(std::span<uint8_t>(w.index.get(), index_bytes),
                                     std::span<uint8_t>(w.heap_memory.get(), kHeapBytes), w.heap.get());
   RKV_FUZZ_CHECK(w.table->Init(kBucketCountLog2, w.store->epoch(), 42).ok());
-  w.applier = std::make_unique<Applier>(w.store.get(), w.table.get(), w.heap.get(), ApplyLimits{64, 4096});
+  w.applier = std::make_unique<Applier>(w.store.get(), w.table.get(), w.heap.get(), ApplyLimits{64, 4096},
+                                        RequestCacheLimits{}, ApplyReplication{&w.policy, &w.forwarder});
   return w;
 }
 
@@ -138,7 +177,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         ResealRecord(std::span<uint8_t>(ring).subspan(req.ring_offset, req.length));
       }
     }
-    const protocol::ReplyMsg reply = w.applier->Apply(kClientId, msg, ring);
+    const bool replica = (flags & 2) != 0;
+    const protocol::ReplyMsg reply =
+        replica ? w.applier->ApplyReplica("s-fuzz-primary", msg, ring) : w.applier->Apply(kClientId, msg, ring);
     CheckReply(reply);
     uint64_t sent_id = 0;
     if (msg.size() >= offsetof(protocol::RequestMsg, request_id) + sizeof(sent_id)) {
@@ -154,7 +195,23 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const auto table_entry = w.table->Lookup(record->key);
     const auto stored = w.store->Get(record->key);
     RKV_FUZZ_CHECK(stored.ok());
-    if (req.op == static_cast<uint8_t>(protocol::Op::kPut)) {
+    if (replica) {
+      RKV_FUZZ_CHECK(record->version != 0);
+      if (req.op == static_cast<uint8_t>(protocol::Op::kReplicatePut)) {
+        RKV_FUZZ_CHECK(reply.version >= record->version);
+        RKV_FUZZ_CHECK(table_entry.has_value() && table_entry->version == reply.version);
+        RKV_FUZZ_CHECK(stored->has_value() && (*stored)->version == reply.version);
+        RKV_FUZZ_CHECK(w.store->version_high_water() >= record->version);
+      } else {
+        RKV_FUZZ_CHECK(req.op == static_cast<uint8_t>(protocol::Op::kReplicateDelete));
+        if (reply.version == 0) {
+          RKV_FUZZ_CHECK(!table_entry.has_value() && !stored->has_value());
+        } else {
+          RKV_FUZZ_CHECK(reply.version > record->version);
+          RKV_FUZZ_CHECK(table_entry.has_value() && table_entry->version == reply.version);
+        }
+      }
+    } else if (req.op == static_cast<uint8_t>(protocol::Op::kPut)) {
       RKV_FUZZ_CHECK(reply.version > 0);
       RKV_FUZZ_CHECK(table_entry.has_value() && table_entry->version == reply.version);
       RKV_FUZZ_CHECK(stored->has_value() && (*stored)->version == reply.version &&

@@ -174,6 +174,17 @@ void Apply() {
   Bytes versioned = Record("key", "value", 0, 5);
   versioned.resize(128, 0);
   Write("apply", "nonzero_version", Concat({Bytes{0, 0}, len(m_put), m_put, versioned}));
+  // On a replication connection (flag bit 1): records carry versions.
+  Bytes replica_ring = Record("key", "value", 0, 5);
+  replica_ring.resize(128, 0);
+  const Bytes replica_del = Record("key", "", layout::kBlockFlagTombstone, 5);
+  replica_ring.insert(replica_ring.end(), replica_del.begin(), replica_del.end());
+  const Bytes m_rput = Request(protocol::Op::kReplicatePut, 0, static_cast<uint32_t>(put.size()));
+  const Bytes m_rdel = Request(protocol::Op::kReplicateDelete, 128, static_cast<uint32_t>(replica_del.size()));
+  Write("apply", "replica_put_delete", Concat({Bytes{2, 2}, len(m_rput), m_rput, len(m_rput), m_rput, len(m_rdel),
+                                               m_rdel, replica_ring}));
+  Write("apply", "replica_op_from_client", Concat({Bytes{0, 0}, len(m_rput), m_rput, replica_ring}));
+  Write("apply", "client_op_from_peer", Concat({Bytes{2, 0}, len(m_put), m_put, ring}));
 }
 
 protocol::ConnectRequestData ValidConnect() {
@@ -207,6 +218,16 @@ void Connect() {
   Bytes token;
   Put(token, v);
   Write("connect_request", "wrong_token", token);
+  protocol::PeerConnectData peer{};
+  peer.request = ValidConnect();
+  peer.request.magic = protocol::kPeerConnectMagic;
+  peer.sender_epoch = 3;
+  Bytes peer_valid;
+  Put(peer_valid, peer);
+  Write("connect_request", "peer", peer_valid);
+  Bytes peer_cut = peer_valid;
+  peer_cut.resize(sizeof(protocol::ConnectRequestData));
+  Write("connect_request", "peer_without_epoch", peer_cut);
 }
 
 protocol::AcceptData ValidAccept() {

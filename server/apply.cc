@@ -24,8 +24,22 @@ protocol::ReplyMsg MakeReply(uint64_t request_id, StatusCode code, uint64_t vers
   return r;
 }
 
-Applier::Applier(Store* store, Table* table, Heap* heap, ApplyLimits limits, RequestCacheLimits replies)
-    : store_(store), table_(table), heap_(heap), cache_(replies), limits_(limits) {}
+namespace {
+
+bool IsReplicaOp(protocol::Op op) {
+  return op == protocol::Op::kReplicatePut || op == protocol::Op::kReplicateDelete;
+}
+
+bool IsDelete(protocol::Op op) { return op == protocol::Op::kDelete || op == protocol::Op::kReplicateDelete; }
+
+}  // namespace
+
+Applier::Applier(Store* store, Table* table, Heap* heap, ApplyLimits limits, RequestCacheLimits replies,
+                 ApplyReplication replication)
+    : store_(store), table_(table), heap_(heap), cache_(replies), limits_(limits), replication_(replication) {
+  CHECK_EQ(replication.policy == nullptr, replication.forwarder == nullptr)
+      << "a replication policy and a forwarder go together";
+}
 
 uint64_t Applier::max_block_bytes() const {
   return layout::BlockBytes(limits_.max_key_bytes, limits_.max_value_bytes);
@@ -36,7 +50,8 @@ protocol::ReplyMsg Applier::Error(uint64_t request_id, const Status& status) {
   return MakeReply(request_id, status.code(), 0, status.message());
 }
 
-protocol::ReplyMsg Applier::Apply(uint64_t client_id, std::span<const uint8_t> msg, std::span<const uint8_t> ring) {
+std::optional<protocol::ReplyMsg> Applier::Validate(std::span<const uint8_t> msg, std::span<const uint8_t> ring,
+                                                    bool from_peer, Request* out) {
   protocol::RequestMsg req{};
   uint64_t request_id = 0;
   if (msg.size() >= offsetof(protocol::RequestMsg, request_id) + sizeof(uint64_t)) {
@@ -48,8 +63,18 @@ protocol::ReplyMsg Applier::Apply(uint64_t client_id, std::span<const uint8_t> m
   }
   std::memcpy(&req, msg.data(), sizeof(req));
   const auto op = static_cast<protocol::Op>(req.op);
-  if (op != protocol::Op::kPut && op != protocol::Op::kDelete) {
+  const bool client_op = op == protocol::Op::kPut || op == protocol::Op::kDelete;
+  if (!client_op && !IsReplicaOp(op)) {
     return Error(request_id, InvalidArgument("unknown op " + std::to_string(req.op)));
+  }
+  if (from_peer && client_op) {
+    return Error(request_id, PermissionDenied("op " + std::to_string(req.op) +
+                                              " is a client's: a replication connection carries replica ops only"));
+  }
+  if (!from_peer && !client_op) {
+    return Error(request_id, PermissionDenied("op " + std::to_string(req.op) +
+                                              " is a replica op: only a server of the cluster map, on a "
+                                              "replication connection, may send it"));
   }
   if (req.reserved[0] != 0 || req.reserved[1] != 0 || req.reserved[2] != 0) {
     return Error(request_id, InvalidArgument("request reserved bytes are not zero"));
@@ -71,7 +96,7 @@ protocol::ReplyMsg Applier::Apply(uint64_t client_id, std::span<const uint8_t> m
 
   // Copy first: the client can keep writing its ring, and the bytes that
   // are checked must be the bytes that are stored. One buffer per worker
-  // thread, grown to the largest record seen.
+  // thread, grown to the largest record seen; *out points into it.
   thread_local std::vector<uint8_t> copy;
   copy.assign(ring.begin() + static_cast<ptrdiff_t>(req.ring_offset),
               ring.begin() + static_cast<ptrdiff_t>(req.ring_offset + req.length));
@@ -86,9 +111,12 @@ protocol::ReplyMsg Applier::Apply(uint64_t client_id, std::span<const uint8_t> m
                                              std::to_string(layout::BlockBytes(r.key.size(), r.value.size())) +
                                              " bytes"));
   }
-  if (r.version != 0) {
+  if (!from_peer && r.version != 0) {
     return Error(request_id, InvalidArgument("staging record carries version " + std::to_string(r.version) +
                                              ", expected 0 (the server assigns versions)"));
+  }
+  if (from_peer && r.version == 0) {
+    return Error(request_id, InvalidArgument("replica record carries version 0 (the primary's version expected)"));
   }
   if (r.key.size() > limits_.max_key_bytes) {
     return Error(request_id, InvalidArgument("key of " + std::to_string(r.key.size()) +
@@ -101,42 +129,111 @@ protocol::ReplyMsg Applier::Apply(uint64_t client_id, std::span<const uint8_t> m
                                              std::to_string(limits_.max_value_bytes)));
   }
   const bool tombstone = (r.flags & layout::kBlockFlagTombstone) != 0;
-  if (op == protocol::Op::kDelete) {
+  if (IsDelete(op)) {
     if (!tombstone) return Error(request_id, InvalidArgument("DELETE record lacks the tombstone flag"));
     if (!r.value.empty()) return Error(request_id, InvalidArgument("DELETE record carries a value"));
   } else if (tombstone) {
     return Error(request_id, InvalidArgument("PUT record carries the tombstone flag"));
   }
-  return ApplyOnce(client_id, request_id, op, r.key, r.value);
+  *out = Request{request_id, op, r.key, r.value, r.version};
+  return std::nullopt;
 }
 
-protocol::ReplyMsg Applier::ApplyOnce(uint64_t client_id, uint64_t request_id, protocol::Op op,
-                                      std::string_view key, std::string_view value) {
-  MutexLock lock(mu_);
+protocol::ReplyMsg Applier::Apply(uint64_t client_id, std::span<const uint8_t> msg, std::span<const uint8_t> ring) {
+  Request req;
+  if (std::optional<protocol::ReplyMsg> refused = Validate(msg, ring, /*from_peer=*/false, &req)) return *refused;
+  bool remember = true;
+  return ApplyOnce(client_id, req, &remember);
+}
+
+protocol::ReplyMsg Applier::ApplyOnce(uint64_t client_id, const Request& req, bool* remember) {
+  MutexLock lock(primary_mu_);
   protocol::ReplyMsg reply{};
-  switch (cache_.Check(client_id, request_id, &reply)) {
+  switch (cache_.Check(client_id, req.request_id, &reply)) {
     case RequestCache::Verdict::kReplay:
       replays_.fetch_add(1, std::memory_order_relaxed);
       return reply;
     case RequestCache::Verdict::kForgotten:
       // Not remembered, so not applied again: it may be a retry of a
       // request applied long ago.
-      return Error(request_id, Aborted("request " + std::to_string(request_id) +
-                                       " is too old for the replay check: not applied; a retry's outcome is unknown"));
+      return Error(req.request_id, Aborted("request " + std::to_string(req.request_id) +
+                                           " is too old for the replay check: not applied; a retry's outcome is "
+                                           "unknown"));
     case RequestCache::Verdict::kNew:
       break;
   }
-  reply = op == protocol::Op::kDelete ? ApplyDelete(request_id, key) : ApplyPut(request_id, key, value);
-  cache_.Insert(client_id, reply);
+  reply = req.op == protocol::Op::kDelete ? ApplyDelete(req.request_id, req.key, remember)
+                                          : ApplyPut(req.request_id, req.key, req.value, remember);
+  if (*remember) cache_.Insert(client_id, reply);
   return reply;
 }
 
-protocol::ReplyMsg Applier::ApplyPut(uint64_t request_id, std::string_view key, std::string_view value) {
-  if (!table_->PrepareInsert(key, Heap::Clock::now())) {
-    // Refused before anything is written.
-    return Error(request_id, ResourceExhausted("table full: no slot in the key's neighbourhood, even after moving keys (raise --max_keys)"));
+Status Applier::Replicate(const WriteRoute& route, protocol::Op op, std::string_view key, std::string_view value,
+                          uint64_t version) {
+  if (route.backups.empty()) return Status::Ok();
+  const uint16_t flags = op == protocol::Op::kReplicateDelete ? layout::kBlockFlagTombstone : 0;
+  thread_local std::vector<uint8_t> record;
+  record.assign(layout::BlockBytes(key.size(), value.size()), 0);
+  const uint64_t bytes = EncodeRecord(record, key, value, version, flags);
+  const std::vector<Status> acks =
+      replication_.forwarder->Forward(route.backups, route.map_version, op, std::span(record.data(), bytes));
+  forwarded_.fetch_add(1, std::memory_order_relaxed);
+  for (size_t i = 0; i < route.backups.size(); ++i) {
+    const Status& ack = i < acks.size() ? acks[i] : Internal("the forwarder gave no answer for this backup");
+    if (ack.ok()) continue;
+    backup_failures_.fetch_add(1, std::memory_order_relaxed);
+    const ReplicaPeer& backup = route.backups[i];
+    LOG(WARNING) << "backup " << backup.server_id << " (epoch " << backup.epoch << ", " << backup.data_address
+                 << ") of shard " << route.shard << " did not acknowledge a write: " << ack;
+    if (Status reported = replication_.policy->ReportFailedBackup(route.shard, backup, ack.ToString());
+        !reported.ok()) {
+      LOG(ERROR) << "backup " << backup.server_id << " of shard " << route.shard
+                 << " failed and the coordinator could not be told: " << reported;
+      return Unavailable("replication to backup " + backup.server_id + " failed and the coordinator could not be "
+                         "told: outcome unknown (" + reported.message() + ")");
+    }
   }
-  const uint64_t version = store_->NextVersion();
+  return Status::Ok();
+}
+
+protocol::ReplyMsg Applier::ApplyPut(uint64_t request_id, std::string_view key, std::string_view value,
+                                     bool* remember) {
+  std::optional<WriteRoute> route;
+  if (replication_.policy != nullptr) {
+    StatusOr<WriteRoute> r = replication_.policy->RouteWrite(key);
+    if (!r.ok()) {
+      *remember = false;  // nothing written: a retry is judged afresh
+      return Error(request_id, r.status());
+    }
+    route = std::move(*r);
+  }
+  uint64_t version = 0;
+  {
+    MutexLock lock(mu_);
+    if (!table_->PrepareInsert(key, Heap::Clock::now())) {
+      // Refused before anything is written.
+      return Error(request_id, ResourceExhausted("table full: no slot in the key's neighbourhood, even after "
+                                                 "moving keys (raise --max_keys)"));
+    }
+    version = store_->NextVersion();
+    if (!route || route->backups.empty()) return InstallPut(request_id, key, value, version);
+  }
+  // The table mutex is free while the backups are waited for; client
+  // writes stay serialized by primary_mu_, so no other write of this
+  // server takes `version` or passes this one.
+  if (Status s = Replicate(*route, protocol::Op::kReplicatePut, key, value, version); !s.ok()) {
+    *remember = false;
+    return Error(request_id, s);
+  }
+  MutexLock lock(mu_);
+  // Exactly the version the backups hold. A replica installed here
+  // meanwhile (of another shard) may have raised the high-water mark; Put
+  // keeps the larger one.
+  return InstallPut(request_id, key, value, version);
+}
+
+protocol::ReplyMsg Applier::InstallPut(uint64_t request_id, std::string_view key, std::string_view value,
+                                       uint64_t version) {
   if (Status s = store_->Put(key, value, version); !s.ok()) {
     LOG(ERROR) << "durable write failed: " << s;
     return Error(request_id, s.WithContext("durable write failed"));
@@ -173,9 +270,34 @@ protocol::ReplyMsg Applier::ApplyPut(uint64_t request_id, std::string_view key, 
   return MakeReply(request_id, StatusCode::kOk, version, "");
 }
 
-protocol::ReplyMsg Applier::ApplyDelete(uint64_t request_id, std::string_view key) {
-  const std::optional<Table::Entry> e = table_->Lookup(key);
-  if (!e) return Error(request_id, NotFound("key not found"));
+protocol::ReplyMsg Applier::ApplyDelete(uint64_t request_id, std::string_view key, bool* remember) {
+  std::optional<WriteRoute> route;
+  if (replication_.policy != nullptr) {
+    StatusOr<WriteRoute> r = replication_.policy->RouteWrite(key);
+    if (!r.ok()) {
+      *remember = false;
+      return Error(request_id, r.status());
+    }
+    route = std::move(*r);
+  }
+  uint64_t version = 0;
+  {
+    MutexLock lock(mu_);
+    const std::optional<Table::Entry> e = table_->Lookup(key);
+    if (!e) return Error(request_id, NotFound("key not found"));  // local only: nothing to forward
+    if (!route || route->backups.empty()) return DeleteLocal(request_id, key);
+    version = e->version;
+  }
+  if (Status s = Replicate(*route, protocol::Op::kReplicateDelete, key, {}, version); !s.ok()) {
+    *remember = false;
+    return Error(request_id, s);
+  }
+  MutexLock lock(mu_);
+  return DeleteLocal(request_id, key);
+}
+
+protocol::ReplyMsg Applier::DeleteLocal(uint64_t request_id, std::string_view key) {
+  if (!table_->Lookup(key)) return Error(request_id, NotFound("key not found"));
   if (Status s = store_->Delete(key); !s.ok()) {
     LOG(ERROR) << "durable delete failed: " << s;
     return Error(request_id, s.WithContext("durable delete failed"));
@@ -186,12 +308,72 @@ protocol::ReplyMsg Applier::ApplyDelete(uint64_t request_id, std::string_view ke
   return MakeReply(request_id, StatusCode::kOk, *removed, "");
 }
 
+protocol::ReplyMsg Applier::ApplyReplica(std::string_view sender_id, std::span<const uint8_t> msg,
+                                         std::span<const uint8_t> ring) {
+  Request req;
+  if (std::optional<protocol::ReplyMsg> refused = Validate(msg, ring, /*from_peer=*/true, &req)) {
+    replica_refused_.fetch_add(1, std::memory_order_relaxed);
+    return *refused;
+  }
+  if (replication_.policy == nullptr) {
+    // Not reached: such a server refuses replication connections.
+    replica_refused_.fetch_add(1, std::memory_order_relaxed);
+    return Error(req.request_id, FailedPrecondition("this server is not in a cluster: it accepts no replicas"));
+  }
+  // Judged before the table mutex: the policy may wait for a newer map.
+  if (Status s = replication_.policy->AcceptReplica(sender_id, req.key, req.request_id); !s.ok()) {
+    replica_refused_.fetch_add(1, std::memory_order_relaxed);
+    return Error(req.request_id, s);
+  }
+  MutexLock lock(mu_);
+  return InstallReplica(req);
+}
+
+protocol::ReplyMsg Applier::InstallReplica(const Request& req) {
+  const std::optional<Table::Entry> current = table_->Lookup(req.key);
+  const uint64_t have = current ? current->version : 0;
+  if (req.op == protocol::Op::kReplicatePut) {
+    if (have >= req.version) {
+      replica_stale_.fetch_add(1, std::memory_order_relaxed);
+      return MakeReply(req.request_id, StatusCode::kOk, have, "");
+    }
+    if (!table_->PrepareInsert(req.key, Heap::Clock::now())) {
+      return Error(req.request_id, ResourceExhausted("table full: no slot in the key's neighbourhood, even after "
+                                                     "moving keys (raise --max_keys)"));
+    }
+    protocol::ReplyMsg reply = InstallPut(req.request_id, req.key, req.value, req.version);
+    if (reply.status_code == static_cast<int32_t>(StatusCode::kOk)) {
+      replica_writes_.fetch_add(1, std::memory_order_relaxed);
+    }
+    return reply;
+  }
+  if (!current || have > req.version) {
+    // Absent, or newer than what the primary deleted: nothing to do.
+    replica_stale_.fetch_add(1, std::memory_order_relaxed);
+    return MakeReply(req.request_id, StatusCode::kOk, have, "");
+  }
+  if (Status s = store_->Delete(req.key); !s.ok()) {
+    LOG(ERROR) << "durable delete failed: " << s;
+    return Error(req.request_id, s.WithContext("durable delete failed"));
+  }
+  StatusOr<uint64_t> removed = table_->Delete(req.key, Heap::Clock::now());
+  if (!removed.ok()) return Error(req.request_id, removed.status());  // not reached: found above
+  deletes_.fetch_add(1, std::memory_order_relaxed);
+  replica_writes_.fetch_add(1, std::memory_order_relaxed);
+  return MakeReply(req.request_id, StatusCode::kOk, 0, "");
+}
+
 Applier::Snapshot Applier::snapshot() const {
   Snapshot s;
   s.puts = puts_.load(std::memory_order_relaxed);
   s.deletes = deletes_.load(std::memory_order_relaxed);
   s.replays = replays_.load(std::memory_order_relaxed);
   s.request_errors = errors_.load(std::memory_order_relaxed);
+  s.forwarded_writes = forwarded_.load(std::memory_order_relaxed);
+  s.backup_failures = backup_failures_.load(std::memory_order_relaxed);
+  s.replica_writes = replica_writes_.load(std::memory_order_relaxed);
+  s.replica_stale = replica_stale_.load(std::memory_order_relaxed);
+  s.replica_refused = replica_refused_.load(std::memory_order_relaxed);
   MutexLock lock(mu_);
   s.keys = table_->size();
   s.heap = heap_->stats();

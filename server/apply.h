@@ -11,13 +11,15 @@
 //   - the record is copied out of the ring first (the client may keep
 //     writing its ring: what is checked must be what is stored), then
 //     DecodeRecord must accept exactly those bytes, with
-//     RecordBytes <= length <= BlockBytes and version 0;
+//     RecordBytes <= length <= BlockBytes and version 0 (a replica op's
+//     record: a non-zero version);
 //   - key 1..max_key_bytes, value <= max_value_bytes;
 //   - DELETE carries the tombstone flag and an empty value, PUT no tombstone.
 // Bad framing is INVALID_ARGUMENT; a record whose checksum fails is DATA_LOSS.
 //
-// Apply (under the apply mutex, so requests of all connections are applied
-// one at a time, in arrival order per connection):
+// Apply (a client's writes one at a time under the primary mutex, in
+// arrival order per connection; the store, table and heap under the table
+// mutex, mu_):
 //   PUT:    version = store.NextVersion(); store.Put (durable per
 //           --durability); table.Upsert (publishes the slot: the
 //           linearization point); reply. If the table or heap refuses
@@ -33,31 +35,66 @@
 // Acknowledged therefore means durable per --durability, and the slot is
 // published only after the durable write.
 //
-// Replays (server/request_cache.h): under the same mutex, before applying,
-// the request's (client id, request id) is looked up in the request cache.
-// A request answered before gets its original reply again and changes
-// nothing; one whose reply the cache had to forget is refused with ABORTED
-// (never applied a second time); any other is applied and its reply
-// remembered before the mutex is released. Check, apply and remember are
-// therefore one step: a retry arriving on another connection while the
-// original is being applied waits for the mutex and then finds the
-// original's reply. Requests refused by validation are not remembered (a
-// retry of one is validated, and refused, again).
+// Replays (server/request_cache.h): under the primary mutex, before
+// applying, the request's (client id, request id) is looked up in the
+// request cache. A request answered before gets its original reply again
+// and changes nothing (it is not forwarded again); one whose reply the
+// cache had to forget is refused with ABORTED (never applied a second
+// time); any other is applied and its reply remembered before the mutex is
+// released. Check, apply and remember are therefore one step: a retry
+// arriving on another connection while the original is being applied waits
+// for the mutex and then finds the original's reply. Requests refused by
+// validation are not remembered (a retry of one is validated, and refused,
+// again), nor are those refused by replication before anything was
+// published locally (no route, or a failed backup the coordinator could not
+// be told of): a retry of one is applied afresh.
 //
-// Thread safety: Apply and the accessors are thread-safe: one internal
-// mutex guards every use of the Store, Table and Heap, which nobody else may
-// use while the Applier exists. (The server closes the Store only once no
-// Apply can run; snapshot() does not use it.)
+// Replication (docs/design.md, "Replication"), with a ReplicationPolicy:
+//   Primary (Apply, a client's kPut / kDelete): route = RouteWrite(key) (an
+//     error is the reply, nothing written); the version as above (a DELETE
+//     of an absent key stays a local NOT_FOUND); the record, with that
+//     version, is forwarded to every backup of the route (Forwarder, in
+//     parallel, bounded by its timeout); each backup that fails is reported
+//     (ReportFailedBackup): an error from that fails the write with
+//     UNAVAILABLE ("outcome unknown") and nothing is published locally;
+//     then the local durable write, publish and reply as above. A client's
+//     writes are serialized by the primary mutex, held while forwarding;
+//     the table mutex is taken only around the local steps, so that two
+//     servers forwarding to each other (each the other's backup) never wait
+//     for each other's locks.
+//   Backup (ApplyReplica, a peer's kReplicatePut / kReplicateDelete):
+//     validated like a client's record except that the version must be
+//     non-zero; AcceptReplica(sender, key, the request id as the sender's
+//     map version) must allow it (else its error is the reply); then, under
+//     the table mutex, a PUT is installed (durable write with the carried
+//     version, which raises the store's high-water mark to at least it, and
+//     publish) only when its version is newer than the key's, and a DELETE
+//     deletes the key only when the key's version is at most the carried
+//     one. A stale or repeated forward is acknowledged OK without a change,
+//     so resends and reordering are harmless. The reply carries the version
+//     the key now has (0: absent).
+//   A client connection that sends a replica op, and a peer connection that
+//   sends a client op, get PERMISSION_DENIED.
+//
+// Thread safety: Apply, ApplyReplica and the accessors are thread-safe. Lock
+// order: primary_mu_ (client writes, the request cache) before mu_ (the
+// Store, Table and Heap, which nobody else may use while the Applier
+// exists). (The server closes the Store only once no Apply can run;
+// snapshot() does not use it.)
 #pragma once
 
 #include <atomic>
 #include <cstdint>
+#include <optional>
 #include <span>
+#include <string_view>
 
 #include "common/mutex.h"
 #include "common/protocol.h"
 #include "common/status.h"
 #include "server/heap.h"
+#include "server/replication.h"
+#include "server/replicator.h"
 #include "server/request_cache.h"
 #include "server/store.h"
 #include "server/table.h"
@@ -69,10 +106,18 @@ struct ApplyLimits {
   uint32_t max_value_bytes = 1024 * 1024;
 };
 
+// How an Applier replicates: both null (standalone: no forwarding, and
+// every replica op refused), or both set.
+struct ApplyReplication {
+  ReplicationPolicy* policy = nullptr;  // must outlive the Applier
+  Forwarder* forwarder = nullptr;       // must outlive the Applier
+};
+
 class Applier {
  public:
   // `replies`: what the request cache remembers (request_cache.h).
-  Applier(Store* store, Table* table, Heap* heap, ApplyLimits limits, RequestCacheLimits replies = {});
+  Applier(Store* store, Table* table, Heap* heap, ApplyLimits limits, RequestCacheLimits replies = {},
+          ApplyReplication replication = {});
 
   Applier(const Applier&) = delete;
   Applier& operator=(const Applier&) = delete;
@@ -84,14 +129,25 @@ class Applier {
   // returns a reply with credits = 1 and the request id (0 if the message
   // is too short to hold one).
   protocol::ReplyMsg Apply(uint64_t client_id, std::span<const uint8_t> msg, std::span<const uint8_t> ring)
-      EXCLUDES(mu_);
+      EXCLUDES(primary_mu_, mu_);
+
+  // As Apply, for a request on a replication connection from the server
+  // `sender_id` (resolved at the handshake): only replica ops, installed as
+  // described under Replication above; never cached.
+  protocol::ReplyMsg ApplyReplica(std::string_view sender_id, std::span<const uint8_t> msg,
+                                  std::span<const uint8_t> ring) EXCLUDES(primary_mu_, mu_);
 
   struct Snapshot {
-    uint64_t puts = 0;            // PUTs applied
-    uint64_t deletes = 0;         // DELETEs applied
+    uint64_t puts = 0;            // PUTs applied (a client's, or installed replicas)
+    uint64_t deletes = 0;         // DELETEs applied (likewise)
     uint64_t replays = 0;         // requests answered with a remembered reply
     uint64_t request_errors = 0;  // replies other than OK and NOT_FOUND
     uint64_t keys = 0;
+    uint64_t forwarded_writes = 0;  // client writes forwarded to at least one backup
+    uint64_t backup_failures = 0;   // backups that did not acknowledge a forward
+    uint64_t replica_writes = 0;    // forwarded writes this server installed as a backup
+    uint64_t replica_stale = 0;     // forwarded writes acknowledged without a change (not newer)
+    uint64_t replica_refused = 0;   // forwarded writes refused (validation or policy)
     Heap::Stats heap;
   };
   Snapshot snapshot() const EXCLUDES(mu_);
@@ -100,27 +156,62 @@ class Applier {
   uint64_t max_block_bytes() const;
 
  private:
+  // A request that passed validation; the views point into a buffer of
+  // the calling thread.
+  struct Request {
+    uint64_t request_id = 0;
+    protocol::Op op = protocol::Op::kPut;
+    std::string_view key;
+    std::string_view value;
+    uint64_t version = 0;
+  };
+  // Checks the message and its record (see Validation; `from_peer` selects
+  // which ops and versions are allowed). The error reply, or nullopt with
+  // *out filled.
+  std::optional<protocol::ReplyMsg> Validate(std::span<const uint8_t> msg, std::span<const uint8_t> ring,
+                                             bool from_peer, Request* out);
   // Looks the request up in the cache, applies it when it is new and
-  // remembers its reply: one step under mu_.
-  protocol::ReplyMsg ApplyOnce(uint64_t client_id, uint64_t request_id, protocol::Op op, std::string_view key,
-                               std::string_view value) EXCLUDES(mu_);
-  protocol::ReplyMsg ApplyPut(uint64_t request_id, std::string_view key, std::string_view value) REQUIRES(mu_);
-  protocol::ReplyMsg ApplyDelete(uint64_t request_id, std::string_view key) REQUIRES(mu_);
+  // remembers its reply: one step under primary_mu_.
+  protocol::ReplyMsg ApplyOnce(uint64_t client_id, const Request& req, bool* remember)
+      EXCLUDES(primary_mu_, mu_);
+  protocol::ReplyMsg ApplyPut(uint64_t request_id, std::string_view key, std::string_view value, bool* remember)
+      REQUIRES(primary_mu_) EXCLUDES(mu_);
+  protocol::ReplyMsg ApplyDelete(uint64_t request_id, std::string_view key, bool* remember)
+      REQUIRES(primary_mu_) EXCLUDES(mu_);
+  // Forwards the record {key, value, version} to every backup of `route` and
+  // reports the ones that fail: OK when the write may go on locally.
+  Status Replicate(const WriteRoute& route, protocol::Op op, std::string_view key, std::string_view value,
+                   uint64_t version) REQUIRES(primary_mu_) EXCLUDES(mu_);
+  // The durable write and publish of a PUT with `version`.
+  protocol::ReplyMsg InstallPut(uint64_t request_id, std::string_view key, std::string_view value,
+                                uint64_t version) REQUIRES(mu_);
+  // The durable delete and unpublish of a DELETE; NOT_FOUND if absent.
+  protocol::ReplyMsg DeleteLocal(uint64_t request_id, std::string_view key) REQUIRES(mu_);
+  protocol::ReplyMsg InstallReplica(const Request& req) REQUIRES(mu_);
   protocol::ReplyMsg Error(uint64_t request_id, const Status& status);
 
-  // Held for the whole of a write: requests of all connections are applied
-  // one at a time.
+  // Serializes clients' writes (route, version, forward, publish) and
+  // guards the request cache: a primary applies a client's writes one at a
+  // time, also while it waits for its backups.
+  Mutex primary_mu_ ACQUIRED_BEFORE(mu_);
+  // Guards the store, table and heap: held for a write's local steps only.
   mutable Mutex mu_;
   Store* const store_ PT_GUARDED_BY(mu_);
   Table* const table_ PT_GUARDED_BY(mu_);
   Heap* const heap_ PT_GUARDED_BY(mu_);
-  RequestCache cache_ GUARDED_BY(mu_);
+  RequestCache cache_ GUARDED_BY(primary_mu_);
   const ApplyLimits limits_;
+  const ApplyReplication replication_;
 
   std::atomic<uint64_t> puts_{0};
   std::atomic<uint64_t> deletes_{0};
   std::atomic<uint64_t> replays_{0};
   std::atomic<uint64_t> errors_{0};
+  std::atomic<uint64_t> forwarded_{0};
+  std::atomic<uint64_t> backup_failures_{0};
+  std::atomic<uint64_t> replica_writes_{0};
+  std::atomic<uint64_t> replica_stale_{0};
+  std::atomic<uint64_t> replica_refused_{0};
 };
 
 // Fills a reply; `message` is cut to fit and NUL-terminated.

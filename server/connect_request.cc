@@ -8,14 +8,27 @@
 
 namespace rkv::server {
 
-StatusOr<protocol::ConnectRequestData> ParseConnectRequest(std::span<const uint8_t> data,
-                                                           const Sha256Digest& token_digest) {
+StatusOr<ConnectRequest> ParseConnectRequest(std::span<const uint8_t> data, const Sha256Digest& token_digest) {
   protocol::ConnectRequestData req{};
   if (data.size() < sizeof(req)) {
     return InvalidArgument("malformed connect request (" + std::to_string(data.size()) + " bytes)");
   }
   std::memcpy(&req, data.data(), sizeof(req));
-  if (req.magic != protocol::kConnectMagic) return InvalidArgument("malformed connect request (bad magic)");
+  ConnectRequest out;
+  out.client_id = req.client_id;
+  if (req.magic == protocol::kPeerConnectMagic) {
+    protocol::PeerConnectData peer{};
+    if (data.size() < sizeof(peer)) {
+      return InvalidArgument("malformed replication connect request (" + std::to_string(data.size()) +
+                             " bytes, expected " + std::to_string(sizeof(peer)) + ")");
+    }
+    std::memcpy(&peer, data.data(), sizeof(peer));
+    if (peer.sender_epoch == 0) return InvalidArgument("malformed replication connect request (epoch 0)");
+    out.role = ConnectRequest::Role::kPeer;
+    out.peer_epoch = peer.sender_epoch;
+  } else if (req.magic != protocol::kConnectMagic) {
+    return InvalidArgument("malformed connect request (bad magic)");
+  }
   if (req.protocol_version != protocol::kProtocolVersion || req.layout_version != layout::kLayoutVersion) {
     return FailedPrecondition("unsupported protocol/layout version " + std::to_string(req.protocol_version) + "/" +
                               std::to_string(req.layout_version) + " (server speaks " +
@@ -26,7 +39,7 @@ StatusOr<protocol::ConnectRequestData> ParseConnectRequest(std::span<const uint8
   if (!DigestEqual(req.token_digest, token_digest.data(), token_digest.size())) {
     return Unauthenticated("invalid token");
   }
-  return req;
+  return out;
 }
 
 }  // namespace rkv::server

@@ -1,7 +1,8 @@
 // The server's check of a connection request: the connect private data a
-// client sends (protocol::ConnectRequestData, common/protocol.h), bytes
-// from anyone who can reach the listening port, checked before anything is
-// allocated for the connection.
+// client or a peer server sends (protocol::ConnectRequestData or
+// protocol::PeerConnectData, common/protocol.h), bytes from anyone who can
+// reach the listening port, checked before anything is allocated for the
+// connection.
 //
 // Thread safety: a pure function.
 #pragma once
@@ -15,14 +16,26 @@
 
 namespace rkv::server {
 
+// A checked connection request.
+struct ConnectRequest {
+  enum class Role { kClient, kPeer };
+  Role role = Role::kClient;
+  // A client: its random id (the replay cache's name for it). A peer:
+  // PeerFingerprint of its server id (server/replication.h), which the
+  // server resolves against its cluster map before accepting.
+  uint64_t client_id = 0;
+  uint64_t peer_epoch = 0;  // a peer's epoch (>= 1); 0 for a client
+};
+
 // Parses the connect private data (which rdmacm may pad with zeros beyond
-// sizeof(ConnectRequestData)) and checks it: magic, protocol and layout
-// versions, and a token digest equal to `token_digest` (compared in
-// constant time). INVALID_ARGUMENT for data too short or a bad magic,
-// FAILED_PRECONDITION for another protocol or layout version,
-// UNAUTHENTICATED for a wrong token; each message is the reason the server
-// sends back in its refusal.
-StatusOr<protocol::ConnectRequestData> ParseConnectRequest(std::span<const uint8_t> data,
-                                                           const Sha256Digest& token_digest);
+// the struct) and checks it: the magic (kConnectMagic for a client,
+// kPeerConnectMagic for a peer server), protocol and layout versions, for
+// a peer a whole PeerConnectData with a non-zero epoch, and a token digest
+// equal to `token_digest` (compared in constant time). INVALID_ARGUMENT for
+// data too short, a bad magic or a zero peer epoch, FAILED_PRECONDITION for
+// another protocol or layout version, UNAUTHENTICATED for a wrong token;
+// each message is the reason the server sends back in its refusal. Whether
+// a peer is a server of the cluster map is the caller's check.
+StatusOr<ConnectRequest> ParseConnectRequest(std::span<const uint8_t> data, const Sha256Digest& token_digest);
 
 }  // namespace rkv::server

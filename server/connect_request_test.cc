@@ -32,6 +32,8 @@ TEST(ConnectRequestTest, AcceptsTheRightTokenAndPadding) {
   auto r = ParseConnectRequest(Bytes(Valid("secret")), digest);
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->client_id, 77u);
+  EXPECT_EQ(r->role, ConnectRequest::Role::kClient);
+  EXPECT_EQ(r->peer_epoch, 0u);
   EXPECT_TRUE(ParseConnectRequest(Bytes(Valid("secret"), protocol::kMaxConnectPrivateData), digest).ok());
 }
 
@@ -52,6 +54,45 @@ TEST(ConnectRequestTest, RefusesEachMalformation) {
   auto wrong = ParseConnectRequest(Bytes(Valid("other")), digest);
   EXPECT_EQ(wrong.status().code(), StatusCode::kUnauthenticated);
   EXPECT_EQ(wrong.status().message(), "invalid token");
+}
+
+protocol::PeerConnectData Peer(std::string_view token, uint64_t fingerprint, uint64_t epoch) {
+  protocol::PeerConnectData p{};
+  p.request = Valid(token);
+  p.request.magic = protocol::kPeerConnectMagic;
+  p.request.client_id = fingerprint;
+  p.sender_epoch = epoch;
+  return p;
+}
+
+std::vector<uint8_t> PeerBytes(const protocol::PeerConnectData& p, size_t size = sizeof(protocol::PeerConnectData)) {
+  std::vector<uint8_t> out(size, 0);
+  std::memcpy(out.data(), &p, std::min(size, sizeof(p)));
+  return out;
+}
+
+TEST(ConnectRequestTest, APeerNamesItsFingerprintAndEpoch) {
+  const Sha256Digest digest = TokenDigest("secret");
+  auto r = ParseConnectRequest(PeerBytes(Peer("secret", 0xF1F2, 9)), digest);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->role, ConnectRequest::Role::kPeer);
+  EXPECT_EQ(r->client_id, 0xF1F2u);
+  EXPECT_EQ(r->peer_epoch, 9u);
+}
+
+TEST(ConnectRequestTest, RefusesAMalformedPeerRequest) {
+  const Sha256Digest digest = TokenDigest("secret");
+  // A peer request cut to a client request's size lacks its epoch.
+  auto cut = ParseConnectRequest(PeerBytes(Peer("secret", 1, 9), sizeof(protocol::ConnectRequestData)), digest);
+  EXPECT_EQ(cut.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(cut.status().message().find("replication"), std::string::npos);
+  EXPECT_EQ(ParseConnectRequest(PeerBytes(Peer("secret", 1, 0)), digest).status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(ParseConnectRequest(PeerBytes(Peer("other", 1, 9)), digest).status().code(),
+            StatusCode::kUnauthenticated);
+  protocol::PeerConnectData p = Peer("secret", 1, 9);
+  p.request.protocol_version += 1;
+  EXPECT_EQ(ParseConnectRequest(PeerBytes(p), digest).status().code(), StatusCode::kFailedPrecondition);
 }
 
 }  // namespace

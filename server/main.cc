@@ -4,6 +4,10 @@
 // With --coordinator the server also joins the cluster (server/membership.h)
 // and serves the Admin service; the Join runs on its own thread, so the
 // data plane serves clients whether or not the coordinator is reachable.
+// It then follows the cluster map, from which its replication policy
+// (server/map_policy.h) reads this server's role in each shard: until a map
+// assigns the shards and lists this incarnation, writes are refused with
+// UNAVAILABLE.
 //
 // Stdout: "rkv-server listening on HOST:PORT (transport T, epoch E, K keys)"
 // once the data plane listens, then, when the server has an identity
@@ -39,6 +43,7 @@
 #include "common/transport/factory.h"
 #include "common/transport/transport.h"
 #include "server/admin_service.h"
+#include "server/map_policy.h"
 #include "server/membership.h"
 #include "server/options.h"
 #include "server/server.h"
@@ -66,6 +71,9 @@ DEFINE_uint32(idle_timeout_s, 600, "tcp: a connection that sends nothing for thi
 DEFINE_uint32(grace_period_ms, 100, "heap quarantine in milliseconds before a replaced block is reused; "
                                     "clients' GET lease is half of it (default 100)");
 
+DEFINE_uint32(replication_timeout_ms, 1000, "how long a primary waits for a backup to acknowledge a forwarded "
+              "write before it reports the backup to the coordinator, which takes it out of the shard's "
+              "replica set, 1..60000 (default 1000)");
 DEFINE_string(coordinator, "", "HOST:PORT of rkv-coordinator to join; empty runs standalone (default empty)");
 DEFINE_string(admin_listen, "", "HOST:PORT of the Admin gRPC service, port 0 picks a free one; default: none when "
                                 "standalone, the --listen host with port 0 with --coordinator");
@@ -162,6 +170,7 @@ int main(int argc, char** argv) {
   o.handshake_timeout_ms = FLAGS_handshake_timeout_ms;
   o.frame_timeout_ms = FLAGS_frame_timeout_ms;
   o.idle_timeout_s = FLAGS_idle_timeout_s;
+  o.replication_timeout_ms = FLAGS_replication_timeout_ms;
   {
     auto memory = ParseByteSize(FLAGS_memory);
     if (!memory.ok()) return BadFlag("--memory: " + memory.status().message());
@@ -222,7 +231,24 @@ int main(int argc, char** argv) {
               << " transport failed: " << transport.status() << "\n";
     return 1;
   }
-  auto server = rkv::server::Server::Start(o, transport->get());
+  // The policy exists before the data plane, which keeps a pointer to it;
+  // the membership it reads is attached once the server has an identity.
+  std::optional<rkv::server::MapPolicy> policy;
+  if (!control.coordinator.empty()) policy.emplace();
+  // The server's id: its backups know it by it (replication handshake), and
+  // the control plane announces it.
+  std::string server_id;
+  if (!control.coordinator.empty() || !admin_listen.empty()) {
+    auto identity = rkv::server::ServerIdentity::LoadOrCreate(o.data_dir);
+    if (!identity.ok()) {
+      std::cerr << "rkv-server: loading the server id in " << o.data_dir << " failed: " << identity.status() << "\n";
+      return 1;
+    }
+    server_id = identity->server_id;
+  }
+  // Standalone: no policy, every write is this server's alone.
+  auto server = rkv::server::Server::Start(o, transport->get(), policy ? &*policy : nullptr,
+                                           policy ? std::string_view(server_id) : std::string_view());
   if (!server.ok()) {
     std::cerr << "rkv-server: " << server.status() << "\n";
     return 1;
@@ -240,14 +266,10 @@ int main(int argc, char** argv) {
   };
 
   // The control plane: identity, Admin service, membership.
-  std::string server_id;
   std::unique_ptr<rkv::server::AdminServer> admin;
   std::string admin_address;
   std::string data_address;
   if (!control.coordinator.empty() || !admin_listen.empty()) {
-    auto identity = rkv::server::ServerIdentity::LoadOrCreate(o.data_dir);
-    if (!identity.ok()) return fail("loading the server id in " + o.data_dir + " failed: " + identity.status().ToString());
-    server_id = identity->server_id;
     auto advertised = rkv::server::AdvertisedAddress(srv->address(), control.advertise_address, "");
     if (!advertised.ok() && !control.coordinator.empty()) {
       return fail("no data address to announce: " + advertised.status().ToString() +
@@ -317,6 +339,7 @@ int main(int argc, char** argv) {
       return rkv::server::MembershipStats{st.keys, st.heap_bytes_used};
     };
     membership = std::make_unique<rkv::server::Membership>(std::move(m));
+    policy->Attach(membership.get());
     join.emplace(membership.get());
   }
 
@@ -338,13 +361,16 @@ int main(int argc, char** argv) {
     rc = 1;
   }
   // Leave first, so that the coordinator marks this server DOWN before its
-  // data plane goes away; then the Admin service, then the data plane.
+  // data plane goes away; then the Admin service, then the data plane. The
+  // stopped membership outlives the data plane, whose policy still reads
+  // its last map (and gets CANCELLED from anything that would reach the
+  // coordinator).
   if (join) join->Stop();
   join.reset();
-  membership.reset();
   if (admin) admin->Shutdown();
   admin.reset();
   srv->Shutdown();
   server.value().reset();
+  membership.reset();
   return rc;
 }

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <set>
 #include <system_error>
 
 #include <glog/logging.h>
@@ -27,6 +28,14 @@ namespace {
 
 constexpr char kServerIdFile[] = "server_id";
 constexpr auto kLeaveTimeout = std::chrono::seconds(2);
+// ReportReplicaFailureRequest.reason: printable, at most 200 bytes
+// (Printable appends "..." to what it cuts).
+constexpr size_t kMaxReasonBytes = 200 - 3;
+
+// A gRPC deadline `d` from now, at least a millisecond.
+std::chrono::system_clock::time_point DeadlineIn(std::chrono::steady_clock::duration d) {
+  return std::chrono::system_clock::now() + std::max<std::chrono::steady_clock::duration>(d, std::chrono::milliseconds(1));
+}
 
 Status WriteFileDurably(const std::string& dir, const std::string& name, const std::string& content) {
   const std::string tmp = dir + "/" + name + ".tmp";
@@ -121,6 +130,45 @@ StatusOr<ServerIdentity> ServerIdentity::LoadOrCreate(const std::string& data_di
   return ServerIdentity{id};
 }
 
+Status CheckReplicaLists(const v1::ClusterMap& map) {
+  if (map.replication_factor() > control::kMaxExpectedServers) {
+    return InvalidArgument("replication_factor " + std::to_string(map.replication_factor()) + " is above " +
+                           std::to_string(control::kMaxExpectedServers));
+  }
+  if (map.shard_replicas().empty()) return Status::Ok();
+  if (map.shard_owner().empty()) return InvalidArgument("shard_replicas is set but shard_owner is empty");
+  if (static_cast<uint64_t>(map.shard_replicas_size()) != map.shard_count()) {
+    return InvalidArgument("shard_replicas has " + std::to_string(map.shard_replicas_size()) +
+                           " entries, not shard_count " + std::to_string(map.shard_count()));
+  }
+  std::set<std::string_view> listed;
+  for (const v1::ServerInfo& s : map.servers()) listed.insert(s.server_id());
+  const size_t most = std::max<uint32_t>(map.replication_factor(), 1);
+  for (int shard = 0; shard < map.shard_replicas_size(); ++shard) {
+    const auto& ids = map.shard_replicas(shard).server_ids();
+    const std::string where = "shard_replicas[" + std::to_string(shard) + "]";
+    if (ids.empty()) return InvalidArgument(where + " is empty");
+    if (static_cast<size_t>(ids.size()) > most) {
+      return InvalidArgument(where + " has " + std::to_string(ids.size()) + " servers, more than replication_factor " +
+                             std::to_string(most));
+    }
+    if (ids[0] != map.shard_owner(shard)) {
+      return InvalidArgument(where + " starts with '" + control::Printable(ids[0]) + "', not shard_owner '" +
+                             control::Printable(map.shard_owner(shard)) + "'");
+    }
+    std::set<std::string_view> seen;
+    for (const std::string& id : ids) {
+      if (listed.count(id) == 0) {
+        return InvalidArgument(where + " names '" + control::Printable(id) + "', which is not a listed server");
+      }
+      if (!seen.insert(id).second) {
+        return InvalidArgument(where + " names '" + control::Printable(id) + "' twice");
+      }
+    }
+  }
+  return Status::Ok();
+}
+
 struct Membership::Rpc {
   std::shared_ptr<grpc::Channel> channel;
   std::unique_ptr<v1::Coordinator::Stub> stub;
@@ -153,33 +201,50 @@ Status Membership::JoinOnce() {
   RKV_RETURN_IF_ERROR(control::FromGrpc(rpc_->stub->Join(&ctx, rpc_->join, &resp)));
   MutexLock lock(mu_);
   joined_ = true;
-  map_version_ = resp.map_version();
-  shards_.assign(resp.shards().begin(), resp.shards().end());
+  // The watch may already have installed a newer map than this answer.
+  if (resp.map_version() >= map_version_) {
+    map_version_ = resp.map_version();
+    shards_.assign(resp.shards().begin(), resp.shards().end());
+  }
   // The coordinator's interval, bounded so that a bad answer can neither
   // spin this thread nor silence it past the timeout.
   heartbeat_interval_ = std::chrono::milliseconds(std::clamp<uint32_t>(resp.heartbeat_interval_ms(), 10, 60'000));
   return Status::Ok();
 }
 
-Status Membership::FetchShards() {
+Status Membership::FetchMap(std::chrono::milliseconds timeout) {
   grpc::ClientContext ctx;
   control::AttachTokenDigest(&ctx, rpc_->digest_hex);
-  ctx.set_deadline(std::chrono::system_clock::now() + options_.rpc_timeout);
+  ctx.set_deadline(DeadlineIn(timeout));
   v1::ClusterMap map;
   RKV_RETURN_IF_ERROR(control::FromGrpc(rpc_->stub->GetClusterMap(&ctx, v1::GetClusterMapRequest(), &map)));
-  RKV_RETURN_IF_ERROR(control::ValidateClusterMap(map).WithContext("cluster map from the coordinator"));
+  return InstallMap(map, "GetClusterMap").status();
+}
+
+StatusOr<bool> Membership::InstallMap(const v1::ClusterMap& map, std::string_view from) {
+  const std::string context = "cluster map from the coordinator (" + std::string(from) + ")";
+  RKV_RETURN_IF_ERROR(control::ValidateClusterMap(map).WithContext(context));
+  RKV_RETURN_IF_ERROR(CheckReplicaLists(map).WithContext(context));
   std::vector<uint32_t> mine;
   for (const v1::ServerInfo& s : map.servers()) {
     if (s.server_id() == options_.self.server_id) mine.assign(s.shards().begin(), s.shards().end());
   }
-  MutexLock lock(mu_);
-  if (mine.size() != shards_.size()) {
-    LOG(INFO) << "server " << options_.self.server_id << " owns " << mine.size() << " of " << map.shard_count()
-              << " shards (map version " << map.version() << ")";
+  auto installed = std::make_shared<const v1::ClusterMap>(map);
+  {
+    MutexLock lock(mu_);
+    if (map_ != nullptr && map.version() <= map_->version()) return false;
+    if (mine.size() != shards_.size()) {
+      LOG(INFO) << "server " << options_.self.server_id << " owns " << mine.size() << " of " << map.shard_count()
+                << " shards (map version " << map.version() << ")";
+    }
+    shards_ = std::move(mine);
+    map_version_ = std::max(map_version_, map.version());
+    map_ = std::move(installed);
   }
-  shards_ = std::move(mine);
-  map_version_ = map.version();
-  return Status::Ok();
+  map_cv_.NotifyAll();
+  VLOG(1) << "server " << options_.self.server_id << " installed map version " << map.version() << " (" << from
+          << ")";
+  return true;
 }
 
 Status Membership::HeartbeatOnce() {
@@ -196,7 +261,16 @@ Status Membership::HeartbeatOnce() {
   ctx.set_deadline(std::chrono::system_clock::now() + options_.rpc_timeout);
   v1::HeartbeatResponse resp;
   RKV_RETURN_IF_ERROR(control::FromGrpc(rpc_->stub->Heartbeat(&ctx, req, &resp)));
-  if (resp.map_version() != map_version()) return FetchShards();
+  uint64_t installed = 0;
+  uint64_t reported = 0;
+  {
+    MutexLock lock(mu_);
+    installed = map_ != nullptr ? map_->version() : 0;
+    reported = map_version_;
+  }
+  // A version this server has not installed: the watch stream is behind
+  // (or broken), so fetch the map now.
+  if (resp.map_version() != reported || resp.map_version() > installed) return FetchMap(options_.rpc_timeout);
   return Status::Ok();
 }
 
@@ -256,6 +330,7 @@ Status Membership::Start() {
     return Status(StatusCode::kCancelled, "stopped while joining the coordinator");
   }
   heartbeat_thread_ = std::thread([this] { HeartbeatLoop(); });
+  watch_thread_ = std::thread([this] { WatchLoop(); });
   return Status::Ok();
 }
 
@@ -294,6 +369,42 @@ void Membership::HeartbeatLoop() {
   }
 }
 
+void Membership::WatchLoop() {
+  const auto min_backoff = std::max(options_.initial_backoff, std::chrono::milliseconds(1));
+  const auto max_backoff = std::max(options_.max_backoff, min_backoff);
+  std::chrono::milliseconds backoff = min_backoff;
+  for (;;) {
+    grpc::ClientContext ctx;
+    control::AttachTokenDigest(&ctx, rpc_->digest_hex);
+    v1::WatchClusterMapRequest req;
+    {
+      MutexLock lock(mu_);
+      if (stopping_) return;
+      watch_context_ = &ctx;
+      req.set_known_version(map_ != nullptr ? map_->version() : 0);
+    }
+    std::unique_ptr<grpc::ClientReader<v1::ClusterMap>> reader = rpc_->stub->WatchClusterMap(&ctx, req);
+    v1::ClusterMap map;
+    bool got_any = false;
+    while (reader->Read(&map)) {
+      got_any = true;
+      const StatusOr<bool> installed = InstallMap(map, "WatchClusterMap");
+      if (!installed.ok()) LOG(WARNING) << "ignoring a map: " << installed.status();
+    }
+    const Status end = control::FromGrpc(reader->Finish());
+    {
+      MutexLock lock(mu_);
+      watch_context_ = nullptr;
+      if (stopping_) return;
+    }
+    if (got_any) backoff = min_backoff;
+    VLOG(1) << "map watch on coordinator " << options_.coordinator_address << " ended (" << end
+            << "); reopening in " << backoff.count() << " ms";
+    if (!SleepFor(backoff)) return;
+    backoff = std::min(backoff * 2, max_backoff);
+  }
+}
+
 void Membership::Stop() {
   MutexLock guard(stop_mu_);
   if (stopped_) return;
@@ -303,9 +414,12 @@ void Membership::Stop() {
     MutexLock lock(mu_);
     stopping_ = true;
     joined = joined_;
+    if (watch_context_ != nullptr) watch_context_->TryCancel();
   }
   stop_cv_.NotifyAll();
+  map_cv_.NotifyAll();
   if (heartbeat_thread_.joinable()) heartbeat_thread_.join();
+  if (watch_thread_.joinable()) watch_thread_.join();
   if (joined) SendLeave();
 }
 
@@ -340,6 +454,75 @@ std::vector<uint32_t> Membership::shards() const {
 bool Membership::connected() const {
   MutexLock lock(mu_);
   return connected_;
+}
+
+std::shared_ptr<const v1::ClusterMap> Membership::map() const {
+  MutexLock lock(mu_);
+  return map_;
+}
+
+Status Membership::WaitForVersion(uint64_t version, std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  MutexLock lock(mu_);
+  map_cv_.WaitUntil(mu_, deadline, [&] {
+    mu_.AssertHeld();
+    return stopping_ || (map_ != nullptr && map_->version() >= version);
+  });
+  if (map_ != nullptr && map_->version() >= version) return Status::Ok();
+  if (stopping_) return Status(StatusCode::kCancelled, "stopping: no newer map will come");
+  return DeadlineExceeded("map version " + std::to_string(version) + " not learned within " +
+                          std::to_string(timeout.count()) + " ms (this server has version " +
+                          std::to_string(map_ != nullptr ? map_->version() : 0) + ")");
+}
+
+Status Membership::RefreshNow(std::chrono::milliseconds timeout) {
+  {
+    MutexLock lock(mu_);
+    if (stopping_) return Status(StatusCode::kCancelled, "stopping: the map is no longer refreshed");
+  }
+  return FetchMap(timeout).WithContext("refreshing the map from " + options_.coordinator_address);
+}
+
+StatusOr<uint64_t> Membership::ReportReplicaFailure(std::string_view backup_id, const std::vector<uint32_t>& shards,
+                                                    std::string_view reason, std::chrono::milliseconds timeout) {
+  RKV_RETURN_IF_ERROR(control::ValidateServerId(backup_id).WithContext("backup id"));
+  if (shards.empty()) return InvalidArgument("no shards to take backup " + std::string(backup_id) + " out of");
+  v1::ReportReplicaFailureRequest req;
+  req.set_server_id(options_.self.server_id);
+  req.set_epoch(options_.self.epoch);
+  req.set_backup_id(std::string(backup_id));
+  for (uint32_t s : shards) req.add_shards(s);
+  req.set_reason(control::Printable(reason, kMaxReasonBytes));
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  std::chrono::milliseconds backoff = std::max(options_.initial_backoff, std::chrono::milliseconds(1));
+  const std::string what = "reporting backup " + std::string(backup_id) + " to the coordinator at " +
+                           options_.coordinator_address;
+  for (;;) {
+    {
+      MutexLock lock(mu_);
+      if (stopping_) return Status(StatusCode::kCancelled, "stopping").WithContext(what);
+    }
+    grpc::ClientContext ctx;
+    control::AttachTokenDigest(&ctx, rpc_->digest_hex);
+    ctx.set_deadline(DeadlineIn(deadline - std::chrono::steady_clock::now()));
+    v1::ReportReplicaFailureResponse resp;
+    const Status s = control::FromGrpc(rpc_->stub->ReportReplicaFailure(&ctx, req, &resp));
+    if (s.ok()) {
+      LOG(WARNING) << "server " << options_.self.server_id << " reported backup " << backup_id << " of "
+                   << shards.size() << " shard(s) as failed (" << req.reason() << "); map version "
+                   << resp.map_version() << " no longer has it";
+      return resp.map_version();
+    }
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (s.code() != StatusCode::kUnavailable || left <= std::chrono::milliseconds(0)) return s.WithContext(what);
+    if (!SleepFor(std::min(backoff, left))) return Status(StatusCode::kCancelled, "stopping").WithContext(what);
+    backoff = std::min(backoff * 2, std::max(options_.max_backoff, std::chrono::milliseconds(1)));
+    if (std::chrono::steady_clock::now() >= deadline) {
+      return DeadlineExceeded("the coordinator stayed unreachable for " + std::to_string(timeout.count()) +
+                              " ms (last: " + s.ToString() + ")")
+          .WithContext(what);
+    }
+  }
 }
 
 }  // namespace rkv::server

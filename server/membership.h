@@ -1,8 +1,10 @@
 // A server's membership in the cluster: its stable identity, its Join with
-// the coordinator and the heartbeats that keep it UP.
+// the coordinator, the heartbeats that keep it UP, and the cluster map it
+// follows (the MapSource of the replication policy, server/map_policy.h).
 //
-// The data path never waits on any of this: Start blocks only the caller
-// (at startup), and the heartbeat thread runs on its own.
+// The data path never waits on the coordinator beyond the bounds it passes
+// in: Start blocks only the caller (at startup), the heartbeat and watch
+// threads run on their own, and map() only copies a pointer.
 #pragma once
 
 #include <chrono>
@@ -16,7 +18,13 @@
 #include "common/mutex.h"
 #include "common/protocol.h"
 #include "common/status.h"
+#include "proto/rkv.pb.h"
 #include "proto/table_params.h"
+#include "server/map_source.h"
+
+namespace grpc {
+class ClientContext;
+}
 
 namespace rkv::server {
 
@@ -60,17 +68,37 @@ struct MembershipOptions {
   // and thread-safe. May be empty (zeros are reported).
   std::function<MembershipStats()> stats;
   std::chrono::milliseconds rpc_timeout{2000};      // per Join/Heartbeat call
-  std::chrono::milliseconds initial_backoff{100};   // Join retries, doubling
+  // Join retries, and restarts of the map watch stream, doubling.
+  std::chrono::milliseconds initial_backoff{100};
   std::chrono::milliseconds max_backoff{2000};
 };
 
+// What the replication policy relies on in a map beyond ValidateClusterMap:
+// replication_factor at most the number of servers (0 reads as 1);
+// shard_replicas empty, or, only once shard_owner is set, exactly
+// shard_count entries, each of 1..max(R, 1) distinct listed servers with
+// shard_owner[s] first. INVALID_ARGUMENT naming the shard otherwise.
+Status CheckReplicaLists(const v1::ClusterMap& map);
+
+// Following the map: once joined, a watch thread holds a WatchClusterMap
+// stream open (restarted with backoff when it breaks, e.g. across a
+// coordinator restart) and installs every map it receives that passes
+// ValidateClusterMap and CheckReplicaLists and is newer than the one
+// installed; a map that fails them is logged and ignored. The heartbeat
+// thread also fetches the map when a heartbeat reports a version this
+// server has not installed, so a stalled stream delays a map by at most a
+// heartbeat interval.
+//
 // Thread safety: Start and Stop from one thread (Stop may also be called
-// from another thread to abort a Start that is still retrying); the
-// accessors from any thread.
-class Membership {
+// from another thread to abort a Start that is still retrying); everything
+// else from any thread.
+//
+// Invariants: the installed map's version never decreases; map_version()
+// is at least the installed map's version.
+class Membership final : public MapSource {
  public:
   explicit Membership(MembershipOptions options);
-  ~Membership();  // Stop()
+  ~Membership() override;  // Stop()
   Membership(const Membership&) = delete;
   Membership& operator=(const Membership&) = delete;
 
@@ -82,17 +110,31 @@ class Membership {
   // any call). CANCELLED when Stop is called meanwhile. Call once.
   Status Start() EXCLUDES(stop_mu_, mu_);
 
-  // Stops the heartbeat thread, then sends Leave (bounded by 2 s; a failure
-  // is only logged) if the server had joined. Idempotent.
+  // Stops the heartbeat and watch threads (cancelling the stream), wakes
+  // every WaitForVersion, then sends Leave (bounded by 2 s; a failure is
+  // only logged) if the server had joined. Afterwards map() keeps the last
+  // map, and the calls that would reach the coordinator return CANCELLED at
+  // once. Idempotent.
   void Stop() EXCLUDES(stop_mu_, mu_);
 
   // The last map version the coordinator reported (0 before the Join).
   uint64_t map_version() const EXCLUDES(mu_);
-  // The shards this server owns per the last Join or map fetch; empty
+  // The shards this server owns per the last Join or installed map; empty
   // until the cluster is complete.
   std::vector<uint32_t> shards() const EXCLUDES(mu_);
   // True while the last Join/Heartbeat succeeded.
   bool connected() const EXCLUDES(mu_);
+
+  // MapSource. RefreshNow and ReportReplicaFailure use the channel and
+  // token of the Join and work before Start (but not after Stop).
+  const std::string& server_id() const override { return options_.self.server_id; }
+  uint64_t epoch() const override { return options_.self.epoch; }
+  std::shared_ptr<const v1::ClusterMap> map() const override EXCLUDES(mu_);
+  Status WaitForVersion(uint64_t version, std::chrono::milliseconds timeout) override EXCLUDES(mu_);
+  Status RefreshNow(std::chrono::milliseconds timeout) override EXCLUDES(mu_);
+  StatusOr<uint64_t> ReportReplicaFailure(std::string_view backup_id, const std::vector<uint32_t>& shards,
+                                          std::string_view reason, std::chrono::milliseconds timeout) override
+      EXCLUDES(mu_);
 
  private:
   struct Rpc;  // the channel, stub and token digest
@@ -100,8 +142,13 @@ class Membership {
   // One Join attempt; updates the state on success.
   Status JoinOnce() EXCLUDES(mu_);
   Status HeartbeatOnce() EXCLUDES(mu_);
-  Status FetchShards() EXCLUDES(mu_);
+  // One GetClusterMap bounded by `timeout`; installs the map if newer.
+  Status FetchMap(std::chrono::milliseconds timeout) EXCLUDES(mu_);
+  // Validates `map` and installs it if it is newer than the installed one
+  // (true then). `from` names the call it came by, for errors and logs.
+  StatusOr<bool> InstallMap(const v1::ClusterMap& map, std::string_view from) EXCLUDES(mu_);
   void HeartbeatLoop() EXCLUDES(mu_);
+  void WatchLoop() EXCLUDES(mu_);
   // Sleeps `d` unless Stop is called; false when stopping.
   bool SleepFor(std::chrono::milliseconds d) EXCLUDES(mu_);
   void NoteReachable(bool reachable, const Status& why) EXCLUDES(mu_);
@@ -121,12 +168,18 @@ class Membership {
   uint64_t map_version_ GUARDED_BY(mu_) = 0;
   std::vector<uint32_t> shards_ GUARDED_BY(mu_);
   std::chrono::milliseconds heartbeat_interval_ GUARDED_BY(mu_) = std::chrono::milliseconds(500);
+  std::shared_ptr<const v1::ClusterMap> map_ GUARDED_BY(mu_);  // the installed map
+  CondVar map_cv_;  // signalled when map_ changes or stopping_ becomes true
+  // The open watch stream's context, for Stop to cancel; null between
+  // streams.
+  grpc::ClientContext* watch_context_ GUARDED_BY(mu_) = nullptr;
 
   // Serializes Stop against itself and against the end of Start, so that
-  // the heartbeat thread is either joined by Stop or never started. Taken
-  // before mu_ when both are held.
+  // the heartbeat and watch threads are either joined by Stop or never
+  // started. Taken before mu_ when both are held.
   Mutex stop_mu_ ACQUIRED_BEFORE(mu_);
   std::thread heartbeat_thread_ GUARDED_BY(stop_mu_);
+  std::thread watch_thread_ GUARDED_BY(stop_mu_);
   bool stopped_ GUARDED_BY(stop_mu_) = false;
 };
 

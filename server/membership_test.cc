@@ -6,8 +6,11 @@
 #include <fstream>
 #include <thread>
 
+#include "proto/auth.h"
+#include "proto/grpc_server.h"
 #include "proto/region_descriptor.h"
 #include "proto/table_params.h"
+#include "proto/validation.h"
 #include "server/coordinator/coordinator_service.h"
 #include "server/coordinator/test_util.h"
 
@@ -27,13 +30,19 @@ constexpr char kToken[] = "membership-test-token";
 // tests never rely on it passing, only on it not hanging forever.
 constexpr auto kPatience = std::chrono::seconds(30);
 
-std::unique_ptr<CoordinatorServer> StartCoordinator(uint32_t servers, const std::string& listen = "127.0.0.1:0") {
+// `heartbeat_interval` long: heartbeats then never bring a map during a
+// test, so only the watch stream does. `data`: the store's records, to
+// restart a coordinator on them.
+std::unique_ptr<CoordinatorServer> StartCoordinator(
+    uint32_t servers, const std::string& listen = "127.0.0.1:0",
+    std::chrono::milliseconds heartbeat_interval = std::chrono::milliseconds(10),
+    std::shared_ptr<MemoryStoreData> data = std::make_shared<MemoryStoreData>()) {
   CoordinatorConfig config;
   config.expected_servers = servers;
   config.shard_count = 4;
-  config.heartbeat_interval = std::chrono::milliseconds(10);
-  config.heartbeat_timeout = std::chrono::milliseconds(60'000);  // no expiry during a test
-  auto state = CoordinatorState::Open(config, std::make_unique<MemoryStore>(std::make_shared<MemoryStoreData>()));
+  config.heartbeat_interval = heartbeat_interval;
+  config.heartbeat_timeout = std::chrono::milliseconds(120'000);  // no expiry during a test
+  auto state = CoordinatorState::Open(config, std::make_unique<MemoryStore>(std::move(data)));
   EXPECT_TRUE(state.ok()) << state.status();
   auto server = CoordinatorServer::Start(listen, kToken, std::move(state).value());
   EXPECT_TRUE(server.ok()) << server.status();
@@ -195,6 +204,254 @@ TEST(MembershipTest, StopAbortsAStartThatIsStillRetrying) {
   membership.Stop();
   starter.join();
   EXPECT_EQ(started.code(), StatusCode::kCancelled) << started;
+}
+
+// --- Following the map -------------------------------------------------------
+
+constexpr auto kSilentHeartbeats = std::chrono::milliseconds(60'000);
+
+TEST(MembershipMapTest, AMapVersionChangeReachesTheServerByTheWatch) {
+  auto coordinator = StartCoordinator(2, "127.0.0.1:0", kSilentHeartbeats);
+  Membership membership(Options(coordinator->address()));
+  EXPECT_EQ(membership.map(), nullptr);
+  ASSERT_TRUE(membership.Start().ok());
+  const uint64_t joined = coordinator->state()->version();
+  ASSERT_TRUE(membership.WaitForVersion(joined, kPatience).ok());
+  EXPECT_TRUE(membership.map()->shard_owner().empty());  // 1 of 2 servers
+
+  ASSERT_TRUE(coordinator->state()->Join(MakeJoin("s-00000002", 1, 2)).ok());
+  const uint64_t complete = coordinator->state()->version();
+  ASSERT_GT(complete, joined);
+  const Status learned = membership.WaitForVersion(complete, kPatience);
+  ASSERT_TRUE(learned.ok()) << learned;
+  const std::shared_ptr<const v1::ClusterMap> map = membership.map();
+  EXPECT_EQ(map->version(), complete);
+  EXPECT_EQ(map->shard_owner_size(), 4);
+  EXPECT_EQ(membership.shards(), (std::vector<uint32_t>{0, 2}));
+  EXPECT_EQ(membership.map_version(), complete);
+}
+
+TEST(MembershipMapTest, TheWatchIsReopenedAfterACoordinatorRestart) {
+  auto data = std::make_shared<MemoryStoreData>();
+  auto coordinator = StartCoordinator(2, "127.0.0.1:0", kSilentHeartbeats, data);
+  const std::string address = coordinator->address();
+  Membership membership(Options(address));
+  ASSERT_TRUE(membership.Start().ok());
+  ASSERT_TRUE(membership.WaitForVersion(coordinator->state()->version(), kPatience).ok());
+
+  coordinator->Shutdown();
+  coordinator.reset();
+  coordinator = StartCoordinator(2, address, kSilentHeartbeats, data);
+  ASSERT_NE(coordinator, nullptr);
+  ASSERT_TRUE(coordinator->state()->Join(MakeJoin("s-00000002", 1, 2)).ok());
+  const uint64_t after = coordinator->state()->version();
+  const Status learned = membership.WaitForVersion(after, kPatience);
+  ASSERT_TRUE(learned.ok()) << learned;
+  EXPECT_EQ(membership.shards(), (std::vector<uint32_t>{0, 2}));
+}
+
+TEST(MembershipMapTest, StopEndsTheWatchAndWakesWaiters) {
+  auto coordinator = StartCoordinator(1, "127.0.0.1:0", kSilentHeartbeats);
+  Membership membership(Options(coordinator->address()));
+  ASSERT_TRUE(membership.Start().ok());
+  ASSERT_TRUE(membership.WaitForVersion(1, kPatience).ok());
+  Status waited = Internal("not returned");
+  std::thread waiter([&] { waited = membership.WaitForVersion(1000, std::chrono::hours(1)); });
+  membership.Stop();
+  waiter.join();
+  EXPECT_EQ(waited.code(), StatusCode::kCancelled) << waited;
+  EXPECT_EQ(membership.RefreshNow(kPatience).code(), StatusCode::kCancelled);
+  EXPECT_EQ(membership.ReportReplicaFailure("s-00000002", {0}, "gone", kPatience).status().code(),
+            StatusCode::kCancelled);
+  ASSERT_NE(membership.map(), nullptr);  // the last map stays
+  EXPECT_EQ(membership.map()->version(), 1u);
+}
+
+TEST(MembershipMapTest, WaitForVersionGivesUpNamingBothVersions) {
+  auto coordinator = StartCoordinator(1, "127.0.0.1:0", kSilentHeartbeats);
+  Membership membership(Options(coordinator->address()));
+  ASSERT_TRUE(membership.Start().ok());
+  ASSERT_TRUE(membership.WaitForVersion(1, kPatience).ok());
+  const Status s = membership.WaitForVersion(9, std::chrono::milliseconds(1));
+  EXPECT_EQ(s.code(), StatusCode::kDeadlineExceeded);
+  EXPECT_NE(s.message().find("map version 9 not learned"), std::string::npos) << s;
+  EXPECT_NE(s.message().find("this server has version 1"), std::string::npos) << s;
+}
+
+TEST(MembershipMapTest, RefreshNowFromAnUnreachableCoordinatorFails) {
+  Membership membership(Options(ClosedAddress()));
+  const Status s = membership.RefreshNow(std::chrono::milliseconds(200));
+  EXPECT_TRUE(s.code() == StatusCode::kUnavailable || s.code() == StatusCode::kDeadlineExceeded) << s;
+  EXPECT_EQ(membership.map(), nullptr);
+}
+
+// A coordinator that serves GetClusterMap from a map the test sets and
+// answers ReportReplicaFailure as told, recording what it receives.
+class FakeCoordinator final : public v1::Coordinator::Service {
+ public:
+  grpc::Status GetClusterMap(grpc::ServerContext* context, const v1::GetClusterMapRequest*,
+                             v1::ClusterMap* response) override EXCLUDES(mu_) {
+    if (grpc::Status s = control::CheckToken(context, control::TokenDigestHex(kToken)); !s.ok()) return s;
+    MutexLock lock(mu_);
+    *response = map_;
+    return grpc::Status::OK;
+  }
+  grpc::Status ReportReplicaFailure(grpc::ServerContext* context, const v1::ReportReplicaFailureRequest* request,
+                                    v1::ReportReplicaFailureResponse* response) override EXCLUDES(mu_) {
+    if (grpc::Status s = control::CheckToken(context, control::TokenDigestHex(kToken)); !s.ok()) return s;
+    MutexLock lock(mu_);
+    requests_.push_back(*request);
+    if (unavailable_left_ > 0) {
+      --unavailable_left_;
+      return grpc::Status(grpc::StatusCode::UNAVAILABLE, "store busy");
+    }
+    if (!answer_.ok()) return answer_;
+    response->set_map_version(version_);
+    return grpc::Status::OK;
+  }
+
+  void SetMap(v1::ClusterMap map) EXCLUDES(mu_) {
+    MutexLock lock(mu_);
+    map_ = std::move(map);
+  }
+  // The next `unavailable` reports fail with UNAVAILABLE; later ones get
+  // `answer`, or `version` when it is OK.
+  void SetReports(int unavailable, grpc::Status answer, uint64_t version) EXCLUDES(mu_) {
+    MutexLock lock(mu_);
+    unavailable_left_ = unavailable;
+    answer_ = std::move(answer);
+    version_ = version;
+  }
+  std::vector<v1::ReportReplicaFailureRequest> requests() const EXCLUDES(mu_) {
+    MutexLock lock(mu_);
+    return requests_;
+  }
+
+ private:
+  mutable Mutex mu_;
+  v1::ClusterMap map_ GUARDED_BY(mu_);
+  int unavailable_left_ GUARDED_BY(mu_) = 0;
+  grpc::Status answer_ GUARDED_BY(mu_);
+  uint64_t version_ GUARDED_BY(mu_) = 0;
+  std::vector<v1::ReportReplicaFailureRequest> requests_ GUARDED_BY(mu_);
+};
+
+struct FakeCoordinatorServer {
+  FakeCoordinatorServer() {
+    auto started = control::StartGrpcServer("127.0.0.1:0", &service, "fake coordinator");
+    EXPECT_TRUE(started.ok()) << started.status();
+    if (started.ok()) {
+      server = std::move(started->server);
+      address = started->address;
+    }
+  }
+  ~FakeCoordinatorServer() {
+    if (server != nullptr) server->Shutdown(std::chrono::system_clock::now());
+  }
+  FakeCoordinator service;
+  std::unique_ptr<grpc::Server> server;
+  std::string address;
+};
+
+TEST(MembershipMapTest, AReportIsRetriedWhileTheCoordinatorIsUnavailable) {
+  FakeCoordinatorServer fake;
+  fake.service.SetReports(2, grpc::Status::OK, 17);
+  Membership membership(Options(fake.address));
+  const std::string long_reason = std::string(300, 'x') + "\n";
+  const StatusOr<uint64_t> version = membership.ReportReplicaFailure("s-00000002", {3, 1}, long_reason, kPatience);
+  ASSERT_TRUE(version.ok()) << version.status();
+  EXPECT_EQ(*version, 17u);
+  const std::vector<v1::ReportReplicaFailureRequest> requests = fake.service.requests();
+  ASSERT_EQ(requests.size(), 3u);
+  const v1::ReportReplicaFailureRequest& r = requests.back();
+  EXPECT_EQ(r.server_id(), "s-00000001");
+  EXPECT_EQ(r.epoch(), 3u);
+  EXPECT_EQ(r.backup_id(), "s-00000002");
+  EXPECT_EQ(std::vector<uint32_t>(r.shards().begin(), r.shards().end()), (std::vector<uint32_t>{3, 1}));
+  EXPECT_LE(r.reason().size(), 200u);
+  EXPECT_EQ(r.reason().find('\n'), std::string::npos);
+}
+
+TEST(MembershipMapTest, AReportRefusedByTheCoordinatorIsNotRetried) {
+  FakeCoordinatorServer fake;
+  fake.service.SetReports(0, grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "epoch 3 is not current"), 0);
+  Membership membership(Options(fake.address));
+  const StatusOr<uint64_t> version = membership.ReportReplicaFailure("s-00000002", {0}, "timeout", kPatience);
+  EXPECT_EQ(version.status().code(), StatusCode::kFailedPrecondition) << version.status();
+  EXPECT_NE(version.status().message().find("epoch 3 is not current"), std::string::npos) << version.status();
+  EXPECT_EQ(fake.service.requests().size(), 1u);
+}
+
+TEST(MembershipMapTest, AReportGivesUpWhenItsTimeRunsOut) {
+  FakeCoordinatorServer fake;
+  fake.service.SetReports(1'000'000, grpc::Status::OK, 1);
+  Membership membership(Options(fake.address));
+  const StatusOr<uint64_t> version =
+      membership.ReportReplicaFailure("s-00000002", {0}, "timeout", std::chrono::milliseconds(50));
+  EXPECT_TRUE(version.status().code() == StatusCode::kUnavailable ||
+              version.status().code() == StatusCode::kDeadlineExceeded)
+      << version.status();
+}
+
+TEST(MembershipMapTest, AMalformedReportIsRefusedBeforeAnyCall) {
+  FakeCoordinatorServer fake;
+  Membership membership(Options(fake.address));
+  EXPECT_EQ(membership.ReportReplicaFailure("bad id", {0}, "x", kPatience).status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(membership.ReportReplicaFailure("s-00000002", {}, "x", kPatience).status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_TRUE(fake.service.requests().empty());
+}
+
+// The map of one server s-00000001 (as Options announces it) owning all 4
+// shards at `version`.
+v1::ClusterMap OneServerMap(uint64_t version) {
+  v1::ClusterMap m;
+  m.set_version(version);
+  m.set_shard_count(4);
+  m.set_expected_servers(1);
+  m.set_replication_factor(1);
+  const v1::JoinRequest j = MakeJoin("s-00000001", 3, 1);
+  v1::ServerInfo* s = m.add_servers();
+  s->set_server_id(j.server_id());
+  s->set_epoch(j.epoch());
+  s->set_state(v1::UP);
+  s->set_data_address(j.data_address());
+  s->set_admin_address(j.admin_address());
+  s->set_transport(j.transport());
+  *s->mutable_index() = j.index();
+  *s->mutable_heap() = j.heap();
+  *s->mutable_table() = j.table();
+  s->set_heap_bytes(j.table().heap_size());
+  for (uint32_t shard = 0; shard < 4; ++shard) {
+    m.add_shard_owner(j.server_id());
+    s->add_shards(shard);
+    m.add_shard_replicas()->add_server_ids(j.server_id());
+  }
+  return m;
+}
+
+TEST(MembershipMapTest, RefreshNowInstallsOnlyValidNewerMaps) {
+  FakeCoordinatorServer fake;
+  Membership membership(Options(fake.address));
+  fake.service.SetMap(OneServerMap(5));
+  ASSERT_TRUE(control::ValidateClusterMap(OneServerMap(5)).ok()) << control::ValidateClusterMap(OneServerMap(5));
+  const Status first = membership.RefreshNow(kPatience);
+  ASSERT_TRUE(first.ok()) << first;
+  EXPECT_EQ(membership.map()->version(), 5u);
+  EXPECT_EQ(membership.shards(), (std::vector<uint32_t>{0, 1, 2, 3}));
+
+  fake.service.SetMap(OneServerMap(4));  // older: answered, not installed
+  EXPECT_TRUE(membership.RefreshNow(kPatience).ok());
+  EXPECT_EQ(membership.map()->version(), 5u);
+
+  v1::ClusterMap bad = OneServerMap(6);
+  bad.mutable_shard_replicas(2)->add_server_ids("s-00000009");  // not a listed server
+  fake.service.SetMap(bad);
+  const Status refused = membership.RefreshNow(kPatience);
+  EXPECT_EQ(refused.code(), StatusCode::kInvalidArgument) << refused;
+  EXPECT_NE(refused.message().find("shard_replicas[2]"), std::string::npos) << refused;
+  EXPECT_EQ(membership.map()->version(), 5u);
 }
 
 TEST(ServerIdentityTest, CreatedOnceThenKept) {

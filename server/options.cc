@@ -75,6 +75,11 @@ Status ValidateOptions(const ServerOptions& o) {
     return InvalidArgument("request credits " + std::to_string(o.request_credits) + " outside [1, " +
                            std::to_string(kMaxRequestCredits) + "]");
   }
+  if (o.replication_timeout_ms < kMinReplicationTimeoutMs || o.replication_timeout_ms > kMaxReplicationTimeoutMs) {
+    return InvalidArgument("--replication_timeout_ms " + std::to_string(o.replication_timeout_ms) +
+                           " is outside [" + std::to_string(kMinReplicationTimeoutMs) + ", " +
+                           std::to_string(kMaxReplicationTimeoutMs) + "]");
+  }
   return Status::Ok();
 }
 

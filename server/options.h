@@ -39,6 +39,10 @@ struct ServerOptions {
   uint32_t idle_timeout_s = 600;
   uint32_t grace_period_ms = 100;         // heap quarantine; clients' GET lease is half
   uint32_t request_credits = 32;          // outstanding requests per connection
+  // The longest a primary waits for its backups to acknowledge a forwarded
+  // write (connecting included) before it reports the silent ones
+  // (docs/design.md, "Replication"); unused when standalone.
+  uint32_t replication_timeout_ms = 1000;
 };
 
 // The control plane of one rkv-server: membership with a coordinator and
@@ -90,6 +94,8 @@ inline constexpr uint32_t kMaxRequestCredits = 128;
 inline constexpr uint32_t kMinTimeoutMs = 100;
 inline constexpr uint32_t kMaxTimeoutMs = 3'600'000;
 inline constexpr uint32_t kMaxIdleTimeoutS = 7 * 86'400;
+inline constexpr uint32_t kMinReplicationTimeoutMs = 1;
+inline constexpr uint32_t kMaxReplicationTimeoutMs = 60'000;
 inline constexpr size_t kMaxZoneBytes = 64;  // == control::kMaxZoneBytes
 
 // The block of the largest record the options allow.

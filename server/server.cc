@@ -54,18 +54,24 @@ struct Server::Worker {
   transport::MemoryRegion* ring_mr = nullptr;
   transport::MemoryRegion* messages_mr = nullptr;
   uint64_t client_id = 0;
+  std::string peer_id;  // a replication connection: the sending server's id; empty for a client
   std::string peer;
   std::unique_ptr<transport::Connection> conn;
   std::thread thread;
   std::atomic<bool> finished{false};
 };
 
-Server::Server(const ServerOptions& options, transport::Transport* transport)
-    : options_(options), transport_(transport) {}
+Server::Server(const ServerOptions& options, transport::Transport* transport, ReplicationPolicy* replication,
+               std::string_view server_id)
+    : options_(options), transport_(transport), replication_(replication), server_id_(server_id) {}
 
-StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& options, transport::Transport* transport) {
+StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& options, transport::Transport* transport,
+                                                ReplicationPolicy* replication, std::string_view server_id) {
   RKV_RETURN_IF_ERROR(ValidateOptions(options));
-  std::unique_ptr<Server> server(new Server(options, transport));
+  if (replication != nullptr && server_id.empty()) {
+    return InvalidArgument("a replicating server needs its server id");
+  }
+  std::unique_ptr<Server> server(new Server(options, transport, replication, server_id));
   RKV_RETURN_IF_ERROR(server->Init());
   return server;
 }
@@ -86,8 +92,20 @@ Status Server::Init() {
   RKV_RETURN_IF_ERROR(table_->Init(log2, epoch_, hash_seed_));
   RKV_RETURN_IF_ERROR(Rebuild());
   table_->ServeReaders();  // from here on, clients may be reading
+  ApplyReplication replication;
+  if (replication_ != nullptr) {
+    ReplicatorOptions r;
+    r.self_id = server_id_;
+    r.self_epoch = epoch_;
+    r.token = options_.token;
+    r.timeout = std::chrono::milliseconds(options_.replication_timeout_ms);
+    r.max_record_bytes = MaxBlockBytes(options_);
+    RKV_ASSIGN_OR_RETURN(replicator_, Replicator::Create(transport_, std::move(r)));
+    replication = ApplyReplication{replication_, replicator_.get()};
+  }
   applier_ = std::make_unique<Applier>(store_.get(), table_.get(), heap_.get(),
-                                       ApplyLimits{options_.max_key_bytes, options_.max_value_bytes});
+                                       ApplyLimits{options_.max_key_bytes, options_.max_value_bytes},
+                                       RequestCacheLimits{}, replication);
 
   // Remote peers may only read the table; kLocalWrite is not needed by the
   // server itself (it writes with the CPU) and is not granted.
@@ -142,10 +160,21 @@ void Server::Refuse(transport::Connection& conn, StatusCode code, const std::str
 
 void Server::HandlePending(std::unique_ptr<transport::Connection> conn) {
   // Validate the connect request before anything is allocated for it.
-  const StatusOr<protocol::ConnectRequestData> parsed =
-      ParseConnectRequest(conn->peer_private_data(), TokenDigest(options_.token));
+  const StatusOr<ConnectRequest> parsed = ParseConnectRequest(conn->peer_private_data(), TokenDigest(options_.token));
   if (!parsed.ok()) return Refuse(*conn, parsed.status().code(), parsed.status().message());
-  const protocol::ConnectRequestData& req = *parsed;
+  const ConnectRequest& req = *parsed;
+  std::string peer_id;
+  if (req.role == ConnectRequest::Role::kPeer) {
+    if (replication_ == nullptr) {
+      return Refuse(*conn, StatusCode::kPermissionDenied,
+                    "this server is not in a cluster: it accepts no replication connections");
+    }
+    // May refetch the map (bounded, about a second) for a peer that just
+    // restarted: the accept thread waits that long at most.
+    std::optional<std::string> id = replication_->FindPeer(req.client_id, req.peer_epoch);
+    if (!id) return Refuse(*conn, StatusCode::kPermissionDenied, "not a server of the current cluster map");
+    peer_id = std::move(*id);
+  }
   if (connections_open_.load(std::memory_order_relaxed) >= options_.max_connections) {
     return Refuse(*conn, StatusCode::kResourceExhausted,
                   "too many connections (max " + std::to_string(options_.max_connections) + ")");
@@ -155,6 +184,7 @@ void Server::HandlePending(std::unique_ptr<transport::Connection> conn) {
   // connection (and its registrations) goes before the memory it covers.
   auto w = std::make_unique<Worker>();
   w->client_id = req.client_id;
+  w->peer_id = std::move(peer_id);
   w->peer = conn->peer_address();
   w->conn = std::move(conn);
   transport::Connection& c = *w->conn;
@@ -200,7 +230,12 @@ void Server::HandlePending(std::unique_ptr<transport::Connection> conn) {
     connections_accepted_.fetch_sub(1, std::memory_order_relaxed);
     return;
   }
-  LOG(INFO) << "accepted client " << std::hex << w->client_id << std::dec << " from " << w->peer;
+  if (w->peer_id.empty()) {
+    LOG(INFO) << "accepted client " << std::hex << w->client_id << std::dec << " from " << w->peer;
+  } else {
+    LOG(INFO) << "accepted replication from server " << w->peer_id << " (epoch " << req.peer_epoch << ") at "
+              << w->peer;
+  }
   Worker* raw = w.get();
   {
     MutexLock lock(workers_mu_);
@@ -246,8 +281,9 @@ void Server::ServeConnection(Worker* w) {
       pending.pop_front();
       const size_t offset = size_t{buf} * protocol::kMaxMessageBytes;
       const size_t msg_len = std::min<size_t>(len, protocol::kMaxMessageBytes);
-      const protocol::ReplyMsg reply =
-          applier_->Apply(w->client_id, std::span<const uint8_t>(w->messages.data() + offset, msg_len), ring);
+      const std::span<const uint8_t> msg(w->messages.data() + offset, msg_len);
+      const protocol::ReplyMsg reply = w->peer_id.empty() ? applier_->Apply(w->client_id, msg, ring)
+                                                          : applier_->ApplyReplica(w->peer_id, msg, ring);
       // Re-post the receive before replying: the reply returns the credit,
       // and the client may send its next request as soon as it sees it.
       if (Status s = conn.PostRecv(
@@ -316,6 +352,7 @@ void Server::Shutdown() {
   }
   all.clear();
   listener_.reset();
+  replicator_.reset();  // no Apply runs any more: its connections go before the transport
   index_mr_.reset();
   heap_mr_.reset();
   store_.reset();  // closes RocksDB; the applier stays for Stats()
@@ -338,6 +375,11 @@ ServerStats Server::Stats() const {
   s.keys = a.keys;
   s.heap_bytes_used = a.heap.used_bytes;
   s.heap_bytes_quarantined = a.heap.quarantined_bytes;
+  s.forwarded_writes = a.forwarded_writes;
+  s.backup_failures = a.backup_failures;
+  s.replica_writes = a.replica_writes;
+  s.replica_stale = a.replica_stale;
+  s.replica_refused = a.replica_refused;
   return s;
 }
 

@@ -12,13 +12,18 @@
 // Accept thread: for each pending connection, validates the
 //   ConnectRequestData (size, magic, versions, token digest) and refuses a
 //   bad one with a transport Rejection before accepting; refuses with
-//   RESOURCE_EXHAUSTED beyond max_connections. Otherwise maps the
+//   RESOURCE_EXHAUSTED beyond max_connections. A replication connection
+//   (PeerConnectData, from another server) is accepted only when the
+//   replication policy names a server of the current map with its
+//   fingerprint and epoch (PERMISSION_DENIED otherwise, and always on a
+//   server without a policy). Otherwise maps the
 //   connection's staging ring (REMOTE_WRITE for that connection only) and
 //   message buffers, posts request_credits receives, and accepts with an
 //   AcceptData that names the regions.
 // One worker thread per connection: polls the connection, applies its
 //   requests in order (server/apply.h), re-posts each receive buffer before
-//   replying, and replies with a SEND. A broken connection (Poll error or an
+//   replying, and replies with a SEND. A client's requests go to
+//   Applier::Apply, a peer's to Applier::ApplyReplica. A broken connection (Poll error or an
 //   error completion) is logged and destroyed by its worker, which releases
 //   its queue pair and registrations; the accept thread then reaps the
 //   finished worker (joins it, frees its ring).
@@ -38,6 +43,7 @@
 #include <list>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <thread>
 
 #include "common/mutex.h"
@@ -48,6 +54,8 @@
 #include "server/heap.h"
 #include "server/mapped_memory.h"
 #include "server/options.h"
+#include "server/replication.h"
+#include "server/replicator.h"
 #include "server/store.h"
 #include "server/table.h"
 
@@ -64,13 +72,28 @@ struct ServerStats {
   uint64_t heap_bytes_used = 0;
   uint64_t heap_bytes_quarantined = 0;
   uint64_t gets_served_by_cpu = 0;    // always 0: GETs are one-sided READs
+  // Replication (Applier::Snapshot).
+  uint64_t forwarded_writes = 0;
+  uint64_t backup_failures = 0;
+  uint64_t replica_writes = 0;
+  uint64_t replica_stale = 0;
+  uint64_t replica_refused = 0;
 };
 
 class Server {
  public:
   // Starts a server with validated `options` (see ValidateOptions) on
   // `transport`, which must outlive the server. Errors name what failed.
-  static StatusOr<std::unique_ptr<Server>> Start(const ServerOptions& options, transport::Transport* transport);
+  //
+  // `replication`: null for a standalone server (no forwarding; every
+  // replication connection refused). Otherwise the server replicates
+  // client writes as that policy says (server/apply.h, "Replication") and
+  // accepts replicas from the servers it names; `server_id` is then this
+  // server's id in the cluster map (required: INVALID_ARGUMENT when empty),
+  // which it presents to its backups. The policy must outlive the server.
+  static StatusOr<std::unique_ptr<Server>> Start(const ServerOptions& options, transport::Transport* transport,
+                                                 ReplicationPolicy* replication = nullptr,
+                                                 std::string_view server_id = {});
 
   ~Server();
   Server(const Server&) = delete;
@@ -99,7 +122,8 @@ class Server {
  private:
   struct Worker;
 
-  explicit Server(const ServerOptions& options, transport::Transport* transport);
+  Server(const ServerOptions& options, transport::Transport* transport, ReplicationPolicy* replication,
+         std::string_view server_id);
   Status Init();
   Status Rebuild();
   void AcceptLoop() EXCLUDES(workers_mu_);
@@ -111,6 +135,8 @@ class Server {
 
   const ServerOptions options_;
   transport::Transport* const transport_;
+  ReplicationPolicy* const replication_;
+  const std::string server_id_;
   uint64_t epoch_ = 0;
   uint64_t keys_at_start_ = 0;
   protocol::RegionDescriptor index_region_{};
@@ -120,12 +146,14 @@ class Server {
 
   // Declaration order is teardown order reversed: workers (connections,
   // then their rings), the listener, the index/heap registrations, then the
-  // applier, table, heap, store and last the memory they point into.
+  // applier, the replicator it forwards through, table, heap, store and
+  // last the memory they point into.
   MappedMemory index_mem_;
   MappedMemory heap_mem_;
   std::unique_ptr<Store> store_;
   std::unique_ptr<Heap> heap_;
   std::unique_ptr<Table> table_;
+  std::unique_ptr<Replicator> replicator_;  // null when standalone
   std::unique_ptr<Applier> applier_;
   std::unique_ptr<transport::MemoryRegion> index_mr_;
   std::unique_ptr<transport::MemoryRegion> heap_mr_;

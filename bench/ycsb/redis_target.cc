@@ -1,5 +1,7 @@
 // The Redis baseline: hiredis, synchronous GET and SET (binary-safe %b
-// arguments), one redisContext per benchmark thread.
+// arguments), one redisContext per benchmark thread; with
+// --redis_wait_replicas=N each SET is followed by WAIT N (a synchronously
+// replicated write).
 #include <hiredis.h>
 
 #include <string>
@@ -34,7 +36,8 @@ Status UnexpectedReply(const char* call, const redisReply* r) {
 
 class RedisTarget final : public KvTarget {
  public:
-  explicit RedisTarget(ContextPtr context) : c_(std::move(context)) {}
+  RedisTarget(ContextPtr context, int wait_replicas, int timeout_ms)
+      : c_(std::move(context)), wait_replicas_(wait_replicas), timeout_ms_(timeout_ms) {}
 
   Status Put(std::string_view key, std::string_view value) override {
     ReplyPtr reply(static_cast<redisReply*>(
@@ -42,6 +45,16 @@ class RedisTarget final : public KvTarget {
     if (reply == nullptr) return ContextError("SET", c_.get());
     if (reply->type != REDIS_REPLY_STATUS || std::string_view(reply->str, reply->len) != "OK") {
       return UnexpectedReply("SET", reply.get());
+    }
+    if (wait_replicas_ == 0) return Status::Ok();
+    // A synchronously replicated write: the SET counts only once
+    // wait_replicas_ replicas have acknowledged it.
+    ReplyPtr waited(static_cast<redisReply*>(redisCommand(c_.get(), "WAIT %d %d", wait_replicas_, timeout_ms_)));
+    if (waited == nullptr) return ContextError("WAIT", c_.get());
+    if (waited->type != REDIS_REPLY_INTEGER) return UnexpectedReply("WAIT", waited.get());
+    if (waited->integer < wait_replicas_) {
+      return DeadlineExceeded("WAIT: " + std::to_string(waited->integer) + " of " + std::to_string(wait_replicas_) +
+                              " replicas acknowledged the SET within " + std::to_string(timeout_ms_) + " ms");
     }
     return Status::Ok();
   }
@@ -57,6 +70,8 @@ class RedisTarget final : public KvTarget {
 
  private:
   ContextPtr c_;
+  const int wait_replicas_;
+  const int timeout_ms_;
 };
 
 }  // namespace
@@ -79,7 +94,7 @@ StatusOr<std::unique_ptr<KvTarget>> OpenRedisTarget(const TargetOptions& options
   ReplyPtr pong(static_cast<redisReply*>(redisCommand(context.get(), "PING")));
   if (pong == nullptr) return ContextError("PING", context.get());
   if (pong->type != REDIS_REPLY_STATUS) return UnexpectedReply("PING", pong.get());
-  return std::unique_ptr<KvTarget>(std::make_unique<RedisTarget>(std::move(context)));
+  return std::unique_ptr<KvTarget>(std::make_unique<RedisTarget>(std::move(context), options.redis_wait_replicas, options.timeout_ms));
 }
 
 }  // namespace rkv::bench

@@ -39,13 +39,21 @@ class RkvTarget final : public KvTarget {
 
 StatusOr<std::unique_ptr<KvTarget>> OpenRkvTarget(const TargetOptions& options) {
   ClientOptions client_options;
-  client_options.server = options.server;
+  if (options.coordinator.empty()) {
+    client_options.server = options.server;
+  } else {
+    client_options.server.clear();
+    client_options.coordinator = options.coordinator;
+  }
   client_options.token = options.token;
   client_options.transport = options.transport;
   client_options.timeout = std::chrono::milliseconds(options.timeout_ms);
   client_options.connections = 1;
   StatusOr<std::unique_ptr<Client>> client = Client::Connect(client_options);
-  if (!client.ok()) return client.status().WithContext("rkv connect to " + options.server);
+  if (!client.ok()) {
+    return client.status().WithContext(options.coordinator.empty() ? "rkv connect to " + options.server
+                                                                   : "rkv connect to coordinator " + options.coordinator);
+  }
   return std::unique_ptr<KvTarget>(std::make_unique<RkvTarget>(std::move(*client)));
 }
 

@@ -48,6 +48,12 @@
 
 DEFINE_string(target, "rkv", "store to drive: rkv | memcached | redis (default rkv)");
 DEFINE_string(server, "127.0.0.1:7700", "HOST:PORT of the store (default 127.0.0.1:7700)");
+DEFINE_string(coordinator, "",
+              "rkv: HOST:PORT of an rkv-coordinator; runs the client in cluster mode and --server is "
+              "ignored (default: none, one server)");
+DEFINE_int32(redis_wait_replicas, 0,
+             "redis: after every SET, WAIT until this many replicas acknowledged it, 0..16; a SET not "
+             "acknowledged by them within --timeout_ms counts as a failed PUT (default 0: no WAIT)");
 DEFINE_string(token_file, "", "rkv: file holding the server's token (required for rkv)");
 DEFINE_string(transport, "auto", "rkv: auto | tcp | verbs (default auto)");
 DEFINE_int32(timeout_ms, 5000, "per-call deadline and connect timeout in milliseconds (default 5000)");
@@ -166,6 +172,20 @@ StatusOr<Config> ConfigFromFlags() {
     return InvalidArgument("--target must be rkv, memcached or redis");
   }
   c.target.server = FLAGS_server;
+  if (!FLAGS_coordinator.empty()) {
+    if (c.target.kind != "rkv") return InvalidArgument("--coordinator applies to --target=rkv only");
+    std::string host;
+    int port = 0;
+    if (Status s = SplitHostPort(FLAGS_coordinator, &host, &port); !s.ok()) return s.WithContext("--coordinator");
+    c.target.coordinator = FLAGS_coordinator;
+  }
+  if (FLAGS_redis_wait_replicas != 0) {
+    if (c.target.kind != "redis") return InvalidArgument("--redis_wait_replicas applies to --target=redis only");
+    if (FLAGS_redis_wait_replicas < 0 || FLAGS_redis_wait_replicas > 16) {
+      return InvalidArgument("--redis_wait_replicas must be in 0..16");
+    }
+    c.target.redis_wait_replicas = FLAGS_redis_wait_replicas;
+  }
   {
     std::string host;
     int port = 0;
@@ -356,7 +376,10 @@ Status AppendOutputLine(const std::string& path, const std::string& line) {
 int Run(const Config& c) {
   std::printf("rkv-ycsb: target %s at %s, workload %s (%s), %s keys, %" PRIu64
               " records of %" PRIu64 " bytes, %d thread(s)\n",
-              c.target.kind.c_str(), c.target.server.c_str(), std::string(c.workload.name).c_str(),
+              c.target.kind.c_str(),
+              c.target.coordinator.empty() ? c.target.server.c_str()
+                                           : ("coordinator " + c.target.coordinator).c_str(),
+              std::string(c.workload.name).c_str(),
               std::string(c.workload.description).c_str(),
               c.distribution == KeyDistribution::kZipfian ? "zipfian" : "uniform", c.records,
               c.value_bytes, c.threads);

@@ -1,0 +1,162 @@
+#include "server/map_policy.h"
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <glog/logging.h>
+
+#include "common/hash.h"
+#include "proto/rkv.pb.h"
+#include "proto/validation.h"
+
+namespace rkv::server {
+namespace {
+
+const v1::ServerInfo* FindServer(const v1::ClusterMap& map, std::string_view id) {
+  for (const v1::ServerInfo& s : map.servers()) {
+    if (s.server_id() == id) return &s;
+  }
+  return nullptr;
+}
+
+std::string VersionOf(const v1::ClusterMap& map) { return "map version " + std::to_string(map.version()); }
+
+// The servers holding `shard`, primary first: its replica list, or its
+// owner alone in a map without replica lists (R = 1). Requires a map that
+// assigns shards and shard < shard_count; empty if the map breaks that.
+std::vector<std::string_view> ReplicasOf(const v1::ClusterMap& map, uint32_t shard) {
+  std::vector<std::string_view> ids;
+  if (map.shard_replicas_size() > 0) {
+    if (shard < static_cast<uint32_t>(map.shard_replicas_size())) {
+      for (const std::string& id : map.shard_replicas(static_cast<int>(shard)).server_ids()) ids.push_back(id);
+    }
+  } else if (shard < static_cast<uint32_t>(map.shard_owner_size())) {
+    ids.push_back(map.shard_owner(static_cast<int>(shard)));
+  }
+  return ids;
+}
+
+// Why `map` cannot tell this server its role yet, or OK: it must assign
+// the shards and list this server at its own epoch.
+Status CheckAssigned(const v1::ClusterMap& map, const MapSource& self) {
+  if (map.shard_count() == 0 || map.shard_owner().empty()) {
+    return Status(StatusCode::kUnavailable, VersionOf(map) + " assigns no shards yet (" +
+                                                std::to_string(map.servers_size()) + " of " +
+                                                std::to_string(map.expected_servers()) + " servers joined)");
+  }
+  const v1::ServerInfo* me = FindServer(map, self.server_id());
+  if (me == nullptr) {
+    return Status(StatusCode::kUnavailable, VersionOf(map) + " does not list this server (" + self.server_id() + ")");
+  }
+  if (me->epoch() != self.epoch()) {
+    return Status(StatusCode::kUnavailable, VersionOf(map) + " lists this server (" + self.server_id() +
+                                                ") at epoch " + std::to_string(me->epoch()) + ", not its epoch " +
+                                                std::to_string(self.epoch()));
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+void MapPolicy::Attach(MapSource* source) {
+  MapSource* expected = nullptr;
+  source_.compare_exchange_strong(expected, source, std::memory_order_release, std::memory_order_relaxed);
+}
+
+StatusOr<WriteRoute> MapPolicy::RouteWrite(std::string_view key) {
+  MapSource* const src = source();
+  const std::shared_ptr<const v1::ClusterMap> map = src != nullptr ? src->map() : nullptr;
+  if (map == nullptr) return Unavailable("this server has no cluster map yet");
+  RKV_RETURN_IF_ERROR(CheckAssigned(*map, *src));
+  const uint32_t shard = ShardOf(key, map->shard_count());
+  const std::vector<std::string_view> replicas = ReplicasOf(*map, shard);
+  if (replicas.empty()) return Internal(VersionOf(*map) + " has no replica list for shard " + std::to_string(shard));
+  if (replicas[0] != src->server_id()) {
+    return FailedPrecondition("not the primary of shard " + std::to_string(shard) + " in " + VersionOf(*map) +
+                              " (its primary is " + std::string(replicas[0]) + ")");
+  }
+  WriteRoute route;
+  route.map_version = map->version();
+  route.shard = shard;
+  // DOWN backups stay in the route: the forward to one fails and the
+  // primary reports it, so that the coordinator, not this server, decides
+  // that a write may be acknowledged without it.
+  for (size_t i = 1; i < replicas.size(); ++i) {
+    const v1::ServerInfo* backup = FindServer(*map, replicas[i]);
+    if (backup == nullptr) {
+      return Internal(VersionOf(*map) + " names backup " + std::string(replicas[i]) + " of shard " +
+                      std::to_string(shard) + " but does not list it");
+    }
+    route.backups.push_back(ReplicaPeer{backup->server_id(), backup->epoch(), backup->data_address()});
+  }
+  return route;
+}
+
+Status MapPolicy::ReportFailedBackup(uint32_t shard, const ReplicaPeer& backup, std::string_view reason) {
+  MapSource* const src = source();
+  if (src == nullptr) return Unavailable("this server has not joined a cluster; no coordinator to report to");
+  StatusOr<uint64_t> version = src->ReportReplicaFailure(backup.server_id, {shard}, reason, kReportTimeout);
+  if (!version.ok()) return version.status();
+  // The watch stream normally brings the new map within moments; if it is
+  // broken, one fetch gets it.
+  Status learned = src->WaitForVersion(*version, kReportedMapWait / 2);
+  if (learned.code() == StatusCode::kDeadlineExceeded) {
+    const Status refreshed = src->RefreshNow(kReportedMapWait / 2);
+    learned = src->WaitForVersion(*version, std::chrono::milliseconds(0));
+    if (!learned.ok() && !refreshed.ok()) learned = refreshed;
+  }
+  return learned.WithContext("learning map version " + std::to_string(*version) + ", which took backup " +
+                             backup.server_id + " out of shard " + std::to_string(shard));
+}
+
+std::optional<std::string> MapPolicy::FindPeer(uint64_t fingerprint, uint64_t epoch) {
+  MapSource* const src = source();
+  if (src == nullptr) return std::nullopt;
+  const auto find = [&]() -> std::optional<std::string> {
+    const std::shared_ptr<const v1::ClusterMap> map = src->map();
+    if (map == nullptr) return std::nullopt;
+    for (const v1::ServerInfo& s : map->servers()) {
+      if (s.epoch() == epoch && PeerFingerprint(s.server_id()) == fingerprint) return s.server_id();
+    }
+    return std::nullopt;
+  };
+  if (std::optional<std::string> id = find()) return id;
+  // A peer that restarted joins before it sends replication traffic, so a
+  // newer map may name it.
+  if (const Status s = src->RefreshNow(kPeerRefreshTimeout); !s.ok()) {
+    VLOG(1) << "no peer with fingerprint " << fingerprint << " and epoch " << epoch
+            << " in the map, and refreshing it failed: " << s;
+    return std::nullopt;
+  }
+  return find();
+}
+
+Status MapPolicy::AcceptReplica(std::string_view sender_id, std::string_view key, uint64_t sender_map_version) {
+  MapSource* const src = source();
+  std::shared_ptr<const v1::ClusterMap> map = src != nullptr ? src->map() : nullptr;
+  if (src != nullptr && (map == nullptr || map->version() < sender_map_version)) {
+    // The primary may have learned a map change first; its forward is
+    // judged by a map at least as new as the one it was sent under.
+    (void)src->WaitForVersion(sender_map_version, kSenderMapWait);
+    map = src->map();
+  }
+  if (map == nullptr) return FailedPrecondition("map version 0: this server has no cluster map yet");
+  if (const Status s = CheckAssigned(*map, *src); !s.ok()) return FailedPrecondition(s.message());
+  const uint32_t shard = ShardOf(key, map->shard_count());
+  const std::vector<std::string_view> replicas = ReplicasOf(*map, shard);
+  if (replicas.empty()) {
+    return FailedPrecondition(VersionOf(*map) + " has no replica list for shard " + std::to_string(shard));
+  }
+  if (replicas[0] != sender_id) {
+    return FailedPrecondition(VersionOf(*map) + ": " + control::Printable(sender_id) + " is not the primary of shard " +
+                              std::to_string(shard) + " (its primary is " + std::string(replicas[0]) + ")");
+  }
+  for (size_t i = 1; i < replicas.size(); ++i) {
+    if (replicas[i] == src->server_id()) return Status::Ok();
+  }
+  return FailedPrecondition(VersionOf(*map) + ": this server (" + src->server_id() + ") is not a backup of shard " +
+                            std::to_string(shard));
+}
+
+}  // namespace rkv::server

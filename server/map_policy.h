@@ -1,0 +1,92 @@
+// The replication policy of a server in a cluster: who the primary and
+// backups of a key's shard are, read from the cluster map this server
+// follows (a MapSource: Membership in rkv-server, a fake in tests). See
+// server/replication.h for the contract and docs/design.md, "Map
+// following".
+//
+// A server learns its role from the map alone: it is the primary of shard
+// s when shard_replicas[s] starts with its id (shard_owner[s] in a map
+// without replica lists, which is R = 1), and a backup of s when it is
+// listed after the first; in both cases only when the map lists this
+// server with its own epoch (a map that still shows a previous
+// incarnation does not speak for this one).
+//
+// Bounds on the calls that may reach the coordinator (the data path waits
+// for them): FindPeer at most kPeerRefreshTimeout, AcceptReplica at most
+// kSenderMapWait, ReportFailedBackup at most kReportTimeout +
+// kReportedMapWait. RouteWrite never waits.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "common/status.h"
+#include "server/map_source.h"
+#include "server/replication.h"
+
+namespace rkv::server {
+
+// Thread safety: every method may be called from any thread, concurrently;
+// Attach once, from any thread, also while other calls run.
+class MapPolicy final : public ReplicationPolicy {
+ public:
+  static constexpr std::chrono::milliseconds kPeerRefreshTimeout{1000};
+  static constexpr std::chrono::milliseconds kSenderMapWait{1000};
+  static constexpr std::chrono::milliseconds kReportTimeout{2000};
+  static constexpr std::chrono::milliseconds kReportedMapWait{2000};
+
+  // Without a source: every call answers as before the first map (see
+  // below) until Attach.
+  MapPolicy() = default;
+  // `source` must outlive the policy.
+  explicit MapPolicy(MapSource* source) : source_(source) {}
+  MapPolicy(const MapPolicy&) = delete;
+  MapPolicy& operator=(const MapPolicy&) = delete;
+
+  // Gives the policy its source (the server's identity and epoch are only
+  // known once its data plane runs, after the policy was handed to it).
+  // `source` must outlive the policy. A second call is ignored.
+  void Attach(MapSource* source);
+
+  // UNAVAILABLE without a map, with a map that assigns no shards yet, or
+  // with one that lists this server at another epoch (or not at all);
+  // FAILED_PRECONDITION naming the shard, the map version and the primary
+  // when this server is not the primary. The backups are every other
+  // server of the shard's replica list, in map order, DOWN ones included:
+  // only the coordinator takes a replica out (ReportFailedBackup), so that
+  // a write acknowledged under a map is on every replica that map lists.
+  StatusOr<WriteRoute> RouteWrite(std::string_view key) override;
+
+  // ReportReplicaFailure(backup, {shard}) within kReportTimeout, then waits
+  // up to kReportedMapWait for this server's map to reach the version the
+  // coordinator answered (refetching it once if the watch has not brought
+  // it). OK only then; otherwise the coordinator's error, or
+  // DEADLINE_EXCEEDED naming the version not learned.
+  Status ReportFailedBackup(uint32_t shard, const ReplicaPeer& backup, std::string_view reason) override;
+
+  // The listed server with PeerFingerprint(id) == fingerprint and that
+  // epoch (UP or DOWN); when none, refetches the map once (at most
+  // kPeerRefreshTimeout) and looks again.
+  std::optional<std::string> FindPeer(uint64_t fingerprint, uint64_t epoch) override;
+
+  // When `sender_map_version` is above this server's map version, first
+  // waits up to kSenderMapWait for it. Then OK iff, in the map this server
+  // holds, `sender_id` is the first of the key's shard's replica list and
+  // this server (at its epoch) is listed after it. FAILED_PRECONDITION
+  // naming this server's map version and what is wrong otherwise, also
+  // without any map ("map version 0").
+  Status AcceptReplica(std::string_view sender_id, std::string_view key, uint64_t sender_map_version) override;
+
+ private:
+  MapSource* source() const { return source_.load(std::memory_order_acquire); }
+
+  // Release on Attach, acquire on use: the source is fully built before a
+  // data-path thread sees it.
+  std::atomic<MapSource*> source_{nullptr};
+};
+
+}  // namespace rkv::server
