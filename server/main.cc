@@ -79,6 +79,9 @@ DEFINE_string(admin_listen, "", "HOST:PORT of the Admin gRPC service, port 0 pic
                                 "standalone, the --listen host with port 0 with --coordinator");
 DEFINE_string(advertise_address, "", "HOST:PORT clients should use for the data plane (default: the address "
                                      "listened on; required with --coordinator when --listen is 0.0.0.0 or ::)");
+DEFINE_string(zone, "", "failure domain of this server (rack, host, power feed): printable ASCII, at most 64 "
+              "bytes; a shard's replicas go to distinct zones when there are enough; fixed for the life of the "
+              "server id (default: none)");
 
 namespace {
 
@@ -197,6 +200,7 @@ int main(int argc, char** argv) {
   control.coordinator = FLAGS_coordinator;
   control.admin_listen = FLAGS_admin_listen;
   control.advertise_address = FLAGS_advertise_address;
+  control.zone = FLAGS_zone;
   if (rkv::Status s = rkv::server::ValidateControlOptions(control, o.listen); !s.ok()) return BadFlag(s.message());
   const std::string admin_listen = rkv::server::EffectiveAdminListen(control, o.listen);
 
@@ -326,6 +330,7 @@ int main(int argc, char** argv) {
     m.self.data_address = data_address;
     m.self.admin_address = admin_address;
     m.self.transport = rkv::transport::KindName(*kind);
+    m.self.zone = control.zone;
     m.self.index = srv->index_region();
     m.self.heap = srv->heap_region();
     m.self.table.bucket_count_log2 = srv->bucket_count_log2();

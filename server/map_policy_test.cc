@@ -169,6 +169,12 @@ v1::ClusterMap MakeMap(uint64_t version, const std::vector<ServerSpec>& servers,
     if (!replicas.empty()) {
       v1::ShardReplicas* list = m.add_shard_replicas();
       for (const std::string& id : replicas[shard]) list->add_server_ids(id);
+      // Each backup lists the shard in its backup_shards (ValidateClusterMap).
+      for (size_t k = 1; k < replicas[shard].size(); ++k) {
+        for (v1::ServerInfo& s : *m.mutable_servers()) {
+          if (s.server_id() == replicas[shard][k]) s.add_backup_shards(shard);
+        }
+      }
     }
   }
   return m;

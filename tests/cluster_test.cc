@@ -9,6 +9,7 @@
 #include <map>
 #include <mutex>
 #include <random>
+#include <set>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -54,7 +55,7 @@ class ClusterTest : public ::testing::Test {
       servers_.push_back(std::make_unique<ServerProcess>(
           dir_.path() + "/server" + std::to_string(i), token_file_,
           std::vector<std::string>{"--coordinator=" + coordinator_->address(), "--memory=134217728",
-                                   "--max_keys=131072"}));
+                                   "--max_keys=131072", "--zone=zone " + std::to_string(i)}));
       const Status s = servers_.back()->Start();
       ASSERT_TRUE(s.ok()) << "server " << i << ": " << s;
     }
@@ -130,15 +131,26 @@ TEST_F(ClusterTest, KeysSpreadOverEveryServer) {
       ASSERT_EQ(*results[j], ValueFor(batch[j], 1));
     }
   }
+  // Each key is on every replica of its shard (R = 3 by default, so on all
+  // three servers here); the primaries, which serve the calls, spread.
+  auto cluster = client->Cluster();
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  std::map<std::string, uint64_t> held, primary_of;
+  for (int i = 0; i < n; ++i) {
+    auto shard = client->ShardOfKey("spread-" + std::to_string(i));
+    ASSERT_TRUE(shard.ok()) << shard.status();
+    const std::vector<std::string>& replicas = cluster->shards[*shard].replicas;
+    ++primary_of[replicas[0]];
+    for (const std::string& id : replicas) ++held[id];
+  }
   const auto per_server = KeysPerServer(*client);
   ASSERT_EQ(per_server.size(), static_cast<size_t>(kServers));
-  uint64_t total = 0;
-  for (const auto& [id, keys] : per_server) total += keys;
-  EXPECT_EQ(total, static_cast<uint64_t>(n));
-  for (const auto& [id, keys] : per_server) {
+  ASSERT_EQ(primary_of.size(), static_cast<size_t>(kServers));
+  for (const auto& [id, keys] : per_server) EXPECT_EQ(keys, held[id]) << id;
+  for (const auto& [id, keys] : primary_of) {
     const double share = static_cast<double>(keys) / static_cast<double>(n);
-    EXPECT_GE(share, 0.25) << id << " holds " << keys << " of " << n;
-    EXPECT_LE(share, 0.42) << id << " holds " << keys << " of " << n;
+    EXPECT_GE(share, 0.25) << id << " is the primary of " << keys << " of " << n;
+    EXPECT_LE(share, 0.42) << id << " is the primary of " << keys << " of " << n;
   }
 
   // kvctl sees the same cluster.
@@ -175,9 +187,17 @@ TEST_F(ClusterTest, KvctlShowsReplicaSetsAndWhereAKeyLives) {
   for (const MemberInfo& m : cluster->members) {
     EXPECT_EQ(m.shards + m.backup_shards, 1024u) << m.server_id;
   }
+  std::map<std::string, std::string> zone_of;
+  for (const MemberInfo& m : cluster->members) {
+    EXPECT_EQ(m.zone.rfind("zone ", 0), 0u) << m.server_id << " is in zone '" << m.zone << "'";
+    zone_of[m.server_id] = m.zone;
+  }
   for (const ShardInfo& s : cluster->shards) {
     ASSERT_EQ(s.replicas.size(), 3u) << "shard " << s.shard;
     EXPECT_EQ(s.replicas[0], cluster->members[s.shard % 3].server_id) << "shard " << s.shard;
+    std::set<std::string> zones;
+    for (const std::string& id : s.replicas) zones.insert(zone_of[id]);
+    EXPECT_EQ(zones.size(), 3u) << "shard " << s.shard;  // one replica per zone
   }
 
   // shards: a header, one line per shard, the summary.
@@ -210,6 +230,7 @@ TEST_F(ClusterTest, KvctlShowsReplicaSetsAndWhereAKeyLives) {
     EXPECT_EQ(row.find(replicas[k]), 0u) << r.out;
     EXPECT_NE(row.find(k == 0 ? "primary" : "backup"), std::string::npos) << row;
     EXPECT_NE(row.find("UP"), std::string::npos) << row;
+    EXPECT_NE(row.find(zone_of[replicas[k]]), std::string::npos) << row;
     for (const MemberInfo& m : cluster->members) {
       if (m.server_id == replicas[k]) {
         EXPECT_NE(row.find(m.data_address), std::string::npos) << row;
@@ -221,10 +242,12 @@ TEST_F(ClusterTest, KvctlShowsReplicaSetsAndWhereAKeyLives) {
   EXPECT_NE(r.out.find("{\"key\":\"where-am-i\",\"shard\":" + std::to_string(*shard)), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("{\"server_id\":\"" + replicas[0] + "\",\"role\":\"primary\""), std::string::npos) << r.out;
 
-  // members: zone (none here), shards as primary and as backup.
+  // members: zone, shards as primary and as backup.
   r = Kvctl({"members"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_NE(r.out.find("ZONE  PRIMARIES  BACKUPS"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.rfind("SERVER", 0), 0u) << r.out;
+  EXPECT_NE(r.out.find("ZONE"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("PRIMARIES  BACKUPS"), std::string::npos) << r.out;
   for (const std::string& row : Lines(r.out)) {
     std::istringstream in(row);
     std::vector<std::string> cells;
@@ -232,9 +255,10 @@ TEST_F(ClusterTest, KvctlShowsReplicaSetsAndWhereAKeyLives) {
     ASSERT_GE(cells.size(), 7u) << row;
     for (const MemberInfo& m : cluster->members) {
       if (cells[0] != m.server_id) continue;
-      EXPECT_EQ(cells[4], "-") << row;  // no zone
-      EXPECT_EQ(cells[5], std::to_string(m.shards)) << row;
-      EXPECT_EQ(cells[6], std::to_string(m.backup_shards)) << row;
+      ASSERT_GE(cells.size(), 8u) << row;  // the zone is two words: "zone N"
+      EXPECT_EQ(cells[4] + " " + cells[5], m.zone) << row;
+      EXPECT_EQ(cells[6], std::to_string(m.shards)) << row;
+      EXPECT_EQ(cells[7], std::to_string(m.backup_shards)) << row;
     }
   }
 }
