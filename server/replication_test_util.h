@@ -45,6 +45,11 @@ class FakePolicy final : public ReplicationPolicy {
     MutexLock lock(mu_);
     report_status_ = std::move(s);
   }
+  // What CheckLease answers (OK until set).
+  void SetLeaseStatus(Status s) {
+    MutexLock lock(mu_);
+    lease_status_ = std::move(s);
+  }
   void SetAcceptStatus(Status s) {
     MutexLock lock(mu_);
     accept_status_ = std::move(s);
@@ -89,6 +94,10 @@ class FakePolicy final : public ReplicationPolicy {
     accepted_.emplace_back(std::string(sender_id), sender_map_version);
     return accept_status_;
   }
+  Status CheckLease() override {
+    MutexLock lock(mu_);
+    return lease_status_;
+  }
 
  private:
   mutable Mutex mu_;
@@ -96,6 +105,7 @@ class FakePolicy final : public ReplicationPolicy {
   Status route_status_ GUARDED_BY(mu_);
   Status report_status_ GUARDED_BY(mu_);
   Status accept_status_ GUARDED_BY(mu_);
+  Status lease_status_ GUARDED_BY(mu_);
   std::map<std::pair<uint64_t, uint64_t>, std::string> peers_ GUARDED_BY(mu_);
   std::vector<Report> reports_ GUARDED_BY(mu_);
   std::vector<std::pair<std::string, uint64_t>> accepted_ GUARDED_BY(mu_);
