@@ -417,6 +417,38 @@ TEST_F(ReplicationPathTest, AnExpiredLeaseRefusesAWriteWithNoBackup) {
   EXPECT_EQ(Get(primary_, "k"), GetResult(std::pair(std::string("v"), again->version)));
 }
 
+// The lease covers the map the primary holds at the check, which may be
+// newer than the one its write was routed by: that map must still make it
+// the primary, with no backup the write did not reach.
+TEST_F(ReplicationPathTest, AMapChangedDuringTheWriteRefusesToPublishIt) {
+  auto client = Client(primary_);
+  ASSERT_NE(client, nullptr);
+  ASSERT_EQ(Code(*client->Send(protocol::Op::kPut, "warm", "w", 0, 1)), StatusCode::kOk);
+  backups_[1].server.reset();  // its forward fails, and is reported mid-write
+  WriteRoute added{kMapVersion + 1, kShard,
+                   {ReplicaPeer{backups_[0].id, backups_[0].server->epoch(), backups_[0].server->address()},
+                    ReplicaPeer{"s-newcomer", 1, "127.0.0.1:1"}}};
+  primary_.policy.SetRouteAfterReport(added);
+  auto put = client->Send(protocol::Op::kPut, "k", "v", 0, 2);
+  ASSERT_TRUE(put.ok()) << put.status();
+  EXPECT_EQ(Code(*put), StatusCode::kUnavailable);
+  EXPECT_NE(std::string(put->message).find("the map changed during the write: outcome unknown"), std::string::npos)
+      << put->message;
+  EXPECT_NE(std::string(put->message).find("s-newcomer"), std::string::npos) << put->message;
+  EXPECT_EQ(Get(primary_, "k"), GetResult());
+
+  // A map that moved the shard away meanwhile.
+  primary_.policy.SetRoute(WriteRoute{kMapVersion, kShard,
+                                      {ReplicaPeer{backups_[1].id, 1, "127.0.0.1:1"}}});  // fails at once
+  primary_.policy.SetRouteAfterReport(FailedPrecondition("not the primary of shard 3 in map version 9"));
+  auto moved = client->Send(protocol::Op::kPut, "j", "v", 0, 3);
+  ASSERT_TRUE(moved.ok()) << moved.status();
+  EXPECT_EQ(Code(*moved), StatusCode::kUnavailable);
+  EXPECT_NE(std::string(moved->message).find("not the primary of shard 3"), std::string::npos) << moved->message;
+  EXPECT_EQ(Get(primary_, "j"), GetResult());
+  EXPECT_EQ(primary_.server->Stats().lease_refusals, 0u);
+}
+
 // A backup promoted to primary (the map now routes the shard's writes to
 // it) assigns versions above every version it installed as a backup, even
 // when those ran far ahead of its own writes.
