@@ -1,8 +1,8 @@
 // What the replication policy (server/map_policy.h) needs from the code
 // that follows the cluster map: this server's identity, the latest map, a
 // bounded way to learn a newer one, the coordinator's
-// ReportReplicaFailure, and this server's lease. Membership (server/membership.h) implements it; the
-// policy's tests use a fake.
+// ReportReplicaFailure, and this server's lease. Membership
+// (server/membership.h) implements it; the policy's tests use a fake.
 #pragma once
 
 #include <chrono>

@@ -217,10 +217,8 @@ Status Membership::JoinOnce() {
 void Membership::Grant(std::chrono::steady_clock::time_point sent, uint32_t lease_ms, uint64_t map_version) {
   const ServerLease granted = LeaseFrom(sent, lease_ms, map_version);
   MutexLock lock(mu_);
-  if (!granted.enabled) {
-    if (lease_.enabled) LOG(INFO) << "the coordinator grants no leases: writes are acknowledged without one";
-    lease_ = granted;
-    return;
+  if (!granted.enabled && lease_.enabled) {
+    LOG(INFO) << "the coordinator grants no leases: writes are acknowledged without one";
   }
   // Grants come one at a time from one thread (Start's Join, then the
   // heartbeat thread), so this one was sent after the one it replaces.
