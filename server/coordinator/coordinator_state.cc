@@ -288,6 +288,8 @@ void CoordinatorState::FenceLocked(size_t i, const std::string& why) {
 void CoordinatorState::UnfenceLocked(const std::string& id) {
   if (fenced_since_.erase(id) == 0) return;
   PublishLeaseLocked();
+  LOG(INFO) << "server " << id << " is no longer fenced: UP again before its shards moved; map version "
+            << version_;
 }
 
 StatusOr<v1::JoinResponse> CoordinatorState::Join(const v1::JoinRequest& r) {
