@@ -537,14 +537,10 @@ StatusOr<int> CoordinatorState::PromoteFenced() {
   if (fenced_since_.empty()) return 0;
   const steady_clock::time_point now = clock_();
   const size_t n = servers_.size();
-  std::vector<bool> ripe(n, false);
-  std::vector<size_t> ripe_list;
+  std::vector<size_t> ripe_list;  // fenced for FenceWait at least
   for (size_t i = 0; i < n; ++i) {
     const auto f = fenced_since_.find(servers_[i].info.server_id());
-    if (f != fenced_since_.end() && now >= f->second + FenceWait(config_.lease)) {
-      ripe[i] = true;
-      ripe_list.push_back(i);
-    }
+    if (f != fenced_since_.end() && now >= f->second + FenceWait(config_.lease)) ripe_list.push_back(i);
   }
   if (ripe_list.empty()) return 0;
 
