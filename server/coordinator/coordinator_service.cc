@@ -59,6 +59,16 @@ grpc::Status CoordinatorService::ReportReplicaFailure(grpc::ServerContext* conte
   return grpc::Status::OK;
 }
 
+grpc::Status CoordinatorService::RenewLease(grpc::ServerContext* context, const v1::RenewLeaseRequest*,
+                                            v1::RenewLeaseResponse* response) {
+  if (grpc::Status s = CheckToken(context, token_digest_hex_); !s.ok()) return s;
+  LeaseView view = state_->Lease();
+  response->set_map_version(view.map_version);
+  response->set_lease_ms(static_cast<uint32_t>(state_->config().lease.count()));
+  for (std::string& id : view.excluded_servers) response->add_excluded_servers(std::move(id));
+  return grpc::Status::OK;
+}
+
 grpc::Status CoordinatorService::GetClusterMap(grpc::ServerContext* context, const v1::GetClusterMapRequest*,
                                                v1::ClusterMap* response) {
   if (grpc::Status s = CheckToken(context, token_digest_hex_); !s.ok()) return s;
@@ -100,12 +110,15 @@ StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(const std:
   return server;
 }
 
+std::chrono::milliseconds CoordinatorServer::ExpiryPeriod(const CoordinatorConfig& config) {
+  // Often enough that a deadline is noticed within a fraction of the
+  // heartbeat interval, and a due promotion within 50 ms.
+  return std::clamp<std::chrono::milliseconds>(config.heartbeat_interval / 2, std::chrono::milliseconds(5),
+                                               std::chrono::milliseconds(50));
+}
+
 void CoordinatorServer::ExpiryLoop() {
-  // Checks often enough that a deadline is noticed within a fraction of
-  // the heartbeat interval.
-  const auto period = std::clamp<std::chrono::milliseconds>(state_->config().heartbeat_interval / 2,
-                                                            std::chrono::milliseconds(5),
-                                                            std::chrono::milliseconds(250));
+  const auto period = ExpiryPeriod(state_->config());
   for (;;) {
     {
       const auto deadline = std::chrono::steady_clock::now() + period;
@@ -117,6 +130,9 @@ void CoordinatorServer::ExpiryLoop() {
     }
     if (auto expired = state_->ExpireHeartbeats(); !expired.ok()) {
       LOG(ERROR) << "cannot record a server as DOWN: " << expired.status() << "; retrying";
+    }
+    if (auto promoted = state_->PromoteFenced(); !promoted.ok()) {
+      LOG(ERROR) << "cannot commit a promotion: " << promoted.status() << "; retrying";
     }
   }
 }

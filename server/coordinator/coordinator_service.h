@@ -1,6 +1,7 @@
 // The Coordinator gRPC service over a CoordinatorState, and
 // CoordinatorServer, which runs it on a grpc::Server together with the
-// thread that marks silent servers DOWN.
+// thread that marks silent servers DOWN and promotes the backups of fenced
+// primaries (CoordinatorState::ExpireHeartbeats, PromoteFenced).
 //
 // Every handler first checks the token digest (proto/auth.h), then maps
 // the state machine's Status onto the RPC status unchanged.
@@ -36,6 +37,9 @@ class CoordinatorService final : public v1::Coordinator::Service {
   grpc::Status Leave(grpc::ServerContext* context, const v1::LeaveRequest* request, v1::LeaveResponse* response) override;
   grpc::Status ReportReplicaFailure(grpc::ServerContext* context, const v1::ReportReplicaFailureRequest* request,
                                     v1::ReportReplicaFailureResponse* response) override;
+  // Cheap: reads the state's published lease view (no store access).
+  grpc::Status RenewLease(grpc::ServerContext* context, const v1::RenewLeaseRequest* request,
+                          v1::RenewLeaseResponse* response) override;
   grpc::Status GetClusterMap(grpc::ServerContext* context, const v1::GetClusterMapRequest* request,
                              v1::ClusterMap* response) override;
   // Polls for client cancellation every kWatchPoll while no version comes.
@@ -60,6 +64,10 @@ class CoordinatorServer {
   ~CoordinatorServer();
   CoordinatorServer(const CoordinatorServer&) = delete;
   CoordinatorServer& operator=(const CoordinatorServer&) = delete;
+
+  // How often the expiry thread runs: half the heartbeat interval, at
+  // most 50 ms (a promotion is due at most that late), at least 5 ms.
+  static std::chrono::milliseconds ExpiryPeriod(const CoordinatorConfig& config);
 
   // Ends watch streams, stops the expiry thread and the gRPC server
   // (in-flight unary calls get up to 2 s). Idempotent.

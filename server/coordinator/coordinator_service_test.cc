@@ -26,6 +26,10 @@ class CoordinatorServiceTest : public ::testing::Test {
     CoordinatorConfig config;
     config.expected_servers = 2;
     config.shard_count = 8;
+    // No server goes DOWN unless a test makes it leave; a short lease so
+    // that a promotion comes soon.
+    config.heartbeat_timeout = std::chrono::seconds(600);
+    config.lease = std::chrono::milliseconds(200);
     auto state = CoordinatorState::Open(config, std::make_unique<MemoryStore>(std::make_shared<MemoryStoreData>()));
     ASSERT_TRUE(state.ok()) << state.status();
     auto server = CoordinatorServer::Start("127.0.0.1:0", kToken, std::move(state).value());
@@ -74,6 +78,9 @@ TEST_F(CoordinatorServiceTest, EveryRpcRefusesAMissingOrWrongToken) {
     report.add_shards(0);
     v1::ReportReplicaFailureResponse reported;
     EXPECT_EQ(stub_->ReportReplicaFailure(Ctx(token).get(), report, &reported).error_code(),
+              grpc::StatusCode::UNAUTHENTICATED);
+    v1::RenewLeaseResponse lease;
+    EXPECT_EQ(stub_->RenewLease(Ctx(token).get(), v1::RenewLeaseRequest(), &lease).error_code(),
               grpc::StatusCode::UNAUTHENTICATED);
     auto ctx = Ctx(token);
     auto reader = stub_->WatchClusterMap(ctx.get(), v1::WatchClusterMapRequest());
@@ -181,6 +188,77 @@ TEST_F(CoordinatorServiceTest, WatchDeliversTheCurrentMapThenEachNewVersion) {
   while (reader->Read(&map)) {
   }
   EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::CANCELLED);
+}
+
+TEST_F(CoordinatorServiceTest, RenewLeaseExcludesAFencedPrimaryUntilItsBackupIsPromoted) {
+  v1::JoinResponse join;
+  ASSERT_TRUE(stub_->Join(Ctx().get(), MakeJoin("a", 1, 0), &join).ok());
+  EXPECT_EQ(join.lease_ms(), 200u);
+  ASSERT_TRUE(stub_->Join(Ctx().get(), MakeJoin("b", 1, 1), &join).ok());
+  v1::HeartbeatRequest hb_req;
+  hb_req.set_server_id("b");
+  hb_req.set_epoch(1);
+  v1::HeartbeatResponse hb;
+  ASSERT_TRUE(stub_->Heartbeat(Ctx().get(), hb_req, &hb).ok());
+  EXPECT_EQ(hb.lease_ms(), 200u);
+
+  v1::RenewLeaseRequest req;
+  req.set_map_version(1);  // an older map: the answer still says the current version
+  v1::RenewLeaseResponse lease;
+  ASSERT_TRUE(stub_->RenewLease(Ctx().get(), req, &lease).ok());
+  EXPECT_EQ(lease.map_version(), 2u);
+  EXPECT_EQ(lease.lease_ms(), 200u);
+  EXPECT_TRUE(lease.excluded_servers().empty());
+
+  // Watch from version 2 to see the versions the leave brings.
+  auto ctx = Ctx();
+  v1::WatchClusterMapRequest watch;
+  watch.set_known_version(2);
+  auto reader = stub_->WatchClusterMap(ctx.get(), watch);
+  v1::LeaveRequest leave;
+  leave.set_server_id("a");
+  leave.set_epoch(1);
+  v1::LeaveResponse left;
+  ASSERT_TRUE(stub_->Leave(Ctx().get(), leave, &left).ok());
+  v1::ClusterMap map;
+  ASSERT_TRUE(reader->Read(&map));
+  ASSERT_EQ(map.version(), 3u);
+  EXPECT_EQ(map.servers(0).state(), v1::DOWN);
+  EXPECT_EQ(map.servers(0).shards_size(), 4);
+  // The promotion cannot have happened before this lease was asked for
+  // (it waits for the lease, and the map it brings is version 4): when the
+  // answer is about version 3, a is excluded, and it is the only one.
+  req.set_map_version(3);
+  ASSERT_TRUE(stub_->RenewLease(Ctx().get(), req, &lease).ok());
+  if (lease.map_version() == 3u) {
+    EXPECT_EQ(std::vector<std::string>(lease.excluded_servers().begin(), lease.excluded_servers().end()),
+              (std::vector<std::string>{"a"}));
+  } else {
+    EXPECT_EQ(lease.map_version(), 4u);
+    EXPECT_TRUE(lease.excluded_servers().empty());
+  }
+
+  // The background thread promotes b (the wait bounded by the call deadline).
+  ASSERT_TRUE(reader->Read(&map));
+  EXPECT_EQ(map.version(), 4u);
+  EXPECT_EQ(map.shard_owner_size(), 8);
+  for (const std::string& owner : map.shard_owner()) EXPECT_EQ(owner, "b");
+  for (int shard = 0; shard < 8; ++shard) {
+    // a's shards (the even ones) have b alone; b's keep a, DOWN, as backup.
+    const std::vector<std::string> want = shard % 2 == 0 ? std::vector<std::string>{"b"}
+                                                         : std::vector<std::string>{"b", "a"};
+    const auto& ids = map.shard_replicas(shard).server_ids();
+    EXPECT_EQ(std::vector<std::string>(ids.begin(), ids.end()), want) << shard;
+  }
+  EXPECT_EQ(map.servers(0).state(), v1::DOWN);
+  EXPECT_TRUE(map.servers(0).shards().empty());
+  ASSERT_TRUE(stub_->RenewLease(Ctx().get(), req, &lease).ok());
+  EXPECT_EQ(lease.map_version(), 4u);
+  EXPECT_TRUE(lease.excluded_servers().empty());
+  ctx->TryCancel();
+  while (reader->Read(&map)) {
+  }
+  reader->Finish();
 }
 
 TEST_F(CoordinatorServiceTest, ShutdownEndsWatchStreamsCleanly) {

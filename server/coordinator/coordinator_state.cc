@@ -77,7 +77,20 @@ Status ValidateConfig(const CoordinatorConfig& c) {
                            " must be above --heartbeat_interval_ms " + std::to_string(c.heartbeat_interval.count()) +
                            " and at most 600000");
   }
+  if (c.lease.count() < 100 || c.lease.count() > 60'000) {
+    return InvalidArgument("--lease_ms " + std::to_string(c.lease.count()) + " is outside [100, 60000]");
+  }
+  if (c.lease > c.heartbeat_timeout) {
+    return InvalidArgument("--lease_ms " + std::to_string(c.lease.count()) + " is above --heartbeat_timeout_ms " +
+                           std::to_string(c.heartbeat_timeout.count()) +
+                           ": a server marked DOWN must hold no valid lease any more");
+  }
   return Status::Ok();
+}
+
+std::chrono::milliseconds FenceWait(std::chrono::milliseconds lease) {
+  // lease * 1.01 rounded up, in integers.
+  return std::chrono::milliseconds((lease.count() * 101 + 99) / 100 + 50);
 }
 
 uint32_t DefaultReplicas(uint32_t expected_servers) { return std::min<uint32_t>(3, expected_servers); }
@@ -188,6 +201,10 @@ Status CoordinatorState::Load() {
   for (const Server& s : servers_) {
     LOG(INFO) << Describe(s.info) << " is " << v1::ServerState_Name(s.info.state()) << " (as stored)";
   }
+  PublishLeaseLocked();
+  // Whatever leases the previous coordinator granted, none outlives a
+  // fence counted from now.
+  for (size_t i = 0; i < servers_.size(); ++i) FenceLocked(i, "it is DOWN at the coordinator's start");
   return Status::Ok();
 }
 
@@ -223,8 +240,56 @@ Status CoordinatorState::CommitLocked(std::vector<Server> next, const std::vecto
   servers_ = std::move(next);
   assigned_ = next_assigned;
   ++version_;
+  PublishLeaseLocked();
   changed_cv_.NotifyAll();
   return Status::Ok();
+}
+
+void CoordinatorState::PublishLeaseLocked() {
+  LeaseView view;
+  view.map_version = version_;
+  for (const Server& s : servers_) {
+    if (fenced_since_.count(s.info.server_id()) != 0) view.excluded_servers.push_back(s.info.server_id());
+  }
+  MutexLock lock(lease_mu_);
+  lease_view_ = std::move(view);
+}
+
+LeaseView CoordinatorState::Lease() const {
+  MutexLock lock(lease_mu_);
+  return lease_view_;
+}
+
+bool CoordinatorState::FenceableLocked(size_t i) const {
+  const v1::ServerInfo& x = servers_[i].info;
+  if (!assigned_ || x.state() != v1::DOWN || x.shards().empty()) return false;
+  for (size_t j = 0; j < servers_.size(); ++j) {
+    const v1::ServerInfo& b = servers_[j].info;
+    if (j == i || b.state() != v1::UP) continue;
+    for (uint32_t shard : b.backup_shards()) {
+      if (Contains(x.shards(), shard)) return true;
+    }
+  }
+  return false;
+}
+
+void CoordinatorState::FenceLocked(size_t i, const std::string& why) {
+  const std::string& id = servers_[i].info.server_id();
+  if (fenced_since_.count(id) != 0 || !FenceableLocked(i)) return;
+  fenced_since_[id] = clock_();  // provisional: the view must exclude it first
+  PublishLeaseLocked();
+  const steady_clock::time_point since = clock_();
+  fenced_since_[id] = since;
+  LOG(INFO) << Describe(servers_[i].info) << " is FENCED (" << why << "): primary of "
+            << servers_[i].info.shards_size() << " shards, excluded from every lease from now; those with an UP "
+            << "backup move in " << FenceWait(config_.lease).count() << " ms; map version " << version_;
+}
+
+void CoordinatorState::UnfenceLocked(const std::string& id) {
+  if (fenced_since_.erase(id) == 0) return;
+  PublishLeaseLocked();
+  LOG(INFO) << "server " << id << " is no longer fenced: UP again before its shards moved; map version "
+            << version_;
 }
 
 StatusOr<v1::JoinResponse> CoordinatorState::Join(const v1::JoinRequest& r) {
@@ -236,6 +301,7 @@ StatusOr<v1::JoinResponse> CoordinatorState::Join(const v1::JoinRequest& r) {
   size_t index = 0;
   bool next_assigned = assigned_;
   std::string what;
+  int left_backups = 0;  // replica sets a restarted server leaves
   if (found >= 0) {
     index = static_cast<size_t>(found);
     Server& s = next[index];
@@ -262,11 +328,17 @@ StatusOr<v1::JoinResponse> CoordinatorState::Join(const v1::JoinRequest& r) {
         *resp.mutable_shards() = s.info.shards();
         resp.set_heartbeat_interval_ms(static_cast<uint32_t>(config_.heartbeat_interval.count()));
         resp.set_heartbeat_timeout_ms(static_cast<uint32_t>(config_.heartbeat_timeout.count()));
+        resp.set_lease_ms(static_cast<uint32_t>(config_.lease.count()));
         return resp;
       }
       what = "is UP again (rejoined with the same epoch)";
     } else {
       what = "is UP (restarted: epoch " + std::to_string(known_epoch) + " -> " + std::to_string(r.epoch()) + ")";
+      // Its store may lack writes forwarded while it was away: it stays
+      // primary of its shards (it holds all it acknowledged) but is no
+      // longer a backup anywhere.
+      left_backups = s.info.backup_shards_size();
+      s.info.clear_backup_shards();
     }
     CopyJoinFields(r, &s.info);
     s.info.set_state(v1::UP);
@@ -299,7 +371,13 @@ StatusOr<v1::JoinResponse> CoordinatorState::Join(const v1::JoinRequest& r) {
   const bool assigning = next_assigned && !assigned_;
   RKV_RETURN_IF_ERROR(CommitLocked(std::move(next), changed, next_assigned));
   const Server& s = servers_[index];
+  UnfenceLocked(s.info.server_id());  // back before its shards moved: they stay
   LOG(INFO) << Describe(s.info) << " " << what << "; map version " << version_;
+  if (left_backups > 0) {
+    LOG(INFO) << Describe(s.info) << " taken out of the replica sets of the " << left_backups
+              << " shards it was a backup of (restarted); it stays primary of " << s.info.shards_size()
+              << " shards; map version " << version_;
+  }
   if (assigning) {
     LOG(INFO) << "assigned " << config_.shard_count << " shards round robin over " << servers_.size()
               << " servers, " << replicas_ << " replicas each; map version " << version_;
@@ -309,6 +387,7 @@ StatusOr<v1::JoinResponse> CoordinatorState::Join(const v1::JoinRequest& r) {
   *resp.mutable_shards() = s.info.shards();
   resp.set_heartbeat_interval_ms(static_cast<uint32_t>(config_.heartbeat_interval.count()));
   resp.set_heartbeat_timeout_ms(static_cast<uint32_t>(config_.heartbeat_timeout.count()));
+  resp.set_lease_ms(static_cast<uint32_t>(config_.lease.count()));
   return resp;
 }
 
@@ -408,6 +487,7 @@ StatusOr<v1::HeartbeatResponse> CoordinatorState::Heartbeat(const v1::HeartbeatR
   s.info.set_heap_bytes_used(r.heap_bytes_used());
   v1::HeartbeatResponse resp;
   resp.set_map_version(version_);
+  resp.set_lease_ms(static_cast<uint32_t>(config_.lease.count()));
   return resp;
 }
 
@@ -426,6 +506,7 @@ Status CoordinatorState::Leave(const v1::LeaveRequest& r) {
   next[index].info.set_state(v1::DOWN);
   RKV_RETURN_IF_ERROR(CommitLocked(std::move(next), {index}, assigned_));
   LOG(INFO) << Describe(servers_[index].info) << " is DOWN: it left; map version " << version_;
+  FenceLocked(index, "it left");
   return Status::Ok();
 }
 
@@ -443,9 +524,96 @@ StatusOr<int> CoordinatorState::ExpireHeartbeats() {
     RKV_RETURN_IF_ERROR(CommitLocked(std::move(next), {i}, assigned_));
     LOG(INFO) << Describe(servers_[i].info) << " is DOWN: no heartbeat for " << Seconds(silent) << "; map version "
               << version_;
+    FenceLocked(i, "missed heartbeats");
     ++expired;
   }
   return expired;
+}
+
+StatusOr<int> CoordinatorState::PromoteFenced() {
+  MutexLock lock(mu_);
+  if (!assigned_) return 0;
+  for (size_t i = 0; i < servers_.size(); ++i) FenceLocked(i, "a backup of its shards is UP");
+  if (fenced_since_.empty()) return 0;
+  const steady_clock::time_point now = clock_();
+  const size_t n = servers_.size();
+  std::vector<size_t> ripe_list;  // fenced for FenceWait at least
+  for (size_t i = 0; i < n; ++i) {
+    const auto f = fenced_since_.find(servers_[i].info.server_id());
+    if (f != fenced_since_.end() && now >= f->second + FenceWait(config_.lease)) ripe_list.push_back(i);
+  }
+  if (ripe_list.empty()) return 0;
+
+  // For each shard of a ripe server: its first UP backup in list order.
+  const v1::ClusterMap map = MapLocked();
+  std::unordered_map<std::string_view, size_t> index;
+  for (size_t i = 0; i < n; ++i) index.emplace(servers_[i].info.server_id(), i);
+  std::vector<size_t> new_primary(config_.shard_count, n);  // n: unchanged
+  std::vector<int> moved(n, 0), kept(n, 0);
+  int promoted = 0;
+  for (size_t x : ripe_list) {
+    for (uint32_t shard : servers_[x].info.shards()) {
+      const v1::ShardReplicas& list = map.shard_replicas(static_cast<int>(shard));
+      for (int k = 1; k < list.server_ids_size(); ++k) {
+        const auto b = index.find(list.server_ids(k));
+        if (b != index.end() && servers_[b->second].info.state() == v1::UP) {
+          new_primary[shard] = b->second;
+          break;
+        }
+      }
+      if (new_primary[shard] == n) {
+        ++kept[x];
+      } else {
+        ++moved[x];
+        ++promoted;
+      }
+    }
+  }
+  if (promoted > 0) {
+    // The new primary is each moved shard's only replica: the other
+    // backups may lack writes the old primary forwarded to it alone.
+    std::vector<Server> next = servers_;
+    std::vector<size_t> changed;
+    for (size_t i = 0; i < n; ++i) {
+      v1::ServerInfo& info = next[i].info;
+      std::vector<uint32_t> shards;
+      for (uint32_t shard : info.shards()) {
+        if (new_primary[shard] == n) shards.push_back(shard);
+      }
+      google::protobuf::RepeatedField<uint32_t> backups;
+      for (uint32_t shard : info.backup_shards()) {
+        if (new_primary[shard] == n) backups.Add(shard);
+      }
+      for (uint32_t shard = 0; shard < config_.shard_count; ++shard) {
+        if (new_primary[shard] == i) shards.push_back(shard);
+      }
+      std::sort(shards.begin(), shards.end());
+      if (shards.size() == static_cast<size_t>(info.shards_size()) && backups.size() == info.backup_shards_size() &&
+          std::equal(shards.begin(), shards.end(), info.shards().begin())) {
+        continue;
+      }
+      info.mutable_shards()->Assign(shards.begin(), shards.end());
+      *info.mutable_backup_shards() = std::move(backups);
+      changed.push_back(i);
+    }
+    RKV_RETURN_IF_ERROR(CommitLocked(std::move(next), changed, assigned_));
+  }
+  for (size_t x : ripe_list) {
+    fenced_since_.erase(servers_[x].info.server_id());
+    LOG(INFO) << Describe(servers_[x].info) << " is no longer fenced: " << moved[x]
+              << " of its shards promoted to their first UP backup, " << kept[x]
+              << " stay its own (no UP backup); map version " << version_;
+  }
+  for (size_t i = 0; i < n; ++i) {
+    int gained = 0;
+    for (uint32_t shard = 0; shard < config_.shard_count; ++shard) gained += new_primary[shard] == i ? 1 : 0;
+    if (gained > 0) {
+      LOG(INFO) << Describe(servers_[i].info) << " promoted to primary (sole replica) of " << gained
+                << " shards; map version " << version_;
+    }
+  }
+  PublishLeaseLocked();
+  return promoted;
 }
 
 v1::ClusterMap CoordinatorState::MapLocked() const {

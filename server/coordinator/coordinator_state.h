@@ -13,13 +13,27 @@
 //   - ReportReplicaFailure takes a backup out of replica sets of its
 //     reporter's shards (never the primary); nothing puts it back yet.
 //   - A known id rejoining with a newer epoch (a restart: new regions) gets
-//     its shards back and is UP. The same epoch with the same content is an
-//     idempotent retry (or, after DOWN, a return to UP); the same epoch
-//     with other content, or an older epoch, is refused (stale).
+//     back the shards it is primary of and is UP; it leaves every replica
+//     set it was a backup in (its store may lack writes forwarded while it
+//     was away), in the same version. The same epoch with the same content
+//     is an idempotent retry (or, after DOWN, a return to UP keeping every
+//     role it still has); the same epoch with other content, or an older
+//     epoch, is refused (stale).
 //   - A new id when N are known is refused: the cluster is full.
 //   - An UP server whose heartbeat deadline passes (ExpireHeartbeats) is
-//     DOWN; so is one that Leaves. A DOWN server keeps its shards.
-//   - Every change bumps the map version by one and is committed to the
+//     DOWN; so is one that Leaves. A DOWN server keeps its shards until
+//     it is promoted away from them (failover, below).
+//   - Failover (docs/design.md, "Failover and leases"): a server marked
+//     DOWN while primary of a shard that has an UP backup is FENCED from
+//     that moment F (memory only): LeaseView lists it as excluded, so no
+//     lease granted from F on covers it. PromoteFenced, once the clock
+//     passes F + FenceWait(lease), commits one version in which each such
+//     shard's first UP backup (in replica-list order) becomes its primary
+//     and only replica; the DOWN server stays listed without those shards
+//     and is no longer fenced. Shards with no UP backup stay its own. A
+//     server that comes back UP before then is no longer fenced and keeps
+//     its shards. A coordinator that opens a store with such DOWN primaries
+//     fences them from the moment it opens.//   - Every change bumps the map version by one and is committed to the
 //     store (one atomic, synced write) before it becomes visible: a failed
 //     commit leaves the state exactly as it was.
 //   - Heartbeat statistics (keys, heap bytes used) are kept in memory only
@@ -54,7 +68,16 @@ struct CoordinatorConfig {
   uint32_t replicas = 0;
   std::chrono::milliseconds heartbeat_interval{500};
   std::chrono::milliseconds heartbeat_timeout{3000};  // > heartbeat_interval
+  // The lease granted to servers (each heartbeat) and clients (RenewLease):
+  // [100, 60000] and at most heartbeat_timeout, so that a server marked
+  // DOWN for missed heartbeats holds no valid lease any more.
+  std::chrono::milliseconds lease{1000};
 };
+
+// How long after fencing a server its shards may move: every lease that
+// covered it, counted on a clock running up to 1% off, has ended by then.
+// lease * 1.01 + 50 ms.
+std::chrono::milliseconds FenceWait(std::chrono::milliseconds lease);
 
 // INVALID_ARGUMENT naming the flag when a field is out of range.
 Status ValidateConfig(const CoordinatorConfig& config);
@@ -81,6 +104,13 @@ std::vector<size_t> PlaceBackups(const std::vector<uint32_t>& zones, uint32_t zo
 
 using Clock = std::function<std::chrono::steady_clock::time_point()>;
 
+// What a lease is granted on: the current map version and the servers it
+// does not cover (the fenced ones, in join order).
+struct LeaseView {
+  uint64_t map_version = 0;
+  std::vector<std::string> excluded_servers;
+};
+
 class CoordinatorState {
  public:
   // Loads the state from `store` (a new store starts empty at version 0)
@@ -100,7 +130,7 @@ class CoordinatorState {
   // (stale epoch, conflicting rejoin, another zone than the id joined
   // with, cluster full), or the store's error when the change could not be
   // committed.
-  StatusOr<v1::JoinResponse> Join(const v1::JoinRequest& request) EXCLUDES(mu_);
+  StatusOr<v1::JoinResponse> Join(const v1::JoinRequest& request) EXCLUDES(mu_, lease_mu_);
 
   // Takes request.backup_id out of the replica set of every listed shard
   // whose primary is the reporter and which lists the backup, keeping the
@@ -112,7 +142,7 @@ class CoordinatorState {
   // reporter's epoch is not its current one, it is DOWN, the backup is the
   // reporter itself, or shards are not assigned yet), or the store's error.
   StatusOr<v1::ReportReplicaFailureResponse> ReportReplicaFailure(const v1::ReportReplicaFailureRequest& request)
-      EXCLUDES(mu_);
+      EXCLUDES(mu_, lease_mu_);
 
   // Errors: INVALID_ARGUMENT, NOT_FOUND (unknown id), FAILED_PRECONDITION
   // (another epoch, or the server is DOWN): the server must Join again.
@@ -120,12 +150,23 @@ class CoordinatorState {
 
   // Marks the server DOWN. OK as well when it already is. Errors as for
   // Heartbeat (a DOWN server excepted), or the store's.
-  Status Leave(const v1::LeaveRequest& request) EXCLUDES(mu_);
+  Status Leave(const v1::LeaveRequest& request) EXCLUDES(mu_, lease_mu_);
 
   // Marks DOWN every UP server whose deadline has passed, one version
   // each. Returns how many; on a commit error the servers stay UP and the
   // error is returned (the next call retries).
-  StatusOr<int> ExpireHeartbeats() EXCLUDES(mu_);
+  StatusOr<int> ExpireHeartbeats() EXCLUDES(mu_, lease_mu_);
+
+  // Commits, in one new version, the promotion of every fenced server
+  // whose FenceWait has passed (see the rules above); first fences any
+  // DOWN primary with an UP backup that is not fenced yet (a backup that
+  // came back with its epoch). Returns how many shards changed primary (0:
+  // no new version). On a commit error nothing changes, the fences stay
+  // and the error is returned (the next call retries).
+  StatusOr<int> PromoteFenced() EXCLUDES(mu_, lease_mu_);
+
+  // The answer to RenewLease: never waits for a store commit.
+  LeaseView Lease() const EXCLUDES(lease_mu_);
 
   v1::ClusterMap Map() const EXCLUDES(mu_);
   uint64_t version() const EXCLUDES(mu_);
@@ -149,11 +190,23 @@ class CoordinatorState {
   };
 
   CoordinatorState(const CoordinatorConfig& config, std::unique_ptr<StateStore> store, Clock clock);
-  Status Load() EXCLUDES(mu_);
+  Status Load() EXCLUDES(mu_, lease_mu_);
   // Commits `next` (servers in join order) with version_ + 1, writing the
-  // records of `changed` (indices into next), then makes it current.
+  // records of `changed` (indices into next), then makes it current and
+  // publishes the lease view.
   Status CommitLocked(std::vector<Server> next, const std::vector<size_t>& changed, bool next_assigned)
-      REQUIRES(mu_);
+      REQUIRES(mu_) EXCLUDES(lease_mu_);
+  // True when servers_[i] is DOWN and primary of a shard with an UP backup.
+  bool FenceableLocked(size_t i) const REQUIRES(mu_);
+  // Fences servers_[i] when FenceableLocked and not fenced yet: publishes
+  // the lease view that excludes it, then records the clock as its fence
+  // time (so no lease granted after that time covers it); `why` goes to
+  // the log.
+  void FenceLocked(size_t i, const std::string& why) REQUIRES(mu_) EXCLUDES(lease_mu_);
+  // Ends the fence of `id`, if any (it came back UP).
+  void UnfenceLocked(const std::string& id) REQUIRES(mu_) EXCLUDES(lease_mu_);
+  // Makes Lease() answer version_ and the fenced servers.
+  void PublishLeaseLocked() REQUIRES(mu_) EXCLUDES(lease_mu_);
   // Gives every shard its primary ((s mod N)-th server) and backups.
   void AssignShards(std::vector<Server>* next) const;
   v1::ClusterMap MapLocked() const REQUIRES(mu_);
@@ -173,6 +226,13 @@ class CoordinatorState {
   uint64_t version_ GUARDED_BY(mu_) = 0;
   bool assigned_ GUARDED_BY(mu_) = false;  // shards assigned (once N servers joined)
   bool closed_ GUARDED_BY(mu_) = false;
+  // Fenced servers and when they were fenced (coordinator clock).
+  std::unordered_map<std::string, std::chrono::steady_clock::time_point> fenced_since_ GUARDED_BY(mu_);
+
+  // Guards only the published lease view, so that RenewLease never waits
+  // behind a store commit (which holds mu_). Taken after mu_.
+  mutable Mutex lease_mu_ ACQUIRED_AFTER(mu_);
+  LeaseView lease_view_ GUARDED_BY(lease_mu_);
 };
 
 }  // namespace rkv::coordinator

@@ -727,5 +727,222 @@ TEST(CoordinatorPersistenceTest, ContradictoryReplicaRecordsAreDataLoss) {
   EXPECT_EQ(open().code(), StatusCode::kDataLoss);
 }
 
+// ---- Leases, fencing and promotion.
+
+std::vector<std::string> Excluded(const CoordinatorState& state) { return state.Lease().excluded_servers; }
+
+std::vector<uint32_t> Shards(const v1::ClusterMap& map, const std::string& id) {
+  const v1::ServerInfo* s = Find(map, id);
+  return s == nullptr ? std::vector<uint32_t>() : std::vector<uint32_t>(s->shards().begin(), s->shards().end());
+}
+
+TEST_F(CoordinatorStateTest, LeaseIsConfiguredAndAnsweredByJoinAndHeartbeat) {
+  CoordinatorConfig c = Config(2, 4);
+  c.lease = milliseconds(800);
+  auto state = Open(c);
+  auto a = state->Join(MakeJoin("a", 1, 0));
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_EQ(a->lease_ms(), 800u);
+  auto retried = state->Join(MakeJoin("a", 1, 0));
+  ASSERT_TRUE(retried.ok()) << retried.status();
+  EXPECT_EQ(retried->lease_ms(), 800u);
+  auto hb = state->Heartbeat(Beat("a", 1));
+  ASSERT_TRUE(hb.ok()) << hb.status();
+  EXPECT_EQ(hb->lease_ms(), 800u);
+  EXPECT_EQ(state->Lease().map_version, state->version());
+  EXPECT_TRUE(Excluded(*state).empty());
+
+  for (int lease : {99, 60'001, 3001}) {
+    CoordinatorConfig bad = Config();
+    bad.lease = milliseconds(lease);
+    const Status s = ValidateConfig(bad);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << lease;
+    EXPECT_NE(s.message().find("--lease_ms"), std::string::npos) << s;
+  }
+  CoordinatorConfig edge = Config();
+  edge.lease = edge.heartbeat_timeout;
+  EXPECT_TRUE(ValidateConfig(edge).ok());
+  EXPECT_EQ(FenceWait(milliseconds(1000)), milliseconds(1060));
+  EXPECT_EQ(FenceWait(milliseconds(100)), milliseconds(151));
+}
+
+TEST_F(CoordinatorStateTest, ASilentPrimaryIsFencedThenItsFirstUpBackupPromotedAfterTheWait) {
+  auto state = Open(Config(3, 6, 3));
+  const v1::ClusterMap start = JoinAll(*state, {"", "", ""});
+  EXPECT_EQ(Replicas(start, 0), (std::vector<std::string>{"s0", "s1", "s2"}));
+  EXPECT_EQ(Replicas(start, 2), (std::vector<std::string>{"s2", "s0", "s1"}));
+  clock_.Advance(milliseconds(3001));
+  ASSERT_TRUE(state->Heartbeat(Beat("s1", 1)).ok());
+  ASSERT_TRUE(state->Heartbeat(Beat("s2", 1)).ok());
+  ASSERT_EQ(*state->ExpireHeartbeats(), 1);
+  const uint64_t down_version = state->version();
+  EXPECT_EQ(Excluded(*state), (std::vector<std::string>{"s0"}));
+  EXPECT_EQ(state->Lease().map_version, down_version);
+
+  // Not before every lease that covered s0 has ended.
+  EXPECT_EQ(*state->PromoteFenced(), 0);
+  clock_.Advance(FenceWait(state->config().lease) - milliseconds(1));
+  EXPECT_EQ(*state->PromoteFenced(), 0);
+  EXPECT_EQ(state->version(), down_version);
+  EXPECT_EQ(Excluded(*state), (std::vector<std::string>{"s0"}));
+
+  clock_.Advance(milliseconds(1));
+  EXPECT_EQ(*state->PromoteFenced(), 2);
+  EXPECT_EQ(state->version(), down_version + 1);  // one version for the batch
+  const v1::ClusterMap map = state->Map();
+  EXPECT_TRUE(control::ValidateClusterMap(map).ok()) << control::ValidateClusterMap(map);
+  EXPECT_EQ(map.shard_owner(0), "s1");
+  EXPECT_EQ(map.shard_owner(3), "s1");
+  EXPECT_EQ(Replicas(map, 0), (std::vector<std::string>{"s1"}));  // the new primary alone
+  EXPECT_EQ(Replicas(map, 3), (std::vector<std::string>{"s1"}));
+  for (uint32_t shard : {1u, 2u, 4u, 5u}) {
+    EXPECT_EQ(Replicas(map, shard), Replicas(start, shard)) << shard;  // other shards untouched
+  }
+  const v1::ServerInfo* s0 = Find(map, "s0");
+  EXPECT_EQ(s0->state(), v1::DOWN);
+  EXPECT_EQ(s0->epoch(), 1u);
+  EXPECT_TRUE(s0->shards().empty());
+  EXPECT_EQ(Shards(map, "s1"), (std::vector<uint32_t>{0, 1, 3, 4}));
+  EXPECT_TRUE(Excluded(*state).empty());
+  EXPECT_EQ(state->Lease().map_version, state->version());
+  EXPECT_EQ(*state->PromoteFenced(), 0);  // done once
+  EXPECT_EQ(state->version(), down_version + 1);
+}
+
+TEST_F(CoordinatorStateTest, PromotionSkipsDownBackupsAndLeavesShardsWithoutAnUpBackup) {
+  auto state = Open(Config(3, 6, 3));
+  JoinAll(*state, {"", "", ""});
+  ASSERT_TRUE(state->Leave(LeaveReq("s1", 1)).ok());
+  ASSERT_TRUE(state->Leave(LeaveReq("s0", 1)).ok());
+  EXPECT_EQ(Excluded(*state), (std::vector<std::string>{"s0", "s1"}));
+  clock_.Advance(FenceWait(state->config().lease));
+  EXPECT_EQ(*state->PromoteFenced(), 4);
+  const v1::ClusterMap map = state->Map();
+  EXPECT_TRUE(control::ValidateClusterMap(map).ok()) << control::ValidateClusterMap(map);
+  // Shard 0 was [s0, s1, s2]: s1 is DOWN, so s2.
+  EXPECT_EQ(Replicas(map, 0), (std::vector<std::string>{"s2"}));
+  EXPECT_EQ(Replicas(map, 1), (std::vector<std::string>{"s2"}));
+  EXPECT_EQ(Shards(map, "s2"), (std::vector<uint32_t>{0, 1, 2, 3, 4, 5}));
+  EXPECT_TRUE(Excluded(*state).empty());
+}
+
+TEST_F(CoordinatorStateTest, APrimaryWithoutAnUpBackupKeepsItsShardsUntilABackupReturns) {
+  auto state = Open(Config(2, 4, 2));
+  JoinAll(*state, {"", ""});
+  ASSERT_TRUE(state->Leave(LeaveReq("s0", 1)).ok());
+  EXPECT_EQ(Excluded(*state), (std::vector<std::string>{"s0"}));
+  ASSERT_TRUE(state->Leave(LeaveReq("s1", 1)).ok());  // its only backup, s0, is DOWN: not fenced
+  EXPECT_EQ(Excluded(*state), (std::vector<std::string>{"s0"}));
+  clock_.Advance(FenceWait(state->config().lease));
+  const uint64_t version = state->version();
+  EXPECT_EQ(*state->PromoteFenced(), 0);  // s0's backup went DOWN meanwhile
+  EXPECT_EQ(state->version(), version);
+  EXPECT_EQ(Shards(state->Map(), "s0"), (std::vector<uint32_t>{0, 2}));
+  EXPECT_TRUE(Excluded(*state).empty());
+
+  // s1 comes back with its epoch (a network blip): it is an UP backup of
+  // s0's shards again, so s0 is fenced from now and its shards move later.
+  ASSERT_TRUE(state->Join(MakeJoin("s1", 1, 1)).ok());
+  EXPECT_EQ(*state->PromoteFenced(), 0);
+  EXPECT_EQ(Excluded(*state), (std::vector<std::string>{"s0"}));
+  clock_.Advance(FenceWait(state->config().lease));
+  EXPECT_EQ(*state->PromoteFenced(), 2);
+  EXPECT_EQ(Shards(state->Map(), "s1"), (std::vector<uint32_t>{0, 1, 2, 3}));
+  EXPECT_TRUE(control::ValidateClusterMap(state->Map()).ok());
+
+  // With one replica per shard nobody is ever fenced.
+  std::shared_ptr<MemoryStoreData> other = std::make_shared<MemoryStoreData>();
+  auto single = CoordinatorState::Open(Config(2, 4, 1), std::make_unique<MemoryStore>(other), clock_.AsClock());
+  ASSERT_TRUE(single.ok()) << single.status();
+  JoinAll(**single, {"", ""});
+  ASSERT_TRUE((*single)->Leave(LeaveReq("s0", 1)).ok());
+  EXPECT_TRUE(Excluded(**single).empty());
+  clock_.Advance(FenceWait((*single)->config().lease));
+  EXPECT_EQ(*(*single)->PromoteFenced(), 0);
+  EXPECT_EQ(Shards((*single)->Map(), "s0"), (std::vector<uint32_t>{0, 2}));
+}
+
+TEST_F(CoordinatorStateTest, AServerBackBeforeThePromotionIsNoLongerFencedAndKeepsEverything) {
+  auto state = Open(Config(3, 6, 3));
+  const v1::ClusterMap start = JoinAll(*state, {"", "", ""});
+  ASSERT_TRUE(state->Leave(LeaveReq("s0", 1)).ok());
+  EXPECT_EQ(Excluded(*state), (std::vector<std::string>{"s0"}));
+  clock_.Advance(FenceWait(state->config().lease) - milliseconds(1));
+  ASSERT_TRUE(state->Join(MakeJoin("s0", 1, 0)).ok());  // same epoch: SIGCONT, a blip
+  EXPECT_TRUE(Excluded(*state).empty());
+  clock_.Advance(milliseconds(10'000));
+  ASSERT_TRUE(state->Heartbeat(Beat("s0", 1)).ok());
+  EXPECT_EQ(*state->PromoteFenced(), 0);
+  const v1::ClusterMap map = state->Map();
+  for (uint32_t shard = 0; shard < 6; ++shard) EXPECT_EQ(Replicas(map, shard), Replicas(start, shard)) << shard;
+  EXPECT_EQ(Find(map, "s0")->backup_shards_size(), Find(start, "s0")->backup_shards_size());
+}
+
+TEST_F(CoordinatorStateTest, ARestartedCoordinatorFencesDownPrimariesFromItsOwnStart) {
+  {
+    auto state = Open(Config(3, 6, 3));
+    JoinAll(*state, {"", "", ""});
+    ASSERT_TRUE(state->Leave(LeaveReq("s0", 1)).ok());
+  }
+  clock_.Advance(milliseconds(500));
+  auto state = Open(Config(3, 6, 3));  // the same store
+  EXPECT_EQ(Excluded(*state), (std::vector<std::string>{"s0"}));
+  // The first coordinator's fence would be ripe by now; the new one's is not.
+  clock_.Advance(FenceWait(state->config().lease) - milliseconds(1));
+  EXPECT_EQ(*state->PromoteFenced(), 0);
+  clock_.Advance(milliseconds(1));
+  EXPECT_EQ(*state->PromoteFenced(), 2);
+  EXPECT_EQ(Replicas(state->Map(), 0), (std::vector<std::string>{"s1"}));
+  EXPECT_TRUE(Excluded(*state).empty());
+}
+
+TEST_F(CoordinatorStateTest, ANewEpochLeavesItsBackupRolesAndKeepsItsPrimaries) {
+  auto state = Open(Config(3, 6, 3));
+  JoinAll(*state, {"", "", ""});
+  const uint64_t version = state->version();
+  auto again = state->Join(MakeJoin("s0", 2, 7));
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(state->version(), version + 1);  // one version for the rejoin
+  EXPECT_EQ(std::vector<uint32_t>(again->shards().begin(), again->shards().end()), (std::vector<uint32_t>{0, 3}));
+  const v1::ClusterMap map = state->Map();
+  EXPECT_TRUE(control::ValidateClusterMap(map).ok()) << control::ValidateClusterMap(map);
+  EXPECT_TRUE(Find(map, "s0")->backup_shards().empty());
+  EXPECT_EQ(Replicas(map, 0), (std::vector<std::string>{"s0", "s1", "s2"}));
+  EXPECT_EQ(Replicas(map, 1), (std::vector<std::string>{"s1", "s2"}));
+  EXPECT_EQ(Replicas(map, 2), (std::vector<std::string>{"s2", "s1"}));
+  // A DOWN server rejoining with a new epoch: the same.
+  ASSERT_TRUE(state->Leave(LeaveReq("s1", 1)).ok());
+  ASSERT_TRUE(state->Join(MakeJoin("s1", 2, 8)).ok());
+  EXPECT_TRUE(Excluded(*state).empty());
+  EXPECT_EQ(Replicas(state->Map(), 0), (std::vector<std::string>{"s0", "s2"}));
+  EXPECT_EQ(Replicas(state->Map(), 1), (std::vector<std::string>{"s1", "s2"}));
+}
+
+TEST(CoordinatorPersistenceTest, APromotedMapSurvivesAReopen) {
+  TempDir dir;
+  FakeClock clock;
+  v1::ClusterMap before;
+  {
+    auto state = CoordinatorState::Open(Config(3, 12, 3), std::move(OpenRocksDbStateStore(dir.path())).value(),
+                                        clock.AsClock());
+    ASSERT_TRUE(state.ok()) << state.status();
+    JoinAll(**state, {"z1", "z2", "z3"});
+    v1::LeaveRequest leave;
+    leave.set_server_id("s2");
+    leave.set_epoch(1);
+    ASSERT_TRUE((*state)->Leave(leave).ok());
+    clock.Advance(FenceWait((*state)->config().lease));
+    EXPECT_EQ(*(*state)->PromoteFenced(), 4);
+    before = (*state)->Map();
+    EXPECT_TRUE(control::ValidateClusterMap(before).ok()) << control::ValidateClusterMap(before);
+  }
+  auto state = CoordinatorState::Open(Config(3, 12, 3), std::move(OpenRocksDbStateStore(dir.path())).value(),
+                                      clock.AsClock());
+  ASSERT_TRUE(state.ok()) << state.status();
+  EXPECT_EQ((*state)->Map().SerializeAsString(), before.SerializeAsString())
+      << (*state)->Map().ShortDebugString() << "\nvs\n" << before.ShortDebugString();
+  EXPECT_TRUE(Excluded(**state).empty());  // s2 owns nothing a backup could take
+}
+
 }  // namespace
 }  // namespace rkv::coordinator

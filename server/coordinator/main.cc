@@ -1,4 +1,4 @@
-// rkv-coordinator: membership, shard assignment, replica sets and the cluster map, with
+// rkv-coordinator: membership, shard assignment, replica sets, leases, failover and the cluster map, with
 // its state in RocksDB. See server/coordinator/coordinator_state.h.
 //
 // Exit codes: 0 after SIGTERM/SIGINT and a clean shutdown; 1 when it
@@ -28,6 +28,10 @@ DEFINE_uint32(replicas, 3,
               "when there are enough); fixed for the life of the data dir (default 3, or --servers when fewer)");
 DEFINE_uint32(heartbeat_interval_ms, 500, "milliseconds between a server's heartbeats (default 500)");
 DEFINE_uint32(heartbeat_timeout_ms, 3000, "milliseconds without a heartbeat before a server is DOWN (default 3000)");
+DEFINE_uint32(lease_ms, 1000,
+              "lease granted to servers (per heartbeat) and clients (per RenewLease), 100..60000 and at most "
+              "--heartbeat_timeout_ms; a DOWN primary's shards move to a backup lease_ms * 1.01 + 50 ms after it "
+              "is fenced (default 1000)");
 
 namespace {
 
@@ -45,7 +49,7 @@ int CannotStart(const rkv::Status& status) {
 
 int main(int argc, char** argv) {
   FLAGS_logtostderr = true;
-  gflags::SetUsageMessage("rkv-coordinator --data_dir=DIR --token_file=FILE [--listen=HOST:PORT] [--servers=N] [--replicas=R] ...");
+  gflags::SetUsageMessage("rkv-coordinator --data_dir=DIR --token_file=FILE [--listen=HOST:PORT] [--servers=N] [--replicas=R] [--lease_ms=MS] ...");
   gflags::ParseCommandLineFlags(&argc, &argv, true);
   google::InitGoogleLogging(argv[0]);
   if (argc > 1) return BadFlag(std::string("unexpected argument '") + argv[1] + "'");
@@ -64,6 +68,7 @@ int main(int argc, char** argv) {
   config.replicas = replicas_given ? FLAGS_replicas : 0;
   config.heartbeat_interval = std::chrono::milliseconds(FLAGS_heartbeat_interval_ms);
   config.heartbeat_timeout = std::chrono::milliseconds(FLAGS_heartbeat_timeout_ms);
+  config.lease = std::chrono::milliseconds(FLAGS_lease_ms);
   if (rkv::Status s = rkv::coordinator::ValidateConfig(config); !s.ok()) return BadFlag(s.message());
 
   auto token = rkv::ReadTokenFile(FLAGS_token_file);
@@ -88,7 +93,7 @@ int main(int argc, char** argv) {
   LOG(INFO) << "rkv-coordinator serving on " << (*server)->address() << ": " << config.expected_servers
             << " servers, " << config.shard_count << " shards, " << rkv::coordinator::EffectiveReplicas(config)
             << " replicas, heartbeat " << config.heartbeat_interval.count()
-            << " ms, timeout " << config.heartbeat_timeout.count() << " ms";
+            << " ms, timeout " << config.heartbeat_timeout.count() << " ms, lease " << config.lease.count() << " ms";
 
   int signal_number = 0;
   sigwait(&signals, &signal_number);
