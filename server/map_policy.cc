@@ -170,11 +170,26 @@ Status MapPolicy::CheckLease() {
   if (src == nullptr) return Unavailable("lease on the cluster map expired: this server has not joined a cluster");
   const ServerLease lease = src->lease();
   if (!lease.enabled) return Status::Ok();
-  const auto now = std::chrono::steady_clock::now();
+  auto now = std::chrono::steady_clock::now();
   if (now < lease.until) {
-    const std::shared_ptr<const v1::ClusterMap> map = src->map();
-    const uint64_t held = map != nullptr ? map->version() : 0;
+    const auto held_version = [src] {
+      const std::shared_ptr<const v1::ClusterMap> map = src->map();
+      return map != nullptr ? map->version() : 0;
+    };
+    uint64_t held = held_version();
     if (held >= lease.map_version) return Status::Ok();
+    // The grant named a map this server has not installed yet (the watch
+    // delivers it within milliseconds, normally): wait for it rather than
+    // refuse a write that is only early. The Applier re-checks the route
+    // afterwards, against the newer map.
+    (void)src->WaitForVersion(lease.map_version, kLeaseMapWait);
+    held = held_version();
+    now = std::chrono::steady_clock::now();
+    if (held >= lease.map_version && now < lease.until) return Status::Ok();
+    if (now >= lease.until) {
+      return Unavailable("lease on the cluster map expired while waiting for map version " +
+                         std::to_string(lease.map_version));
+    }
     return Unavailable("lease on the cluster map expired for map version " + std::to_string(held) +
                        ": it was granted with version " + std::to_string(lease.map_version) +
                        ", which this server has not learned yet");

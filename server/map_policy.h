@@ -14,7 +14,8 @@
 // Bounds on the calls that may reach the coordinator (the data path waits
 // for them): FindPeer at most kPeerRefreshTimeout, AcceptReplica at most
 // kSenderMapWait, ReportFailedBackup at most kReportTimeout +
-// kReportedMapWait. RouteWrite and CheckLease never wait.
+// kReportedMapWait, CheckLease at most kLeaseMapWait (only when the grant
+// named a map version not yet installed). RouteWrite never waits.
 //
 // A promoted backup needs nothing of its own here: once the map names this
 // server (at its epoch) first in a shard's replica list, RouteWrite routes
@@ -44,6 +45,7 @@ class MapPolicy final : public ReplicationPolicy {
   static constexpr std::chrono::milliseconds kSenderMapWait{1000};
   static constexpr std::chrono::milliseconds kReportTimeout{2000};
   static constexpr std::chrono::milliseconds kReportedMapWait{2000};
+  static constexpr std::chrono::milliseconds kLeaseMapWait{500};
 
   // Without a source: every call answers as before the first map (see
   // below) until Attach.
@@ -90,6 +92,9 @@ class MapPolicy final : public ReplicationPolicy {
   // From the source's lease(): OK while it is valid or disabled;
   // UNAVAILABLE "lease on the cluster map expired" (naming how long ago)
   // once it ran out, also before the first grant and without a source.
+  // A lease granted with a map version newer than the one installed covers
+  // nothing until that map arrives: CheckLease waits up to kLeaseMapWait
+  // for it, then refuses.
   Status CheckLease() override;
 
  private:
