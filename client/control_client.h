@@ -59,6 +59,11 @@ class ControlClient {
   // Starts the watch thread (once).
   void StartWatch() EXCLUDES(watch_mu_);
 
+  // One RenewLease for `map_version` (LeaseKeeper): the coordinator's
+  // answer, or the RPC's status with "coordinator HOST:PORT: RenewLease"
+  // prepended (UNIMPLEMENTED from a coordinator older than leases).
+  StatusOr<v1::RenewLeaseResponse> RenewLease(uint64_t map_version, Deadline deadline);
+
   // Admin.Stats of the server whose Admin service is at `admin_address`.
   StatusOr<v1::StatsResponse> Stats(const std::string& admin_address, Deadline deadline);
 
