@@ -3,7 +3,9 @@
 // ControlClient keeps current; a client of one server (ClientOptions::
 // server) routes by a table of that server alone (RoutingTable::ForServer),
 // which owns every shard. Both go through the same routing (Routes), pools
-// and retries (Client::Impl::WithServer); what only a coordinator's map
+// and retries (Client::Impl::WithServer); a client of a coordinator also
+// holds a lease on its map (LeaseKeeper) and uses a server only under one
+// that covers it (docs/design.md §8.4); what only a coordinator's map
 // has (members, admin stats, map versions) fails with FAILED_PRECONDITION
 // without one.
 #include "rkv/client.h"

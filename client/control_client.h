@@ -1,7 +1,8 @@
 // ControlClient: librkv's side of the control plane. Fetches the cluster
 // map from the coordinator (GetClusterMap), follows it with a watch thread
 // (WatchClusterMap, reconnecting with backoff while the coordinator is
-// down) and calls a server's Admin service. Every RPC carries the token
+// down), renews leases for a LeaseKeeper (RenewLease) and calls a server's
+// Admin service. Every RPC carries the token
 // digest (proto/auth.h). Maps are validated and indexed (RoutingTable)
 // before they are published to the MapHolder; a malformed or incomplete
 // map is never installed.

@@ -14,8 +14,9 @@
 //
 // Thread safety: every method is thread-safe. One renewal runs at a time;
 // callers that need one while it runs wait for its outcome. The destructor
-// stops the background thread (Start) and joins it; it must not run while
-// a Check is in progress.
+// stops the background thread (Start) and joins it, after the renewal it
+// may be running (bounded by kProbeInterval); it must not run while a Check
+// is in progress.
 #pragma once
 
 #include <chrono>

@@ -2,7 +2,8 @@
 // against fakes: RenewLease answers made up by the test, a fake
 // coordinator serving maps of an in-process CoordinatorState, and a
 // data "server" that only counts the connections it gets, so that a test
-// can tell whether a call reached a server at all.
+// can tell whether a call reached a server at all; and an in-process
+// server whose replication policy refuses a write as "not the primary".
 #include "client/lease_keeper.h"
 
 #include <arpa/inet.h>
@@ -14,16 +15,20 @@
 
 #include <atomic>
 #include <chrono>
+#include <filesystem>
 #include <thread>
 
 #include "client/cluster_map.h"
 #include "common/hash.h"
 #include "common/mutex.h"
+#include "common/transport/factory.h"
 #include "proto/grpc_server.h"
 #include "proto/rkv.grpc.pb.h"
 #include "rkv/client.h"
 #include "server/coordinator/coordinator_state.h"
 #include "server/coordinator/test_util.h"
+#include "server/replication.h"
+#include "server/server.h"
 
 namespace rkv {
 namespace {
@@ -429,6 +434,116 @@ TEST_F(LeasedClientTest, AnExcludedServersCallsFailNamingTheReason) {
   auto b = (*c)->Get(KeyOf("b"), quick);
   EXPECT_FALSE(b.ok());
   EXPECT_GE(listener_.accepted(), 1);
+}
+
+// A policy that refuses the first write as a server that lost the
+// primaryship (the message MapPolicy::RouteWrite gives), naming a map
+// version that the coordinator serves from that moment on; later writes
+// are routed as a primary with no backups.
+class NotPrimaryOnce final : public server::ReplicationPolicy {
+ public:
+  NotPrimaryOnce(uint64_t new_version, std::function<void()> on_refuse)
+      : new_version_(new_version), on_refuse_(std::move(on_refuse)) {}
+  int routed() const { return routed_.load(); }
+
+  StatusOr<server::WriteRoute> RouteWrite(std::string_view) override {
+    if (routed_.fetch_add(1) == 0) {
+      on_refuse_();
+      return FailedPrecondition("not the primary of shard 0 in map version " + std::to_string(new_version_) +
+                                " (its primary is a)");
+    }
+    server::WriteRoute route;
+    route.map_version = new_version_;
+    return route;
+  }
+  Status ReportFailedBackup(uint32_t, const server::ReplicaPeer&, std::string_view) override {
+    return Status::Ok();
+  }
+  std::optional<std::string> FindPeer(uint64_t, uint64_t) override { return std::nullopt; }
+  Status AcceptReplica(std::string_view, std::string_view, uint64_t) override {
+    return FailedPrecondition("no replicas here");
+  }
+
+ private:
+  const uint64_t new_version_;
+  const std::function<void()> on_refuse_;
+  std::atomic<int> routed_{0};
+};
+
+TEST(NotPrimaryRetryTest, AWriteRefusedAsNotThePrimaryIsRetriedOnTheNamedMap) {
+  const auto dir = std::filesystem::path(::testing::TempDir()) / ("rkv_not_primary_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  FakeCoordinator fake;
+  CoordinatorConfig config;
+  config.expected_servers = 1;
+  config.shard_count = 1;
+  config.heartbeat_interval = std::chrono::seconds(60);
+  config.heartbeat_timeout = std::chrono::seconds(600);
+  auto state = CoordinatorState::Open(config, std::make_unique<MemoryStore>(std::make_shared<MemoryStoreData>()));
+  ASSERT_TRUE(state.ok()) << state.status();
+
+  v1::ClusterMap newer;  // what the coordinator serves once the server refused
+  auto tcp = transport::CreateTransport(transport::Kind::kTcp, transport::Options());
+  ASSERT_TRUE(tcp.ok()) << tcp.status();
+  server::ServerOptions options;
+  options.listen = "127.0.0.1:0";
+  options.data_dir = dir.string();
+  options.memory_bytes = 16 << 20;
+  options.max_keys = 1000;
+  options.token = kToken;
+  // The policy needs the map version, known only once the server joined:
+  // the server is started with a policy that forwards to `refusing`.
+  std::unique_ptr<NotPrimaryOnce> refusing;
+  class Forward final : public server::ReplicationPolicy {
+   public:
+    explicit Forward(std::unique_ptr<NotPrimaryOnce>* to) : to_(to) {}
+    StatusOr<server::WriteRoute> RouteWrite(std::string_view key) override { return (*to_)->RouteWrite(key); }
+    Status ReportFailedBackup(uint32_t s, const server::ReplicaPeer& b, std::string_view r) override {
+      return (*to_)->ReportFailedBackup(s, b, r);
+    }
+    std::optional<std::string> FindPeer(uint64_t f, uint64_t e) override { return (*to_)->FindPeer(f, e); }
+    Status AcceptReplica(std::string_view s, std::string_view k, uint64_t v) override {
+      return (*to_)->AcceptReplica(s, k, v);
+    }
+
+   private:
+    std::unique_ptr<NotPrimaryOnce>* to_;
+  } forward(&refusing);
+  auto server = server::Server::Start(options, tcp->get(), &forward, "a");
+  ASSERT_TRUE(server.ok()) << server.status();
+
+  v1::JoinRequest join = MakeJoin("a", (*server)->epoch());
+  join.set_data_address((*server)->address());
+  ASSERT_TRUE((*state)->Join(join).ok());
+  const v1::ClusterMap first = (*state)->Map();
+  newer = first;
+  newer.set_version(first.version() + 1);
+  refusing = std::make_unique<NotPrimaryOnce>(newer.version(), [&] {
+    fake.Set(newer, FakeCoordinator::Renew::kGrant, {});
+  });
+  fake.Set(first, FakeCoordinator::Renew::kGrant, {});
+  auto started = control::StartGrpcServer("127.0.0.1:0", &fake, "fake coordinator");
+  ASSERT_TRUE(started.ok()) << started.status();
+  {
+    ClientOptions o;
+    o.coordinator = started->address;
+    o.token = kToken;
+    o.transport = "tcp";
+    o.timeout = std::chrono::seconds(60);  // bounds a hang; nothing waits for it
+    auto c = Client::Connect(o);
+    ASSERT_TRUE(c.ok()) << c.status();
+    auto put = (*c)->Put("k", "v");
+    ASSERT_TRUE(put.ok()) << put.status();
+    EXPECT_EQ(refusing->routed(), 2);  // refused once, then applied
+    EXPECT_EQ((*c)->cluster_map_version(), newer.version());
+    auto get = (*c)->Get("k");
+    ASSERT_TRUE(get.ok()) << get.status();
+    EXPECT_EQ(*get, "v");
+  }
+  started->server->Shutdown(std::chrono::system_clock::now());
+  (*server)->Shutdown();
+  server->reset();
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace
