@@ -3,7 +3,9 @@
 // ControlClient keeps current; a client of one server (ClientOptions::
 // server) routes by a table of that server alone (RoutingTable::ForServer),
 // which owns every shard. Both go through the same routing (Routes), pools
-// and retries (Client::Impl::WithServer); what only a coordinator's map
+// and retries (Client::Impl::WithServer); a client of a coordinator also
+// holds a lease on its map (LeaseKeeper) and uses a server only under one
+// that covers it (docs/design.md §8.4); what only a coordinator's map
 // has (members, admin stats, map versions) fails with FAILED_PRECONDITION
 // without one.
 #include "rkv/client.h"
@@ -21,6 +23,7 @@
 #include "client/cluster_map.h"
 #include "client/connection_pool.h"
 #include "client/control_client.h"
+#include "client/lease_keeper.h"
 #include "client/routes.h"
 #include "client/server_connection.h"
 #include "common/clock.h"
@@ -112,6 +115,8 @@ class Client::Impl {
   ~Impl() {
     // The watch thread goes first: nothing may install maps while the
     // pools are torn down; the pools go before the transports they use.
+    // The lease thread goes before the control client it calls.
+    leases_.reset();
     control_.reset();
     {
       MutexLock lock(routes_mu_);
@@ -162,6 +167,22 @@ class Client::Impl {
       backoff = std::min(backoff * 2, std::chrono::milliseconds(200));
     }
     control_->StartWatch();
+    client::ControlClient* const control = control_.get();
+    leases_ = std::make_unique<client::LeaseKeeper>(
+        [control](uint64_t version, Deadline d) { return control->RenewLease(version, d); },
+        [control](Deadline d) {
+          auto t = control->Fetch(d);
+          return t.ok() ? Status::Ok() : t.status();
+        },
+        [this] {
+          const auto table = holder_.Current();
+          return table != nullptr ? table->version() : uint64_t{0};
+        });
+    // The first lease, so that the first calls need not wait for one; a
+    // failure here is not Connect's: each call renews (or waits) on its own.
+    const Status leased = leases_->Renew(deadline);
+    if (!leased.ok()) VLOG(1) << "rkv: no lease at connect (calls will renew): " << leased;
+    leases_->Start();
     return Status::Ok();
   }
 
@@ -217,7 +238,8 @@ class Client::Impl {
   template <typename Fn>
   Status WithKey(std::shared_ptr<Routes> routes, std::string_view key, Deadline deadline, Fn&& fn) {
     const size_t owner = routes->table().OwnerIndexOf(key);
-    return WithServer(std::move(routes), owner, deadline, fn);
+    return WithServer(std::move(routes), owner, deadline, fn, ConnectionPool::kAnySlot,
+                      std::span<const std::string_view>(&key, 1));
   }
 
   // Runs `fn(connection)` on a connection to server `index` of the table of
@@ -230,15 +252,28 @@ class Client::Impl {
   // with backoff, until `deadline`: a client of a coordinator refetches
   // the map first (rate-limited) and every attempt finds the server again,
   // by id, in the newest table (shards stay with their server id across
-  // restarts, so the id, not the key, is re-resolved). A client of a
+  // restarts, so the id is re-resolved; when `keys` are given, the
+  // server that owns them in the newest table is, since a failover moves
+  // shards to another server). A client of a
   // coordinator prefixes errors with the server ("server ID (epoch E,
   // HOST:PORT): "); the errors of a client of one server name its address.
+  //
+  // A client of a coordinator uses a server only under a lease (§8.4) on
+  // the table the call routes by that does not exclude it (LeaseKeeper::
+  // Check, before connecting and again after a fresh connect): without
+  // one the call waits and retries like the above. A write refused with
+  // "not the primary of shard S in map version V" is retried after a
+  // refetch (NotPrimary).
   template <typename Fn>
   Status WithServer(std::shared_ptr<Routes> routes, size_t index, Deadline deadline, Fn&& fn,
-                    size_t slot = ConnectionPool::kAnySlot) {
-    Attempts a(std::move(routes), index);
+                    size_t slot = ConnectionPool::kAnySlot, std::span<const std::string_view> keys = {}) {
+    Attempts a(std::move(routes), index, keys);
     while (true) {
-      if (a.server->up) [[likely]] {
+      Status leased = a.server->up ? CheckLease(a, deadline) : Status::Ok();
+      if (!leased.ok()) [[unlikely]] {
+        a.last = std::move(leased);
+        a.last_from_op = false;
+      } else if (a.server->up) [[likely]] {
         ConnectionPool* pool = a.routes->pool(a.index);
         if (pool == nullptr) [[unlikely]] {
           auto attached = AttachPool(a);
@@ -251,16 +286,29 @@ class Client::Impl {
         Status s = lease.EnsureConnected(request_, deadline, &fresh);
         if (s.ok() && fresh) {
           s = AcceptIncarnation(a, lease);
+          // The connect may have outlasted the lease checked above.
+          if (s.ok()) s = CheckLease(a, deadline);
         } else if (!s.ok() && !RetryableConnectError(s)) {
           return Named(*a.server, std::move(s));
         }
         if (s.ok()) [[likely]] {
           s = fn(lease.conn());
           if (s.ok()) [[likely]] return s;
-          if (!lease.conn().broken()) return Named(*a.server, std::move(s));
-          VLOG(1) << "rkv: connection to " << a.server->data_address << " broke: " << s;
-          a.last = std::move(s);
-          a.last_from_op = true;
+          if (cluster() && NotPrimary(s, &a.min_version)) [[unlikely]] {
+            // Safe to resend: the server refused the write before writing
+            // anything (MapPolicy::RouteWrite in server/map_policy.cc runs
+            // first in Applier::ApplyPut / ApplyDelete, server/apply.cc,
+            // which then leaves the request out of its replay cache).
+            a.last = std::move(s);
+            a.last_from_op = false;
+            a.refetch_now = true;
+          } else if (!lease.conn().broken()) {
+            return Named(*a.server, std::move(s));
+          } else {
+            VLOG(1) << "rkv: connection to " << a.server->data_address << " broke: " << s;
+            a.last = std::move(s);
+            a.last_from_op = true;
+          }
         } else if (s.code() != StatusCode::kDeadlineExceeded || a.last.ok()) {
           // (A connect cut short by the deadline says less than the error
           // before it.)
@@ -284,6 +332,7 @@ class Client::Impl {
     uint64_t request_id = 0;  // drawn at the first attempt, kept by every resend
     bool sent = false;        // some attempt posted it
     uint64_t sent_epoch = 0;  // the server incarnation it was posted to
+    std::string sent_address;  // and that server's data address
     bool outcome_reported = false;  // the call's error already says the outcome is unknown
   };
 
@@ -291,10 +340,26 @@ class Client::Impl {
   // `conn` reaches the incarnation it was sent to (whose replay cache
   // answers a request it applied with the original reply); refuses to send
   // it to any other incarnation once it was sent, since a restarted server
-  // remembers nothing: UNAVAILABLE, outcome unknown.
+  // remembers nothing: UNAVAILABLE, outcome unknown. Nor is it sent to
+  // another server (the key's shard moved there in a failover) once sent.
+  //
+  // A write refused as "not the primary of shard S in map version V" is
+  // marked unsent, so that the call may send it to the new primary: the
+  // refusal comes from the incarnation every earlier send of it reached
+  // (see above), which wrote nothing for it (MapPolicy::RouteWrite,
+  // server/map_policy.cc, runs before anything is written in Applier::
+  // ApplyPut / ApplyDelete, server/apply.cc) and would have answered an
+  // earlier send it applied from its replay cache (Applier::ApplyOnce
+  // checks the cache first), not with this refusal.
   Status WriteAttempt(ServerConnection& conn, PendingWrite& w, std::string_view key, std::string_view value,
                       Deadline deadline, client::WriteResult* result) {
     const uint64_t epoch = conn.accept().epoch;
+    if (w.sent && conn.address() != w.sent_address) [[unlikely]] {
+      w.outcome_reported = true;
+      return Unavailable(std::string(w.op == protocol::Op::kDelete ? "DELETE" : "PUT") +
+                         " outcome unknown: its reply from " + w.sent_address +
+                         " was lost and its shard is now served elsewhere; not resent");
+    }
     if (w.sent && epoch != w.sent_epoch) [[unlikely]] {
       w.outcome_reported = true;
       return Unavailable(std::string(w.op == protocol::Op::kDelete ? "DELETE" : "PUT") +
@@ -308,8 +373,14 @@ class Client::Impl {
     if (posted && !w.sent) {
       w.sent = true;
       w.sent_epoch = epoch;
+      w.sent_address = conn.address();
     }
     if (!r.ok()) return r.status();
+    uint64_t named_version = 0;
+    if (cluster() && NotPrimary(r->status, &named_version)) [[unlikely]] {
+      w.sent = false;  // applied nowhere (see above)
+      return r->status;  // WithServer refetches and retries
+    }
     *result = std::move(*r);
     return Status::Ok();
   }
@@ -379,11 +450,15 @@ class Client::Impl {
  private:
   // What a call has seen over its attempts on one server.
   struct Attempts {
-    Attempts(std::shared_ptr<Routes> r, size_t i)
-        : routes(std::move(r)), index(i), server(&routes->table().servers()[i]) {}
+    Attempts(std::shared_ptr<Routes> r, size_t i, std::span<const std::string_view> k)
+        : routes(std::move(r)), index(i), server(&routes->table().servers()[i]), keys(k) {}
     std::shared_ptr<Routes> routes;  // the newest the call has routed by
     size_t index;                    // of the server in routes->table()
     const ServerEntry* server;       // routes->table().servers()[index]
+    // The keys the call is for (all owned by `server` when it began), or
+    // none: then the server is found again by id.
+    std::span<const std::string_view> keys;
+    uint64_t min_version = 0;  // a server named this map version: wait for it
     std::chrono::milliseconds backoff{1};
     Status last;                // what failed last
     bool last_from_op = false;  // `last` came from fn, not from reaching the server
@@ -433,7 +508,15 @@ class Client::Impl {
   // the backoff (not when a newer map arrived) and finds the server in the
   // newest table (UNAVAILABLE when it is no longer listed).
   [[gnu::noinline]] Status NextAttempt(Attempts& a, Deadline deadline) {
-    const bool newer = (control_ != nullptr && control_->MaybeRefetch(deadline)) || a.refetch_now;
+    bool newer = control_ != nullptr && control_->MaybeRefetch(deadline);
+    if (control_ != nullptr && a.min_version > Routing()->table().version()) {
+      // A server named a map newer than ours: fetch it now, past the
+      // refetch rate limit (bounded like MaybeRefetch's).
+      const auto now = Clock::now();
+      auto t = control_->Fetch(std::min(now + (deadline - now) / 2, now + std::chrono::milliseconds(500)));
+      if (t.ok()) newer = (*t)->version() >= a.min_version;
+    }
+    newer = newer || a.refetch_now;
     a.refetch_now = false;
     const auto now = Clock::now();
     if (now >= deadline) return GiveUp(*a.server, std::move(a.last), a.last_from_op);
@@ -443,7 +526,19 @@ class Client::Impl {
     }
     auto routes = Routing();
     const RoutingTable& table = routes->table();
-    const ServerEntry* e = table.Find(a.server->server_id);
+    const ServerEntry* e = nullptr;
+    if (!a.keys.empty()) {
+      const size_t owner = table.OwnerIndexOf(a.keys[0]);
+      for (std::string_view k : a.keys.subspan(1)) {
+        if (table.OwnerIndexOf(k) != owner) {
+          return Unavailable("the keys of this call moved to several servers in cluster map version " +
+                             to_string(table.version()) + " (last error: " + a.last.ToString() + ")");
+        }
+      }
+      e = &table.servers()[owner];
+    } else {
+      e = table.Find(a.server->server_id);
+    }
     if (e == nullptr) {
       return Unavailable("server " + a.server->server_id + " is not in cluster map version " +
                          to_string(table.version()));
@@ -452,6 +547,22 @@ class Client::Impl {
     a.server = e;
     a.routes = std::move(routes);
     return Status::Ok();
+  }
+
+  // Whether the call of `a` may use a.server now (LeaseKeeper::Check on the
+  // table it routes by); always for a client of one server.
+  Status CheckLease(Attempts& a, Deadline deadline) {
+    if (leases_ == nullptr) return Status::Ok();
+    return leases_->Check(a.routes->table().version(), a.server->server_id, deadline);
+  }
+
+  // Whether `s` is a server's "not the primary" refusal (IsNotPrimary);
+  // raises *min_version to the map version it names.
+  static bool NotPrimary(const Status& s, uint64_t* min_version) {
+    uint64_t named = 0;
+    if (!client::IsNotPrimary(s, &named)) return false;
+    *min_version = std::max(*min_version, named);
+    return true;
   }
 
   // The error of a call whose deadline passed while its attempts on `e`
@@ -543,6 +654,7 @@ class Client::Impl {
 
   client::MapHolder holder_;
   std::unique_ptr<client::ControlClient> control_;  // null for a client of one server
+  std::unique_ptr<client::LeaseKeeper> leases_;     // null for a client of one server
 
   // Declaration order matters: the pools (whose connections use the
   // transports) are destroyed before transports_.
@@ -704,8 +816,9 @@ std::vector<StatusOr<std::string>> Client::MultiGet(std::span<const std::string>
     std::vector<client::LookupResult> group(positions.size());
     views.reserve(positions.size());
     for (size_t p : positions) views.push_back(keys[p]);
-    const Status s = impl_->WithServer(routes, server, deadline,
-                                       [&](ServerConnection& conn) { return conn.Lookup(views, group, deadline); });
+    const Status s = impl_->WithServer(
+        routes, server, deadline, [&](ServerConnection& conn) { return conn.Lookup(views, group, deadline); },
+        ConnectionPool::kAnySlot, views);
     for (size_t j = 0; j < positions.size(); ++j) {
       results[positions[j]] = std::move(group[j]);
       group_status[positions[j]] = s;

@@ -140,6 +140,19 @@ void ControlClient::WatchLoop() {
   }
 }
 
+StatusOr<v1::RenewLeaseResponse> ControlClient::RenewLease(uint64_t map_version, Deadline deadline) {
+  grpc::ClientContext context;
+  control::AttachTokenDigest(&context, digest_hex_);
+  context.set_deadline(std::chrono::system_clock::now() +
+                       std::max<Clock::duration>(deadline - Clock::now(), std::chrono::milliseconds(1)));
+  v1::RenewLeaseRequest request;
+  request.set_map_version(map_version);
+  v1::RenewLeaseResponse response;
+  const grpc::Status rpc = stub_->RenewLease(&context, request, &response);
+  if (!rpc.ok()) return control::FromGrpc(rpc).WithContext("coordinator " + coordinator_ + ": RenewLease");
+  return response;
+}
+
 StatusOr<v1::StatsResponse> ControlClient::Stats(const std::string& admin_address, Deadline deadline) {
   auto stub = v1::Admin::NewStub(MakeChannel(admin_address));
   grpc::ClientContext context;

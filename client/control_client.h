@@ -1,7 +1,8 @@
 // ControlClient: librkv's side of the control plane. Fetches the cluster
 // map from the coordinator (GetClusterMap), follows it with a watch thread
 // (WatchClusterMap, reconnecting with backoff while the coordinator is
-// down) and calls a server's Admin service. Every RPC carries the token
+// down), renews leases for a LeaseKeeper (RenewLease) and calls a server's
+// Admin service. Every RPC carries the token
 // digest (proto/auth.h). Maps are validated and indexed (RoutingTable)
 // before they are published to the MapHolder; a malformed or incomplete
 // map is never installed.
@@ -58,6 +59,11 @@ class ControlClient {
 
   // Starts the watch thread (once).
   void StartWatch() EXCLUDES(watch_mu_);
+
+  // One RenewLease for `map_version` (LeaseKeeper): the coordinator's
+  // answer, or the RPC's status with "coordinator HOST:PORT: RenewLease"
+  // prepended (UNIMPLEMENTED from a coordinator older than leases).
+  StatusOr<v1::RenewLeaseResponse> RenewLease(uint64_t map_version, Deadline deadline);
 
   // Admin.Stats of the server whose Admin service is at `admin_address`.
   StatusOr<v1::StatsResponse> Stats(const std::string& admin_address, Deadline deadline);

@@ -97,6 +97,8 @@ class ServerConnection {
 
   bool broken() const { return broken_; }
   const protocol::AcceptData& accept() const { return accept_; }
+  // The address this connection was opened to.
+  const std::string& address() const { return address_; }
   // The server's table header as READ at connect time (checked against
   // the accept data).
   const layout::TableHeader& table_header() const { return table_header_; }
