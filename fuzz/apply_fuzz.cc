@@ -73,6 +73,7 @@ class FuzzPolicy final : public ReplicationPolicy {
   Status ReportFailedBackup(uint32_t, const ReplicaPeer&, std::string_view) override { return Status::Ok(); }
   std::optional<std::string> FindPeer(uint64_t, uint64_t) override { return "s-fuzz-primary"; }
   Status AcceptReplica(std::string_view, std::string_view, uint64_t) override { return Status::Ok(); }
+  Status CheckLease() override { return Status::Ok(); }
 };
 
 // Checks what the apply path forwards, and acknowledges it.

@@ -215,17 +215,34 @@ protocol::ReplyMsg Applier::ApplyPut(uint64_t request_id, std::string_view key, 
       return Error(request_id, ResourceExhausted("table full: no slot in the key's neighbourhood, even after "
                                                  "moving keys (raise --max_keys)"));
     }
-    version = store_->NextVersion();
-    if (!route || route->backups.empty()) return InstallPut(request_id, key, value, version);
+    // Above any version forwarded for a write that then failed: the
+    // backups may hold it, and would take a later write of the key with
+    // the same version for a stale resend.
+    version = std::max(store_->NextVersion(), forwarded_floor_ + 1);
+    if (!route) return InstallPut(request_id, key, value, version);
+    if (route->backups.empty()) {
+      if (std::optional<protocol::ReplyMsg> refused = RefuseWithoutLease(request_id, key, *route, remember)) {
+        return *refused;
+      }
+      return InstallPut(request_id, key, value, version);
+    }
   }
   // The table mutex is free while the backups are waited for; client
   // writes stay serialized by primary_mu_, so no other write of this
   // server takes `version` or passes this one.
-  if (Status s = Replicate(*route, protocol::Op::kReplicatePut, key, value, version); !s.ok()) {
-    *remember = false;
-    return Error(request_id, s);
-  }
+  const Status replicated = Replicate(*route, protocol::Op::kReplicatePut, key, value, version);
   MutexLock lock(mu_);
+  if (!replicated.ok()) {
+    forwarded_floor_ = std::max(forwarded_floor_, version);
+    *remember = false;
+    return Error(request_id, replicated);
+  }
+  // The backups may hold it now; this server publishes and acknowledges it
+  // only under a valid lease.
+  if (std::optional<protocol::ReplyMsg> refused = RefuseWithoutLease(request_id, key, *route, remember)) {
+    forwarded_floor_ = std::max(forwarded_floor_, version);
+    return *refused;
+  }
   // Exactly the version the backups hold. A replica installed here
   // meanwhile (of another shard) may have raised the high-water mark; Put
   // keeps the larger one.
@@ -284,8 +301,16 @@ protocol::ReplyMsg Applier::ApplyDelete(uint64_t request_id, std::string_view ke
   {
     MutexLock lock(mu_);
     const std::optional<Table::Entry> e = table_->Lookup(key);
-    if (!e) return Error(request_id, NotFound("key not found"));  // local only: nothing to forward
-    if (!route || route->backups.empty()) return DeleteLocal(request_id, key);
+    if (!route) return e ? DeleteLocal(request_id, key) : Error(request_id, NotFound("key not found"));
+    // Even NOT_FOUND (local only: nothing to forward) is answered under a
+    // valid lease: without one, the shard may have moved and the key may
+    // exist on its new primary.
+    if (!e || route->backups.empty()) {
+      if (std::optional<protocol::ReplyMsg> refused = RefuseWithoutLease(request_id, key, *route, remember)) {
+        return *refused;
+      }
+      return e ? DeleteLocal(request_id, key) : Error(request_id, NotFound("key not found"));
+    }
     version = e->version;
   }
   if (Status s = Replicate(*route, protocol::Op::kReplicateDelete, key, {}, version); !s.ok()) {
@@ -293,7 +318,42 @@ protocol::ReplyMsg Applier::ApplyDelete(uint64_t request_id, std::string_view ke
     return Error(request_id, s);
   }
   MutexLock lock(mu_);
+  if (std::optional<protocol::ReplyMsg> refused = RefuseWithoutLease(request_id, key, *route, remember)) {
+    return *refused;
+  }
   return DeleteLocal(request_id, key);
+}
+
+std::optional<protocol::ReplyMsg> Applier::RefuseWithoutLease(uint64_t request_id, std::string_view key,
+                                                              const WriteRoute& route, bool* remember) {
+  if (const Status lease = replication_.policy->CheckLease(); !lease.ok()) {
+    lease_refusals_.fetch_add(1, std::memory_order_relaxed);
+    LOG_EVERY_N(WARNING, 1000) << "refusing to acknowledge a client write: " << lease;
+    *remember = false;  // nothing published here: a retry is judged afresh
+    return Error(request_id, Unavailable("lease expired: outcome unknown (" + lease.message() + ")"));
+  }
+  // The lease covers the map this server holds now, which may be newer than
+  // the route's (a freeze in the middle of this write, then a new grant):
+  // that map must still make this server the primary, with no backup the
+  // route did not have (one that may lack the write).
+  StatusOr<WriteRoute> now = replication_.policy->RouteWrite(key);
+  Status changed = now.status();
+  if (changed.ok()) {
+    for (const ReplicaPeer& b : now->backups) {
+      const bool routed = std::any_of(route.backups.begin(), route.backups.end(), [&](const ReplicaPeer& r) {
+        return r.server_id == b.server_id && r.epoch == b.epoch;
+      });
+      if (!routed) {
+        changed = FailedPrecondition("map version " + std::to_string(now->map_version) + " added backup " +
+                                     b.server_id + " to shard " + std::to_string(now->shard));
+        break;
+      }
+    }
+  }
+  if (changed.ok()) return std::nullopt;
+  *remember = false;
+  return Error(request_id, Unavailable("the map changed during the write: outcome unknown (" + changed.message() +
+                                       ")"));
 }
 
 protocol::ReplyMsg Applier::DeleteLocal(uint64_t request_id, std::string_view key) {
@@ -374,6 +434,7 @@ Applier::Snapshot Applier::snapshot() const {
   s.replica_writes = replica_writes_.load(std::memory_order_relaxed);
   s.replica_stale = replica_stale_.load(std::memory_order_relaxed);
   s.replica_refused = replica_refused_.load(std::memory_order_relaxed);
+  s.lease_refusals = lease_refusals_.load(std::memory_order_relaxed);
   MutexLock lock(mu_);
   s.keys = table_->size();
   s.heap = heap_->stats();

@@ -20,16 +20,17 @@
 // Apply (a client's writes one at a time under the primary mutex, in
 // arrival order per connection; the store, table and heap under the table
 // mutex, mu_):
-//   PUT:    version = store.NextVersion(); store.Put (durable per
-//           --durability); table.Upsert (publishes the slot: the
-//           linearization point); reply. If the table or heap refuses
-//           after the store write, the store write is undone (the previous
-//           value restored, or the key deleted) so store and table agree,
-//           and the reply is RESOURCE_EXHAUSTED. When the heap is full only
-//           because of quarantined blocks, the apply waits (holding the
-//           mutex: every writer waits, which is the back-pressure) until the
-//           oldest one is reusable — at most one grace period — and retries
-//           once.
+//   PUT:    version = store.NextVersion() (and above any version
+//           forwarded for a PUT that failed afterwards, see Replication);
+//           store.Put (durable per --durability); table.Upsert (publishes
+//           the slot: the linearization point); reply. If the table or
+//           heap refuses after the store write, the store write is undone
+//           (the previous value restored, or the key deleted) so store
+//           and table agree, and the reply is RESOURCE_EXHAUSTED. When
+//           the heap is full only because of quarantined blocks, the apply
+//           waits (holding the mutex: every writer waits, which is the
+//           back-pressure) until the oldest one is reusable — at most one
+//           grace period — and retries once.
 //   DELETE: NOT_FOUND if the table lacks the key; else store.Delete, then
 //           table.Delete; the reply carries the deleted version.
 // Acknowledged therefore means durable per --durability, and the slot is
@@ -46,8 +47,8 @@
 // for the mutex and then finds the original's reply. Requests refused by
 // validation are not remembered (a retry of one is validated, and refused,
 // again), nor are those refused by replication before anything was
-// published locally (no route, or a failed backup the coordinator could not
-// be told of): a retry of one is applied afresh.
+// published locally (no route, a failed backup the coordinator could not
+// be told of, or an expired lease): a retry of one is applied afresh.
 //
 // Replication (docs/design.md, "Replication"), with a ReplicationPolicy:
 //   Primary (Apply, a client's kPut / kDelete): route = RouteWrite(key) (an
@@ -57,7 +58,18 @@
 //     parallel, bounded by its timeout); each backup that fails is reported
 //     (ReportFailedBackup): an error from that fails the write with
 //     UNAVAILABLE ("outcome unknown") and nothing is published locally;
-//     then the local durable write, publish and reply as above. A client's
+//     then, just before the local durable write, CheckLease(): an expired
+//     lease makes the reply UNAVAILABLE ("lease expired: outcome unknown"),
+//     nothing published locally and the reply not remembered (the backups
+//     may hold the write: an unacknowledged write that may appear later);
+//     else the local durable write, publish and reply as above. A write
+//     with no backup to forward to, and the NOT_FOUND of a DELETE, are
+//     checked the same way. With a valid lease the current map must still
+//     route the key here, with no backup the write's route lacked (else
+//     UNAVAILABLE "the map changed during the write: outcome unknown").
+//     See docs/design.md, "Replication", for why the check sits there. A PUT forwarded and then failed leaves its
+//     version used: later PUTs get higher ones, so that the backups that
+//     may hold it never take a later write for a stale resend. A client's
 //     writes are serialized by the primary mutex, held while forwarding;
 //     the table mutex is taken only around the local steps, so that two
 //     servers forwarding to each other (each the other's backup) never wait
@@ -148,6 +160,7 @@ class Applier {
     uint64_t replica_writes = 0;    // forwarded writes this server installed as a backup
     uint64_t replica_stale = 0;     // forwarded writes acknowledged without a change (not newer)
     uint64_t replica_refused = 0;   // forwarded writes refused (validation or policy)
+    uint64_t lease_refusals = 0;    // client writes refused because the lease had expired
     Heap::Stats heap;
   };
   Snapshot snapshot() const EXCLUDES(mu_);
@@ -185,6 +198,14 @@ class Applier {
   // The durable write and publish of a PUT with `version`.
   protocol::ReplyMsg InstallPut(uint64_t request_id, std::string_view key, std::string_view value,
                                 uint64_t version) REQUIRES(mu_);
+  // With a policy, just before a client write of `key` routed by `route`
+  // is published: nullopt while CheckLease allows acknowledging it and the
+  // current map still routes the key here with no backup `route` lacked;
+  // else the UNAVAILABLE reply ("lease expired: outcome unknown", counted,
+  // or "the map changed during the write: outcome unknown"), not to be
+  // remembered.
+  std::optional<protocol::ReplyMsg> RefuseWithoutLease(uint64_t request_id, std::string_view key,
+                                                       const WriteRoute& route, bool* remember) REQUIRES(mu_);
   // The durable delete and unpublish of a DELETE; NOT_FOUND if absent.
   protocol::ReplyMsg DeleteLocal(uint64_t request_id, std::string_view key) REQUIRES(mu_);
   protocol::ReplyMsg InstallReplica(const Request& req) REQUIRES(mu_);
@@ -200,6 +221,10 @@ class Applier {
   Table* const table_ PT_GUARDED_BY(mu_);
   Heap* const heap_ PT_GUARDED_BY(mu_);
   RequestCache cache_ GUARDED_BY(primary_mu_);
+  // The highest version forwarded for a client PUT that then failed (not
+  // published here): later PUTs get versions above it. In memory only: a
+  // restart relies on the store's high-water mark alone.
+  uint64_t forwarded_floor_ GUARDED_BY(mu_) = 0;
   const ApplyLimits limits_;
   const ApplyReplication replication_;
 
@@ -212,6 +237,7 @@ class Applier {
   std::atomic<uint64_t> replica_writes_{0};
   std::atomic<uint64_t> replica_stale_{0};
   std::atomic<uint64_t> replica_refused_{0};
+  std::atomic<uint64_t> lease_refusals_{0};
 };
 
 // Fills a reply; `message` is cut to fit and NUL-terminated.

@@ -59,6 +59,12 @@ Status CheckAssigned(const v1::ClusterMap& map, const MapSource& self) {
 
 }  // namespace
 
+ServerLease LeaseFrom(std::chrono::steady_clock::time_point sent, uint32_t lease_ms, uint64_t map_version) {
+  if (lease_ms == 0) return ServerLease{.enabled = false, .until = {}, .map_version = map_version};
+  const auto length = std::chrono::microseconds(static_cast<int64_t>(lease_ms) * 990) - std::chrono::milliseconds(10);
+  return ServerLease{.enabled = true, .until = sent + length, .map_version = map_version};
+}
+
 void MapPolicy::Attach(MapSource* source) {
   MapSource* expected = nullptr;
   source_.compare_exchange_strong(expected, source, std::memory_order_release, std::memory_order_relaxed);
@@ -157,6 +163,28 @@ Status MapPolicy::AcceptReplica(std::string_view sender_id, std::string_view key
   }
   return FailedPrecondition(VersionOf(*map) + ": this server (" + src->server_id() + ") is not a backup of shard " +
                             std::to_string(shard));
+}
+
+Status MapPolicy::CheckLease() {
+  MapSource* const src = source();
+  if (src == nullptr) return Unavailable("lease on the cluster map expired: this server has not joined a cluster");
+  const ServerLease lease = src->lease();
+  if (!lease.enabled) return Status::Ok();
+  const auto now = std::chrono::steady_clock::now();
+  if (now < lease.until) {
+    const std::shared_ptr<const v1::ClusterMap> map = src->map();
+    const uint64_t held = map != nullptr ? map->version() : 0;
+    if (held >= lease.map_version) return Status::Ok();
+    return Unavailable("lease on the cluster map expired for map version " + std::to_string(held) +
+                       ": it was granted with version " + std::to_string(lease.map_version) +
+                       ", which this server has not learned yet");
+  }
+  if (lease.until == std::chrono::steady_clock::time_point{}) {
+    return Unavailable("lease on the cluster map expired: the coordinator has granted none yet");
+  }
+  const auto ago = std::chrono::duration_cast<std::chrono::milliseconds>(now - lease.until);
+  return Unavailable("lease on the cluster map expired " + std::to_string(ago.count()) +
+                     " ms ago (no heartbeat answered since)");
 }
 
 }  // namespace rkv::server

@@ -14,7 +14,13 @@
 // Bounds on the calls that may reach the coordinator (the data path waits
 // for them): FindPeer at most kPeerRefreshTimeout, AcceptReplica at most
 // kSenderMapWait, ReportFailedBackup at most kReportTimeout +
-// kReportedMapWait. RouteWrite never waits.
+// kReportedMapWait. RouteWrite and CheckLease never wait.
+//
+// A promoted backup needs nothing of its own here: once the map names this
+// server (at its epoch) first in a shard's replica list, RouteWrite routes
+// the shard's writes to it; the versions it then assigns continue above
+// every version it installed as a backup (each raised its store's
+// high-water mark, server/store.h).
 #pragma once
 
 #include <atomic>
@@ -80,6 +86,11 @@ class MapPolicy final : public ReplicationPolicy {
   // naming this server's map version and what is wrong otherwise, also
   // without any map ("map version 0").
   Status AcceptReplica(std::string_view sender_id, std::string_view key, uint64_t sender_map_version) override;
+
+  // From the source's lease(): OK while it is valid or disabled;
+  // UNAVAILABLE "lease on the cluster map expired" (naming how long ago)
+  // once it ran out, also before the first grant and without a source.
+  Status CheckLease() override;
 
  private:
   MapSource* source() const { return source_.load(std::memory_order_acquire); }

@@ -62,6 +62,15 @@ class FakeMapSource final : public MapSource {
     return report_result_;
   }
 
+  ServerLease lease() const override EXCLUDES(mu_) {
+    MutexLock lock(mu_);
+    return lease_;
+  }
+  void SetLease(ServerLease lease) EXCLUDES(mu_) {
+    MutexLock lock(mu_);
+    lease_ = lease;
+  }
+
   struct Report {
     std::string backup_id;
     std::vector<uint32_t> shards;
@@ -116,6 +125,7 @@ class FakeMapSource final : public MapSource {
   int waits_ GUARDED_BY(mu_) = 0;
   int refreshes_ GUARDED_BY(mu_) = 0;
   std::vector<Report> reports_ GUARDED_BY(mu_);
+  ServerLease lease_ GUARDED_BY(mu_);
 };
 
 struct ServerSpec {
@@ -501,6 +511,93 @@ TEST(MapPolicyTest, TheCoordinatorsRefusalOfAReportIsReturned) {
   const Status s = policy.ReportFailedBackup(0, ReplicaPeer{"c", 13, "10.0.0.3:7700"}, "refused");
   EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition) << s;
   EXPECT_EQ(source.waits(), 0);
+}
+
+}  // namespace
+}  // namespace rkv::server
+
+namespace rkv::server {
+namespace {
+
+using std::chrono::steady_clock;
+
+// An hour: far longer than any test runs, so "valid" and "expired" never
+// depend on how fast the machine is.
+constexpr auto kHour = std::chrono::hours(1);
+
+TEST(MapPolicyLeaseTest, ALeaseIsCountedFromTheSendTimeShortenedByOnePercentAndTenMs) {
+  const steady_clock::time_point sent = steady_clock::now() - kHour;
+  const ServerLease lease = LeaseFrom(sent, 1000, 7);
+  EXPECT_TRUE(lease.enabled);
+  EXPECT_EQ(lease.until - sent, std::chrono::milliseconds(980));  // 1000 * 0.99 - 10
+  EXPECT_EQ(lease.map_version, 7u);
+  EXPECT_EQ(LeaseFrom(sent, 60'000, 7).until - sent, std::chrono::milliseconds(59'390));
+  EXPECT_FALSE(LeaseFrom(sent, 0, 7).enabled);
+}
+
+TEST(MapPolicyLeaseTest, CheckLeaseIsOkOnlyWhileTheLeaseIsValidOrDisabled) {
+  FakeMapSource source("a", 11);
+  source.Install(MakeMap(5, kThree, kR3));
+  MapPolicy policy(&source);
+  // No grant yet.
+  Status s = policy.CheckLease();
+  EXPECT_EQ(s.code(), StatusCode::kUnavailable);
+  EXPECT_TRUE(Contains(s, "lease on the cluster map expired")) << s;
+
+  source.SetLease(ServerLease{.enabled = true, .until = steady_clock::now() + kHour});
+  EXPECT_TRUE(policy.CheckLease().ok());
+
+  source.SetLease(ServerLease{.enabled = true, .until = steady_clock::now() - kHour});
+  s = policy.CheckLease();
+  EXPECT_EQ(s.code(), StatusCode::kUnavailable);
+  EXPECT_TRUE(Contains(s, "lease on the cluster map expired")) << s;
+
+  // A grant that reported a map this server has not learned yet (it may
+  // have been frozen while its shards moved) does not cover the map it
+  // holds.
+  source.SetLease(ServerLease{.enabled = true, .until = steady_clock::now() + kHour, .map_version = 6});
+  s = policy.CheckLease();
+  EXPECT_EQ(s.code(), StatusCode::kUnavailable);
+  EXPECT_TRUE(Contains(s, "granted with version 6")) << s;
+  source.Install(MakeMap(6, kThree, kR3));
+  EXPECT_TRUE(policy.CheckLease().ok());
+
+  // A coordinator without leases: no check, as before leases.
+  source.SetLease(ServerLease{.enabled = false, .until = {}});
+  EXPECT_TRUE(policy.CheckLease().ok());
+}
+
+TEST(MapPolicyLeaseTest, NoSourceMeansNoLease) {
+  MapPolicy policy;
+  const Status s = policy.CheckLease();
+  EXPECT_EQ(s.code(), StatusCode::kUnavailable);
+  EXPECT_TRUE(Contains(s, "lease on the cluster map expired")) << s;
+}
+
+TEST(MapPolicyTest, ABackupPromotedByANewMapRoutesTheShardsWrites) {
+  FakeMapSource source("b", 12);
+  source.Install(MakeMap(5, kThree, kR3));
+  MapPolicy policy(&source);
+  // Shard 0: primary a, backups b and c.
+  EXPECT_EQ(policy.RouteWrite(KeyOfShard(0)).status().code(), StatusCode::kFailedPrecondition);
+  // a is DOWN and b promoted: shard 0's list is [b] alone, a keeps its
+  // place in the map with none of it.
+  std::vector<ServerSpec> servers = kThree;
+  servers[0].state = v1::DOWN;
+  std::vector<std::vector<std::string>> promoted = kR3;
+  promoted[0] = {"b"};
+  promoted[3] = {"b"};
+  const v1::ClusterMap next = MakeMap(6, servers, promoted);
+  ASSERT_TRUE(control::ValidateClusterMap(next).ok()) << control::ValidateClusterMap(next);
+  ASSERT_TRUE(CheckReplicaLists(next).ok()) << CheckReplicaLists(next);
+  source.Install(next);
+  const StatusOr<WriteRoute> route = policy.RouteWrite(KeyOfShard(0));
+  ASSERT_TRUE(route.ok()) << route.status();
+  EXPECT_EQ(route->map_version, 6u);
+  EXPECT_EQ(route->shard, 0u);
+  EXPECT_TRUE(route->backups.empty());
+  // Its forwards as a backup of shard 0 are no longer accepted from a.
+  EXPECT_EQ(policy.AcceptReplica("a", KeyOfShard(0), 6).code(), StatusCode::kFailedPrecondition);
 }
 
 }  // namespace

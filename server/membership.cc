@@ -198,7 +198,9 @@ Status Membership::JoinOnce() {
   control::AttachTokenDigest(&ctx, rpc_->digest_hex);
   ctx.set_deadline(std::chrono::system_clock::now() + options_.rpc_timeout);
   v1::JoinResponse resp;
+  const auto sent = std::chrono::steady_clock::now();
   RKV_RETURN_IF_ERROR(control::FromGrpc(rpc_->stub->Join(&ctx, rpc_->join, &resp)));
+  Grant(sent, resp.lease_ms(), resp.map_version());
   MutexLock lock(mu_);
   joined_ = true;
   // The watch may already have installed a newer map than this answer.
@@ -210,6 +212,22 @@ Status Membership::JoinOnce() {
   // spin this thread nor silence it past the timeout.
   heartbeat_interval_ = std::chrono::milliseconds(std::clamp<uint32_t>(resp.heartbeat_interval_ms(), 10, 60'000));
   return Status::Ok();
+}
+
+void Membership::Grant(std::chrono::steady_clock::time_point sent, uint32_t lease_ms, uint64_t map_version) {
+  const ServerLease granted = LeaseFrom(sent, lease_ms, map_version);
+  MutexLock lock(mu_);
+  if (!granted.enabled && lease_.enabled) {
+    LOG(INFO) << "the coordinator grants no leases: writes are acknowledged without one";
+  }
+  // Grants come one at a time from one thread (Start's Join, then the
+  // heartbeat thread), so this one was sent after the one it replaces.
+  lease_ = granted;
+}
+
+ServerLease Membership::lease() const {
+  MutexLock lock(mu_);
+  return lease_;
 }
 
 Status Membership::FetchMap(std::chrono::milliseconds timeout) {
@@ -260,7 +278,10 @@ Status Membership::HeartbeatOnce() {
   control::AttachTokenDigest(&ctx, rpc_->digest_hex);
   ctx.set_deadline(std::chrono::system_clock::now() + options_.rpc_timeout);
   v1::HeartbeatResponse resp;
+  const auto sent = std::chrono::steady_clock::now();
   RKV_RETURN_IF_ERROR(control::FromGrpc(rpc_->stub->Heartbeat(&ctx, req, &resp)));
+  // Granted even if the map fetch below fails: the coordinator answered.
+  Grant(sent, resp.lease_ms(), resp.map_version());
   uint64_t installed = 0;
   uint64_t reported = 0;
   {

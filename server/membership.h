@@ -89,6 +89,14 @@ Status CheckReplicaLists(const v1::ClusterMap& map);
 // server has not installed, so a stalled stream delays a map by at most a
 // heartbeat interval.
 //
+// Leases: each successful Join or Heartbeat grants this server a lease
+// (LeaseFrom: from the steady time the request was sent, with the
+// response's lease_ms, for maps of at least the response's map version;
+// lease_ms 0 turns the lease off), which replaces the previous one (grants
+// are sent one at a time, in order). A refused or failed one grants
+// nothing, so the lease runs out and the replication policy stops
+// acknowledging writes (MapPolicy::CheckLease).
+//
 // Thread safety: Start and Stop from one thread (Stop may also be called
 // from another thread to abort a Start that is still retrying); everything
 // else from any thread.
@@ -135,6 +143,7 @@ class Membership final : public MapSource {
   StatusOr<uint64_t> ReportReplicaFailure(std::string_view backup_id, const std::vector<uint32_t>& shards,
                                           std::string_view reason, std::chrono::milliseconds timeout) override
       EXCLUDES(mu_);
+  ServerLease lease() const override EXCLUDES(mu_);
 
  private:
   struct Rpc;  // the channel, stub and token digest
@@ -144,6 +153,8 @@ class Membership final : public MapSource {
   Status HeartbeatOnce() EXCLUDES(mu_);
   // One GetClusterMap bounded by `timeout`; installs the map if newer.
   Status FetchMap(std::chrono::milliseconds timeout) EXCLUDES(mu_);
+  // Records the lease a Join or Heartbeat sent at `sent` was granted.
+  void Grant(std::chrono::steady_clock::time_point sent, uint32_t lease_ms, uint64_t map_version) EXCLUDES(mu_);
   // Validates `map` and installs it if it is newer than the installed one
   // (true then). `from` names the call it came by, for errors and logs.
   StatusOr<bool> InstallMap(const v1::ClusterMap& map, std::string_view from) EXCLUDES(mu_);
@@ -169,6 +180,7 @@ class Membership final : public MapSource {
   std::vector<uint32_t> shards_ GUARDED_BY(mu_);
   std::chrono::milliseconds heartbeat_interval_ GUARDED_BY(mu_) = std::chrono::milliseconds(500);
   std::shared_ptr<const v1::ClusterMap> map_ GUARDED_BY(mu_);  // the installed map
+  ServerLease lease_ GUARDED_BY(mu_);  // expired until the first grant
   CondVar map_cv_;  // signalled when map_ changes or stopping_ becomes true
   // The open watch stream's context, for Stop to cancel; null between
   // streams.

@@ -13,6 +13,7 @@
 #include "proto/validation.h"
 #include "server/coordinator/coordinator_service.h"
 #include "server/coordinator/test_util.h"
+#include "server/map_policy.h"
 
 namespace rkv::server {
 namespace {
@@ -472,6 +473,166 @@ TEST(ServerIdentityTest, CreatedOnceThenKept) {
   { std::ofstream(data_dir + "/server_id") << ""; }
   EXPECT_EQ(ServerIdentity::LoadOrCreate(data_dir).status().code(), StatusCode::kDataLoss);
   EXPECT_EQ(ServerIdentity::LoadOrCreate("").status().code(), StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace rkv::server
+
+namespace rkv::server {
+namespace {
+
+// A coordinator that answers Join and Heartbeat only, with the lease the
+// test sets; a Join can be held until the test releases it, to delay its
+// answer. Map version 0 throughout, so no heartbeat fetches a map.
+class LeaseCoordinator final : public v1::Coordinator::Service {
+ public:
+  grpc::Status Join(grpc::ServerContext* context, const v1::JoinRequest*, v1::JoinResponse* response) override
+      EXCLUDES(mu_) {
+    if (grpc::Status s = control::CheckToken(context, control::TokenDigestHex(kToken)); !s.ok()) return s;
+    MutexLock lock(mu_);
+    join_entered_ = std::chrono::steady_clock::now();
+    ++joins_;
+    cv_.NotifyAll();
+    cv_.Wait(mu_, [&] {
+      mu_.AssertHeld();
+      return !hold_join_;
+    });
+    if (!join_answer_.ok()) return join_answer_;
+    response->set_heartbeat_interval_ms(10);
+    response->set_lease_ms(lease_ms_);
+    return grpc::Status::OK;
+  }
+  grpc::Status Heartbeat(grpc::ServerContext* context, const v1::HeartbeatRequest*,
+                         v1::HeartbeatResponse* response) override EXCLUDES(mu_) {
+    if (grpc::Status s = control::CheckToken(context, control::TokenDigestHex(kToken)); !s.ok()) return s;
+    MutexLock lock(mu_);
+    ++heartbeats_;
+    if (!heartbeat_answer_.ok()) return heartbeat_answer_;
+    response->set_lease_ms(lease_ms_);
+    return grpc::Status::OK;
+  }
+
+  void SetLease(uint32_t lease_ms) EXCLUDES(mu_) {
+    MutexLock lock(mu_);
+    lease_ms_ = lease_ms;
+  }
+  void SetAnswers(grpc::Status join, grpc::Status heartbeat) EXCLUDES(mu_) {
+    MutexLock lock(mu_);
+    join_answer_ = std::move(join);
+    heartbeat_answer_ = std::move(heartbeat);
+  }
+  void HoldJoins(bool hold) EXCLUDES(mu_) {
+    {
+      MutexLock lock(mu_);
+      hold_join_ = hold;
+    }
+    cv_.NotifyAll();
+  }
+  // Waits until a Join has reached the coordinator.
+  void WaitForJoin() EXCLUDES(mu_) {
+    MutexLock lock(mu_);
+    cv_.Wait(mu_, [&] {
+      mu_.AssertHeld();
+      return joins_ > 0;
+    });
+  }
+  // When the last Join reached the coordinator.
+  std::chrono::steady_clock::time_point last_join() const EXCLUDES(mu_) {
+    MutexLock lock(mu_);
+    return join_entered_;
+  }
+  int heartbeats() const EXCLUDES(mu_) {
+    MutexLock lock(mu_);
+    return heartbeats_;
+  }
+
+ private:
+  mutable Mutex mu_;
+  CondVar cv_;
+  uint32_t lease_ms_ GUARDED_BY(mu_) = 0;
+  bool hold_join_ GUARDED_BY(mu_) = false;
+  int joins_ GUARDED_BY(mu_) = 0;
+  int heartbeats_ GUARDED_BY(mu_) = 0;
+  std::chrono::steady_clock::time_point join_entered_ GUARDED_BY(mu_);
+  grpc::Status join_answer_ GUARDED_BY(mu_);
+  grpc::Status heartbeat_answer_ GUARDED_BY(mu_);
+};
+
+struct LeaseCoordinatorServer {
+  LeaseCoordinatorServer() {
+    auto started = control::StartGrpcServer("127.0.0.1:0", &service, "lease coordinator");
+    EXPECT_TRUE(started.ok()) << started.status();
+    if (started.ok()) {
+      server = std::move(started->server);
+      address = started->address;
+    }
+  }
+  ~LeaseCoordinatorServer() {
+    service.HoldJoins(false);
+    if (server != nullptr) server->Shutdown(std::chrono::system_clock::now());
+  }
+  LeaseCoordinator service;
+  std::unique_ptr<grpc::Server> server;
+  std::string address;
+};
+
+TEST(MembershipLeaseTest, ALeaseCountsFromWhenTheJoinWasSentNotWhenItWasAnswered) {
+  LeaseCoordinatorServer fake;
+  constexpr uint32_t kLeaseMs = 600'000;  // never runs out during the test
+  fake.service.SetLease(kLeaseMs);
+  fake.service.SetAnswers(grpc::Status::OK, grpc::Status(grpc::StatusCode::UNAVAILABLE, "heartbeats are lost"));
+  fake.service.HoldJoins(true);
+  Membership membership(Options(fake.address));
+  const auto before = std::chrono::steady_clock::now();
+  Status started;
+  std::thread start([&] { started = membership.Start(); });
+  fake.service.WaitForJoin();
+  // The answer is delayed: a lease counted from its arrival would end
+  // after the Join reached the coordinator + the lease's length.
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  fake.service.HoldJoins(false);
+  start.join();
+  ASSERT_TRUE(started.ok()) << started;
+  const auto entered = fake.service.last_join();
+  const ServerLease lease = membership.lease();
+  EXPECT_TRUE(lease.enabled);
+  const auto length = std::chrono::milliseconds(kLeaseMs * 99 / 100 - 10);
+  EXPECT_GE(lease.until, before + length);
+  EXPECT_LE(lease.until, entered + length);  // sent before the coordinator saw it
+  MapPolicy policy(&membership);
+  EXPECT_TRUE(policy.CheckLease().ok());
+}
+
+TEST(MembershipLeaseTest, FailedOrRefusedHeartbeatsLetTheLeaseRunOutAndAGrantRenewsIt) {
+  LeaseCoordinatorServer fake;
+  fake.service.SetLease(100);
+  fake.service.SetAnswers(grpc::Status::OK, grpc::Status(grpc::StatusCode::UNAVAILABLE, "heartbeats are lost"));
+  Membership membership(Options(fake.address));
+  ASSERT_TRUE(membership.Start().ok());
+  MapPolicy policy(&membership);
+  // No heartbeat gets through: the Join's lease runs out.
+  ASSERT_TRUE(Eventually([&] { return !policy.CheckLease().ok(); }));
+  Status s = policy.CheckLease();
+  EXPECT_EQ(s.code(), StatusCode::kUnavailable);
+  EXPECT_NE(s.message().find("lease on the cluster map expired"), std::string::npos) << s;
+
+  // Refused heartbeats (and the Joins they lead to) grant nothing.
+  fake.service.SetAnswers(grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "cluster full"),
+                          grpc::Status(grpc::StatusCode::NOT_FOUND, "unknown server"));
+  fake.service.SetLease(600'000);
+  const int seen = fake.service.heartbeats();
+  ASSERT_TRUE(Eventually([&] { return fake.service.heartbeats() >= seen + 3; }));
+  EXPECT_EQ(policy.CheckLease().code(), StatusCode::kUnavailable);
+
+  // An answered heartbeat grants a lease again.
+  fake.service.SetAnswers(grpc::Status::OK, grpc::Status::OK);
+  ASSERT_TRUE(Eventually([&] { return policy.CheckLease().ok(); }));
+  EXPECT_TRUE(membership.lease().enabled);
+
+  // A coordinator that grants none (lease_ms 0) turns the check off.
+  fake.service.SetLease(0);
+  ASSERT_TRUE(Eventually([&] { return !membership.lease().enabled; }));
+  EXPECT_TRUE(policy.CheckLease().ok());
 }
 
 }  // namespace

@@ -69,6 +69,13 @@ class ReplicationPolicy {
   // waits (bounded, about a second) to learn a newer one, so that a map
   // change seen by the primary first is not mistaken for a bad sender.
   virtual Status AcceptReplica(std::string_view sender_id, std::string_view key, uint64_t sender_map_version) = 0;
+
+  // Whether this server may acknowledge a client's write now: OK while its
+  // lease on the cluster map is valid (or the coordinator grants none);
+  // UNAVAILABLE "lease on the cluster map expired" otherwise. Called just
+  // before a client write is published locally, after the backups have it
+  // (docs/design.md, "Replication"). Never waits.
+  virtual Status CheckLease() = 0;
 };
 
 // 64 bits that name a server id in a replication handshake (the connect

@@ -354,6 +354,138 @@ TEST_F(ReplicationPathTest, AnOlderForwardAfterANewerOneChangesNothing) {
   EXPECT_EQ(backups_[0].server->Stats().replica_writes, 2u);
 }
 
+// A primary whose lease ran out (it may have been frozen while its shards
+// moved) must not acknowledge: the backups may hold the write, the primary
+// publishes nothing, and the reply says the outcome is unknown.
+TEST_F(ReplicationPathTest, AnExpiredLeaseRefusesToPublishWhatTheBackupsGot) {
+  auto client = Client(primary_);
+  ASSERT_NE(client, nullptr);
+  primary_.policy.SetLeaseStatus(Unavailable("lease on the cluster map expired 5 ms ago"));
+  auto put = client->Send(protocol::Op::kPut, "k", "v1", 0, 1);
+  ASSERT_TRUE(put.ok()) << put.status();
+  EXPECT_EQ(Code(*put), StatusCode::kUnavailable);
+  EXPECT_NE(std::string(put->message).find("lease expired: outcome unknown"), std::string::npos) << put->message;
+  EXPECT_EQ(Get(primary_, "k"), GetResult());
+  // Forwarded before the check: each backup holds the unacknowledged write.
+  uint64_t forwarded_version = 0;
+  for (Node& b : backups_) {
+    const GetResult got = Get(b, "k");
+    ASSERT_TRUE(got.has_value()) << b.id;
+    EXPECT_EQ(got->first, "v1");
+    forwarded_version = got->second;
+  }
+  ServerStats stats = primary_.server->Stats();
+  EXPECT_EQ(stats.lease_refusals, 1u);
+  EXPECT_EQ(stats.puts, 0u);
+  EXPECT_EQ(stats.keys, 0u);
+
+  // A DELETE is refused the same way, also when the key is absent here.
+  auto del = client->Send(protocol::Op::kDelete, "k", "", 0, 2);
+  ASSERT_TRUE(del.ok()) << del.status();
+  EXPECT_EQ(Code(*del), StatusCode::kUnavailable);
+  EXPECT_NE(std::string(del->message).find("lease expired"), std::string::npos) << del->message;
+  EXPECT_EQ(primary_.server->Stats().lease_refusals, 2u);
+
+  // Once the lease is renewed: the refusal was not remembered, so a retry
+  // of request 1 is applied, and a new write of the key gets a version
+  // above the refused one, so the backups take it.
+  primary_.policy.SetLeaseStatus(Status::Ok());
+  auto retry = client->Send(protocol::Op::kPut, "k", "v1", 0, 1);
+  ASSERT_TRUE(retry.ok()) << retry.status();
+  ASSERT_EQ(Code(*retry), StatusCode::kOk) << retry->message;
+  EXPECT_GT(retry->version, forwarded_version);
+  auto next = client->Send(protocol::Op::kPut, "k", "v2", 0, 3);
+  ASSERT_TRUE(next.ok()) << next.status();
+  ASSERT_EQ(Code(*next), StatusCode::kOk) << next->message;
+  for (Node* n : all()) EXPECT_EQ(Get(*n, "k"), GetResult(std::pair(std::string("v2"), next->version))) << n->id;
+}
+
+// Without a backup (R = 1, or none left) the lease is checked all the same.
+TEST_F(ReplicationPathTest, AnExpiredLeaseRefusesAWriteWithNoBackup) {
+  primary_.policy.SetRoute(WriteRoute{kMapVersion, kShard, {}});
+  primary_.policy.SetLeaseStatus(Unavailable("lease on the cluster map expired"));
+  auto client = Client(primary_);
+  ASSERT_NE(client, nullptr);
+  auto put = client->Send(protocol::Op::kPut, "k", "v", 0, 1);
+  ASSERT_TRUE(put.ok()) << put.status();
+  EXPECT_EQ(Code(*put), StatusCode::kUnavailable);
+  EXPECT_EQ(Get(primary_, "k"), GetResult());
+  primary_.policy.SetLeaseStatus(Status::Ok());
+  auto again = client->Send(protocol::Op::kPut, "k", "v", 0, 1);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(Code(*again), StatusCode::kOk) << again->message;
+  EXPECT_EQ(Get(primary_, "k"), GetResult(std::pair(std::string("v"), again->version)));
+}
+
+// The lease covers the map the primary holds at the check, which may be
+// newer than the one its write was routed by: that map must still make it
+// the primary, with no backup the write did not reach.
+TEST_F(ReplicationPathTest, AMapChangedDuringTheWriteRefusesToPublishIt) {
+  auto client = Client(primary_);
+  ASSERT_NE(client, nullptr);
+  ASSERT_EQ(Code(*client->Send(protocol::Op::kPut, "warm", "w", 0, 1)), StatusCode::kOk);
+  backups_[1].server.reset();  // its forward fails, and is reported mid-write
+  WriteRoute added{kMapVersion + 1, kShard,
+                   {ReplicaPeer{backups_[0].id, backups_[0].server->epoch(), backups_[0].server->address()},
+                    ReplicaPeer{"s-newcomer", 1, "127.0.0.1:1"}}};
+  primary_.policy.SetRouteAfterReport(added);
+  auto put = client->Send(protocol::Op::kPut, "k", "v", 0, 2);
+  ASSERT_TRUE(put.ok()) << put.status();
+  EXPECT_EQ(Code(*put), StatusCode::kUnavailable);
+  EXPECT_NE(std::string(put->message).find("the map changed during the write: outcome unknown"), std::string::npos)
+      << put->message;
+  EXPECT_NE(std::string(put->message).find("s-newcomer"), std::string::npos) << put->message;
+  EXPECT_EQ(Get(primary_, "k"), GetResult());
+
+  // A map that moved the shard away meanwhile.
+  primary_.policy.SetRoute(WriteRoute{kMapVersion, kShard,
+                                      {ReplicaPeer{backups_[1].id, 1, "127.0.0.1:1"}}});  // fails at once
+  primary_.policy.SetRouteAfterReport(FailedPrecondition("not the primary of shard 3 in map version 9"));
+  auto moved = client->Send(protocol::Op::kPut, "j", "v", 0, 3);
+  ASSERT_TRUE(moved.ok()) << moved.status();
+  EXPECT_EQ(Code(*moved), StatusCode::kUnavailable);
+  EXPECT_NE(std::string(moved->message).find("not the primary of shard 3"), std::string::npos) << moved->message;
+  EXPECT_EQ(Get(primary_, "j"), GetResult());
+  EXPECT_EQ(primary_.server->Stats().lease_refusals, 0u);
+}
+
+// A backup promoted to primary (the map now routes the shard's writes to
+// it) assigns versions above every version it installed as a backup, even
+// when those ran far ahead of its own writes.
+TEST_F(ReplicationPathTest, APromotedBackupAssignsVersionsAboveWhatItReceived) {
+  auto client = Client(primary_);
+  ASSERT_NE(client, nullptr);
+  uint64_t last = 0;
+  for (int i = 0; i < 5; ++i) {
+    auto r = client->Send(protocol::Op::kPut, "k", "v" + std::to_string(i), 0, 10 + i);
+    ASSERT_TRUE(r.ok()) << r.status();
+    ASSERT_EQ(Code(*r), StatusCode::kOk) << r->message;
+    last = r->version;
+  }
+  // A forward from another primary's map far ahead in versions.
+  auto peer = Peer(backups_[0]);
+  ASSERT_NE(peer, nullptr);
+  auto far = peer->Send(protocol::Op::kReplicatePut, "other", "x", last + 1000, kMapVersion);
+  ASSERT_TRUE(far.ok()) << far.status();
+  ASSERT_EQ(Code(*far), StatusCode::kOk) << far->message;
+
+  // The primary is gone; backup a is promoted with b as its only backup.
+  primary_.server.reset();
+  Node& promoted = backups_[0];
+  promoted.policy.SetRoute(WriteRoute{kMapVersion + 1, kShard,
+                                      {ReplicaPeer{backups_[1].id, backups_[1].server->epoch(),
+                                                   backups_[1].server->address()}}});
+  backups_[1].policy.AddPeer(promoted.id, promoted.server->epoch());
+  auto new_client = Client(promoted);
+  ASSERT_NE(new_client, nullptr);
+  auto put = new_client->Send(protocol::Op::kPut, "k", "after", 0, 1);
+  ASSERT_TRUE(put.ok()) << put.status();
+  ASSERT_EQ(Code(*put), StatusCode::kOk) << put->message;
+  EXPECT_GT(put->version, last + 1000);
+  EXPECT_EQ(Get(promoted, "k"), GetResult(std::pair(std::string("after"), put->version)));
+  EXPECT_EQ(Get(backups_[1], "k"), GetResult(std::pair(std::string("after"), put->version)));
+}
+
 // Every server is a primary of some shards and a backup of others: two
 // servers forwarding to each other at once must never wait for each other.
 TEST_F(ReplicationPathTest, TwoServersThatAreEachOthersBackupsWriteConcurrently) {

@@ -45,6 +45,18 @@ class FakePolicy final : public ReplicationPolicy {
     MutexLock lock(mu_);
     report_status_ = std::move(s);
   }
+  // The route (or the route error) RouteWrite gives from the next
+  // ReportFailedBackup on, as if the coordinator had committed another map
+  // meanwhile.
+  void SetRouteAfterReport(StatusOr<WriteRoute> route) {
+    MutexLock lock(mu_);
+    route_after_report_ = std::move(route);
+  }
+  // What CheckLease answers (OK until set).
+  void SetLeaseStatus(Status s) {
+    MutexLock lock(mu_);
+    lease_status_ = std::move(s);
+  }
   void SetAcceptStatus(Status s) {
     MutexLock lock(mu_);
     accept_status_ = std::move(s);
@@ -72,7 +84,14 @@ class FakePolicy final : public ReplicationPolicy {
   Status ReportFailedBackup(uint32_t shard, const ReplicaPeer& backup, std::string_view reason) override {
     MutexLock lock(mu_);
     reports_.push_back(Report{shard, backup, std::string(reason)});
-    if (report_status_.ok()) {
+    if (route_after_report_) {
+      if (route_after_report_->ok()) {
+        route_ = **route_after_report_;
+      } else {
+        route_status_ = route_after_report_->status();
+      }
+      route_after_report_.reset();
+    } else if (report_status_.ok()) {
       // The coordinator took it out: later routes lack it.
       std::erase_if(route_.backups, [&](const ReplicaPeer& p) { return p.server_id == backup.server_id; });
     }
@@ -89,6 +108,10 @@ class FakePolicy final : public ReplicationPolicy {
     accepted_.emplace_back(std::string(sender_id), sender_map_version);
     return accept_status_;
   }
+  Status CheckLease() override {
+    MutexLock lock(mu_);
+    return lease_status_;
+  }
 
  private:
   mutable Mutex mu_;
@@ -96,6 +119,8 @@ class FakePolicy final : public ReplicationPolicy {
   Status route_status_ GUARDED_BY(mu_);
   Status report_status_ GUARDED_BY(mu_);
   Status accept_status_ GUARDED_BY(mu_);
+  Status lease_status_ GUARDED_BY(mu_);
+  std::optional<StatusOr<WriteRoute>> route_after_report_ GUARDED_BY(mu_);
   std::map<std::pair<uint64_t, uint64_t>, std::string> peers_ GUARDED_BY(mu_);
   std::vector<Report> reports_ GUARDED_BY(mu_);
   std::vector<std::pair<std::string, uint64_t>> accepted_ GUARDED_BY(mu_);

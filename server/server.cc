@@ -380,6 +380,7 @@ ServerStats Server::Stats() const {
   s.replica_writes = a.replica_writes;
   s.replica_stale = a.replica_stale;
   s.replica_refused = a.replica_refused;
+  s.lease_refusals = a.lease_refusals;
   return s;
 }
 

@@ -78,6 +78,7 @@ struct ServerStats {
   uint64_t replica_writes = 0;
   uint64_t replica_stale = 0;
   uint64_t replica_refused = 0;
+  uint64_t lease_refusals = 0;  // client writes refused because the lease had expired
 };
 
 class Server {
