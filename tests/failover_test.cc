@@ -473,7 +473,9 @@ class HistoryRecorder {
 // while clients go on reading and writing. The whole concurrent history
 // must be linearizable (the old primary serves no stale GET and
 // acknowledges no write after the promotion), and the checker must reject
-// the same history with one stale read planted in it.
+// the same history with one stale read planted in it. Over tcp the frozen
+// server answers nothing until SIGCONT; over verbs its NIC goes on serving
+// one-sided reads, which only the client's lease keeps clients from.
 TEST_F(FailoverTest, FrozenPrimaryNeverServesAStaleReadAfterThePromotion) {
   StartCluster(3);
   ASSERT_FALSE(HasFatalFailure());
