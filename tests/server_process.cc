@@ -166,6 +166,14 @@ int ServerProcess::Terminate() {
   return wstatus;
 }
 
+void ServerProcess::Freeze() {
+  if (pid_ > 0) ::kill(pid_, SIGSTOP);
+}
+
+void ServerProcess::Continue() {
+  if (pid_ > 0) ::kill(pid_, SIGCONT);
+}
+
 std::string ServerProcess::Log() const {
   std::ifstream in(log_path_);
   std::stringstream ss;

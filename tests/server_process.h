@@ -60,6 +60,12 @@ class ServerProcess {
   void Kill9();
   // SIGTERM; returns the exit status (waitpid form) once it exited.
   int Terminate();
+  // SIGSTOP: the process stays alive and keeps its sockets and memory (on
+  // verbs its NIC still serves one-sided reads) but runs nothing until
+  // Continue. Kill9 and the destructor work on a stopped process.
+  void Freeze();
+  // SIGCONT after Freeze.
+  void Continue();
   bool running() const { return pid_ > 0; }
   // The process id while running, else -1.
   pid_t pid() const { return pid_; }
