@@ -463,6 +463,8 @@ class NotPrimaryOnce final : public server::ReplicationPolicy {
   Status AcceptReplica(std::string_view, std::string_view, uint64_t) override {
     return FailedPrecondition("no replicas here");
   }
+  // The server holds a lease throughout: only the refusal is under test.
+  Status CheckLease() override { return Status::Ok(); }
 
  private:
   const uint64_t new_version_;
@@ -505,6 +507,7 @@ TEST(NotPrimaryRetryTest, AWriteRefusedAsNotThePrimaryIsRetriedOnTheNamedMap) {
     Status AcceptReplica(std::string_view s, std::string_view k, uint64_t v) override {
       return (*to_)->AcceptReplica(s, k, v);
     }
+    Status CheckLease() override { return (*to_)->CheckLease(); }
 
    private:
     std::unique_ptr<NotPrimaryOnce>* to_;
