@@ -206,6 +206,7 @@ protocol::ReplyMsg Applier::ApplyPut(uint64_t request_id, std::string_view key, 
       return Error(request_id, r.status());
     }
     route = std::move(*r);
+    if (auto refused = RefuseBeforeWriting(request_id, *route, remember)) return *refused;
   }
   uint64_t version = 0;
   {
@@ -296,6 +297,7 @@ protocol::ReplyMsg Applier::ApplyDelete(uint64_t request_id, std::string_view ke
       return Error(request_id, r.status());
     }
     route = std::move(*r);
+    if (auto refused = RefuseBeforeWriting(request_id, *route, remember)) return *refused;
   }
   uint64_t version = 0;
   {
@@ -322,6 +324,24 @@ protocol::ReplyMsg Applier::ApplyDelete(uint64_t request_id, std::string_view ke
     return *refused;
   }
   return DeleteLocal(request_id, key);
+}
+
+std::optional<protocol::ReplyMsg> Applier::RefuseBeforeWriting(uint64_t request_id, const WriteRoute& route,
+                                                               bool* remember) {
+  // A server without a lease (its heartbeats fail: the coordinator is away
+  // or cut off) refuses at once, before anything is written or forwarded,
+  // in the words of a "not the primary" refusal: the client then knows
+  // that nothing was applied and retries (client/cluster_map.h,
+  // IsNotPrimary) within its deadline, instead of getting "outcome
+  // unknown" from the check before the publish (RefuseWithoutLease).
+  const Status lease = replication_.policy->CheckLease();
+  if (lease.ok()) return std::nullopt;
+  lease_refusals_.fetch_add(1, std::memory_order_relaxed);
+  *remember = false;
+  return Error(request_id, FailedPrecondition("not the primary of shard " + std::to_string(route.shard) +
+                                              " in map version " + std::to_string(route.map_version) +
+                                              " without a lease on the map; nothing applied (" + lease.message() +
+                                              ")"));
 }
 
 std::optional<protocol::ReplyMsg> Applier::RefuseWithoutLease(uint64_t request_id, std::string_view key,

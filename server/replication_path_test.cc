@@ -360,7 +360,8 @@ TEST_F(ReplicationPathTest, AnOlderForwardAfterANewerOneChangesNothing) {
 TEST_F(ReplicationPathTest, AnExpiredLeaseRefusesToPublishWhatTheBackupsGot) {
   auto client = Client(primary_);
   ASSERT_NE(client, nullptr);
-  primary_.policy.SetLeaseStatus(Unavailable("lease on the cluster map expired 5 ms ago"));
+  // Valid when the write is routed, expired at its publish.
+  primary_.policy.SetLeaseStatus(Unavailable("lease on the cluster map expired 5 ms ago"), 1);
   auto put = client->Send(protocol::Op::kPut, "k", "v1", 0, 1);
   ASSERT_TRUE(put.ok()) << put.status();
   EXPECT_EQ(Code(*put), StatusCode::kUnavailable);
@@ -380,11 +381,25 @@ TEST_F(ReplicationPathTest, AnExpiredLeaseRefusesToPublishWhatTheBackupsGot) {
   EXPECT_EQ(stats.keys, 0u);
 
   // A DELETE is refused the same way, also when the key is absent here.
+  primary_.policy.SetLeaseStatus(Unavailable("lease on the cluster map expired 5 ms ago"), 1);
   auto del = client->Send(protocol::Op::kDelete, "k", "", 0, 2);
   ASSERT_TRUE(del.ok()) << del.status();
   EXPECT_EQ(Code(*del), StatusCode::kUnavailable);
   EXPECT_NE(std::string(del->message).find("lease expired"), std::string::npos) << del->message;
   EXPECT_EQ(primary_.server->Stats().lease_refusals, 2u);
+
+  // A lease already expired when the write arrives refuses it before
+  // anything is forwarded, as a "not the primary" refusal that says
+  // nothing was applied: the client retries it (client/cluster_map.h).
+  primary_.policy.SetLeaseStatus(Unavailable("lease on the cluster map expired 5 ms ago"));
+  const uint64_t forwarded_before = primary_.server->Stats().forwarded_writes;
+  auto early = client->Send(protocol::Op::kPut, "k", "v0", 0, 4);
+  ASSERT_TRUE(early.ok()) << early.status();
+  EXPECT_EQ(Code(*early), StatusCode::kFailedPrecondition);
+  EXPECT_NE(std::string(early->message).find("not the primary of shard"), std::string::npos) << early->message;
+  EXPECT_NE(std::string(early->message).find("nothing applied"), std::string::npos) << early->message;
+  EXPECT_EQ(primary_.server->Stats().forwarded_writes, forwarded_before);
+  EXPECT_EQ(primary_.server->Stats().lease_refusals, 3u);
 
   // Once the lease is renewed: the refusal was not remembered, so a retry
   // of request 1 is applied, and a new write of the key gets a version
@@ -403,7 +418,7 @@ TEST_F(ReplicationPathTest, AnExpiredLeaseRefusesToPublishWhatTheBackupsGot) {
 // Without a backup (R = 1, or none left) the lease is checked all the same.
 TEST_F(ReplicationPathTest, AnExpiredLeaseRefusesAWriteWithNoBackup) {
   primary_.policy.SetRoute(WriteRoute{kMapVersion, kShard, {}});
-  primary_.policy.SetLeaseStatus(Unavailable("lease on the cluster map expired"));
+  primary_.policy.SetLeaseStatus(Unavailable("lease on the cluster map expired"), 1);
   auto client = Client(primary_);
   ASSERT_NE(client, nullptr);
   auto put = client->Send(protocol::Op::kPut, "k", "v", 0, 1);

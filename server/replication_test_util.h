@@ -52,10 +52,13 @@ class FakePolicy final : public ReplicationPolicy {
     MutexLock lock(mu_);
     route_after_report_ = std::move(route);
   }
-  // What CheckLease answers (OK until set).
-  void SetLeaseStatus(Status s) {
+  // What CheckLease answers (OK until set); with `ok_checks` > 0, the
+  // next that many checks answer OK first (a lease that runs out in the
+  // middle of a write: valid when it is routed, expired at its publish).
+  void SetLeaseStatus(Status s, int ok_checks = 0) {
     MutexLock lock(mu_);
     lease_status_ = std::move(s);
+    lease_ok_checks_ = ok_checks;
   }
   void SetAcceptStatus(Status s) {
     MutexLock lock(mu_);
@@ -110,6 +113,10 @@ class FakePolicy final : public ReplicationPolicy {
   }
   Status CheckLease() override {
     MutexLock lock(mu_);
+    if (lease_ok_checks_ > 0) {
+      --lease_ok_checks_;
+      return Status::Ok();
+    }
     return lease_status_;
   }
 
@@ -120,6 +127,7 @@ class FakePolicy final : public ReplicationPolicy {
   Status report_status_ GUARDED_BY(mu_);
   Status accept_status_ GUARDED_BY(mu_);
   Status lease_status_ GUARDED_BY(mu_);
+  int lease_ok_checks_ GUARDED_BY(mu_) = 0;
   std::optional<StatusOr<WriteRoute>> route_after_report_ GUARDED_BY(mu_);
   std::map<std::pair<uint64_t, uint64_t>, std::string> peers_ GUARDED_BY(mu_);
   std::vector<Report> reports_ GUARDED_BY(mu_);
