@@ -199,15 +199,7 @@ Status Applier::Replicate(const WriteRoute& route, protocol::Op op, std::string_
 protocol::ReplyMsg Applier::ApplyPut(uint64_t request_id, std::string_view key, std::string_view value,
                                      bool* remember) {
   std::optional<WriteRoute> route;
-  if (replication_.policy != nullptr) {
-    StatusOr<WriteRoute> r = replication_.policy->RouteWrite(key);
-    if (!r.ok()) {
-      *remember = false;  // nothing written: a retry is judged afresh
-      return Error(request_id, r.status());
-    }
-    route = std::move(*r);
-    if (auto refused = RefuseBeforeWriting(request_id, *route, remember)) return *refused;
-  }
+  if (auto refused = RouteClientWrite(request_id, key, &route, remember)) return *refused;
   uint64_t version = 0;
   {
     MutexLock lock(mu_);
@@ -290,15 +282,7 @@ protocol::ReplyMsg Applier::InstallPut(uint64_t request_id, std::string_view key
 
 protocol::ReplyMsg Applier::ApplyDelete(uint64_t request_id, std::string_view key, bool* remember) {
   std::optional<WriteRoute> route;
-  if (replication_.policy != nullptr) {
-    StatusOr<WriteRoute> r = replication_.policy->RouteWrite(key);
-    if (!r.ok()) {
-      *remember = false;
-      return Error(request_id, r.status());
-    }
-    route = std::move(*r);
-    if (auto refused = RefuseBeforeWriting(request_id, *route, remember)) return *refused;
-  }
+  if (auto refused = RouteClientWrite(request_id, key, &route, remember)) return *refused;
   uint64_t version = 0;
   {
     MutexLock lock(mu_);
@@ -326,22 +310,30 @@ protocol::ReplyMsg Applier::ApplyDelete(uint64_t request_id, std::string_view ke
   return DeleteLocal(request_id, key);
 }
 
-std::optional<protocol::ReplyMsg> Applier::RefuseBeforeWriting(uint64_t request_id, const WriteRoute& route,
-                                                               bool* remember) {
+std::optional<protocol::ReplyMsg> Applier::RouteClientWrite(uint64_t request_id, std::string_view key,
+                                                            std::optional<WriteRoute>* route, bool* remember) {
+  if (replication_.policy == nullptr) return std::nullopt;  // standalone: this server's alone
+  StatusOr<WriteRoute> r = replication_.policy->RouteWrite(key);
+  if (!r.ok()) {
+    *remember = false;  // nothing written: a retry is judged afresh
+    return Error(request_id, r.status());
+  }
   // A server without a lease (its heartbeats fail: the coordinator is away
   // or cut off) refuses at once, before anything is written or forwarded,
   // in the words of a "not the primary" refusal: the client then knows
   // that nothing was applied and retries (client/cluster_map.h,
   // IsNotPrimary) within its deadline, instead of getting "outcome
   // unknown" from the check before the publish (RefuseWithoutLease).
-  const Status lease = replication_.policy->CheckLease();
-  if (lease.ok()) return std::nullopt;
-  lease_refusals_.fetch_add(1, std::memory_order_relaxed);
-  *remember = false;
-  return Error(request_id, FailedPrecondition("not the primary of shard " + std::to_string(route.shard) +
-                                              " in map version " + std::to_string(route.map_version) +
-                                              " without a lease on the map; nothing applied (" + lease.message() +
-                                              ")"));
+  if (const Status lease = replication_.policy->CheckLease(); !lease.ok()) {
+    lease_refusals_.fetch_add(1, std::memory_order_relaxed);
+    *remember = false;
+    return Error(request_id, FailedPrecondition("not the primary of shard " + std::to_string(r->shard) +
+                                                " in map version " + std::to_string(r->map_version) +
+                                                " without a lease on the map; nothing applied (" +
+                                                lease.message() + ")"));
+  }
+  *route = std::move(*r);
+  return std::nullopt;
 }
 
 std::optional<protocol::ReplyMsg> Applier::RefuseWithoutLease(uint64_t request_id, std::string_view key,

@@ -198,13 +198,15 @@ class Applier {
   // The durable write and publish of a PUT with `version`.
   protocol::ReplyMsg InstallPut(uint64_t request_id, std::string_view key, std::string_view value,
                                 uint64_t version) REQUIRES(mu_);
-  // With a policy, right after a client write was routed, before anything
-  // is written or forwarded: nullopt while CheckLease allows it; else a
-  // FAILED_PRECONDITION "not the primary of shard S in map version V
-  // without a lease on the map; nothing applied" (counted, not to be
-  // remembered), which the client retries.
-  std::optional<protocol::ReplyMsg> RefuseBeforeWriting(uint64_t request_id, const WriteRoute& route,
-                                                        bool* remember);
+  // With a policy, before a client write of `key` writes or forwards
+  // anything: sets *route and returns nullopt when RouteWrite routes it
+  // here and CheckLease allows it; else the refusal, not to be remembered:
+  // RouteWrite's error, or (no lease, counted) FAILED_PRECONDITION "not the
+  // primary of shard S in map version V without a lease on the map;
+  // nothing applied", which the client retries. Without a policy: nullopt,
+  // *route left empty.
+  std::optional<protocol::ReplyMsg> RouteClientWrite(uint64_t request_id, std::string_view key,
+                                                     std::optional<WriteRoute>* route, bool* remember);
   // With a policy, just before a client write of `key` routed by `route`
   // is published: nullopt while CheckLease allows acknowledging it and the
   // current map still routes the key here with no backup `route` lacked;
