@@ -280,13 +280,11 @@ TEST_F(ReplicationTest, LosingAServerAndItsDiskLosesNothingAcknowledged) {
   ASSERT_NE(reader, nullptr);
   for (const auto& [key, value] : acked) {
     const auto u = unknown.find(key);
-    const auto held = [&](const std::string& got) {
-      return got == value || (u != unknown.end() && u->second.count(got) > 0);
-    };
     // Through the cluster client: waits out the promotion if it is not done.
     auto got = reader->Get(key);
     ASSERT_TRUE(got.ok()) << key << " is not readable again: " << got.status() << "\n" << Logs();
-    EXPECT_TRUE(held(*got)) << key << " lost its last acknowledged value";
+    EXPECT_TRUE(*got == value || (u != unknown.end() && u->second.count(*got) > 0))
+        << key << " lost its last acknowledged value";
   }
   ASSERT_TRUE(reader->RefreshClusterMap().ok());
   auto after = reader->Cluster();
