@@ -73,8 +73,17 @@ void MapPolicy::Attach(MapSource* source) {
 StatusOr<WriteRoute> MapPolicy::RouteWrite(std::string_view key) {
   MapSource* const src = source();
   const std::shared_ptr<const v1::ClusterMap> map = src != nullptr ? src->map() : nullptr;
-  if (map == nullptr) return Unavailable("this server has no cluster map yet");
-  RKV_RETURN_IF_ERROR(CheckAssigned(*map, *src));
+  // A server that has no role yet (no map, no assignment, or a map from
+  // before its restart) refuses in the words of a "not the primary"
+  // refusal, so that the client refetches and retries (nothing is applied:
+  // RouteWrite runs before anything is written; client/cluster_map.h,
+  // IsNotPrimary) instead of failing the call while the map is on its way.
+  if (map == nullptr) {
+    return FailedPrecondition("not the primary of shard (any) in map version 0: this server has no cluster map yet");
+  }
+  if (const Status s = CheckAssigned(*map, *src); !s.ok()) {
+    return FailedPrecondition("not the primary of shard (any) in " + VersionOf(*map) + ": " + s.message());
+  }
   const uint32_t shard = ShardOf(key, map->shard_count());
   const std::vector<std::string_view> replicas = ReplicasOf(*map, shard);
   if (replicas.empty()) return Internal(VersionOf(*map) + " has no replica list for shard " + std::to_string(shard));

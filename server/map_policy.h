@@ -60,10 +60,11 @@ class MapPolicy final : public ReplicationPolicy {
   // `source` must outlive the policy. A second call is ignored.
   void Attach(MapSource* source);
 
-  // UNAVAILABLE without a map, with a map that assigns no shards yet, or
-  // with one that lists this server at another epoch (or not at all);
-  // FAILED_PRECONDITION naming the shard, the map version and the primary
-  // when this server is not the primary. The backups are every other
+  // FAILED_PRECONDITION "not the primary of shard (any) in map version V"
+  // without a map, with a map that assigns no shards yet, or with one that
+  // lists this server at another epoch (or not at all): the client retries
+  // it; FAILED_PRECONDITION naming the shard, the map version and the
+  // primary when this server is not the primary. The backups are every other
   // server of the shard's replica list, in map order, DOWN ones included:
   // only the coordinator takes a replica out (ReportFailedBackup), so that
   // a write acknowledged under a map is on every replica that map lists.

@@ -246,9 +246,9 @@ TEST(MapPolicyTest, ReplicaListsThePolicyCannotUseAreRefused) {
   refused(m, "replication_factor 4097 is above 4096");
 }
 
-TEST(MapPolicyTest, NoSourceOrNoMapOrNoAssignmentIsUnavailable) {
+TEST(MapPolicyTest, NoSourceOrNoMapOrNoAssignmentIsRefusedForARetry) {
   MapPolicy unattached;
-  EXPECT_EQ(unattached.RouteWrite("k").status().code(), StatusCode::kUnavailable);
+  EXPECT_EQ(unattached.RouteWrite("k").status().code(), StatusCode::kFailedPrecondition);
   EXPECT_EQ(unattached.FindPeer(PeerFingerprint("a"), 11), std::nullopt);
   EXPECT_EQ(unattached.AcceptReplica("a", "k", 0).code(), StatusCode::kFailedPrecondition);
   EXPECT_EQ(unattached.ReportFailedBackup(0, ReplicaPeer{"b", 12, "10.0.0.2:7700"}, "timeout").code(),
@@ -257,12 +257,14 @@ TEST(MapPolicyTest, NoSourceOrNoMapOrNoAssignmentIsUnavailable) {
   FakeMapSource source("a", 11);
   MapPolicy policy(&source);
   const StatusOr<WriteRoute> none = policy.RouteWrite("k");
-  EXPECT_EQ(none.status().code(), StatusCode::kUnavailable);
+  // Refused as "not the primary", which the client retries.
+  EXPECT_EQ(none.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(Contains(none.status(), "not the primary of shard")) << none.status();
   EXPECT_TRUE(Contains(none.status(), "no cluster map yet")) << none.status();
 
   source.Install(MakeMap(2, {{"a", 11}}, {}, /*assigned=*/false));
   const StatusOr<WriteRoute> unassigned = policy.RouteWrite("k");
-  EXPECT_EQ(unassigned.status().code(), StatusCode::kUnavailable);
+  EXPECT_EQ(unassigned.status().code(), StatusCode::kFailedPrecondition);
   EXPECT_TRUE(Contains(unassigned.status(), "map version 2 assigns no shards yet")) << unassigned.status();
 }
 
@@ -270,7 +272,7 @@ TEST(MapPolicyTest, AttachLateThenServes) {
   FakeMapSource source("a", 11);
   source.Install(MakeMap(5, kThree, kR3));
   MapPolicy policy;
-  EXPECT_EQ(policy.RouteWrite(KeyOfShard(0)).status().code(), StatusCode::kUnavailable);
+  EXPECT_EQ(policy.RouteWrite(KeyOfShard(0)).status().code(), StatusCode::kFailedPrecondition);
   policy.Attach(&source);
   EXPECT_TRUE(policy.RouteWrite(KeyOfShard(0)).ok());
   FakeMapSource other("b", 12);
@@ -341,12 +343,12 @@ TEST(MapPolicyTest, ALegacyMapMakesTheOwnerTheOnlyReplica) {
   EXPECT_EQ(policy.AcceptReplica("a", KeyOfShard(0), 4).code(), StatusCode::kFailedPrecondition);
 }
 
-TEST(MapPolicyTest, AMapThatDoesNotListThisIncarnationIsUnavailable) {
+TEST(MapPolicyTest, AMapThatDoesNotListThisIncarnationIsRefusedForARetry) {
   FakeMapSource restarted("a", 21);  // the map still shows epoch 11
   restarted.Install(MakeMap(5, kThree, kR3));
   MapPolicy policy(&restarted);
   const StatusOr<WriteRoute> route = policy.RouteWrite(KeyOfShard(0));
-  EXPECT_EQ(route.status().code(), StatusCode::kUnavailable);
+  EXPECT_EQ(route.status().code(), StatusCode::kFailedPrecondition);
   EXPECT_TRUE(Contains(route.status(), "at epoch 11, not its epoch 21")) << route.status();
   const Status accept = policy.AcceptReplica("b", KeyOfShard(1), 5);
   EXPECT_EQ(accept.code(), StatusCode::kFailedPrecondition);
@@ -355,7 +357,7 @@ TEST(MapPolicyTest, AMapThatDoesNotListThisIncarnationIsUnavailable) {
   FakeMapSource stranger("z", 1);
   stranger.Install(MakeMap(5, kThree, kR3));
   MapPolicy unlisted(&stranger);
-  EXPECT_EQ(unlisted.RouteWrite(KeyOfShard(0)).status().code(), StatusCode::kUnavailable);
+  EXPECT_EQ(unlisted.RouteWrite(KeyOfShard(0)).status().code(), StatusCode::kFailedPrecondition);
 }
 
 TEST(MapPolicyTest, FindPeerAnswersFromTheMapWithoutRefetching) {
