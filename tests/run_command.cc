@@ -17,17 +17,24 @@ CommandResult RunCommand(const std::vector<std::string>& argv, const std::string
     result.err = "pipe2 failed";
     return result;
   }
+  // The argument vector is made before fork(): the child of a threaded
+  // process must not allocate before execv (it can hang on a malloc lock).
+  std::vector<std::string> copy = argv;
+  std::vector<char*> args;
+  for (auto& a : copy) args.push_back(a.data());
+  args.push_back(nullptr);
   const pid_t pid = fork();
   if (pid == 0) {
     dup2(in_pipe[0], STDIN_FILENO);
     dup2(out_pipe[1], STDOUT_FILENO);
     dup2(err_pipe[1], STDERR_FILENO);
-    std::vector<std::string> copy = argv;
-    std::vector<char*> args;
-    for (auto& a : copy) args.push_back(a.data());
-    args.push_back(nullptr);
     execv(args[0], args.data());
     _exit(127);
+  }
+  if (pid < 0) {
+    for (int fd : {in_pipe[0], in_pipe[1], out_pipe[0], out_pipe[1], err_pipe[0], err_pipe[1]}) close(fd);
+    result.err = "fork failed";
+    return result;
   }
   close(in_pipe[0]);
   close(out_pipe[1]);

@@ -105,22 +105,32 @@ Status ServerProcess::Start(std::chrono::seconds timeout) {
   const std::string out_path = data_dir_ + ".out";
   const int out_fd = open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (out_fd < 0) return PosixError("open " + out_path, errno);
+  const int log_fd = open(log_path_.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (log_fd < 0) {
+    close(out_fd);
+    return PosixError("open " + log_path_, errno);
+  }
+  // Everything the child needs is made before fork(): this process has
+  // threads (clients, lease renewal), and the child of a threaded process
+  // may only make async-signal-safe calls until execv. An allocation there
+  // can hang forever on a malloc lock another thread held at the fork.
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
   const pid_t pid = fork();
   if (pid < 0) {
     close(out_fd);
+    close(log_fd);
     return PosixError("fork", errno);
   }
   if (pid == 0) {
-    dup2(out_fd, STDOUT_FILENO);
-    const int log_fd = open(log_path_.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-    if (log_fd >= 0) dup2(log_fd, STDERR_FILENO);
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
+    dup2(out_fd, STDOUT_FILENO);  // dup2 clears O_CLOEXEC on the copy
+    dup2(log_fd, STDERR_FILENO);
     execv(argv[0], argv.data());
     _exit(127);
   }
   close(out_fd);
+  close(log_fd);
   pid_ = pid;
 
   const auto deadline = std::chrono::steady_clock::now() + timeout;
