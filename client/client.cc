@@ -444,6 +444,10 @@ class Client::Impl {
     out.heap_bytes = r->heap_bytes();
     out.heap_bytes_used = r->heap_bytes_used();
     out.heap_bytes_quarantined = r->heap_bytes_quarantined();
+    out.catchup_records_listed = r->catchup_records_listed();
+    out.catchup_values_fetched = r->catchup_values_fetched();
+    out.syncing_shards = r->syncing_shards();
+    out.catchup_records_served = r->catchup_records_served();
     return out;
   }
 

@@ -164,6 +164,11 @@ struct ServerStatsInfo {
   uint64_t heap_bytes = 0;
   uint64_t heap_bytes_used = 0;
   uint64_t heap_bytes_quarantined = 0;
+  // Catch-up (docs/design.md §5.8), since the server started.
+  uint64_t catchup_records_listed = 0;   // records listed to it by primaries
+  uint64_t catchup_values_fetched = 0;   // values it fetched and installed
+  uint32_t syncing_shards = 0;           // shards it is catching up on now
+  uint64_t catchup_records_served = 0;   // records it listed to others
 };
 
 class RKV_EXPORT Client {
