@@ -232,7 +232,7 @@ class RKV_EXPORT Client {
   //     primary may then fail (lease expired, another backup failed and
   //     the coordinator could not be told, a full table): such a value may
   //     never be acknowledged, and a later read of the primary may not
-  //     show it;
+  //     show it (likewise NOT_FOUND for a DELETE not acknowledged);
   //   - monotonic reads: two calls may read different replicas, the
   //     second older than the first, even from one thread;
   //   - linearizability, nor reading one's own writes in the case above.
@@ -263,7 +263,8 @@ class RKV_EXPORT Client {
 
   // Attempts this client has run on server `server_id` (a client of one
   // server: its address): one per attempt of a Get, Put or Delete and per
-  // attempt of a MultiGet group, since the client first used that
+  // attempt of a MultiGet group that had a connection to it (an attempt
+  // that could not connect is not counted), since the client first used that
   // server's current incarnation (a restarted server counts from 0). 0 for
   // a server not used yet or not in the cached map. Shows how
   // ReadFrom::kAnyReplica spreads reads; thread-safe.
