@@ -101,12 +101,15 @@ grpc::Status ReplicaService::FetchShard(grpc::ServerContext* context, const v1::
   uint32_t shard_count = 0;
   {
     const std::shared_ptr<const v1::ClusterMap> now = src->map();
-    shard_count = now != nullptr ? now->shard_count() : 0;
+    if (Status s = CheckFetcher(*src, now.get(), request->server_id(), request->epoch(), request->shard()); !s.ok()) {
+      return control::ToGrpc(s.WithContext("FetchShard"));
+    }
+    shard_count = now->shard_count();
   }
   // The map is read again under the primary mutex: the one that routes
   // every write after the snapshot must list the fetcher.
   const Status taken = applier_->SnapshotShard(
-      request->shard(), std::max<uint32_t>(shard_count, 1), request->since_version(),
+      request->shard(), shard_count, request->since_version(),
       [&] {
         const std::shared_ptr<const v1::ClusterMap> now = src->map();
         if (now != nullptr && now->shard_count() != shard_count) {
