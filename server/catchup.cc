@@ -149,7 +149,7 @@ void CatchUp::Loop() {
       Status st = primary == nullptr ? Internal("the map does not list the primary " + primary_id)
                                      : Sync(*map, shard, *primary);
       if (st.ok()) {
-        StatusOr<v1::ReportCaughtUpResponse> answer = report_(shard, primary_id);
+        StatusOr<v1::ReportCaughtUpResponse> answer = report_(shard, primary_id, map->version());
         if (!answer.ok()) {
           st = answer.status().WithContext("reporting shard " + std::to_string(shard) + " caught up");
         } else if (std::find(answer->refused_shards().begin(), answer->refused_shards().end(), shard) !=

@@ -18,7 +18,8 @@
 //   4. After the `done` chunk: every key of the shard held at a version at
 //      or below snapshot_version and not listed is deleted (deleted on the
 //      primary while this server was away).
-//   5. ReportCaughtUp(shard, primary). EndSync drops the tombstones.
+//   5. ReportCaughtUp(shard, primary, the map version fetched under).
+//      EndSync drops the tombstones.
 // Any error (a record that fails validation, the primary refusing or
 // unreachable, a stream without its `done` chunk) abandons that attempt:
 // nothing is reported, and the shard is tried again from step 1 after a
@@ -52,9 +53,10 @@ class ClientContext;
 namespace rkv::server {
 
 // Tells the coordinator that this server caught up on `shard`, fetched from
-// `primary_id` (Membership::ReportCaughtUp; a fake in tests).
-using CaughtUpReporter =
-    std::function<StatusOr<v1::ReportCaughtUpResponse>(uint32_t shard, const std::string& primary_id)>;
+// `primary_id` under map version `sync_map_version`
+// (Membership::ReportCaughtUp; a fake in tests).
+using CaughtUpReporter = std::function<StatusOr<v1::ReportCaughtUpResponse>(
+    uint32_t shard, const std::string& primary_id, uint64_t sync_map_version)>;
 
 struct CatchUpOptions {
   std::string token;  // the cluster's token (its digest is sent)

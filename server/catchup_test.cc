@@ -278,8 +278,10 @@ class CatchUpTest : public ::testing::Test {
   // The coordinator's side of ReportCaughtUp: moves s from syncing to the
   // end of server_ids of the shard when p is still its primary and s still
   // syncing it, in a new map version.
-  StatusOr<v1::ReportCaughtUpResponse> Report(uint32_t shard, const std::string& primary) {
+  StatusOr<v1::ReportCaughtUpResponse> Report(uint32_t shard, const std::string& primary, uint64_t sync_map_version) {
     std::lock_guard lock(report_mu_);
+    EXPECT_GT(sync_map_version, 0u);
+    EXPECT_LE(sync_map_version, board_.map()->version());
     v1::ClusterMap m = *board_.map();
     v1::ReportCaughtUpResponse answer;
     v1::ShardReplicas* r = m.mutable_shard_replicas(static_cast<int>(shard));
@@ -305,7 +307,10 @@ class CatchUpTest : public ::testing::Test {
     options.max_backoff = 200ms;
     auto created = CatchUp::Create(
         &s_->source, s_->applier.get(),
-        [this](uint32_t shard, const std::string& primary) { return Report(shard, primary); }, options);
+        [this](uint32_t shard, const std::string& primary, uint64_t sync_map_version) {
+          return Report(shard, primary, sync_map_version);
+        },
+        options);
     ASSERT_TRUE(created.ok()) << created.status();
     catch_up_ = std::move(*created);
     catch_up_->Start();

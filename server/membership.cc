@@ -558,6 +558,7 @@ StatusOr<uint64_t> Membership::ReportReplicaFailure(std::string_view backup_id, 
 }
 
 StatusOr<v1::ReportCaughtUpResponse> Membership::ReportCaughtUp(uint32_t shard, std::string_view primary_id,
+                                                                uint64_t sync_map_version,
                                                                 std::chrono::milliseconds timeout) {
   RKV_RETURN_IF_ERROR(control::ValidateServerId(primary_id).WithContext("primary id"));
   v1::ReportCaughtUpRequest req;
@@ -566,6 +567,7 @@ StatusOr<v1::ReportCaughtUpResponse> Membership::ReportCaughtUp(uint32_t shard, 
   v1::CaughtUpShard* caught_up = req.add_shards();
   caught_up->set_shard(shard);
   caught_up->set_primary_id(std::string(primary_id));
+  caught_up->set_sync_map_version(sync_map_version);
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   std::chrono::milliseconds backoff = std::max(options_.initial_backoff, std::chrono::milliseconds(1));
   const std::string what = "reporting shard " + std::to_string(shard) + " caught up (from " +

@@ -148,12 +148,14 @@ class Membership final : public MapSource {
   ServerLease lease() const override EXCLUDES(mu_);
 
   // Tells the coordinator that this server caught up on `shard`, fetched
-  // from `primary_id` (ReportCaughtUp), retrying within `timeout` while the
-  // coordinator is unreachable. The coordinator's answer (the shard is
-  // in refused_shards when it was not moved), or its error
-  // (DEADLINE_EXCEEDED when `timeout` ran out, CANCELLED when stopping).
+  // from `primary_id` under map version `sync_map_version`
+  // (ReportCaughtUp), retrying within `timeout` while the coordinator is
+  // unreachable. The coordinator's answer (the shard is in refused_shards
+  // when it was not moved), or its error (DEADLINE_EXCEEDED when `timeout`
+  // ran out, CANCELLED when stopping).
   StatusOr<v1::ReportCaughtUpResponse> ReportCaughtUp(uint32_t shard, std::string_view primary_id,
-                                                      std::chrono::milliseconds timeout) EXCLUDES(mu_);
+                                                      uint64_t sync_map_version, std::chrono::milliseconds timeout)
+      EXCLUDES(mu_);
 
  private:
   struct Rpc;  // the channel, stub and token digest
