@@ -125,9 +125,9 @@ void CatchUp::Loop() {
     if (map != nullptr) mine = SyncingShards(*map, source_->server_id(), source_->epoch());
     syncing_shards_.store(static_cast<uint32_t>(mine.size()), std::memory_order_relaxed);
     const auto is_mine = [&](uint32_t s) { return std::binary_search(mine.begin(), mine.end(), s); };
-    // A report answered by a map that no longer lists this server as
-    // syncing is done; one still listed by a map at least as new as the
-    // answer (added again, or a primary changed) syncs again.
+    // A report accepted is done once a map no longer lists this server as
+    // syncing; one still listed by a map at least as new as the answer
+    // (taken out and added again meanwhile) syncs again.
     for (auto it = reported.begin(); it != reported.end();) {
       const bool again = is_mine(it->first) && map->version() >= it->second.map_version;
       it = (!is_mine(it->first) || again) ? reported.erase(it) : std::next(it);
@@ -154,13 +154,11 @@ void CatchUp::Loop() {
           st = answer.status().WithContext("reporting shard " + std::to_string(shard) + " caught up");
         } else if (std::find(answer->refused_shards().begin(), answer->refused_shards().end(), shard) !=
                    answer->refused_shards().end()) {
-          // The primary changed or this server is no longer syncing: a map
-          // that lists it again (maybe with another primary) restarts it.
-          LOG(INFO) << "the coordinator did not move shard " << shard << " (caught up from " << primary_id
-                    << "): map version " << answer->map_version() << " changed its sync";
-          reported[shard] = Reported{primary_id, answer->map_version()};
-          retries.erase(shard);
-          continue;
+          // The primary changed, this server is no longer syncing, or it
+          // was taken out and added back since the fetch: tried again (after
+          // the backoff) only while a map lists it as syncing.
+          st = FailedPrecondition("the coordinator did not move shard " + std::to_string(shard) + " (map version " +
+                                  std::to_string(answer->map_version()) + ")");
         } else {
           LOG(INFO) << "caught up on shard " << shard << " from " << primary_id << "; map version "
                     << answer->map_version() << " makes this server a replica of it";

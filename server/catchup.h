@@ -24,9 +24,9 @@
 // unreachable, a stream without its `done` chunk) abandons that attempt:
 // nothing is reported, and the shard is tried again from step 1 after a
 // backoff (initial_backoff, doubling up to max_backoff), for as long as the
-// map lists this server as syncing it. A shard the coordinator refused to
-// move (primary changed, no longer syncing) is tried again when a map lists
-// it as syncing again (against that map's primary).
+// map lists this server as syncing it; so is a shard the coordinator
+// refused to move (primary changed, no longer syncing, or taken out and
+// added back since the fetch), against the primary the map then names.
 //
 // Thread safety: Start and Stop from one thread; stats() from any.
 #pragma once

@@ -286,7 +286,8 @@ class CatchUpTest : public ::testing::Test {
     v1::ReportCaughtUpResponse answer;
     v1::ShardReplicas* r = m.mutable_shard_replicas(static_cast<int>(shard));
     const bool syncing = r->syncing_ids_size() == 1 && r->syncing_ids(0) == "s";
-    if (r->server_ids(0) != primary || !syncing) {
+    if (r->server_ids(0) != primary || !syncing || refusals_left_ > 0) {
+      --refusals_left_;
       answer.set_map_version(m.version());
       answer.add_refused_shards(shard);
       return answer;
@@ -337,6 +338,7 @@ class CatchUpTest : public ::testing::Test {
   std::unique_ptr<CatchUp> catch_up_;
   std::mutex report_mu_;
   std::vector<uint32_t> reported_;
+  int refusals_left_ = 0;  // reports refused before any is accepted
 };
 
 std::string Key(int i) { return "key-" + std::to_string(i); }
@@ -453,6 +455,26 @@ TEST_F(CatchUpTest, AFailedAttemptIsRetriedAndItsHolesAreFetchedByKey) {
   WaitAllCaughtUp();
   EXPECT_EQ(s_->Contents(), p_->Contents());
   EXPECT_EQ(catch_up_->stats().values_fetched, 50u);  // every early key, as a hole
+}
+
+TEST_F(CatchUpTest, AReportTheCoordinatorRefusesIsSyncedAgainWhileStillSyncing) {
+  service_->Attach(&p_->source);
+  board_.Install(MakeMap(3, p_admin_, {}));
+  for (int i = 0; i < 40; ++i) ASSERT_EQ(p_->Put(Key(i), "v").status_code, 0);
+  board_.Install(MakeMap(4, p_admin_, AllShards()));
+  refusals_left_ = 2;
+  StartCatchUp();
+  WaitAllCaughtUp();
+  EXPECT_EQ(s_->Contents(), p_->Contents());
+  const CatchUp::Stats st = catch_up_->stats();
+  EXPECT_EQ(st.syncs_completed, kShards);
+  EXPECT_EQ(st.sync_failures, 2u);
+  // The gauge follows the map: no shard is left to sync.
+  const auto until = std::chrono::steady_clock::now() + kDeadline;
+  while (catch_up_->stats().syncing_shards != 0 && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(5ms);
+  }
+  EXPECT_EQ(catch_up_->stats().syncing_shards, 0u);
 }
 
 TEST_F(CatchUpTest, AForwardedDeleteIsNotUndoneByAnOlderSnapshotRecord) {
