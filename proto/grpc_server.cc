@@ -6,6 +6,11 @@ namespace rkv::control {
 
 StatusOr<StartedGrpcServer> StartGrpcServer(const std::string& listen, grpc::Service* service,
                                             const std::string& what) {
+  return StartGrpcServer(listen, std::vector<grpc::Service*>{service}, what);
+}
+
+StatusOr<StartedGrpcServer> StartGrpcServer(const std::string& listen, const std::vector<grpc::Service*>& services,
+                                            const std::string& what) {
   std::string host;
   uint16_t unused = 0;
   RKV_RETURN_IF_ERROR(ParseHostPort(listen, &host, &unused));
@@ -13,7 +18,7 @@ StatusOr<StartedGrpcServer> StartGrpcServer(const std::string& listen, grpc::Ser
   int port = 0;
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &port);
-  builder.RegisterService(service);
+  for (grpc::Service* service : services) builder.RegisterService(service);
   StartedGrpcServer started;
   started.server = builder.BuildAndStart();
   if (started.server == nullptr || port == 0) {

@@ -3,6 +3,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <grpcpp/grpcpp.h>
 
@@ -22,6 +23,9 @@ struct StartedGrpcServer {
 // split the traffic. INVALID_ARGUMENT for a malformed address, UNAVAILABLE
 // (its message prefixed with `what`) when it cannot listen.
 StatusOr<StartedGrpcServer> StartGrpcServer(const std::string& listen, grpc::Service* service,
+                                            const std::string& what);
+// The same for several services on one port (each must outlive the server).
+StatusOr<StartedGrpcServer> StartGrpcServer(const std::string& listen, const std::vector<grpc::Service*>& services,
                                             const std::string& what);
 
 }  // namespace rkv::control

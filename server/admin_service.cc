@@ -41,6 +41,10 @@ class AdminServer::Service final : public v1::Admin::Service {
     response->set_heap_bytes(st.heap_bytes);
     response->set_heap_bytes_used(st.heap_bytes_used);
     response->set_heap_bytes_quarantined(st.heap_bytes_quarantined);
+    response->set_catchup_records_listed(st.catchup_records_listed);
+    response->set_catchup_values_fetched(st.catchup_values_fetched);
+    response->set_syncing_shards(st.syncing_shards);
+    response->set_catchup_records_served(st.catchup_records_served);
     return grpc::Status::OK;
   }
 
@@ -50,14 +54,17 @@ class AdminServer::Service final : public v1::Admin::Service {
 };
 
 StatusOr<std::unique_ptr<AdminServer>> AdminServer::Start(const std::string& listen, const std::string& token,
-                                                          std::function<AdminStats()> stats) {
+                                                          std::function<AdminStats()> stats,
+                                                          const std::vector<grpc::Service*>& also) {
   RKV_RETURN_IF_ERROR(control::ValidateHostPort(listen, /*allow_port_zero=*/true).WithContext("--admin_listen"));
   if (token.empty()) return InvalidArgument("the token is empty");
   if (!stats) return InvalidArgument("no stats function");
   std::unique_ptr<AdminServer> server(new AdminServer());
   server->service_ = std::make_unique<Service>(control::TokenDigestHex(token), std::move(stats));
+  std::vector<grpc::Service*> services{server->service_.get()};
+  services.insert(services.end(), also.begin(), also.end());
   RKV_ASSIGN_OR_RETURN(control::StartedGrpcServer started,
-                       control::StartGrpcServer(listen, server->service_.get(), "--admin_listen: "));
+                       control::StartGrpcServer(listen, services, "--admin_listen: "));
   server->server_ = std::move(started.server);
   server->address_ = std::move(started.address);
   return server;

@@ -11,11 +11,13 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "common/status.h"
 
 namespace grpc {
 class Server;
+class Service;
 }  // namespace grpc
 
 namespace rkv::server {
@@ -33,6 +35,11 @@ struct AdminStats {
   uint64_t heap_bytes = 0;
   uint64_t heap_bytes_used = 0;
   uint64_t heap_bytes_quarantined = 0;
+  // Catch-up (server/catchup.h, server/replica_service.h).
+  uint64_t catchup_records_listed = 0;
+  uint64_t catchup_values_fetched = 0;
+  uint32_t syncing_shards = 0;
+  uint64_t catchup_records_served = 0;
 };
 
 class AdminServer {
@@ -40,8 +47,11 @@ class AdminServer {
   // Serves Admin on `listen` (HOST:PORT; port 0 picks a free one) for
   // callers presenting `token`. INVALID_ARGUMENT for a bad address, an
   // empty token or no stats function; UNAVAILABLE when it cannot bind.
+  // `also`: more services to serve on the same port (the Replica
+  // service), each outliving the AdminServer.
   static StatusOr<std::unique_ptr<AdminServer>> Start(const std::string& listen, const std::string& token,
-                                                      std::function<AdminStats()> stats);
+                                                      std::function<AdminStats()> stats,
+                                                      const std::vector<grpc::Service*>& also = {});
 
   ~AdminServer();
   AdminServer(const AdminServer&) = delete;

@@ -419,6 +419,10 @@ protocol::ReplyMsg Applier::InstallReplica(const Request& req) {
     }
     return reply;
   }
+  // A shard being caught up on remembers the delete, also of a key it
+  // does not hold yet: a snapshot record from before it must not bring the
+  // key back.
+  NoteSyncDelete(req.key, req.version);
   if (!current || have > req.version) {
     // Absent, or newer than what the primary deleted: nothing to do.
     replica_stale_.fetch_add(1, std::memory_order_relaxed);

@@ -97,9 +97,15 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
+#include <map>
 #include <optional>
 #include <span>
+#include <string>
 #include <string_view>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
 
 #include "common/mutex.h"
 #include "common/protocol.h"
@@ -168,6 +174,53 @@ class Applier {
   // The largest block a valid request may name.
   uint64_t max_block_bytes() const;
 
+  // ---- Catch-up (docs/design.md, "Catch-up"; server/catchup.h) ----
+  // One record of a shard as catch-up moves it.
+  struct ShardRecord {
+    std::string key;
+    uint64_t version = 0;
+    bool has_value = false;
+    std::string value;
+  };
+  // Primary: the snapshot of `shard` (keys k with ShardOf(k, shard_count)
+  // == shard), taken holding the primary mutex, so that no client write is
+  // in flight and every later one is routed by a map at least as new as
+  // the one `check` saw. `check` runs first under that mutex (the caller
+  // verifies there that the fetcher is syncing the shard); its error is
+  // returned and nothing is read. Every record gets its version; those
+  // above `since_version` also their value. *snapshot_version: the highest
+  // version this server had assigned or installed (every record listed is
+  // at or below it). The store's read error, or OK.
+  Status SnapshotShard(uint32_t shard, uint32_t shard_count, uint64_t since_version,
+                       const std::function<Status()>& check, std::vector<ShardRecord>* out,
+                       uint64_t* snapshot_version) EXCLUDES(primary_mu_, mu_);
+  // Primary: the records of `keys` with their values; absent keys left out.
+  std::vector<ShardRecord> ReadKeys(const std::vector<std::string>& keys) const EXCLUDES(mu_);
+  // Fetcher: from BeginSync to EndSync of `shard`, every forwarded DELETE
+  // of a key of the shard leaves a tombstone (key -> the deleted version,
+  // the highest one if several), and InstallFetched refuses records at or
+  // below it: a snapshot taken before the delete must not bring the key
+  // back. `shard_count` is the map's (the same for every shard synced).
+  void BeginSync(uint32_t shard, uint32_t shard_count) EXCLUDES(mu_);
+  void EndSync(uint32_t shard) EXCLUDES(mu_);
+  // Fetcher: the highest version held among the keys of `shard` (0: none).
+  StatusOr<uint64_t> ShardHighWater(uint32_t shard, uint32_t shard_count) const EXCLUDES(mu_);
+  // Fetcher: the version held for `key` (0: absent).
+  uint64_t HeldVersion(std::string_view key) const EXCLUDES(mu_);
+  enum class FetchedOutcome { kInstalled, kNotNewer, kDeletedMeanwhile };
+  // Fetcher: installs a record fetched from the primary by the replica
+  // rule (only when its version is above the key's and above its
+  // tombstone). INVALID_ARGUMENT for a record no write could have made (key
+  // not 1..max_key_bytes, value above max_value_bytes, version 0, no value):
+  // nothing installed; the durable write's error likewise.
+  StatusOr<FetchedOutcome> InstallFetched(const ShardRecord& record) EXCLUDES(mu_);
+  // Fetcher, after a complete snapshot: deletes every key of `shard` held
+  // at a version at or below `snapshot_version` that is not in `listed`
+  // (deleted on the primary while this server was away). The number
+  // deleted, or the first durable delete's error.
+  StatusOr<uint64_t> DeleteUnlisted(uint32_t shard, uint32_t shard_count, uint64_t snapshot_version,
+                                    const std::unordered_set<std::string>& listed) EXCLUDES(mu_);
+
  private:
   // A request that passed validation; the views point into a buffer of
   // the calling thread.
@@ -234,6 +287,13 @@ class Applier {
   // published here): later PUTs get versions above it. In memory only: a
   // restart relies on the store's high-water mark alone.
   uint64_t forwarded_floor_ GUARDED_BY(mu_) = 0;
+  // Catch-up: per shard being synced, the forwarded deletes of its keys
+  // (key -> highest version deleted); see BeginSync.
+  std::map<uint32_t, std::unordered_map<std::string, uint64_t>> sync_tombstones_ GUARDED_BY(mu_);
+  uint32_t sync_shard_count_ GUARDED_BY(mu_) = 0;
+  // Records a forwarded delete of `key` at `version` when its shard is
+  // being synced.
+  void NoteSyncDelete(std::string_view key, uint64_t version) REQUIRES(mu_);
   const ApplyLimits limits_;
   const ApplyReplication replication_;
 

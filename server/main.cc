@@ -43,9 +43,11 @@
 #include "common/transport/factory.h"
 #include "common/transport/transport.h"
 #include "server/admin_service.h"
+#include "server/catchup.h"
 #include "server/map_policy.h"
 #include "server/membership.h"
 #include "server/options.h"
+#include "server/replica_service.h"
 #include "server/server.h"
 
 DEFINE_string(listen, "127.0.0.1:7700", "HOST:PORT to listen on; port 0 picks a free port (default 127.0.0.1:7700)");
@@ -270,6 +272,18 @@ int main(int argc, char** argv) {
   };
 
   // The control plane: identity, Admin service, membership.
+  // Catch-up (docs/design.md, "Catch-up"): in a cluster, the Replica
+  // service beside Admin serves this server's shards to servers catching
+  // up on them, and the fetcher catches this server up on its own.
+  std::unique_ptr<rkv::server::ReplicaService> replica_service;
+  std::unique_ptr<rkv::server::CatchUp> catch_up;
+  // Where the Admin service reads the fetcher's counters (set once it runs).
+  std::shared_ptr<std::atomic<rkv::server::CatchUp*>> catch_up_counters;
+  if (!control.coordinator.empty() && !admin_listen.empty()) {
+    auto created = rkv::server::ReplicaService::Create(o.token, srv->applier(), o.max_key_bytes);
+    if (!created.ok()) return fail("creating the Replica service failed: " + created.status().ToString());
+    replica_service = std::move(*created);
+  }
   std::unique_ptr<rkv::server::AdminServer> admin;
   std::string admin_address;
   std::string data_address;
@@ -283,7 +297,14 @@ int main(int argc, char** argv) {
   }
   if (!admin_listen.empty()) {
     const uint64_t epoch = srv->epoch();
-    auto started = rkv::server::AdminServer::Start(admin_listen, o.token, [srv, server_id, epoch] {
+    std::vector<grpc::Service*> also;
+    if (replica_service) also.push_back(replica_service.get());
+    // The fetcher starts once the membership exists: its counters are read
+    // through this pointer (null until then).
+    auto catch_up_stats = std::make_shared<std::atomic<rkv::server::CatchUp*>>(nullptr);
+    rkv::server::ReplicaService* const replica = replica_service.get();
+    auto started = rkv::server::AdminServer::Start(admin_listen, o.token, [srv, server_id, epoch, catch_up_stats,
+                                                                           replica] {
       const rkv::server::ServerStats st = srv->Stats();
       rkv::server::AdminStats a;
       a.server_id = server_id;
@@ -298,8 +319,16 @@ int main(int argc, char** argv) {
       a.heap_bytes = srv->heap_bytes();
       a.heap_bytes_used = st.heap_bytes_used;
       a.heap_bytes_quarantined = st.heap_bytes_quarantined;
+      if (const rkv::server::CatchUp* c = catch_up_stats->load(std::memory_order_acquire)) {
+        const rkv::server::CatchUp::Stats cs = c->stats();
+        a.catchup_records_listed = cs.records_listed;
+        a.catchup_values_fetched = cs.values_fetched;
+        a.syncing_shards = cs.syncing_shards;
+      }
+      if (replica != nullptr) a.catchup_records_served = replica->records_served();
       return a;
-    });
+    }, also);
+    catch_up_counters = std::move(catch_up_stats);
     if (!started.ok()) return fail("starting the Admin service on " + admin_listen + " failed: " + started.status().ToString());
     admin = std::move(*started);
     // A wildcard admin host is announced with the data address's host.
@@ -345,6 +374,25 @@ int main(int argc, char** argv) {
     };
     membership = std::make_unique<rkv::server::Membership>(std::move(m));
     policy->Attach(membership.get());
+    if (replica_service) {
+      replica_service->Attach(membership.get());
+      rkv::server::Membership* const mem = membership.get();
+      rkv::server::CatchUpOptions c;
+      c.token = o.token;
+      auto created = rkv::server::CatchUp::Create(
+          mem, srv->applier(),
+          [mem](uint32_t shard, const std::string& primary_id, uint64_t sync_map_version) {
+            return mem->ReportCaughtUp(shard, primary_id, sync_map_version, std::chrono::seconds(5));
+          },
+          std::move(c));
+      if (!created.ok()) {
+        admin->Shutdown();
+        return fail("starting catch-up failed: " + created.status().ToString());
+      }
+      catch_up = std::move(*created);
+      catch_up->Start();
+      if (catch_up_counters) catch_up_counters->store(catch_up.get(), std::memory_order_release);
+    }
     join.emplace(membership.get());
   }
 
@@ -372,6 +420,9 @@ int main(int argc, char** argv) {
   // coordinator).
   if (join) join->Stop();
   join.reset();
+  // The fetcher uses the apply path: it stops before the data plane (and
+  // is destroyed after the Admin service, which reads its counters).
+  if (catch_up) catch_up->Stop();
   if (admin) admin->Shutdown();
   admin.reset();
   srv->Shutdown();

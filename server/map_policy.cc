@@ -37,6 +37,22 @@ std::vector<std::string_view> ReplicasOf(const v1::ClusterMap& map, uint32_t sha
   return ids;
 }
 
+// The servers catching up on `shard` (syncing_ids); empty in a map
+// without replica lists.
+std::vector<std::string_view> SyncingOf(const v1::ClusterMap& map, uint32_t shard) {
+  std::vector<std::string_view> ids;
+  if (shard < static_cast<uint32_t>(map.shard_replicas_size())) {
+    for (const std::string& id : map.shard_replicas(static_cast<int>(shard)).syncing_ids()) ids.push_back(id);
+  }
+  return ids;
+}
+
+// The old primary of `shard` while its role passes on; empty otherwise.
+std::string_view HandoverFrom(const v1::ClusterMap& map, uint32_t shard) {
+  if (shard >= static_cast<uint32_t>(map.shard_replicas_size())) return {};
+  return map.shard_replicas(static_cast<int>(shard)).handover_from();
+}
+
 // Why `map` cannot tell this server its role yet, or OK: it must assign
 // the shards and list this server at its own epoch.
 Status CheckAssigned(const v1::ClusterMap& map, const MapSource& self) {
@@ -91,17 +107,29 @@ StatusOr<WriteRoute> MapPolicy::RouteWrite(std::string_view key) {
     return FailedPrecondition("not the primary of shard " + std::to_string(shard) + " in " + VersionOf(*map) +
                               " (its primary is " + std::string(replicas[0]) + ")");
   }
+  // During a handover neither the old primary (no longer first) nor the
+  // new one accepts writes: a lease granted on a map that made the old one
+  // the primary may still be valid. Nothing is applied, so the client
+  // retries (client/cluster_map.h, IsNotPrimary) until the coordinator
+  // clears handover_from.
+  if (const std::string_view from = HandoverFrom(*map, shard); !from.empty()) {
+    return FailedPrecondition("not the primary of shard " + std::to_string(shard) + " in " + VersionOf(*map) +
+                              " (handover from " + std::string(from) + "); nothing applied");
+  }
   WriteRoute route;
   route.map_version = map->version();
   route.shard = shard;
   // DOWN backups stay in the route: the forward to one fails and the
   // primary reports it, so that the coordinator, not this server, decides
-  // that a write may be acknowledged without it.
-  for (size_t i = 1; i < replicas.size(); ++i) {
-    const v1::ServerInfo* backup = FindServer(*map, replicas[i]);
+  // that a write may be acknowledged without it. Syncing servers follow
+  // the backups and are forwarded to (and reported) exactly like them.
+  std::vector<std::string_view> targets(replicas.begin() + 1, replicas.end());
+  for (std::string_view id : SyncingOf(*map, shard)) targets.push_back(id);
+  for (std::string_view id : targets) {
+    const v1::ServerInfo* backup = FindServer(*map, id);
     if (backup == nullptr) {
-      return Internal(VersionOf(*map) + " names backup " + std::string(replicas[i]) + " of shard " +
-                      std::to_string(shard) + " but does not list it");
+      return Internal(VersionOf(*map) + " names backup " + std::string(id) + " of shard " + std::to_string(shard) +
+                      " but does not list it");
     }
     route.backups.push_back(ReplicaPeer{backup->server_id(), backup->epoch(), backup->data_address()});
   }
@@ -170,8 +198,11 @@ Status MapPolicy::AcceptReplica(std::string_view sender_id, std::string_view key
   for (size_t i = 1; i < replicas.size(); ++i) {
     if (replicas[i] == src->server_id()) return Status::Ok();
   }
-  return FailedPrecondition(VersionOf(*map) + ": this server (" + src->server_id() + ") is not a backup of shard " +
-                            std::to_string(shard));
+  for (std::string_view id : SyncingOf(*map, shard)) {
+    if (id == src->server_id()) return Status::Ok();
+  }
+  return FailedPrecondition(VersionOf(*map) + ": this server (" + src->server_id() +
+                            ") is neither a backup of shard " + std::to_string(shard) + " nor syncing it");
 }
 
 Status MapPolicy::CheckLease() {

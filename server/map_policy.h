@@ -64,10 +64,14 @@ class MapPolicy final : public ReplicationPolicy {
   // without a map, with a map that assigns no shards yet, or with one that
   // lists this server at another epoch (or not at all): the client retries
   // it; FAILED_PRECONDITION naming the shard, the map version and the
-  // primary when this server is not the primary. The backups are every other
-  // server of the shard's replica list, in map order, DOWN ones included:
-  // only the coordinator takes a replica out (ReportFailedBackup), so that
-  // a write acknowledged under a map is on every replica that map lists.
+  // primary when this server is not the primary; the same, with
+  // "(handover from O); nothing applied", while the shard's handover_from
+  // is set (the role is passing to this server: no write until the
+  // coordinator clears it). The backups are every other server of the
+  // shard's replica list, in map order, then its syncing servers
+  // (syncing_ids), DOWN ones included: only the coordinator takes one out
+  // (ReportFailedBackup), so that a write acknowledged under a map is on
+  // every replica and syncing server that map lists.
   StatusOr<WriteRoute> RouteWrite(std::string_view key) override;
 
   // ReportReplicaFailure(backup, {shard}) within kReportTimeout, then waits
@@ -85,7 +89,8 @@ class MapPolicy final : public ReplicationPolicy {
   // When `sender_map_version` is above this server's map version, first
   // waits up to kSenderMapWait for it. Then OK iff, in the map this server
   // holds, `sender_id` is the first of the key's shard's replica list and
-  // this server (at its epoch) is listed after it. FAILED_PRECONDITION
+  // this server (at its epoch) is listed after it or among the shard's
+  // syncing servers. FAILED_PRECONDITION
   // naming this server's map version and what is wrong otherwise, also
   // without any map ("map version 0").
   Status AcceptReplica(std::string_view sender_id, std::string_view key, uint64_t sender_map_version) override;

@@ -226,8 +226,17 @@ TEST(MapPolicyTest, ReplicaListsThePolicyCannotUseAreRefused) {
   m.mutable_shard_replicas(1)->clear_server_ids();
   refused(m, "shard_replicas[1] is empty");
   m = MakeMap(5, kThree, kR3);
-  m.mutable_shard_replicas(1)->add_server_ids("d");
-  refused(m, "shard_replicas[1] has 4 servers, more than replication_factor 3");
+  for (const char* id : {"d", "e", "f", "g"}) m.mutable_shard_replicas(1)->add_syncing_ids(id);
+  refused(m, "shard_replicas[1] has 7 servers (replicas and syncing), more than twice replication_factor 3");
+  m = MakeMap(5, kThree, kR3);
+  m.mutable_shard_replicas(1)->add_syncing_ids("c");
+  refused(m, "shard_replicas[1] names 'c' twice");
+  m = MakeMap(5, kThree, kR3);
+  m.mutable_shard_replicas(1)->add_syncing_ids("zz");
+  refused(m, "shard_replicas[1] names 'zz', which is not a listed server");
+  m = MakeMap(5, kThree, kR3);
+  m.mutable_shard_replicas(1)->set_handover_from("b");
+  refused(m, "shard_replicas[1] hands over from 'b', which is not one of its backups");
   m = MakeMap(5, kThree, kR3);
   m.mutable_shard_replicas(1)->set_server_ids(2, "zz");
   refused(m, "shard_replicas[1] names 'zz', which is not a listed server");
@@ -295,6 +304,76 @@ TEST(MapPolicyTest, ThePrimaryRoutesToEveryBackupWithEpochAndAddress) {
   EXPECT_EQ(route->backups[1].server_id, "a");
   EXPECT_EQ(route->backups[1].epoch, 11u);
   EXPECT_EQ(route->backups[1].data_address, "10.0.0.1:7700");
+}
+
+// Three servers with R = 2: shard s has primary servers[s mod 3], one
+// backup, and the third server catching up on it (syncing).
+v1::ClusterMap MakeSyncingMap(uint64_t version) {
+  const std::vector<std::vector<std::string>> r2 = {{"a", "b"}, {"b", "c"}, {"c", "a"}, {"a", "b"}};
+  v1::ClusterMap m = MakeMap(version, kThree, r2);
+  const char* syncing[] = {"c", "a", "b", "c"};
+  for (uint32_t shard = 0; shard < kShards; ++shard) {
+    m.mutable_shard_replicas(static_cast<int>(shard))->add_syncing_ids(syncing[shard]);
+    for (v1::ServerInfo& s : *m.mutable_servers()) {
+      if (s.server_id() == syncing[shard]) s.add_syncing_shards(shard);
+    }
+  }
+  return m;
+}
+
+TEST(MapPolicyTest, TheSyncingMapPassesTheMapChecks) {
+  const v1::ClusterMap m = MakeSyncingMap(5);
+  EXPECT_TRUE(CheckReplicaLists(m).ok()) << CheckReplicaLists(m);
+}
+
+TEST(MapPolicyTest, ThePrimaryRoutesToItsBackupsThenToTheSyncingServers) {
+  FakeMapSource source("b", 12);
+  source.Install(MakeSyncingMap(5));
+  MapPolicy policy(&source);
+  const StatusOr<WriteRoute> route = policy.RouteWrite(KeyOfShard(1));
+  ASSERT_TRUE(route.ok()) << route.status();
+  ASSERT_EQ(route->backups.size(), 2u);
+  EXPECT_EQ(route->backups[0].server_id, "c");
+  EXPECT_EQ(route->backups[1].server_id, "a");
+  EXPECT_EQ(route->backups[1].epoch, 11u);
+  EXPECT_EQ(route->backups[1].data_address, "10.0.0.1:7700");
+}
+
+TEST(MapPolicyTest, ASyncingServerAcceptsItsPrimarysForwardsButNoClientWrites) {
+  FakeMapSource source("a", 11);
+  source.Install(MakeSyncingMap(5));
+  MapPolicy policy(&source);
+  EXPECT_TRUE(policy.AcceptReplica("b", KeyOfShard(1), 5).ok()) << policy.AcceptReplica("b", KeyOfShard(1), 5);
+  const Status wrong = policy.AcceptReplica("c", KeyOfShard(1), 5);
+  EXPECT_EQ(wrong.code(), StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(Contains(wrong, "is not the primary of shard 1")) << wrong;
+  const Status client = policy.RouteWrite(KeyOfShard(1)).status();
+  EXPECT_TRUE(Contains(client, "not the primary of shard 1 in map version 5")) << client;
+}
+
+TEST(MapPolicyTest, DuringAHandoverNeitherTheNewNorTheOldPrimaryTakesWrites) {
+  v1::ClusterMap m = MakeMap(7, kThree, kR3);
+  // Shard 1 passes from c to b: b first, c kept as a backup.
+  m.mutable_shard_replicas(1)->set_handover_from("c");
+  ASSERT_TRUE(CheckReplicaLists(m).ok()) << CheckReplicaLists(m);
+  for (const auto& [id, epoch] : std::vector<std::pair<std::string, uint64_t>>{{"b", 12}, {"c", 13}}) {
+    FakeMapSource source(id, epoch);
+    source.Install(m);
+    MapPolicy policy(&source);
+    const Status s = policy.RouteWrite(KeyOfShard(1)).status();
+    EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition) << id;
+    EXPECT_TRUE(Contains(s, "not the primary of shard 1 in map version 7")) << s;
+  }
+  FakeMapSource source("b", 12);
+  source.Install(m);
+  MapPolicy policy(&source);
+  const Status s = policy.RouteWrite(KeyOfShard(1)).status();
+  EXPECT_TRUE(Contains(s, "(handover from c); nothing applied")) << s;
+  // Cleared: b takes writes again.
+  m.set_version(8);
+  m.mutable_shard_replicas(1)->clear_handover_from();
+  source.Install(m);
+  EXPECT_TRUE(policy.RouteWrite(KeyOfShard(1)).ok());
 }
 
 TEST(MapPolicyTest, ABackupRefusesClientWritesNamingShardVersionAndPrimary) {
@@ -429,7 +508,7 @@ TEST(MapPolicyTest, ABackupThatNeverLearnsTheSendersMapJudgesByItsOwn) {
   MapPolicy policy(&source);
   const Status s = policy.AcceptReplica("a", KeyOfShard(0), 6);
   EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition);
-  EXPECT_TRUE(Contains(s, "map version 5: this server (c) is not a backup of shard 0")) << s;
+  EXPECT_TRUE(Contains(s, "map version 5: this server (c) is neither a backup of shard 0 nor syncing it")) << s;
   EXPECT_EQ(source.waits(), 1);
 }
 

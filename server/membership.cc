@@ -143,27 +143,38 @@ Status CheckReplicaLists(const v1::ClusterMap& map) {
   }
   std::set<std::string_view> listed;
   for (const v1::ServerInfo& s : map.servers()) listed.insert(s.server_id());
-  const size_t most = std::max<uint32_t>(map.replication_factor(), 1);
+  // Replicas and servers catching up together: R, plus up to R roles in
+  // flight (a move lists the receiving server before the donor leaves).
+  const size_t most = 2 * size_t{std::max<uint32_t>(map.replication_factor(), 1)};
   for (int shard = 0; shard < map.shard_replicas_size(); ++shard) {
-    const auto& ids = map.shard_replicas(shard).server_ids();
+    const v1::ShardReplicas& entry = map.shard_replicas(shard);
+    const auto& ids = entry.server_ids();
     const std::string where = "shard_replicas[" + std::to_string(shard) + "]";
     if (ids.empty()) return InvalidArgument(where + " is empty");
-    if (static_cast<size_t>(ids.size()) > most) {
-      return InvalidArgument(where + " has " + std::to_string(ids.size()) + " servers, more than replication_factor " +
-                             std::to_string(most));
+    const size_t members = static_cast<size_t>(ids.size()) + static_cast<size_t>(entry.syncing_ids_size());
+    if (members > most) {
+      return InvalidArgument(where + " has " + std::to_string(members) +
+                             " servers (replicas and syncing), more than twice replication_factor " +
+                             std::to_string(most / 2));
     }
     if (ids[0] != map.shard_owner(shard)) {
       return InvalidArgument(where + " starts with '" + control::Printable(ids[0]) + "', not shard_owner '" +
                              control::Printable(map.shard_owner(shard)) + "'");
     }
     std::set<std::string_view> seen;
-    for (const std::string& id : ids) {
+    const auto check = [&](const std::string& id) {
       if (listed.count(id) == 0) {
         return InvalidArgument(where + " names '" + control::Printable(id) + "', which is not a listed server");
       }
-      if (!seen.insert(id).second) {
-        return InvalidArgument(where + " names '" + control::Printable(id) + "' twice");
-      }
+      if (!seen.insert(id).second) return InvalidArgument(where + " names '" + control::Printable(id) + "' twice");
+      return Status::Ok();
+    };
+    for (const std::string& id : ids) RKV_RETURN_IF_ERROR(check(id));
+    for (const std::string& id : entry.syncing_ids()) RKV_RETURN_IF_ERROR(check(id));
+    if (!entry.handover_from().empty() &&
+        std::find(ids.begin() + 1, ids.end(), entry.handover_from()) == ids.end()) {
+      return InvalidArgument(where + " hands over from '" + control::Printable(entry.handover_from()) +
+                             "', which is not one of its backups");
     }
   }
   return Status::Ok();
@@ -543,6 +554,39 @@ StatusOr<uint64_t> Membership::ReportReplicaFailure(std::string_view backup_id, 
                               " ms (last: " + s.ToString() + ")")
           .WithContext(what);
     }
+  }
+}
+
+StatusOr<v1::ReportCaughtUpResponse> Membership::ReportCaughtUp(uint32_t shard, std::string_view primary_id,
+                                                                uint64_t sync_map_version,
+                                                                std::chrono::milliseconds timeout) {
+  RKV_RETURN_IF_ERROR(control::ValidateServerId(primary_id).WithContext("primary id"));
+  v1::ReportCaughtUpRequest req;
+  req.set_server_id(options_.self.server_id);
+  req.set_epoch(options_.self.epoch);
+  v1::CaughtUpShard* caught_up = req.add_shards();
+  caught_up->set_shard(shard);
+  caught_up->set_primary_id(std::string(primary_id));
+  caught_up->set_sync_map_version(sync_map_version);
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  std::chrono::milliseconds backoff = std::max(options_.initial_backoff, std::chrono::milliseconds(1));
+  const std::string what = "reporting shard " + std::to_string(shard) + " caught up (from " +
+                           std::string(primary_id) + ") to the coordinator at " + options_.coordinator_address;
+  for (;;) {
+    {
+      MutexLock lock(mu_);
+      if (stopping_) return Status(StatusCode::kCancelled, "stopping").WithContext(what);
+    }
+    grpc::ClientContext ctx;
+    control::AttachTokenDigest(&ctx, rpc_->digest_hex);
+    ctx.set_deadline(DeadlineIn(deadline - std::chrono::steady_clock::now()));
+    v1::ReportCaughtUpResponse resp;
+    const Status s = control::FromGrpc(rpc_->stub->ReportCaughtUp(&ctx, req, &resp));
+    if (s.ok()) return resp;
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (s.code() != StatusCode::kUnavailable || left <= std::chrono::milliseconds(0)) return s.WithContext(what);
+    if (!SleepFor(std::min(backoff, left))) return Status(StatusCode::kCancelled, "stopping").WithContext(what);
+    backoff = std::min(backoff * 2, std::max(options_.max_backoff, std::chrono::milliseconds(1)));
   }
 }
 

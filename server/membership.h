@@ -76,8 +76,10 @@ struct MembershipOptions {
 // What the replication policy relies on in a map beyond ValidateClusterMap:
 // replication_factor at most the number of servers (0 reads as 1);
 // shard_replicas empty, or, only once shard_owner is set, exactly
-// shard_count entries, each of 1..max(R, 1) distinct listed servers with
-// shard_owner[s] first. INVALID_ARGUMENT naming the shard otherwise.
+// shard_count entries, each naming at least one replica, shard_owner[s]
+// first, and at most 2 * max(R, 1) distinct listed servers in server_ids
+// and syncing_ids together (R roles in flight), with handover_from, when
+// set, one of its backups. INVALID_ARGUMENT naming the shard otherwise.
 Status CheckReplicaLists(const v1::ClusterMap& map);
 
 // Following the map: once joined, a watch thread holds a WatchClusterMap
@@ -144,6 +146,16 @@ class Membership final : public MapSource {
                                           std::string_view reason, std::chrono::milliseconds timeout) override
       EXCLUDES(mu_);
   ServerLease lease() const override EXCLUDES(mu_);
+
+  // Tells the coordinator that this server caught up on `shard`, fetched
+  // from `primary_id` under map version `sync_map_version`
+  // (ReportCaughtUp), retrying within `timeout` while the coordinator is
+  // unreachable. The coordinator's answer (the shard is in refused_shards
+  // when it was not moved), or its error (DEADLINE_EXCEEDED when `timeout`
+  // ran out, CANCELLED when stopping).
+  StatusOr<v1::ReportCaughtUpResponse> ReportCaughtUp(uint32_t shard, std::string_view primary_id,
+                                                      uint64_t sync_map_version, std::chrono::milliseconds timeout)
+      EXCLUDES(mu_);
 
  private:
   struct Rpc;  // the channel, stub and token digest

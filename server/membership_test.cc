@@ -311,9 +311,32 @@ class FakeCoordinator final : public v1::Coordinator::Service {
     return grpc::Status::OK;
   }
 
+  // Answered like ReportReplicaFailure (the same scripted failures); a
+  // shard above 100 is refused.
+  grpc::Status ReportCaughtUp(grpc::ServerContext* context, const v1::ReportCaughtUpRequest* request,
+                              v1::ReportCaughtUpResponse* response) override EXCLUDES(mu_) {
+    if (grpc::Status s = control::CheckToken(context, control::TokenDigestHex(kToken)); !s.ok()) return s;
+    MutexLock lock(mu_);
+    caught_up_.push_back(*request);
+    if (unavailable_left_ > 0) {
+      --unavailable_left_;
+      return grpc::Status(grpc::StatusCode::UNAVAILABLE, "store busy");
+    }
+    if (!answer_.ok()) return answer_;
+    response->set_map_version(version_);
+    for (const v1::CaughtUpShard& c : request->shards()) {
+      if (c.shard() > 100) response->add_refused_shards(c.shard());
+    }
+    return grpc::Status::OK;
+  }
+
   void SetMap(v1::ClusterMap map) EXCLUDES(mu_) {
     MutexLock lock(mu_);
     map_ = std::move(map);
+  }
+  std::vector<v1::ReportCaughtUpRequest> caught_up() const EXCLUDES(mu_) {
+    MutexLock lock(mu_);
+    return caught_up_;
   }
   // The next `unavailable` reports fail with UNAVAILABLE; later ones get
   // `answer`, or `version` when it is OK.
@@ -335,6 +358,7 @@ class FakeCoordinator final : public v1::Coordinator::Service {
   grpc::Status answer_ GUARDED_BY(mu_);
   uint64_t version_ GUARDED_BY(mu_) = 0;
   std::vector<v1::ReportReplicaFailureRequest> requests_ GUARDED_BY(mu_);
+  std::vector<v1::ReportCaughtUpRequest> caught_up_ GUARDED_BY(mu_);
 };
 
 struct FakeCoordinatorServer {
@@ -371,6 +395,31 @@ TEST(MembershipMapTest, AReportIsRetriedWhileTheCoordinatorIsUnavailable) {
   EXPECT_EQ(std::vector<uint32_t>(r.shards().begin(), r.shards().end()), (std::vector<uint32_t>{3, 1}));
   EXPECT_LE(r.reason().size(), 200u);
   EXPECT_EQ(r.reason().find('\n'), std::string::npos);
+}
+
+TEST(MembershipMapTest, ACaughtUpReportIsRetriedWhileTheCoordinatorIsUnavailable) {
+  FakeCoordinatorServer fake;
+  fake.service.SetReports(2, grpc::Status::OK, 21);
+  Membership membership(Options(fake.address));
+  StatusOr<v1::ReportCaughtUpResponse> answer = membership.ReportCaughtUp(3, "s-00000002", 19, kPatience);
+  ASSERT_TRUE(answer.ok()) << answer.status();
+  EXPECT_EQ(answer->map_version(), 21u);
+  EXPECT_TRUE(answer->refused_shards().empty());
+  const std::vector<v1::ReportCaughtUpRequest> requests = fake.service.caught_up();
+  ASSERT_EQ(requests.size(), 3u);
+  const v1::ReportCaughtUpRequest& r = requests.back();
+  EXPECT_EQ(r.server_id(), "s-00000001");
+  EXPECT_EQ(r.epoch(), 3u);
+  ASSERT_EQ(r.shards_size(), 1);
+  EXPECT_EQ(r.shards(0).shard(), 3u);
+  EXPECT_EQ(r.shards(0).primary_id(), "s-00000002");
+  EXPECT_EQ(r.shards(0).sync_map_version(), 19u);
+  // A shard the coordinator did not move comes back in refused_shards.
+  answer = membership.ReportCaughtUp(101, "s-00000002", 19, kPatience);
+  ASSERT_TRUE(answer.ok()) << answer.status();
+  EXPECT_EQ(std::vector<uint32_t>(answer->refused_shards().begin(), answer->refused_shards().end()),
+            (std::vector<uint32_t>{101}));
+  EXPECT_EQ(membership.ReportCaughtUp(3, "bad id", 19, kPatience).status().code(), StatusCode::kInvalidArgument);
 }
 
 TEST(MembershipMapTest, AReportRefusedByTheCoordinatorIsNotRetried) {

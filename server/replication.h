@@ -3,10 +3,11 @@
 // (server/apply.cc, server/replicator.h) and the code that follows the
 // cluster map (server/membership.h).
 //
-// A primary forwards every PUT and DELETE of a key to the backups of the
-// key's shard in the current map before it makes the write durable and
-// publishes it locally, and replies only when every backup has acknowledged
-// it (or has been taken out of the replica set by the coordinator). See
+// A primary forwards every PUT and DELETE of a key to the backups and the
+// syncing servers (catching up) of the key's shard in the current map
+// before it makes the write durable and publishes it locally, and replies
+// only when every one has acknowledged it (or has been taken out of the
+// shard by the coordinator). See
 // docs/design.md, "Replication".
 #pragma once
 
@@ -31,7 +32,10 @@ struct ReplicaPeer {
 struct WriteRoute {
   uint64_t map_version = 0;
   uint32_t shard = 0;
-  std::vector<ReplicaPeer> backups;  // may be empty (R = 1, or none left)
+  // The backups, then the servers catching up on the shard (syncing):
+  // every one gets every write and must acknowledge it. May be empty
+  // (R = 1, or none left).
+  std::vector<ReplicaPeer> backups;
 };
 
 // Implemented by the map follower; a fake in tests. Thread-safe.
@@ -65,8 +69,8 @@ class ReplicationPolicy {
   // Whether this server accepts a forwarded write of `key` from `sender_id`,
   // which forwarded it under map version `sender_map_version`: OK when, in
   // the current map, the sender is the primary of the key's shard and this
-  // server one of its backups; FAILED_PRECONDITION naming the map version
-  // otherwise. When this server's map is older than the sender's, it first
+  // server one of its backups or syncing servers; FAILED_PRECONDITION
+  // naming the map version otherwise. When this server's map is older than the sender's, it first
   // waits (bounded, about a second) to learn a newer one, so that a map
   // change seen by the primary first is not mistaken for a bad sender.
   virtual Status AcceptReplica(std::string_view sender_id, std::string_view key, uint64_t sender_map_version) = 0;

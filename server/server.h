@@ -120,6 +120,10 @@ class Server {
   uint64_t hash_seed() const { return hash_seed_; }
   uint64_t heap_bytes() const { return heap_region_.length; }
 
+  // The apply path, for catch-up (server/catchup.h, server/replica_service.h):
+  // valid from Start until Shutdown, whose callers must stop using it first.
+  Applier* applier() const { return applier_.get(); }
+
  private:
   struct Worker;
 
