@@ -347,7 +347,10 @@ class Client::Impl {
             // which then leaves the request out of its replay cache).
             a.last = std::move(s);
             a.last_from_op = false;
-            a.refetch_now = true;
+            // A refusal that names a map this client already holds (a
+            // handover in progress, a server waiting for its lease) is
+            // waited out with the backoff, not retried at once.
+            a.refetch_now = a.min_version == 0 || a.min_version > a.routes->table().version();
           } else if (!lease.conn().broken()) {
             return Named(*a.server, std::move(s));
           } else {
