@@ -152,6 +152,23 @@ int BadFlag(const std::string& message) {
   return 2;
 }
 
+// What Admin's ShardChecksums and ListShard read: the server's table and
+// the map the membership follows, once `*source` is set (never without a
+// coordinator). `*source` must outlive the Admin service.
+rkv::server::AdminShards AdminShardsOf(const rkv::server::Server* srv,
+                                       const std::atomic<const rkv::server::MapSource*>* source,
+                                       const std::string& server_id) {
+  rkv::server::AdminShards shards;
+  shards.server_id = server_id;
+  shards.applier = &srv->applier();
+  shards.map = [source]() -> std::shared_ptr<const rkv::v1::ClusterMap> {
+    // Acquire: the membership is fully built before it is published.
+    const rkv::server::MapSource* s = source->load(std::memory_order_acquire);
+    return s != nullptr ? s->map() : nullptr;
+  };
+  return shards;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -269,7 +286,9 @@ int main(int argc, char** argv) {
     return 1;
   };
 
-  // The control plane: identity, Admin service, membership.
+  // The control plane: identity, Admin service, membership. The Admin
+  // service reads the membership's map once it exists (map_source).
+  std::atomic<const rkv::server::MapSource*> map_source{nullptr};
   std::unique_ptr<rkv::server::AdminServer> admin;
   std::string admin_address;
   std::string data_address;
@@ -299,7 +318,7 @@ int main(int argc, char** argv) {
       a.heap_bytes_used = st.heap_bytes_used;
       a.heap_bytes_quarantined = st.heap_bytes_quarantined;
       return a;
-    });
+    }, AdminShardsOf(srv, &map_source, server_id));
     if (!started.ok()) return fail("starting the Admin service on " + admin_listen + " failed: " + started.status().ToString());
     admin = std::move(*started);
     // A wildcard admin host is announced with the data address's host.
@@ -345,6 +364,7 @@ int main(int argc, char** argv) {
     };
     membership = std::make_unique<rkv::server::Membership>(std::move(m));
     policy->Attach(membership.get());
+    map_source.store(membership.get(), std::memory_order_release);
     join.emplace(membership.get());
   }
 

@@ -120,6 +120,10 @@ class Server {
   uint64_t hash_seed() const { return hash_seed_; }
   uint64_t heap_bytes() const { return heap_region_.length; }
 
+  // The apply path, for read-only passes over the table (Admin's
+  // ShardChecksums and ListShard); usable until Shutdown.
+  const Applier& applier() const { return *applier_; }
+
  private:
   struct Worker;
 
