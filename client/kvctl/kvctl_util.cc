@@ -612,7 +612,8 @@ std::string FormatVerifyText(const VerifyReport& report) {
       out += "shard " + U(d.shard) + ": the replicas answered from different map versions (it may be moving)\n";
     }
     if (!d.keys_listed) continue;
-    out += "shard " + U(d.shard) + ": " + U(d.key_diffs.size()) + " keys differ (version on";
+    out += "shard " + U(d.shard) + ": " + U(d.key_diffs.size()) +
+           (d.key_diffs.size() == 1 ? " key differs" : " keys differ") + " (version on";
     for (const ReplicaDigest& r : d.replicas) out += " " + r.server_id;
     out += "; 0: absent)\n";
     for (size_t i = 0; i < d.key_diffs.size() && i < kMaxKeyDiffsShown; ++i) {
