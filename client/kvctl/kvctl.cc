@@ -254,40 +254,25 @@ int Drain(rkv::Client& client, const std::string& server_id, bool json) {
   std::ostream& log = json ? std::cerr : std::cout;
   log << "drain " << server_id << ": " << accepted->roles_to_move << " roles to move (map version "
       << accepted->map_version << ")" << std::endl;
-  rkv::kvctl::RolesLeft left;
-  uint64_t map_version = accepted->map_version;
-  bool drained = accepted->roles_to_move == 0;
-  if (FLAGS_wait && !drained) {
-    bool first = true;
-    rkv::kvctl::RolesLeft shown;
-    rkv::Status last_error;
-    for (;;) {
-      const rkv::Status refreshed = client.RefreshClusterMap(call());
-      if (refreshed.ok()) {
-        auto info = client.Cluster();
-        if (!info.ok()) return Fail("drain", info.status());
-        map_version = info->map_version;
-        left = rkv::kvctl::RolesOf(*info, server_id);
-        if (left.total() == 0) {
-          drained = true;
-          break;
-        }
-        if (first || left.primaries != shown.primaries || left.backups != shown.backups ||
-            left.syncing != shown.syncing) {
-          log << "map version " << map_version << ": " << server_id << " still holds "
-              << rkv::kvctl::FormatRolesLeft(left) << std::endl;
-          shown = left;
-          first = false;
-        }
-      } else if (last_error.ToString() != refreshed.ToString()) {
-        // The coordinator may be restarting: keep following until the deadline.
-        std::cerr << "kvctl: drain: " << refreshed.ToString() << " (still waiting)" << std::endl;
-        last_error = refreshed;
-      }
-      if (std::chrono::steady_clock::now() + std::chrono::milliseconds(500) >= deadline) break;
-      std::this_thread::sleep_for(std::chrono::milliseconds(500));
-    }
+  rkv::kvctl::DrainOutcome outcome;
+  outcome.map_version = accepted->map_version;
+  outcome.drained = accepted->roles_to_move == 0;
+  if (FLAGS_wait && !outcome.drained) {
+    rkv::kvctl::DrainIo io;
+    io.cluster = [&]() -> rkv::StatusOr<rkv::ClusterInfo> {
+      RKV_RETURN_IF_ERROR(client.RefreshClusterMap(call()));
+      return client.Cluster();
+    };
+    io.expired = [&] { return std::chrono::steady_clock::now() + std::chrono::milliseconds(500) >= deadline; };
+    io.pause = [] { std::this_thread::sleep_for(std::chrono::milliseconds(500)); };
+    io.log = [&](const std::string& line) { log << line << std::endl; };
+    // The coordinator may be restarting: drain keeps following until the deadline.
+    io.warn = [](const rkv::Status& s) { std::cerr << "kvctl: drain: " << s.ToString() << " (still waiting)" << std::endl; };
+    outcome = rkv::kvctl::FollowDrain(server_id, accepted->map_version, io);
   }
+  const bool drained = outcome.drained;
+  const rkv::kvctl::RolesLeft& left = outcome.left;
+  const uint64_t map_version = outcome.map_version;
   if (json) {
     if (!WriteAll(rkv::kvctl::FormatDrainJson(server_id, map_version, accepted->roles_to_move, drained, left))) {
       return Fail("drain", rkv::PosixError("write(stdout)", errno));
@@ -299,8 +284,8 @@ int Drain(rkv::Client& client, const std::string& server_id, bool json) {
   }
   if (!FLAGS_wait) return kExitOk;
   const auto waited = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::steady_clock::now() - start);
-  std::cerr << "kvctl: drain: timed out after " << waited.count() << " s: " << server_id << " still holds "
-            << rkv::kvctl::FormatRolesLeft(left) << " (map version " << map_version << ")" << std::endl;
+  log << "timed out after " << waited.count() << " s: " << server_id << " still holds "
+      << rkv::kvctl::FormatRolesLeft(left) << " (map version " << map_version << ")" << std::endl;
   return kExitDisagree;
 }
 

@@ -688,6 +688,38 @@ std::string FormatRolesLeft(const RolesLeft& left) {
          (left.backups == 1 ? " backup, " : " backups, ") + U(left.syncing) + " syncing";
 }
 
+DrainOutcome FollowDrain(std::string_view server_id, uint64_t accepted_version, const DrainIo& io) {
+  DrainOutcome out;
+  out.map_version = accepted_version;
+  bool shown_any = false;
+  RolesLeft shown;
+  std::string last_error;
+  for (;;) {
+    auto info = io.cluster();
+    if (info.ok()) {
+      last_error.clear();
+      out.map_version = info->map_version;
+      out.left = RolesOf(*info, server_id);
+      if (out.left.total() == 0) {
+        out.drained = true;
+        return out;
+      }
+      if (!shown_any || out.left.primaries != shown.primaries || out.left.backups != shown.backups ||
+          out.left.syncing != shown.syncing) {
+        io.log("map version " + U(out.map_version) + ": " + std::string(server_id) + " still holds " +
+               FormatRolesLeft(out.left));
+        shown = out.left;
+        shown_any = true;
+      }
+    } else if (info.status().ToString() != last_error) {
+      last_error = info.status().ToString();
+      io.warn(info.status());
+    }
+    if (io.expired()) return out;
+    io.pause();
+  }
+}
+
 std::string FormatDrainJson(std::string_view server_id, uint64_t map_version, uint32_t roles_to_move, bool drained,
                             const RolesLeft& left) {
   return "{\"server_id\":" + JsonQuote(server_id) + ",\"map_version\":" + U(map_version) +

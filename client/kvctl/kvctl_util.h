@@ -199,8 +199,34 @@ struct RolesLeft {
 RolesLeft RolesOf(const ClusterInfo& cluster, std::string_view server_id);
 // "P primaries, B backups, S syncing".
 std::string FormatRolesLeft(const RolesLeft& left);
+
+// How FollowDrain reaches the cluster and the clock (kvctl passes a
+// Client's calls, its deadline and stdout/stderr).
+struct DrainIo {
+  // The cluster map, refreshed from the coordinator. An error (the
+  // coordinator restarting) is reported through `warn` and retried.
+  std::function<StatusOr<ClusterInfo>()> cluster;
+  std::function<bool()> expired;  // the wait's deadline has passed
+  std::function<void()> pause;    // between two looks at the map
+  std::function<void(const std::string& line)> log;  // progress
+  std::function<void(const Status& error)> warn;     // once per distinct error in a row
+};
+
+struct DrainOutcome {
+  bool drained = false;      // the server holds no role in the last map seen
+  uint64_t map_version = 0;  // of that map (the accepted version when none was seen)
+  RolesLeft left;            // what it still held then
+};
+
+// Follows the map until `server_id` holds no role (drained) or io.expired()
+// after a look (not drained); logs "map version V: ID still holds P
+// primaries, B backups, S syncing" on the first look and whenever that
+// changes.
+DrainOutcome FollowDrain(std::string_view server_id, uint64_t accepted_version, const DrainIo& io);
+
 // One JSON line: {"server_id", "map_version", "roles_to_move", "drained",
-// "left": {"primaries", "backups", "syncing"}}.
+// "left": {"primaries", "backups", "syncing"}} (left: what the server held
+// in the last map looked at; zeros when none was, as with --nowait).
 std::string FormatDrainJson(std::string_view server_id, uint64_t map_version, uint32_t roles_to_move,
                             bool drained, const RolesLeft& left);
 

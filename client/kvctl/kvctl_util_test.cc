@@ -503,5 +503,89 @@ TEST(DrainFormatTest, RolesLeftCountEveryRole) {
             "\"left\":{\"primaries\":1,\"backups\":0,\"syncing\":1}}\n");
 }
 
+TEST(DrainFollowTest, FollowsTheMapUntilTheServerHoldsNothing) {
+  // What the coordinator's map says at each look: "a" loses its roles one
+  // by one; one look fails (the coordinator restarting).
+  std::vector<StatusOr<ClusterInfo>> looks;
+  ClusterInfo c = SmallCluster();  // a: primary of 0
+  c.shards[1].syncing = {"a"};
+  c.map_version = 10;
+  looks.push_back(c);
+  c.map_version = 11;  // nothing changed for a: no line
+  looks.push_back(c);
+  looks.push_back(Unavailable("coordinator down"));
+  looks.push_back(Unavailable("coordinator down"));  // the same error: one warning
+  c.map_version = 12;
+  c.shards[1].syncing.clear();
+  c.shards[1].replicas = {"b", "c", "a"};
+  looks.push_back(c);
+  c.map_version = 13;
+  c.shards[0].replicas = {"b", "a", "c"};
+  c.shards[0].handover_from = "a";
+  looks.push_back(c);
+  c.map_version = 14;
+  c.shards[0].replicas = {"b", "c"};
+  c.shards[0].handover_from.clear();
+  c.shards[1].replicas = {"b", "c"};
+  looks.push_back(c);
+
+  size_t next = 0;
+  int pauses = 0;
+  std::vector<std::string> lines;
+  std::vector<std::string> warnings;
+  DrainIo io;
+  io.cluster = [&] { return looks.at(next++); };
+  io.expired = [] { return false; };
+  io.pause = [&] { ++pauses; };
+  io.log = [&](const std::string& line) { lines.push_back(line); };
+  io.warn = [&](const Status& s) { warnings.push_back(s.ToString()); };
+  const DrainOutcome out = FollowDrain("a", 9, io);
+  EXPECT_TRUE(out.drained);
+  EXPECT_EQ(out.map_version, 14u);
+  EXPECT_EQ(out.left.total(), 0u);
+  EXPECT_EQ(next, looks.size());
+  EXPECT_EQ(pauses, static_cast<int>(looks.size()) - 1);
+  EXPECT_EQ(lines, (std::vector<std::string>{
+                       "map version 10: a still holds 1 primary, 0 backups, 1 syncing",
+                       "map version 12: a still holds 1 primary, 1 backup, 0 syncing",
+                       "map version 13: a still holds 0 primaries, 2 backups, 0 syncing",
+                   }));
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_NE(warnings[0].find("coordinator down"), std::string::npos);
+}
+
+TEST(DrainFollowTest, StopsAtTheDeadlineWithWhatIsLeft) {
+  ClusterInfo c = SmallCluster();
+  c.map_version = 21;
+  int looks = 0;
+  DrainIo io;
+  io.cluster = [&]() -> StatusOr<ClusterInfo> {
+    ++looks;
+    return c;
+  };
+  io.expired = [&] { return looks >= 3; };
+  io.pause = [] {};
+  std::vector<std::string> lines;
+  io.log = [&](const std::string& line) { lines.push_back(line); };
+  io.warn = [](const Status&) {};
+  const DrainOutcome out = FollowDrain("c", 20, io);
+  EXPECT_FALSE(out.drained);
+  EXPECT_EQ(looks, 3);
+  EXPECT_EQ(out.map_version, 21u);
+  EXPECT_EQ(out.left.primaries, 1u);
+  EXPECT_EQ(out.left.backups, 2u);
+  EXPECT_EQ(lines.size(), 1u);  // nothing changed after the first look
+  // A coordinator that never answers: the accepted version, nothing known.
+  io.cluster = [&]() -> StatusOr<ClusterInfo> {
+    ++looks;
+    return Unavailable("down");
+  };
+  looks = 0;
+  const DrainOutcome none = FollowDrain("c", 20, io);
+  EXPECT_FALSE(none.drained);
+  EXPECT_EQ(none.map_version, 20u);
+  EXPECT_EQ(none.left.total(), 0u);
+}
+
 }  // namespace
 }  // namespace rkv::kvctl
