@@ -5,7 +5,10 @@
 // which owns every shard. Both go through the same routing (Routes), pools
 // and retries (Client::Impl::WithServer); a client of a coordinator also
 // holds a lease on its map (LeaseKeeper) and uses a server only under one
-// that covers it (docs/design.md §8.4); what only a coordinator's map
+// that covers it (docs/design.md §8.4). A GET or MultiGet with
+// ReadFrom::kAnyReplica starts on a replica (the shard's primary or a
+// backup, taken in turn: NextReadTurn) and falls back to the primary
+// (docs/design.md §4.3). What only a coordinator's map
 // has (members, admin stats, map versions) fails with FAILED_PRECONDITION
 // without one.
 #include "rkv/client.h"
@@ -19,6 +22,7 @@
 #include <optional>
 #include <random>
 #include <thread>
+#include <utility>
 
 #include "client/cluster_map.h"
 #include "client/connection_pool.h"
@@ -71,6 +75,25 @@ transport::Kind KindOf(const ServerEntry& e) {
 // Whether `pool` was made for the incarnation `e` describes.
 bool Serves(const ConnectionPool& pool, const ServerEntry& e) {
   return pool.map_epoch() == e.epoch && pool.address() == e.data_address && pool.kind() == KindOf(e);
+}
+
+// The calling thread's next turn among a shard's replicas (ReadFrom::
+// kAnyReplica). A counter per thread rather than one per client: no cache
+// line is written by every read of every thread, and a thread's
+// consecutive reads still rotate over all the shard's replicas, so even one
+// thread spreads its reads evenly. Each thread starts at a random turn, so
+// that many threads that each read a little do not all start on the
+// primary.
+uint64_t NextReadTurn() {
+  thread_local uint64_t turn = (uint64_t{std::random_device{}()} << 32) | std::random_device{}();
+  return turn++;
+}
+
+// CallOptions::read_from names one of the enumerators.
+Status CheckReadFrom(ReadFrom from) {
+  if (from == ReadFrom::kPrimary || from == ReadFrom::kAnyReplica) [[likely]] return Status::Ok();
+  return InvalidArgument("CallOptions.read_from is " + to_string(static_cast<int>(from)) +
+                         ", expected ReadFrom::kPrimary or ReadFrom::kAnyReplica");
 }
 
 MemberInfo ToMember(const ServerEntry& e) {
@@ -244,6 +267,26 @@ class Client::Impl {
                       std::span<const std::string_view>(&key, 1));
   }
 
+  // The server a read of `key` starts on: its owner (the shard's primary),
+  // or for kAnyReplica the replica of turn `turn` (RoutingTable::
+  // ReplicaIndexOf). Every retry goes to the owner (WithServer).
+  static size_t ReadIndexOf(const RoutingTable& table, std::string_view key, ReadFrom from, uint64_t turn) {
+    if (from == ReadFrom::kPrimary) [[likely]] return table.OwnerIndexOf(key);
+    return table.ReplicaIndexOf(key, turn);
+  }
+
+  // How many attempts this client ran on `server_id`'s current incarnation
+  // (Client::AttemptsOn).
+  uint64_t AttemptsOn(std::string_view server_id) EXCLUDES(pools_mu_) {
+    const auto routes = Routing();
+    const ServerEntry* e = routes->table().Find(server_id);
+    if (e == nullptr) return 0;
+    MutexLock lock(pools_mu_);
+    const auto it = pools_.find(e->server_id);
+    if (it == pools_.end() || !Serves(*it->second, *e)) return 0;
+    return it->second->attempts();
+  }
+
   // Runs `fn(connection)` on a connection to server `index` of the table of
   // `routes`, from a slot of its pool (any free one, or slot `slot`). `fn`
   // returns a Status; a non-OK one with the connection intact is the call's
@@ -256,7 +299,9 @@ class Client::Impl {
   // by id, in the newest table (shards stay with their server id across
   // restarts, so the id is re-resolved; when `keys` are given, the
   // server that owns them in the newest table is, since a failover moves
-  // shards to another server). A client of a
+  // shards to another server). `index` need not own the `keys` (a read of
+  // any replica): the first attempt goes to `index`, every retry to their
+  // owner. A client of a
   // coordinator prefixes errors with the server ("server ID (epoch E,
   // HOST:PORT): "); the errors of a client of one server name its address.
   //
@@ -294,6 +339,7 @@ class Client::Impl {
           return Named(*a.server, std::move(s));
         }
         if (s.ok()) [[likely]] {
+          pool->NoteAttempt();
           s = fn(lease.conn());
           if (s.ok()) [[likely]] return s;
           if (cluster() && NotPrimary(s, &a.min_version)) [[unlikely]] {
@@ -458,6 +504,10 @@ class Client::Impl {
     out.heap_bytes = r->heap_bytes();
     out.heap_bytes_used = r->heap_bytes_used();
     out.heap_bytes_quarantined = r->heap_bytes_quarantined();
+    out.catchup_records_listed = r->catchup_records_listed();
+    out.catchup_values_fetched = r->catchup_values_fetched();
+    out.syncing_shards = r->syncing_shards();
+    out.catchup_records_served = r->catchup_records_served();
     return out;
   }
 
@@ -507,8 +557,9 @@ class Client::Impl {
     std::shared_ptr<Routes> routes;  // the newest the call has routed by
     size_t index;                    // of the server in routes->table()
     const ServerEntry* server;       // routes->table().servers()[index]
-    // The keys the call is for (all owned by `server` when it began), or
-    // none: then the server is found again by id.
+    // The keys the call is for (all owned by one server when it began:
+    // `server`, or the primary of their shard when `server` is another
+    // replica of it), or none: then the server is found again by id.
     std::span<const std::string_view> keys;
     uint64_t min_version = 0;  // a server named this map version: wait for it
     std::chrono::milliseconds backoff{1};
@@ -772,13 +823,19 @@ Status Client::Get(std::string_view key, std::string* value, uint64_t* version,
   value->clear();
   auto routes = impl_->Routing();
   RKV_RETURN_IF_ERROR(impl_->CheckKey(routes->table(), key));
+  RKV_RETURN_IF_ERROR(CheckReadFrom(call.read_from));
   const Deadline deadline = impl_->DeadlineOf(call);
   client::LookupResult result;
   result.value.swap(*value);  // the lookup copies the value into the caller's memory
-  Status s = impl_->WithKey(std::move(routes), key, deadline, [&](ServerConnection& conn) {
-    return conn.Lookup(std::span<const std::string_view>(&key, 1),
-                       std::span<client::LookupResult>(&result, 1), deadline);
-  });
+  const size_t reader = Impl::ReadIndexOf(routes->table(), key, call.read_from,
+                                          call.read_from == ReadFrom::kPrimary ? 0 : NextReadTurn());
+  Status s = impl_->WithServer(
+      std::move(routes), reader, deadline,
+      [&](ServerConnection& conn) {
+        return conn.Lookup(std::span<const std::string_view>(&key, 1),
+                           std::span<client::LookupResult>(&result, 1), deadline);
+      },
+      ConnectionPool::kAnySlot, std::span<const std::string_view>(&key, 1));
   result.value.swap(*value);
   if (!s.ok() || !result.status.ok()) [[unlikely]] {
     value->clear();
@@ -850,20 +907,28 @@ std::vector<StatusOr<std::string>> Client::MultiGet(std::span<const std::string>
   const RoutingTable& table = routes->table();
   std::vector<client::LookupResult> results(keys.size());
   std::vector<Status> group_status(keys.size());  // per key: its group's call status
+  const Status read_from = CheckReadFrom(call.read_from);
   for (size_t i = 0; i < keys.size(); ++i) {
-    Status s = impl_->CheckKey(table, keys[i]);
+    Status s = read_from.ok() ? impl_->CheckKey(table, keys[i]) : read_from;
     if (!s.ok()) {
       results[i].done = true;
       results[i].status = std::move(s);
     }
   }
-  // Group the keys by owner (one table for all), run each group on its
-  // server, results land back at the keys' positions.
-  std::map<size_t, std::vector<size_t>> groups;  // server index -> key positions
+  // Group the keys by the server read and their owner (one table for
+  // all), run each group on the server read, results land back at the
+  // keys' positions. A group's keys share an owner, so that a retry (on the
+  // owner) is one call. With kAnyReplica, one turn for the call: each
+  // shard's keys go to one replica.
+  const uint64_t turn = call.read_from == ReadFrom::kPrimary ? 0 : NextReadTurn();
+  // (server read, owner) -> key positions
+  std::map<std::pair<size_t, size_t>, std::vector<size_t>> groups;
   for (size_t i = 0; i < keys.size(); ++i) {
-    if (!results[i].done) groups[table.OwnerIndexOf(keys[i])].push_back(i);
+    if (results[i].done) continue;
+    groups[{Impl::ReadIndexOf(table, keys[i], call.read_from, turn), table.OwnerIndexOf(keys[i])}].push_back(i);
   }
-  for (const auto& [server, positions] : groups) {
+  for (const auto& [servers, positions] : groups) {
+    const size_t server = servers.first;
     std::vector<std::string_view> views;
     std::vector<client::LookupResult> group(positions.size());
     views.reserve(positions.size());
@@ -890,6 +955,8 @@ std::vector<StatusOr<std::string>> Client::MultiGet(std::span<const std::string>
   }
   return out;
 }
+
+uint64_t Client::AttemptsOn(std::string_view server_id) const { return impl_->AttemptsOn(server_id); }
 
 uint32_t Client::max_key_bytes() const { return impl_->MaxKeyBytes(impl_->Routing()->table()); }
 uint32_t Client::max_value_bytes() const { return impl_->MaxValueBytes(impl_->Routing()->table()); }

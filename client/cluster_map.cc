@@ -85,6 +85,7 @@ StatusOr<std::shared_ptr<const RoutingTable>> RoutingTable::Build(const v1::Clus
       t->handover_from_.push_back(r.handover_from());
     }
   }
+  t->IndexUpReplicas();
   return std::shared_ptr<const RoutingTable>(std::move(t));
 }
 
@@ -102,7 +103,19 @@ std::shared_ptr<const RoutingTable> RoutingTable::ForServer(const std::string& d
   t->shard_to_server_.push_back(0);
   t->replica_begin_ = {0, 1};
   t->replica_servers_ = {0};
+  t->IndexUpReplicas();
   return t;
+}
+
+void RoutingTable::IndexUpReplicas() {
+  up_replica_begin_.assign(1, 0);
+  up_replica_servers_.clear();
+  for (size_t shard = 0; shard + 1 < replica_begin_.size(); ++shard) {
+    for (uint32_t i = replica_begin_[shard]; i < replica_begin_[shard + 1]; ++i) {
+      if (servers_[replica_servers_[i]].up) up_replica_servers_.push_back(replica_servers_[i]);
+    }
+    up_replica_begin_.push_back(static_cast<uint32_t>(up_replica_servers_.size()));
+  }
 }
 
 const ServerEntry& RoutingTable::OwnerOfShard(uint32_t shard) const {

@@ -1,7 +1,9 @@
 // The client's routing: a table that sends each key to the server that
 // owns it (key -> shard -> owning server, the shard's primary), the
 // shard's replica set (primary first, then its backups), and the holder
-// that publishes the newest table. Data calls go to the primary only. A table is built from a validated v1::ClusterMap (a
+// that publishes the newest table. Writes go to the primary only; a read
+// goes to the primary, or to any replica marked UP when its caller allows
+// (ReplicaIndexOf). A table is built from a validated v1::ClusterMap (a
 // client of a coordinator), or for one server given by its address, which
 // then owns every shard (a client of one server: no coordinator).
 //
@@ -104,6 +106,21 @@ class RoutingTable {
   std::vector<ReplicaEntry> ReplicasOfShard(uint32_t shard) const;
   // The replica set of `key`'s shard.
   std::vector<ReplicaEntry> ReplicasOf(std::string_view key) const;
+  // The index into servers() of the server a read of `key` that may use
+  // any replica goes to: the `turn`-th (mod their count) of the replicas
+  // of the key's shard that the map marks UP, in the replica set's order
+  // (primary first). Only the shard's replicas (a ShardReplicas'
+  // server_ids) are candidates, never a server still catching up on it
+  // (its syncing_ids). The primary (OwnerIndexOf) when no replica is UP,
+  // so that the call meets the DOWN primary and retries as any call does.
+  size_t ReplicaIndexOf(std::string_view key, uint64_t turn) const {
+    if (servers_.size() == 1) return 0;
+    const uint32_t shard = ShardOf(key, shard_count());
+    const uint32_t begin = up_replica_begin_[shard];
+    const uint32_t count = up_replica_begin_[shard + 1] - begin;
+    if (count == 0) return shard_to_server_[shard];
+    return up_replica_servers_[begin + turn % count];
+  }
 
   // The servers catching up on shard `shard` (< shard_count()), in the
   // map's order (empty in a map older than catch-up), and the server the
@@ -121,6 +138,8 @@ class RoutingTable {
 
  private:
   RoutingTable() = default;
+  // Fills up_replica_* from replica_* and the servers' states.
+  void IndexUpReplicas();
 
   uint64_t version_ = 0;
   std::vector<ServerEntry> servers_;
@@ -133,6 +152,9 @@ class RoutingTable {
   // Per shard; empty vectors when the map lists no replica sets.
   std::vector<std::vector<std::string>> syncing_;
   std::vector<std::string> handover_from_;
+  // The same lists less the servers the map marks DOWN (ReplicaIndexOf).
+  std::vector<uint32_t> up_replica_begin_;
+  std::vector<uint32_t> up_replica_servers_;
   uint32_t min_max_key_bytes_ = 0;
   uint32_t min_max_value_bytes_ = 0;
 };

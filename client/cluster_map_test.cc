@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <set>
 #include <string>
 #include <vector>
@@ -125,6 +126,89 @@ TEST(RoutingTableTest, ExposesReplicaSetsPrimaryFirstAndRoutesToThePrimary) {
   EXPECT_EQ(c->zone, "zone-2");
   EXPECT_EQ(c->shards_owned, 4u);
   EXPECT_EQ(c->backup_shards, 7u);  // 8 shards as a backup, less shard 0
+}
+
+// The servers ReplicaIndexOf picks for `key` over `turns` consecutive turns,
+// in order.
+std::vector<std::string> ReadersOf(const RoutingTable& table, const std::string& key, uint64_t first,
+                                   int turns) {
+  std::vector<std::string> out;
+  for (int i = 0; i < turns; ++i) {
+    out.push_back(table.servers()[table.ReplicaIndexOf(key, first + static_cast<uint64_t>(i))].server_id);
+  }
+  return out;
+}
+
+// A key of shard `shard` of 12.
+std::string KeyOfShard(uint32_t shard) {
+  for (int i = 0;; ++i) {
+    std::string key = "key-" + std::to_string(i);
+    if (ShardOf(key, 12) == shard) return key;
+  }
+}
+
+TEST(RoutingTableTest, AnyReplicaReadsTakeTheShardsReplicasInTurn) {
+  auto t = RoutingTable::Build(ReplicatedMap(7));
+  ASSERT_TRUE(t.ok()) << t.status();
+  const RoutingTable& table = **t;
+  // Shard 4 is b, c, a: consecutive turns visit each once, in that order.
+  EXPECT_EQ(ReadersOf(table, KeyOfShard(4), 0, 6), (std::vector<std::string>{"b", "c", "a", "b", "c", "a"}));
+  // Shard 0 lost its backup c: only a and b are read.
+  EXPECT_EQ(ReadersOf(table, KeyOfShard(0), 0, 4), (std::vector<std::string>{"a", "b", "a", "b"}));
+  // Every key: as many consecutive turns as its shard has replicas, from
+  // any start, read each replica exactly once.
+  for (int i = 0; i < 200; ++i) {
+    const std::string key = "key-" + std::to_string(i);
+    std::multiset<std::string> replicas;
+    for (const ReplicaEntry& r : table.ReplicasOf(key)) replicas.insert(r.server->server_id);
+    for (const uint64_t first : {uint64_t{0}, static_cast<uint64_t>(i), uint64_t{1} << 40}) {
+      const std::vector<std::string> read = ReadersOf(table, key, first, static_cast<int>(replicas.size()));
+      EXPECT_EQ(std::multiset<std::string>(read.begin(), read.end()), replicas) << key << " from turn " << first;
+    }
+  }
+}
+
+TEST(RoutingTableTest, AnyReplicaReadsNeverGoToAServerCatchingUp) {
+  v1::ClusterMap map = ReplicatedMap(7);
+  // c catches up on shard 0 (listed in syncing_ids, not server_ids).
+  map.mutable_shard_replicas(0)->add_syncing_ids("c");
+  auto t = RoutingTable::Build(map);
+  ASSERT_TRUE(t.ok()) << t.status();
+  const std::vector<std::string> read = ReadersOf(**t, KeyOfShard(0), 0, 50);
+  EXPECT_EQ(std::set<std::string>(read.begin(), read.end()), (std::set<std::string>{"a", "b"}));
+}
+
+TEST(RoutingTableTest, AnyReplicaReadsSkipDownReplicasAndFallBackToThePrimary) {
+  v1::ClusterMap map = ReplicatedMap(7);
+  map.mutable_servers(2)->set_state(v1::DOWN);  // c
+  auto t = RoutingTable::Build(map);
+  ASSERT_TRUE(t.ok()) << t.status();
+  // Shard 4 (b, c, a) reads b and a; shard 5 (c, a, b), whose primary is
+  // DOWN, reads its backups a and b.
+  EXPECT_EQ(ReadersOf(**t, KeyOfShard(4), 0, 4), (std::vector<std::string>{"b", "a", "b", "a"}));
+  EXPECT_EQ(ReadersOf(**t, KeyOfShard(5), 0, 4), (std::vector<std::string>{"a", "b", "a", "b"}));
+  // With every replica DOWN the primary is named, whose DOWN state the
+  // call then meets like any call.
+  for (int i = 0; i < 3; ++i) map.mutable_servers(i)->set_state(v1::DOWN);
+  t = RoutingTable::Build(map);
+  ASSERT_TRUE(t.ok()) << t.status();
+  for (uint32_t shard = 0; shard < 12; ++shard) {
+    const std::string key = KeyOfShard(shard);
+    EXPECT_EQ(ReadersOf(**t, key, 0, 3), std::vector<std::string>(3, (*t)->OwnerOf(key).server_id)) << key;
+  }
+}
+
+TEST(RoutingTableTest, AnyReplicaReadsWithoutBackupsGoToTheOwner) {
+  auto t = RoutingTable::Build(ThreeServerMap(5));  // R = 1
+  ASSERT_TRUE(t.ok()) << t.status();
+  for (int i = 0; i < 100; ++i) {
+    const std::string key = "key-" + std::to_string(i);
+    EXPECT_EQ(ReadersOf(**t, key, static_cast<uint64_t>(i), 3),
+              std::vector<std::string>(3, (*t)->OwnerOf(key).server_id))
+        << key;
+  }
+  const auto single = RoutingTable::ForServer("127.0.0.1:7700", "tcp");
+  EXPECT_EQ(ReadersOf(*single, "any", 5, 2), std::vector<std::string>(2, "127.0.0.1:7700"));
 }
 
 TEST(RoutingTableTest, AMapOlderThanReplicationHasTheOwnerAlone) {

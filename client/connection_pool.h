@@ -48,6 +48,11 @@ class ConnectionPool {
   uint64_t map_epoch() const { return map_epoch_; }
   size_t size() const { return slots_.size(); }
 
+  // Counts one attempt of a call on this server (Client::AttemptsOn).
+  // Relaxed: a statistic, ordered with nothing.
+  void NoteAttempt() { attempts_.fetch_add(1, std::memory_order_relaxed); }
+  uint64_t attempts() const { return attempts_.load(std::memory_order_relaxed); }
+
  private:
   friend class SlotLease;
 
@@ -84,6 +89,7 @@ class ConnectionPool {
   const uint64_t map_epoch_;
   std::vector<std::unique_ptr<Slot>> slots_;  // filled by the constructor only
   std::atomic<size_t> next_slot_{0};  // round-robin start of Acquire
+  std::atomic<uint64_t> attempts_{0};  // NoteAttempt
 };
 
 // A call's hold on one slot of a pool: locks it on construction, unlocks

@@ -41,6 +41,9 @@ struct TargetOptions {
   std::string token;
   std::string transport = "auto";
   int timeout_ms = 5000;
+  // rkv with a coordinator: GETs read any replica of the key's shard
+  // (rkv::ReadFrom::kAnyReplica) instead of its primary.
+  bool read_any_replica = false;
 };
 
 // Opens a new connection. INVALID_ARGUMENT for an unknown kind or a bad

@@ -11,7 +11,9 @@ namespace {
 
 class RkvTarget final : public KvTarget {
  public:
-  explicit RkvTarget(std::unique_ptr<Client> client) : client_(std::move(client)) {}
+  RkvTarget(std::unique_ptr<Client> client, bool read_any_replica) : client_(std::move(client)) {
+    if (read_any_replica) get_options_.read_from = ReadFrom::kAnyReplica;
+  }
 
   Status Put(std::string_view key, std::string_view value) override {
     StatusOr<uint64_t> version = client_->Put(key, value);
@@ -21,18 +23,20 @@ class RkvTarget final : public KvTarget {
   // Into one string per target (one per benchmark thread), as a caller
   // that reads many values would: no allocation per GET.
   StatusOr<size_t> Get(std::string_view key) override {
-    if (Status s = client_->Get(key, &value_); !s.ok()) return s;
+    if (Status s = client_->Get(key, &value_, nullptr, get_options_); !s.ok()) return s;
     return value_.size();
   }
 
   std::string Description() const override {
     const std::string reason = client_->transport_reason();
-    return "rkv " + (reason.empty() ? "transport " + client_->transport_name() : reason);
+    return "rkv " + (reason.empty() ? "transport " + client_->transport_name() : reason) +
+           (get_options_.read_from == ReadFrom::kAnyReplica ? "; GETs read any replica" : "");
   }
 
  private:
   std::unique_ptr<Client> client_;
   std::string value_;
+  CallOptions get_options_;
 };
 
 }  // namespace
@@ -54,7 +58,7 @@ StatusOr<std::unique_ptr<KvTarget>> OpenRkvTarget(const TargetOptions& options) 
     return client.status().WithContext(options.coordinator.empty() ? "rkv connect to " + options.server
                                                                    : "rkv connect to coordinator " + options.coordinator);
   }
-  return std::unique_ptr<KvTarget>(std::make_unique<RkvTarget>(std::move(*client)));
+  return std::unique_ptr<KvTarget>(std::make_unique<RkvTarget>(std::move(*client), options.read_any_replica));
 }
 
 }  // namespace rkv::bench

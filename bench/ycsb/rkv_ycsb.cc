@@ -51,6 +51,10 @@ DEFINE_string(server, "127.0.0.1:7700", "HOST:PORT of the store (default 127.0.0
 DEFINE_string(coordinator, "",
               "rkv: HOST:PORT of an rkv-coordinator; runs the client in cluster mode and --server is "
               "ignored (default: none, one server)");
+DEFINE_string(read_from, "primary",
+              "rkv with --coordinator: which replica a GET reads: primary (linearizable) or any (the "
+              "shard's primary or a backup in turn, spreading reads; may return a value not yet "
+              "acknowledged, or one up to about a lease old: see rkv::ReadFrom) (default primary)");
 DEFINE_int32(redis_wait_replicas, 0,
              "redis: after every SET, WAIT until this many replicas acknowledged it, 0..16; a SET not "
              "acknowledged by them within --timeout_ms counts as a failed PUT (default 0: no WAIT)");
@@ -178,6 +182,14 @@ StatusOr<Config> ConfigFromFlags() {
     int port = 0;
     if (Status s = SplitHostPort(FLAGS_coordinator, &host, &port); !s.ok()) return s.WithContext("--coordinator");
     c.target.coordinator = FLAGS_coordinator;
+  }
+  if (FLAGS_read_from == "any") {
+    if (c.target.kind != "rkv" || c.target.coordinator.empty()) {
+      return InvalidArgument("--read_from=any applies to --target=rkv with --coordinator only");
+    }
+    c.target.read_any_replica = true;
+  } else if (FLAGS_read_from != "primary") {
+    return InvalidArgument("--read_from must be primary or any");
   }
   if (FLAGS_redis_wait_replicas != 0) {
     if (c.target.kind != "redis") return InvalidArgument("--redis_wait_replicas applies to --target=redis only");

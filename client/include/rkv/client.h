@@ -18,7 +18,7 @@
 //   NOT_FOUND          Get/Delete of a key that is absent.
 //   INVALID_ARGUMENT   a key outside 1..max_key_bytes() bytes or a value over
 //                      max_value_bytes() bytes (checked before anything is
-//                      sent), or bad ClientOptions.
+//                      sent), or bad ClientOptions or CallOptions.
 //   PERMISSION_DENIED  the server refused the connection: a wrong token or
 //                      an incompatible version (the message says which).
 //   RESOURCE_EXHAUSTED the server refused the connection because it has no
@@ -106,9 +106,22 @@ struct ClientOptions {
   int connections = 1;
 };
 
+// Which replica of a key's shard a GET or MultiGet reads (cluster mode;
+// a client of one server reads that server either way).
+enum class ReadFrom {
+  // The shard's primary: linearizable (see Client::Get).
+  kPrimary,
+  // Any replica the cached map lists for the shard (its primary or a
+  // backup, never a server still catching up on it), chosen to spread
+  // reads; weaker guarantees, spelt out at Client::Get.
+  kAnyReplica,
+};
+
 struct CallOptions {
   // Deadline of this call; 0 means ClientOptions::timeout.
   std::chrono::milliseconds timeout{0};
+  // GET and MultiGet only (writes always go to the primary).
+  ReadFrom read_from = ReadFrom::kPrimary;
 };
 
 // A value with the version the server assigned to it.
@@ -173,6 +186,11 @@ struct ServerStatsInfo {
   uint64_t heap_bytes = 0;
   uint64_t heap_bytes_used = 0;
   uint64_t heap_bytes_quarantined = 0;
+  // Catch-up (docs/design.md §5.8), since the server started.
+  uint64_t catchup_records_listed = 0;   // records listed to it by primaries
+  uint64_t catchup_values_fetched = 0;   // values it fetched and installed
+  uint32_t syncing_shards = 0;           // shards it is catching up on now
+  uint64_t catchup_records_served = 0;   // records it listed to others
 };
 
 // One shard's digest on one server (Client::ShardChecksums): its records'
@@ -232,6 +250,42 @@ class RKV_EXPORT Client {
   Client& operator=(const Client&) = delete;
 
   // The value of `key`; NOT_FOUND when absent.
+  //
+  // With ReadFrom::kPrimary (the default) the read is linearizable: it
+  // returns the value of the newest acknowledged write of `key`, or of a
+  // write not yet acknowledged whose PUT or DELETE was in flight during the
+  // call, never an older one.
+  //
+  // With ReadFrom::kAnyReplica (cluster mode) the call reads one replica
+  // of the key's shard as the client's cached map lists it: the primary
+  // or a backup that the map marks UP, taken in turn by the calling
+  // thread, under a lease on that map that covers the server, with the
+  // same one-sided READs and checks as a read of the primary. Should that
+  // attempt fail (the server unreachable, restarted, DOWN, not covered by
+  // the lease), the call retries on the key's primary in the newest map,
+  // as a kPrimary call does. A backup read guarantees:
+  //   - a value that some PUT of `key` wrote, checked end to end like a
+  //     primary's (checksum, key, version), or NOT_FOUND when the replica
+  //     holds none;
+  //   - every write this client (or anyone) had acknowledged before the
+  //     call began, unless the backup was taken out of the shard's replica
+  //     set meanwhile (a backup that failed to acknowledge a write, or
+  //     dropped at a failover) and the cached map still lists it: the
+  //     client keeps reading it until its lease on that map ends, so such
+  //     a read may miss writes acknowledged up to about one lease
+  //     (the coordinator's --lease_ms) before it.
+  // It does not guarantee:
+  //   - that the value was acknowledged: a backup installs a forwarded
+  //     write before the primary publishes and acknowledges it, and the
+  //     primary may then fail (lease expired, another backup failed and
+  //     the coordinator could not be told, a full table): such a value may
+  //     never be acknowledged, and a later read of the primary may not
+  //     show it (likewise NOT_FOUND for a DELETE not acknowledged);
+  //   - monotonic reads: two calls may read different replicas, the
+  //     second older than the first, even from one thread;
+  //   - linearizability, nor reading one's own writes in the case above.
+  // MultiGet with kAnyReplica reads each shard's keys from one replica.
+  // Reads spread over the replicas only where the map lists backups (R > 1).
   StatusOr<std::string> Get(std::string_view key, const CallOptions& call = {});
   // Same, with the value's version.
   StatusOr<VersionedValue> GetVersioned(std::string_view key, const CallOptions& call = {});
@@ -249,9 +303,20 @@ class RKV_EXPORT Client {
   // Removes `key`; NOT_FOUND when it was absent.
   Status Delete(std::string_view key, const CallOptions& call = {});
   // Gets many keys with pipelined reads: one result per key, in order,
-  // each as Get would return it. All keys share one deadline.
+  // each as Get would return it (call.read_from included: kAnyReplica reads
+  // all keys of one shard from the same replica). All keys share one
+  // deadline.
   std::vector<StatusOr<std::string>> MultiGet(std::span<const std::string> keys,
                                               const CallOptions& call = {});
+
+  // Attempts this client has run on server `server_id` (a client of one
+  // server: its address): one per attempt of a Get, Put or Delete and per
+  // attempt of a MultiGet group that had a connection to it (an attempt
+  // that could not connect is not counted), since the client first used that
+  // server's current incarnation (a restarted server counts from 0). 0 for
+  // a server not used yet or not in the cached map. Shows how
+  // ReadFrom::kAnyReplica spreads reads; thread-safe.
+  uint64_t AttemptsOn(std::string_view server_id) const;
 
   // The server's limits, as announced when the newest connection was made
   // (cluster mode: the smallest over the servers of the cached map).
