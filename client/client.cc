@@ -110,6 +110,8 @@ MemberInfo ToMember(const ServerEntry& e) {
   m.heap_bytes = e.heap_bytes;
   m.zone = e.zone;
   m.backup_shards = e.backup_shards;
+  m.syncing_shards = e.syncing_shards;
+  m.draining = e.draining;
   return m;
 }
 
@@ -468,6 +470,18 @@ class Client::Impl {
     return t.ok() ? Status::Ok() : t.status();
   }
 
+  // The cached map's entry of `server_id` (a copy: the map may change),
+  // or NOT_FOUND.
+  StatusOr<ServerEntry> AdminOf(std::string_view server_id) {
+    const auto routes = Routing();
+    const ServerEntry* e = routes->table().Find(server_id);
+    if (e == nullptr) {
+      return NotFound("no server '" + control::Printable(server_id) + "' in cluster map version " +
+                      to_string(routes->table().version()));
+    }
+    return *e;
+  }
+
   StatusOr<ServerStatsInfo> ServerStats(std::string_view server_id, Deadline deadline) {
     const auto routes = Routing();
     const ServerEntry* e = routes->table().Find(server_id);
@@ -498,6 +512,44 @@ class Client::Impl {
     out.syncing_shards = r->syncing_shards();
     out.catchup_records_served = r->catchup_records_served();
     return out;
+  }
+
+  // ---- Cluster operations (kvctl verify and drain).
+
+  StatusOr<ServerShardChecksums> ShardChecksums(std::string_view server_id, std::span<const uint32_t> shards,
+                                                Deadline deadline) {
+    RKV_ASSIGN_OR_RETURN(const ServerEntry entry, AdminOf(server_id));
+    auto r = control_->ShardChecksums(entry.admin_address, std::vector<uint32_t>(shards.begin(), shards.end()),
+                                      deadline);
+    if (!r.ok()) return r.status().WithContext(entry.Describe());
+    ServerShardChecksums out;
+    out.server_id = entry.server_id;
+    out.map_version = r->map_version();
+    out.shards.reserve(r->shards_size());
+    for (const v1::ShardChecksum& c : r->shards()) {
+      out.shards.push_back(ShardChecksumInfo{c.shard(), c.keys(), c.checksum(), c.max_version()});
+    }
+    return out;
+  }
+
+  StatusOr<ShardListingInfo> ListShard(std::string_view server_id, uint32_t shard, Deadline deadline) {
+    RKV_ASSIGN_OR_RETURN(const ServerEntry entry, AdminOf(server_id));
+    auto r = control_->ListShard(entry.admin_address, shard, deadline);
+    if (!r.ok()) return r.status().WithContext(entry.Describe());
+    ShardListingInfo out;
+    out.server_id = entry.server_id;
+    out.snapshot_version = r->snapshot_version();
+    out.records.reserve(r->records_size());
+    for (v1::ShardRecord& rec : *r->mutable_records()) {
+      out.records.push_back(ShardKeyVersion{std::move(*rec.mutable_key()), rec.version()});
+    }
+    return out;
+  }
+
+  StatusOr<DrainInfo> Drain(std::string_view server_id, Deadline deadline) {
+    auto r = control_->Drain(std::string(server_id), deadline);
+    if (!r.ok()) return r.status();
+    return DrainInfo{r->map_version(), r->roles_to_move()};
   }
 
  private:
@@ -946,6 +998,8 @@ StatusOr<ClusterInfo> Client::Cluster() const {
     for (const ReplicaEntry& r : table.ReplicasOfShard(shard)) {
       out.shards[shard].replicas.push_back(r.server->server_id);
     }
+    out.shards[shard].syncing = table.SyncingOfShard(shard);
+    out.shards[shard].handover_from = table.HandoverFromOfShard(shard);
   }
   return out;
 }
@@ -963,6 +1017,22 @@ StatusOr<ServerStatsInfo> Client::ServerStats(std::string_view server_id, const 
 Status Client::RefreshClusterMap(const CallOptions& call) {
   if (!impl_->cluster()) return FailedPrecondition("RefreshClusterMap needs a client connected through a coordinator");
   return impl_->RefreshClusterMap(impl_->DeadlineOf(call));
+}
+
+StatusOr<ServerShardChecksums> Client::ShardChecksums(std::string_view server_id, std::span<const uint32_t> shards,
+                                                      const CallOptions& call) {
+  if (!impl_->cluster()) return FailedPrecondition("ShardChecksums needs a client connected through a coordinator");
+  return impl_->ShardChecksums(server_id, shards, impl_->DeadlineOf(call));
+}
+
+StatusOr<ShardListingInfo> Client::ListShard(std::string_view server_id, uint32_t shard, const CallOptions& call) {
+  if (!impl_->cluster()) return FailedPrecondition("ListShard needs a client connected through a coordinator");
+  return impl_->ListShard(server_id, shard, impl_->DeadlineOf(call));
+}
+
+StatusOr<DrainInfo> Client::Drain(std::string_view server_id, const CallOptions& call) {
+  if (!impl_->cluster()) return FailedPrecondition("Drain needs a client connected through a coordinator");
+  return impl_->Drain(server_id, impl_->DeadlineOf(call));
 }
 
 }  // namespace rkv

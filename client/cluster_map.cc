@@ -42,6 +42,8 @@ StatusOr<std::shared_ptr<const RoutingTable>> RoutingTable::Build(const v1::Clus
     e.zone = s.zone();
     e.shards_owned = static_cast<uint32_t>(s.shards_size());
     e.backup_shards = static_cast<uint32_t>(s.backup_shards_size());
+    e.syncing_shards = static_cast<uint32_t>(s.syncing_shards_size());
+    e.draining = s.draining();
     e.keys = s.keys();
     e.heap_bytes_used = s.heap_bytes_used();
     e.heap_bytes = s.heap_bytes();
@@ -74,6 +76,14 @@ StatusOr<std::shared_ptr<const RoutingTable>> RoutingTable::Build(const v1::Clus
       }
     }
     t->replica_begin_.push_back(static_cast<uint32_t>(t->replica_servers_.size()));
+  }
+  if (!map.shard_replicas().empty()) {
+    t->syncing_.reserve(map.shard_count());
+    t->handover_from_.reserve(map.shard_count());
+    for (const v1::ShardReplicas& r : map.shard_replicas()) {
+      t->syncing_.emplace_back(r.syncing_ids().begin(), r.syncing_ids().end());
+      t->handover_from_.push_back(r.handover_from());
+    }
   }
   t->IndexUpReplicas();
   return std::shared_ptr<const RoutingTable>(std::move(t));
@@ -121,6 +131,16 @@ std::vector<ReplicaEntry> RoutingTable::ReplicasOfShard(uint32_t shard) const {
                                                                                : ReplicaRole::kBackup});
   }
   return out;
+}
+
+const std::vector<std::string>& RoutingTable::SyncingOfShard(uint32_t shard) const {
+  static const std::vector<std::string> kNone;
+  return shard < syncing_.size() ? syncing_[shard] : kNone;
+}
+
+const std::string& RoutingTable::HandoverFromOfShard(uint32_t shard) const {
+  static const std::string kNone;
+  return shard < handover_from_.size() ? handover_from_[shard] : kNone;
 }
 
 std::vector<ReplicaEntry> RoutingTable::ReplicasOf(std::string_view key) const {

@@ -44,6 +44,8 @@ struct ServerEntry {
   std::string zone;  // failure domain; empty when unlabelled
   uint32_t shards_owned = 0;    // shards it is the primary of
   uint32_t backup_shards = 0;   // shards it holds as a backup
+  uint32_t syncing_shards = 0;  // shards it is catching up on
+  bool draining = false;        // Coordinator.Drain: its roles move away
   uint64_t keys = 0;
   uint64_t heap_bytes_used = 0;
   uint64_t heap_bytes = 0;
@@ -120,6 +122,13 @@ class RoutingTable {
     return up_replica_servers_[begin + turn % count];
   }
 
+  // The servers catching up on shard `shard` (< shard_count()), in the
+  // map's order (empty in a map older than catch-up), and the server the
+  // primary role is passing from (empty when none). Shown by kvctl; data
+  // calls never go to either.
+  const std::vector<std::string>& SyncingOfShard(uint32_t shard) const;
+  const std::string& HandoverFromOfShard(uint32_t shard) const;
+
   // The server named `server_id`, or nullptr.
   const ServerEntry* Find(std::string_view server_id) const;
   // The smallest limits over all servers (what every server accepts); 0
@@ -140,6 +149,9 @@ class RoutingTable {
   // replica_begin_[s + 1]), indices into servers_, primary first.
   std::vector<uint32_t> replica_begin_;
   std::vector<uint32_t> replica_servers_;
+  // Per shard; empty vectors when the map lists no replica sets.
+  std::vector<std::vector<std::string>> syncing_;
+  std::vector<std::string> handover_from_;
   // The same lists less the servers the map marks DOWN (ReplicaIndexOf).
   std::vector<uint32_t> up_replica_begin_;
   std::vector<uint32_t> up_replica_servers_;

@@ -9,6 +9,7 @@
 
 #include "proto/auth.h"
 #include "proto/grpc_status.h"
+#include "proto/validation.h"
 
 namespace rkv::client {
 namespace {
@@ -162,6 +163,71 @@ StatusOr<v1::StatsResponse> ControlClient::Stats(const std::string& admin_addres
   v1::StatsResponse response;
   const grpc::Status rpc = stub->Stats(&context, v1::StatsRequest(), &response);
   if (!rpc.ok()) return control::FromGrpc(rpc).WithContext("admin " + admin_address + ": Stats");
+  return response;
+}
+
+namespace {
+
+// A context carrying the token digest and `deadline`.
+void Prepare(grpc::ClientContext* context, const std::string& digest_hex, Deadline deadline) {
+  control::AttachTokenDigest(context, digest_hex);
+  context->set_deadline(std::chrono::system_clock::now() +
+                        std::max<Clock::duration>(deadline - Clock::now(), std::chrono::milliseconds(1)));
+}
+
+}  // namespace
+
+StatusOr<v1::ShardChecksumsResponse> ControlClient::ShardChecksums(const std::string& admin_address,
+                                                                   const std::vector<uint32_t>& shards,
+                                                                   Deadline deadline) {
+  auto stub = v1::Admin::NewStub(MakeChannel(admin_address));
+  grpc::ClientContext context;
+  Prepare(&context, digest_hex_, deadline);
+  v1::ShardChecksumsRequest request;
+  for (const uint32_t shard : shards) request.add_shards(shard);
+  v1::ShardChecksumsResponse response;
+  const grpc::Status rpc = stub->ShardChecksums(&context, request, &response);
+  if (!rpc.ok()) return control::FromGrpc(rpc).WithContext("admin " + admin_address + ": ShardChecksums");
+  return response;
+}
+
+StatusOr<v1::ShardChunk> ControlClient::ListShard(const std::string& admin_address, uint32_t shard,
+                                                  Deadline deadline) {
+  auto stub = v1::Admin::NewStub(MakeChannel(admin_address));
+  grpc::ClientContext context;
+  Prepare(&context, digest_hex_, deadline);
+  v1::ListShardRequest request;
+  request.set_shard(shard);
+  std::unique_ptr<grpc::ClientReader<v1::ShardChunk>> reader = stub->ListShard(&context, request);
+  v1::ShardChunk all;
+  v1::ShardChunk chunk;
+  while (!all.done() && reader->Read(&chunk)) {
+    for (v1::ShardRecord& r : *chunk.mutable_records()) *all.add_records() = std::move(r);
+    if (chunk.done()) {
+      all.set_done(true);
+      all.set_snapshot_version(chunk.snapshot_version());
+    }
+  }
+  if (all.done()) context.TryCancel();  // nothing may follow the done chunk
+  const grpc::Status end = reader->Finish();
+  if (!all.done()) {
+    const Status s = end.ok() ? Unavailable("the stream ended before its last chunk") : control::FromGrpc(end);
+    return s.WithContext("admin " + admin_address + ": ListShard");
+  }
+  return all;
+}
+
+StatusOr<v1::DrainResponse> ControlClient::Drain(const std::string& server_id, Deadline deadline) {
+  grpc::ClientContext context;
+  Prepare(&context, digest_hex_, deadline);
+  v1::DrainRequest request;
+  request.set_server_id(server_id);
+  v1::DrainResponse response;
+  const grpc::Status rpc = stub_->Drain(&context, request, &response);
+  if (!rpc.ok()) {
+    return control::FromGrpc(rpc).WithContext("coordinator " + coordinator_ + ": Drain " +
+                                              control::Printable(server_id));
+  }
   return response;
 }
 

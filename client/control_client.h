@@ -15,6 +15,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include <grpcpp/channel.h>
 #include <grpcpp/client_context.h>
@@ -67,6 +68,17 @@ class ControlClient {
 
   // Admin.Stats of the server whose Admin service is at `admin_address`.
   StatusOr<v1::StatsResponse> Stats(const std::string& admin_address, Deadline deadline);
+
+  // Admin.ShardChecksums of the server at `admin_address`.
+  StatusOr<v1::ShardChecksumsResponse> ShardChecksums(const std::string& admin_address,
+                                                      const std::vector<uint32_t>& shards, Deadline deadline);
+  // Admin.ListShard of the server at `admin_address`: every chunk's
+  // records in one chunk, with the last chunk's done and snapshot_version.
+  // UNAVAILABLE when the stream ended without its done chunk.
+  StatusOr<v1::ShardChunk> ListShard(const std::string& admin_address, uint32_t shard, Deadline deadline);
+  // Coordinator.Drain of `server_id`; errors prefixed "coordinator
+  // HOST:PORT: Drain SERVER_ID".
+  StatusOr<v1::DrainResponse> Drain(const std::string& server_id, Deadline deadline);
 
  private:
   // MaybeRefetch once it holds refetch_mu_.

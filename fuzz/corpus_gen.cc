@@ -450,6 +450,9 @@ void Kvctl() {
   Write("kvctl_args", "where_hex", args(1, {"where", "6b6579"}));
   Write("kvctl_args", "stats", args(0, {"stats", "server-1"}));
   Write("kvctl_args", "too_many", args(0, {"get", "a", "b"}));
+  Write("kvctl_args", "verify", args(0, {"verify"}));
+  Write("kvctl_args", "drain", args(0, {"drain", "server-1"}));
+  Write("kvctl_args", "shard_list", args(0, {"0,3,10-12,3"}));
   Write("kvctl_args", "print_utf8", args(1 << 3, {"caf\xc3\xa9 \xf0\x9f\x98\x80 \"q\" \\ \t"}));
   Write("kvctl_args", "print_invalid", args(1 << 3, {"\xed\xa0\x80\xc0\xaf\xff"}));
   Write("kvctl_args", "listing",

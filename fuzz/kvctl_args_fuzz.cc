@@ -1,7 +1,8 @@
 // kvctl's handling of what a user types and what it prints from servers
 // (client/kvctl/kvctl_util.h): command lines, hex keys, value sources, and
-// the JSON and text it writes for keys, values, members, shards, where and
-// stats (fields that come from servers and the coordinator, any bytes).
+// the JSON and text it writes for keys, values, members, shards, where,
+// stats, verify and drain (fields that come from servers and the
+// coordinator, any bytes), and verify's --shards lists.
 //
 // Input: a mode byte (low bits: --key_hex, --value_file given, stdin a
 // terminal), then NUL-separated strings.
@@ -92,7 +93,21 @@ void CheckJsonLines(const std::string& json) {
   }
 }
 
+// `--shards=LIST`: accepted lists come back ascending, without repeats,
+// and every number written in the list is in them.
+void CheckShardList(const std::string& list) {
+  const StatusOr<std::vector<uint32_t>> shards = ParseShardList(list);
+  if (!shards.ok()) {
+    RKV_FUZZ_CHECK(shards.status().code() == StatusCode::kInvalidArgument);
+    return;
+  }
+  RKV_FUZZ_CHECK(!shards->empty());
+  for (size_t i = 1; i < shards->size(); ++i) RKV_FUZZ_CHECK((*shards)[i - 1] < (*shards)[i]);
+  for (const char c : list) RKV_FUZZ_CHECK((c >= '0' && c <= '9') || c == ',' || c == '-');
+}
+
 void CheckCommandLine(const std::vector<std::string>& args, uint8_t mode) {
+  if (!args.empty()) CheckShardList(args[0]);
   const bool key_hex = (mode & 1) != 0;
   const StatusOr<Invocation> inv = ParseInvocation(args, key_hex);
   if (!inv.ok()) {
@@ -117,6 +132,12 @@ void CheckCommandLine(const std::vector<std::string>& args, uint8_t mode) {
       return;
     case Command::kStats:
       RKV_FUZZ_CHECK(args.size() <= 2 && inv->server_id == (args.size() == 2 ? args[1] : ""));
+      return;
+    case Command::kVerify:
+      RKV_FUZZ_CHECK(args.size() == 1);
+      return;
+    case Command::kDrain:
+      RKV_FUZZ_CHECK(args.size() == 2 && !args[1].empty() && inv->server_id == args[1]);
       return;
   }
   if (key_hex) {
@@ -208,6 +229,35 @@ void CheckListings(const std::vector<std::string>& fields) {
     CheckJsonLines(FormatWhereJson(cluster, members[s].server_id, static_cast<uint32_t>(s)));
     (void)FormatWhereText(cluster, static_cast<uint32_t>(s));
   }
+
+  // Shards catching up and handing over, drain progress, and a verify
+  // report whose disagreeing shards name these servers and any key bytes
+  // (keys are not protobuf strings: they may be anything).
+  VerifyReport report;
+  report.shards_checked = static_cast<uint32_t>(cluster.shards.size());
+  for (size_t s = 0; s < cluster.shards.size(); ++s) {
+    ShardInfo& shard = cluster.shards[s];
+    shard.syncing.push_back(members[(s + 1) % members.size()].server_id);
+    if (s % 2 == 1) shard.handover_from = members[s].server_id;
+    const RolesLeft left = RolesOf(cluster, members[s].server_id);
+    RKV_FUZZ_CHECK(left.total() >= 1);
+    CheckJsonLines(FormatDrainJson(members[s].server_id, s, left.total(), false, left));
+    ShardDisagreement d;
+    d.shard = shard.shard;
+    std::vector<std::vector<ShardKeyVersion>> listings;
+    for (const std::string& id : shard.replicas) {
+      d.replicas.push_back(ReplicaDigest{id, s, ShardChecksumInfo{shard.shard, s, s * 0x9E3779B97F4A7C15ULL, s}});
+      listings.push_back({ShardKeyVersion{fields[s % fields.size()], listings.size() + 1}});
+    }
+    d.key_diffs = DiffListings(listings);
+    RKV_FUZZ_CHECK(d.key_diffs.size() == (listings.size() > 1 ? 1u : 0u));
+    d.keys_listed = true;
+    report.disagreeing.push_back(std::move(d));
+  }
+  CheckJsonLines(FormatShardsJson(cluster));
+  (void)FormatShardsText(cluster);
+  CheckJsonLines(FormatVerifyJson(report));
+  (void)FormatVerifyText(report);
 }
 
 }  // namespace

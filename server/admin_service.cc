@@ -1,5 +1,6 @@
 #include "server/admin_service.h"
 
+#include <algorithm>
 #include <chrono>
 
 #include <grpcpp/security/server_credentials.h>
@@ -10,13 +11,14 @@
 #include "proto/grpc_server.h"
 #include "proto/rkv.grpc.pb.h"
 #include "proto/validation.h"
+#include "server/apply.h"
 
 namespace rkv::server {
 
 class AdminServer::Service final : public v1::Admin::Service {
  public:
-  Service(std::string digest_hex, std::function<AdminStats()> stats)
-      : digest_hex_(std::move(digest_hex)), stats_(std::move(stats)) {}
+  Service(std::string digest_hex, std::function<AdminStats()> stats, AdminShards shards)
+      : digest_hex_(std::move(digest_hex)), stats_(std::move(stats)), shards_(std::move(shards)) {}
 
   grpc::Status Health(grpc::ServerContext* context, const v1::HealthRequest*, v1::HealthResponse* response) override {
     if (grpc::Status s = control::CheckToken(context, digest_hex_); !s.ok()) return s;
@@ -48,19 +50,115 @@ class AdminServer::Service final : public v1::Admin::Service {
     return grpc::Status::OK;
   }
 
+  grpc::Status ShardChecksums(grpc::ServerContext* context, const v1::ShardChecksumsRequest* request,
+                              v1::ShardChecksumsResponse* response) override {
+    if (grpc::Status s = control::CheckToken(context, digest_hex_); !s.ok()) return s;
+    std::shared_ptr<const v1::ClusterMap> map;
+    if (grpc::Status s = CurrentMap(&map); !s.ok()) return s;
+    std::vector<uint32_t> shards;
+    if (request->shards().empty()) {
+      shards = ShardsHeldBy(*map, shards_.server_id);
+    } else {
+      for (const uint32_t shard : request->shards()) {
+        if (grpc::Status s = CheckShard(*map, shard); !s.ok()) return s;
+        shards.push_back(shard);
+      }
+      std::sort(shards.begin(), shards.end());
+      shards.erase(std::unique(shards.begin(), shards.end()), shards.end());
+    }
+    response->set_map_version(map->version());
+    for (const Applier::ShardDigest& d : shards_.applier->DigestShards(map->shard_count(), shards)) {
+      v1::ShardChecksum* out = response->add_shards();
+      out->set_shard(d.shard);
+      out->set_keys(d.keys);
+      out->set_checksum(d.checksum);
+      out->set_max_version(d.max_version);
+    }
+    return grpc::Status::OK;
+  }
+
+  grpc::Status ListShard(grpc::ServerContext* context, const v1::ListShardRequest* request,
+                         grpc::ServerWriter<v1::ShardChunk>* writer) override {
+    if (grpc::Status s = control::CheckToken(context, digest_hex_); !s.ok()) return s;
+    std::shared_ptr<const v1::ClusterMap> map;
+    if (grpc::Status s = CurrentMap(&map); !s.ok()) return s;
+    if (grpc::Status s = CheckShard(*map, request->shard()); !s.ok()) return s;
+    const Applier::ShardListing listing = shards_.applier->ListShard(map->shard_count(), request->shard());
+    v1::ShardChunk chunk;
+    size_t chunk_bytes = 0;
+    for (const auto& [key, version] : listing.records) {
+      v1::ShardRecord* r = chunk.add_records();
+      r->set_key(key);
+      r->set_version(version);
+      chunk_bytes += key.size();
+      if (static_cast<size_t>(chunk.records_size()) >= kListChunkRecords || chunk_bytes >= kListChunkBytes) {
+        if (context->IsCancelled() || !writer->Write(chunk)) {
+          return grpc::Status(grpc::StatusCode::CANCELLED, "the caller went away");
+        }
+        chunk.Clear();
+        chunk_bytes = 0;
+      }
+    }
+    chunk.set_done(true);
+    chunk.set_snapshot_version(listing.snapshot_version);
+    if (!writer->Write(chunk)) return grpc::Status(grpc::StatusCode::CANCELLED, "the caller went away");
+    return grpc::Status::OK;
+  }
+
  private:
+  // The server's current map, or FAILED_PRECONDITION.
+  grpc::Status CurrentMap(std::shared_ptr<const v1::ClusterMap>* map) const {
+    if (shards_.applier == nullptr || !shards_.map) {
+      return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                          "this server follows no cluster map (it runs without a coordinator)");
+    }
+    *map = shards_.map();
+    if (*map == nullptr || (*map)->shard_count() == 0) {
+      return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "this server has no cluster map yet");
+    }
+    return grpc::Status::OK;
+  }
+
+  static grpc::Status CheckShard(const v1::ClusterMap& map, uint32_t shard) {
+    if (shard >= map.shard_count()) {
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                          "shard " + std::to_string(shard) + " is not below the shard count " +
+                              std::to_string(map.shard_count()) + " of map version " +
+                              std::to_string(map.version()));
+    }
+    return grpc::Status::OK;
+  }
+
   const std::string digest_hex_;
   const std::function<AdminStats()> stats_;
+  const AdminShards shards_;
 };
 
+std::vector<uint32_t> AdminServer::ShardsHeldBy(const v1::ClusterMap& map, std::string_view server_id) {
+  std::vector<uint32_t> out;
+  if (map.shard_replicas().empty()) {
+    for (int s = 0; s < map.shard_owner_size(); ++s) {
+      if (map.shard_owner(s) == server_id) out.push_back(static_cast<uint32_t>(s));
+    }
+    return out;
+  }
+  for (int s = 0; s < map.shard_replicas_size(); ++s) {
+    const v1::ShardReplicas& r = map.shard_replicas(s);
+    const bool held = std::find(r.server_ids().begin(), r.server_ids().end(), server_id) != r.server_ids().end() ||
+                      std::find(r.syncing_ids().begin(), r.syncing_ids().end(), server_id) != r.syncing_ids().end();
+    if (held) out.push_back(static_cast<uint32_t>(s));
+  }
+  return out;
+}
+
 StatusOr<std::unique_ptr<AdminServer>> AdminServer::Start(const std::string& listen, const std::string& token,
-                                                          std::function<AdminStats()> stats,
+                                                          std::function<AdminStats()> stats, AdminShards shards,
                                                           const std::vector<grpc::Service*>& also) {
   RKV_RETURN_IF_ERROR(control::ValidateHostPort(listen, /*allow_port_zero=*/true).WithContext("--admin_listen"));
   if (token.empty()) return InvalidArgument("the token is empty");
   if (!stats) return InvalidArgument("no stats function");
   std::unique_ptr<AdminServer> server(new AdminServer());
-  server->service_ = std::make_unique<Service>(control::TokenDigestHex(token), std::move(stats));
+  server->service_ = std::make_unique<Service>(control::TokenDigestHex(token), std::move(stats), std::move(shards));
   std::vector<grpc::Service*> services{server->service_.get()};
   services.insert(services.end(), also.begin(), also.end());
   RKV_ASSIGN_OR_RETURN(control::StartedGrpcServer started,

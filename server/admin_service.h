@@ -1,19 +1,34 @@
-// The Admin gRPC service of an rkv-server (Health, Stats), on its own
+// The Admin gRPC service of an rkv-server (Health, Stats, and the replica
+// verification reads ShardChecksums and ListShard), on its own
 // grpc::Server bound to --admin_listen. Like every control-plane service it
 // answers only callers presenting the token digest.
 //
-// Thread safety: the stats function is called from gRPC's threads,
-// possibly concurrently; it must be thread-safe and cheap. Shutdown may be
-// called from any thread, once at a time; the destructor calls it.
+// ShardChecksums: for each requested shard (none: every shard the server's
+// current map gives it a role in, as primary, backup or syncing server),
+// the digest of the records its table holds (Applier::DigestShards: one
+// consistent state, taken under the table mutex), with the version of the
+// map it held. ListShard: the shard's (key, version) pairs, copied under
+// the table mutex, then streamed in chunks (kListChunkRecords,
+// kListChunkBytes), then a `done` chunk with the store's version high-water mark.
+// Both: INVALID_ARGUMENT for a shard not below the map's shard_count,
+// FAILED_PRECONDITION when the server holds no map yet (or was started
+// without AdminShards).
+//
+// Thread safety: the stats and map functions are called from gRPC's
+// threads, possibly concurrently; they must be thread-safe and cheap.
+// Shutdown may be called from any thread, once at a time; the destructor
+// calls it.
 #pragma once
 
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/status.h"
+#include "proto/rkv.pb.h"
 
 namespace grpc {
 class Server;
@@ -42,16 +57,39 @@ struct AdminStats {
   uint64_t catchup_records_served = 0;
 };
 
+class Applier;
+
+// What ShardChecksums and ListShard read: this server's id (its roles in
+// the map), its current map, and the applier whose table holds its
+// records. Left empty (no applier or no map function), both RPCs answer
+// FAILED_PRECONDITION.
+struct AdminShards {
+  std::string server_id;
+  // The latest map the server holds; null before the first.
+  std::function<std::shared_ptr<const v1::ClusterMap>()> map;
+  const Applier* applier = nullptr;  // must outlive the AdminServer
+};
+
 class AdminServer {
  public:
+  // A ListShard chunk ends after this many records, or once its keys
+  // reach kListChunkBytes (keys are at most 64 KiB: a chunk stays under
+  // gRPC's default 4 MiB message limit).
+  static constexpr size_t kListChunkRecords = 4096;
+  static constexpr size_t kListChunkBytes = 1 << 20;
+
   // Serves Admin on `listen` (HOST:PORT; port 0 picks a free one) for
   // callers presenting `token`. INVALID_ARGUMENT for a bad address, an
   // empty token or no stats function; UNAVAILABLE when it cannot bind.
   // `also`: more services to serve on the same port (the Replica
   // service), each outliving the AdminServer.
   static StatusOr<std::unique_ptr<AdminServer>> Start(const std::string& listen, const std::string& token,
-                                                      std::function<AdminStats()> stats,
+                                                      std::function<AdminStats()> stats, AdminShards shards = {},
                                                       const std::vector<grpc::Service*>& also = {});
+
+  // The shards `server_id` holds a role in (primary, backup or syncing) in
+  // `map`, ascending. A map without replica lists gives the shards it owns.
+  static std::vector<uint32_t> ShardsHeldBy(const v1::ClusterMap& map, std::string_view server_id);
 
   ~AdminServer();
   AdminServer(const AdminServer&) = delete;

@@ -4,10 +4,23 @@
 #include <grpcpp/create_channel.h>
 #include <grpcpp/security/credentials.h>
 
-#include <atomic>
+#include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <set>
+
+#include <xxhash.h>
+
+#include "common/hash.h"
+#include "common/mutex.h"
 #include "proto/auth.h"
 #include "proto/rkv.grpc.pb.h"
+#include "server/apply.h"
 
 namespace rkv::server {
 namespace {
@@ -82,6 +95,285 @@ TEST(AdminServiceTest, BadStartArgumentsAreRefused) {
   ASSERT_TRUE(first.ok()) << first.status();
   // The same port twice cannot be bound.
   EXPECT_EQ(AdminServer::Start((*first)->address(), kToken, stats).status().code(), StatusCode::kUnavailable);
+}
+
+// A server's table with the records a test puts into it, and an Admin
+// service reading it through an Applier and a map the test sets.
+class ShardHost {
+ public:
+  ShardHost(std::string name, std::string server_id) : server_id_(std::move(server_id)) {
+    dir_ = std::filesystem::path(::testing::TempDir()) /
+           ("rkv_admin_test_" + std::to_string(::getpid()) + "_" + name);
+    std::filesystem::remove_all(dir_);
+    auto store = Store::Open(dir_.string(), Durability::kWal);
+    EXPECT_TRUE(store.ok()) << store.status();
+    store_ = std::move(store).value();
+    constexpr uint32_t kLog2 = 8;
+    constexpr uint64_t kHeapBytes = 1 << 20;
+    index_bytes_ = layout::IndexBytes(uint64_t{1} << kLog2);
+    index_ = Zeroed(index_bytes_);
+    heap_mem_ = Zeroed(kHeapBytes);
+    heap_ = std::make_unique<Heap>(kHeapBytes, std::chrono::milliseconds(100));
+    table_ = std::make_unique<Table>(std::span<uint8_t>(index_.get(), index_bytes_),
+                                     std::span<uint8_t>(heap_mem_.get(), kHeapBytes), heap_.get());
+    EXPECT_TRUE(table_->Init(kLog2, store_->epoch(), /*hash_seed=*/7).ok());
+    applier_ = std::make_unique<Applier>(store_.get(), table_.get(), heap_.get(), ApplyLimits{64, 4096});
+    AdminShards shards;
+    shards.server_id = server_id_;
+    shards.applier = applier_.get();
+    shards.map = [this] {
+      MutexLock lock(mu_);
+      return map_;
+    };
+    auto admin = AdminServer::Start("127.0.0.1:0", kToken, [] { return AdminStats(); }, std::move(shards));
+    EXPECT_TRUE(admin.ok()) << admin.status();
+    admin_ = std::move(admin).value();
+    stub_ = v1::Admin::NewStub(grpc::CreateChannel(admin_->address(), grpc::InsecureChannelCredentials()));
+  }
+  ~ShardHost() {
+    admin_.reset();
+    applier_.reset();
+    table_.reset();
+    store_.reset();
+    std::filesystem::remove_all(dir_);
+  }
+
+  // Before any call that reads the table (the test's thread is its only
+  // writer, as the apply path is a server's).
+  void Put(const std::string& key, const std::string& value, uint64_t version) {
+    ASSERT_TRUE(table_->Upsert(key, value, version, Heap::Clock::now()).ok()) << key;
+  }
+  void SetMap(std::shared_ptr<const v1::ClusterMap> map) {
+    MutexLock lock(mu_);
+    map_ = std::move(map);
+  }
+
+  v1::Admin::Stub& stub() { return *stub_; }
+
+ private:
+  struct FreeDeleter {
+    void operator()(uint8_t* p) const { std::free(p); }
+  };
+  using Buffer = std::unique_ptr<uint8_t, FreeDeleter>;
+  static Buffer Zeroed(size_t n) {
+    Buffer b(static_cast<uint8_t*>(std::aligned_alloc(64, n)));
+    std::memset(b.get(), 0, n);
+    return b;
+  }
+
+  const std::string server_id_;
+  std::filesystem::path dir_;
+  std::unique_ptr<Store> store_;
+  size_t index_bytes_ = 0;
+  Buffer index_;
+  Buffer heap_mem_;
+  std::unique_ptr<Heap> heap_;
+  std::unique_ptr<Table> table_;
+  std::unique_ptr<Applier> applier_;
+  Mutex mu_;
+  std::shared_ptr<const v1::ClusterMap> map_ GUARDED_BY(mu_);
+  std::unique_ptr<AdminServer> admin_;
+  std::unique_ptr<v1::Admin::Stub> stub_;
+};
+
+std::unique_ptr<grpc::ClientContext> Context(const std::string& token = kToken) {
+  auto c = std::make_unique<grpc::ClientContext>();
+  if (!token.empty()) control::AttachToken(c.get(), token);
+  c->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
+  return c;
+}
+
+constexpr uint32_t kShards = 8;
+
+// A map of kShards shards over servers a, b and c (R = 2): shard s has
+// primary servers[s % 3] and backup servers[(s + 1) % 3]; c syncs shard 0.
+std::shared_ptr<const v1::ClusterMap> TestMap(uint64_t version) {
+  auto map = std::make_shared<v1::ClusterMap>();
+  map->set_version(version);
+  map->set_shard_count(kShards);
+  map->set_expected_servers(3);
+  map->set_replication_factor(2);
+  const std::string ids[] = {"s-a", "s-b", "s-c"};
+  for (const std::string& id : ids) map->add_servers()->set_server_id(id);
+  for (uint32_t s = 0; s < kShards; ++s) {
+    map->add_shard_owner(ids[s % 3]);
+    v1::ShardReplicas* r = map->add_shard_replicas();
+    r->add_server_ids(ids[s % 3]);
+    r->add_server_ids(ids[(s + 1) % 3]);
+    if (s == 0) r->add_syncing_ids("s-c");
+  }
+  return map;
+}
+
+std::string Key(int i) { return "key-" + std::to_string(i); }
+
+// The contract's checksum, computed independently of the server's code.
+uint64_t ExpectedChecksum(const std::map<std::string, std::pair<std::string, uint64_t>>& records, uint32_t shard) {
+  uint64_t sum = 0;
+  for (const auto& [key, vv] : records) {
+    if (ShardOf(key, kShards) != shard) continue;
+    std::string bytes = key;
+    for (int i = 0; i < 8; ++i) bytes.push_back(static_cast<char>(vv.second >> (8 * i)));
+    bytes += vv.first;
+    sum += XXH64(bytes.data(), bytes.size(), 0);
+  }
+  return sum;
+}
+
+v1::ShardChecksumsResponse Checksums(ShardHost& host, std::initializer_list<uint32_t> shards = {}) {
+  v1::ShardChecksumsRequest request;
+  for (uint32_t s : shards) request.add_shards(s);
+  v1::ShardChecksumsResponse response;
+  const grpc::Status status = host.stub().ShardChecksums(Context().get(), request, &response);
+  EXPECT_TRUE(status.ok()) << status.error_message();
+  return response;
+}
+
+TEST(AdminServiceTest, ShardsHeldCountEveryRole) {
+  const auto map = TestMap(4);
+  // a: primary of 0, 3, 6; backup of 2, 5.
+  EXPECT_EQ(AdminServer::ShardsHeldBy(*map, "s-a"), (std::vector<uint32_t>{0, 2, 3, 5, 6}));
+  // c: primary of 2, 5; backup of 1, 4, 7; syncing 0.
+  EXPECT_EQ(AdminServer::ShardsHeldBy(*map, "s-c"), (std::vector<uint32_t>{0, 1, 2, 4, 5, 7}));
+  EXPECT_TRUE(AdminServer::ShardsHeldBy(*map, "s-x").empty());
+  v1::ClusterMap old_map = *map;  // a map from before replica lists
+  old_map.clear_shard_replicas();
+  EXPECT_EQ(AdminServer::ShardsHeldBy(old_map, "s-c"), (std::vector<uint32_t>{2, 5}));
+}
+
+TEST(AdminServiceTest, ChecksumsDependOnTheRecordsNotOnTheirOrder) {
+  std::map<std::string, std::pair<std::string, uint64_t>> records;
+  for (int i = 0; i < 300; ++i) records[Key(i)] = {"value-" + std::to_string(i * 7), uint64_t(1000 + i)};
+  ShardHost first("first", "s-a");
+  ShardHost second("second", "s-a");
+  for (const auto& [key, vv] : records) first.Put(key, vv.first, vv.second);
+  for (auto it = records.rbegin(); it != records.rend(); ++it) second.Put(it->first, it->second.first, it->second.second);
+  first.SetMap(TestMap(9));
+  second.SetMap(TestMap(9));
+
+  // Every shard asked for, in any order and repeated: each once, ascending.
+  const auto a = Checksums(first, {7, 0, 1, 2, 3, 4, 5, 6, 0});
+  const auto b = Checksums(second, {0, 1, 2, 3, 4, 5, 6, 7});
+  EXPECT_EQ(a.map_version(), 9u);
+  ASSERT_EQ(a.shards_size(), static_cast<int>(kShards));
+  ASSERT_EQ(b.shards_size(), static_cast<int>(kShards));
+  uint64_t keys = 0;
+  for (uint32_t s = 0; s < kShards; ++s) {
+    SCOPED_TRACE("shard " + std::to_string(s));
+    EXPECT_EQ(a.shards(s).shard(), s);
+    EXPECT_EQ(a.shards(s).checksum(), ExpectedChecksum(records, s));
+    EXPECT_EQ(a.shards(s).checksum(), b.shards(s).checksum());
+    EXPECT_EQ(a.shards(s).keys(), b.shards(s).keys());
+    EXPECT_EQ(a.shards(s).max_version(), b.shards(s).max_version());
+    uint64_t max_version = 0;
+    for (const auto& [key, vv] : records) {
+      if (ShardOf(key, kShards) == s) max_version = std::max(max_version, vv.second);
+    }
+    EXPECT_EQ(a.shards(s).max_version(), max_version);
+    keys += a.shards(s).keys();
+  }
+  EXPECT_EQ(keys, records.size());
+
+  // No shard asked for: the shards the server holds a role in.
+  const auto held = Checksums(first);
+  std::vector<uint32_t> held_shards;
+  for (const auto& c : held.shards()) held_shards.push_back(c.shard());
+  EXPECT_EQ(held_shards, AdminServer::ShardsHeldBy(*TestMap(9), "s-a"));
+
+  // One record at another version (same value) changes its shard's
+  // checksum and max_version, and no other shard's.
+  const std::string changed = Key(42);
+  const uint32_t changed_shard = ShardOf(changed, kShards);
+  second.Put(changed, records[changed].first, 5000);
+  const auto c = Checksums(second, {0, 1, 2, 3, 4, 5, 6, 7});
+  for (uint32_t s = 0; s < kShards; ++s) {
+    SCOPED_TRACE("shard " + std::to_string(s));
+    if (s == changed_shard) {
+      EXPECT_NE(c.shards(s).checksum(), a.shards(s).checksum());
+      EXPECT_EQ(c.shards(s).max_version(), 5000u);
+      EXPECT_EQ(c.shards(s).keys(), a.shards(s).keys());
+    } else {
+      EXPECT_EQ(c.shards(s).checksum(), a.shards(s).checksum());
+    }
+  }
+}
+
+TEST(AdminServiceTest, ListShardStreamsTheShardsKeysAndVersions) {
+  ShardHost host("list", "s-b");
+  std::map<std::string, uint64_t> expected;
+  for (int i = 0; i < 400; ++i) {
+    host.Put(Key(i), std::string(i % 50, 'v'), uint64_t(10 + i));
+    if (ShardOf(Key(i), kShards) == 3) expected[Key(i)] = uint64_t(10 + i);
+  }
+  host.SetMap(TestMap(2));
+  v1::ListShardRequest request;
+  request.set_shard(3);
+  auto ctx = Context();
+  auto reader = host.stub().ListShard(ctx.get(), request);
+  std::map<std::string, uint64_t> listed;
+  v1::ShardChunk chunk;
+  int done_chunks = 0;
+  while (reader->Read(&chunk)) {
+    EXPECT_EQ(done_chunks, 0) << "a chunk after the done chunk";
+    for (const v1::ShardRecord& r : chunk.records()) {
+      EXPECT_FALSE(r.has_value());
+      EXPECT_TRUE(listed.emplace(r.key(), r.version()).second) << "listed twice: " << r.key();
+    }
+    if (chunk.done()) ++done_chunks;
+  }
+  ASSERT_TRUE(reader->Finish().ok());
+  EXPECT_EQ(done_chunks, 1);
+  EXPECT_EQ(listed, expected);
+}
+
+TEST(AdminServiceTest, ShardRpcsRefuseBadShardsNoMapAndNoToken) {
+  ShardHost host("refuse", "s-a");
+  host.Put("k", "v", 1);
+  v1::ShardChecksumsRequest request;
+  v1::ShardChecksumsResponse response;
+  // No map yet.
+  EXPECT_EQ(host.stub().ShardChecksums(Context().get(), request, &response).error_code(),
+            grpc::StatusCode::FAILED_PRECONDITION);
+  v1::ListShardRequest list;
+  v1::ShardChunk chunk;
+  {
+    auto ctx = Context();
+    auto reader = host.stub().ListShard(ctx.get(), list);
+    EXPECT_FALSE(reader->Read(&chunk));
+    EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  }
+  host.SetMap(TestMap(3));
+  // A shard not below shard_count.
+  request.add_shards(1);
+  request.add_shards(kShards);
+  const grpc::Status bad = host.stub().ShardChecksums(Context().get(), request, &response);
+  EXPECT_EQ(bad.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(bad.error_message().find("shard 8 is not below the shard count 8"), std::string::npos)
+      << bad.error_message();
+  list.set_shard(kShards);
+  {
+    auto ctx = Context();
+    auto reader = host.stub().ListShard(ctx.get(), list);
+    EXPECT_FALSE(reader->Read(&chunk));
+    EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  }
+  // Without the token.
+  request.clear_shards();
+  for (const std::string token : {"", "not-the-token"}) {
+    EXPECT_EQ(host.stub().ShardChecksums(Context(token).get(), request, &response).error_code(),
+              grpc::StatusCode::UNAUTHENTICATED);
+    list.set_shard(0);
+    auto ctx = Context(token);
+    auto reader = host.stub().ListShard(ctx.get(), list);
+    EXPECT_FALSE(reader->Read(&chunk));
+    EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  }
+  // A server without a map function (no coordinator) refuses too.
+  auto standalone = AdminServer::Start("127.0.0.1:0", kToken, [] { return AdminStats(); });
+  ASSERT_TRUE(standalone.ok()) << standalone.status();
+  auto stub = v1::Admin::NewStub(grpc::CreateChannel((*standalone)->address(), grpc::InsecureChannelCredentials()));
+  EXPECT_EQ(stub->ShardChecksums(Context().get(), request, &response).error_code(),
+            grpc::StatusCode::FAILED_PRECONDITION);
 }
 
 }  // namespace

@@ -105,6 +105,7 @@
 #include <string_view>
 #include <unordered_map>
 #include <unordered_set>
+#include <utility>
 #include <vector>
 
 #include "common/mutex.h"
@@ -220,6 +221,33 @@ class Applier {
   // deleted, or the first durable delete's error.
   StatusOr<uint64_t> DeleteUnlisted(uint32_t shard, uint32_t shard_count, uint64_t snapshot_version,
                                     const std::unordered_set<std::string>& listed) EXCLUDES(mu_);
+  // ---- Verifying replicas (server/apply_digest.cc): what Admin's
+  // ShardChecksums and ListShard read. Each reads the table's records
+  // (every published slot) under the table mutex, so writes wait for the
+  // length of one pass over the index: what it returns is one consistent
+  // state of the shards, as of one instant between two writes.
+  struct ShardDigest {
+    uint32_t shard = 0;
+    uint64_t keys = 0;
+    uint64_t checksum = 0;     // sum mod 2^64 of RecordChecksum over the shard's records
+    uint64_t max_version = 0;  // 0 for an empty shard
+  };
+  // The digest of each shard in `shards`, in that order (a shard listed
+  // twice is digested twice), shards being ShardOf(key, shard_count). Every
+  // entry must be below shard_count, and shard_count above 0 (the caller
+  // validates). One pass over the table for all of them.
+  std::vector<ShardDigest> DigestShards(uint32_t shard_count, std::span<const uint32_t> shards) const
+      EXCLUDES(mu_);
+  struct ShardListing {
+    std::vector<std::pair<std::string, uint64_t>> records;  // (key, version), in table order
+    uint64_t snapshot_version = 0;  // the store's version high-water mark at the same instant
+  };
+  // The keys and versions of shard `shard` (< shard_count): a copy, taken
+  // in one pass under the table mutex, so its memory is the shard's keys.
+  ShardListing ListShard(uint32_t shard_count, uint32_t shard) const EXCLUDES(mu_);
+  // One record's share of a shard checksum: XXH64, seed 0, of key ||
+  // version as 8 little-endian bytes || value.
+  static uint64_t RecordChecksum(std::string_view key, uint64_t version, std::string_view value);
 
  private:
   // A request that passed validation; the views point into a buffer of

@@ -154,6 +154,23 @@ int BadFlag(const std::string& message) {
   return 2;
 }
 
+// What Admin's ShardChecksums and ListShard read: the server's table and
+// the map the membership follows, once `*source` is set (never without a
+// coordinator). `*source` must outlive the Admin service.
+rkv::server::AdminShards AdminShardsOf(const rkv::server::Server* srv,
+                                       const std::atomic<const rkv::server::MapSource*>* source,
+                                       const std::string& server_id) {
+  rkv::server::AdminShards shards;
+  shards.server_id = server_id;
+  shards.applier = srv->applier();
+  shards.map = [source]() -> std::shared_ptr<const rkv::v1::ClusterMap> {
+    // Acquire: the membership is fully built before it is published.
+    const rkv::server::MapSource* s = source->load(std::memory_order_acquire);
+    return s != nullptr ? s->map() : nullptr;
+  };
+  return shards;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -284,6 +301,8 @@ int main(int argc, char** argv) {
     if (!created.ok()) return fail("creating the Replica service failed: " + created.status().ToString());
     replica_service = std::move(*created);
   }
+  // The Admin service reads the membership's map once it exists.
+  std::atomic<const rkv::server::MapSource*> map_source{nullptr};
   std::unique_ptr<rkv::server::AdminServer> admin;
   std::string admin_address;
   std::string data_address;
@@ -327,7 +346,7 @@ int main(int argc, char** argv) {
       }
       if (replica != nullptr) a.catchup_records_served = replica->records_served();
       return a;
-    }, also);
+    }, AdminShardsOf(srv, &map_source, server_id), also);
     catch_up_counters = std::move(catch_up_stats);
     if (!started.ok()) return fail("starting the Admin service on " + admin_listen + " failed: " + started.status().ToString());
     admin = std::move(*started);
@@ -374,6 +393,7 @@ int main(int argc, char** argv) {
     };
     membership = std::make_unique<rkv::server::Membership>(std::move(m));
     policy->Attach(membership.get());
+    map_source.store(membership.get(), std::memory_order_release);
     if (replica_service) {
       replica_service->Attach(membership.get());
       rkv::server::Membership* const mem = membership.get();

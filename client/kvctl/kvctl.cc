@@ -1,5 +1,6 @@
 // kvctl: command-line client of an rkv server or cluster (get / put / del,
-// and members / shards / where / stats through the coordinator).
+// and members / shards / where / stats / verify / drain through the
+// coordinator).
 #include <gflags/gflags.h>
 #include <glog/logging.h>
 #include <fcntl.h>
@@ -13,6 +14,7 @@
 #include <fstream>
 #include <iostream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "client/kvctl/kvctl_util.h"
@@ -26,10 +28,19 @@ DEFINE_string(coordinator, "",
               "and stats)");
 DEFINE_string(token_file, "", "file holding the access token (required)");
 DEFINE_string(transport, "auto", "data-plane transport: auto, tcp or verbs (default auto)");
-DEFINE_int32(timeout, 5000, "deadline of the whole command, in milliseconds (default 5000)");
+DEFINE_int32(timeout, 5000,
+             "deadline of the whole command, in milliseconds (default 5000); verify: of each request; "
+             "drain: of the whole wait (default there 600000)");
 DEFINE_string(output, "text", "output format: text (raw value bytes) or json (default text)");
 DEFINE_bool(key_hex, false, "KEY is given as hex digits, for binary keys (default false)");
 DEFINE_string(value_file, "", "put: read the value from this file instead of VALUE (binary-safe)");
+DEFINE_string(shards, "", "verify: the shards to check, e.g. 0,5,10-19 (default every shard)");
+DEFINE_int32(rounds, 5,
+             "verify: how many times a shard whose replicas disagree is asked, 1..100 (default 5; writes in "
+             "flight make replicas differ for a moment)");
+DEFINE_bool(keys, false, "verify: list the keys whose versions differ between the replicas of a disagreeing shard");
+DEFINE_bool(wait, true, "drain: follow the map until the server holds no shard (default true; --nowait returns "
+                        "once the coordinator accepted the drain)");
 
 DECLARE_bool(help);
 DECLARE_bool(helpshort);
@@ -44,6 +55,7 @@ namespace {
 
 constexpr int kExitOk = 0;
 constexpr int kExitNotFound = 1;
+constexpr int kExitDisagree = 1;  // verify: replicas differ; drain: timed out
 constexpr int kExitError = 2;
 
 constexpr char kUsage[] =
@@ -57,17 +69,40 @@ constexpr char kUsage[] =
     "                                 VALUE is '-' or absent and stdin is not a terminal\n"
     "  kvctl [flags] del KEY          delete KEY\n"
     "  kvctl --coordinator=H:P [flags] members\n"
-    "                                 the cluster's servers: id, epoch, state, address, zone,\n"
-    "                                 shards as primary, shards as backup, keys, memory\n"
-    "                                 used/total (--output=json: a JSON array)\n"
+    "                                 the cluster's servers: id, epoch, state (UP or DOWN;\n"
+    "                                 ',DRAINING' while drained), address, zone, shards as\n"
+    "                                 primary, as backup and being caught up on (SYNCING),\n"
+    "                                 keys, memory used/total (--output=json: a JSON array)\n"
     "  kvctl --coordinator=H:P [flags] shards\n"
-    "                                 one line per shard: its primary and backups; then a\n"
-    "                                 summary: shards, R (copies per shard) and how many shards\n"
-    "                                 have fewer than R (--output=json: one JSON object)\n"
+    "                                 one line per shard: its primary ('ID (from OLD)' while\n"
+    "                                 the role passes from OLD), backups and servers catching\n"
+    "                                 up on it; then a summary: shards, R (copies per shard),\n"
+    "                                 how many shards have fewer than R and how many are being\n"
+    "                                 caught up on (--output=json: one JSON object)\n"
     "  kvctl --coordinator=H:P [flags] where KEY\n"
     "                                 KEY's shard and every server holding it: role (primary,\n"
     "                                 which serves KEY's calls, or backup), state, address, zone\n"
     "                                 (--output=json: one JSON object)\n"
+    "  kvctl --coordinator=H:P [flags] verify [--shards=LIST] [--rounds=N] [--keys]\n"
+    "                                 asks every replica of each shard (primary and backups;\n"
+    "                                 not servers still catching up) for a checksum of the\n"
+    "                                 records it holds, and compares them; a shard whose\n"
+    "                                 replicas differ is asked again (up to --rounds, from a\n"
+    "                                 fresh map) since writes in flight differ for a moment;\n"
+    "                                 what still differs is shown per replica (keys, highest\n"
+    "                                 version, checksum) and, with --keys, the keys whose\n"
+    "                                 versions differ. Exit status 0 when every shard agrees,\n"
+    "                                 1 when some disagree. Progress goes to stderr\n"
+    "                                 (--output=json: one JSON object)\n"
+    "  kvctl --coordinator=H:P [flags] drain SERVER_ID [--nowait]\n"
+    "                                 retires a server with nothing lost: the coordinator\n"
+    "                                 moves each of its roles (primary, backup, syncing) to\n"
+    "                                 other servers; prints how many roles must move, then\n"
+    "                                 follows the map until the server holds none ('drained:\n"
+    "                                 ... it can be stopped', exit 0) or --timeout (default\n"
+    "                                 here 10 minutes) runs out (what is left, exit 1). An\n"
+    "                                 unknown server or roles no other server can take: the\n"
+    "                                 coordinator's error, exit 2 (--output=json: one object)\n"
     "  kvctl --coordinator=H:P [flags] stats [SERVER_ID]\n"
     "                                 each server's counters from its admin service (keys,\n"
     "                                 puts, deletes, errors, connections, gets served by CPU,\n"
@@ -77,13 +112,14 @@ constexpr char kUsage[] =
     "\n"
     "Flags of every command: --server or --coordinator (not both; default\n"
     "--server=127.0.0.1:7700), --token_file (required), --transport, --timeout, --output,\n"
-    "--key_hex; put also takes --value_file. members, shards, where and stats need\n"
-    "--coordinator.\n"
+    "--key_hex; put also takes --value_file. members, shards, where, stats, verify and\n"
+    "drain need --coordinator.\n"
     "--v=1 logs connection details to stderr. When KEY or VALUE starts with '-', end the\n"
     "flags with '--' before the command: kvctl --token_file=T -- put KEY -5\n"
     "\n"
-    "Exit status: 0 done (found), 1 key not found, 2 any other error (one line on stderr;\n"
-    "a usage error adds a second: run 'kvctl --help' for usage).\n";
+    "Exit status: 0 done (found), 1 key not found (verify: replicas disagree; drain: timed\n"
+    "out), 2 any other error (one line on stderr; a usage error adds a second: run\n"
+    "'kvctl --help' for usage).\n";
 
 void PrintHelp() {
   std::cout << "kvctl: " << kUsage << "\nFlags:\n";
@@ -155,6 +191,104 @@ bool WriteAll(const std::string& bytes) {
   return std::fwrite(bytes.data(), 1, bytes.size(), stdout) == bytes.size() && std::fflush(stdout) == 0;
 }
 
+// Progress lines for long runs, on stderr: the first once `quiet_for` has
+// passed, then at most one a second.
+class Progress {
+ public:
+  explicit Progress(std::chrono::milliseconds quiet_for)
+      : next_(std::chrono::steady_clock::now() + quiet_for) {}
+  void operator()(const std::string& line) {
+    const auto now = std::chrono::steady_clock::now();
+    if (now < next_) return;
+    std::cerr << "kvctl: " << line << std::endl;
+    next_ = now + std::chrono::seconds(1);
+  }
+
+ private:
+  std::chrono::steady_clock::time_point next_;
+};
+
+// `kvctl verify`: exit 0 when every replica of every shard agrees, 1 when
+// some disagree, 2 when a server or the coordinator could not be asked.
+int Verify(rkv::Client& client, const rkv::kvctl::VerifyOptions& opts, bool json) {
+  rkv::CallOptions call;
+  call.timeout = std::chrono::milliseconds(FLAGS_timeout);
+  Progress progress(std::chrono::seconds(2));
+  rkv::kvctl::VerifyIo io;
+  io.cluster = [&]() -> rkv::StatusOr<rkv::ClusterInfo> {
+    RKV_RETURN_IF_ERROR(client.RefreshClusterMap(call));
+    return client.Cluster();
+  };
+  io.checksums = [&](const std::string& id, const std::vector<uint32_t>& shards) {
+    return client.ShardChecksums(id, shards, call);
+  };
+  io.list = [&](const std::string& id, uint32_t shard) { return client.ListShard(id, shard, call); };
+  // Writes in flight settle within milliseconds; later rounds wait longer.
+  io.pause = [](int round) { std::this_thread::sleep_for(std::chrono::milliseconds(200) * (round - 1)); };
+  io.progress = [&](const std::string& line) { progress(line); };
+  auto report = rkv::kvctl::RunVerify(opts, io);
+  if (!report.ok()) return Fail("verify", report.status());
+  const std::string out = json ? rkv::kvctl::FormatVerifyJson(*report) : rkv::kvctl::FormatVerifyText(*report);
+  if (!WriteAll(out)) return Fail("verify", rkv::PosixError("write(stdout)", errno));
+  return report->disagreeing.empty() ? kExitOk : kExitDisagree;
+}
+
+// `kvctl drain SERVER_ID`: exit 0 once the server holds no role (or at
+// once with --nowait), 1 when --timeout ran out first, 2 on errors.
+int Drain(rkv::Client& client, const std::string& server_id, bool json) {
+  gflags::CommandLineFlagInfo timeout_flag;
+  const bool timeout_given = gflags::GetCommandLineFlagInfo("timeout", &timeout_flag) && !timeout_flag.is_default;
+  const auto start = std::chrono::steady_clock::now();
+  const auto deadline = start + std::chrono::milliseconds(timeout_given ? FLAGS_timeout : 600'000);
+  // Each request gets at most 5 s (or what is left).
+  const auto call = [&] {
+    rkv::CallOptions c;
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    c.timeout = std::clamp(left, std::chrono::milliseconds(1), std::chrono::milliseconds(5000));
+    return c;
+  };
+  auto accepted = client.Drain(server_id, call());
+  if (!accepted.ok()) return Fail("drain", accepted.status());
+  // Text progress goes to stdout; with --output=json stdout gets the one
+  // final object and progress goes to stderr.
+  std::ostream& log = json ? std::cerr : std::cout;
+  log << "drain " << server_id << ": " << accepted->roles_to_move << " roles to move (map version "
+      << accepted->map_version << ")" << std::endl;
+  rkv::kvctl::DrainOutcome outcome;
+  outcome.map_version = accepted->map_version;
+  outcome.drained = accepted->roles_to_move == 0;
+  if (FLAGS_wait && !outcome.drained) {
+    rkv::kvctl::DrainIo io;
+    io.cluster = [&]() -> rkv::StatusOr<rkv::ClusterInfo> {
+      RKV_RETURN_IF_ERROR(client.RefreshClusterMap(call()));
+      return client.Cluster();
+    };
+    io.expired = [&] { return std::chrono::steady_clock::now() + std::chrono::milliseconds(500) >= deadline; };
+    io.pause = [] { std::this_thread::sleep_for(std::chrono::milliseconds(500)); };
+    io.log = [&](const std::string& line) { log << line << std::endl; };
+    // The coordinator may be restarting: drain keeps following until the deadline.
+    io.warn = [](const rkv::Status& s) { std::cerr << "kvctl: drain: " << s.ToString() << " (still waiting)" << std::endl; };
+    outcome = rkv::kvctl::FollowDrain(server_id, accepted->map_version, io);
+  }
+  const bool drained = outcome.drained;
+  const rkv::kvctl::RolesLeft& left = outcome.left;
+  const uint64_t map_version = outcome.map_version;
+  if (json) {
+    if (!WriteAll(rkv::kvctl::FormatDrainJson(server_id, map_version, accepted->roles_to_move, drained, left))) {
+      return Fail("drain", rkv::PosixError("write(stdout)", errno));
+    }
+  }
+  if (drained) {
+    if (!json) std::cout << "drained: " << server_id << " holds no shard; it can be stopped" << std::endl;
+    return kExitOk;
+  }
+  if (!FLAGS_wait) return kExitOk;
+  const auto waited = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::steady_clock::now() - start);
+  log << "timed out after " << waited.count() << " s: " << server_id << " still holds "
+      << rkv::kvctl::FormatRolesLeft(left) << " (map version " << map_version << ")" << std::endl;
+  return kExitDisagree;
+}
+
 int Run(const rkv::kvctl::Invocation& inv) {
   const std::string& cmd = inv.command_name;
   if (FLAGS_output != "text" && FLAGS_output != "json") {
@@ -169,9 +303,23 @@ int Run(const rkv::kvctl::Invocation& inv) {
   if (cluster && server_given) return UsageError(cmd + ": give either --server or --coordinator, not both");
   const bool needs_cluster = inv.command == rkv::kvctl::Command::kMembers ||
                              inv.command == rkv::kvctl::Command::kStats ||
-                             inv.command == rkv::kvctl::Command::kShards || inv.command == rkv::kvctl::Command::kWhere;
+                             inv.command == rkv::kvctl::Command::kShards || inv.command == rkv::kvctl::Command::kWhere ||
+                             inv.command == rkv::kvctl::Command::kVerify || inv.command == rkv::kvctl::Command::kDrain;
   if (!cluster && needs_cluster) {
     return UsageError(cmd + ": needs --coordinator=HOST:PORT");
+  }
+  rkv::kvctl::VerifyOptions verify;
+  if (inv.command == rkv::kvctl::Command::kVerify) {
+    if (FLAGS_rounds < 1 || FLAGS_rounds > 100) {
+      return UsageError(cmd + ": --rounds must be 1..100, not " + std::to_string(FLAGS_rounds));
+    }
+    verify.rounds = FLAGS_rounds;
+    verify.list_keys = FLAGS_keys;
+    if (!FLAGS_shards.empty()) {
+      auto shards = rkv::kvctl::ParseShardList(FLAGS_shards);
+      if (!shards.ok()) return UsageError(cmd + ": " + shards.status().message());
+      verify.shards = std::move(*shards);
+    }
   }
 
   std::string value;
@@ -249,6 +397,10 @@ int Run(const rkv::kvctl::Invocation& inv) {
       if (!WriteAll(out)) return Fail(cmd, rkv::PosixError("write(stdout)", errno));
       return kExitOk;
     }
+    case rkv::kvctl::Command::kVerify:
+      return Verify(**client, verify, json);
+    case rkv::kvctl::Command::kDrain:
+      return Drain(**client, inv.server_id, json);
     case rkv::kvctl::Command::kStats: {
       std::vector<std::string> ids;
       if (!inv.server_id.empty()) {

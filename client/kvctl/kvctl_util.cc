@@ -1,8 +1,12 @@
 #include "client/kvctl/kvctl_util.h"
 
 #include <algorithm>
+#include <climits>
+#include <cstdint>
 #include <cstdio>
+#include <functional>
 #include <iterator>
+#include <map>
 
 namespace rkv::kvctl {
 
@@ -28,6 +32,22 @@ StatusOr<Invocation> ParseInvocation(const std::vector<std::string>& args, bool 
     if (args.size() > 1) {
       return InvalidArgument(args[0] + ": takes no arguments (" + std::to_string(args.size() - 1) + " given)");
     }
+    return inv;
+  } else if (args[0] == "verify") {
+    inv.command = Command::kVerify;
+    if (args.size() > 1) {
+      return InvalidArgument("verify: takes no arguments (" + std::to_string(args.size() - 1) +
+                             " given; shards are chosen with --shards=LIST)");
+    }
+    return inv;
+  } else if (args[0] == "drain") {
+    inv.command = Command::kDrain;
+    if (args.size() < 2) return InvalidArgument("drain: missing SERVER_ID");
+    if (args.size() > 2) {
+      return InvalidArgument("drain: too many arguments (" + std::to_string(args.size() - 1) + ")");
+    }
+    if (args[1].empty()) return InvalidArgument("drain: SERVER_ID is empty");
+    inv.server_id = args[1];
     return inv;
   } else if (args[0] == "stats") {
     inv.command = Command::kStats;
@@ -255,11 +275,12 @@ const MemberInfo* FindMember(const ClusterInfo& cluster, const std::string& id) 
 
 std::string FormatMembersText(const std::vector<MemberInfo>& members) {
   std::vector<std::vector<std::string>> rows;
-  rows.push_back({"SERVER", "EPOCH", "STATE", "ADDRESS", "ZONE", "PRIMARIES", "BACKUPS", "KEYS",
+  rows.push_back({"SERVER", "EPOCH", "STATE", "ADDRESS", "ZONE", "PRIMARIES", "BACKUPS", "SYNCING", "KEYS",
                   "MEMORY (USED/TOTAL)"});
   for (const MemberInfo& m : members) {
-    rows.push_back({m.server_id, U(m.epoch), m.state, m.data_address, ZoneCell(m.zone), U(m.shards),
-                    U(m.backup_shards), U(m.keys), FormatBytes(m.heap_bytes_used) + " / " + FormatBytes(m.heap_bytes)});
+    rows.push_back({m.server_id, U(m.epoch), m.draining ? m.state + ",DRAINING" : m.state, m.data_address,
+                    ZoneCell(m.zone), U(m.shards), U(m.backup_shards), U(m.syncing_shards), U(m.keys),
+                    FormatBytes(m.heap_bytes_used) + " / " + FormatBytes(m.heap_bytes)});
   }
   return Columns(rows);
 }
@@ -274,14 +295,21 @@ uint32_t UnderReplicatedShards(const ClusterInfo& cluster) {
 
 std::string FormatShardsText(const ClusterInfo& cluster) {
   std::vector<std::vector<std::string>> rows;
-  rows.push_back({"SHARD", "PRIMARY", "BACKUPS"});
+  rows.push_back({"SHARD", "PRIMARY", "BACKUPS", "SYNCING"});
+  uint32_t catching_up = 0;
   for (const ShardInfo& s : cluster.shards) {
     std::string backups;
     for (size_t i = 1; i < s.replicas.size(); ++i) backups += (i > 1 ? "," : "") + s.replicas[i];
-    rows.push_back({U(s.shard), s.replicas.empty() ? "-" : s.replicas[0], backups.empty() ? "-" : backups});
+    std::string syncing;
+    for (size_t i = 0; i < s.syncing.size(); ++i) syncing += (i > 0 ? "," : "") + s.syncing[i];
+    if (!s.syncing.empty()) ++catching_up;
+    std::string primary = s.replicas.empty() ? "-" : s.replicas[0];
+    if (!s.handover_from.empty()) primary += " (from " + s.handover_from + ")";
+    rows.push_back({U(s.shard), primary, backups.empty() ? "-" : backups, syncing.empty() ? "-" : syncing});
   }
   return Columns(rows) + U(cluster.shards.size()) + " shards, R=" + U(cluster.replication_factor) + ", " +
-         U(UnderReplicatedShards(cluster)) + " with fewer than " + U(cluster.replication_factor) + " replicas\n";
+         U(UnderReplicatedShards(cluster)) + " with fewer than " + U(cluster.replication_factor) + " replicas" +
+         (catching_up > 0 ? ", " + U(catching_up) + " catching up" : std::string()) + "\n";
 }
 
 std::string FormatShardsJson(const ClusterInfo& cluster) {
@@ -294,7 +322,9 @@ std::string FormatShardsJson(const ClusterInfo& cluster) {
     out += "{\"shard\":" + U(s.shard) + ",\"primary\":" + JsonQuote(s.replicas.empty() ? "" : s.replicas[0]) +
            ",\"backups\":[";
     for (size_t k = 1; k < s.replicas.size(); ++k) out += (k > 1 ? "," : "") + JsonQuote(s.replicas[k]);
-    out += "]}";
+    out += "],\"syncing\":[";
+    for (size_t k = 0; k < s.syncing.size(); ++k) out += (k > 0 ? "," : "") + JsonQuote(s.syncing[k]);
+    out += "],\"handover_from\":" + JsonQuote(s.handover_from) + "}";
   }
   return out + "]}\n";
 }
@@ -337,7 +367,8 @@ std::string FormatMembersJson(const std::vector<MemberInfo>& members) {
            ",\"admin_address\":" + JsonQuote(m.admin_address) + ",\"transport\":" + JsonQuote(m.transport) +
            ",\"shards\":" + U(m.shards) + ",\"keys\":" + U(m.keys) + ",\"heap_bytes_used\":" +
            U(m.heap_bytes_used) + ",\"heap_bytes\":" + U(m.heap_bytes) + ",\"zone\":" + JsonQuote(m.zone) +
-           ",\"backup_shards\":" + U(m.backup_shards) + "}";
+           ",\"backup_shards\":" + U(m.backup_shards) + ",\"syncing_shards\":" + U(m.syncing_shards) +
+           ",\"draining\":" + (m.draining ? "true" : "false") + "}";
   }
   return out + "]\n";
 }
@@ -367,6 +398,334 @@ std::string FormatStatsJson(const std::vector<ServerStatsInfo>& stats) {
            "}";
   }
   return out + "]\n";
+}
+
+StatusOr<std::vector<uint32_t>> ParseShardList(std::string_view list) {
+  if (list.empty()) return InvalidArgument("--shards: empty list");
+  const auto number = [](std::string_view text, uint32_t* out) {
+    if (text.empty() || text.size() > 10) return false;
+    uint64_t v = 0;
+    for (const char c : text) {
+      if (c < '0' || c > '9') return false;
+      v = v * 10 + static_cast<uint64_t>(c - '0');
+    }
+    if (v > UINT32_MAX) return false;
+    *out = static_cast<uint32_t>(v);
+    return true;
+  };
+  std::vector<uint32_t> out;
+  size_t start = 0;
+  while (start <= list.size()) {
+    size_t end = list.find(',', start);
+    if (end == std::string_view::npos) end = list.size();
+    const std::string_view item = list.substr(start, end - start);
+    const std::string shown(item);
+    if (item.empty()) return InvalidArgument("--shards: empty item in '" + std::string(list) + "'");
+    const size_t dash = item.find('-');
+    uint32_t first = 0;
+    uint32_t last = 0;
+    if (dash == std::string_view::npos) {
+      if (!number(item, &first)) return InvalidArgument("--shards: '" + shown + "' is not a shard number");
+      last = first;
+    } else {
+      if (!number(item.substr(0, dash), &first) || !number(item.substr(dash + 1), &last)) {
+        return InvalidArgument("--shards: '" + shown + "' is not a range FIRST-LAST of shard numbers");
+      }
+      if (last < first) return InvalidArgument("--shards: range '" + shown + "' ends before it starts");
+      if (last - first >= (1u << 20)) return InvalidArgument("--shards: range '" + shown + "' is too long");
+    }
+    for (uint64_t v = first; v <= last; ++v) out.push_back(static_cast<uint32_t>(v));
+    start = end + 1;
+  }
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
+bool DigestsAgree(const std::vector<ReplicaDigest>& replicas) {
+  for (const ReplicaDigest& r : replicas) {
+    const ShardChecksumInfo& a = replicas.front().digest;
+    if (r.digest.keys != a.keys || r.digest.checksum != a.checksum || r.digest.max_version != a.max_version) {
+      return false;
+    }
+  }
+  return true;
+}
+
+std::vector<KeyDiff> DiffListings(const std::vector<std::vector<ShardKeyVersion>>& listings) {
+  // key -> its version on each listing (0: absent).
+  std::map<std::string_view, std::vector<uint64_t>> versions;
+  for (size_t i = 0; i < listings.size(); ++i) {
+    for (const ShardKeyVersion& r : listings[i]) {
+      std::vector<uint64_t>& v = versions[r.key];
+      v.resize(listings.size(), 0);
+      v[i] = r.version;
+    }
+  }
+  std::vector<KeyDiff> out;
+  for (auto& [key, v] : versions) {
+    if (std::adjacent_find(v.begin(), v.end(), std::not_equal_to<>()) == v.end()) continue;
+    out.push_back(KeyDiff{std::string(key), std::move(v)});
+  }
+  return out;
+}
+
+namespace {
+
+// One round: the digests of `shards` from each of their replicas in
+// `cluster`, one call per server. *report gets the shards that disagree.
+Status VerifyRound(const ClusterInfo& cluster, const std::vector<uint32_t>& shards, const VerifyIo& io,
+                   std::vector<ShardDisagreement>* disagreeing, uint32_t* single_copy) {
+  // server -> the shards it is asked about; shard -> its replicas' digests.
+  std::map<std::string, std::vector<uint32_t>> asks;
+  std::map<uint32_t, std::vector<ReplicaDigest>> digests;
+  for (const uint32_t shard : shards) {
+    const ShardInfo& info = cluster.shards[shard];
+    std::vector<ReplicaDigest>& d = digests[shard];
+    for (const std::string& id : info.replicas) {
+      asks[id].push_back(shard);
+      d.push_back(ReplicaDigest{id, 0, ShardChecksumInfo{shard, 0, 0, 0}});
+    }
+  }
+  size_t asked = 0;
+  for (const auto& [server_id, wanted] : asks) {
+    auto answer = io.checksums(server_id, wanted);
+    if (!answer.ok()) return answer.status();
+    std::map<uint32_t, const ShardChecksumInfo*> by_shard;
+    for (const ShardChecksumInfo& c : answer->shards) by_shard[c.shard] = &c;
+    for (const uint32_t shard : wanted) {
+      const auto it = by_shard.find(shard);
+      if (it == by_shard.end()) {
+        return Internal("server " + server_id + " did not answer for shard " + std::to_string(shard));
+      }
+      for (ReplicaDigest& d : digests[shard]) {
+        if (d.server_id != server_id) continue;
+        d.map_version = answer->map_version;
+        d.digest = *it->second;
+      }
+    }
+    ++asked;
+    if (io.progress) {
+      io.progress("verify: " + std::to_string(asked) + " of " + std::to_string(asks.size()) + " servers answered");
+    }
+  }
+  *single_copy = 0;
+  for (auto& [shard, d] : digests) {
+    if (d.size() <= 1) ++*single_copy;
+    if (DigestsAgree(d)) continue;
+    ShardDisagreement x;
+    x.shard = shard;
+    for (const ReplicaDigest& r : d) x.map_changed = x.map_changed || r.map_version != cluster.map_version;
+    x.replicas = std::move(d);
+    disagreeing->push_back(std::move(x));
+  }
+  return Status::Ok();
+}
+
+std::string Hex64(uint64_t v) {
+  char buf[17];
+  std::snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(v));
+  return buf;
+}
+
+// A key in text output: quoted when it is valid UTF-8 (escapes keep
+// control characters off the terminal), else "hex:" and its bytes in hex.
+std::string KeyCell(const std::string& key) {
+  if (IsValidUtf8(key)) return JsonQuote(key);
+  static constexpr char kDigits[] = "0123456789abcdef";
+  std::string out = "hex:";
+  for (const char ch : key) {
+    out.push_back(kDigits[static_cast<uint8_t>(ch) >> 4]);
+    out.push_back(kDigits[static_cast<uint8_t>(ch) & 15]);
+  }
+  return out;
+}
+
+}  // namespace
+
+StatusOr<VerifyReport> RunVerify(const VerifyOptions& opts, const VerifyIo& io) {
+  VerifyReport report;
+  std::vector<uint32_t> pending = opts.shards;
+  for (int round = 1; round <= std::max(opts.rounds, 1); ++round) {
+    if (round > 1 && io.pause) io.pause(round);
+    RKV_ASSIGN_OR_RETURN(const ClusterInfo cluster, io.cluster());
+    const uint32_t count = static_cast<uint32_t>(cluster.shards.size());
+    if (round == 1) {
+      if (pending.empty()) {
+        for (uint32_t s = 0; s < count; ++s) pending.push_back(s);
+      }
+      for (const uint32_t s : pending) {
+        if (s >= count) {
+          return InvalidArgument("--shards: shard " + std::to_string(s) + " is not below the shard count " +
+                                 std::to_string(count));
+        }
+      }
+      report.shards_checked = static_cast<uint32_t>(pending.size());
+    }
+    report.map_version = cluster.map_version;
+    report.rounds = round;
+    std::vector<ShardDisagreement> disagreeing;
+    uint32_t single_copy = 0;
+    RKV_RETURN_IF_ERROR(VerifyRound(cluster, pending, io, &disagreeing, &single_copy));
+    if (round == 1) report.single_copy = single_copy;
+    report.disagreeing = std::move(disagreeing);
+    if (report.disagreeing.empty()) break;
+    pending.clear();
+    for (const ShardDisagreement& d : report.disagreeing) pending.push_back(d.shard);
+    if (io.progress && round < opts.rounds) {
+      io.progress("verify: round " + std::to_string(round) + ": " + std::to_string(pending.size()) +
+                  " shards disagree; asking again");
+    }
+  }
+  if (!opts.list_keys) return report;
+  for (ShardDisagreement& d : report.disagreeing) {
+    std::vector<std::vector<ShardKeyVersion>> listings;
+    for (const ReplicaDigest& r : d.replicas) {
+      RKV_ASSIGN_OR_RETURN(ShardListingInfo listing, io.list(r.server_id, d.shard));
+      listings.push_back(std::move(listing.records));
+    }
+    d.key_diffs = DiffListings(listings);
+    d.keys_listed = true;
+  }
+  return report;
+}
+
+std::string FormatVerifyText(const VerifyReport& report) {
+  const std::string of = " (map version " + U(report.map_version) + ", " + U(report.rounds) +
+                         (report.rounds == 1 ? " round" : " rounds") + ")\n";
+  if (report.disagreeing.empty()) {
+    std::string out = "verify: all " + U(report.shards_checked) + " shards agree" + of;
+    if (report.single_copy > 0) out += "(" + U(report.single_copy) + " of them have a single copy)\n";
+    return out;
+  }
+  std::vector<std::vector<std::string>> rows;
+  rows.push_back({"SHARD", "SERVER", "MAP", "KEYS", "MAX_VERSION", "CHECKSUM"});
+  for (const ShardDisagreement& d : report.disagreeing) {
+    for (const ReplicaDigest& r : d.replicas) {
+      rows.push_back({U(d.shard), r.server_id, U(r.map_version), U(r.digest.keys), U(r.digest.max_version),
+                      Hex64(r.digest.checksum)});
+    }
+  }
+  std::string out = Columns(rows);
+  for (const ShardDisagreement& d : report.disagreeing) {
+    if (d.map_changed) {
+      out += "shard " + U(d.shard) + ": the replicas answered from different map versions (it may be moving)\n";
+    }
+    if (!d.keys_listed) continue;
+    out += "shard " + U(d.shard) + ": " + U(d.key_diffs.size()) +
+           (d.key_diffs.size() == 1 ? " key differs" : " keys differ") + " (version on";
+    for (const ReplicaDigest& r : d.replicas) out += " " + r.server_id;
+    out += "; 0: absent)\n";
+    for (size_t i = 0; i < d.key_diffs.size() && i < kMaxKeyDiffsShown; ++i) {
+      const KeyDiff& k = d.key_diffs[i];
+      out += "  " + KeyCell(k.key);
+      for (const uint64_t v : k.versions) out += " " + U(v);
+      out += "\n";
+    }
+    if (d.key_diffs.size() > kMaxKeyDiffsShown) {
+      out += "  ... and " + U(d.key_diffs.size() - kMaxKeyDiffsShown) + " more\n";
+    }
+  }
+  return out + "verify: " + U(report.disagreeing.size()) + " of " + U(report.shards_checked) +
+         " shards disagree" + of;
+}
+
+std::string FormatVerifyJson(const VerifyReport& report) {
+  std::string out = "{\"map_version\":" + U(report.map_version) + ",\"shards_checked\":" +
+                    U(report.shards_checked) + ",\"single_copy\":" + U(report.single_copy) +
+                    ",\"rounds\":" + U(static_cast<uint64_t>(report.rounds)) +
+                    ",\"agree\":" + (report.disagreeing.empty() ? "true" : "false") + ",\"disagreeing\":[";
+  for (size_t i = 0; i < report.disagreeing.size(); ++i) {
+    const ShardDisagreement& d = report.disagreeing[i];
+    if (i > 0) out += ",";
+    out += "{\"shard\":" + U(d.shard) + ",\"map_changed\":" + (d.map_changed ? "true" : "false") +
+           ",\"replicas\":[";
+    for (size_t k = 0; k < d.replicas.size(); ++k) {
+      const ReplicaDigest& r = d.replicas[k];
+      if (k > 0) out += ",";
+      out += "{\"server_id\":" + JsonQuote(r.server_id) + ",\"map_version\":" + U(r.map_version) +
+             ",\"keys\":" + U(r.digest.keys) + ",\"checksum\":" + U(r.digest.checksum) +
+             ",\"max_version\":" + U(r.digest.max_version) + "}";
+    }
+    out += "]";
+    if (d.keys_listed) {
+      out += ",\"key_diffs\":[";
+      for (size_t k = 0; k < d.key_diffs.size(); ++k) {
+        if (k > 0) out += ",";
+        out += "{" + JsonBytesField("key", d.key_diffs[k].key) + ",\"versions\":[";
+        for (size_t v = 0; v < d.key_diffs[k].versions.size(); ++v) {
+          out += (v > 0 ? "," : "") + U(d.key_diffs[k].versions[v]);
+        }
+        out += "]}";
+      }
+      out += "]";
+    }
+    out += "}";
+  }
+  return out + "]}\n";
+}
+
+RolesLeft RolesOf(const ClusterInfo& cluster, std::string_view server_id) {
+  RolesLeft left;
+  for (const ShardInfo& s : cluster.shards) {
+    for (size_t k = 0; k < s.replicas.size(); ++k) {
+      if (s.replicas[k] != server_id) continue;
+      if (k == 0) {
+        ++left.primaries;
+      } else {
+        ++left.backups;
+      }
+    }
+    for (const std::string& id : s.syncing) {
+      if (id == server_id) ++left.syncing;
+    }
+  }
+  return left;
+}
+
+std::string FormatRolesLeft(const RolesLeft& left) {
+  return U(left.primaries) + (left.primaries == 1 ? " primary, " : " primaries, ") + U(left.backups) +
+         (left.backups == 1 ? " backup, " : " backups, ") + U(left.syncing) + " syncing";
+}
+
+DrainOutcome FollowDrain(std::string_view server_id, uint64_t accepted_version, const DrainIo& io) {
+  DrainOutcome out;
+  out.map_version = accepted_version;
+  bool shown_any = false;
+  RolesLeft shown;
+  std::string last_error;
+  for (;;) {
+    auto info = io.cluster();
+    if (info.ok()) {
+      last_error.clear();
+      out.map_version = info->map_version;
+      out.left = RolesOf(*info, server_id);
+      if (out.left.total() == 0) {
+        out.drained = true;
+        return out;
+      }
+      if (!shown_any || out.left.primaries != shown.primaries || out.left.backups != shown.backups ||
+          out.left.syncing != shown.syncing) {
+        io.log("map version " + U(out.map_version) + ": " + std::string(server_id) + " still holds " +
+               FormatRolesLeft(out.left));
+        shown = out.left;
+        shown_any = true;
+      }
+    } else if (info.status().ToString() != last_error) {
+      last_error = info.status().ToString();
+      io.warn(info.status());
+    }
+    if (io.expired()) return out;
+    io.pause();
+  }
+}
+
+std::string FormatDrainJson(std::string_view server_id, uint64_t map_version, uint32_t roles_to_move, bool drained,
+                            const RolesLeft& left) {
+  return "{\"server_id\":" + JsonQuote(server_id) + ",\"map_version\":" + U(map_version) +
+         ",\"roles_to_move\":" + U(roles_to_move) + ",\"drained\":" + (drained ? "true" : "false") +
+         ",\"left\":{\"primaries\":" + U(left.primaries) + ",\"backups\":" + U(left.backups) +
+         ",\"syncing\":" + U(left.syncing) + "}}\n";
 }
 
 }  // namespace rkv::kvctl

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -12,17 +13,17 @@
 
 namespace rkv::kvctl {
 
-enum class Command { kGet, kPut, kDel, kMembers, kStats, kShards, kWhere };
+enum class Command { kGet, kPut, kDel, kMembers, kStats, kShards, kWhere, kVerify, kDrain };
 
 // A parsed command line (after flags): get|del|where KEY, put KEY [VALUE],
-// members, shards, or stats [SERVER_ID].
+// members, shards, verify, stats [SERVER_ID], or drain SERVER_ID.
 struct Invocation {
   Command command = Command::kGet;
   std::string command_name;
   std::string key;            // raw bytes (decoded when --key_hex)
   bool has_value_arg = false; // put only: VALUE was given (may be "-")
   std::string value_arg;
-  std::string server_id;      // stats only: empty for every server
+  std::string server_id;      // stats: empty for every server; drain: the server
 };
 
 // Parses the positional arguments. INVALID_ARGUMENT for a missing or
@@ -66,17 +67,21 @@ std::string FormatDelJson(std::string_view key);
 std::string FormatBytes(uint64_t bytes);
 
 // `kvctl members`: a table with a header row (server, epoch, state,
-// address, zone ("-" when unlabelled), primaries, backups, keys, memory
-// used / total), or a JSON array of objects (one per server, all
-// MemberInfo fields), each with a trailing newline.
+// address, zone ("-" when unlabelled), primaries, backups, syncing, keys,
+// memory used / total), or a JSON array of objects (one per server, all
+// MemberInfo fields), each with a trailing newline. The state of a
+// draining server reads "UP,DRAINING" (or "DOWN,DRAINING").
 std::string FormatMembersText(const std::vector<MemberInfo>& members);
 std::string FormatMembersJson(const std::vector<MemberInfo>& members);
 
-// `kvctl shards`: a table (shard, primary, backups joined by ',', "-" for
-// none), one row per shard, then the summary line "N shards, R=R, K with
-// fewer than R replicas"; or one JSON object {"map_version", "shard_count",
-// "replication_factor", "under_replicated", "shards": [{"shard",
-// "primary", "backups": [...]}]}. A trailing newline either way.
+// `kvctl shards`: a table (shard, primary, backups joined by ',', syncing
+// servers likewise, "-" for none; a primary taking over from another
+// reads "ID (from OLD)"), one row per shard, then the summary line "N
+// shards, R=R, K with fewer than R replicas" (and ", S catching up" when
+// any shard has syncing servers); or one JSON object {"map_version",
+// "shard_count", "replication_factor", "under_replicated", "shards":
+// [{"shard", "primary", "backups": [...], "syncing": [...],
+// "handover_from"}]}. A trailing newline either way.
 std::string FormatShardsText(const ClusterInfo& cluster);
 std::string FormatShardsJson(const ClusterInfo& cluster);
 
@@ -94,5 +99,135 @@ std::string FormatWhereJson(const ClusterInfo& cluster, std::string_view key, ui
 // `kvctl stats`: same shapes, with the ServerStatsInfo fields.
 std::string FormatStatsText(const std::vector<ServerStatsInfo>& stats);
 std::string FormatStatsJson(const std::vector<ServerStatsInfo>& stats);
+
+// `--shards=LIST` of verify: comma-separated shard numbers and ranges
+// ("0,3,10-12"), returned ascending without repeats. INVALID_ARGUMENT for
+// an empty list or item, a non-number, a reversed range, or a number over
+// 2^32 - 1.
+StatusOr<std::vector<uint32_t>> ParseShardList(std::string_view list);
+
+// ---- kvctl verify: do the replicas of each shard hold the same records?
+
+// One replica's digest of a shard.
+struct ReplicaDigest {
+  std::string server_id;
+  uint64_t map_version = 0;  // the map the server held when it answered
+  ShardChecksumInfo digest;
+};
+
+// Whether every replica has the same keys, checksum and max_version.
+bool DigestsAgree(const std::vector<ReplicaDigest>& replicas);
+
+// A key whose versions differ between the replicas: versions[i] is its
+// version on replica i (0: the replica lacks it).
+struct KeyDiff {
+  std::string key;
+  std::vector<uint64_t> versions;
+};
+
+// The keys not held at one version by every listing, ascending by key.
+// Listings hold distinct keys each.
+std::vector<KeyDiff> DiffListings(const std::vector<std::vector<ShardKeyVersion>>& listings);
+
+// A shard whose replicas still disagreed after the last round.
+struct ShardDisagreement {
+  uint32_t shard = 0;
+  std::vector<ReplicaDigest> replicas;  // the map's order: primary first
+  // The replicas answered from different map versions in the last round
+  // (the shard may have been moving): a second run may agree.
+  bool map_changed = false;
+  bool keys_listed = false;       // --keys: key_diffs is filled
+  std::vector<KeyDiff> key_diffs;  // versions in `replicas` order
+};
+
+struct VerifyReport {
+  uint64_t map_version = 0;   // of the client's map in the last round
+  uint32_t shards_checked = 0;
+  uint32_t single_copy = 0;   // checked shards with one replica: nothing to compare
+  int rounds = 0;             // rounds run
+  std::vector<ShardDisagreement> disagreeing;  // ascending by shard
+};
+
+struct VerifyOptions {
+  std::vector<uint32_t> shards;  // ascending; empty: every shard
+  int rounds = 5;                // >= 1
+  bool list_keys = false;        // --keys
+};
+
+// How RunVerify reaches the cluster (kvctl passes a Client's calls).
+struct VerifyIo {
+  // The cluster map, refreshed from the coordinator.
+  std::function<StatusOr<ClusterInfo>()> cluster;
+  std::function<StatusOr<ServerShardChecksums>(const std::string& server_id, const std::vector<uint32_t>& shards)>
+      checksums;
+  std::function<StatusOr<ShardListingInfo>(const std::string& server_id, uint32_t shard)> list;
+  std::function<void(int round)> pause;  // before round `round` (2, 3, ...)
+  std::function<void(const std::string& line)> progress;  // may be empty
+};
+
+// Round 1 asks every replica (ShardInfo::replicas, never syncing servers)
+// of every selected shard for its digest (one call per server). A shard
+// whose replicas disagree is asked again, after io.pause, in the next
+// round, from a freshly fetched map (writes in flight make replicas differ
+// for a moment), up to opts.rounds rounds; what disagrees in the last
+// round is reported, with its key differences when opts.list_keys.
+// INVALID_ARGUMENT for a selected shard not below the shard count; the
+// first failed call's error otherwise.
+StatusOr<VerifyReport> RunVerify(const VerifyOptions& opts, const VerifyIo& io);
+
+// Text: "verify: all N shards agree (map version V)" or a table (shard,
+// server, keys, max version, checksum in hex) of each disagreeing shard,
+// its key differences (at most kMaxKeyDiffsShown per shard, then "... and
+// K more"), and "verify: K of N shards disagree (map version V)". JSON:
+// one object {"map_version", "shards_checked", "single_copy", "rounds",
+// "agree", "disagreeing": [{"shard", "map_changed", "replicas":
+// [{"server_id", "map_version", "keys", "checksum", "max_version"}],
+// "key_diffs": [{"key" (as JsonBytesField), "versions": [...]}]}]}.
+inline constexpr size_t kMaxKeyDiffsShown = 20;
+std::string FormatVerifyText(const VerifyReport& report);
+std::string FormatVerifyJson(const VerifyReport& report);
+
+// ---- kvctl drain
+
+// The roles `server_id` still holds in `cluster`'s shard lists.
+struct RolesLeft {
+  uint32_t primaries = 0;
+  uint32_t backups = 0;
+  uint32_t syncing = 0;
+  uint32_t total() const { return primaries + backups + syncing; }
+};
+RolesLeft RolesOf(const ClusterInfo& cluster, std::string_view server_id);
+// "P primaries, B backups, S syncing".
+std::string FormatRolesLeft(const RolesLeft& left);
+
+// How FollowDrain reaches the cluster and the clock (kvctl passes a
+// Client's calls, its deadline and stdout/stderr).
+struct DrainIo {
+  // The cluster map, refreshed from the coordinator. An error (the
+  // coordinator restarting) is reported through `warn` and retried.
+  std::function<StatusOr<ClusterInfo>()> cluster;
+  std::function<bool()> expired;  // the wait's deadline has passed
+  std::function<void()> pause;    // between two looks at the map
+  std::function<void(const std::string& line)> log;  // progress
+  std::function<void(const Status& error)> warn;     // once per distinct error in a row
+};
+
+struct DrainOutcome {
+  bool drained = false;      // the server holds no role in the last map seen
+  uint64_t map_version = 0;  // of that map (the accepted version when none was seen)
+  RolesLeft left;            // what it still held then
+};
+
+// Follows the map until `server_id` holds no role (drained) or io.expired()
+// after a look (not drained); logs "map version V: ID still holds P
+// primaries, B backups, S syncing" on the first look and whenever that
+// changes.
+DrainOutcome FollowDrain(std::string_view server_id, uint64_t accepted_version, const DrainIo& io);
+
+// One JSON line: {"server_id", "map_version", "roles_to_move", "drained",
+// "left": {"primaries", "backups", "syncing"}} (left: what the server held
+// in the last map looked at; zeros when none was, as with --nowait).
+std::string FormatDrainJson(std::string_view server_id, uint64_t map_version, uint32_t roles_to_move,
+                            bool drained, const RolesLeft& left);
 
 }  // namespace rkv::kvctl

@@ -2,6 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <functional>
+#include <map>
+
 namespace rkv::kvctl {
 namespace {
 
@@ -147,7 +150,11 @@ ClusterInfo SmallCluster() {
   }
   c.members[1].state = "DOWN";
   c.members[2].zone = "";
-  c.shards = {{0, {"a", "b", "c"}}, {1, {"b", "c"}}, {2, {"c"}}};
+  c.shards.resize(3);
+  c.shards[0].replicas = {"a", "b", "c"};
+  c.shards[1].replicas = {"b", "c"};
+  c.shards[2].replicas = {"c"};
+  for (uint32_t s = 0; s < 3; ++s) c.shards[s].shard = s;
   return c;
 }
 
@@ -155,16 +162,36 @@ TEST(ClusterFormatTest, FormatsShards) {
   const ClusterInfo c = SmallCluster();
   EXPECT_EQ(UnderReplicatedShards(c), 2u);
   EXPECT_EQ(FormatShardsText(c),
-            "SHARD  PRIMARY  BACKUPS\n"
-            "0      a        b,c\n"
-            "1      b        c\n"
-            "2      c        -\n"
+            "SHARD  PRIMARY  BACKUPS  SYNCING\n"
+            "0      a        b,c      -\n"
+            "1      b        c        -\n"
+            "2      c        -        -\n"
             "3 shards, R=3, 2 with fewer than 3 replicas\n");
   EXPECT_EQ(FormatShardsJson(c),
             "{\"map_version\":9,\"shard_count\":3,\"replication_factor\":3,\"under_replicated\":2,\"shards\":["
-            "{\"shard\":0,\"primary\":\"a\",\"backups\":[\"b\",\"c\"]},"
-            "{\"shard\":1,\"primary\":\"b\",\"backups\":[\"c\"]},"
-            "{\"shard\":2,\"primary\":\"c\",\"backups\":[]}]}\n");
+            "{\"shard\":0,\"primary\":\"a\",\"backups\":[\"b\",\"c\"],\"syncing\":[],\"handover_from\":\"\"},"
+            "{\"shard\":1,\"primary\":\"b\",\"backups\":[\"c\"],\"syncing\":[],\"handover_from\":\"\"},"
+            "{\"shard\":2,\"primary\":\"c\",\"backups\":[],\"syncing\":[],\"handover_from\":\"\"}]}\n");
+}
+
+TEST(ClusterFormatTest, FormatsShardsCatchingUpAndHandingOver) {
+  ClusterInfo c = SmallCluster();
+  c.shards[1].syncing = {"a"};
+  c.shards[2].syncing = {"a", "b"};
+  c.shards[0].replicas = {"b", "a", "c"};
+  c.shards[0].handover_from = "a";
+  EXPECT_EQ(FormatShardsText(c),
+            "SHARD  PRIMARY     BACKUPS  SYNCING\n"
+            "0      b (from a)  a,c      -\n"
+            "1      b           c        a\n"
+            "2      c           -        a,b\n"
+            "3 shards, R=3, 2 with fewer than 3 replicas, 2 catching up\n");
+  const std::string json = FormatShardsJson(c);
+  EXPECT_NE(json.find("{\"shard\":0,\"primary\":\"b\",\"backups\":[\"a\",\"c\"],\"syncing\":[],"
+                      "\"handover_from\":\"a\"}"),
+            std::string::npos)
+      << json;
+  EXPECT_NE(json.find("\"syncing\":[\"a\",\"b\"]"), std::string::npos) << json;
 }
 
 TEST(ClusterFormatTest, FormatsWhere) {
@@ -209,15 +236,26 @@ TEST(ClusterFormatTest, FormatsMembers) {
   b.server_id = "server-two";
   b.state = "DOWN";
   b.zone = "";
-  const std::string text = FormatMembersText({a, b});
+  MemberInfo c = a;
+  c.server_id = "s-3";
+  c.draining = true;
+  c.syncing_shards = 7;
+  const std::string text = FormatMembersText({a, b, c});
   EXPECT_EQ(text,
-            "SERVER      EPOCH  STATE  ADDRESS         ZONE    PRIMARIES  BACKUPS  KEYS  MEMORY (USED/TOTAL)\n"
-            "s-1         5      UP     127.0.0.1:7701  rack 1  342        684      10    2.0 KiB / 1.0 MiB\n"
-            "server-two  5      DOWN   127.0.0.1:7701  -       342        684      10    2.0 KiB / 1.0 MiB\n");
+            "SERVER      EPOCH  STATE        ADDRESS         ZONE    PRIMARIES  BACKUPS  SYNCING  KEYS  "
+            "MEMORY (USED/TOTAL)\n"
+            "s-1         5      UP           127.0.0.1:7701  rack 1  342        684      0        10    "
+            "2.0 KiB / 1.0 MiB\n"
+            "server-two  5      DOWN         127.0.0.1:7701  -       342        684      0        10    "
+            "2.0 KiB / 1.0 MiB\n"
+            "s-3         5      UP,DRAINING  127.0.0.1:7701  rack 1  342        684      7        10    "
+            "2.0 KiB / 1.0 MiB\n");
   EXPECT_EQ(FormatMembersJson({a}),
             "[{\"server_id\":\"s-1\",\"epoch\":5,\"state\":\"UP\",\"data_address\":\"127.0.0.1:7701\","
             "\"admin_address\":\"127.0.0.1:8701\",\"transport\":\"tcp\",\"shards\":342,\"keys\":10,"
-            "\"heap_bytes_used\":2048,\"heap_bytes\":1048576,\"zone\":\"rack 1\",\"backup_shards\":684}]\n");
+            "\"heap_bytes_used\":2048,\"heap_bytes\":1048576,\"zone\":\"rack 1\",\"backup_shards\":684,"
+            "\"syncing_shards\":0,\"draining\":false}]\n");
+  EXPECT_NE(FormatMembersJson({c}).find("\"syncing_shards\":7,\"draining\":true}"), std::string::npos);
   EXPECT_EQ(FormatMembersJson({}), "[]\n");
 }
 
@@ -244,6 +282,309 @@ TEST(ClusterFormatTest, FormatsStats) {
   EXPECT_NE(text.find("s-1     2      3     4     1        0       2            0            128 B      64 B"),
             std::string::npos)
       << text;
+}
+
+TEST(ParseInvocationTest, VerifyAndDrain) {
+  auto v = ParseInvocation({"verify"}, false);
+  ASSERT_TRUE(v.ok()) << v.status();
+  EXPECT_EQ(v->command, Command::kVerify);
+  EXPECT_EQ(ParseInvocation({"verify", "3"}, false).status().message(),
+            "verify: takes no arguments (1 given; shards are chosen with --shards=LIST)");
+  auto d = ParseInvocation({"drain", "s-00ab"}, false);
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(d->command, Command::kDrain);
+  EXPECT_EQ(d->server_id, "s-00ab");
+  EXPECT_EQ(ParseInvocation({"drain"}, false).status().message(), "drain: missing SERVER_ID");
+  EXPECT_EQ(ParseInvocation({"drain", ""}, false).status().message(), "drain: SERVER_ID is empty");
+  EXPECT_EQ(ParseInvocation({"drain", "a", "b"}, false).status().message(), "drain: too many arguments (2)");
+}
+
+TEST(ParseShardListTest, NumbersAndRanges) {
+  auto l = ParseShardList("7,0,3-5,4");
+  ASSERT_TRUE(l.ok()) << l.status();
+  EXPECT_EQ(*l, (std::vector<uint32_t>{0, 3, 4, 5, 7}));
+  EXPECT_EQ(*ParseShardList("4294967295"), (std::vector<uint32_t>{4294967295u}));
+  EXPECT_EQ(*ParseShardList("2-2"), (std::vector<uint32_t>{2}));
+  for (const char* bad : {"", ",", "1,", ",1", "a", "1-", "-1", "5-3", "1--2", "4294967296", " 1", "1-2-3",
+                          "0-99999999"}) {
+    EXPECT_EQ(ParseShardList(bad).status().code(), StatusCode::kInvalidArgument) << bad;
+  }
+  EXPECT_EQ(ParseShardList("5-3").status().message(), "--shards: range '5-3' ends before it starts");
+}
+
+ReplicaDigest Digest(std::string id, uint32_t shard, uint64_t keys, uint64_t checksum, uint64_t max_version,
+                     uint64_t map_version = 4) {
+  return ReplicaDigest{std::move(id), map_version, ShardChecksumInfo{shard, keys, checksum, max_version}};
+}
+
+TEST(VerifyTest, DigestsAgreeOnlyWhenEverythingMatches) {
+  EXPECT_TRUE(DigestsAgree({}));
+  EXPECT_TRUE(DigestsAgree({Digest("a", 0, 3, 99, 7)}));
+  EXPECT_TRUE(DigestsAgree({Digest("a", 0, 3, 99, 7), Digest("b", 0, 3, 99, 7, /*map_version=*/5)}));
+  EXPECT_FALSE(DigestsAgree({Digest("a", 0, 3, 99, 7), Digest("b", 0, 3, 98, 7)}));
+  EXPECT_FALSE(DigestsAgree({Digest("a", 0, 3, 99, 7), Digest("b", 0, 4, 99, 7)}));
+  EXPECT_FALSE(DigestsAgree({Digest("a", 0, 3, 99, 7), Digest("b", 0, 3, 99, 7), Digest("c", 0, 3, 99, 8)}));
+}
+
+TEST(VerifyTest, DiffListingsNamesKeysAtOtherVersionsOrMissing) {
+  const std::vector<std::vector<ShardKeyVersion>> listings = {
+      {{"k1", 5}, {"k2", 6}, {"k3", 7}, {"k5", 1}},
+      {{"k3", 7}, {"k2", 9}, {"k1", 5}, {"k5", 1}},
+      {{"k1", 5}, {"k2", 6}, {"k3", 7}, {"k4", 2}, {"k5", 1}},
+  };
+  const std::vector<KeyDiff> diffs = DiffListings(listings);
+  ASSERT_EQ(diffs.size(), 2u);
+  EXPECT_EQ(diffs[0].key, "k2");
+  EXPECT_EQ(diffs[0].versions, (std::vector<uint64_t>{6, 9, 6}));
+  EXPECT_EQ(diffs[1].key, "k4");
+  EXPECT_EQ(diffs[1].versions, (std::vector<uint64_t>{0, 0, 2}));
+  EXPECT_TRUE(DiffListings({listings[0], listings[0]}).empty());
+  EXPECT_TRUE(DiffListings({}).empty());
+}
+
+// A cluster of `shards` shards over a, b and c (R=3), whose servers answer
+// digests from `digest` (shard, server, round) -> checksum.
+struct FakeCluster {
+  uint32_t shards = 4;
+  uint64_t map_version = 4;
+  int round = 0;
+  std::function<uint64_t(uint32_t shard, const std::string& server, int round)> checksum;
+  std::map<std::string, std::vector<std::vector<uint32_t>>> asked;  // server -> each call's shards
+  std::vector<std::string> progress;
+  Status fail_server = Status::Ok();  // returned for server "b" when not OK
+
+  VerifyIo Io() {
+    VerifyIo io;
+    io.cluster = [this]() -> StatusOr<ClusterInfo> {
+      ++round;
+      ClusterInfo c;
+      c.map_version = map_version;
+      c.replication_factor = 3;
+      for (uint32_t s = 0; s < shards; ++s) {
+        ShardInfo info;
+        info.shard = s;
+        info.replicas = {"a", "b", "c"};
+        info.syncing = {"d"};  // never asked
+        c.shards.push_back(info);
+      }
+      return c;
+    };
+    io.checksums = [this](const std::string& id, const std::vector<uint32_t>& wanted) -> StatusOr<ServerShardChecksums> {
+      asked[id].push_back(wanted);
+      if (id == "b" && !fail_server.ok()) return fail_server;
+      ServerShardChecksums out;
+      out.server_id = id;
+      out.map_version = map_version;
+      for (const uint32_t s : wanted) out.shards.push_back(ShardChecksumInfo{s, 10, checksum(s, id, round), 20});
+      return out;
+    };
+    io.list = [](const std::string& id, uint32_t shard) -> StatusOr<ShardListingInfo> {
+      ShardListingInfo l;
+      l.server_id = id;
+      l.records = {{"same", 1}, {"odd", id == "c" ? 3u : 2u}};
+      if (shard == 1 && id == "a") l.records.push_back({"only-on-a", 9});
+      return l;
+    };
+    io.pause = [](int) {};
+    io.progress = [this](const std::string& line) { progress.push_back(line); };
+    return io;
+  }
+};
+
+TEST(VerifyTest, AllAgreeInOneRound) {
+  FakeCluster fake;
+  fake.checksum = [](uint32_t shard, const std::string&, int) { return 100 + shard; };
+  auto report = RunVerify(VerifyOptions{}, fake.Io());
+  ASSERT_TRUE(report.ok()) << report.status();
+  EXPECT_TRUE(report->disagreeing.empty());
+  EXPECT_EQ(report->shards_checked, 4u);
+  EXPECT_EQ(report->rounds, 1);
+  EXPECT_EQ(fake.asked.size(), 3u);  // the syncing server is not asked
+  for (const auto& [id, calls] : fake.asked) {
+    ASSERT_EQ(calls.size(), 1u) << id;  // one call per server
+    EXPECT_EQ(calls[0], (std::vector<uint32_t>{0, 1, 2, 3})) << id;
+  }
+  EXPECT_EQ(FormatVerifyText(*report), "verify: all 4 shards agree (map version 4, 1 round)\n");
+  EXPECT_EQ(FormatVerifyJson(*report),
+            "{\"map_version\":4,\"shards_checked\":4,\"single_copy\":0,\"rounds\":1,\"agree\":true,"
+            "\"disagreeing\":[]}\n");
+}
+
+TEST(VerifyTest, AMomentaryDifferenceIsAskedAgainAndSettles) {
+  FakeCluster fake;
+  // Shard 2's backup c lags in round 1 only.
+  fake.checksum = [](uint32_t shard, const std::string& id, int round) {
+    return shard == 2 && id == "c" && round == 1 ? 1 : 100 + shard;
+  };
+  VerifyOptions opts;
+  opts.shards = {1, 2};
+  auto report = RunVerify(opts, fake.Io());
+  ASSERT_TRUE(report.ok()) << report.status();
+  EXPECT_TRUE(report->disagreeing.empty());
+  EXPECT_EQ(report->rounds, 2);
+  EXPECT_EQ(report->shards_checked, 2u);
+  ASSERT_EQ(fake.asked["a"].size(), 2u);
+  EXPECT_EQ(fake.asked["a"][1], (std::vector<uint32_t>{2}));  // round 2 asks only the shard that differed
+}
+
+TEST(VerifyTest, APersistentDifferenceIsReportedWithItsKeys) {
+  FakeCluster fake;
+  fake.checksum = [](uint32_t shard, const std::string& id, int) {
+    return shard == 1 && id == "c" ? 0xabcdef : 100 + shard;
+  };
+  VerifyOptions opts;
+  opts.rounds = 3;
+  opts.list_keys = true;
+  auto report = RunVerify(opts, fake.Io());
+  ASSERT_TRUE(report.ok()) << report.status();
+  EXPECT_EQ(report->rounds, 3);
+  ASSERT_EQ(report->disagreeing.size(), 1u);
+  const ShardDisagreement& d = report->disagreeing[0];
+  EXPECT_EQ(d.shard, 1u);
+  EXPECT_FALSE(d.map_changed);
+  ASSERT_EQ(d.replicas.size(), 3u);
+  EXPECT_EQ(d.replicas[2].server_id, "c");
+  EXPECT_EQ(d.replicas[2].digest.checksum, 0xabcdefu);
+  ASSERT_TRUE(d.keys_listed);
+  ASSERT_EQ(d.key_diffs.size(), 2u);
+  EXPECT_EQ(d.key_diffs[0].key, "odd");
+  EXPECT_EQ(d.key_diffs[0].versions, (std::vector<uint64_t>{2, 2, 3}));
+  EXPECT_EQ(d.key_diffs[1].key, "only-on-a");
+  EXPECT_EQ(d.key_diffs[1].versions, (std::vector<uint64_t>{9, 0, 0}));
+  EXPECT_EQ(FormatVerifyText(*report),
+            "SHARD  SERVER  MAP  KEYS  MAX_VERSION  CHECKSUM\n"
+            "1      a       4    10    20           0000000000000065\n"
+            "1      b       4    10    20           0000000000000065\n"
+            "1      c       4    10    20           0000000000abcdef\n"
+            "shard 1: 2 keys differ (version on a b c; 0: absent)\n"
+            "  \"odd\" 2 2 3\n"
+            "  \"only-on-a\" 9 0 0\n"
+            "verify: 1 of 4 shards disagree (map version 4, 3 rounds)\n");
+  EXPECT_EQ(FormatVerifyJson(*report),
+            "{\"map_version\":4,\"shards_checked\":4,\"single_copy\":0,\"rounds\":3,\"agree\":false,"
+            "\"disagreeing\":[{\"shard\":1,\"map_changed\":false,\"replicas\":["
+            "{\"server_id\":\"a\",\"map_version\":4,\"keys\":10,\"checksum\":101,\"max_version\":20},"
+            "{\"server_id\":\"b\",\"map_version\":4,\"keys\":10,\"checksum\":101,\"max_version\":20},"
+            "{\"server_id\":\"c\",\"map_version\":4,\"keys\":10,\"checksum\":11259375,\"max_version\":20}],"
+            "\"key_diffs\":[{\"key\":\"odd\",\"versions\":[2,2,3]},{\"key\":\"only-on-a\",\"versions\":[9,0,0]}]}]}\n");
+}
+
+TEST(VerifyTest, ErrorsAndBadShardsStopIt) {
+  FakeCluster fake;
+  fake.checksum = [](uint32_t, const std::string&, int) { return 1; };
+  VerifyOptions opts;
+  opts.shards = {3, 4};
+  auto report = RunVerify(opts, fake.Io());
+  EXPECT_EQ(report.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(report.status().message(), "--shards: shard 4 is not below the shard count 4");
+  EXPECT_TRUE(fake.asked.empty());
+  fake.fail_server = Unavailable("server b: connection refused");
+  report = RunVerify(VerifyOptions{}, fake.Io());
+  EXPECT_EQ(report.status().code(), StatusCode::kUnavailable);
+  EXPECT_EQ(report.status().message(), "server b: connection refused");
+}
+
+TEST(DrainFormatTest, RolesLeftCountEveryRole) {
+  ClusterInfo c = SmallCluster();
+  c.shards[2].syncing = {"a"};
+  RolesLeft a = RolesOf(c, "a");
+  EXPECT_EQ(a.primaries, 1u);
+  EXPECT_EQ(a.backups, 0u);
+  EXPECT_EQ(a.syncing, 1u);
+  EXPECT_EQ(a.total(), 2u);
+  RolesLeft cc = RolesOf(c, "c");
+  EXPECT_EQ(cc.primaries, 1u);
+  EXPECT_EQ(cc.backups, 2u);
+  EXPECT_EQ(RolesOf(c, "nobody").total(), 0u);
+  EXPECT_EQ(FormatRolesLeft(a), "1 primary, 0 backups, 1 syncing");
+  EXPECT_EQ(FormatRolesLeft(cc), "1 primary, 2 backups, 0 syncing");
+  EXPECT_EQ(FormatDrainJson("s-1", 12, 3, false, a),
+            "{\"server_id\":\"s-1\",\"map_version\":12,\"roles_to_move\":3,\"drained\":false,"
+            "\"left\":{\"primaries\":1,\"backups\":0,\"syncing\":1}}\n");
+}
+
+TEST(DrainFollowTest, FollowsTheMapUntilTheServerHoldsNothing) {
+  // What the coordinator's map says at each look: "a" loses its roles one
+  // by one; one look fails (the coordinator restarting).
+  std::vector<StatusOr<ClusterInfo>> looks;
+  ClusterInfo c = SmallCluster();  // a: primary of 0
+  c.shards[1].syncing = {"a"};
+  c.map_version = 10;
+  looks.push_back(c);
+  c.map_version = 11;  // nothing changed for a: no line
+  looks.push_back(c);
+  looks.push_back(Unavailable("coordinator down"));
+  looks.push_back(Unavailable("coordinator down"));  // the same error: one warning
+  c.map_version = 12;
+  c.shards[1].syncing.clear();
+  c.shards[1].replicas = {"b", "c", "a"};
+  looks.push_back(c);
+  c.map_version = 13;
+  c.shards[0].replicas = {"b", "a", "c"};
+  c.shards[0].handover_from = "a";
+  looks.push_back(c);
+  c.map_version = 14;
+  c.shards[0].replicas = {"b", "c"};
+  c.shards[0].handover_from.clear();
+  c.shards[1].replicas = {"b", "c"};
+  looks.push_back(c);
+
+  size_t next = 0;
+  int pauses = 0;
+  std::vector<std::string> lines;
+  std::vector<std::string> warnings;
+  DrainIo io;
+  io.cluster = [&] { return looks.at(next++); };
+  io.expired = [] { return false; };
+  io.pause = [&] { ++pauses; };
+  io.log = [&](const std::string& line) { lines.push_back(line); };
+  io.warn = [&](const Status& s) { warnings.push_back(s.ToString()); };
+  const DrainOutcome out = FollowDrain("a", 9, io);
+  EXPECT_TRUE(out.drained);
+  EXPECT_EQ(out.map_version, 14u);
+  EXPECT_EQ(out.left.total(), 0u);
+  EXPECT_EQ(next, looks.size());
+  EXPECT_EQ(pauses, static_cast<int>(looks.size()) - 1);
+  EXPECT_EQ(lines, (std::vector<std::string>{
+                       "map version 10: a still holds 1 primary, 0 backups, 1 syncing",
+                       "map version 12: a still holds 1 primary, 1 backup, 0 syncing",
+                       "map version 13: a still holds 0 primaries, 2 backups, 0 syncing",
+                   }));
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_NE(warnings[0].find("coordinator down"), std::string::npos);
+}
+
+TEST(DrainFollowTest, StopsAtTheDeadlineWithWhatIsLeft) {
+  ClusterInfo c = SmallCluster();
+  c.map_version = 21;
+  int looks = 0;
+  DrainIo io;
+  io.cluster = [&]() -> StatusOr<ClusterInfo> {
+    ++looks;
+    return c;
+  };
+  io.expired = [&] { return looks >= 3; };
+  io.pause = [] {};
+  std::vector<std::string> lines;
+  io.log = [&](const std::string& line) { lines.push_back(line); };
+  io.warn = [](const Status&) {};
+  const DrainOutcome out = FollowDrain("c", 20, io);
+  EXPECT_FALSE(out.drained);
+  EXPECT_EQ(looks, 3);
+  EXPECT_EQ(out.map_version, 21u);
+  EXPECT_EQ(out.left.primaries, 1u);
+  EXPECT_EQ(out.left.backups, 2u);
+  EXPECT_EQ(lines.size(), 1u);  // nothing changed after the first look
+  // A coordinator that never answers: the accepted version, nothing known.
+  io.cluster = [&]() -> StatusOr<ClusterInfo> {
+    ++looks;
+    return Unavailable("down");
+  };
+  looks = 0;
+  const DrainOutcome none = FollowDrain("c", 20, io);
+  EXPECT_FALSE(none.drained);
+  EXPECT_EQ(none.map_version, 20u);
+  EXPECT_EQ(none.left.total(), 0u);
 }
 
 }  // namespace

@@ -145,6 +145,8 @@ struct MemberInfo {
   uint64_t heap_bytes = 0;
   std::string zone;            // failure domain; empty when unlabelled
   uint32_t backup_shards = 0;  // shards it holds as a backup
+  uint32_t syncing_shards = 0; // shards it is catching up on (not yet a replica)
+  bool draining = false;       // being drained (Client::Drain): its roles move away
 };
 
 // The servers holding one shard: its primary (which serves every call for
@@ -152,6 +154,13 @@ struct MemberInfo {
 struct ShardInfo {
   uint32_t shard = 0;
   std::vector<std::string> replicas;  // server ids, primary first
+  // Servers catching up on the shard: they receive its writes but are
+  // neither read nor counted as replicas until they caught up.
+  std::vector<std::string> syncing;
+  // Non-empty while the primary role passes from this server (a backup
+  // now) to replicas[0]: the shard's writes are refused, and retried by
+  // the client, until the handover completes.
+  std::string handover_from;
 };
 
 // One version of the cluster map as the client caches it.
@@ -182,6 +191,40 @@ struct ServerStatsInfo {
   uint64_t catchup_values_fetched = 0;   // values it fetched and installed
   uint32_t syncing_shards = 0;           // shards it is catching up on now
   uint64_t catchup_records_served = 0;   // records it listed to others
+};
+
+// One shard's digest on one server (Client::ShardChecksums): its records'
+// count, the sum mod 2^64 of XXH64(key || version as 8 little-endian bytes
+// || value) over them, and their highest version (0 when none).
+struct ShardChecksumInfo {
+  uint32_t shard = 0;
+  uint64_t keys = 0;
+  uint64_t checksum = 0;
+  uint64_t max_version = 0;
+};
+
+// A server's answer to Client::ShardChecksums.
+struct ServerShardChecksums {
+  std::string server_id;
+  uint64_t map_version = 0;  // the cluster map the server held when it answered
+  std::vector<ShardChecksumInfo> shards;  // ascending
+};
+
+// One shard's keys and versions on one server (Client::ListShard).
+struct ShardKeyVersion {
+  std::string key;
+  uint64_t version = 0;
+};
+struct ShardListingInfo {
+  std::string server_id;
+  std::vector<ShardKeyVersion> records;  // in the server's table order
+  uint64_t snapshot_version = 0;  // the server's highest version when it listed
+};
+
+// The coordinator's answer to Client::Drain.
+struct DrainInfo {
+  uint64_t map_version = 0;
+  uint32_t roles_to_move = 0;  // primaries + backups + syncing still on the server
 };
 
 class RKV_EXPORT Client {
@@ -307,6 +350,23 @@ class RKV_EXPORT Client {
   // (the watch thread does this by itself; for callers that must not wait
   // for it). The coordinator's error when it cannot be reached.
   Status RefreshClusterMap(const CallOptions& call = {});
+
+  // ---- Cluster operations (kvctl verify and drain). FAILED_PRECONDITION
+  // in single-server mode; NOT_FOUND for a server the cached map does not
+  // list; otherwise the RPC's error, prefixed with the server.
+  // The digests of `shards` (empty: every shard the server holds a role
+  // in) over the records the server holds, each from one consistent state
+  // of its table. INVALID_ARGUMENT for a shard not below the shard count.
+  StatusOr<ServerShardChecksums> ShardChecksums(std::string_view server_id, std::span<const uint32_t> shards,
+                                                const CallOptions& call = {});
+  // Every key of `shard` the server holds, with its version (no values).
+  StatusOr<ShardListingInfo> ListShard(std::string_view server_id, uint32_t shard, const CallOptions& call = {});
+  // Asks the coordinator to drain `server_id`: it takes no new role and
+  // each of its roles moves to another server (the map shows the
+  // progress). The coordinator's error otherwise (NOT_FOUND for a server
+  // it does not know, FAILED_PRECONDITION when no other server can take
+  // its roles), prefixed with the coordinator.
+  StatusOr<DrainInfo> Drain(std::string_view server_id, const CallOptions& call = {});
 
  private:
   class Impl;
