@@ -890,8 +890,8 @@ StatusOr<int> CoordinatorState::Rebalance() {
   // loaded above R.
   for (ShardRoles& r : roles) {
     if (r.handover_from != kNone || r.primary == kNone) continue;
-    size_t settled = draining(r.primary) ? 0 : 1;  // replicas not draining
-    for (size_t i : r.backups) settled += draining(i) ? 0 : 1;
+    size_t settled = eligible(r.primary) ? 1 : 0;  // replicas UP and not draining
+    for (size_t i : r.backups) settled += eligible(i) ? 1 : 0;
     bool candidate = false;  // a server that could join the shard
     for (size_t j = 0; j < n && !candidate; ++j) candidate = eligible(j) && !is_member(r, j);
     for (size_t k = r.backups.size(); k-- > 0;) {
@@ -904,9 +904,13 @@ StatusOr<int> CoordinatorState::Rebalance() {
       }
     }
     while (r.backups.size() + 1 > r_target) {
+      // DOWN first, then one whose zone keeps another member, then the
+      // most loaded, then the last joined.
+      const auto key = [&](size_t i) {
+        return std::make_tuple(up(i) ? 0 : 1, in_zone(r, zone[i], i) > 0 ? 1 : 0, load[i], i);
+      };
       auto worst = r.backups.begin();
       for (auto it = r.backups.begin(); it != r.backups.end(); ++it) {
-        const auto key = [&](size_t i) { return std::make_tuple(up(i) ? 0 : 1, load[i], i); };
         if (key(*it) > key(*worst)) worst = it;
       }
       --load[*worst];

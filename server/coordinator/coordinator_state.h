@@ -226,9 +226,11 @@ class CoordinatorState {
   //      every backup and syncing role (not of a shard it hands over);
   //   3. takes draining servers out of syncing roles;
   //   4. for each shard without a handover: removes a draining backup once
-  //      the shard has R replicas that are not draining (or no server
-  //      could be added); else, above R replicas, removes the backup with
-  //      the most roles (DOWN first, then the last joined);
+  //      the shard has R replicas UP and not draining (or at least one
+  //      and no syncing server, and no server could be added); then,
+  //      above R replicas, removes backups: DOWN first, then one whose
+  //      zone another member shares, then the one with the most roles,
+  //      then the last joined;
   //   5. hands each shard of an UP draining primary, with no syncing
   //      server, over to its UP non-draining backup with the fewest
   //      primaries;
