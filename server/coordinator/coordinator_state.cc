@@ -813,12 +813,16 @@ StatusOr<int> CoordinatorState::Rebalance() {
   }
   // May take a new role: eligible and not reported failing lately.
   const auto receiver = [&](size_t i) { return eligible(i) && reported_at_.count(servers_[i].info.server_id()) == 0; };
-  std::vector<size_t> load(n), primaries(n), syncing_count(n);
+  // Roles of every kind (placement of new syncing roles), and backup +
+  // syncing roles alone (balance: primaries balance apart, so that a
+  // fresh placement, even within one in each, is left alone).
+  std::vector<size_t> load(n), backup_load(n), primaries(n), syncing_count(n);
   std::vector<uint32_t> zone(n);
   std::unordered_map<std::string, uint32_t> zone_ids;
   for (size_t i = 0; i < n; ++i) {
     const v1::ServerInfo& info = servers_[i].info;
     load[i] = RoleCount(info);
+    backup_load[i] = static_cast<size_t>(info.backup_shards_size() + info.syncing_shards_size());
     primaries[i] = static_cast<size_t>(info.shards_size());
     syncing_count[i] = static_cast<size_t>(info.syncing_shards_size());
     zone[i] = zone_ids.emplace(info.zone(), static_cast<uint32_t>(zone_ids.size())).first->second;
@@ -844,6 +848,8 @@ StatusOr<int> CoordinatorState::Rebalance() {
   };
   const auto hand_over = [&](ShardRoles& r, size_t to) {
     erase(&r.backups, to);
+    --backup_load[to];
+    ++backup_load[r.primary];
     r.backups.push_back(r.primary);
     r.handover_from = r.primary;
     --primaries[r.primary];
@@ -874,6 +880,7 @@ StatusOr<int> CoordinatorState::Rebalance() {
         if (erase(&r.syncing, i)) ++replaced[i];
       }
       load[i] -= static_cast<size_t>(replaced[i]);
+      backup_load[i] -= static_cast<size_t>(replaced[i]);
     }
   }
   // 3. A draining server takes no new role: its syncing roles end.
@@ -883,6 +890,7 @@ StatusOr<int> CoordinatorState::Rebalance() {
       if (!draining(i)) continue;
       r.syncing.erase(r.syncing.begin() + static_cast<std::ptrdiff_t>(k));
       --load[i];
+      --backup_load[i];
       ++trimmed;
     }
   }
@@ -900,6 +908,7 @@ StatusOr<int> CoordinatorState::Rebalance() {
       if (settled >= r_target || (r.syncing.empty() && !candidate && settled >= 1)) {
         r.backups.erase(r.backups.begin() + static_cast<std::ptrdiff_t>(k));
         --load[i];
+        --backup_load[i];
         ++trimmed;
       }
     }
@@ -907,13 +916,14 @@ StatusOr<int> CoordinatorState::Rebalance() {
       // DOWN first, then one whose zone keeps another member, then the
       // most loaded, then the last joined.
       const auto key = [&](size_t i) {
-        return std::make_tuple(up(i) ? 0 : 1, in_zone(r, zone[i], i) > 0 ? 1 : 0, load[i], i);
+        return std::make_tuple(up(i) ? 0 : 1, in_zone(r, zone[i], i) > 0 ? 1 : 0, backup_load[i], i);
       };
       auto worst = r.backups.begin();
       for (auto it = r.backups.begin(); it != r.backups.end(); ++it) {
         if (key(*it) > key(*worst)) worst = it;
       }
       --load[*worst];
+      --backup_load[*worst];
       r.backups.erase(worst);
       ++trimmed;
     }
@@ -954,6 +964,7 @@ StatusOr<int> CoordinatorState::Rebalance() {
       if (best == kNone) break;
       r.syncing.push_back(best);
       ++load[best];
+      ++backup_load[best];
       ++syncing_count[best];
       ++members;
       ++added;
@@ -974,7 +985,7 @@ StatusOr<int> CoordinatorState::Rebalance() {
     for (uint32_t m = 0; m < kMaxMovesPerPass; ++m) {
       size_t u = receivers[0];
       for (size_t i : receivers) {
-        if (load[i] < load[u]) u = i;
+        if (backup_load[i] < backup_load[u]) u = i;
       }
       if (syncing_count[u] >= kMaxSyncingPerServer) break;
       ShardRoles* best = nullptr;  // the shard whose backup with the most roles is the donor
@@ -983,8 +994,10 @@ StatusOr<int> CoordinatorState::Rebalance() {
         if (r.primary == kNone || !up(r.primary) || !r.syncing.empty() || is_member(r, u)) continue;
         for (size_t d : r.backups) {
           // Never at the cost of the shard's zone spread.
-          if (!eligible(d) || load[d] < load[u] + 2 || in_zone(r, zone[u], d) > in_zone(r, zone[d], d)) continue;
-          if (best == nullptr || load[d] > load[best_donor]) {
+          if (!eligible(d) || backup_load[d] < backup_load[u] + 2 || in_zone(r, zone[u], d) > in_zone(r, zone[d], d)) {
+            continue;
+          }
+          if (best == nullptr || backup_load[d] > backup_load[best_donor]) {
             best = &r;
             best_donor = d;
           }
@@ -993,7 +1006,9 @@ StatusOr<int> CoordinatorState::Rebalance() {
       if (best == nullptr) break;
       best->syncing.push_back(u);
       ++load[u];
+      ++backup_load[u];
       --load[best_donor];  // as it will be once it leaves
+      --backup_load[best_donor];
       ++syncing_count[u];
       ++moves;
     }

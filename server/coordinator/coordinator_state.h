@@ -229,8 +229,8 @@ class CoordinatorState {
   //      the shard has R replicas UP and not draining (or at least one
   //      and no syncing server, and no server could be added); then,
   //      above R replicas, removes backups: DOWN first, then one whose
-  //      zone another member shares, then the one with the most roles,
-  //      then the last joined;
+  //      zone another member shares, then the one with the most backup
+  //      and syncing roles, then the last joined;
   //   5. hands each shard of an UP draining primary, with no syncing
   //      server, over to its UP non-draining backup with the fewest
   //      primaries;
@@ -242,9 +242,10 @@ class CoordinatorState {
   //      in its zone, then fewest roles, then first joined;
   //   7. when no shard has a syncing server, a handover or more than R
   //      replicas: up to kMaxMovesPerPass moves of a backup role from a
-  //      server with at least 2 more roles than the least loaded one to
-  //      it (added as syncing), then handovers of primaries from a server
-  //      with at least 2 more primaries than one of its UP backups.
+  //      server with at least 2 more backup and syncing roles than the
+  //      least loaded one to it (added as syncing, never at the cost of
+  //      the shard's zone spread), or else handovers of primaries from a
+  //      server with at least 2 more primaries than one of its backups.
   // Returns how many roles changed. On a commit error nothing changes and
   // the error is returned (the next call retries).
   StatusOr<int> Rebalance() EXCLUDES(mu_, lease_mu_);
