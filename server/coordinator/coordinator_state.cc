@@ -805,14 +805,21 @@ StatusOr<int> CoordinatorState::Rebalance() {
   const size_t n = servers_.size();
   const size_t r_target = replicas_;
   std::vector<ShardRoles> roles = RolesOf(servers_);
-  const auto up = [&](size_t i) { return servers_[i].info.state() == v1::UP; };
-  const auto draining = [&](size_t i) { return servers_[i].info.draining(); };
-  const auto eligible = [&](size_t i) { return up(i) && !draining(i); };
+  // The lambdas below read these copies: mu_ is held for the whole pass.
+  std::vector<bool> is_up(n), is_draining(n), reported(n);
   for (auto it = reported_at_.begin(); it != reported_at_.end();) {
     it = now >= it->second + config_.heartbeat_timeout ? reported_at_.erase(it) : std::next(it);
   }
+  for (size_t i = 0; i < n; ++i) {
+    is_up[i] = servers_[i].info.state() == v1::UP;
+    is_draining[i] = servers_[i].info.draining();
+    reported[i] = reported_at_.count(servers_[i].info.server_id()) != 0;
+  }
+  const auto up = [&](size_t i) { return is_up[i]; };
+  const auto draining = [&](size_t i) { return is_draining[i]; };
+  const auto eligible = [&](size_t i) { return up(i) && !draining(i); };
   // May take a new role: eligible and not reported failing lately.
-  const auto receiver = [&](size_t i) { return eligible(i) && reported_at_.count(servers_[i].info.server_id()) == 0; };
+  const auto receiver = [&](size_t i) { return eligible(i) && !reported[i]; };
   // Roles of every kind (placement of new syncing roles), and backup +
   // syncing roles alone (balance: primaries balance apart, so that a
   // fresh placement, even within one in each, is left alone).
@@ -900,12 +907,18 @@ StatusOr<int> CoordinatorState::Rebalance() {
     if (r.handover_from != kNone || r.primary == kNone) continue;
     size_t settled = eligible(r.primary) ? 1 : 0;  // replicas UP and not draining
     for (size_t i : r.backups) settled += eligible(i) ? 1 : 0;
-    bool candidate = false;  // a server that could join the shard
-    for (size_t j = 0; j < n && !candidate; ++j) candidate = eligible(j) && !is_member(r, j);
+    int candidate = -1;  // a server could join the shard (1) or not (0); -1: not looked at yet
+    const auto could_grow = [&] {
+      if (candidate < 0) {
+        candidate = 0;
+        for (size_t j = 0; j < n && candidate == 0; ++j) candidate = eligible(j) && !is_member(r, j) ? 1 : 0;
+      }
+      return candidate == 1;
+    };
     for (size_t k = r.backups.size(); k-- > 0;) {
       const size_t i = r.backups[k];
       if (!draining(i)) continue;
-      if (settled >= r_target || (r.syncing.empty() && !candidate && settled >= 1)) {
+      if (settled >= r_target || (r.syncing.empty() && settled >= 1 && !could_grow())) {
         r.backups.erase(r.backups.begin() + static_cast<std::ptrdiff_t>(k));
         --load[i];
         --backup_load[i];
@@ -1127,9 +1140,9 @@ v1::ClusterMap CoordinatorState::MapLocked() const {
   if (assigned_) {
     const std::vector<ShardRoles> roles = RolesOf(servers_);
     static const std::string kNoServer;
-    const auto id = [&](size_t i) -> const std::string& {
-      return i == kNone ? kNoServer : servers_[i].info.server_id();
-    };
+    std::vector<const std::string*> names;  // the lambda reads these, not servers_
+    for (const Server& s : servers_) names.push_back(&s.info.server_id());
+    const auto id = [&](size_t i) -> const std::string& { return i == kNone ? kNoServer : *names[i]; };
     for (const ShardRoles& r : roles) map.add_shard_owner(id(r.primary));
     for (const ShardRoles& r : roles) {
       v1::ShardReplicas* replicas = map.add_shard_replicas();
