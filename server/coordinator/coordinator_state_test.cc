@@ -1388,6 +1388,30 @@ TEST_F(CoordinatorStateTest, AFreshPlacementIsLeftAlone) {
   }
 }
 
+TEST_F(CoordinatorStateTest, ANewPrimaryLostDuringAHandoverIsFailedOverAsUsual) {
+  auto state = Open(Config(3, 3, 2));
+  JoinAll(*state, {"", "", ""});
+  ASSERT_TRUE(state->Drain(DrainReq("s0")).ok());
+  ASSERT_GT(*state->Rebalance(), 0);
+  ASSERT_EQ(Replicas(state->Map(), 0), (std::vector<std::string>{"s1", "s0"}));
+  ASSERT_EQ(state->Map().shard_replicas(0).handover_from(), "s0");
+  // The new primary has no write to report during the handover: the old
+  // one stays its backup.
+  auto report = state->ReportReplicaFailure(Report("s1", 1, "s0", {0}));
+  EXPECT_EQ(report.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(Replicas(state->Map(), 0), (std::vector<std::string>{"s1", "s0"}));
+  // s1 dies: fenced, then its first UP backup (s0, still holding every
+  // write) is promoted and the handover ends with it.
+  ASSERT_TRUE(state->Leave(LeaveReq("s1", 1)).ok());
+  EXPECT_EQ(Excluded(*state), (std::vector<std::string>{"s1"}));
+  clock_.Advance(FenceWait(state->config().lease));
+  EXPECT_GE(*state->PromoteFenced(), 1);
+  const v1::ClusterMap map = state->Map();
+  ASSERT_TRUE(control::ValidateClusterMap(map).ok()) << control::ValidateClusterMap(map);
+  EXPECT_EQ(Replicas(map, 0), (std::vector<std::string>{"s0"}));
+  EXPECT_TRUE(map.shard_replicas(0).handover_from().empty());
+}
+
 TEST_F(CoordinatorStateTest, ReplaceAfterIsValidated) {
   CoordinatorConfig c = Config();
   c.replace_after = kMaxReplaceAfter + milliseconds(1);
