@@ -1,5 +1,6 @@
 #include "proto/validation.h"
 
+#include <algorithm>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -179,6 +180,25 @@ Status ValidateReportReplicaFailure(const v1::ReportReplicaFailureRequest& r) {
   return Status::Ok();
 }
 
+Status ValidateReportCaughtUp(const v1::ReportCaughtUpRequest& r) {
+  RKV_RETURN_IF_ERROR(ValidateServerAndEpoch(r.server_id(), r.epoch()));
+  if (r.shards().empty()) return InvalidArgument("shards is empty: name the shards caught up on");
+  if (static_cast<uint32_t>(r.shards_size()) > kMaxShardCount) {
+    return InvalidArgument("shards lists " + std::to_string(r.shards_size()) + " entries, more than " +
+                           std::to_string(kMaxShardCount));
+  }
+  for (const v1::CaughtUpShard& c : r.shards()) {
+    if (c.shard() >= kMaxShardCount) {
+      return InvalidArgument("shard " + std::to_string(c.shard()) + " is not below " + std::to_string(kMaxShardCount));
+    }
+    RKV_RETURN_IF_ERROR(
+        ValidateServerId(c.primary_id()).WithContext("primary_id of shard " + std::to_string(c.shard())));
+  }
+  return Status::Ok();
+}
+
+Status ValidateDrain(const v1::DrainRequest& r) { return ValidateServerId(r.server_id()); }
+
 namespace {
 
 // The replica lists of a map whose servers and shard_owner are valid.
@@ -197,14 +217,14 @@ Status ValidateReplicaSets(const v1::ClusterMap& map,
   if (map.replication_factor() == 0 || !assigned) {
     // A map older than replication, or one without shards yet: no replica
     // lists at all.
-    if (map.shard_replicas_size() != 0) {
-      return InvalidArgument(std::string("shard_replicas is not empty in a map ") +
-                             (assigned ? "with replication_factor 0" : "without a shard assignment"));
-    }
+    const std::string kind = assigned ? "with replication_factor 0" : "without a shard assignment";
+    if (map.shard_replicas_size() != 0) return InvalidArgument("shard_replicas is not empty in a map " + kind);
     for (const v1::ServerInfo& s : map.servers()) {
       if (s.backup_shards_size() != 0) {
-        return InvalidArgument("server '" + s.server_id() + "' lists backup_shards in a map " +
-                               (assigned ? "with replication_factor 0" : "without a shard assignment"));
+        return InvalidArgument("server '" + s.server_id() + "' lists backup_shards in a map " + kind);
+      }
+      if (s.syncing_shards_size() != 0) {
+        return InvalidArgument("server '" + s.server_id() + "' lists syncing_shards in a map " + kind);
       }
     }
     return Status::Ok();
@@ -213,44 +233,71 @@ Status ValidateReplicaSets(const v1::ClusterMap& map,
     return InvalidArgument("shard_replicas has " + std::to_string(map.shard_replicas_size()) +
                            " entries, not shard_count " + std::to_string(map.shard_count()));
   }
-  // Each server's backup_shards must be exactly, ascending, the shards whose
-  // replica list names it after the primary.
-  std::vector<int> next(map.servers_size(), 0);
+  // R replicas, and up to R more roles in flight (catching up, or caught up
+  // and not yet replaced).
+  const uint32_t max_members = 2 * map.replication_factor();
+  // Each server's backup_shards (syncing_shards) must be exactly, ascending,
+  // the shards whose server_ids after the first (syncing_ids) name it.
+  std::vector<int> next_backup(map.servers_size(), 0);
+  std::vector<int> next_syncing(map.servers_size(), 0);
+  std::vector<std::string_view> members;
   for (uint32_t shard = 0; shard < map.shard_count(); ++shard) {
     const v1::ShardReplicas& replicas = map.shard_replicas(static_cast<int>(shard));
     const std::string where = "shard_replicas[" + std::to_string(shard) + "]";
-    if (replicas.server_ids_size() < 1 ||
-        static_cast<uint32_t>(replicas.server_ids_size()) > map.replication_factor()) {
+    if (replicas.server_ids_size() < 1 || static_cast<uint32_t>(replicas.server_ids_size()) > max_members) {
       return InvalidArgument(where + " lists " + std::to_string(replicas.server_ids_size()) +
-                             " servers, not 1.." + std::to_string(map.replication_factor()));
+                             " servers, not 1.." + std::to_string(max_members));
+    }
+    if (static_cast<uint32_t>(replicas.server_ids_size() + replicas.syncing_ids_size()) > max_members) {
+      return InvalidArgument(where + " lists " + std::to_string(replicas.server_ids_size()) + " replicas and " +
+                             std::to_string(replicas.syncing_ids_size()) + " syncing servers, more than " +
+                             std::to_string(max_members) + " in all");
     }
     if (replicas.server_ids(0) != map.shard_owner(static_cast<int>(shard))) {
       return InvalidArgument(where + " starts with '" + Printable(replicas.server_ids(0)) + "', not the owner '" +
                              Printable(map.shard_owner(static_cast<int>(shard))) + "'");
     }
-    for (int k = 0; k < replicas.server_ids_size(); ++k) {
-      const std::string& id = replicas.server_ids(k);
-      for (int j = 0; j < k; ++j) {
-        if (replicas.server_ids(j) == id) return InvalidArgument(where + " lists '" + Printable(id) + "' twice");
+    members.clear();
+    const int total = replicas.server_ids_size() + replicas.syncing_ids_size();
+    for (int k = 0; k < total; ++k) {
+      const bool syncing = k >= replicas.server_ids_size();
+      const std::string& id =
+          syncing ? replicas.syncing_ids(k - replicas.server_ids_size()) : replicas.server_ids(k);
+      const char* list = syncing ? "syncing_ids" : "server_ids";
+      if (std::find(members.begin(), members.end(), id) != members.end()) {
+        return InvalidArgument(where + " lists '" + Printable(id) + "' twice in server_ids and syncing_ids");
       }
+      members.push_back(id);
       const auto it = index_of.find(id);
       if (it == index_of.end()) {
-        return InvalidArgument(where + " lists '" + Printable(id) + "', not a listed server");
+        return InvalidArgument(where + " " + list + " lists '" + Printable(id) + "', not a listed server");
       }
       if (k == 0) continue;
       const v1::ServerInfo& s = map.servers(it->second);
-      int& n = next[it->second];
-      if (n >= s.backup_shards_size() || s.backup_shards(n) != shard) {
-        return InvalidArgument("server '" + s.server_id() + "' backup_shards disagree with shard_replicas at shard " +
-                               std::to_string(shard));
+      const auto& shards = syncing ? s.syncing_shards() : s.backup_shards();
+      int& n = syncing ? next_syncing[it->second] : next_backup[it->second];
+      if (n >= shards.size() || shards.Get(n) != shard) {
+        return InvalidArgument("server '" + s.server_id() + "' " + (syncing ? "syncing_shards" : "backup_shards") +
+                               " disagree with shard_replicas at shard " + std::to_string(shard));
       }
       ++n;
     }
+    if (!replicas.handover_from().empty()) {
+      const auto& ids = replicas.server_ids();
+      if (std::find(ids.begin() + 1, ids.end(), replicas.handover_from()) == ids.end()) {
+        return InvalidArgument(where + " handover_from '" + Printable(replicas.handover_from()) +
+                               "' is not one of its backups in server_ids");
+      }
+    }
   }
   for (int i = 0; i < map.servers_size(); ++i) {
-    if (next[i] != map.servers(i).backup_shards_size()) {
+    if (next_backup[i] != map.servers(i).backup_shards_size()) {
       return InvalidArgument("server '" + map.servers(i).server_id() +
                              "' lists backup_shards that shard_replicas do not give it");
+    }
+    if (next_syncing[i] != map.servers(i).syncing_shards_size()) {
+      return InvalidArgument("server '" + map.servers(i).server_id() +
+                             "' lists syncing_shards that shard_replicas do not give it");
     }
   }
   return Status::Ok();

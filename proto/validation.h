@@ -59,6 +59,15 @@ Status ValidateJoinRequest(const v1::JoinRequest& request);
 // and a reason of printable ASCII of at most 200 bytes.
 Status ValidateReportReplicaFailure(const v1::ReportReplicaFailureRequest& request);
 
+// The form of a ReportCaughtUpRequest: server id and non-zero epoch,
+// 1..kMaxShardCount entries, each with a shard below kMaxShardCount (the
+// coordinator checks them against its shard count, and their number
+// against it) and a valid primary_id.
+Status ValidateReportCaughtUp(const v1::ReportCaughtUpRequest& request);
+
+// The form of a DrainRequest: a valid server id.
+Status ValidateDrain(const v1::DrainRequest& request);
+
 // A server id and a non-zero epoch.
 Status ValidateServerAndEpoch(std::string_view server_id, uint64_t epoch);
 
@@ -68,11 +77,17 @@ Status ValidateServerAndEpoch(std::string_view server_id, uint64_t epoch);
 // listed servers, and each server's `shards` exactly the shards naming it.
 // Replica sets: replication_factor in [0, 5] and at most expected_servers
 // (0: a map from a coordinator older than replication, read as 1, which
-// must then carry no shard_replicas and no backup_shards). With R >= 1 and
-// shards assigned, shard_replicas has shard_count entries, entry s holding
-// 1..R distinct listed servers with shard_owner[s] first; each server's
-// `backup_shards` is exactly, ascending, the shards whose entry lists it
-// after the first. Unassigned: no shard_replicas, no backup_shards.
+// must then carry no shard_replicas, backup_shards nor syncing_shards).
+// With R >= 1 and shards assigned, shard_replicas has
+// shard_count entries, entry s holding 1..2R distinct listed servers in
+// server_ids with shard_owner[s] first, and syncing_ids of listed servers
+// distinct from each other and from server_ids, at most 2R members in all
+// (R, plus up to R roles in flight: a server catching up before the one
+// it replaces leaves); handover_from, when set, is in server_ids and not
+// its first. Each server's `backup_shards` is exactly, ascending, the
+// shards whose entry lists it in server_ids after the first, and its
+// `syncing_shards` exactly the shards whose syncing_ids list it.
+// Unassigned: no shard_replicas, backup_shards nor syncing_shards.
 Status ValidateClusterMap(const v1::ClusterMap& map);
 
 // The replication factor a valid map means: replication_factor, or 1 for a

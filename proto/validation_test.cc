@@ -194,7 +194,10 @@ TEST(ValidationTest, ReplicaSets) {
             std::string::npos);
   refused([](auto& m) { m.mutable_shard_replicas(0)->set_server_ids(1, "zz"); });  // unknown server
   refused([](auto& m) { m.mutable_shard_replicas(0)->add_server_ids("c"); });      // more than R
-  refused([](auto& m) { m.set_replication_factor(1); });                           // lists of 2 with R 1
+  refused([](auto& m) {  // 3 members with R 1: more than R plus R in flight
+    m.set_replication_factor(1);
+    m.mutable_shard_replicas(0)->add_syncing_ids("a");
+  });
   refused([](auto& m) { m.mutable_servers(1)->clear_backup_shards(); });          // backup_shards disagree
   refused([](auto& m) { m.mutable_servers(1)->add_backup_shards(2); });           // a backup shard twice
   refused([](auto& m) {  // backup_shards out of order
@@ -214,6 +217,113 @@ TEST(ValidationTest, ReplicaSets) {
   });
   refused([](auto& m) { m.mutable_servers(0)->set_zone(std::string(kMaxZoneBytes + 1, 'z')); });
   refused([](auto& m) { m.mutable_servers(0)->set_zone("new\nline"); });
+}
+
+// ReplicatedMap with a third server "c" catching up on shard 1 and "a"
+// handing shard 2 over to "b" (the move of a primary, lists [b, a]).
+v1::ClusterMap MapInFlight() {
+  v1::ClusterMap map = ReplicatedMap();
+  map.set_expected_servers(3);
+  v1::JoinRequest c = GoodJoin("c");
+  v1::ServerInfo* info = map.add_servers();
+  info->set_server_id("c");
+  info->set_epoch(c.epoch());
+  info->set_state(v1::UP);
+  info->set_data_address(c.data_address());
+  info->set_admin_address(c.admin_address());
+  info->set_transport(c.transport());
+  *info->mutable_index() = c.index();
+  *info->mutable_heap() = c.heap();
+  *info->mutable_table() = c.table();
+  info->add_syncing_shards(1);
+  map.mutable_shard_replicas(1)->add_syncing_ids("c");
+  // Shard 2: b primary, a handing over (a keeps it as a backup).
+  map.set_shard_owner(2, "b");
+  map.mutable_shard_replicas(2)->set_server_ids(0, "b");
+  map.mutable_shard_replicas(2)->set_server_ids(1, "a");
+  map.mutable_shard_replicas(2)->set_handover_from("a");
+  auto set_shards = [](v1::ServerInfo* s, std::initializer_list<uint32_t> primary,
+                       std::initializer_list<uint32_t> backup) {
+    s->clear_shards();
+    for (uint32_t x : primary) s->add_shards(x);
+    s->clear_backup_shards();
+    for (uint32_t x : backup) s->add_backup_shards(x);
+  };
+  set_shards(map.mutable_servers(0), {0}, {1, 2, 3});
+  set_shards(map.mutable_servers(1), {1, 2, 3}, {0});
+  return map;
+}
+
+TEST(ValidationTest, SyncingAndHandover) {
+  EXPECT_TRUE(ValidateClusterMap(MapInFlight()).ok()) << ValidateClusterMap(MapInFlight());
+  // Up to 2R members while roles are in flight.
+  v1::ClusterMap full = MapInFlight();
+  full.mutable_shard_replicas(1)->add_server_ids("c");
+  full.mutable_shard_replicas(1)->clear_syncing_ids();
+  full.mutable_servers(2)->clear_syncing_shards();
+  full.mutable_servers(2)->add_backup_shards(1);
+  full.mutable_shard_replicas(0)->add_syncing_ids("c");  // shard 0: a, b and c syncing
+  full.mutable_servers(2)->add_syncing_shards(0);
+  EXPECT_TRUE(ValidateClusterMap(full).ok()) << ValidateClusterMap(full);
+
+  auto refused = [](auto mutate) {
+    v1::ClusterMap map = MapInFlight();
+    mutate(map);
+    const Status s = ValidateClusterMap(map);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << map.ShortDebugString();
+    return s.message();
+  };
+  EXPECT_NE(refused([](auto& m) { m.mutable_shard_replicas(1)->add_syncing_ids("b"); }).find("twice"),
+            std::string::npos);  // a replica syncing as well
+  EXPECT_NE(refused([](auto& m) { m.mutable_shard_replicas(1)->add_syncing_ids("c"); }).find("twice"),
+            std::string::npos);
+  refused([](auto& m) { m.mutable_shard_replicas(1)->set_syncing_ids(0, "zz"); });  // unknown server
+  EXPECT_NE(refused([](auto& m) { m.mutable_servers(2)->clear_syncing_shards(); }).find("syncing_shards"),
+            std::string::npos);
+  refused([](auto& m) { m.mutable_servers(2)->add_syncing_shards(3); });  // not in shard 3's syncing_ids
+  EXPECT_NE(refused([](auto& m) { m.set_replication_factor(1); }).find("in all"),
+            std::string::npos);  // shard 1: 3 members, more than R + R in flight
+  EXPECT_NE(refused([](auto& m) { m.mutable_shard_replicas(2)->set_handover_from("b"); }).find("handover_from"),
+            std::string::npos);  // the new primary itself
+  refused([](auto& m) { m.mutable_shard_replicas(2)->set_handover_from("c"); });  // not a replica
+  refused([](auto& m) { m.mutable_shard_replicas(2)->set_handover_from("zz"); });
+  refused([](auto& m) {  // syncing_shards in a map without replication
+    m.set_replication_factor(0);
+    m.clear_shard_replicas();
+    for (auto& s : *m.mutable_servers()) s.clear_backup_shards();
+  });
+}
+
+TEST(ValidationTest, ReportCaughtUpAndDrainRequests) {
+  v1::ReportCaughtUpRequest good;
+  good.set_server_id("a");
+  good.set_epoch(3);
+  v1::CaughtUpShard* c = good.add_shards();
+  c->set_shard(kMaxShardCount - 1);
+  c->set_primary_id("b");
+  EXPECT_TRUE(ValidateReportCaughtUp(good).ok());
+  auto refused = [&](auto mutate) {
+    v1::ReportCaughtUpRequest r = good;
+    mutate(r);
+    EXPECT_EQ(ValidateReportCaughtUp(r).code(), StatusCode::kInvalidArgument) << r.ShortDebugString();
+  };
+  refused([](auto& r) { r.set_server_id("bad id"); });
+  refused([](auto& r) { r.set_epoch(0); });
+  refused([](auto& r) { r.clear_shards(); });
+  refused([](auto& r) { r.mutable_shards(0)->set_shard(kMaxShardCount); });
+  refused([](auto& r) { r.mutable_shards(0)->set_primary_id(""); });
+  refused([](auto& r) { r.mutable_shards(0)->set_primary_id(std::string(kMaxServerIdBytes + 1, 'p')); });
+  refused([](auto& r) {
+    for (uint32_t i = 0; i < kMaxShardCount; ++i) *r.add_shards() = r.shards(0);
+  });
+
+  v1::DrainRequest drain;
+  drain.set_server_id("s-1");
+  EXPECT_TRUE(ValidateDrain(drain).ok());
+  drain.set_server_id("");
+  EXPECT_EQ(ValidateDrain(drain).code(), StatusCode::kInvalidArgument);
+  drain.set_server_id("a\x01");
+  EXPECT_EQ(ValidateDrain(drain).code(), StatusCode::kInvalidArgument);
 }
 
 TEST(ValidationTest, Zones) {

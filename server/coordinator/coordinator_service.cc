@@ -59,6 +59,30 @@ grpc::Status CoordinatorService::ReportReplicaFailure(grpc::ServerContext* conte
   return grpc::Status::OK;
 }
 
+grpc::Status CoordinatorService::ReportCaughtUp(grpc::ServerContext* context, const v1::ReportCaughtUpRequest* request,
+                                                v1::ReportCaughtUpResponse* response) {
+  if (grpc::Status s = CheckToken(context, token_digest_hex_); !s.ok()) return s;
+  auto result = state_->ReportCaughtUp(*request);
+  if (!result.ok()) {
+    LOG(WARNING) << "ReportCaughtUp from " << context->peer() << " refused: " << result.status();
+    return ToGrpc(result.status());
+  }
+  *response = std::move(result).value();
+  return grpc::Status::OK;
+}
+
+grpc::Status CoordinatorService::Drain(grpc::ServerContext* context, const v1::DrainRequest* request,
+                                       v1::DrainResponse* response) {
+  if (grpc::Status s = CheckToken(context, token_digest_hex_); !s.ok()) return s;
+  auto result = state_->Drain(*request);
+  if (!result.ok()) {
+    LOG(WARNING) << "Drain from " << context->peer() << " refused: " << result.status();
+    return ToGrpc(result.status());
+  }
+  *response = std::move(result).value();
+  return grpc::Status::OK;
+}
+
 grpc::Status CoordinatorService::RenewLease(grpc::ServerContext* context, const v1::RenewLeaseRequest*,
                                             v1::RenewLeaseResponse* response) {
   if (grpc::Status s = CheckToken(context, token_digest_hex_); !s.ok()) return s;
@@ -133,6 +157,9 @@ void CoordinatorServer::ExpiryLoop() {
     }
     if (auto promoted = state_->PromoteFenced(); !promoted.ok()) {
       LOG(ERROR) << "cannot commit a promotion: " << promoted.status() << "; retrying";
+    }
+    if (auto moved = state_->Rebalance(); !moved.ok()) {
+      LOG(ERROR) << "cannot commit a re-replication or rebalancing step: " << moved.status() << "; retrying";
     }
   }
 }

@@ -1,7 +1,8 @@
 // The Coordinator gRPC service over a CoordinatorState, and
 // CoordinatorServer, which runs it on a grpc::Server together with the
-// thread that marks silent servers DOWN and promotes the backups of fenced
-// primaries (CoordinatorState::ExpireHeartbeats, PromoteFenced).
+// thread that marks silent servers DOWN, promotes the backups of fenced
+// primaries and re-replicates and rebalances shards
+// (CoordinatorState::ExpireHeartbeats, PromoteFenced, Rebalance).
 //
 // Every handler first checks the token digest (proto/auth.h), then maps
 // the state machine's Status onto the RPC status unchanged.
@@ -37,6 +38,10 @@ class CoordinatorService final : public v1::Coordinator::Service {
   grpc::Status Leave(grpc::ServerContext* context, const v1::LeaveRequest* request, v1::LeaveResponse* response) override;
   grpc::Status ReportReplicaFailure(grpc::ServerContext* context, const v1::ReportReplicaFailureRequest* request,
                                     v1::ReportReplicaFailureResponse* response) override;
+  grpc::Status ReportCaughtUp(grpc::ServerContext* context, const v1::ReportCaughtUpRequest* request,
+                              v1::ReportCaughtUpResponse* response) override;
+  grpc::Status Drain(grpc::ServerContext* context, const v1::DrainRequest* request,
+                     v1::DrainResponse* response) override;
   // Cheap: reads the state's published lease view (no store access).
   grpc::Status RenewLease(grpc::ServerContext* context, const v1::RenewLeaseRequest* request,
                           v1::RenewLeaseResponse* response) override;
@@ -65,8 +70,9 @@ class CoordinatorServer {
   CoordinatorServer(const CoordinatorServer&) = delete;
   CoordinatorServer& operator=(const CoordinatorServer&) = delete;
 
-  // How often the expiry thread runs: half the heartbeat interval, at
-  // most 50 ms (a promotion is due at most that late), at least 5 ms.
+  // How often the expiry thread runs (ExpireHeartbeats, PromoteFenced,
+  // then Rebalance): half the heartbeat interval, at most 50 ms (a
+  // promotion is due at most that late), at least 5 ms.
   static std::chrono::milliseconds ExpiryPeriod(const CoordinatorConfig& config);
 
   // Ends watch streams, stops the expiry thread and the gRPC server

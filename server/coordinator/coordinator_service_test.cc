@@ -4,6 +4,7 @@
 #include <grpcpp/create_channel.h>
 #include <grpcpp/security/credentials.h>
 
+#include <functional>
 #include <thread>
 
 #include "proto/auth.h"
@@ -82,6 +83,17 @@ TEST_F(CoordinatorServiceTest, EveryRpcRefusesAMissingOrWrongToken) {
     v1::RenewLeaseResponse lease;
     EXPECT_EQ(stub_->RenewLease(Ctx(token).get(), v1::RenewLeaseRequest(), &lease).error_code(),
               grpc::StatusCode::UNAUTHENTICATED);
+    v1::ReportCaughtUpRequest caught_up;
+    caught_up.set_server_id("a");
+    caught_up.set_epoch(1);
+    caught_up.add_shards()->set_primary_id("b");
+    v1::ReportCaughtUpResponse caught_up_answer;
+    EXPECT_EQ(stub_->ReportCaughtUp(Ctx(token).get(), caught_up, &caught_up_answer).error_code(),
+              grpc::StatusCode::UNAUTHENTICATED);
+    v1::DrainRequest drain;
+    drain.set_server_id("a");
+    v1::DrainResponse drained;
+    EXPECT_EQ(stub_->Drain(Ctx(token).get(), drain, &drained).error_code(), grpc::StatusCode::UNAUTHENTICATED);
     auto ctx = Ctx(token);
     auto reader = stub_->WatchClusterMap(ctx.get(), v1::WatchClusterMapRequest());
     EXPECT_FALSE(reader->Read(&map));
@@ -114,14 +126,22 @@ TEST_F(CoordinatorServiceTest, JoinHeartbeatAndGetClusterMap) {
   EXPECT_EQ(hb.map_version(), 2u);
 
   // State machine errors keep their codes and messages over the wire.
-  grpc::Status full = stub_->Join(Ctx().get(), MakeJoin("c", 1, 2), &join);
-  EXPECT_EQ(full.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
-  EXPECT_NE(full.error_message().find("cluster is full: 2 of 2"), std::string::npos);
   hb_req.set_server_id("nobody");
   EXPECT_EQ(stub_->Heartbeat(Ctx().get(), hb_req, &hb).error_code(), grpc::StatusCode::NOT_FOUND);
   v1::JoinRequest bad = MakeJoin("a", 1, 0);
   bad.set_transport("carrier-pigeon");
   EXPECT_EQ(stub_->Join(Ctx().get(), bad, &join).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  bad = MakeJoin("a", 1, 0, "another-zone");
+  grpc::Status moved = stub_->Join(Ctx().get(), bad, &join);
+  EXPECT_EQ(moved.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_NE(moved.error_message().find("keeps its zone"), std::string::npos) << moved.error_message();
+
+  // A third id joins the complete cluster, with no shard at first.
+  ASSERT_TRUE(stub_->Join(Ctx().get(), MakeJoin("c", 1, 2), &join).ok());
+  EXPECT_EQ(join.shards_size(), 0);
+  ASSERT_TRUE(stub_->GetClusterMap(Ctx().get(), v1::GetClusterMapRequest(), &map).ok());
+  EXPECT_EQ(map.expected_servers(), 3u);
+  EXPECT_EQ(map.servers_size(), 3);
 }
 
 TEST_F(CoordinatorServiceTest, ReportReplicaFailureTakesTheBackupOut) {
@@ -276,6 +296,62 @@ TEST_F(CoordinatorServiceTest, ShutdownEndsWatchStreamsCleanly) {
   const grpc::Status end = reader->Finish();
   stopper.join();
   EXPECT_TRUE(end.ok()) << end.error_code() << ": " << end.error_message();
+}
+
+// The map once `done` holds, read until a generous deadline (the
+// background pass runs every few milliseconds).
+v1::ClusterMap WaitForMap(CoordinatorState* state, const std::function<bool(const v1::ClusterMap&)>& done) {
+  const auto deadline = std::chrono::steady_clock::now() + kCallDeadline;
+  v1::ClusterMap map = state->Map();
+  while (!done(map) && std::chrono::steady_clock::now() < deadline) {
+    (void)state->WaitForChange(map.version(), std::chrono::milliseconds(100));
+    map = state->Map();
+  }
+  return map;
+}
+
+TEST_F(CoordinatorServiceTest, ANewServerSyncsReportsCaughtUpAndDrains) {
+  v1::JoinResponse join;
+  ASSERT_TRUE(stub_->Join(Ctx().get(), MakeJoin("a", 1, 0), &join).ok());
+  ASSERT_TRUE(stub_->Join(Ctx().get(), MakeJoin("b", 1, 1), &join).ok());
+  ASSERT_TRUE(stub_->Join(Ctx().get(), MakeJoin("c", 1, 2), &join).ok());
+  // The background pass gives c syncing roles (8 shards x 2 replicas over
+  // 3 servers: about 5 roles each).
+  v1::ClusterMap map =
+      WaitForMap(server_->state(), [](const v1::ClusterMap& m) { return m.servers(2).syncing_shards_size() > 0; });
+  const v1::ServerInfo c = map.servers(2);
+  ASSERT_GT(c.syncing_shards_size(), 0) << map.ShortDebugString();
+  v1::ReportCaughtUpRequest report;
+  report.set_server_id("c");
+  report.set_epoch(1);
+  for (uint32_t shard : c.syncing_shards()) {
+    v1::CaughtUpShard* entry = report.add_shards();
+    entry->set_shard(shard);
+    entry->set_primary_id(map.shard_owner(static_cast<int>(shard)));
+  }
+  v1::ReportCaughtUpResponse caught_up;
+  ASSERT_TRUE(stub_->ReportCaughtUp(Ctx().get(), report, &caught_up).ok());
+  EXPECT_TRUE(caught_up.refused_shards().empty());
+  EXPECT_GT(caught_up.map_version(), map.version());
+  report.mutable_shards(0)->set_shard(8);
+  EXPECT_EQ(stub_->ReportCaughtUp(Ctx().get(), report, &caught_up).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  // Then the donors leave: every shard is back to 2 replicas, c holds some.
+  map = WaitForMap(server_->state(), [](const v1::ClusterMap& m) {
+    for (const auto& r : m.shard_replicas()) {
+      if (r.server_ids_size() != 2 || r.syncing_ids_size() != 0) return false;
+    }
+    return m.servers(2).backup_shards_size() > 0;
+  });
+  EXPECT_GT(map.servers(2).backup_shards_size(), 0) << map.ShortDebugString();
+
+  // Drain: c's roles go back to a and b (they hold every shard already).
+  v1::DrainRequest drain;
+  drain.set_server_id("c");
+  v1::DrainResponse drained;
+  ASSERT_TRUE(stub_->Drain(Ctx().get(), drain, &drained).ok());
+  EXPECT_GT(drained.roles_to_move(), 0u);
+  drain.set_server_id("nobody");
+  EXPECT_EQ(stub_->Drain(Ctx().get(), drain, &drained).error_code(), grpc::StatusCode::NOT_FOUND);
 }
 
 }  // namespace

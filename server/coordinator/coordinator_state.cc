@@ -80,6 +80,10 @@ Status ValidateConfig(const CoordinatorConfig& c) {
   if (c.lease.count() < 100 || c.lease.count() > 60'000) {
     return InvalidArgument("--lease_ms " + std::to_string(c.lease.count()) + " is outside [100, 60000]");
   }
+  if (c.replace_after.count() < 0 || c.replace_after > kMaxReplaceAfter) {
+    return InvalidArgument("--replace_after_ms " + std::to_string(c.replace_after.count()) + " is outside [0, " +
+                           std::to_string(kMaxReplaceAfter.count()) + "] (0: never)");
+  }
   if (c.lease > c.heartbeat_timeout) {
     return InvalidArgument("--lease_ms " + std::to_string(c.lease.count()) + " is above --heartbeat_timeout_ms " +
                            std::to_string(c.heartbeat_timeout.count()) +
@@ -132,7 +136,11 @@ std::vector<size_t> PlaceBackups(const std::vector<uint32_t>& zones, uint32_t zo
 }
 
 CoordinatorState::CoordinatorState(const CoordinatorConfig& config, std::unique_ptr<StateStore> store, Clock clock)
-    : config_(config), replicas_(EffectiveReplicas(config)), clock_(std::move(clock)), store_(std::move(store)) {}
+    : config_(config),
+      replicas_(EffectiveReplicas(config)),
+      clock_(std::move(clock)),
+      store_(std::move(store)),
+      expected_servers_(config.expected_servers) {}
 
 StatusOr<std::unique_ptr<CoordinatorState>> CoordinatorState::Open(const CoordinatorConfig& config,
                                                                    std::unique_ptr<StateStore> store, Clock clock) {
@@ -156,11 +164,12 @@ Status CoordinatorState::Load() {
                               " shards, not --shards " + std::to_string(config_.shard_count) +
                               "; changing the shard count is not supported");
   }
-  if (meta.expected_servers() != config_.expected_servers) {
+  if (meta.expected_servers() < config_.expected_servers || meta.expected_servers() > control::kMaxExpectedServers) {
     return FailedPrecondition("the data dir holds a cluster of " + std::to_string(meta.expected_servers()) +
-                              " servers, not --servers " + std::to_string(config_.expected_servers) +
-                              "; adding or removing servers (rebalancing) is not supported yet");
+                              " servers, fewer than --servers " + std::to_string(config_.expected_servers) +
+                              "; a cluster grows by servers joining it, not by a flag");
   }
+  expected_servers_ = meta.expected_servers();
   // A store written before replication existed holds one copy per shard.
   const uint32_t stored_replicas = meta.replication_factor() == 0 ? 1 : meta.replication_factor();
   if (stored_replicas != replicas_) {
@@ -169,7 +178,7 @@ Status CoordinatorState::Load() {
                               "; changing the replication factor is not supported");
   }
   const size_t n = snap.servers.size();
-  if (n > config_.expected_servers) return DataLoss("the store holds more servers than the cluster size");
+  if (n > expected_servers_) return DataLoss("the store holds more servers than the cluster size");
   std::vector<Server> servers(n);
   std::vector<bool> seen(n, false);
   const steady_clock::time_point now = clock_();
@@ -184,22 +193,38 @@ Status CoordinatorState::Load() {
     s.info = std::move(*stored.mutable_info());
     s.join_order = order;
     s.last_heartbeat = now;  // a restarted coordinator gives every UP server a full timeout
+    s.handover_shards.assign(stored.handover_shards().begin(), stored.handover_shards().end());
   }
   servers_ = std::move(servers);
   version_ = meta.map_version();
   assigned_ = meta.shards_assigned();
-  if (assigned_ != (n == config_.expected_servers)) {
+  if (assigned_ != (n == expected_servers_)) {
     return DataLoss("the store says shards are " + std::string(assigned_ ? "" : "not ") + "assigned with " +
-                    std::to_string(n) + " of " + std::to_string(config_.expected_servers) + " servers");
+                    std::to_string(n) + " of " + std::to_string(expected_servers_) + " servers");
+  }
+  // Handovers: each shard handed over by one server at most, which backs
+  // it up (ValidateClusterMap checks that the map built from them agrees).
+  std::vector<bool> handed(config_.shard_count, false);
+  for (const Server& s : servers_) {
+    for (uint32_t shard : s.handover_shards) {
+      if (shard >= config_.shard_count || handed[shard] || !Contains(s.info.backup_shards(), shard)) {
+        return DataLoss("server '" + control::Printable(s.info.server_id()) + "' hands over shard " +
+                        std::to_string(shard) + ", which it does not back up, or another server hands over too");
+      }
+      handed[shard] = true;
+      handover_since_[shard] = now;
+    }
   }
   if (Status s = control::ValidateClusterMap(MapLocked()); !s.ok()) {
     return DataLoss("the stored cluster map is inconsistent: " + s.message());
   }
-  LOG(INFO) << "loaded cluster map version " << version_ << ": " << n << " of " << config_.expected_servers
+  LOG(INFO) << "loaded cluster map version " << version_ << ": " << n << " of " << expected_servers_
             << " servers, " << config_.shard_count << " shards" << (assigned_ ? " assigned" : " not assigned yet")
             << ", " << replicas_ << " replicas per shard";
   for (const Server& s : servers_) {
-    LOG(INFO) << Describe(s.info) << " is " << v1::ServerState_Name(s.info.state()) << " (as stored)";
+    LOG(INFO) << Describe(s.info) << " is " << v1::ServerState_Name(s.info.state()) << " (as stored)"
+              << (s.info.draining() ? ", draining" : "");
+    if (s.info.state() == v1::DOWN) down_since_[s.info.server_id()] = now;
   }
   PublishLeaseLocked();
   // Whatever leases the previous coordinator granted, none outlives a
@@ -220,11 +245,12 @@ int CoordinatorState::FindLocked(const std::string& id) const {
 }
 
 Status CoordinatorState::CommitLocked(std::vector<Server> next, const std::vector<size_t>& changed,
-                                      bool next_assigned) {
+                                      bool next_assigned, uint32_t next_expected) {
+  const uint32_t expected = next_expected != 0 ? next_expected : expected_servers_;
   v1::store::StoredMeta meta;
   meta.set_map_version(version_ + 1);
   meta.set_shard_count(config_.shard_count);
-  meta.set_expected_servers(config_.expected_servers);
+  meta.set_expected_servers(expected);
   meta.set_shards_assigned(next_assigned);
   meta.set_replication_factor(replicas_);
   std::vector<v1::store::StoredServer> records;
@@ -235,15 +261,19 @@ Status CoordinatorState::CommitLocked(std::vector<Server> next, const std::vecto
     r.mutable_info()->clear_keys();
     r.mutable_info()->clear_heap_bytes_used();
     r.set_join_order(next[i].join_order);
+    r.mutable_handover_shards()->Assign(next[i].handover_shards.begin(), next[i].handover_shards.end());
   }
   RKV_RETURN_IF_ERROR(store_->Commit(meta, records));
   servers_ = std::move(next);
   assigned_ = next_assigned;
+  expected_servers_ = expected;
   ++version_;
   PublishLeaseLocked();
   changed_cv_.NotifyAll();
   return Status::Ok();
 }
+
+void CoordinatorState::MarkDownLocked(size_t i) { down_since_[servers_[i].info.server_id()] = clock_(); }
 
 void CoordinatorState::PublishLeaseLocked() {
   LeaseView view;
@@ -300,8 +330,10 @@ StatusOr<v1::JoinResponse> CoordinatorState::Join(const v1::JoinRequest& r) {
   std::vector<Server> next = servers_;
   size_t index = 0;
   bool next_assigned = assigned_;
+  uint32_t next_expected = 0;  // unchanged
   std::string what;
-  int left_backups = 0;  // replica sets a restarted server leaves
+  int left_backups = 0;  // backup roles a restarted server turns into syncing roles
+  std::vector<uint32_t> ended_handovers;
   if (found >= 0) {
     index = static_cast<size_t>(found);
     Server& s = next[index];
@@ -335,10 +367,21 @@ StatusOr<v1::JoinResponse> CoordinatorState::Join(const v1::JoinRequest& r) {
     } else {
       what = "is UP (restarted: epoch " + std::to_string(known_epoch) + " -> " + std::to_string(r.epoch()) + ")";
       // Its store may lack writes forwarded while it was away: it stays
-      // primary of its shards (it holds all it acknowledged) but is no
-      // longer a backup anywhere.
+      // primary of its shards (it holds all it acknowledged) and catches up
+      // on the shards it backed up (a syncing server receives every write
+      // from now on and fetches what it missed). A handover from it ends:
+      // its old process, which may have held the primary role on an old
+      // map, is gone.
       left_backups = s.info.backup_shards_size();
+      std::vector<uint32_t> syncing(s.info.syncing_shards().begin(), s.info.syncing_shards().end());
+      syncing.insert(syncing.end(), s.info.backup_shards().begin(), s.info.backup_shards().end());
+      std::sort(syncing.begin(), syncing.end());
+      s.info.mutable_syncing_shards()->Assign(syncing.begin(), syncing.end());
       s.info.clear_backup_shards();
+      ended_handovers = std::move(s.handover_shards);
+      s.handover_shards.clear();
+      if (s.info.draining()) what += "; its drain ends";
+      s.info.set_draining(false);
     }
     CopyJoinFields(r, &s.info);
     s.info.set_state(v1::UP);
@@ -346,10 +389,14 @@ StatusOr<v1::JoinResponse> CoordinatorState::Join(const v1::JoinRequest& r) {
     s.info.clear_heap_bytes_used();
     s.last_heartbeat = now;
   } else {
-    if (servers_.size() >= config_.expected_servers) {
-      const std::string n = std::to_string(config_.expected_servers);
-      return FailedPrecondition("cluster is full: " + n + " of " + n +
-                                " servers joined; adding servers (rebalancing) is not supported yet");
+    if (assigned_) {
+      // A server added to a complete cluster: N grows; Rebalance gives it
+      // roles.
+      if (expected_servers_ >= control::kMaxExpectedServers) {
+        return FailedPrecondition("cluster is full: it has the maximum of " +
+                                  std::to_string(control::kMaxExpectedServers) + " servers");
+      }
+      next_expected = expected_servers_ + 1;
     }
     index = next.size();
     Server& s = next.emplace_back();
@@ -357,10 +404,13 @@ StatusOr<v1::JoinResponse> CoordinatorState::Join(const v1::JoinRequest& r) {
     s.info.set_state(v1::UP);
     s.join_order = index;
     s.last_heartbeat = now;
-    what = "joined (" + std::to_string(next.size()) + " of " + std::to_string(config_.expected_servers) + " servers)";
+    what = assigned_ ? "added to the cluster (now " + std::to_string(next_expected) + " servers; it gets roles as "
+                           "the coordinator rebalances)"
+                     : "joined (" + std::to_string(next.size()) + " of " + std::to_string(expected_servers_) +
+                           " servers)";
   }
   std::vector<size_t> changed{index};
-  if (!next_assigned && next.size() == config_.expected_servers) {
+  if (!next_assigned && next.size() == expected_servers_) {
     // The N-th server: assign every shard. The whole assignment is one
     // commit, so it is never seen half-applied.
     AssignShards(&next);
@@ -369,14 +419,17 @@ StatusOr<v1::JoinResponse> CoordinatorState::Join(const v1::JoinRequest& r) {
     for (size_t i = 0; i < next.size(); ++i) changed.push_back(i);
   }
   const bool assigning = next_assigned && !assigned_;
-  RKV_RETURN_IF_ERROR(CommitLocked(std::move(next), changed, next_assigned));
+  RKV_RETURN_IF_ERROR(CommitLocked(std::move(next), changed, next_assigned, next_expected));
   const Server& s = servers_[index];
   UnfenceLocked(s.info.server_id());  // back before its shards moved: they stay
+  down_since_.erase(s.info.server_id());
+  for (uint32_t shard : ended_handovers) handover_since_.erase(shard);
   LOG(INFO) << Describe(s.info) << " " << what << "; map version " << version_;
-  if (left_backups > 0) {
-    LOG(INFO) << Describe(s.info) << " taken out of the replica sets of the " << left_backups
-              << " shards it was a backup of (restarted); it stays primary of " << s.info.shards_size()
-              << " shards; map version " << version_;
+  if (left_backups > 0 || !ended_handovers.empty()) {
+    LOG(INFO) << Describe(s.info) << " catches up on the " << left_backups
+              << " shards it was a backup of (restarted: now syncing them), " << ended_handovers.size()
+              << " handovers from it ended; it stays primary of " << s.info.shards_size() << " shards; map version "
+              << version_;
   }
   if (assigning) {
     LOG(INFO) << "assigned " << config_.shard_count << " shards round robin over " << servers_.size()
@@ -439,10 +492,20 @@ StatusOr<v1::ReportReplicaFailureResponse> CoordinatorState::ReportReplicaFailur
     }
   }
   const size_t b = static_cast<size_t>(backup_index);
-  const v1::ServerInfo& backup = servers_[b].info;
+  const Server& backup = servers_[b];
   std::vector<uint32_t> removed;
   for (uint32_t shard : r.shards()) {
-    if (Contains(reporter.info.shards(), shard) && Contains(backup.backup_shards(), shard)) removed.push_back(shard);
+    if (!Contains(reporter.info.shards(), shard)) continue;
+    if (std::binary_search(backup.handover_shards.begin(), backup.handover_shards.end(), shard)) {
+      // The primary of a shard in handover accepts no write, so it has
+      // none to report; taking the old primary out early would end the
+      // wait that keeps it from accepting writes on an old map.
+      return FailedPrecondition("server " + r.backup_id() + " is handing shard " + std::to_string(shard) +
+                                " over to " + r.server_id() + "; it stays a backup until the handover ends");
+    }
+    if (Contains(backup.info.backup_shards(), shard) || Contains(backup.info.syncing_shards(), shard)) {
+      removed.push_back(shard);
+    }
   }
   std::sort(removed.begin(), removed.end());
   removed.erase(std::unique(removed.begin(), removed.end()), removed.end());
@@ -453,12 +516,17 @@ StatusOr<v1::ReportReplicaFailureResponse> CoordinatorState::ReportReplicaFailur
     return resp;
   }
   std::vector<Server> next = servers_;
-  google::protobuf::RepeatedField<uint32_t> kept;
-  for (uint32_t shard : backup.backup_shards()) {
-    if (!std::binary_search(removed.begin(), removed.end(), shard)) kept.Add(shard);
-  }
-  *next[b].info.mutable_backup_shards() = std::move(kept);
+  const auto keep_others = [&](const google::protobuf::RepeatedField<uint32_t>& shards) {
+    google::protobuf::RepeatedField<uint32_t> kept;
+    for (uint32_t shard : shards) {
+      if (!std::binary_search(removed.begin(), removed.end(), shard)) kept.Add(shard);
+    }
+    return kept;
+  };
+  *next[b].info.mutable_backup_shards() = keep_others(backup.info.backup_shards());
+  *next[b].info.mutable_syncing_shards() = keep_others(backup.info.syncing_shards());
   RKV_RETURN_IF_ERROR(CommitLocked(std::move(next), {b}, assigned_));
+  reported_at_[r.backup_id()] = clock_();
   const std::string reason = control::Printable(r.reason(), control::kMaxReasonBytes);
   for (uint32_t shard : removed) {
     LOG(INFO) << Describe(servers_[b].info) << " taken out of the replica set of shard " << shard << " on report of "
@@ -466,6 +534,102 @@ StatusOr<v1::ReportReplicaFailureResponse> CoordinatorState::ReportReplicaFailur
               << version_;
   }
   resp.set_map_version(version_);
+  return resp;
+}
+
+StatusOr<v1::ReportCaughtUpResponse> CoordinatorState::ReportCaughtUp(const v1::ReportCaughtUpRequest& r) {
+  RKV_RETURN_IF_ERROR(control::ValidateReportCaughtUp(r));
+  if (static_cast<uint32_t>(r.shards_size()) > config_.shard_count) {
+    return InvalidArgument("shards lists " + std::to_string(r.shards_size()) + " entries, more than the " +
+                           std::to_string(config_.shard_count) + " shards");
+  }
+  for (const v1::CaughtUpShard& c : r.shards()) {
+    if (c.shard() >= config_.shard_count) {
+      return InvalidArgument("shard " + std::to_string(c.shard()) + " is not below the shard count " +
+                             std::to_string(config_.shard_count));
+    }
+  }
+  MutexLock lock(mu_);
+  const int found = FindLocked(r.server_id());
+  if (found < 0) return NotFound("unknown server " + r.server_id() + "; join first");
+  const size_t index = static_cast<size_t>(found);
+  const Server& server = servers_[index];
+  if (r.epoch() != server.info.epoch()) {
+    return FailedPrecondition("server " + r.server_id() + ": epoch " + std::to_string(r.epoch()) +
+                              " is not the joined epoch " + std::to_string(server.info.epoch()) + "; join again");
+  }
+  if (server.info.state() != v1::UP) {
+    return FailedPrecondition("server " + r.server_id() + " is marked DOWN; join again");
+  }
+  if (!assigned_) return FailedPrecondition("shards are not assigned yet: nothing to catch up on");
+  std::vector<ShardRoles> roles = RolesOf(servers_);
+  std::vector<uint32_t> moved, refused;
+  for (const v1::CaughtUpShard& c : r.shards()) {
+    ShardRoles& shard = roles[c.shard()];
+    const auto it = std::find(shard.syncing.begin(), shard.syncing.end(), index);
+    const bool primary_kept = shard.primary != kNone && servers_[shard.primary].info.server_id() == c.primary_id();
+    if (it == shard.syncing.end() || !primary_kept) {
+      // Not syncing it (any more, or a duplicate entry already moved), or
+      // the primary it fetched from is no longer the primary.
+      if (std::find(moved.begin(), moved.end(), c.shard()) == moved.end()) refused.push_back(c.shard());
+      continue;
+    }
+    shard.syncing.erase(it);
+    shard.backups.push_back(index);
+    moved.push_back(c.shard());
+  }
+  std::sort(refused.begin(), refused.end());
+  refused.erase(std::unique(refused.begin(), refused.end()), refused.end());
+  v1::ReportCaughtUpResponse resp;
+  resp.mutable_refused_shards()->Assign(refused.begin(), refused.end());
+  if (!moved.empty()) {
+    std::vector<Server> next = servers_;
+    std::vector<size_t> changed;
+    ApplyRoles(roles, &next, &changed);
+    RKV_RETURN_IF_ERROR(CommitLocked(std::move(next), changed, assigned_));
+    LOG(INFO) << Describe(servers_[index].info) << " caught up on " << moved.size()
+              << " shards and is now a replica of them (" << refused.size() << " refused); map version "
+              << version_;
+  } else if (!refused.empty()) {
+    LOG(INFO) << Describe(servers_[index].info) << " reported " << refused.size()
+              << " shards caught up that it no longer syncs from that primary; map version " << version_;
+  }
+  resp.set_map_version(version_);
+  return resp;
+}
+
+StatusOr<v1::DrainResponse> CoordinatorState::Drain(const v1::DrainRequest& r) {
+  RKV_RETURN_IF_ERROR(control::ValidateDrain(r));
+  MutexLock lock(mu_);
+  const int found = FindLocked(r.server_id());
+  if (found < 0) return NotFound("unknown server " + r.server_id());
+  const size_t index = static_cast<size_t>(found);
+  v1::DrainResponse resp;
+  if (!servers_[index].info.draining()) {
+    const v1::ServerInfo& info = servers_[index].info;
+    bool other = false;
+    for (size_t i = 0; i < servers_.size(); ++i) {
+      const v1::ServerInfo& o = servers_[i].info;
+      other = other || (i != index && o.state() == v1::UP && !o.draining());
+    }
+    if (!other && RoleCount(info) > 0) {
+      std::vector<uint32_t> shards(info.shards().begin(), info.shards().end());
+      shards.insert(shards.end(), info.backup_shards().begin(), info.backup_shards().end());
+      std::sort(shards.begin(), shards.end());
+      std::string list;
+      for (size_t k = 0; k < shards.size() && k < 16; ++k) list += (k > 0 ? ", " : "") + std::to_string(shards[k]);
+      if (shards.size() > 16) list += " and " + std::to_string(shards.size() - 16) + " more";
+      return FailedPrecondition("cannot drain server " + r.server_id() + ": no other server is UP and not draining "
+                                "to take shards " + list + "; nothing changed");
+    }
+    std::vector<Server> next = servers_;
+    next[index].info.set_draining(true);
+    RKV_RETURN_IF_ERROR(CommitLocked(std::move(next), {index}, assigned_));
+    LOG(INFO) << Describe(servers_[index].info) << " is draining: its " << RoleCount(servers_[index].info)
+              << " roles move to other servers; map version " << version_;
+  }
+  resp.set_map_version(version_);
+  resp.set_roles_to_move(static_cast<uint32_t>(RoleCount(servers_[index].info)));
   return resp;
 }
 
@@ -505,6 +669,7 @@ Status CoordinatorState::Leave(const v1::LeaveRequest& r) {
   std::vector<Server> next = servers_;
   next[index].info.set_state(v1::DOWN);
   RKV_RETURN_IF_ERROR(CommitLocked(std::move(next), {index}, assigned_));
+  MarkDownLocked(index);
   LOG(INFO) << Describe(servers_[index].info) << " is DOWN: it left; map version " << version_;
   FenceLocked(index, "it left");
   return Status::Ok();
@@ -522,6 +687,7 @@ StatusOr<int> CoordinatorState::ExpireHeartbeats() {
     std::vector<Server> next = servers_;
     next[i].info.set_state(v1::DOWN);
     RKV_RETURN_IF_ERROR(CommitLocked(std::move(next), {i}, assigned_));
+    MarkDownLocked(i);
     LOG(INFO) << Describe(servers_[i].info) << " is DOWN: no heartbeat for " << Seconds(silent) << "; map version "
               << version_;
     FenceLocked(i, "missed heartbeats");
@@ -571,7 +737,10 @@ StatusOr<int> CoordinatorState::PromoteFenced() {
   }
   if (promoted > 0) {
     // The new primary is each moved shard's only replica: the other
-    // backups may lack writes the old primary forwarded to it alone.
+    // backups may lack writes the old primary forwarded to it alone. The
+    // shard's syncing servers were fetching from the old primary, and a
+    // handover of it ends: Rebalance adds syncing servers again, which
+    // fetch from the new primary.
     std::vector<Server> next = servers_;
     std::vector<size_t> changed;
     for (size_t i = 0; i < n; ++i) {
@@ -580,23 +749,36 @@ StatusOr<int> CoordinatorState::PromoteFenced() {
       for (uint32_t shard : info.shards()) {
         if (new_primary[shard] == n) shards.push_back(shard);
       }
-      google::protobuf::RepeatedField<uint32_t> backups;
+      google::protobuf::RepeatedField<uint32_t> backups, syncing;
       for (uint32_t shard : info.backup_shards()) {
         if (new_primary[shard] == n) backups.Add(shard);
+      }
+      for (uint32_t shard : info.syncing_shards()) {
+        if (new_primary[shard] == n) syncing.Add(shard);
+      }
+      std::vector<uint32_t> handover;
+      for (uint32_t shard : next[i].handover_shards) {
+        if (new_primary[shard] == n) handover.push_back(shard);
       }
       for (uint32_t shard = 0; shard < config_.shard_count; ++shard) {
         if (new_primary[shard] == i) shards.push_back(shard);
       }
       std::sort(shards.begin(), shards.end());
       if (shards.size() == static_cast<size_t>(info.shards_size()) && backups.size() == info.backup_shards_size() &&
+          syncing.size() == info.syncing_shards_size() && handover.size() == next[i].handover_shards.size() &&
           std::equal(shards.begin(), shards.end(), info.shards().begin())) {
         continue;
       }
       info.mutable_shards()->Assign(shards.begin(), shards.end());
       *info.mutable_backup_shards() = std::move(backups);
+      *info.mutable_syncing_shards() = std::move(syncing);
+      next[i].handover_shards = std::move(handover);
       changed.push_back(i);
     }
     RKV_RETURN_IF_ERROR(CommitLocked(std::move(next), changed, assigned_));
+    for (uint32_t shard = 0; shard < config_.shard_count; ++shard) {
+      if (new_primary[shard] != n) handover_since_.erase(shard);
+    }
   }
   for (size_t x : ripe_list) {
     fenced_since_.erase(servers_[x].info.server_id());
@@ -616,43 +798,358 @@ StatusOr<int> CoordinatorState::PromoteFenced() {
   return promoted;
 }
 
+StatusOr<int> CoordinatorState::Rebalance() {
+  MutexLock lock(mu_);
+  if (!assigned_) return 0;
+  const steady_clock::time_point now = clock_();
+  const size_t n = servers_.size();
+  const size_t r_target = replicas_;
+  std::vector<ShardRoles> roles = RolesOf(servers_);
+  // The lambdas below read these copies: mu_ is held for the whole pass.
+  std::vector<bool> is_up(n), is_draining(n), reported(n);
+  for (auto it = reported_at_.begin(); it != reported_at_.end();) {
+    it = now >= it->second + config_.heartbeat_timeout ? reported_at_.erase(it) : std::next(it);
+  }
+  for (size_t i = 0; i < n; ++i) {
+    is_up[i] = servers_[i].info.state() == v1::UP;
+    is_draining[i] = servers_[i].info.draining();
+    reported[i] = reported_at_.count(servers_[i].info.server_id()) != 0;
+  }
+  const auto up = [&](size_t i) { return is_up[i]; };
+  const auto draining = [&](size_t i) { return is_draining[i]; };
+  const auto eligible = [&](size_t i) { return up(i) && !draining(i); };
+  // May take a new role: eligible and not reported failing lately.
+  const auto receiver = [&](size_t i) { return eligible(i) && !reported[i]; };
+  // Roles of every kind (placement of new syncing roles), and backup +
+  // syncing roles alone (balance: primaries balance apart, so that a
+  // fresh placement, even within one in each, is left alone).
+  std::vector<size_t> load(n), backup_load(n), primaries(n), syncing_count(n);
+  std::vector<uint32_t> zone(n);
+  std::unordered_map<std::string, uint32_t> zone_ids;
+  for (size_t i = 0; i < n; ++i) {
+    const v1::ServerInfo& info = servers_[i].info;
+    load[i] = RoleCount(info);
+    backup_load[i] = static_cast<size_t>(info.backup_shards_size() + info.syncing_shards_size());
+    primaries[i] = static_cast<size_t>(info.shards_size());
+    syncing_count[i] = static_cast<size_t>(info.syncing_shards_size());
+    zone[i] = zone_ids.emplace(info.zone(), static_cast<uint32_t>(zone_ids.size())).first->second;
+  }
+  const auto erase = [](std::vector<size_t>* v, size_t i) {
+    const auto it = std::find(v->begin(), v->end(), i);
+    if (it == v->end()) return false;
+    v->erase(it);
+    return true;
+  };
+  const auto is_member = [](const ShardRoles& r, size_t i) {
+    return r.primary == i || std::find(r.backups.begin(), r.backups.end(), i) != r.backups.end() ||
+           std::find(r.syncing.begin(), r.syncing.end(), i) != r.syncing.end();
+  };
+  // Members of the shard in `z`, `except` left out.
+  const auto in_zone = [&](const ShardRoles& r, uint32_t z, size_t except) {
+    size_t count = 0;
+    const auto add = [&](size_t i) { count += (i != kNone && i != except && zone[i] == z) ? 1 : 0; };
+    add(r.primary);
+    for (size_t i : r.backups) add(i);
+    for (size_t i : r.syncing) add(i);
+    return count;
+  };
+  const auto hand_over = [&](ShardRoles& r, size_t to) {
+    erase(&r.backups, to);
+    --backup_load[to];
+    ++backup_load[r.primary];
+    r.backups.push_back(r.primary);
+    r.handover_from = r.primary;
+    --primaries[r.primary];
+    ++primaries[to];
+    r.primary = to;
+  };
+  int handovers_ended = 0, trimmed = 0, drain_handovers = 0, added = 0, moves = 0, balance_handovers = 0;
+  std::vector<uint32_t> ended, begun;
+  std::vector<int> replaced(n, 0);
+
+  // 1. Handovers whose every old lease has expired.
+  for (uint32_t shard = 0; shard < roles.size(); ++shard) {
+    ShardRoles& r = roles[shard];
+    if (r.handover_from == kNone) continue;
+    const auto since = handover_since_.emplace(shard, now).first->second;
+    if (now < since + FenceWait(config_.lease)) continue;
+    r.handover_from = kNone;
+    ended.push_back(shard);
+    ++handovers_ended;
+  }
+  // 2. Servers DOWN for replace_after lose their backup and syncing roles.
+  if (config_.replace_after.count() > 0) {
+    for (size_t i = 0; i < n; ++i) {
+      const auto d = down_since_.find(servers_[i].info.server_id());
+      if (up(i) || d == down_since_.end() || now < d->second + config_.replace_after) continue;
+      for (ShardRoles& r : roles) {
+        if (r.handover_from != i && erase(&r.backups, i)) ++replaced[i];
+        if (erase(&r.syncing, i)) ++replaced[i];
+      }
+      load[i] -= static_cast<size_t>(replaced[i]);
+      backup_load[i] -= static_cast<size_t>(replaced[i]);
+    }
+  }
+  // 3. A draining server takes no new role: its syncing roles end.
+  for (ShardRoles& r : roles) {
+    for (size_t k = r.syncing.size(); k-- > 0;) {
+      const size_t i = r.syncing[k];
+      if (!draining(i)) continue;
+      r.syncing.erase(r.syncing.begin() + static_cast<std::ptrdiff_t>(k));
+      --load[i];
+      --backup_load[i];
+      ++trimmed;
+    }
+  }
+  // 4. Backups no longer needed: draining ones once replaced, then the most
+  // loaded above R.
+  for (ShardRoles& r : roles) {
+    if (r.handover_from != kNone || r.primary == kNone) continue;
+    size_t settled = eligible(r.primary) ? 1 : 0;  // replicas UP and not draining
+    for (size_t i : r.backups) settled += eligible(i) ? 1 : 0;
+    int candidate = -1;  // a server could join the shard (1) or not (0); -1: not looked at yet
+    const auto could_grow = [&] {
+      if (candidate < 0) {
+        candidate = 0;
+        for (size_t j = 0; j < n && candidate == 0; ++j) candidate = eligible(j) && !is_member(r, j) ? 1 : 0;
+      }
+      return candidate == 1;
+    };
+    for (size_t k = r.backups.size(); k-- > 0;) {
+      const size_t i = r.backups[k];
+      if (!draining(i)) continue;
+      if (settled >= r_target || (r.syncing.empty() && settled >= 1 && !could_grow())) {
+        r.backups.erase(r.backups.begin() + static_cast<std::ptrdiff_t>(k));
+        --load[i];
+        --backup_load[i];
+        ++trimmed;
+      }
+    }
+    while (r.backups.size() + 1 > r_target) {
+      // DOWN first, then one whose zone keeps another member, then the
+      // most loaded, then the last joined.
+      const auto key = [&](size_t i) {
+        return std::make_tuple(up(i) ? 0 : 1, in_zone(r, zone[i], i) > 0 ? 1 : 0, backup_load[i], i);
+      };
+      auto worst = r.backups.begin();
+      for (auto it = r.backups.begin(); it != r.backups.end(); ++it) {
+        if (key(*it) > key(*worst)) worst = it;
+      }
+      --load[*worst];
+      --backup_load[*worst];
+      r.backups.erase(worst);
+      ++trimmed;
+    }
+  }
+  // 5. A draining primary hands its shard over to a caught-up backup.
+  for (uint32_t shard = 0; shard < roles.size(); ++shard) {
+    ShardRoles& r = roles[shard];
+    if (r.primary == kNone || !up(r.primary) || !draining(r.primary) || r.handover_from != kNone ||
+        !r.syncing.empty()) {
+      continue;
+    }
+    size_t to = kNone;
+    for (size_t i : r.backups) {
+      if (eligible(i) && (to == kNone || primaries[i] < primaries[to])) to = i;
+    }
+    if (to == kNone) continue;
+    hand_over(r, to);
+    begun.push_back(shard);
+    ++drain_handovers;
+  }
+  // 6. Shards below R get syncing servers.
+  for (ShardRoles& r : roles) {
+    if (r.primary == kNone || !up(r.primary) || r.handover_from != kNone) continue;
+    size_t members = draining(r.primary) ? 0 : 1;
+    for (size_t i : r.backups) members += draining(i) ? 0 : 1;
+    for (size_t i : r.syncing) members += draining(i) ? 0 : 1;
+    while (members < r_target) {
+      size_t best = kNone;
+      std::tuple<size_t, size_t, size_t> best_key;
+      for (size_t j = 0; j < n; ++j) {
+        if (!receiver(j) || syncing_count[j] >= kMaxSyncingPerServer || is_member(r, j)) continue;
+        const std::tuple<size_t, size_t, size_t> key(in_zone(r, zone[j], kNone), load[j], j);
+        if (best == kNone || key < best_key) {
+          best = j;
+          best_key = key;
+        }
+      }
+      if (best == kNone) break;
+      r.syncing.push_back(best);
+      ++load[best];
+      ++backup_load[best];
+      ++syncing_count[best];
+      ++members;
+      ++added;
+    }
+  }
+  // 7. Balance, once every earlier move has finished.
+  bool settled = handovers_ended + trimmed + drain_handovers + added == 0;
+  for (const ShardRoles& r : roles) {
+    settled = settled && r.syncing.empty() && r.handover_from == kNone && r.backups.size() + 1 <= r_target;
+  }
+  std::vector<size_t> receivers;
+  for (size_t i = 0; i < n; ++i) {
+    if (receiver(i)) receivers.push_back(i);
+  }
+  if (settled && receivers.size() >= 2) {
+    // Backup roles, from a server with at least two more roles than the
+    // least loaded one to it; the donor leaves once it has caught up (4).
+    for (uint32_t m = 0; m < kMaxMovesPerPass; ++m) {
+      size_t u = receivers[0];
+      for (size_t i : receivers) {
+        if (backup_load[i] < backup_load[u]) u = i;
+      }
+      if (syncing_count[u] >= kMaxSyncingPerServer) break;
+      ShardRoles* best = nullptr;  // the shard whose backup with the most roles is the donor
+      size_t best_donor = kNone;
+      for (ShardRoles& r : roles) {
+        if (r.primary == kNone || !up(r.primary) || !r.syncing.empty() || is_member(r, u)) continue;
+        for (size_t d : r.backups) {
+          // Never at the cost of the shard's zone spread.
+          if (!eligible(d) || backup_load[d] < backup_load[u] + 2 || in_zone(r, zone[u], d) > in_zone(r, zone[d], d)) {
+            continue;
+          }
+          if (best == nullptr || backup_load[d] > backup_load[best_donor]) {
+            best = &r;
+            best_donor = d;
+          }
+        }
+      }
+      if (best == nullptr) break;
+      best->syncing.push_back(u);
+      ++load[u];
+      ++backup_load[u];
+      --load[best_donor];  // as it will be once it leaves
+      --backup_load[best_donor];
+      ++syncing_count[u];
+      ++moves;
+    }
+    // Primaries, from a server with at least two more than one of its
+    // backups to that backup, when no backup role moves.
+    for (uint32_t m = 0; moves == 0 && m < kMaxMovesPerPass; ++m) {
+      uint32_t best_shard = 0;
+      size_t best_to = kNone, best_gap = 1;
+      for (uint32_t shard = 0; shard < roles.size(); ++shard) {
+        const ShardRoles& r = roles[shard];
+        if (r.primary == kNone || !eligible(r.primary) || r.handover_from != kNone) continue;
+        for (size_t b : r.backups) {
+          if (!eligible(b) || primaries[r.primary] < primaries[b] + 2) continue;
+          const size_t gap = primaries[r.primary] - primaries[b];
+          if (gap > best_gap) {
+            best_gap = gap;
+            best_shard = shard;
+            best_to = b;
+          }
+        }
+      }
+      if (best_to == kNone) break;
+      hand_over(roles[best_shard], best_to);
+      begun.push_back(best_shard);
+      ++balance_handovers;
+    }
+  }
+
+  std::vector<Server> next = servers_;
+  std::vector<size_t> changed;
+  ApplyRoles(roles, &next, &changed);
+  if (changed.empty()) return 0;
+  RKV_RETURN_IF_ERROR(CommitLocked(std::move(next), changed, assigned_));
+  const steady_clock::time_point committed = clock_();
+  for (uint32_t shard : ended) handover_since_.erase(shard);
+  for (uint32_t shard : begun) handover_since_[shard] = committed;
+  int replaced_total = 0;
+  for (size_t i = 0; i < n; ++i) {
+    if (replaced[i] == 0) continue;
+    replaced_total += replaced[i];
+    LOG(INFO) << Describe(servers_[i].info) << " DOWN for " << Seconds(now - down_since_[servers_[i].info.server_id()])
+              << ": its " << replaced[i] << " backup and syncing roles are replaced; map version " << version_;
+  }
+  LOG(INFO) << "rebalanced: " << added << " syncing roles added to shards below " << r_target << " replicas, "
+            << moves << " backup roles and " << balance_handovers << " primaries moving for balance, "
+            << drain_handovers << " handovers from draining servers, " << handovers_ended << " handovers ended, "
+            << trimmed << " roles of draining or surplus servers removed, " << replaced_total
+            << " roles of long-DOWN servers removed; map version " << version_;
+  return added + moves + balance_handovers + drain_handovers + handovers_ended + trimmed + replaced_total;
+}
+
+std::vector<CoordinatorState::ShardRoles> CoordinatorState::RolesOf(const std::vector<Server>& servers) const {
+  // Out-of-range or contradictory records are left out, for
+  // ValidateClusterMap (on load) to catch as disagreements.
+  std::vector<ShardRoles> roles(config_.shard_count);
+  const size_t n = servers.size();
+  for (size_t i = 0; i < n; ++i) {
+    const Server& s = servers[i];
+    for (uint32_t shard : s.info.shards()) {
+      if (shard < roles.size()) roles[shard].primary = i;
+    }
+    for (uint32_t shard : s.info.backup_shards()) {
+      if (shard < roles.size()) roles[shard].backups.push_back(i);
+    }
+    for (uint32_t shard : s.info.syncing_shards()) {
+      if (shard < roles.size()) roles[shard].syncing.push_back(i);
+    }
+    for (uint32_t shard : s.handover_shards) {
+      if (shard < roles.size()) roles[shard].handover_from = i;
+    }
+  }
+  // Join order starting after the primary: the order PlaceBackups gives.
+  for (ShardRoles& r : roles) {
+    const size_t primary = r.primary == kNone ? 0 : r.primary;
+    const auto after_primary = [&](size_t a, size_t b) { return (a + n - primary) % n < (b + n - primary) % n; };
+    std::sort(r.backups.begin(), r.backups.end(), after_primary);
+    std::sort(r.syncing.begin(), r.syncing.end(), after_primary);
+  }
+  return roles;
+}
+
+void CoordinatorState::ApplyRoles(const std::vector<ShardRoles>& roles, std::vector<Server>* servers,
+                                  std::vector<size_t>* changed) const {
+  const size_t n = servers->size();
+  std::vector<std::vector<uint32_t>> primary(n), backup(n), syncing(n), handover(n);
+  for (uint32_t shard = 0; shard < roles.size(); ++shard) {
+    const ShardRoles& r = roles[shard];
+    if (r.primary != kNone) primary[r.primary].push_back(shard);
+    for (size_t i : r.backups) backup[i].push_back(shard);
+    for (size_t i : r.syncing) syncing[i].push_back(shard);
+    if (r.handover_from != kNone) handover[r.handover_from].push_back(shard);
+  }
+  const auto same = [](const google::protobuf::RepeatedField<uint32_t>& field, const std::vector<uint32_t>& v) {
+    return static_cast<size_t>(field.size()) == v.size() && std::equal(v.begin(), v.end(), field.begin());
+  };
+  for (size_t i = 0; i < n; ++i) {
+    Server& s = (*servers)[i];
+    if (same(s.info.shards(), primary[i]) && same(s.info.backup_shards(), backup[i]) &&
+        same(s.info.syncing_shards(), syncing[i]) && s.handover_shards == handover[i]) {
+      continue;
+    }
+    s.info.mutable_shards()->Assign(primary[i].begin(), primary[i].end());
+    s.info.mutable_backup_shards()->Assign(backup[i].begin(), backup[i].end());
+    s.info.mutable_syncing_shards()->Assign(syncing[i].begin(), syncing[i].end());
+    s.handover_shards = std::move(handover[i]);
+    changed->push_back(i);
+  }
+}
+
 v1::ClusterMap CoordinatorState::MapLocked() const {
   v1::ClusterMap map;
   map.set_version(version_);
   map.set_shard_count(config_.shard_count);
-  map.set_expected_servers(config_.expected_servers);
+  map.set_expected_servers(expected_servers_);
   map.set_replication_factor(replicas_);
   if (assigned_) {
-    std::vector<const std::string*> owner(config_.shard_count, nullptr);
-    for (const Server& s : servers_) {
-      for (uint32_t shard : s.info.shards()) {
-        if (shard < owner.size()) owner[shard] = &s.info.server_id();
-      }
-    }
-    static const std::string kNone;
-    for (const std::string* id : owner) map.add_shard_owner(id != nullptr ? *id : kNone);
-    // Replica lists: the owner, then the backups in join order starting
-    // after the owner (the order PlaceBackups gives them). Out-of-range or
-    // contradictory records are left for ValidateClusterMap to catch.
-    const size_t n = servers_.size();
-    std::unordered_map<std::string_view, size_t> order;
-    for (size_t i = 0; i < n; ++i) order.emplace(servers_[i].info.server_id(), i);
-    std::vector<std::vector<size_t>> backups(config_.shard_count);
-    for (size_t i = 0; i < n; ++i) {
-      for (uint32_t shard : servers_[i].info.backup_shards()) {
-        if (shard < backups.size()) backups[shard].push_back(i);
-      }
-    }
-    for (uint32_t shard = 0; shard < config_.shard_count; ++shard) {
+    const std::vector<ShardRoles> roles = RolesOf(servers_);
+    static const std::string kNoServer;
+    std::vector<const std::string*> names;  // the lambda reads these, not servers_
+    for (const Server& s : servers_) names.push_back(&s.info.server_id());
+    const auto id = [&](size_t i) -> const std::string& { return i == kNone ? kNoServer : *names[i]; };
+    for (const ShardRoles& r : roles) map.add_shard_owner(id(r.primary));
+    for (const ShardRoles& r : roles) {
       v1::ShardReplicas* replicas = map.add_shard_replicas();
-      const std::string& primary_id = map.shard_owner(static_cast<int>(shard));
-      replicas->add_server_ids(primary_id);
-      const auto p = order.find(primary_id);
-      const size_t primary = p == order.end() ? 0 : p->second;
-      std::vector<size_t>& list = backups[shard];
-      std::sort(list.begin(), list.end(),
-                [&](size_t a, size_t b) { return (a + n - primary) % n < (b + n - primary) % n; });
-      for (size_t i : list) replicas->add_server_ids(servers_[i].info.server_id());
+      replicas->add_server_ids(id(r.primary));
+      for (size_t i : r.backups) replicas->add_server_ids(id(i));
+      for (size_t i : r.syncing) replicas->add_syncing_ids(id(i));
+      if (r.handover_from != kNone) replicas->set_handover_from(id(r.handover_from));
     }
   }
   for (const Server& s : servers_) *map.add_servers() = s.info;

@@ -10,16 +10,32 @@
 //     zones as the cluster has, up to R.
 //   - A server's zone is part of its identity: a rejoin with another zone
 //     is refused.
-//   - ReportReplicaFailure takes a backup out of replica sets of its
-//     reporter's shards (never the primary); nothing puts it back yet.
+//   - ReportReplicaFailure takes a backup, or a syncing server, out of
+//     the replica sets of its reporter's shards (never the primary).
+//   - Roles of a shard: replicas (server_ids: the primary, then backups,
+//     each holding every acknowledged write), syncing servers (catching
+//     up: they receive every forwarded write and fetch the rest from the
+//     primary; never read, never promoted) and, during a handover, the
+//     old primary (handover_from, still a backup). ReportCaughtUp moves a
+//     syncing server into the replicas (docs/design.md section 8.9).
 //   - A known id rejoining with a newer epoch (a restart: new regions) gets
-//     back the shards it is primary of and is UP; it leaves every replica
-//     set it was a backup in (its store may lack writes forwarded while it
-//     was away), in the same version. The same epoch with the same content
-//     is an idempotent retry (or, after DOWN, a return to UP keeping every
-//     role it still has); the same epoch with other content, or an older
-//     epoch, is refused (stale).
-//   - A new id when N are known is refused: the cluster is full.
+//     back the shards it is primary of and is UP; its backup roles become
+//     syncing roles (it catches up on what it missed), in the same
+//     version, and a drain it was under ends. The same epoch with the same
+//     content is an idempotent retry (or, after DOWN, a return to UP
+//     keeping every role it still has); the same epoch with other content,
+//     or an older epoch, is refused (stale).
+//   - A new id when the shards are assigned joins with no role; the
+//     cluster size N grows by one (persisted). Rebalance gives it roles.
+//   - Rebalance (run periodically) re-replicates: a server DOWN for
+//     replace_after loses its backup and syncing roles; a shard with fewer
+//     than R replicas + syncing servers gets syncing servers (UP, not
+//     draining, distinct zones first, least loaded); a caught-up shard
+//     with more than R replicas loses its most loaded backup (a draining
+//     one first); a draining primary hands its shard over to a caught-up
+//     backup; once every move has finished, roles and primaries are
+//     balanced toward a fair share, a bounded number of moves at a time.
+//     See Rebalance below.
 //   - An UP server whose heartbeat deadline passes (ExpireHeartbeats) is
 //     DOWN; so is one that Leaves. A DOWN server keeps its shards until
 //     it is promoted away from them (failover, below).
@@ -33,7 +49,10 @@
 //     and is no longer fenced. Shards with no UP backup stay its own. A
 //     server that comes back UP before then is no longer fenced and keeps
 //     its shards. A coordinator that opens a store with such DOWN primaries
-//     fences them from the moment it opens.//   - Every change bumps the map version by one and is committed to the
+//     fences them from the moment it opens. The promotion clears the
+//     shard's syncing servers and handover (they restart from the new
+//     primary through Rebalance).
+//   - Every change bumps the map version by one and is committed to the
 //     store (one atomic, synced write) before it becomes visible: a failed
 //     commit leaves the state exactly as it was.
 //   - Heartbeat statistics (keys, heap bytes used) are kept in memory only
@@ -72,7 +91,21 @@ struct CoordinatorConfig {
   // [100, 60000] and at most heartbeat_timeout, so that a server marked
   // DOWN for missed heartbeats holds no valid lease any more.
   std::chrono::milliseconds lease{1000};
+  // How long a server stays DOWN before its backup and syncing roles go
+  // to other servers (`--replace_after_ms`): [0, kMaxReplaceAfter], 0 =
+  // never. Counted from when this coordinator saw it go DOWN (or started).
+  std::chrono::milliseconds replace_after{30000};
 };
+
+inline constexpr std::chrono::milliseconds kMaxReplaceAfter{7LL * 24 * 3600 * 1000};
+
+// At most this many shards a server catches up on at once: Rebalance adds
+// no syncing role to a server that has as many.
+inline constexpr uint32_t kMaxSyncingPerServer = 64;
+
+// At most this many rebalancing moves (a syncing role added to move a
+// backup role, or a handover to balance primaries) a Rebalance starts.
+inline constexpr uint32_t kMaxMovesPerPass = 32;
 
 // How long after fencing a server its shards may move: every lease that
 // covered it, counted on a clock running up to 1% off, has ended by then.
@@ -115,10 +148,13 @@ class CoordinatorState {
  public:
   // Loads the state from `store` (a new store starts empty at version 0)
   // with `config` (validated). FAILED_PRECONDITION when the store was
-  // written with another shard count, cluster size or replication factor
-  // (a store older than replication has R = 1); DATA_LOSS when its
-  // records contradict each other (replica sets included). Servers keep their stored state; UP
-  // ones get a fresh heartbeat deadline counted from now.
+  // written with another shard count or replication factor (a store older
+  // than replication has R = 1), or with a cluster size below --servers
+  // (a larger one is a cluster grown by joins, and is kept); DATA_LOSS
+  // when its records contradict each other (replica sets included).
+  // Servers keep their stored state; UP ones get a fresh heartbeat
+  // deadline counted from now, DOWN ones are counted DOWN (replace_after)
+  // and handovers in progress wait FenceWait from now.
   static StatusOr<std::unique_ptr<CoordinatorState>> Open(const CoordinatorConfig& config,
                                                           std::unique_ptr<StateStore> store,
                                                           Clock clock = std::chrono::steady_clock::now);
@@ -128,8 +164,8 @@ class CoordinatorState {
 
   // Errors: INVALID_ARGUMENT (malformed request), FAILED_PRECONDITION
   // (stale epoch, conflicting rejoin, another zone than the id joined
-  // with, cluster full), or the store's error when the change could not be
-  // committed.
+  // with, a new id in a cluster of control::kMaxExpectedServers), or the
+  // store's error when the change could not be committed.
   StatusOr<v1::JoinResponse> Join(const v1::JoinRequest& request) EXCLUDES(mu_, lease_mu_);
 
   // Takes request.backup_id out of the replica set of every listed shard
@@ -165,6 +201,55 @@ class CoordinatorState {
   // and the error is returned (the next call retries).
   StatusOr<int> PromoteFenced() EXCLUDES(mu_, lease_mu_);
 
+  // Moves request.server_id from syncing to the replicas of
+  // each listed shard whose primary is still primary_id and whose syncing
+  // servers still include it, in one new map version (none when nothing
+  // moves). The others are answered in refused_shards. Errors:
+  // INVALID_ARGUMENT (malformed, a shard not below the shard count, more
+  // entries than shards), NOT_FOUND (unknown server), FAILED_PRECONDITION
+  // (epoch not current, DOWN, or shards not assigned), or the store's.
+  StatusOr<v1::ReportCaughtUpResponse> ReportCaughtUp(const v1::ReportCaughtUpRequest& request)
+      EXCLUDES(mu_, lease_mu_);
+
+  // Marks the server draining (persisted; idempotent): it gets no new
+  // role and Rebalance moves each of its roles away. Answers the version
+  // and how many roles it still holds. Errors: INVALID_ARGUMENT, NOT_FOUND
+  // (unknown server), FAILED_PRECONDITION (it holds a role and no other
+  // server is UP and not draining: the message names its shards; nothing
+  // changes), or the store's.
+  StatusOr<v1::DrainResponse> Drain(const v1::DrainRequest& request) EXCLUDES(mu_, lease_mu_);
+
+  // One pass of re-replication and rebalancing, committed as one new map
+  // version (none when nothing is to change), in this order:
+  //   1. ends each handover begun FenceWait(lease) ago or more;
+  //   2. takes each server DOWN for replace_after (when not 0) out of
+  //      every backup and syncing role (not of a shard it hands over);
+  //   3. takes draining servers out of syncing roles;
+  //   4. for each shard without a handover: removes a draining backup once
+  //      the shard has R replicas UP and not draining (or at least one
+  //      and no syncing server, and no server could be added); then,
+  //      above R replicas, removes backups: DOWN first, then one whose
+  //      zone another member shares, then the one with the most backup
+  //      and syncing roles, then the last joined;
+  //   5. hands each shard of an UP draining primary, with no syncing
+  //      server, over to its UP non-draining backup with the fewest
+  //      primaries;
+  //   6. adds syncing servers to each shard with an UP primary, no
+  //      handover and fewer than R non-draining replicas + syncing
+  //      servers: UP, not draining, not reported failing by a primary in
+  //      the last heartbeat_timeout, holding fewer than
+  //      kMaxSyncingPerServer syncing roles, fewest of the shard's members
+  //      in its zone, then fewest roles, then first joined;
+  //   7. when no shard has a syncing server, a handover or more than R
+  //      replicas: up to kMaxMovesPerPass moves of a backup role from a
+  //      server with at least 2 more backup and syncing roles than the
+  //      least loaded one to it (added as syncing, never at the cost of
+  //      the shard's zone spread), or else handovers of primaries from a
+  //      server with at least 2 more primaries than one of its backups.
+  // Returns how many roles changed. On a commit error nothing changes and
+  // the error is returned (the next call retries).
+  StatusOr<int> Rebalance() EXCLUDES(mu_, lease_mu_);
+
   // The answer to RenewLease: never waits for a store commit.
   LeaseView Lease() const EXCLUDES(lease_mu_);
 
@@ -187,15 +272,36 @@ class CoordinatorState {
     v1::ServerInfo info;  // state, shards and statistics included
     uint64_t join_order = 0;
     std::chrono::steady_clock::time_point last_heartbeat;
+    // Shards it hands over (handover_from), ascending; persisted.
+    std::vector<uint32_t> handover_shards;
   };
+
+  // The roles of one shard, as indices into a server list.
+  static constexpr size_t kNone = ~size_t{0};
+  struct ShardRoles {
+    size_t primary = kNone;
+    std::vector<size_t> backups;  // join order starting after the primary
+    std::vector<size_t> syncing;  // join order starting after the primary
+    size_t handover_from = kNone;
+  };
+  // The roles of every shard in `servers` (assigned).
+  std::vector<ShardRoles> RolesOf(const std::vector<Server>& servers) const;
+  // Writes `roles` back into the servers' shards, backup_shards,
+  // syncing_shards and handover_shards; appends to `changed` the index of
+  // each server whose record changed.
+  void ApplyRoles(const std::vector<ShardRoles>& roles, std::vector<Server>* servers,
+                  std::vector<size_t>* changed) const;
 
   CoordinatorState(const CoordinatorConfig& config, std::unique_ptr<StateStore> store, Clock clock);
   Status Load() EXCLUDES(mu_, lease_mu_);
   // Commits `next` (servers in join order) with version_ + 1, writing the
   // records of `changed` (indices into next), then makes it current and
   // publishes the lease view.
-  Status CommitLocked(std::vector<Server> next, const std::vector<size_t>& changed, bool next_assigned)
-      REQUIRES(mu_) EXCLUDES(lease_mu_);
+  // `next_expected`, when not 0, is the new cluster size N.
+  Status CommitLocked(std::vector<Server> next, const std::vector<size_t>& changed, bool next_assigned,
+                      uint32_t next_expected = 0) REQUIRES(mu_) EXCLUDES(lease_mu_);
+  // Records servers_[i] as DOWN from now (for replace_after).
+  void MarkDownLocked(size_t i) REQUIRES(mu_);
   // True when servers_[i] is DOWN and primary of a shard with an UP backup.
   bool FenceableLocked(size_t i) const REQUIRES(mu_);
   // Fences servers_[i] when FenceableLocked and not fenced yet: publishes
@@ -209,6 +315,10 @@ class CoordinatorState {
   void PublishLeaseLocked() REQUIRES(mu_) EXCLUDES(lease_mu_);
   // Gives every shard its primary ((s mod N)-th server) and backups.
   void AssignShards(std::vector<Server>* next) const;
+  // The sizes of the roles a server holds: primaries, backups, syncing.
+  static size_t RoleCount(const v1::ServerInfo& info) {
+    return static_cast<size_t>(info.shards_size() + info.backup_shards_size() + info.syncing_shards_size());
+  }
   v1::ClusterMap MapLocked() const REQUIRES(mu_);
   int FindLocked(const std::string& id) const REQUIRES(mu_);
   static std::string Describe(const v1::ServerInfo& info);
@@ -222,12 +332,25 @@ class CoordinatorState {
   mutable Mutex mu_;
   const std::unique_ptr<StateStore> store_ PT_GUARDED_BY(mu_);
   CondVar changed_cv_;  // notified when version_ changes or closed_ is set
-  std::vector<Server> servers_ GUARDED_BY(mu_);  // join order; at most expected_servers
+  std::vector<Server> servers_ GUARDED_BY(mu_);  // join order; at most expected_servers_
   uint64_t version_ GUARDED_BY(mu_) = 0;
   bool assigned_ GUARDED_BY(mu_) = false;  // shards assigned (once N servers joined)
   bool closed_ GUARDED_BY(mu_) = false;
   // Fenced servers and when they were fenced (coordinator clock).
   std::unordered_map<std::string, std::chrono::steady_clock::time_point> fenced_since_ GUARDED_BY(mu_);
+  // N: config_.expected_servers, grown by each new id joining the
+  // complete cluster; persisted.
+  uint32_t expected_servers_ GUARDED_BY(mu_);
+  // DOWN servers and since when (this coordinator's clock; memory only).
+  std::unordered_map<std::string, std::chrono::steady_clock::time_point> down_since_ GUARDED_BY(mu_);
+  // Servers a primary reported as failing to acknowledge (ReportReplica-
+  // Failure) and when: for heartbeat_timeout after that, Rebalance gives
+  // them no new role, so that a server the primaries cannot reach is not
+  // added back at once, over and over; memory only.
+  std::unordered_map<std::string, std::chrono::steady_clock::time_point> reported_at_ GUARDED_BY(mu_);
+  // Shards in handover and when the version that began it was committed
+  // (or this coordinator started); memory only.
+  std::unordered_map<uint32_t, std::chrono::steady_clock::time_point> handover_since_ GUARDED_BY(mu_);
 
   // Guards only the published lease view, so that RenewLease never waits
   // behind a store commit (which holds mu_). Taken after mu_.

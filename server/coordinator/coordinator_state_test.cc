@@ -6,6 +6,7 @@
 #include <map>
 #include <set>
 #include <thread>
+#include <tuple>
 
 #include "proto/validation.h"
 #include "server/coordinator/test_util.h"
@@ -99,18 +100,24 @@ TEST_F(CoordinatorStateTest, AssignsEveryShardRoundRobinOnlyWhenTheNthServerJoin
   EXPECT_EQ(b_info->state(), v1::UP);
 }
 
-TEST_F(CoordinatorStateTest, FullClusterIsRefusedWithTheReason) {
+TEST_F(CoordinatorStateTest, ANewIdInACompleteClusterJoinsWithoutRolesAndGrowsIt) {
   auto state = Open(Config(2, 4));
   ASSERT_TRUE(state->Join(MakeJoin("a", 1, 0)).ok());
   ASSERT_TRUE(state->Join(MakeJoin("b", 1, 1)).ok());
-  const uint64_t version = state->version();
+  const v1::ClusterMap before = state->Map();
   auto d = state->Join(MakeJoin("d", 1, 3));
-  ASSERT_FALSE(d.ok());
-  EXPECT_EQ(d.status().code(), StatusCode::kFailedPrecondition);
-  EXPECT_EQ(d.status().message(),
-            "cluster is full: 2 of 2 servers joined; adding servers (rebalancing) is not supported yet");
-  EXPECT_EQ(state->version(), version);
-  EXPECT_EQ(Find(state->Map(), "d"), nullptr);
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_TRUE(d->shards().empty());
+  EXPECT_EQ(d->map_version(), before.version() + 1);
+  const v1::ClusterMap map = state->Map();
+  EXPECT_TRUE(control::ValidateClusterMap(map).ok()) << control::ValidateClusterMap(map);
+  EXPECT_EQ(map.expected_servers(), 3u);
+  ASSERT_NE(Find(map, "d"), nullptr);
+  EXPECT_EQ(Find(map, "d")->state(), v1::UP);
+  for (uint32_t shard = 0; shard < 4; ++shard) {  // nothing moved yet
+    EXPECT_EQ(map.shard_replicas(static_cast<int>(shard)).SerializeAsString(),
+              before.shard_replicas(static_cast<int>(shard)).SerializeAsString());
+  }
 }
 
 TEST_F(CoordinatorStateTest, RestartRejoinKeepsShardsWithTheNewEpochAndRegions) {
@@ -360,7 +367,7 @@ TEST(CoordinatorPersistenceTest, ReopeningWithAnotherShapeIsRefused) {
   EXPECT_EQ(other_shards.status().code(), StatusCode::kFailedPrecondition);
   auto other_size = CoordinatorState::Open(Config(3, 8), std::move(OpenRocksDbStateStore(dir.path())).value());
   EXPECT_EQ(other_size.status().code(), StatusCode::kFailedPrecondition);
-  EXPECT_NE(other_size.status().message().find("rebalancing"), std::string::npos);
+  EXPECT_NE(other_size.status().message().find("fewer than --servers 3"), std::string::npos);
   auto same = CoordinatorState::Open(Config(2, 8), std::move(OpenRocksDbStateStore(dir.path())).value());
   ASSERT_TRUE(same.ok()) << same.status();
   EXPECT_EQ((*same)->Map().servers_size(), 1);
@@ -711,13 +718,16 @@ TEST(CoordinatorPersistenceTest, ContradictoryReplicaRecordsAreDataLoss) {
   EXPECT_EQ(open().code(), StatusCode::kDataLoss);
   data->EditServer("s0", [](auto& s) { s.mutable_info()->mutable_backup_shards()->RemoveLast(); });
   ASSERT_TRUE(open().ok());
-  // Three copies of shard 1 with R = 2.
-  data->EditServer("s0", [](auto& s) {
-    auto* b = s.mutable_info()->mutable_backup_shards();
-    b->Add(1);
-    std::sort(b->begin(), b->end());
-  });
+  // s0 both backs up and syncs the same shard.
+  data->EditServer("s0", [](auto& s) { s.mutable_info()->add_syncing_shards(s.info().backup_shards(0)); });
   EXPECT_EQ(open().code(), StatusCode::kDataLoss);
+  data->EditServer("s0", [](auto& s) { s.mutable_info()->clear_syncing_shards(); });
+  ASSERT_TRUE(open().ok());
+  // s0 hands over shard 0, which it is the primary of (not a backup).
+  data->EditServer("s0", [](auto& s) { s.add_handover_shards(0); });
+  EXPECT_EQ(open().code(), StatusCode::kDataLoss);
+  data->EditServer("s0", [](auto& s) { s.clear_handover_shards(); });
+  ASSERT_TRUE(open().ok());
   // A backup shard past the shard count.
   data->EditServer("s0", [](auto& s) {
     s.mutable_info()->clear_backup_shards();
@@ -896,7 +906,12 @@ TEST_F(CoordinatorStateTest, ARestartedCoordinatorFencesDownPrimariesFromItsOwnS
   EXPECT_TRUE(Excluded(*state).empty());
 }
 
-TEST_F(CoordinatorStateTest, ANewEpochLeavesItsBackupRolesAndKeepsItsPrimaries) {
+std::vector<std::string> Syncing(const v1::ClusterMap& map, uint32_t shard) {
+  const auto& ids = map.shard_replicas(static_cast<int>(shard)).syncing_ids();
+  return std::vector<std::string>(ids.begin(), ids.end());
+}
+
+TEST_F(CoordinatorStateTest, ANewEpochTurnsItsBackupRolesIntoSyncingAndKeepsItsPrimaries) {
   auto state = Open(Config(3, 6, 3));
   JoinAll(*state, {"", "", ""});
   const uint64_t version = state->version();
@@ -907,15 +922,22 @@ TEST_F(CoordinatorStateTest, ANewEpochLeavesItsBackupRolesAndKeepsItsPrimaries) 
   const v1::ClusterMap map = state->Map();
   EXPECT_TRUE(control::ValidateClusterMap(map).ok()) << control::ValidateClusterMap(map);
   EXPECT_TRUE(Find(map, "s0")->backup_shards().empty());
+  EXPECT_EQ(std::vector<uint32_t>(Find(map, "s0")->syncing_shards().begin(), Find(map, "s0")->syncing_shards().end()),
+            (std::vector<uint32_t>{1, 2, 4, 5}));
   EXPECT_EQ(Replicas(map, 0), (std::vector<std::string>{"s0", "s1", "s2"}));
   EXPECT_EQ(Replicas(map, 1), (std::vector<std::string>{"s1", "s2"}));
+  EXPECT_EQ(Syncing(map, 1), (std::vector<std::string>{"s0"}));
   EXPECT_EQ(Replicas(map, 2), (std::vector<std::string>{"s2", "s1"}));
+  EXPECT_EQ(Syncing(map, 2), (std::vector<std::string>{"s0"}));
   // A DOWN server rejoining with a new epoch: the same.
   ASSERT_TRUE(state->Leave(LeaveReq("s1", 1)).ok());
   ASSERT_TRUE(state->Join(MakeJoin("s1", 2, 8)).ok());
   EXPECT_TRUE(Excluded(*state).empty());
   EXPECT_EQ(Replicas(state->Map(), 0), (std::vector<std::string>{"s0", "s2"}));
+  EXPECT_EQ(Syncing(state->Map(), 0), (std::vector<std::string>{"s1"}));
   EXPECT_EQ(Replicas(state->Map(), 1), (std::vector<std::string>{"s1", "s2"}));
+  // Nothing to re-replicate: every shard has R replicas + syncing servers.
+  EXPECT_EQ(*state->Rebalance(), 0);
 }
 
 TEST(CoordinatorPersistenceTest, APromotedMapSurvivesAReopen) {
@@ -942,6 +964,463 @@ TEST(CoordinatorPersistenceTest, APromotedMapSurvivesAReopen) {
   EXPECT_EQ((*state)->Map().SerializeAsString(), before.SerializeAsString())
       << (*state)->Map().ShortDebugString() << "\nvs\n" << before.ShortDebugString();
   EXPECT_TRUE(Excluded(**state).empty());  // s2 owns nothing a backup could take
+}
+
+// ---- Re-replication, catch-up, adding and draining servers.
+
+CoordinatorConfig Replacing(uint32_t servers, uint32_t shards, uint32_t replicas,
+                            milliseconds replace_after = milliseconds(10000)) {
+  CoordinatorConfig c = Config(servers, shards, replicas);
+  c.replace_after = replace_after;
+  return c;
+}
+
+v1::ReportCaughtUpRequest CaughtUp(const std::string& id, uint64_t epoch,
+                                   const std::vector<std::pair<uint32_t, std::string>>& shards) {
+  v1::ReportCaughtUpRequest r;
+  r.set_server_id(id);
+  r.set_epoch(epoch);
+  for (const auto& [shard, primary] : shards) {
+    v1::CaughtUpShard* c = r.add_shards();
+    c->set_shard(shard);
+    c->set_primary_id(primary);
+  }
+  return r;
+}
+
+v1::DrainRequest DrainReq(const std::string& id) {
+  v1::DrainRequest r;
+  r.set_server_id(id);
+  return r;
+}
+
+// Every UP server reports every shard it syncs as caught up from the
+// shard's current primary; returns how many moved.
+int CatchUpAll(CoordinatorState& state) {
+  const v1::ClusterMap map = state.Map();
+  int moved = 0;
+  for (const v1::ServerInfo& s : map.servers()) {
+    if (s.state() != v1::UP || s.syncing_shards().empty()) continue;
+    std::vector<std::pair<uint32_t, std::string>> shards;
+    for (uint32_t shard : s.syncing_shards()) shards.emplace_back(shard, map.shard_owner(static_cast<int>(shard)));
+    auto r = state.ReportCaughtUp(CaughtUp(s.server_id(), s.epoch(), shards));
+    EXPECT_TRUE(r.ok()) << r.status();
+    if (!r.ok()) continue;
+    EXPECT_TRUE(r->refused_shards().empty()) << r->ShortDebugString();
+    moved += s.syncing_shards_size() - r->refused_shards_size();
+  }
+  return moved;
+}
+
+bool AnyHandover(const v1::ClusterMap& map) {
+  for (const auto& r : map.shard_replicas()) {
+    if (!r.handover_from().empty()) return true;
+  }
+  return false;
+}
+
+// What every step of a move must keep: a server enters a shard's replicas
+// only after syncing it (or as its old primary, kept as a backup during a
+// handover), and a shard keeps at least min(R, what it had) replicas.
+void CheckStep(const v1::ClusterMap& before, const v1::ClusterMap& after) {
+  ASSERT_TRUE(control::ValidateClusterMap(after).ok()) << control::ValidateClusterMap(after);
+  const uint32_t r_target = after.replication_factor();
+  for (uint32_t shard = 0; shard < after.shard_count(); ++shard) {
+    const auto& b = before.shard_replicas(static_cast<int>(shard));
+    const auto& a = after.shard_replicas(static_cast<int>(shard));
+    for (const std::string& id : a.server_ids()) {
+      const bool was_replica = std::find(b.server_ids().begin(), b.server_ids().end(), id) != b.server_ids().end();
+      const bool was_syncing = std::find(b.syncing_ids().begin(), b.syncing_ids().end(), id) != b.syncing_ids().end();
+      EXPECT_TRUE(was_replica || was_syncing) << id << " became a replica of shard " << shard << " without syncing";
+    }
+    EXPECT_GE(static_cast<uint32_t>(a.server_ids_size()),
+              std::min<uint32_t>(r_target, static_cast<uint32_t>(b.server_ids_size())))
+        << "shard " << shard << " lost a replica before its replacement caught up";
+  }
+}
+
+// Runs Rebalance, catch-up reports and the clock (past each handover's
+// wait) until nothing changes any more, checking each step. Returns the
+// number of passes.
+int Settle(CoordinatorState& state, FakeClock& clock, bool check = true) {
+  for (int pass = 1; pass <= 100; ++pass) {
+    const v1::ClusterMap before = state.Map();
+    auto changed = state.Rebalance();
+    EXPECT_TRUE(changed.ok()) << changed.status();
+    const v1::ClusterMap mid = state.Map();
+    if (check) CheckStep(before, mid);
+    const int caught_up = CatchUpAll(state);
+    const v1::ClusterMap after = state.Map();
+    if (check) CheckStep(mid, after);
+    if (changed.ok() && *changed == 0 && caught_up == 0 && !AnyHandover(after)) return pass;
+    if (AnyHandover(after)) clock.Advance(FenceWait(state.config().lease));
+  }
+  ADD_FAILURE() << "no stable map after 100 passes: " << state.Map().ShortDebugString();
+  return 0;
+}
+
+size_t Roles(const v1::ServerInfo& s) {
+  return static_cast<size_t>(s.shards_size() + s.backup_shards_size() + s.syncing_shards_size());
+}
+
+TEST_F(CoordinatorStateTest, ReportCaughtUpMovesASyncingServerIntoTheReplicas) {
+  auto state = Open(Config(3, 6, 3));
+  JoinAll(*state, {"", "", ""});
+  ASSERT_TRUE(state->Join(MakeJoin("s0", 2, 7)).ok());  // syncing 1, 2, 4, 5
+  const uint64_t version = state->version();
+  // Shard 1: caught up from its primary s1. Shard 2: from s1, which is not
+  // its primary (s2 is). Shard 0: s0 is its primary, not syncing it.
+  auto r = state->ReportCaughtUp(CaughtUp("s0", 2, {{1, "s1"}, {2, "s1"}, {0, "s0"}, {1, "s1"}}));
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->map_version(), version + 1);
+  EXPECT_EQ(std::vector<uint32_t>(r->refused_shards().begin(), r->refused_shards().end()),
+            (std::vector<uint32_t>{0, 2}));
+  const v1::ClusterMap map = state->Map();
+  ASSERT_TRUE(control::ValidateClusterMap(map).ok()) << control::ValidateClusterMap(map);
+  EXPECT_EQ(Replicas(map, 1), (std::vector<std::string>{"s1", "s2", "s0"}));
+  EXPECT_TRUE(Syncing(map, 1).empty());
+  EXPECT_EQ(Syncing(map, 2), (std::vector<std::string>{"s0"}));
+  EXPECT_EQ(std::vector<uint32_t>(Find(map, "s0")->backup_shards().begin(), Find(map, "s0")->backup_shards().end()),
+            (std::vector<uint32_t>{1}));
+  // A retry moves nothing more and commits nothing.
+  auto again = state->ReportCaughtUp(CaughtUp("s0", 2, {{1, "s1"}}));
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->map_version(), version + 1);
+  EXPECT_EQ(std::vector<uint32_t>(again->refused_shards().begin(), again->refused_shards().end()),
+            (std::vector<uint32_t>{1}));
+  EXPECT_EQ(state->version(), version + 1);
+
+  // Refused requests change nothing.
+  EXPECT_EQ(state->ReportCaughtUp(CaughtUp("nobody", 1, {{2, "s2"}})).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(state->ReportCaughtUp(CaughtUp("s0", 1, {{2, "s2"}})).status().code(),
+            StatusCode::kFailedPrecondition);  // the old epoch
+  EXPECT_EQ(state->ReportCaughtUp(CaughtUp("s0", 2, {{6, "s2"}})).status().code(),
+            StatusCode::kInvalidArgument);  // not below the shard count
+  std::vector<std::pair<uint32_t, std::string>> too_many(7, {2, "s2"});
+  EXPECT_EQ(state->ReportCaughtUp(CaughtUp("s0", 2, too_many)).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(state->ReportCaughtUp(CaughtUp("s0", 2, {{2, "bad id"}})).status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(state->ReportCaughtUp(CaughtUp("s0", 2, {})).status().code(), StatusCode::kInvalidArgument);
+  ASSERT_TRUE(state->Leave(LeaveReq("s0", 2)).ok());
+  EXPECT_EQ(state->ReportCaughtUp(CaughtUp("s0", 2, {{2, "s2"}})).status().code(),
+            StatusCode::kFailedPrecondition);  // DOWN
+  EXPECT_EQ(Syncing(state->Map(), 2), (std::vector<std::string>{"s0"}));
+}
+
+TEST_F(CoordinatorStateTest, ASyncingServerIsNeverPromotedAndAPromotionClearsSyncing) {
+  auto state = Open(Config(3, 6, 3));
+  JoinAll(*state, {"", "", ""});
+  ASSERT_TRUE(state->Join(MakeJoin("s1", 2, 8)).ok());  // syncing 0, 2, 3, 5
+  ASSERT_EQ(Replicas(state->Map(), 0), (std::vector<std::string>{"s0", "s2"}));
+  ASSERT_EQ(Syncing(state->Map(), 0), (std::vector<std::string>{"s1"}));
+  ASSERT_TRUE(state->Leave(LeaveReq("s0", 1)).ok());
+  clock_.Advance(FenceWait(state->config().lease));
+  EXPECT_EQ(*state->PromoteFenced(), 2);
+  v1::ClusterMap map = state->Map();
+  ASSERT_TRUE(control::ValidateClusterMap(map).ok()) << control::ValidateClusterMap(map);
+  // Shard 0's first UP backup is s2; s1 only syncs it and leaves with the
+  // promotion (it would have fetched from s0).
+  EXPECT_EQ(Replicas(map, 0), (std::vector<std::string>{"s2"}));
+  EXPECT_TRUE(Syncing(map, 0).empty());
+  EXPECT_EQ(Replicas(map, 3), (std::vector<std::string>{"s2"}));
+  // A report from before the promotion (primary s0) is refused.
+  auto late = state->ReportCaughtUp(CaughtUp("s1", 2, {{0, "s0"}}));
+  ASSERT_TRUE(late.ok()) << late.status();
+  EXPECT_EQ(late->refused_shards_size(), 1);
+  // Re-replication adds syncing servers again, which fetch from s2.
+  EXPECT_GT(*state->Rebalance(), 0);
+  map = state->Map();
+  EXPECT_EQ(Syncing(map, 0), (std::vector<std::string>{"s1"}));  // the only UP server left to add
+
+  // A shard whose only UP member syncs it is not promoted to it.
+  auto two = std::make_shared<MemoryStoreData>();
+  auto small = CoordinatorState::Open(Config(2, 2, 2), std::make_unique<MemoryStore>(two), clock_.AsClock());
+  ASSERT_TRUE(small.ok()) << small.status();
+  JoinAll(**small, {"", ""});
+  ASSERT_TRUE((*small)->Join(MakeJoin("s1", 2, 9)).ok());  // syncing shard 0
+  ASSERT_TRUE((*small)->Leave(LeaveReq("s0", 1)).ok());
+  EXPECT_TRUE(Excluded(**small).empty());  // nothing to fence: no UP backup
+  clock_.Advance(FenceWait((*small)->config().lease));
+  EXPECT_EQ(*(*small)->PromoteFenced(), 0);
+  EXPECT_EQ(Replicas((*small)->Map(), 0), (std::vector<std::string>{"s0"}));
+  EXPECT_EQ(Syncing((*small)->Map(), 0), (std::vector<std::string>{"s1"}));
+}
+
+TEST_F(CoordinatorStateTest, ReportReplicaFailureTakesOutASyncingServerToo) {
+  auto state = Open(Config(3, 6, 3));
+  JoinAll(*state, {"", "", ""});
+  ASSERT_TRUE(state->Join(MakeJoin("s0", 2, 7)).ok());  // syncing 1, 2, 4, 5
+  const uint64_t version = state->version();
+  auto r = state->ReportReplicaFailure(Report("s1", 1, "s0", {1, 4}));
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->map_version(), version + 1);
+  const v1::ClusterMap map = state->Map();
+  ASSERT_TRUE(control::ValidateClusterMap(map).ok()) << control::ValidateClusterMap(map);
+  EXPECT_TRUE(Syncing(map, 1).empty());
+  EXPECT_TRUE(Syncing(map, 4).empty());
+  EXPECT_EQ(Syncing(map, 2), (std::vector<std::string>{"s0"}));
+  // s0 is not added back at once (a primary could not reach it); after a
+  // heartbeat timeout it may be.
+  EXPECT_EQ(*state->Rebalance(), 0);
+  clock_.Advance(state->config().heartbeat_timeout);
+  ASSERT_TRUE(state->Heartbeat(Beat("s0", 2)).ok());
+  ASSERT_TRUE(state->Heartbeat(Beat("s1", 1)).ok());
+  ASSERT_TRUE(state->Heartbeat(Beat("s2", 1)).ok());
+  EXPECT_EQ(*state->Rebalance(), 2);
+  EXPECT_EQ(Syncing(state->Map(), 1), (std::vector<std::string>{"s0"}));
+}
+
+TEST_F(CoordinatorStateTest, AServerDownForReplaceAfterIsReplacedZoneAware) {
+  // Zones a, a, b, b: every shard has one replica in each.
+  auto state = Open(Replacing(4, 8, 2));
+  JoinAll(*state, {"a", "a", "b", "b"});
+  ASSERT_TRUE(state->Leave(LeaveReq("s2", 1)).ok());
+  clock_.Advance(FenceWait(state->config().lease));
+  const int promoted = *state->PromoteFenced();
+  EXPECT_EQ(promoted, 2);  // shards 2 and 6
+  // The promoted shards have one replica: re-replicated at once, from
+  // zone b (s3) first.
+  const uint64_t before = state->version();
+  EXPECT_EQ(*state->Rebalance(), 2);
+  EXPECT_EQ(state->version(), before + 1);
+  v1::ClusterMap map = state->Map();
+  ASSERT_TRUE(control::ValidateClusterMap(map).ok()) << control::ValidateClusterMap(map);
+  for (uint32_t shard : {2u, 6u}) EXPECT_EQ(Syncing(map, shard), (std::vector<std::string>{"s3"})) << shard;
+  EXPECT_EQ(CatchUpAll(*state), 2);
+  // s2 still backs up shards: they keep it until replace_after (s0, with
+  // 4 primaries, may hand one over to s3 meanwhile).
+  ASSERT_TRUE(state->Rebalance().ok());
+  clock_.Advance(milliseconds(10000) - FenceWait(state->config().lease) - milliseconds(1));
+  ASSERT_TRUE(state->Rebalance().ok());
+  const size_t lost = static_cast<size_t>(Find(state->Map(), "s2")->backup_shards_size());
+  ASSERT_GT(lost, 0u);
+  clock_.Advance(milliseconds(1));
+  const uint64_t before_replacement = state->version();
+  EXPECT_GE(*state->Rebalance(), static_cast<int>(2 * lost));  // removed, and as many added
+  EXPECT_EQ(state->version(), before_replacement + 1);
+  map = state->Map();
+  ASSERT_TRUE(control::ValidateClusterMap(map).ok()) << control::ValidateClusterMap(map);
+  EXPECT_TRUE(Find(map, "s2")->backup_shards().empty());
+  EXPECT_EQ(Find(map, "s3")->syncing_shards_size(), static_cast<int>(lost));  // zone b's other server
+  Settle(*state, clock_);
+  map = state->Map();
+  for (uint32_t shard = 0; shard < 8; ++shard) {
+    const std::vector<std::string> r = Replicas(map, shard);
+    ASSERT_EQ(r.size(), 2u) << shard;
+    EXPECT_NE(Find(map, r[0])->zone(), Find(map, r[1])->zone()) << shard;
+    EXPECT_NE(r[0], "s2");
+  }
+}
+
+TEST_F(CoordinatorStateTest, ReplaceAfterZeroNeverReplacesAndAnOnlyReplicaIsKept) {
+  auto state = Open(Replacing(3, 6, 2, milliseconds(0)));
+  JoinAll(*state, {"", "", ""});
+  ASSERT_TRUE(state->Leave(LeaveReq("s1", 1)).ok());
+  clock_.Advance(milliseconds(3600 * 1000));
+  ASSERT_TRUE(state->Heartbeat(Beat("s0", 1)).ok());
+  ASSERT_TRUE(state->Heartbeat(Beat("s2", 1)).ok());
+  const size_t backups = static_cast<size_t>(Find(state->Map(), "s1")->backup_shards_size());
+  ASSERT_GT(backups, 0u);
+  EXPECT_EQ(*state->PromoteFenced(), 2);
+  Settle(*state, clock_);
+  EXPECT_EQ(static_cast<size_t>(Find(state->Map(), "s1")->backup_shards_size()), backups);
+
+  // With replacement, a shard whose only replica is DOWN keeps it.
+  auto data = std::make_shared<MemoryStoreData>();
+  auto one = CoordinatorState::Open(Replacing(2, 2, 1), std::make_unique<MemoryStore>(data), clock_.AsClock());
+  ASSERT_TRUE(one.ok());
+  JoinAll(**one, {"", ""});
+  ASSERT_TRUE((*one)->Leave(LeaveReq("s0", 1)).ok());
+  clock_.Advance(milliseconds(20000));
+  ASSERT_TRUE((*one)->Heartbeat(Beat("s1", 1)).ok());
+  EXPECT_EQ(*(*one)->Rebalance(), 0);
+  EXPECT_EQ(Replicas((*one)->Map(), 0), (std::vector<std::string>{"s0"}));
+}
+
+TEST_F(CoordinatorStateTest, ANewServerGetsAFairShareThroughCatchUpThenDonorsLeave) {
+  auto state = Open(Config(3, 12, 3));
+  JoinAll(*state, {"", "", ""});
+  ASSERT_TRUE(state->Join(MakeJoin("s3", 1, 3)).ok());
+  EXPECT_GT(Settle(*state, clock_), 1);
+  const v1::ClusterMap map = state->Map();
+  ASSERT_TRUE(control::ValidateClusterMap(map).ok()) << control::ValidateClusterMap(map);
+  EXPECT_EQ(map.expected_servers(), 4u);
+  // 36 roles and 12 primaries over 4 servers: 9 and 3 each.
+  for (const v1::ServerInfo& s : map.servers()) {
+    EXPECT_EQ(Roles(s), 9u) << s.server_id();
+    EXPECT_EQ(s.shards_size(), 3) << s.server_id();
+    EXPECT_TRUE(s.syncing_shards().empty());
+  }
+  for (uint32_t shard = 0; shard < 12; ++shard) {
+    EXPECT_EQ(Replicas(map, shard).size(), 3u) << shard;
+    EXPECT_TRUE(map.shard_replicas(static_cast<int>(shard)).handover_from().empty());
+  }
+  // N grew for good: a reopen with the original --servers keeps 4.
+  auto reopened = CoordinatorState::Open(Config(3, 12, 3), std::make_unique<MemoryStore>(data_), clock_.AsClock());
+  ASSERT_TRUE(reopened.ok()) << reopened.status();
+  EXPECT_EQ((*reopened)->Map().SerializeAsString(), map.SerializeAsString());
+  EXPECT_EQ(CoordinatorState::Open(Config(5, 12, 3), std::make_unique<MemoryStore>(data_)).status().code(),
+            StatusCode::kFailedPrecondition);
+}
+
+TEST_F(CoordinatorStateTest, RebalancingMovesABoundedNumberOfShardsAtATime) {
+  auto state = Open(Config(2, 200, 2));
+  JoinAll(*state, {"", ""});
+  ASSERT_TRUE(state->Join(MakeJoin("s2", 1, 2)).ok());
+  EXPECT_EQ(*state->Rebalance(), static_cast<int>(kMaxMovesPerPass));
+  EXPECT_EQ(static_cast<uint32_t>(Find(state->Map(), "s2")->syncing_shards_size()), kMaxMovesPerPass);
+  // Nothing more starts until those finish.
+  EXPECT_EQ(*state->Rebalance(), 0);
+  Settle(*state, clock_);
+  const v1::ClusterMap map = state->Map();
+  // 200 primaries and 200 backups over 3 servers: 66 or 67 of each.
+  for (const v1::ServerInfo& s : map.servers()) {
+    EXPECT_GE(s.backup_shards_size(), 66) << s.server_id();
+    EXPECT_LE(s.backup_shards_size(), 67) << s.server_id();
+    EXPECT_GE(s.shards_size(), 66) << s.server_id();
+    EXPECT_LE(s.shards_size(), 67) << s.server_id();
+  }
+}
+
+TEST_F(CoordinatorStateTest, AHandoverRefusesWritesForAFenceWaitThenEnds) {
+  auto state = Open(Config(3, 3, 2));
+  JoinAll(*state, {"", "", ""});
+  // s0 (primary of 0, backup of 2) drains.
+  auto drain = state->Drain(DrainReq("s0"));
+  ASSERT_TRUE(drain.ok()) << drain.status();
+  EXPECT_EQ(drain->roles_to_move(), 2u);
+  EXPECT_TRUE(Find(state->Map(), "s0")->draining());
+  EXPECT_GT(*state->Rebalance(), 0);
+  v1::ClusterMap map = state->Map();
+  ASSERT_TRUE(control::ValidateClusterMap(map).ok()) << control::ValidateClusterMap(map);
+  // Shard 0 passes to its backup s1; s0 stays a backup.
+  EXPECT_EQ(Replicas(map, 0), (std::vector<std::string>{"s1", "s0"}));
+  EXPECT_EQ(map.shard_replicas(0).handover_from(), "s0");
+  EXPECT_TRUE(Syncing(map, 0).empty());
+  const uint64_t handover_version = state->version();
+  // Survives a reopen, which restarts the wait.
+  auto reopened = CoordinatorState::Open(Config(3, 3, 2), std::make_unique<MemoryStore>(data_), clock_.AsClock());
+  ASSERT_TRUE(reopened.ok()) << reopened.status();
+  EXPECT_EQ((*reopened)->Map().shard_replicas(0).handover_from(), "s0");
+  clock_.Advance(FenceWait(state->config().lease) - milliseconds(1));
+  CatchUpAll(*state);  // shard 2's replacement for s0, if any
+  EXPECT_EQ(state->Map().shard_replicas(0).handover_from(), "s0");
+  while (*state->Rebalance() > 0 || CatchUpAll(*state) > 0) {
+  }
+  EXPECT_EQ(state->Map().shard_replicas(0).handover_from(), "s0");  // not before the wait
+  EXPECT_GE(state->version(), handover_version);
+  clock_.Advance(milliseconds(1));
+  EXPECT_GT(*state->Rebalance(), 0);
+  EXPECT_TRUE(state->Map().shard_replicas(0).handover_from().empty());
+}
+
+TEST_F(CoordinatorStateTest, DrainMovesEveryRoleAwayThenReportsNone) {
+  auto state = Open(Config(4, 8, 2));
+  JoinAll(*state, {"", "", "", ""});
+  const size_t roles = Roles(*Find(state->Map(), "s1"));
+  auto drain = state->Drain(DrainReq("s1"));
+  ASSERT_TRUE(drain.ok()) << drain.status();
+  EXPECT_EQ(drain->roles_to_move(), roles);
+  EXPECT_EQ(drain->map_version(), state->version());
+  auto again = state->Drain(DrainReq("s1"));  // idempotent
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->map_version(), drain->map_version());
+  bool handed_over = false;
+  for (int pass = 0; pass < 100 && Roles(*Find(state->Map(), "s1")) > 0; ++pass) {
+    const v1::ClusterMap before = state->Map();
+    ASSERT_TRUE(state->Rebalance().ok());
+    CheckStep(before, state->Map());
+    handed_over = handed_over || AnyHandover(state->Map());
+    const v1::ClusterMap mid = state->Map();
+    CatchUpAll(*state);
+    CheckStep(mid, state->Map());
+    clock_.Advance(FenceWait(state->config().lease));
+  }
+  EXPECT_TRUE(handed_over);
+  const v1::ClusterMap map = state->Map();
+  EXPECT_EQ(Roles(*Find(map, "s1")), 0u);
+  for (uint32_t shard = 0; shard < 8; ++shard) EXPECT_EQ(Replicas(map, shard).size(), 2u) << shard;
+  auto done = state->Drain(DrainReq("s1"));
+  ASSERT_TRUE(done.ok());
+  EXPECT_EQ(done->roles_to_move(), 0u);
+  // It takes no role when others rebalance.
+  Settle(*state, clock_);
+  EXPECT_EQ(Roles(*Find(state->Map(), "s1")), 0u);
+  // A restart under a new epoch ends the drain.
+  ASSERT_TRUE(state->Join(MakeJoin("s1", 2, 11)).ok());
+  EXPECT_FALSE(Find(state->Map(), "s1")->draining());
+}
+
+TEST_F(CoordinatorStateTest, DrainOfTheLastServerThatCouldHoldItsShardsIsRefused) {
+  auto state = Open(Config(2, 4, 2));
+  JoinAll(*state, {"", ""});
+  EXPECT_EQ(state->Drain(DrainReq("nobody")).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(state->Drain(DrainReq("not an id")).status().code(), StatusCode::kInvalidArgument);
+  ASSERT_TRUE(state->Leave(LeaveReq("s0", 1)).ok());
+  const uint64_t version = state->version();
+  auto refused = state->Drain(DrainReq("s1"));
+  EXPECT_EQ(refused.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(refused.status().message().find("shards 0, 1, 2, 3"), std::string::npos) << refused.status();
+  EXPECT_EQ(state->version(), version);
+  EXPECT_FALSE(Find(state->Map(), "s1")->draining());
+}
+
+TEST_F(CoordinatorStateTest, AFreshPlacementIsLeftAlone) {
+  // The pass runs every few milliseconds: on a placement it did not make
+  // it must find nothing to do, zones of unequal sizes included.
+  const std::vector<std::tuple<uint32_t, uint32_t, std::vector<std::string>>> layouts = {
+      {16, 3, {"", "", ""}},
+      {10, 3, {"", "", "", ""}},
+      {64, 2, {"", "", "", "", ""}},
+      {12, 3, {"a", "a", "b", "b", "c", "c"}},
+      {32, 3, {"a", "a", "a", "a", "b"}},  // b's only server backs up every shard
+      {7, 1, {"", ""}},
+  };
+  for (const auto& [shards, replicas, zones] : layouts) {
+    SCOPED_TRACE(std::to_string(zones.size()) + " servers, " + std::to_string(shards) + " shards, R " +
+                 std::to_string(replicas) + ", zones " + zones.front() + ".." + zones.back());
+    data_ = std::make_shared<MemoryStoreData>();
+    auto state = Open(Config(static_cast<uint32_t>(zones.size()), shards, replicas));
+    JoinAll(*state, zones);
+    const uint64_t version = state->version();
+    EXPECT_EQ(*state->Rebalance(), 0);
+    EXPECT_EQ(state->version(), version);
+  }
+}
+
+TEST_F(CoordinatorStateTest, ANewPrimaryLostDuringAHandoverIsFailedOverAsUsual) {
+  auto state = Open(Config(3, 3, 2));
+  JoinAll(*state, {"", "", ""});
+  ASSERT_TRUE(state->Drain(DrainReq("s0")).ok());
+  ASSERT_GT(*state->Rebalance(), 0);
+  ASSERT_EQ(Replicas(state->Map(), 0), (std::vector<std::string>{"s1", "s0"}));
+  ASSERT_EQ(state->Map().shard_replicas(0).handover_from(), "s0");
+  // The new primary has no write to report during the handover: the old
+  // one stays its backup.
+  auto report = state->ReportReplicaFailure(Report("s1", 1, "s0", {0}));
+  EXPECT_EQ(report.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(Replicas(state->Map(), 0), (std::vector<std::string>{"s1", "s0"}));
+  // s1 dies: fenced, then its first UP backup (s0, still holding every
+  // write) is promoted and the handover ends with it.
+  ASSERT_TRUE(state->Leave(LeaveReq("s1", 1)).ok());
+  EXPECT_EQ(Excluded(*state), (std::vector<std::string>{"s1"}));
+  clock_.Advance(FenceWait(state->config().lease));
+  EXPECT_GE(*state->PromoteFenced(), 1);
+  const v1::ClusterMap map = state->Map();
+  ASSERT_TRUE(control::ValidateClusterMap(map).ok()) << control::ValidateClusterMap(map);
+  EXPECT_EQ(Replicas(map, 0), (std::vector<std::string>{"s0"}));
+  EXPECT_TRUE(map.shard_replicas(0).handover_from().empty());
+}
+
+TEST_F(CoordinatorStateTest, ReplaceAfterIsValidated) {
+  CoordinatorConfig c = Config();
+  c.replace_after = kMaxReplaceAfter + milliseconds(1);
+  EXPECT_EQ(ValidateConfig(c).code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(ValidateConfig(c).message().find("--replace_after_ms"), std::string::npos);
+  c.replace_after = milliseconds(-1);
+  EXPECT_EQ(ValidateConfig(c).code(), StatusCode::kInvalidArgument);
+  c.replace_after = milliseconds(0);
+  EXPECT_TRUE(ValidateConfig(c).ok());
 }
 
 }  // namespace

@@ -22,7 +22,9 @@ DEFINE_string(listen, "127.0.0.1:7600", "HOST:PORT to serve gRPC on; port 0 pick
 DEFINE_string(data_dir, "", "directory of the coordinator's RocksDB state, created if missing (required)");
 DEFINE_string(token_file, "", "file holding the token every server and client must present (required)");
 DEFINE_uint32(shards, 1024, "number of shards, 1..65536; fixed for the life of the data dir (default 1024)");
-DEFINE_uint32(servers, 3, "cluster size N: shards are assigned when the N-th server joins (default 3)");
+DEFINE_uint32(servers, 3,
+              "cluster size N: shards are assigned when the N-th server joins; a server with a new id joining "
+              "later adds one to N (kept in the data dir) and gets a fair share of roles (default 3)");
 DEFINE_uint32(replicas, 3,
               "copies of each shard R, 1..5 and at most --servers (a primary and R-1 backups, on distinct zones "
               "when there are enough); fixed for the life of the data dir (default 3, or --servers when fewer)");
@@ -32,6 +34,10 @@ DEFINE_uint32(lease_ms, 1000,
               "lease granted to servers (per heartbeat) and clients (per RenewLease), 100..60000 and at most "
               "--heartbeat_timeout_ms; a DOWN primary's shards move to a backup lease_ms * 1.01 + 50 ms after it "
               "is fenced (default 1000)");
+DEFINE_uint32(replace_after_ms, 30000,
+              "milliseconds a server may stay DOWN before its backup and syncing roles go to other servers, which "
+              "catch up from each shard's primary; 0 = never (a server is replaced only by a drain); at most "
+              "604800000 (7 days); counted from when this coordinator saw it go DOWN or started (default 30000)");
 
 namespace {
 
@@ -49,7 +55,7 @@ int CannotStart(const rkv::Status& status) {
 
 int main(int argc, char** argv) {
   FLAGS_logtostderr = true;
-  gflags::SetUsageMessage("rkv-coordinator --data_dir=DIR --token_file=FILE [--listen=HOST:PORT] [--servers=N] [--replicas=R] [--lease_ms=MS] ...");
+  gflags::SetUsageMessage("rkv-coordinator --data_dir=DIR --token_file=FILE [--listen=HOST:PORT] [--servers=N] [--replicas=R] [--lease_ms=MS] [--replace_after_ms=MS] ...");
   gflags::ParseCommandLineFlags(&argc, &argv, true);
   google::InitGoogleLogging(argv[0]);
   if (argc > 1) return BadFlag(std::string("unexpected argument '") + argv[1] + "'");
@@ -69,6 +75,7 @@ int main(int argc, char** argv) {
   config.heartbeat_interval = std::chrono::milliseconds(FLAGS_heartbeat_interval_ms);
   config.heartbeat_timeout = std::chrono::milliseconds(FLAGS_heartbeat_timeout_ms);
   config.lease = std::chrono::milliseconds(FLAGS_lease_ms);
+  config.replace_after = std::chrono::milliseconds(FLAGS_replace_after_ms);
   if (rkv::Status s = rkv::coordinator::ValidateConfig(config); !s.ok()) return BadFlag(s.message());
 
   auto token = rkv::ReadTokenFile(FLAGS_token_file);
@@ -93,7 +100,8 @@ int main(int argc, char** argv) {
   LOG(INFO) << "rkv-coordinator serving on " << (*server)->address() << ": " << config.expected_servers
             << " servers, " << config.shard_count << " shards, " << rkv::coordinator::EffectiveReplicas(config)
             << " replicas, heartbeat " << config.heartbeat_interval.count()
-            << " ms, timeout " << config.heartbeat_timeout.count() << " ms, lease " << config.lease.count() << " ms";
+            << " ms, timeout " << config.heartbeat_timeout.count() << " ms, lease " << config.lease.count()
+            << " ms, replace after " << config.replace_after.count() << " ms";
 
   int signal_number = 0;
   sigwait(&signals, &signal_number);
