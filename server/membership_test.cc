@@ -146,13 +146,16 @@ TEST(MembershipTest, WrongTokenIsFatalAtOnce) {
   EXPECT_EQ(coordinator->state()->Map().servers_size(), 0);
 }
 
-TEST(MembershipTest, FullClusterIsFatalWithTheCoordinatorsReason) {
+TEST(MembershipTest, AnotherZoneIsFatalWithTheCoordinatorsReason) {
   auto coordinator = StartCoordinator(1);
-  ASSERT_TRUE(coordinator->state()->Join(MakeJoin("someone-else", 1, 0)).ok());
+  // The id joined before in zone "east"; this restart says no zone.
+  v1::JoinRequest before = MakeJoin("s-00000001", 2, 1);
+  before.set_zone("east");
+  ASSERT_TRUE(coordinator->state()->Join(before).ok());
   Membership membership(Options(coordinator->address()));
   const Status s = membership.Start();
   EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition) << s;
-  EXPECT_NE(s.message().find("cluster is full: 1 of 1 servers joined"), std::string::npos) << s;
+  EXPECT_NE(s.message().find("keeps its zone"), std::string::npos) << s;
 }
 
 TEST(MembershipTest, InvalidSelfIsRefusedBeforeAnyCall) {

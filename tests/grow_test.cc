@@ -1,0 +1,448 @@
+// The re-replication suite (docs/design.md §5.8 and §8.9): a real
+// rkv-coordinator and rkv-servers whose replica sets change under load.
+// A server gone for good is replaced and R is restored on the others; a
+// server restarted on its data dir catches up fetching only what it
+// missed; a fourth server joining a running cluster takes a share of the
+// shards; a drained server ends up holding nothing and can be stopped. In
+// every case no acknowledged write is lost: each is on every replica of its
+// shard at the end. Runs over the transport named by $RKV_TEST_TRANSPORT.
+//
+// Each server is also read directly, by a client of that one server: GETs
+// are one-sided reads of the server's own table, so they show exactly what
+// that replica holds.
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "rkv/client.h"
+#include "tests/run_command.h"
+#include "tests/server_process.h"
+
+namespace rkv::testing {
+namespace {
+
+const char* kToken = "grow-token";
+constexpr auto kConvergeDeadline = std::chrono::seconds(180);
+
+int Scaled(int n, int minimum = 1) {
+  return std::max(minimum, static_cast<int>(std::lround(n * TestScale())));
+}
+
+std::string ValueFor(const std::string& key, uint64_t generation) {
+  return key + "#" + std::to_string(generation) + "#" + std::string(generation % 89, 'g');
+}
+
+// What writers learned: the last acknowledged value of each key, and the
+// values of writes whose outcome is unknown since then (any may be there).
+struct Ledger {
+  std::mutex mu;
+  std::map<std::string, std::string> acked;
+  std::map<std::string, std::set<std::string>> unknown;
+  int failures = 0;
+  std::string first_failure;
+
+  void Record(const std::string& key, const std::string& value, const Status& s) {
+    std::lock_guard<std::mutex> l(mu);
+    if (s.ok()) {
+      acked[key] = value;
+      unknown.erase(key);
+      return;
+    }
+    unknown[key].insert(value);
+    if (failures++ == 0) first_failure = key + ": " + s.ToString();
+  }
+
+  bool Allowed(const std::string& key, const std::string& got) {
+    const auto a = acked.find(key);
+    if (a != acked.end() && a->second == got) return true;
+    const auto u = unknown.find(key);
+    return u != unknown.end() && u->second.count(got) > 0;
+  }
+};
+
+class GrowTest : public ::testing::Test {
+ protected:
+  void StartCluster(int servers, int replicas, std::vector<std::string> extra_coordinator_flags = {}) {
+    replicas_ = replicas;
+    token_file_ = dir_.path() + "/token";
+    WriteFile(token_file_, std::string(kToken) + "\n");
+    std::vector<std::string> flags = {"--servers=" + std::to_string(servers), "--shards=128",
+                                      "--replicas=" + std::to_string(replicas), "--heartbeat_interval_ms=200",
+                                      "--heartbeat_timeout_ms=2000"};
+    flags.insert(flags.end(), extra_coordinator_flags.begin(), extra_coordinator_flags.end());
+    coordinator_ = std::make_unique<ServerProcess>(dir_.path() + "/coordinator", token_file_, flags,
+                                                   ServerProcess::Role::kCoordinator);
+    const Status c = coordinator_->Start();
+    ASSERT_TRUE(c.ok()) << c;
+    for (int i = 0; i < servers; ++i) {
+      AddServerProcess();
+      const Status s = servers_.back()->Start();
+      ASSERT_TRUE(s.ok()) << "server " << i << ": " << s;
+    }
+  }
+
+  void AddServerProcess() {
+    const int i = static_cast<int>(servers_.size());
+    servers_.push_back(std::make_unique<ServerProcess>(
+        ServerDir(i), token_file_,
+        std::vector<std::string>{"--coordinator=" + coordinator_->address(), "--memory=67108864",
+                                 "--max_keys=65536", "--zone=zone-" + std::to_string(i)}));
+  }
+
+  std::string ServerDir(int i) const { return dir_.path() + "/server" + std::to_string(i); }
+
+  std::unique_ptr<Client> ClusterClient(std::chrono::milliseconds timeout = std::chrono::milliseconds(60000)) {
+    ClientOptions o;
+    o.server.clear();
+    o.coordinator = coordinator_->address();
+    o.token = kToken;
+    o.transport = TestTransport();
+    o.timeout = timeout;
+    auto c = Client::Connect(o);
+    EXPECT_TRUE(c.ok()) << c.status() << "\ncoordinator log:\n" << coordinator_->Log();
+    return c.ok() ? std::move(c).value() : nullptr;
+  }
+
+  // A client of server i alone: its GETs read that server's table.
+  std::unique_ptr<Client> DirectClient(int i) {
+    ClientOptions o;
+    o.server = servers_[i]->address();
+    o.token = kToken;
+    o.transport = TestTransport();
+    o.timeout = std::chrono::milliseconds(60000);
+    auto c = Client::Connect(o);
+    EXPECT_TRUE(c.ok()) << "server " << i << ": " << c.status();
+    return c.ok() ? std::move(c).value() : nullptr;
+  }
+
+  CommandResult Kvctl(std::vector<std::string> args) {
+    std::vector<std::string> argv = {RKV_KVCTL_BIN, "--coordinator=" + coordinator_->address(),
+                                     "--token_file=" + token_file_, "--transport=" + TestTransport(),
+                                     "--timeout=60000"};
+    argv.insert(argv.end(), args.begin(), args.end());
+    return RunCommand(argv);
+  }
+
+  // The id server process i joined with (by its data address).
+  std::string IdOf(Client& client, int i) {
+    EXPECT_TRUE(client.RefreshClusterMap().ok());
+    auto cluster = client.Cluster();
+    if (!cluster.ok()) return "";
+    for (const MemberInfo& m : cluster->members) {
+      if (m.data_address == servers_[i]->address()) return m.server_id;
+    }
+    return "";
+  }
+
+  // Waits (generous deadline) until `done` holds for the coordinator's map.
+  bool WaitForMap(Client& client, const std::function<bool(const ClusterInfo&)>& done, ClusterInfo* last) {
+    const auto deadline = std::chrono::steady_clock::now() + kConvergeDeadline;
+    while (std::chrono::steady_clock::now() < deadline) {
+      if (client.RefreshClusterMap().ok()) {
+        auto cluster = client.Cluster();
+        if (cluster.ok()) {
+          *last = *cluster;
+          if (done(*cluster)) return true;
+        }
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    return false;
+  }
+
+  // Every shard has exactly R replicas, none of them in `gone`.
+  bool FullyReplicated(const ClusterInfo& c, const std::set<std::string>& gone = {}) const {
+    for (const ShardInfo& s : c.shards) {
+      if (s.replicas.size() != static_cast<size_t>(replicas_)) return false;
+      for (const std::string& id : s.replicas) {
+        if (gone.count(id) > 0) return false;
+      }
+    }
+    return !c.shards.empty();
+  }
+
+  static std::string Describe(const ClusterInfo& c) {
+    std::string out = "map version " + std::to_string(c.map_version) + ":";
+    for (const MemberInfo& m : c.members) {
+      out += "\n  " + m.server_id + " " + m.state + " primaries=" + std::to_string(m.shards) +
+             " backups=" + std::to_string(m.backup_shards);
+    }
+    int short_shards = 0;
+    for (const ShardInfo& s : c.shards) short_shards += s.replicas.size() < c.replication_factor ? 1 : 0;
+    return out + "\n  shards below R: " + std::to_string(short_shards);
+  }
+
+  std::string Logs() const {
+    std::string out = "coordinator log:\n" + coordinator_->Log();
+    for (size_t i = 0; i < servers_.size(); ++i) out += "\nserver " + std::to_string(i) + " log:\n" + servers_[i]->Log();
+    return out;
+  }
+
+  // Writers over `keys` keys per thread until `stop`.
+  std::vector<std::thread> StartWriters(Client& client, Ledger& ledger, std::atomic<bool>& stop,
+                                        std::atomic<int>& acks, const std::string& prefix, int threads = 2,
+                                        int keys = 300) {
+    std::vector<std::thread> writers;
+    for (int t = 0; t < threads; ++t) {
+      writers.emplace_back([&, t, prefix, keys] {
+        for (uint64_t i = 0; !stop.load(); ++i) {
+          const std::string key = prefix + std::to_string(t) + "-" + std::to_string(i % keys);
+          const std::string value = ValueFor(key, i);
+          const Status s = client.Put(key, value).status();
+          ledger.Record(key, value, s);
+          if (s.ok()) acks.fetch_add(1);
+        }
+      });
+    }
+    return writers;
+  }
+
+  // Every acknowledged write is readable through the cluster and held by
+  // every replica of its shard in `map` (read directly from each server;
+  // `alive` maps a server id to its process index).
+  void ExpectEverywhere(Ledger& ledger, const ClusterInfo& map, const std::map<std::string, int>& alive) {
+    auto reader = ClusterClient();
+    ASSERT_NE(reader, nullptr);
+    std::map<int, std::unique_ptr<Client>> direct;
+    for (const auto& [id, i] : alive) {
+      direct[i] = DirectClient(i);
+      ASSERT_NE(direct[i], nullptr);
+    }
+    std::lock_guard<std::mutex> l(ledger.mu);
+    for (const auto& [key, value] : ledger.acked) {
+      auto got = reader->Get(key);
+      ASSERT_TRUE(got.ok()) << key << " is not readable: " << got.status();
+      EXPECT_TRUE(ledger.Allowed(key, *got)) << key << " lost its last acknowledged value";
+      auto shard = reader->ShardOfKey(key);
+      ASSERT_TRUE(shard.ok()) << shard.status();
+      for (const std::string& id : map.shards[*shard].replicas) {
+        const auto it = alive.find(id);
+        ASSERT_NE(it, alive.end()) << "shard " << *shard << " lists " << id << ", which is not alive";
+        auto held = direct[it->second]->Get(key);
+        ASSERT_TRUE(held.ok()) << "replica " << id << " of shard " << *shard << " lacks " << key << ": "
+                               << held.status();
+        EXPECT_TRUE(ledger.Allowed(key, *held)) << "replica " << id << " holds an old value of " << key;
+      }
+    }
+  }
+
+  std::map<std::string, int> AliveIds(Client& client) {
+    std::map<std::string, int> out;
+    for (size_t i = 0; i < servers_.size(); ++i) {
+      if (servers_[i]->running()) out[IdOf(client, static_cast<int>(i))] = static_cast<int>(i);
+    }
+    return out;
+  }
+
+  TempDir dir_;
+  int replicas_ = 0;
+  std::string token_file_;
+  std::unique_ptr<ServerProcess> coordinator_;
+  std::vector<std::unique_ptr<ServerProcess>> servers_;
+};
+
+// Kill -9 a server and wipe its disk, under writes: once it has been DOWN
+// for --replace_after_ms its roles go to the other servers, which catch up
+// from the primaries, and every shard has R replicas again.
+TEST_F(GrowTest, ServerGoneForGoodIsReplacedAndRIsRestored) {
+  StartCluster(3, 2, {"--replace_after_ms=1500"});
+  auto client = ClusterClient();
+  ASSERT_NE(client, nullptr);
+  const std::string victim = IdOf(*client, 2);
+  ASSERT_FALSE(victim.empty());
+  Ledger ledger;
+  std::atomic<bool> stop{false};
+  std::atomic<int> acks{0};
+  auto writers = StartWriters(*client, ledger, stop, acks, "gone-");
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (acks.load() < 200 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  servers_[2]->Kill9();
+  std::filesystem::remove_all(ServerDir(2));
+  ClusterInfo map;
+  const bool restored = WaitForMap(*client, [&](const ClusterInfo& c) { return FullyReplicated(c, {victim}); }, &map);
+  const int acks_at_restore = acks.load();
+  while (acks.load() < acks_at_restore + 100 && std::chrono::steady_clock::now() < deadline + kConvergeDeadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  stop = true;
+  for (auto& w : writers) w.join();
+  ASSERT_TRUE(restored) << "R was not restored: " << Describe(map) << "\n" << Logs();
+  ASSERT_TRUE(WaitForMap(*client, [&](const ClusterInfo& c) { return FullyReplicated(c, {victim}); }, &map));
+  ExpectEverywhere(ledger, map, AliveIds(*client));
+  std::printf("[ grow ] replaced %s: %d writes acknowledged, %d failed (outcome unknown), R=%d on every shard\n",
+              victim.c_str(), acks.load(), ledger.failures, replicas_);
+}
+
+// Stop a server, write while it is away (new keys, overwrites, deletes),
+// restart it on its data dir: it catches up on every shard it held,
+// fetching the values it missed and not the ones it has.
+TEST_F(GrowTest, RestartedServerFetchesOnlyWhatItMissed) {
+  StartCluster(3, 3);
+  auto client = ClusterClient();
+  ASSERT_NE(client, nullptr);
+  const std::string victim = IdOf(*client, 2);
+  const int n = Scaled(3000, 400);
+  for (int i = 0; i < n; ++i) {
+    const std::string key = "rejoin-" + std::to_string(i);
+    ASSERT_TRUE(client->Put(key, ValueFor(key, 1)).ok()) << key;
+  }
+  servers_[2]->Kill9();
+  // Wait until no shard's primary is the stopped server (failover), so
+  // that writes while it is away succeed.
+  ClusterInfo map;
+  ASSERT_TRUE(WaitForMap(
+      *client,
+      [&](const ClusterInfo& c) {
+        for (const ShardInfo& s : c.shards) {
+          if (!s.replicas.empty() && s.replicas.front() == victim) return false;
+        }
+        return true;
+      },
+      &map))
+      << Describe(map) << "\n" << Logs();
+  const int missed = std::max(10, n / 10);
+  std::map<std::string, std::string> expected;
+  std::set<std::string> deleted;
+  for (int i = 0; i < n; ++i) expected["rejoin-" + std::to_string(i)] = ValueFor("rejoin-" + std::to_string(i), 1);
+  for (int i = 0; i < missed; ++i) {
+    const std::string fresh = "rejoin-new-" + std::to_string(i);
+    ASSERT_TRUE(client->Put(fresh, ValueFor(fresh, 2)).ok()) << fresh;
+    expected[fresh] = ValueFor(fresh, 2);
+    const std::string old = "rejoin-" + std::to_string(i);
+    if (i % 2 == 0) {
+      ASSERT_TRUE(client->Put(old, ValueFor(old, 3)).ok()) << old;
+      expected[old] = ValueFor(old, 3);
+    } else {
+      ASSERT_TRUE(client->Delete(old).ok()) << old;
+      expected.erase(old);
+      deleted.insert(old);
+    }
+  }
+  ASSERT_TRUE(servers_[2]->Start().ok()) << servers_[2]->Log();
+  ASSERT_TRUE(WaitForMap(
+      *client,
+      [&](const ClusterInfo& c) {
+        if (!FullyReplicated(c)) return false;
+        for (const ShardInfo& s : c.shards) {
+          if (std::find(s.replicas.begin(), s.replicas.end(), victim) == s.replicas.end()) return false;
+        }
+        return true;
+      },
+      &map))
+      << "the restarted server did not get back every shard: " << Describe(map) << "\n" << Logs();
+  auto stats = client->ServerStats(victim);
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  // It missed `missed` new keys and missed/2 overwrites; it fetched those
+  // values (perhaps a few more, from shards a failover re-assigned) but not
+  // the n it already held.
+  EXPECT_GE(stats->catchup_values_fetched, static_cast<uint64_t>(missed + missed / 2));
+  EXPECT_LT(stats->catchup_values_fetched, static_cast<uint64_t>(n));
+  auto direct = DirectClient(2);
+  ASSERT_NE(direct, nullptr);
+  for (const auto& [key, value] : expected) {
+    auto got = direct->Get(key);
+    ASSERT_TRUE(got.ok()) << "the restarted server lacks " << key << ": " << got.status();
+    EXPECT_EQ(*got, value) << key;
+  }
+  for (const std::string& key : deleted) {
+    EXPECT_EQ(direct->Get(key).status().code(), StatusCode::kNotFound) << "a key deleted while it was away: " << key;
+  }
+  std::printf("[ grow ] restarted server fetched %llu values (%d missed of %d held), listed %llu records\n",
+              static_cast<unsigned long long>(stats->catchup_values_fetched), missed + missed / 2, n,
+              static_cast<unsigned long long>(stats->catchup_records_listed));
+}
+
+// A fourth server joins a running three-server cluster under writes: it
+// ends up a primary and a backup of a share of the shards, every shard has
+// R replicas, and nothing acknowledged is lost.
+TEST_F(GrowTest, FourthServerUnderLoadTakesAShareAndLosesNothing) {
+  StartCluster(3, 2);
+  auto client = ClusterClient();
+  ASSERT_NE(client, nullptr);
+  Ledger ledger;
+  std::atomic<bool> stop{false};
+  std::atomic<int> acks{0};
+  auto writers = StartWriters(*client, ledger, stop, acks, "grow-");
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (acks.load() < 200 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  AddServerProcess();
+  const Status started = servers_[3]->Start();
+  ClusterInfo map;
+  std::string added;
+  const bool spread = started.ok() && WaitForMap(
+                                          *client,
+                                          [&](const ClusterInfo& c) {
+                                            if (c.members.size() != 4 || !FullyReplicated(c)) return false;
+                                            for (const MemberInfo& m : c.members) {
+                                              if (m.data_address != servers_[3]->address()) continue;
+                                              added = m.server_id;
+                                              return m.shards > 0 && m.backup_shards > 0;
+                                            }
+                                            return false;
+                                          },
+                                          &map);
+  const int acks_at_spread = acks.load();
+  while (acks.load() < acks_at_spread + 100 && std::chrono::steady_clock::now() < deadline + kConvergeDeadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  stop = true;
+  for (auto& w : writers) w.join();
+  ASSERT_TRUE(started.ok()) << started;
+  ASSERT_TRUE(spread) << "the fourth server did not take a share: " << Describe(map) << "\n" << Logs();
+  ASSERT_TRUE(WaitForMap(*client, [&](const ClusterInfo& c) { return FullyReplicated(c); }, &map));
+  ExpectEverywhere(ledger, map, AliveIds(*client));
+  for (const MemberInfo& m : map.members) {
+    std::printf("[ grow ] %s: %u primaries, %u backups\n", m.server_id.c_str(), m.shards, m.backup_shards);
+  }
+  std::printf("[ grow ] %d writes acknowledged, %d failed (outcome unknown or refused) while %s joined\n",
+              acks.load(), ledger.failures, added.c_str());
+}
+
+// `kvctl drain` moves every role off a server under writes; it then holds
+// nothing, is stopped, and every acknowledged write is still on R replicas.
+TEST_F(GrowTest, DrainedServerHoldsNothingAndCanBeStopped) {
+  StartCluster(3, 2);
+  auto client = ClusterClient();
+  ASSERT_NE(client, nullptr);
+  const std::string drained = IdOf(*client, 0);
+  ASSERT_FALSE(drained.empty());
+  Ledger ledger;
+  std::atomic<bool> stop{false};
+  std::atomic<int> acks{0};
+  auto writers = StartWriters(*client, ledger, stop, acks, "drain-");
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (acks.load() < 200 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  const CommandResult r = Kvctl({"drain", drained, "--timeout=300000"});
+  stop = true;
+  for (auto& w : writers) w.join();
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err << "\n" << Logs();
+  EXPECT_NE(r.out.find("drained"), std::string::npos) << r.out;
+  ClusterInfo map;
+  ASSERT_TRUE(WaitForMap(*client, [&](const ClusterInfo& c) { return FullyReplicated(c, {drained}); }, &map))
+      << Describe(map);
+  servers_[0]->Terminate();
+  std::map<std::string, int> alive = AliveIds(*client);
+  ExpectEverywhere(ledger, map, alive);
+  std::printf("[ grow ] drained %s under load: %d writes acknowledged, %d failed\n", drained.c_str(), acks.load(),
+              ledger.failures);
+}
+
+}  // namespace
+}  // namespace rkv::testing
