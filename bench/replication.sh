@@ -221,15 +221,20 @@ redis-server --port "$replica_port" --bind "$host" --save '' --appendonly no --d
   --replicaof "$host" "$primary_port" >"$redis_dir/replica.log" 2>&1 &
 replica_pid=$!
 pids+=("$replica_pid")
+# A full resynchronisation comes first (slow under emulation): up to 120 s.
 linked=""
-for ((i = 0; i < 300; i++)); do
+link_deadline=$((SECONDS + 120))
+while ((SECONDS < link_deadline)); do
   if redis-cli -h "$host" -p "$replica_port" info replication 2>/dev/null | grep -q '^master_link_status:up'; then
     linked=yes
     break
   fi
-  sleep 0.1
+  sleep 0.2
 done
-[[ -n $linked ]] || die "the Redis replica did not link to its primary within 30 s (log: $redis_dir/replica.log)"
+if [[ -z $linked ]]; then
+  tail -n 20 "$redis_dir/primary.log" "$redis_dir/replica.log" >&2 || true
+  die "the Redis replica did not link to its primary within 120 s (logs above)"
+fi
 log "redis primary on $host:$primary_port, replica on $host:$replica_port"
 labels+=(redis-wait1 redis)
 run_cell redis-wait1 put --target=redis --server="$host:$primary_port" --redis_wait_replicas=1
