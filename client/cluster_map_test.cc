@@ -172,6 +172,7 @@ TEST(RoutingTableTest, AnyReplicaReadsNeverGoToAServerCatchingUp) {
   v1::ClusterMap map = ReplicatedMap(7);
   // c catches up on shard 0 (listed in syncing_ids, not server_ids).
   map.mutable_shard_replicas(0)->add_syncing_ids("c");
+  map.mutable_servers(2)->add_syncing_shards(0);  // c
   auto t = RoutingTable::Build(map);
   ASSERT_TRUE(t.ok()) << t.status();
   const std::vector<std::string> read = ReadersOf(**t, KeyOfShard(0), 0, 50);
