@@ -225,6 +225,7 @@ Status CoordinatorState::Load() {
     LOG(INFO) << Describe(s.info) << " is " << v1::ServerState_Name(s.info.state()) << " (as stored)"
               << (s.info.draining() ? ", draining" : "");
     if (s.info.state() == v1::DOWN) down_since_[s.info.server_id()] = now;
+    for (uint32_t shard : s.info.syncing_shards()) syncing_since_[{shard, s.info.server_id()}] = version_;
   }
   PublishLeaseLocked();
   // Whatever leases the previous coordinator granted, none outlives a
@@ -264,6 +265,7 @@ Status CoordinatorState::CommitLocked(std::vector<Server> next, const std::vecto
     r.mutable_handover_shards()->Assign(next[i].handover_shards.begin(), next[i].handover_shards.end());
   }
   RKV_RETURN_IF_ERROR(store_->Commit(meta, records));
+  NoteSyncingLocked(next);
   servers_ = std::move(next);
   assigned_ = next_assigned;
   expected_servers_ = expected;
@@ -271,6 +273,23 @@ Status CoordinatorState::CommitLocked(std::vector<Server> next, const std::vecto
   PublishLeaseLocked();
   changed_cv_.NotifyAll();
   return Status::Ok();
+}
+
+void CoordinatorState::NoteSyncingLocked(const std::vector<Server>& next) {
+  std::map<std::pair<uint32_t, std::string>, uint64_t> now;
+  for (const Server& s : next) {
+    for (uint32_t shard : s.info.syncing_shards()) {
+      auto key = std::make_pair(shard, s.info.server_id());
+      const auto was = syncing_since_.find(key);
+      // Kept from the last version when it had the role, at the same epoch.
+      const int found = FindLocked(s.info.server_id());
+      const bool kept = was != syncing_since_.end() && found >= 0 &&
+                        servers_[static_cast<size_t>(found)].info.epoch() == s.info.epoch() &&
+                        Contains(servers_[static_cast<size_t>(found)].info.syncing_shards(), shard);
+      now[key] = kept ? was->second : version_ + 1;
+    }
+  }
+  syncing_since_ = std::move(now);
 }
 
 void CoordinatorState::MarkDownLocked(size_t i) { down_since_[servers_[i].info.server_id()] = clock_(); }
@@ -568,9 +587,16 @@ StatusOr<v1::ReportCaughtUpResponse> CoordinatorState::ReportCaughtUp(const v1::
     ShardRoles& shard = roles[c.shard()];
     const auto it = std::find(shard.syncing.begin(), shard.syncing.end(), index);
     const bool primary_kept = shard.primary != kNone && servers_[shard.primary].info.server_id() == c.primary_id();
-    if (it == shard.syncing.end() || !primary_kept) {
-      // Not syncing it (any more, or a duplicate entry already moved), or
-      // the primary it fetched from is no longer the primary.
+    // A fetch under a map older than the one that (last) made it syncing:
+    // writes may have gone unforwarded to it in between. 0: not said (a
+    // server older than this check), taken as current.
+    const auto since = syncing_since_.find({c.shard(), r.server_id()});
+    const bool fetched_since = c.sync_map_version() == 0 || since == syncing_since_.end() ||
+                               c.sync_map_version() >= since->second;
+    if (it == shard.syncing.end() || !primary_kept || !fetched_since) {
+      // Not syncing it (any more, or a duplicate entry already moved), the
+      // primary it fetched from is no longer the primary, or the role is
+      // newer than the fetch.
       if (std::find(moved.begin(), moved.end(), c.shard()) == moved.end()) refused.push_back(c.shard());
       continue;
     }

@@ -66,6 +66,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -343,6 +344,17 @@ class CoordinatorState {
   uint32_t expected_servers_ GUARDED_BY(mu_);
   // DOWN servers and since when (this coordinator's clock; memory only).
   std::unordered_map<std::string, std::chrono::steady_clock::time_point> down_since_ GUARDED_BY(mu_);
+  // (shard, server id) -> the map version that (last) made the server
+  // syncing the shard; memory only: every syncing role loaded at start-up
+  // counts from the loaded version. ReportCaughtUp refuses a report whose
+  // fetch used an older map (CaughtUpShard.sync_map_version): the role was
+  // taken away and given back since, and writes in between were not
+  // forwarded to the server.
+  std::map<std::pair<uint32_t, std::string>, uint64_t> syncing_since_ GUARDED_BY(mu_);
+  // Records in syncing_since_ the syncing roles `next` has that servers_
+  // has not (called by CommitLocked before it installs `next` as version_
+  // + 1), and forgets the roles `next` no longer has.
+  void NoteSyncingLocked(const std::vector<Server>& next) REQUIRES(mu_);
   // Servers a primary reported as failing to acknowledge (ReportReplica-
   // Failure) and when: for heartbeat_timeout after that, Rebalance gives
   // them no new role, so that a server the primaries cannot reach is not

@@ -1107,6 +1107,30 @@ TEST_F(CoordinatorStateTest, ReportCaughtUpMovesASyncingServerIntoTheReplicas) {
   EXPECT_EQ(Syncing(state->Map(), 2), (std::vector<std::string>{"s0"}));
 }
 
+TEST_F(CoordinatorStateTest, ReportCaughtUpRefusesAFetchOlderThanTheSyncingRole) {
+  auto state = Open(Config(3, 6, 3));
+  JoinAll(*state, {"", "", ""});
+  ASSERT_TRUE(state->Join(MakeJoin("s0", 2, 7)).ok());  // syncing 1, 2, 4, 5 from this version on
+  const uint64_t role_version = state->version();
+  // A fetch under the map before that one (the role was taken away and
+  // given back since, as far as the coordinator can tell): refused.
+  v1::ReportCaughtUpRequest old = CaughtUp("s0", 2, {{1, "s1"}});
+  old.mutable_shards(0)->set_sync_map_version(role_version - 1);
+  auto r = state->ReportCaughtUp(old);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(std::vector<uint32_t>(r->refused_shards().begin(), r->refused_shards().end()),
+            (std::vector<uint32_t>{1}));
+  EXPECT_EQ(state->version(), role_version);
+  EXPECT_EQ(Syncing(state->Map(), 1), (std::vector<std::string>{"s0"}));
+  // A fetch under the map that gave the role: accepted.
+  v1::ReportCaughtUpRequest current = CaughtUp("s0", 2, {{1, "s1"}});
+  current.mutable_shards(0)->set_sync_map_version(role_version);
+  r = state->ReportCaughtUp(current);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->refused_shards().empty());
+  EXPECT_TRUE(Syncing(state->Map(), 1).empty());
+}
+
 TEST_F(CoordinatorStateTest, ASyncingServerIsNeverPromotedAndAPromotionClearsSyncing) {
   auto state = Open(Config(3, 6, 3));
   JoinAll(*state, {"", "", ""});
