@@ -211,13 +211,16 @@ done
 redis_dir=$work/redis
 mkdir -p "$redis_dir/primary" "$redis_dir/replica"
 primary_port=$(redis_port)
-redis-server --port "$primary_port" --bind "$host" --save '' --appendonly no --dir "$redis_dir/primary" \
+# --protected-mode no: on an address other than loopback (the guest's rxe
+# address), Redis refuses every client without a password otherwise; the
+# bench's stores listen on a private test address only.
+redis-server --port "$primary_port" --bind "$host" --protected-mode no --save '' --appendonly no --dir "$redis_dir/primary" \
   >"$redis_dir/primary.log" 2>&1 &
 primary_pid=$!
 pids+=("$primary_pid")
 replica_port=$(redis_port)
 while [[ $replica_port == "$primary_port" ]]; do replica_port=$(redis_port); done
-redis-server --port "$replica_port" --bind "$host" --save '' --appendonly no --dir "$redis_dir/replica" \
+redis-server --port "$replica_port" --bind "$host" --protected-mode no --save '' --appendonly no --dir "$redis_dir/replica" \
   --replicaof "$host" "$primary_port" >"$redis_dir/replica.log" 2>&1 &
 replica_pid=$!
 pids+=("$replica_pid")

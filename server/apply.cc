@@ -224,6 +224,9 @@ protocol::ReplyMsg Applier::ApplyPut(uint64_t request_id, std::string_view key, 
   // writes stay serialized by primary_mu_, so no other write of this
   // server takes `version` or passes this one.
   const Status replicated = Replicate(*route, protocol::Op::kReplicatePut, key, value, version);
+  // A forward that outlasted the lease waits for the next grant (without
+  // the table mutex) rather than end "outcome unknown" below.
+  if (replicated.ok()) (void)replication_.policy->AwaitLease(kLeaseRenewalWait);
   MutexLock lock(mu_);
   if (!replicated.ok()) {
     forwarded_floor_ = std::max(forwarded_floor_, version);
@@ -303,6 +306,7 @@ protocol::ReplyMsg Applier::ApplyDelete(uint64_t request_id, std::string_view ke
     *remember = false;
     return Error(request_id, s);
   }
+  (void)replication_.policy->AwaitLease(kLeaseRenewalWait);  // as in ApplyPut
   MutexLock lock(mu_);
   if (std::optional<protocol::ReplyMsg> refused = RefuseWithoutLease(request_id, key, *route, remember)) {
     return *refused;

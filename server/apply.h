@@ -96,6 +96,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -134,6 +135,11 @@ struct ApplyReplication {
 
 class Applier {
  public:
+  // How long a replicated write whose lease expired while its backups were
+  // being waited for waits for the next grant before it is answered
+  // "outcome unknown" (ReplicationPolicy::AwaitLease).
+  static constexpr std::chrono::milliseconds kLeaseRenewalWait{1000};
+
   // `replies`: what the request cache remembers (request_cache.h).
   Applier(Store* store, Table* table, Heap* heap, ApplyLimits limits, RequestCacheLimits replies = {},
           ApplyReplication replication = {});

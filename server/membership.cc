@@ -234,6 +234,7 @@ void Membership::Grant(std::chrono::steady_clock::time_point sent, uint32_t leas
   // Grants come one at a time from one thread (Start's Join, then the
   // heartbeat thread), so this one was sent after the one it replaces.
   lease_ = granted;
+  lease_ms_ = granted.enabled ? lease_ms : 0;
 }
 
 ServerLease Membership::lease() const {
@@ -368,13 +369,22 @@ Status Membership::Start() {
 
 void Membership::HeartbeatLoop() {
   bool refused_logged = false;
+  auto last_sent = std::chrono::steady_clock::now();
   for (;;) {
     std::chrono::milliseconds interval;
     {
       MutexLock lock(mu_);
       interval = heartbeat_interval_;
+      // Each heartbeat renews the lease from its send time: sent every
+      // lease / 3 at least, a lease outlives two slow answers in a row.
+      if (lease_ms_ > 0) interval = std::min(interval, std::chrono::milliseconds(std::max<uint32_t>(lease_ms_ / 3, 10)));
     }
-    if (!SleepFor(interval)) return;
+    // Counted from the last send, not from its answer: a slow answer does
+    // not stretch the period.
+    const auto since = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() -
+                                                                              last_sent);
+    if (!SleepFor(std::max(interval - since, std::chrono::milliseconds(5)))) return;
+    last_sent = std::chrono::steady_clock::now();
     Status s = HeartbeatOnce();
     if (s.code() == StatusCode::kNotFound || s.code() == StatusCode::kFailedPrecondition) {
       LOG(WARNING) << "coordinator refused a heartbeat (" << s << "); joining again";

@@ -193,6 +193,7 @@ class Membership final : public MapSource {
   std::chrono::milliseconds heartbeat_interval_ GUARDED_BY(mu_) = std::chrono::milliseconds(500);
   std::shared_ptr<const v1::ClusterMap> map_ GUARDED_BY(mu_);  // the installed map
   ServerLease lease_ GUARDED_BY(mu_);  // expired until the first grant
+  uint32_t lease_ms_ GUARDED_BY(mu_) = 0;  // the last grant's length (0: none)
   CondVar map_cv_;  // signalled when map_ changes or stopping_ becomes true
   // The open watch stream's context, for Stop to cancel; null between
   // streams.

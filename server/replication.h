@@ -11,6 +11,7 @@
 // docs/design.md, "Replication".
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -81,6 +82,12 @@ class ReplicationPolicy {
   // before a client write is published locally, after the backups have it
   // (docs/design.md, "Replication"). Never waits.
   virtual Status CheckLease() = 0;
+
+  // CheckLease, retried every few milliseconds for up to `max_wait` while
+  // it fails (the next heartbeat's grant may be on its way); its last
+  // answer. For a write whose forward outlasted the lease: it waits for a
+  // renewal rather than end "outcome unknown".
+  virtual Status AwaitLease(std::chrono::milliseconds max_wait);
 };
 
 // 64 bits that name a server id in a replication handshake (the connect
