@@ -16,6 +16,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 #include "common/status.h"
@@ -87,7 +88,17 @@ class ReplicationPolicy {
   // it fails (the next heartbeat's grant may be on its way); its last
   // answer. For a write whose forward outlasted the lease: it waits for a
   // renewal rather than end "outcome unknown".
-  virtual Status AwaitLease(std::chrono::milliseconds max_wait);
+  // (Inline, like the rest of this interface: its implementations live in
+  // several libraries.)
+  virtual Status AwaitLease(std::chrono::milliseconds max_wait) {
+    const auto deadline = std::chrono::steady_clock::now() + max_wait;
+    Status lease = CheckLease();
+    while (!lease.ok() && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      lease = CheckLease();
+    }
+    return lease;
+  }
 };
 
 // 64 bits that name a server id in a replication handshake (the connect
