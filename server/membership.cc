@@ -525,20 +525,11 @@ Status Membership::RefreshNow(std::chrono::milliseconds timeout) {
   return FetchMap(timeout).WithContext("refreshing the map from " + options_.coordinator_address);
 }
 
-StatusOr<uint64_t> Membership::ReportReplicaFailure(std::string_view backup_id, const std::vector<uint32_t>& shards,
-                                                    std::string_view reason, std::chrono::milliseconds timeout) {
-  RKV_RETURN_IF_ERROR(control::ValidateServerId(backup_id).WithContext("backup id"));
-  if (shards.empty()) return InvalidArgument("no shards to take backup " + std::string(backup_id) + " out of");
-  v1::ReportReplicaFailureRequest req;
-  req.set_server_id(options_.self.server_id);
-  req.set_epoch(options_.self.epoch);
-  req.set_backup_id(std::string(backup_id));
-  for (uint32_t s : shards) req.add_shards(s);
-  req.set_reason(control::Printable(reason, kMaxReasonBytes));
+template <typename Response, typename Call>
+StatusOr<Response> Membership::CallWithRetry(const std::string& what, std::chrono::milliseconds timeout,
+                                             Call call) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   std::chrono::milliseconds backoff = std::max(options_.initial_backoff, std::chrono::milliseconds(1));
-  const std::string what = "reporting backup " + std::string(backup_id) + " to the coordinator at " +
-                           options_.coordinator_address;
   for (;;) {
     {
       MutexLock lock(mu_);
@@ -547,14 +538,9 @@ StatusOr<uint64_t> Membership::ReportReplicaFailure(std::string_view backup_id, 
     grpc::ClientContext ctx;
     control::AttachTokenDigest(&ctx, rpc_->digest_hex);
     ctx.set_deadline(DeadlineIn(deadline - std::chrono::steady_clock::now()));
-    v1::ReportReplicaFailureResponse resp;
-    const Status s = control::FromGrpc(rpc_->stub->ReportReplicaFailure(&ctx, req, &resp));
-    if (s.ok()) {
-      LOG(WARNING) << "server " << options_.self.server_id << " reported backup " << backup_id << " of "
-                   << shards.size() << " shard(s) as failed (" << req.reason() << "); map version "
-                   << resp.map_version() << " no longer has it";
-      return resp.map_version();
-    }
+    Response resp;
+    const Status s = control::FromGrpc(call(&ctx, &resp));
+    if (s.ok()) return resp;
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
     if (s.code() != StatusCode::kUnavailable || left <= std::chrono::milliseconds(0)) return s.WithContext(what);
     if (!SleepFor(std::min(backoff, left))) return Status(StatusCode::kCancelled, "stopping").WithContext(what);
@@ -565,6 +551,28 @@ StatusOr<uint64_t> Membership::ReportReplicaFailure(std::string_view backup_id, 
           .WithContext(what);
     }
   }
+}
+
+StatusOr<uint64_t> Membership::ReportReplicaFailure(std::string_view backup_id, const std::vector<uint32_t>& shards,
+                                                    std::string_view reason, std::chrono::milliseconds timeout) {
+  RKV_RETURN_IF_ERROR(control::ValidateServerId(backup_id).WithContext("backup id"));
+  if (shards.empty()) return InvalidArgument("no shards to take backup " + std::string(backup_id) + " out of");
+  v1::ReportReplicaFailureRequest req;
+  req.set_server_id(options_.self.server_id);
+  req.set_epoch(options_.self.epoch);
+  req.set_backup_id(std::string(backup_id));
+  for (uint32_t s : shards) req.add_shards(s);
+  req.set_reason(control::Printable(reason, kMaxReasonBytes));
+  StatusOr<v1::ReportReplicaFailureResponse> resp = CallWithRetry<v1::ReportReplicaFailureResponse>(
+      "reporting backup " + std::string(backup_id) + " to the coordinator at " + options_.coordinator_address,
+      timeout, [&](grpc::ClientContext* ctx, v1::ReportReplicaFailureResponse* out) {
+        return rpc_->stub->ReportReplicaFailure(ctx, req, out);
+      });
+  if (!resp.ok()) return resp.status();
+  LOG(WARNING) << "server " << options_.self.server_id << " reported backup " << backup_id << " of "
+               << shards.size() << " shard(s) as failed (" << req.reason() << "); map version "
+               << resp->map_version() << " no longer has it";
+  return resp->map_version();
 }
 
 StatusOr<v1::ReportCaughtUpResponse> Membership::ReportCaughtUp(uint32_t shard, std::string_view primary_id,
@@ -578,26 +586,12 @@ StatusOr<v1::ReportCaughtUpResponse> Membership::ReportCaughtUp(uint32_t shard, 
   caught_up->set_shard(shard);
   caught_up->set_primary_id(std::string(primary_id));
   caught_up->set_sync_map_version(sync_map_version);
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  std::chrono::milliseconds backoff = std::max(options_.initial_backoff, std::chrono::milliseconds(1));
-  const std::string what = "reporting shard " + std::to_string(shard) + " caught up (from " +
-                           std::string(primary_id) + ") to the coordinator at " + options_.coordinator_address;
-  for (;;) {
-    {
-      MutexLock lock(mu_);
-      if (stopping_) return Status(StatusCode::kCancelled, "stopping").WithContext(what);
-    }
-    grpc::ClientContext ctx;
-    control::AttachTokenDigest(&ctx, rpc_->digest_hex);
-    ctx.set_deadline(DeadlineIn(deadline - std::chrono::steady_clock::now()));
-    v1::ReportCaughtUpResponse resp;
-    const Status s = control::FromGrpc(rpc_->stub->ReportCaughtUp(&ctx, req, &resp));
-    if (s.ok()) return resp;
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-    if (s.code() != StatusCode::kUnavailable || left <= std::chrono::milliseconds(0)) return s.WithContext(what);
-    if (!SleepFor(std::min(backoff, left))) return Status(StatusCode::kCancelled, "stopping").WithContext(what);
-    backoff = std::min(backoff * 2, std::max(options_.max_backoff, std::chrono::milliseconds(1)));
-  }
+  return CallWithRetry<v1::ReportCaughtUpResponse>(
+      "reporting shard " + std::to_string(shard) + " caught up (from " + std::string(primary_id) +
+          ") to the coordinator at " + options_.coordinator_address,
+      timeout, [&](grpc::ClientContext* ctx, v1::ReportCaughtUpResponse* out) {
+        return rpc_->stub->ReportCaughtUp(ctx, req, out);
+      });
 }
 
 }  // namespace rkv::server

@@ -174,6 +174,14 @@ class Membership final : public MapSource {
   void WatchLoop() EXCLUDES(mu_);
   // Sleeps `d` unless Stop is called; false when stopping.
   bool SleepFor(std::chrono::milliseconds d) EXCLUDES(mu_);
+  // One report to the coordinator: `call(context, response)` with the
+  // token attached, retried with backoff while it answers UNAVAILABLE,
+  // within `timeout`. The response, or the last error with `what` as its
+  // context: DEADLINE_EXCEEDED when the coordinator stayed unreachable,
+  // CANCELLED when stopping, any other error at once.
+  template <typename Response, typename Call>
+  StatusOr<Response> CallWithRetry(const std::string& what, std::chrono::milliseconds timeout, Call call)
+      EXCLUDES(mu_);
   void NoteReachable(bool reachable, const Status& why) EXCLUDES(mu_);
   // Leave, bounded by 2 s; a failure is only logged. Called by Stop, or by
   // a Start that finds Stop already ran, so never twice.

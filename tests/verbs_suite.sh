@@ -4,7 +4,7 @@
 # fault-injecting wrapper around verbs (RKV_TRANSPORTS), the verbs
 # transport's own tests, a check that --transport=auto picks verbs, then the
 # cross-process suites (single server, cluster, crash, linearizability,
-# replication and failover) with RKV_TEST_TRANSPORT=verbs
+# replication, failover and backup reads) with RKV_TEST_TRANSPORT=verbs
 # on the rxe0 address (RKV_TEST_SCALE sizes their loads: 5 crash cycles per
 # durability mode, 30 linearizability histories, 40 keys per failover load
 # thread).
@@ -110,6 +110,7 @@ run_gtest_binary "${build}/tests/rkv_crash_test" 900
 run_gtest_binary "${build}/tests/rkv_linearizability_test" 900
 run_gtest_binary "${build}/tests/rkv_replication_test" 900
 run_gtest_binary "${build}/tests/rkv_failover_test" 900
+run_gtest_binary "${build}/tests/rkv_backup_read_test" 900
 
 echo
 if [ "${failed}" -gt 0 ]; then
