@@ -178,15 +178,22 @@ class Client::Impl {
     control_ = std::make_unique<client::ControlClient>(options_.coordinator, options_.token, &holder_);
     const Deadline deadline = Clock::now() + options_.timeout;
     std::chrono::milliseconds backoff(10);
+    // The last answer that was not a timeout (an incomplete cluster, say):
+    // when the deadline then cuts an attempt short, that answer is what
+    // the caller needs to know.
+    Status last_answer;
     while (true) {
       auto t = control_->Fetch(deadline);
       if (t.ok()) break;
       const StatusCode code = t.status().code();
       if (code != StatusCode::kUnavailable && code != StatusCode::kDeadlineExceeded) return t.status();
+      if (code != StatusCode::kDeadlineExceeded) last_answer = t.status();
       const auto now = Clock::now();
       if (now + backoff >= deadline) {
-        if (code == StatusCode::kDeadlineExceeded) return Unavailable(t.status().message());
-        return t.status();
+        if (code != StatusCode::kDeadlineExceeded) return t.status();
+        if (last_answer.ok()) return Unavailable(t.status().message());
+        return Unavailable(std::string(last_answer.message()) + " (then an attempt timed out: " +
+                           std::string(t.status().message()) + ")");
       }
       std::this_thread::sleep_for(backoff);
       backoff = std::min(backoff * 2, std::chrono::milliseconds(200));
