@@ -270,9 +270,9 @@ class ServerConnection {
   static constexpr uint32_t kSendSlots = 2 * kMaxPostedRecvs;
   static constexpr size_t kSendSlotBytes = 64;
   static_assert(sizeof(protocol::RequestMsg) <= kSendSlotBytes);
-  // The part of the server's staging ring a connection uses: all of it up
-  // to this size (the local staging area mirrors it), and always at least
-  // two of the largest records.
+  // The part of the server's staging ring a connection uses (the local
+  // staging area mirrors it): its first max(this, two of the largest
+  // blocks) bytes, or all of a smaller ring.
   static constexpr uint64_t kMaxStagingBytes = 1 << 20;
   static uint64_t StagingBytes(const protocol::AcceptData& accept);
 
@@ -289,9 +289,9 @@ class ServerConnection {
   // is in flight). `now` as for PostReadsAndWait.
   template <typename Done>
   Status WaitFor(Done done, Deadline deadline, Clock::time_point now, std::string_view what);
-  // A reply in receive buffer `index`: re-posts the buffer, checks the
-  // reply answers the oldest request not yet answered, records it in the
-  // running batch's outcome and returns its credits.
+  // A reply in receive buffer `index`: checks it answers the oldest
+  // request not yet answered, records it in the running batch's outcome,
+  // returns its credits and re-posts the buffer.
   void HandleReceive(uint64_t index, uint32_t byte_len);
 
   // Declaration order is teardown order, reversed: the connection (queue
