@@ -148,8 +148,8 @@ class ServerConnection {
   // in one posted list (one doorbell), the next ones as replies free room.
   // Replies come in order; each lands in the outcome at its op's index
   // (outcomes.size() == ops.size()). Returns OK once every op has a reply
-  // (outcomes[i].result is then the server's verdict: an error reply does
-  // not stop the others). INVALID_ARGUMENT, with nothing sent and the
+  // and every SEND has completed (outcomes[i].result is then the server's
+  // verdict: an error reply does not stop the others). INVALID_ARGUMENT, with nothing sent and the
   // connection intact, for an op over this connection's limits (empty or
   // too long key, too long value, a DELETE with a value). Any other non-OK
   // means the connection broke: an op with `replied` has its answer; one

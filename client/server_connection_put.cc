@@ -27,7 +27,8 @@ StatusOr<WriteResult> ServerConnection::Write(protocol::Op op, std::string_view 
   WriteOutcome outcome;
   const Status s = WriteBatch(std::span<const WriteOp>(&one, 1), std::span<WriteOutcome>(&outcome, 1), deadline);
   if (sent != nullptr) *sent = outcome.sent;
-  if (!s.ok()) return s;
+  // A reply holds even when the connection broke after it.
+  if (!s.ok() && !outcome.replied) return s;
   return std::move(outcome.result);
 }
 
@@ -71,6 +72,10 @@ Status ServerConnection::WriteBatch(std::span<const WriteOp> ops, std::span<Writ
     s = WaitFor([&] { return progress_ != seen; }, deadline, Clock::now(), "replies");
     if (!s.ok()) break;
   }
+  // The last SEND's completion, which (RC order) retires every record:
+  // it normally came before the reply, and waiting for it leaves no
+  // completion behind for the next call (a GET's READs) to meet.
+  if (s.ok()) s = WaitFor([&] { return in_flight_.empty(); }, deadline, Clock::now(), "the send completions");
   batch_ = {};
   return s;
 }
