@@ -60,12 +60,12 @@ constexpr char kDefaultServer[] = "127.0.0.1:7700";
 // The longest wait between two attempts of a call.
 constexpr std::chrono::milliseconds kBackoffMax{100};
 
-// Connect errors worth retrying: the server is down, restarting, or was
-// between accept and epoch publication.
 // How WithServer reports keys of one call that a newer map gives to
 // several servers (MultiPut groups them again).
 constexpr std::string_view kKeysMoved = "the keys of this call moved to several servers";
 
+// Connect errors worth retrying: the server is down, restarting, or was
+// between accept and epoch publication.
 bool RetryableConnectError(const Status& s) {
   return s.code() == StatusCode::kUnavailable || s.code() == StatusCode::kDeadlineExceeded ||
          s.code() == StatusCode::kAborted;
