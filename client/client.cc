@@ -60,6 +60,10 @@ constexpr char kDefaultServer[] = "127.0.0.1:7700";
 // The longest wait between two attempts of a call.
 constexpr std::chrono::milliseconds kBackoffMax{100};
 
+// How WithServer reports keys of one call that a newer map gives to
+// several servers (MultiPut groups them again).
+constexpr std::string_view kKeysMoved = "the keys of this call moved to several servers";
+
 // Connect errors worth retrying: the server is down, restarting, or was
 // between accept and epoch publication.
 bool RetryableConnectError(const Status& s) {
@@ -412,19 +416,7 @@ class Client::Impl {
   Status WriteAttempt(ServerConnection& conn, PendingWrite& w, std::string_view key, std::string_view value,
                       Deadline deadline, client::WriteResult* result) {
     const uint64_t epoch = conn.accept().epoch;
-    if (w.sent && conn.address() != w.sent_address) [[unlikely]] {
-      w.outcome_reported = true;
-      return Unavailable(std::string(w.op == protocol::Op::kDelete ? "DELETE" : "PUT") +
-                         " outcome unknown: its reply from " + w.sent_address +
-                         " was lost and its shard is now served elsewhere; not resent");
-    }
-    if (w.sent && epoch != w.sent_epoch) [[unlikely]] {
-      w.outcome_reported = true;
-      return Unavailable(std::string(w.op == protocol::Op::kDelete ? "DELETE" : "PUT") +
-                         " outcome unknown: its reply was lost and the server restarted (epoch " +
-                         to_string(w.sent_epoch) + " -> " + to_string(epoch) +
-                         "), so it cannot tell whether it applied the request; not resent");
-    }
+    RKV_RETURN_IF_ERROR(CheckResend(conn, w));
     if (w.request_id == 0) w.request_id = next_request_id_.fetch_add(1, std::memory_order_relaxed);
     bool posted = false;
     auto r = conn.Write(w.op, key, value, w.request_id, deadline, &posted);
@@ -448,6 +440,137 @@ class Client::Impl {
   static Status WriteFailed(const PendingWrite& w, Status s) {
     if (!w.sent || w.outcome_reported) return s;
     return Status(s.code(), s.message() + " (the request was sent and its reply lost: outcome unknown)");
+  }
+
+  // Whether `w` may be sent on `conn` (WriteAttempt's rule): not once sent
+  // elsewhere or to another incarnation (UNAVAILABLE, outcome unknown).
+  static Status CheckResend(const ServerConnection& conn, PendingWrite& w) {
+    if (w.sent && conn.address() != w.sent_address) [[unlikely]] {
+      w.outcome_reported = true;
+      return Unavailable(std::string(w.op == protocol::Op::kDelete ? "DELETE" : "PUT") +
+                         " outcome unknown: its reply from " + w.sent_address +
+                         " was lost and its shard is now served elsewhere; not resent");
+    }
+    if (w.sent && conn.accept().epoch != w.sent_epoch) [[unlikely]] {
+      w.outcome_reported = true;
+      return Unavailable(std::string(w.op == protocol::Op::kDelete ? "DELETE" : "PUT") +
+                         " outcome unknown: its reply was lost and the server restarted (epoch " +
+                         to_string(w.sent_epoch) + " -> " + to_string(conn.accept().epoch) +
+                         "), so it cannot tell whether it applied the request; not resent");
+    }
+    return Status::Ok();
+  }
+
+  // ---- MultiPut and MultiDelete.
+
+  // One item of a MultiPut or MultiDelete, as the call's attempts send it.
+  struct BatchItem {
+    PendingWrite write;
+    std::string_view key;
+    std::string_view value;
+    bool done = false;
+    Status error;                // when done: the item's failure, else OK
+    client::WriteResult result;  // when done without error: the reply
+  };
+
+  // One attempt of the items of `items` not done yet, as one batch on
+  // `conn` (ServerConnection::WriteBatch), each under WriteAttempt's
+  // rules: an item that may not be resent here, or is over this
+  // connection's limits, is done with its error; one answered is done with
+  // the reply. Returns OK when every item is done; the connection's error
+  // when it broke (WithServer retries the rest); a "not the primary"
+  // refusal when one came (those items are marked unsent, and WithServer
+  // refetches and retries).
+  Status BatchAttempt(ServerConnection& conn, std::span<BatchItem* const> items, Deadline deadline) {
+    const uint64_t epoch = conn.accept().epoch;
+    std::vector<client::WriteOp> ops;
+    std::vector<BatchItem*> sent_items;
+    ops.reserve(items.size());
+    sent_items.reserve(items.size());
+    for (BatchItem* item : items) {
+      if (item->done) continue;
+      if (item->key.size() > conn.accept().max_key_bytes || item->value.size() > conn.accept().max_value_bytes) {
+        item->done = true;
+        item->error = InvalidArgument("key of " + to_string(item->key.size()) + " bytes or value of " +
+                                      to_string(item->value.size()) + " bytes over the server's limits (" +
+                                      to_string(conn.accept().max_key_bytes) + ", " +
+                                      to_string(conn.accept().max_value_bytes) + ")");
+        continue;
+      }
+      if (Status resend = CheckResend(conn, item->write); !resend.ok()) {
+        item->done = true;
+        item->error = std::move(resend);
+        continue;
+      }
+      PendingWrite& w = item->write;
+      if (w.request_id == 0) w.request_id = next_request_id_.fetch_add(1, std::memory_order_relaxed);
+      ops.push_back(client::WriteOp{w.op, item->key, item->value, w.request_id});
+      sent_items.push_back(item);
+    }
+    if (ops.empty()) return Status::Ok();
+    std::vector<client::WriteOutcome> outcomes(ops.size());
+    const Status s = conn.WriteBatch(ops, outcomes, deadline);
+    Status refused;
+    for (size_t j = 0; j < ops.size(); ++j) {
+      BatchItem& item = *sent_items[j];
+      client::WriteOutcome& o = outcomes[j];
+      if (o.sent && !item.write.sent) {
+        item.write.sent = true;
+        item.write.sent_epoch = epoch;
+        item.write.sent_address = conn.address();
+      }
+      if (!o.replied) continue;
+      uint64_t named_version = 0;
+      if (cluster() && NotPrimary(o.result.status, &named_version)) [[unlikely]] {
+        item.write.sent = false;  // applied nowhere (WriteAttempt)
+        if (refused.ok()) refused = o.result.status;
+        continue;
+      }
+      item.done = true;
+      item.result = std::move(o.result);
+    }
+    if (!s.ok()) return s;
+    return refused;
+  }
+
+  // Runs the items of `items` not done yet, grouped by the server that
+  // owns them, one WithServer call per group; a group whose keys a new map
+  // spreads over several servers (a failover) is grouped again by the
+  // newest map, within the deadline. The items a group could not finish
+  // get its error (WriteFailed).
+  void RunBatches(std::span<BatchItem> items, Deadline deadline) {
+    std::vector<std::string_view> keys;
+    std::vector<BatchItem*> group;
+    bool regroup = true;
+    while (regroup) {
+      regroup = false;
+      const auto routes = Routing();
+      std::map<size_t, std::vector<size_t>> groups;  // owner -> item positions
+      for (size_t i = 0; i < items.size(); ++i) {
+        if (!items[i].done) groups[routes->table().OwnerIndexOf(items[i].key)].push_back(i);
+      }
+      for (const auto& [owner, positions] : groups) {
+        keys.clear();
+        group.clear();
+        for (size_t p : positions) {
+          keys.push_back(items[p].key);
+          group.push_back(&items[p]);
+        }
+        const Status s = WithServer(
+            routes, owner, deadline, [&](ServerConnection& conn) { return BatchAttempt(conn, group, deadline); },
+            ConnectionPool::kAnySlot, keys);
+        if (!s.ok() && s.code() == StatusCode::kUnavailable && s.message().find(kKeysMoved) != std::string::npos &&
+            Clock::now() < deadline) {
+          regroup = true;  // its items stay to be grouped by the newest map
+          continue;
+        }
+        for (BatchItem* item : group) {
+          if (item->done) continue;
+          item->done = true;
+          item->error = WriteFailed(item->write, s.ok() ? Internal("write left unanswered") : s);
+        }
+      }
+    }
   }
 
   // ---- What the public accessors report.
@@ -644,8 +767,8 @@ class Client::Impl {
       const size_t owner = table.OwnerIndexOf(a.keys[0]);
       for (std::string_view k : a.keys.subspan(1)) {
         if (table.OwnerIndexOf(k) != owner) {
-          return Unavailable("the keys of this call moved to several servers in cluster map version " +
-                             to_string(table.version()) + " (last error: " + a.last.ToString() + ")");
+          return Unavailable(std::string(kKeysMoved) + " in cluster map version " + to_string(table.version()) +
+                             " (last error: " + a.last.ToString() + ")");
         }
       }
       e = &table.servers()[owner];
@@ -963,6 +1086,56 @@ std::vector<StatusOr<std::string>> Client::MultiGet(std::span<const std::string>
       out.emplace_back(std::move(r.value));
     }
   }
+  return out;
+}
+
+std::vector<StatusOr<uint64_t>> Client::MultiPut(std::span<const KeyValueView> items, const CallOptions& call) {
+  const Deadline deadline = impl_->DeadlineOf(call);
+  std::vector<Impl::BatchItem> batch(items.size());
+  {
+    const auto routes = impl_->Routing();
+    for (size_t i = 0; i < items.size(); ++i) {
+      Impl::BatchItem& b = batch[i];
+      b.write.op = protocol::Op::kPut;
+      b.key = items[i].key;
+      b.value = items[i].value;
+      b.error = impl_->CheckKey(routes->table(), b.key);
+      if (b.error.ok()) b.error = impl_->CheckValue(routes->table(), b.value);
+      b.done = !b.error.ok();
+    }
+  }
+  impl_->RunBatches(batch, deadline);
+  std::vector<StatusOr<uint64_t>> out;
+  out.reserve(items.size());
+  for (Impl::BatchItem& b : batch) {
+    if (!b.error.ok()) {
+      out.emplace_back(std::move(b.error));
+    } else if (!b.result.status.ok()) {
+      out.emplace_back(std::move(b.result.status));
+    } else {
+      out.emplace_back(b.result.version);
+    }
+  }
+  return out;
+}
+
+std::vector<Status> Client::MultiDelete(std::span<const std::string> keys, const CallOptions& call) {
+  const Deadline deadline = impl_->DeadlineOf(call);
+  std::vector<Impl::BatchItem> batch(keys.size());
+  {
+    const auto routes = impl_->Routing();
+    for (size_t i = 0; i < keys.size(); ++i) {
+      Impl::BatchItem& b = batch[i];
+      b.write.op = protocol::Op::kDelete;
+      b.key = keys[i];
+      b.error = impl_->CheckKey(routes->table(), b.key);
+      b.done = !b.error.ok();
+    }
+  }
+  impl_->RunBatches(batch, deadline);
+  std::vector<Status> out;
+  out.reserve(keys.size());
+  for (Impl::BatchItem& b : batch) out.push_back(!b.error.ok() ? std::move(b.error) : std::move(b.result.status));
   return out;
 }
 

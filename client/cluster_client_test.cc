@@ -172,6 +172,22 @@ TEST_F(ClusterClientTest, FollowsTheMapAndNamesTheServerInErrors) {
   EXPECT_NE(results[1].status().message().find("server b"), std::string::npos) << results[1].status();
   EXPECT_EQ(results[2].status().code(), StatusCode::kInvalidArgument);
 
+  // MultiPut and MultiDelete route each key to its own server, and a bad
+  // item fails alone.
+  const KeyValueView items[] = {{a_key, "va"}, {b_key, "vb"}, {"", "no key"}};
+  auto put_results = client.MultiPut(items, quick);
+  ASSERT_EQ(put_results.size(), 3u);
+  EXPECT_EQ(put_results[0].status().code(), StatusCode::kUnavailable);
+  EXPECT_NE(put_results[0].status().message().find("server a"), std::string::npos) << put_results[0].status();
+  EXPECT_NE(put_results[1].status().message().find("server b"), std::string::npos) << put_results[1].status();
+  EXPECT_NE(put_results[1].status().message().find("DOWN"), std::string::npos) << put_results[1].status();
+  EXPECT_EQ(put_results[2].status().code(), StatusCode::kInvalidArgument);
+  auto deleted = client.MultiDelete(keys, quick);
+  ASSERT_EQ(deleted.size(), 3u);
+  EXPECT_NE(deleted[0].message().find("server a"), std::string::npos) << deleted[0];
+  EXPECT_NE(deleted[1].message().find("server b"), std::string::npos) << deleted[1];
+  EXPECT_EQ(deleted[2].code(), StatusCode::kInvalidArgument);
+
   // Stats: unknown ids are NOT_FOUND, an unreachable admin names the server.
   EXPECT_EQ(client.ServerStats("zz", quick).status().code(), StatusCode::kNotFound);
   auto stats = client.ServerStats("a", quick);

@@ -51,7 +51,14 @@ ServerConnection::ServerConnection(std::unique_ptr<transport::Connection> conn,
       accept_(accept),
       lease_(accept.grace_period_us / 2),
       max_block_(MaxBlockBytes(accept)),
-      ring_(accept.ring.length) {}
+      ring_(StagingBytes(accept)) {}
+
+uint64_t ServerConnection::StagingBytes(const protocol::AcceptData& accept) {
+  // The server's ring holds at least the largest block (ParseAcceptData
+  // checks); so does the part used.
+  const uint64_t two_blocks = 2 * RoundUp(MaxBlockBytes(accept), layout::kBlockAlign);
+  return std::min<uint64_t>(accept.ring.length, std::max<uint64_t>(kMaxStagingBytes, two_blocks));
+}
 
 ServerConnection::~ServerConnection() {
   if (conn_) conn_->Disconnect();
@@ -64,9 +71,9 @@ Status ServerConnection::Init(transport::Transport& transport, Deadline deadline
 
   block_area_offset_ = kBucketAreaBytes;
   block_area_bytes_ = RoundUp(std::max<size_t>(max_block_, kMinBlockArea), layout::kBlockAlign);
-  build_offset_ = block_area_offset_ + block_area_bytes_;
-  send_offset_ = build_offset_ + RoundUp(max_block_, layout::kBlockAlign);
-  recv_offset_ = send_offset_ + protocol::kMaxMessageBytes;
+  staging_offset_ = block_area_offset_ + block_area_bytes_;
+  send_offset_ = staging_offset_ + RoundUp(ring_.capacity(), layout::kBlockAlign);
+  recv_offset_ = send_offset_ + kSendSlots * kSendSlotBytes;
   const size_t total =
       RoundUp(recv_offset_ + size_t{posted_recvs_} * protocol::kMaxMessageBytes, 4096);
 
@@ -81,6 +88,10 @@ Status ServerConnection::Init(transport::Transport& transport, Deadline deadline
     const Status s = conn_->PostRecv(buf, kRecvTag | i);
     if (!s.ok()) return MarkBroken(s.WithContext("posting receives"));
   }
+
+  free_send_slots_.reserve(kSendSlots);
+  for (uint32_t i = kSendSlots; i > 0; --i) free_send_slots_.push_back(i - 1);
+  write_ops_.reserve(transport::kMaxWriteSendsPerPost);
 
   // Lookup scratch, sized once: no GET allocates it again.
   pending_.reserve(kMaxBatchKeys);
@@ -126,6 +137,7 @@ void ServerConnection::HandleCompletion(const transport::Completion& c) {
       break;  // READs are waited for by PostReadsAndWait; a stray one is harmless
     case transport::OpType::kSend:
       completed_send_wr_ = std::max(completed_send_wr_, c.wr_id);
+      Retire();
       break;
     case transport::OpType::kRecv:
       if ((c.wr_id & kRecvTag) == 0 || (c.wr_id & ~kRecvTag) >= posted_recvs_) {

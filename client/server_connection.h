@@ -9,9 +9,11 @@
 //                 connect time);
 //   block area    max(largest block, kMinBlockArea): landing area of block
 //                 READs, packed at 64-byte offsets;
-//   build area    the largest block: a PUT/DELETE record is built here and
-//                 WRITTEN to the staging ring;
-//   send area     one RequestMsg;
+//   staging area  a mirror of the part of the staging ring this connection
+//                 uses (StagingBytes): each PUT/DELETE record is built at
+//                 its ring offset and WRITTEN from there, so a record's
+//                 local bytes stay untouched until the ring space is free;
+//   send area     kSendSlots RequestMsgs, one per request in flight;
 //   recv area     kMaxMessageBytes per posted receive.
 //
 // Failure: any transport error, error completion, malformed or unexpected
@@ -21,8 +23,8 @@
 //
 // The class is defined in three files: server_connection.cc (Open, the
 // buffer layout, completion dispatch), server_connection_get.cc (Lookup:
-// the one-sided READs of a GET) and server_connection_put.cc (Write: the
-// staging-ring WRITE, the request SEND and the reply).
+// the one-sided READs of a GET) and server_connection_put.cc (Write and
+// WriteBatch: the staging-ring WRITEs, the request SENDs and the replies).
 //
 // Thread safety: none. The owner serializes all calls (the client keeps
 // each connection in a pool slot under that slot's mutex).
@@ -81,6 +83,21 @@ struct WriteResult {
   uint64_t version = 0;  // the new (PUT) or deleted (DELETE) version
 };
 
+// One PUT or DELETE of a WriteBatch.
+struct WriteOp {
+  protocol::Op op = protocol::Op::kPut;
+  std::string_view key;
+  std::string_view value;  // empty for a DELETE
+  uint64_t request_id = 0;
+};
+
+// What became of one WriteOp of a WriteBatch.
+struct WriteOutcome {
+  bool sent = false;     // posted: the server may have seen (and applied) it
+  bool replied = false;  // `result` holds the server's reply
+  WriteResult result;
+};
+
 class ServerConnection {
  public:
   // Connects to `address` with `request` as private data, validates the
@@ -124,6 +141,22 @@ class ServerConnection {
   // result is non-OK, it may or may not have been applied.
   StatusOr<WriteResult> Write(protocol::Op op, std::string_view key, std::string_view value,
                               uint64_t request_id, Deadline deadline, bool* sent = nullptr);
+
+  // Sends every op of `ops` (request ids as for Write, all distinct) with
+  // many in flight: as many records as the staging ring, the request
+  // credits and the send slots allow are WRITTEN and their requests SENT
+  // in one posted list (one doorbell), the next ones as replies free room.
+  // Replies come in order; each lands in the outcome at its op's index
+  // (outcomes.size() == ops.size()). Returns OK once every op has a reply
+  // and every SEND has completed (outcomes[i].result is then the server's
+  // verdict: an error reply does not stop the others). INVALID_ARGUMENT, with nothing sent and the
+  // connection intact, for an op over this connection's limits (empty or
+  // too long key, too long value, a DELETE with a value). Any other non-OK
+  // means the connection broke: an op with `replied` has its answer; one
+  // `sent` without a reply may or may not have been applied (resend it
+  // with the same request id); one not `sent` was never seen by the
+  // server.
+  Status WriteBatch(std::span<const WriteOp> ops, std::span<WriteOutcome> outcomes, Deadline deadline);
 
  private:
   struct FreeDeleter {
@@ -224,13 +257,41 @@ class ServerConnection {
   [[gnu::cold, gnu::noinline]] void MarkCorrupt(Outcome& o, uint64_t slot) const;
 
   // ---- The PUT/DELETE path (server_connection_put.cc).
+  // Requests posted and not yet retired, in send order.
+  struct InFlight {
+    uint64_t request_id = 0;
+    uint64_t send_wr = 0;     // its SEND's wr_id
+    uint32_t send_slot = 0;   // its RequestMsg in the send area
+    size_t item = 0;          // its index in the running WriteBatch
+    bool replied = false;
+  };
+  // Request messages in flight at most: every credit, plus as many whose
+  // reply came while their SEND's completion has not yet.
+  static constexpr uint32_t kSendSlots = 2 * kMaxPostedRecvs;
+  static constexpr size_t kSendSlotBytes = 64;
+  static_assert(sizeof(protocol::RequestMsg) <= kSendSlotBytes);
+  // The part of the server's staging ring a connection uses (the local
+  // staging area mirrors it): its first max(this, two of the largest
+  // blocks) bytes, or all of a smaller ring.
+  static constexpr uint64_t kMaxStagingBytes = 1 << 20;
+  static uint64_t StagingBytes(const protocol::AcceptData& accept);
+
+  // The checks of WriteBatch that leave the connection intact.
+  Status CheckWriteOps(std::span<const WriteOp> ops) const;
+  // Builds and posts, as one list, as many of ops[*next, ...) as fit now
+  // (advancing *next). Non-OK only when the connection broke.
+  Status PostWrites(std::span<const WriteOp> ops, size_t* next);
+  // Frees the ring space and send slot of every oldest request that was
+  // replied to and whose SEND completed (its local bytes are then no
+  // longer read by the transport).
+  void Retire();
   // Polls until done() or the deadline (which breaks the connection: work
   // is in flight). `now` as for PostReadsAndWait.
   template <typename Done>
   Status WaitFor(Done done, Deadline deadline, Clock::time_point now, std::string_view what);
-  // A reply in receive buffer `index`: re-posts the buffer, checks the
-  // reply answers the oldest outstanding request, frees its ring space and
-  // returns its credits.
+  // A reply in receive buffer `index`: checks it answers the oldest
+  // request not yet answered, records it in the running batch's outcome,
+  // returns its credits and re-posts the buffer.
   void HandleReceive(uint64_t index, uint32_t byte_len);
 
   // Declaration order is teardown order, reversed: the connection (queue
@@ -248,17 +309,24 @@ class ServerConnection {
   // Offsets into buffer_.
   size_t block_area_offset_ = 0;
   size_t block_area_bytes_ = 0;
-  size_t build_offset_ = 0;
+  size_t staging_offset_ = 0;
   size_t send_offset_ = 0;
   size_t recv_offset_ = 0;
   uint32_t posted_recvs_ = 0;
 
-  // PUT/DELETE state.
+  // PUT/DELETE state. Invariants: in_flight_ holds one entry per live
+  // ring allocation, in the same (FIFO) order; the entries before
+  // awaiting_reply_ were replied to, none after it was.
   StagingRing ring_;
   uint32_t credits_ = 0;
   uint32_t max_credits_ = 0;
-  std::deque<uint64_t> outstanding_;  // request ids, in send order
-  std::optional<protocol::ReplyMsg> last_reply_;
+  std::deque<InFlight> in_flight_;
+  size_t awaiting_reply_ = 0;
+  std::vector<uint32_t> free_send_slots_;
+  std::vector<transport::WriteSendOp> write_ops_;  // one posted list
+  std::span<WriteOutcome> batch_;  // the running WriteBatch's outcomes
+  size_t batch_replied_ = 0;
+  uint64_t progress_ = 0;  // replies and retirements seen: what a wait waits for
 
   // GET scratch (see KeyState).
   std::vector<size_t> pending_;

@@ -1,8 +1,10 @@
-// ServerConnection's PUT/DELETE path: Write builds the record in the
-// local build area, WRITEs it into this connection's staging ring on the
-// server and SENDs the request that names it (one posted pair), then waits
-// for the reply. Replies arrive in order; each frees the oldest record's
-// ring space and returns request credits.
+// ServerConnection's PUT/DELETE path: each record is built in the local
+// staging area at the offset it gets in this connection's staging ring on
+// the server, WRITTEN there, and the request that names it SENT (one
+// WRITE+SEND pair per record; the pairs of a batch go out as one posted
+// list). Replies arrive in order; each returns request credits, and once
+// its SEND has completed too the oldest record's ring space and send slot
+// are free again.
 #include "client/server_connection.h"
 
 #include <algorithm>
@@ -21,50 +23,119 @@ using std::to_string;
 
 StatusOr<WriteResult> ServerConnection::Write(protocol::Op op, std::string_view key, std::string_view value,
                                               uint64_t request_id, Deadline deadline, bool* sent) {
-  if (sent != nullptr) *sent = false;
+  const WriteOp one{op, key, value, request_id};
+  WriteOutcome outcome;
+  const Status s = WriteBatch(std::span<const WriteOp>(&one, 1), std::span<WriteOutcome>(&outcome, 1), deadline);
+  if (sent != nullptr) *sent = outcome.sent;
+  // A reply holds even when the connection broke after it.
+  if (!s.ok() && !outcome.replied) return s;
+  return std::move(outcome.result);
+}
+
+Status ServerConnection::CheckWriteOps(std::span<const WriteOp> ops) const {
+  for (const WriteOp& op : ops) {
+    if (op.key.empty() || op.key.size() > accept_.max_key_bytes || op.value.size() > accept_.max_value_bytes ||
+        (op.op == protocol::Op::kDelete && !op.value.empty()) ||
+        (op.op != protocol::Op::kPut && op.op != protocol::Op::kDelete)) {
+      return InvalidArgument("a write of a " + to_string(op.key.size()) + "-byte key and a " +
+                             to_string(op.value.size()) + "-byte value (op " +
+                             to_string(static_cast<int>(op.op)) + ") is not a PUT or DELETE server " + address_ +
+                             " accepts (keys 1.." + to_string(accept_.max_key_bytes) + " bytes, values 0.." +
+                             to_string(accept_.max_value_bytes) + ")");
+    }
+  }
+  return Status::Ok();
+}
+
+Status ServerConnection::WriteBatch(std::span<const WriteOp> ops, std::span<WriteOutcome> outcomes,
+                                    Deadline deadline) {
+  if (outcomes.size() != ops.size()) {
+    return InvalidArgument(to_string(outcomes.size()) + " outcomes for " + to_string(ops.size()) + " writes");
+  }
+  for (WriteOutcome& o : outcomes) o = WriteOutcome{};
   if (broken_) return broken_status_;
-  if (credits_ == 0) return MarkBroken(Unavailable("server " + address_ + " left no request credits"));
-  const uint16_t flags = op == protocol::Op::kDelete ? layout::kBlockFlagTombstone : 0;
-  const uint64_t block = EncodeRecord(std::span<uint8_t>(buffer_.get() + build_offset_, max_block_),
-                                      key, value, /*version=*/0, flags);
-  const std::optional<uint64_t> ring_offset = ring_.Allocate(block);
-  if (!ring_offset) {
-    return MarkBroken(Internal("no room for a " + to_string(block) + "-byte record in the " +
-                               to_string(ring_.capacity()) + "-byte staging ring"));
+  RKV_RETURN_IF_ERROR(CheckWriteOps(ops));
+  batch_ = outcomes;
+  batch_replied_ = 0;
+  size_t next = 0;
+  Status s;
+  while (true) {
+    s = PostWrites(ops, &next);
+    if (!s.ok() || batch_replied_ == ops.size()) break;
+    if (next < ops.size() && in_flight_.empty()) {
+      // Nothing in flight will free room: the server granted no credits.
+      s = MarkBroken(Unavailable("server " + address_ + " left no request credits"));
+      break;
+    }
+    // A reply (credits, or the batch's end) or a retirement (ring space).
+    const uint64_t seen = progress_;
+    s = WaitFor([&] { return progress_ != seen; }, deadline, Clock::now(), "replies");
+    if (!s.ok()) break;
   }
-  protocol::RequestMsg request{};
-  request.op = static_cast<uint8_t>(op);
-  request.length = static_cast<uint32_t>(block);
-  request.request_id = request_id;
-  request.ring_offset = *ring_offset;
-  std::memcpy(buffer_.get() + send_offset_, &request, sizeof(request));
+  // The last SEND's completion, which (RC order) retires every record:
+  // it normally came before the reply, and waiting for it leaves no
+  // completion behind for the next call (a GET's READs) to meet.
+  if (s.ok()) s = WaitFor([&] { return in_flight_.empty(); }, deadline, Clock::now(), "the send completions");
+  batch_ = {};
+  return s;
+}
 
-  const uint64_t wr = NextWrId();
-  const Status posted = conn_->PostWriteSend(
-      {mr_.get(), build_offset_, static_cast<uint32_t>(block)},
-      {accept_.ring.addr + *ring_offset, accept_.ring.rkey},
-      {mr_.get(), send_offset_, static_cast<uint32_t>(sizeof(request))}, wr);
-  if (!posted.ok()) return MarkBroken(posted.WithContext("posting a request"));
-  if (sent != nullptr) *sent = true;
-  --credits_;
-  outstanding_.push_back(request.request_id);
-  last_reply_.reset();
+Status ServerConnection::PostWrites(std::span<const WriteOp> ops, size_t* next) {
+  write_ops_.clear();
+  const size_t first = in_flight_.size();
+  while (*next < ops.size() && credits_ > 0 && !free_send_slots_.empty() &&
+         write_ops_.size() < transport::kMaxWriteSendsPerPost) {
+    const WriteOp& op = ops[*next];
+    const uint64_t bytes = layout::BlockBytes(op.key.size(), op.value.size());
+    const std::optional<uint64_t> at = ring_.Allocate(bytes);
+    if (!at) {
+      if (ring_.live() > 0) break;  // the oldest records free room as they retire
+      return MarkBroken(Internal("no room for a " + to_string(bytes) + "-byte record in the " +
+                                 to_string(ring_.capacity()) + "-byte staging ring"));
+    }
+    const size_t local = staging_offset_ + *at;
+    const uint16_t flags = op.op == protocol::Op::kDelete ? layout::kBlockFlagTombstone : 0;
+    const uint64_t block = EncodeRecord(std::span<uint8_t>(buffer_.get() + local, bytes), op.key, op.value,
+                                        /*version=*/0, flags);
+    const uint32_t slot = free_send_slots_.back();
+    free_send_slots_.pop_back();
+    protocol::RequestMsg request{};
+    request.op = static_cast<uint8_t>(op.op);
+    request.length = static_cast<uint32_t>(block);
+    request.request_id = op.request_id;
+    request.ring_offset = *at;
+    const size_t msg = send_offset_ + size_t{slot} * kSendSlotBytes;
+    std::memcpy(buffer_.get() + msg, &request, sizeof(request));
 
-  // The SEND completion frees the send and build areas; the reply frees
-  // the ring space and the credit.
-  RKV_RETURN_IF_ERROR(WaitFor(
-      [&] {
-        return completed_send_wr_ >= wr && last_reply_.has_value() &&
-               last_reply_->request_id == request.request_id;
-      },
-      deadline, Clock::now(), "the reply"));
-  WriteResult result;
-  result.version = last_reply_->version;
-  if (last_reply_->status_code != 0) {
-    result.status = Status(static_cast<StatusCode>(last_reply_->status_code),
-                           std::string(last_reply_->message));
+    const uint64_t wr = NextWrId();
+    write_ops_.push_back(transport::WriteSendOp{
+        {mr_.get(), local, static_cast<uint32_t>(block)},
+        {accept_.ring.addr + *at, accept_.ring.rkey},
+        {mr_.get(), msg, static_cast<uint32_t>(sizeof(request))},
+        wr,
+        /*signaled=*/false});
+    in_flight_.push_back(InFlight{op.request_id, wr, slot, *next, false});
+    --credits_;
+    ++*next;
   }
-  return result;
+  if (write_ops_.empty()) return Status::Ok();
+  // Only the list's last SEND is signaled: its completion says every
+  // earlier work request of the list completed too (RC order).
+  write_ops_.back().signaled = true;
+  const Status posted = conn_->PostWriteSends(write_ops_);
+  if (!posted.ok()) return MarkBroken(posted.WithContext("posting requests"));
+  for (size_t i = first; i < in_flight_.size(); ++i) batch_[in_flight_[i].item].sent = true;
+  return Status::Ok();
+}
+
+void ServerConnection::Retire() {
+  while (!in_flight_.empty() && in_flight_.front().replied && in_flight_.front().send_wr <= completed_send_wr_) {
+    ring_.ReleaseOldest();  // FIFO: the oldest record's space
+    free_send_slots_.push_back(in_flight_.front().send_slot);
+    in_flight_.pop_front();
+    --awaiting_reply_;
+    ++progress_;
+  }
 }
 
 template <typename Done>
@@ -92,27 +163,40 @@ void ServerConnection::HandleReceive(uint64_t index, uint32_t byte_len) {
     return;
   }
   auto reply = ParseReply(std::span<const uint8_t>(buffer_.get() + offset, byte_len));
-  // The reply is copied out: the buffer can take the next message.
+  if (!reply.ok()) {
+    MarkBroken(reply.status().WithContext("bad reply from " + address_)).IgnoreError();
+    return;
+  }
+  if (awaiting_reply_ >= in_flight_.size() || reply->request_id != in_flight_[awaiting_reply_].request_id) {
+    MarkBroken(Internal("server " + address_ + " replied to request " + to_string(reply->request_id) +
+                        ", which is not the oldest outstanding one"))
+        .IgnoreError();
+    return;
+  }
+  // The reply is recorded first: it holds even if the connection fails
+  // right after (the receive cannot be re-posted).
+  InFlight& request = in_flight_[awaiting_reply_++];
+  request.replied = true;
+  if (request.item < batch_.size()) {
+    WriteOutcome& outcome = batch_[request.item];
+    outcome.replied = true;
+    outcome.result.version = reply->version;
+    if (reply->status_code != 0) {
+      outcome.result.status =
+          Status(static_cast<StatusCode>(reply->status_code), std::string(reply->message));
+    }
+    ++batch_replied_;
+  }
+  credits_ = std::min<uint64_t>(uint64_t{credits_} + reply->credits, max_credits_);
+  ++progress_;
+  // The reply was copied out: the buffer can take the next message.
   const Status posted = conn_->PostRecv(
       {mr_.get(), offset, static_cast<uint32_t>(protocol::kMaxMessageBytes)}, kRecvTag | index);
   if (!posted.ok()) {
     MarkBroken(posted.WithContext("re-posting a receive")).IgnoreError();
     return;
   }
-  if (!reply.ok()) {
-    MarkBroken(reply.status().WithContext("bad reply from " + address_)).IgnoreError();
-    return;
-  }
-  if (outstanding_.empty() || reply->request_id != outstanding_.front()) {
-    MarkBroken(Internal("server " + address_ + " replied to request " + to_string(reply->request_id) +
-                        ", which is not the oldest outstanding one"))
-        .IgnoreError();
-    return;
-  }
-  outstanding_.pop_front();
-  ring_.ReleaseOldest();  // FIFO: the server is done with the oldest record
-  credits_ = std::min<uint64_t>(uint64_t{credits_} + reply->credits, max_credits_);
-  last_reply_ = *reply;
+  Retire();
 }
 
 }  // namespace rkv::client

@@ -501,6 +501,171 @@ TEST(ServerConnectionTest, PutWritesARecordIntoTheRingAndReturnsTheVersion) {
   }
 }
 
+// ---- WriteBatch
+
+// `n` PUTs of key "b<i>" with values of 1 + (i * 37) % 1000 bytes of 'a' + i % 26.
+struct BatchOps {
+  explicit BatchOps(size_t n) {
+    for (size_t i = 0; i < n; ++i) {
+      keys.push_back("b" + std::to_string(i));
+      values.push_back(std::string(1 + (i * 37) % 1000, static_cast<char>('a' + i % 26)));
+    }
+    for (size_t i = 0; i < n; ++i) ops.push_back(WriteOp{protocol::Op::kPut, keys[i], values[i], NextRequestId()});
+  }
+  std::vector<std::string> keys;
+  std::vector<std::string> values;
+  std::vector<WriteOp> ops;
+};
+
+TEST(ServerConnectionTest, WriteBatchKeepsManyRequestsInFlightAndMatchesEachReply) {
+  FakeServer server(4, 64);
+  auto t = ClientTransport();
+  // Written by the server's thread in the handler; read here after the
+  // server's lock was taken again (requests()).
+  std::vector<std::string> seen;
+  uint64_t posted_at_first_request = 0;
+  server.set_handler([&](std::span<const uint8_t> record, const protocol::RequestMsg& req,
+                         protocol::ReplyMsg* reply) {
+    if (seen.empty()) posted_at_first_request = t->faults().count(FaultOp::kSend);
+    auto rec = DecodeRecord(record);
+    ASSERT_TRUE(rec.ok()) << rec.status();
+    seen.push_back(std::string(rec->key) + "=" + std::string(rec->value));
+    reply->version = 1000 + req.request_id;
+  });
+  auto c = OpenOrDie(*t, server);
+  ASSERT_NE(c, nullptr);
+  // Far more records than the server's kCredits credits, and more bytes
+  // than its ring (two of the largest records): the ring wraps many times.
+  BatchOps batch(60);
+  std::vector<WriteOutcome> outcomes(batch.ops.size());
+  const Status s = c->WriteBatch(batch.ops, outcomes, Soon());
+  ASSERT_TRUE(s.ok()) << s;
+  const std::vector<protocol::RequestMsg> requests = server.requests();
+  ASSERT_EQ(requests.size(), batch.ops.size());
+  EXPECT_EQ(posted_at_first_request, kCredits) << "every credit was used before the first reply";
+  bool wrapped = false;
+  const uint64_t ring_bytes = c->accept().ring.length;
+  for (size_t i = 0; i < batch.ops.size(); ++i) {
+    EXPECT_TRUE(outcomes[i].sent);
+    EXPECT_TRUE(outcomes[i].replied);
+    EXPECT_TRUE(outcomes[i].result.status.ok()) << outcomes[i].result.status;
+    EXPECT_EQ(outcomes[i].result.version, 1000 + batch.ops[i].request_id) << "the reply to op " << i;
+    EXPECT_EQ(requests[i].request_id, batch.ops[i].request_id) << "sent in order";
+    EXPECT_EQ(seen[i], batch.keys[i] + "=" + batch.values[i]);
+    EXPECT_EQ(requests[i].ring_offset % 64, 0u);
+    EXPECT_LE(requests[i].ring_offset + requests[i].length, ring_bytes) << "a record never straddles the end";
+    if (i > 0 && requests[i].ring_offset < requests[i - 1].ring_offset) wrapped = true;
+  }
+  EXPECT_TRUE(wrapped);
+  // The connection carries on: a single write, then another batch.
+  auto one = c->Write(protocol::Op::kDelete, "b1", "", NextRequestId(), Soon());
+  ASSERT_TRUE(one.ok()) << one.status();
+  BatchOps again(7);
+  ASSERT_TRUE(c->WriteBatch(again.ops, std::span<WriteOutcome>(outcomes.data(), 7), Soon()).ok());
+  EXPECT_EQ(server.requests().size(), batch.ops.size() + 1 + 7);
+}
+
+TEST(ServerConnectionTest, WriteBatchPassesEachErrorReplyToItsOp) {
+  FakeServer server(4, 64);
+  server.set_handler([](std::span<const uint8_t> record, const protocol::RequestMsg&, protocol::ReplyMsg* reply) {
+    auto rec = DecodeRecord(record);
+    if (rec.ok() && rec->key == "b3") {
+      reply->status_code = static_cast<int32_t>(StatusCode::kResourceExhausted);
+      std::strcpy(reply->message, "heap full");
+    } else {
+      reply->version = 5;
+    }
+  });
+  auto t = ClientTransport();
+  auto c = OpenOrDie(*t, server);
+  ASSERT_NE(c, nullptr);
+  BatchOps batch(9);
+  std::vector<WriteOutcome> outcomes(batch.ops.size());
+  ASSERT_TRUE(c->WriteBatch(batch.ops, outcomes, Soon()).ok());
+  for (size_t i = 0; i < outcomes.size(); ++i) {
+    ASSERT_TRUE(outcomes[i].replied) << i;
+    if (i == 3) {
+      EXPECT_EQ(outcomes[i].result.status.code(), StatusCode::kResourceExhausted);
+      EXPECT_EQ(outcomes[i].result.status.message(), "heap full");
+    } else {
+      EXPECT_TRUE(outcomes[i].result.status.ok()) << i << ": " << outcomes[i].result.status;
+      EXPECT_EQ(outcomes[i].result.version, 5u);
+    }
+  }
+  EXPECT_FALSE(c->broken());
+}
+
+TEST(ServerConnectionTest, WriteBatchRefusesAnOpOverTheLimitsAndSendsNothing) {
+  FakeServer server(4, 64);
+  auto t = ClientTransport();
+  auto c = OpenOrDie(*t, server);
+  ASSERT_NE(c, nullptr);
+  const std::string too_long(1025, 'v');  // the fake server's max_value_bytes is 1024
+  const WriteOp ops[] = {{protocol::Op::kPut, "ok", "v", NextRequestId()},
+                         {protocol::Op::kPut, "big", too_long, NextRequestId()}};
+  WriteOutcome outcomes[2];
+  EXPECT_EQ(c->WriteBatch(ops, outcomes, Soon()).code(), StatusCode::kInvalidArgument);
+  EXPECT_FALSE(outcomes[0].sent);
+  EXPECT_FALSE(outcomes[1].sent);
+  const WriteOp empty_key[] = {{protocol::Op::kPut, "", "v", NextRequestId()}};
+  EXPECT_EQ(c->WriteBatch(empty_key, std::span<WriteOutcome>(outcomes, 1), Soon()).code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_FALSE(c->broken());
+  EXPECT_TRUE(server.requests().empty());
+  EXPECT_TRUE(c->Write(protocol::Op::kPut, "ok", "v", NextRequestId(), Soon()).ok());
+}
+
+TEST(ServerConnectionTest, AReplyOutOfOrderInABatchBreaksTheConnection) {
+  FakeServer server(4, 64);
+  // The third request is answered with the id of the fourth.
+  server.set_handler([](std::span<const uint8_t> record, const protocol::RequestMsg&, protocol::ReplyMsg* reply) {
+    auto rec = DecodeRecord(record);
+    if (rec.ok() && rec->key == "b2") reply->request_id += 1;
+  });
+  auto t = ClientTransport();
+  auto c = OpenOrDie(*t, server);
+  ASSERT_NE(c, nullptr);
+  BatchOps batch(8);
+  for (size_t i = 1; i < batch.ops.size(); ++i) batch.ops[i].request_id = batch.ops[0].request_id + i;
+  std::vector<WriteOutcome> outcomes(batch.ops.size());
+  const Status s = c->WriteBatch(batch.ops, outcomes, Soon());
+  EXPECT_EQ(s.code(), StatusCode::kInternal) << s;
+  EXPECT_TRUE(c->broken());
+  EXPECT_TRUE(outcomes[0].replied && outcomes[1].replied);
+  EXPECT_TRUE(outcomes[2].sent);
+  EXPECT_FALSE(outcomes[2].replied) << "a reply naming another request answers nothing";
+  for (size_t i = 3; i < outcomes.size(); ++i) EXPECT_FALSE(outcomes[i].replied) << i;
+  EXPECT_TRUE(server.WaitForEndedConnections(1));
+}
+
+TEST(ServerConnectionTest, AConnectionBrokenMidBatchSaysWhichOpsWereSent) {
+  FakeServer server(4, 64);
+  auto t = ClientTransport();
+  auto c = OpenOrDie(*t, server);
+  ASSERT_NE(c, nullptr);
+  // The second reply fails and takes the connection down: by then the
+  // first kCredits requests were posted, plus at most the one the first
+  // reply's credit let go.
+  ASSERT_TRUE(t->faults().AddSpec("recv:fail:nth=2").ok());
+  BatchOps batch(12);
+  std::vector<WriteOutcome> outcomes(batch.ops.size());
+  const Status s = c->WriteBatch(batch.ops, outcomes, Soon());
+  EXPECT_EQ(s.code(), StatusCode::kUnavailable) << s;
+  EXPECT_TRUE(c->broken());
+  EXPECT_TRUE(outcomes[0].sent && outcomes[0].replied);
+  for (size_t i = 1; i < kCredits; ++i) {
+    EXPECT_TRUE(outcomes[i].sent) << i;
+    EXPECT_FALSE(outcomes[i].replied) << i;
+  }
+  for (size_t i = kCredits + 1; i < outcomes.size(); ++i) {
+    EXPECT_FALSE(outcomes[i].sent) << i << " was posted without a credit";
+    EXPECT_FALSE(outcomes[i].replied) << i;
+  }
+  // A broken connection fails the next batch at once, sending nothing.
+  EXPECT_EQ(c->WriteBatch(batch.ops, outcomes, Soon()).code(), StatusCode::kUnavailable);
+  for (const WriteOutcome& o : outcomes) EXPECT_FALSE(o.sent);
+}
+
 TEST(ServerConnectionTest, ServerErrorsArePassedThrough) {
   FakeServer server(4, 64);
   server.set_handler([](std::span<const uint8_t>, const protocol::RequestMsg&, protocol::ReplyMsg* reply) {

@@ -148,6 +148,66 @@ TEST_F(ServerTest, TenThousandKeysRoundTripAtEverySize) {
   }
 }
 
+TEST_F(ServerTest, MultiPutAndMultiDeleteAnswerEachItemAndABadItemFailsAlone) {
+  auto client = NewClient();
+  ASSERT_NE(client, nullptr);
+  // Values up to the 1 MiB limit: large ones fill the client's part of the
+  // staging ring, which then wraps within one batch.
+  const int n = Scaled(300, 40);
+  std::vector<std::string> keys;
+  std::vector<std::string> values;
+  std::mt19937_64 rng(7);
+  for (int i = 0; i < n; ++i) {
+    keys.push_back("mp-" + std::to_string(i));
+    values.push_back(MakeValue(keys.back(), 1, i % 50 == 0 ? kMaxValue : ValueSize(i + 3, rng)));
+  }
+  const std::string too_long(kMaxValue + 1, 'x');
+  std::vector<KeyValueView> items;
+  for (int i = 0; i < n; ++i) {
+    items.push_back(KeyValueView{keys[i], values[i]});
+    if (i == 5) items.push_back(KeyValueView{"", "empty key"});
+    if (i == 9) items.push_back(KeyValueView{"too-long-value", too_long});
+  }
+  const std::vector<StatusOr<uint64_t>> put = client->MultiPut(items);
+  ASSERT_EQ(put.size(), items.size());
+  uint64_t last_version = 0;
+  for (size_t j = 0; j < items.size(); ++j) {
+    if (items[j].key.empty() || items[j].key == "too-long-value") {
+      EXPECT_EQ(put[j].status().code(), StatusCode::kInvalidArgument) << j;
+      continue;
+    }
+    ASSERT_TRUE(put[j].ok()) << items[j].key << ": " << put[j].status();
+    EXPECT_GT(*put[j], last_version) << "one server applies a batch in order";
+    last_version = *put[j];
+  }
+  EXPECT_EQ(client->Get("too-long-value").status().code(), StatusCode::kNotFound);
+  for (int start = 0; start < n; start += 64) {
+    std::vector<std::string> batch(keys.begin() + start, keys.begin() + std::min(n, start + 64));
+    auto got = client->MultiGet(batch);
+    for (size_t j = 0; j < batch.size(); ++j) {
+      ASSERT_TRUE(got[j].ok()) << batch[j] << ": " << got[j].status();
+      ASSERT_TRUE(*got[j] == values[start + j]) << batch[j] << " has the wrong bytes";
+    }
+  }
+  // Two items of one key: the later one's value stays.
+  const KeyValueView twice[] = {{"dup", "first"}, {"dup", "second"}};
+  const auto dup = client->MultiPut(twice);
+  ASSERT_TRUE(dup[0].ok() && dup[1].ok());
+  EXPECT_LT(*dup[0], *dup[1]);
+  const StatusOr<std::string> dup_value = client->Get("dup");
+  ASSERT_TRUE(dup_value.ok()) << dup_value.status();
+  EXPECT_EQ(*dup_value, "second");
+
+  std::vector<std::string> doomed(keys.begin(), keys.begin() + 10);
+  doomed.push_back("never-stored");
+  const std::vector<Status> deleted = client->MultiDelete(doomed);
+  ASSERT_EQ(deleted.size(), doomed.size());
+  for (size_t j = 0; j + 1 < doomed.size(); ++j) EXPECT_TRUE(deleted[j].ok()) << doomed[j] << ": " << deleted[j];
+  EXPECT_EQ(deleted.back().code(), StatusCode::kNotFound);
+  EXPECT_EQ(client->Get(keys[0]).status().code(), StatusCode::kNotFound);
+  EXPECT_TRUE(client->Get(keys[10]).ok());
+}
+
 TEST_F(ServerTest, BinaryKeysAndValues) {
   auto client = NewClient();
   ASSERT_NE(client, nullptr);

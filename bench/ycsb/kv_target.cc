@@ -34,6 +34,14 @@ Status SplitHostPort(std::string_view address, std::string* host, int* port) {
   return Status::Ok();
 }
 
+std::vector<StatusOr<size_t>> KvTarget::MultiGet(std::span<const std::string> keys) {
+  return std::vector<StatusOr<size_t>>(keys.size(), Status(StatusCode::kUnimplemented, "no batched GET"));
+}
+
+std::vector<Status> KvTarget::MultiPut(std::span<const std::string> keys, std::span<const std::string_view>) {
+  return std::vector<Status>(keys.size(), Status(StatusCode::kUnimplemented, "no batched PUT"));
+}
+
 StatusOr<std::unique_ptr<KvTarget>> OpenTarget(const TargetOptions& options) {
   if (options.kind == "rkv") return OpenRkvTarget(options);
   if (options.kind == "memcached") return OpenMemcachedTarget(options);

@@ -4,8 +4,10 @@
 
 #include <cstddef>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "rkv/status.h"
 
@@ -22,6 +24,16 @@ class KvTarget {
   // Fetches `key` and returns the length of its value (the bytes themselves
   // are fetched in full and dropped). NOT_FOUND when absent.
   virtual StatusOr<size_t> Get(std::string_view key) = 0;
+  // Batches (rkv-ycsb --batch): whether this target has a batched path of
+  // its own (rkv: MultiGet / MultiPut; Redis: pipelining). Without one
+  // rkv-ycsb refuses --batch > 1 rather than time a loop of single calls.
+  virtual bool SupportsBatch() const { return false; }
+  // As Get, for every key, in one batch: one result per key, in order.
+  // The default fails every key (UNIMPLEMENTED).
+  virtual std::vector<StatusOr<size_t>> MultiGet(std::span<const std::string> keys);
+  // As Put, for keys[i] = values[i], in one batch: one result per key, in
+  // order. The default fails every key (UNIMPLEMENTED).
+  virtual std::vector<Status> MultiPut(std::span<const std::string> keys, std::span<const std::string_view> values);
   // One line about the connection (e.g. the transport rkv picked), or "".
   virtual std::string Description() const { return ""; }
 };

@@ -1,6 +1,7 @@
 // The memcached baseline: libmemcached's text protocol (binary protocol off:
 // it is deprecated in memcached) with TCP_NODELAY, memcached_set and
-// memcached_get, one memcached_st per benchmark thread.
+// memcached_get, one memcached_st per benchmark thread. No batched path:
+// rkv-ycsb refuses --batch > 1 for it.
 #include <libmemcached/memcached.h>
 
 #include <cstdlib>

@@ -2,6 +2,7 @@
 // thread, so --threads is also the number of connections, as for the
 // baselines.
 #include <utility>
+#include <vector>
 
 #include "bench/ycsb/kv_target.h"
 #include "rkv/client.h"
@@ -27,6 +28,32 @@ class RkvTarget final : public KvTarget {
     return value_.size();
   }
 
+  bool SupportsBatch() const override { return true; }
+
+  std::vector<StatusOr<size_t>> MultiGet(std::span<const std::string> keys) override {
+    std::vector<StatusOr<std::string>> values = client_->MultiGet(keys, get_options_);
+    std::vector<StatusOr<size_t>> out;
+    out.reserve(values.size());
+    for (StatusOr<std::string>& v : values) {
+      if (v.ok()) {
+        out.emplace_back(v->size());
+      } else {
+        out.emplace_back(v.status());
+      }
+    }
+    return out;
+  }
+
+  std::vector<Status> MultiPut(std::span<const std::string> keys, std::span<const std::string_view> values) override {
+    items_.clear();
+    for (size_t i = 0; i < keys.size(); ++i) items_.push_back(KeyValueView{keys[i], values[i]});
+    std::vector<StatusOr<uint64_t>> versions = client_->MultiPut(items_);
+    std::vector<Status> out;
+    out.reserve(versions.size());
+    for (StatusOr<uint64_t>& v : versions) out.push_back(v.ok() ? Status::Ok() : v.status());
+    return out;
+  }
+
   std::string Description() const override {
     const std::string reason = client_->transport_reason();
     return "rkv " + (reason.empty() ? "transport " + client_->transport_name() : reason) +
@@ -36,6 +63,7 @@ class RkvTarget final : public KvTarget {
  private:
   std::unique_ptr<Client> client_;
   std::string value_;
+  std::vector<KeyValueView> items_;
   CallOptions get_options_;
 };
 

@@ -105,12 +105,28 @@ struct Completion {
   uint32_t byte_len = 0;  // bytes received, for kRecv
 };
 
+// One WRITE+SEND pair of PostWriteSends: an unsignaled WRITE of
+// `write_src` to `write_dst`, then a SEND of `send` with wr_id `wr_id`,
+// signaled when `signaled` says so. (A failed pair completes in error
+// either way.)
+struct WriteSendOp {
+  LocalBuf write_src;
+  RemoteBuf write_dst;
+  LocalBuf send;
+  uint64_t wr_id = 0;
+  bool signaled = true;
+};
+
 struct ReadOp {
   LocalBuf local;   // destination; its region needs kLocalWrite
   RemoteBuf remote;
   uint64_t wr_id = 0;
   bool signaled = false;
 };
+
+// The most pairs one PostWriteSends may post: a client's whole batch
+// (kMaxBatchKeys in client/server_connection.h) fits in one list.
+inline constexpr size_t kMaxWriteSendsPerPost = 64;
 
 class Connection {
  public:
@@ -155,6 +171,16 @@ class Connection {
   // signaled SEND of `send` with wr_id `wr_id`, linked in one doorbell.
   virtual Status PostWriteSend(LocalBuf write_src, RemoteBuf write_dst, LocalBuf send,
                                uint64_t wr_id) = 0;
+  // Posts the pairs of `ops` as one linked list (one doorbell on verbs),
+  // in order, with the ordering of single pairs: each WRITE is visible at
+  // the target before the peer sees any SEND posted after it. A SEND's
+  // local buffer may be reused once a completion of it or of a later
+  // signaled operation of this connection arrives. At most
+  // kMaxWriteSendsPerPost pairs, and no more than the send queue holds
+  // (Options::max_send_wr / 2; more is INVALID_ARGUMENT or
+  // RESOURCE_EXHAUSTED, nothing posted). An empty list posts nothing.
+  // PostWriteSend is the list of one signaled pair.
+  virtual Status PostWriteSends(std::span<const WriteSendOp> ops) = 0;
   // Posts a signaled SEND.
   virtual Status PostSend(LocalBuf send, uint64_t wr_id) = 0;
   // Posts a receive buffer (its region needs kLocalWrite).
@@ -196,6 +222,11 @@ class Listener {
   virtual void Shutdown() = 0;
 };
 
+// Options::max_send_wr's default: room for the longest PostWriteSends
+// list (two work requests a pair) twice over.
+inline constexpr uint32_t kDefaultMaxSendWr = 256;
+static_assert(kDefaultMaxSendWr >= 2 * 2 * kMaxWriteSendsPerPost);
+
 struct Options {
   // verbs only: RoCE GID index; -1 picks one (RoCE v2 IPv4-mapped) per port.
   int gid_index = -1;
@@ -204,7 +235,7 @@ struct Options {
   std::string device;
   // Queue depths per connection; the implementation may raise them to what
   // it needs and clamps them to device limits.
-  uint32_t max_send_wr = 256;
+  uint32_t max_send_wr = kDefaultMaxSendWr;
   uint32_t max_recv_wr = 256;
   // verbs only: the longest a Connection's Poll busy-polls its completion
   // queues (no system call) before it arms them and sleeps on the

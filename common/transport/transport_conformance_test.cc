@@ -600,6 +600,105 @@ TEST_P(TransportTest, AWriteIsVisibleWhenTheSendAfterItIsReceived) {
   EXPECT_EQ(mismatches.load(), 0);
 }
 
+// ------------------------------------------------------------ PostWriteSends
+
+TEST_P(TransportTest, AWriteSendListArrivesInOrderAndReportsOnlyItsSignaledSends) {
+  // A client's batch of PUTs: kPairs records WRITTEN into the ring and
+  // kPairs requests SENT, in one post; only the SENDs that ask for it
+  // report a completion. Each record is in the ring when the SEND after
+  // it is received. A client of the default send queue, which holds the
+  // longest list.
+  constexpr uint32_t kPairs = static_cast<uint32_t>(kMaxWriteSendsPerPost);
+  constexpr uint32_t kSlotBytes = 128;
+  StatusOr<std::unique_ptr<Transport>> deep = MakeTransport(GetParam(), Options{});
+  ASSERT_TRUE(deep.ok()) << deep.status();
+  Private ring{std::vector<uint8_t>(kPairs * kSlotBytes)};
+  Buffer recv = MakeBuffer(*server_, kPairs * 64, kLocalWrite);
+  Pair pair = ConnectPair(
+      [&](Connection& c) {
+        ring.Register(c, kRemoteWrite | kLocalWrite);
+        for (uint32_t i = 0; i < kPairs; ++i) ASSERT_TRUE(c.PostRecv(recv.At(i * 64, 64), i).ok());
+      },
+      {}, {}, deep->get());
+  ASSERT_NE(pair.client, nullptr);
+  Buffer staging = MakeBuffer(**deep, kPairs * kSlotBytes + kPairs * 8, kLocalWrite);
+  std::vector<WriteSendOp> ops;
+  for (uint32_t i = 0; i < kPairs; ++i) {
+    std::memset(staging.bytes.data() + i * kSlotBytes, static_cast<uint8_t>(i + 1), kSlotBytes);
+    std::memcpy(staging.bytes.data() + kPairs * kSlotBytes + i * 8, &i, sizeof(i));
+    ops.push_back(WriteSendOp{staging.At(i * kSlotBytes, kSlotBytes), ring.Remote(i * kSlotBytes),
+                              staging.At(kPairs * kSlotBytes + i * 8, 8), 1000 + i,
+                              /*signaled=*/i == 2 || i + 1 == kPairs});
+  }
+  ASSERT_TRUE(pair.client->PostWriteSends(ops).ok());
+
+  for (uint32_t i = 0; i < kPairs; ++i) {
+    const Completion c = PollOne(*pair.server);
+    ASSERT_TRUE(c.status.ok()) << c.status;
+    ASSERT_EQ(c.op, OpType::kRecv);
+    EXPECT_EQ(c.wr_id, i) << "receives are consumed in order";
+    uint32_t named = 0;
+    std::memcpy(&named, recv.bytes.data() + c.wr_id * 64, sizeof(named));
+    EXPECT_EQ(named, i) << "SENDs arrive in post order";
+    for (uint32_t b = 0; b < kSlotBytes; ++b) {
+      ASSERT_EQ(ring.bytes[named * kSlotBytes + b], static_cast<uint8_t>(named + 1))
+          << "the WRITE of pair " << named << " is visible when its SEND is received";
+    }
+  }
+  const Completion first = PollOne(*pair.client);
+  const Completion last = PollOne(*pair.client);
+  EXPECT_TRUE(first.status.ok()) << first.status;
+  EXPECT_EQ(first.op, OpType::kSend);
+  EXPECT_EQ(first.wr_id, 1002u);
+  EXPECT_TRUE(last.status.ok()) << last.status;
+  EXPECT_EQ(last.op, OpType::kSend);
+  EXPECT_EQ(last.wr_id, 1000u + kPairs - 1);
+  Completion none[4];
+  StatusOr<size_t> more = pair.client->Poll(none, 20ms);
+  ASSERT_TRUE(more.ok()) << more.status();
+  EXPECT_EQ(*more, 0u) << "unsignaled SENDs and WRITEs report nothing";
+}
+
+TEST_P(TransportTest, AWriteSendListThatCannotBePostedPostsNothing) {
+  Private ring{std::vector<uint8_t>(4096)};
+  Buffer recv = MakeBuffer(*server_, 256, kLocalWrite);
+  Pair pair = ConnectPair([&](Connection& c) {
+    ring.Register(c, kRemoteWrite | kLocalWrite);
+    for (uint32_t i = 0; i < 4; ++i) ASSERT_TRUE(c.PostRecv(recv.At(i * 64, 64), i).ok());
+  });
+  ASSERT_NE(pair.client, nullptr);
+  Buffer local = MakeBuffer(*client_, 256, kLocalWrite);
+  std::memcpy(local.bytes.data() + 200, "good", 4);
+  std::memcpy(local.bytes.data() + 208, "bad!", 4);
+  const WriteSendOp good{local.At(0, 64), ring.Remote(0), local.At(200, 4), 1, true};
+  const WriteSendOp bad_send{local.At(0, 64), ring.Remote(64), local.At(250, 8), 2, true};
+  const WriteSendOp bad_write{local.At(200, 57), ring.Remote(128), local.At(208, 4), 3, true};
+  EXPECT_TRUE(pair.client->PostWriteSends({}).ok()) << "an empty list posts nothing";
+  const WriteSendOp mixed[] = {good, bad_send};
+  EXPECT_EQ(pair.client->PostWriteSends(mixed).code(), StatusCode::kInvalidArgument);
+  const WriteSendOp mixed2[] = {bad_write, good};
+  EXPECT_EQ(pair.client->PostWriteSends(mixed2).code(), StatusCode::kInvalidArgument);
+  // More pairs than this client's send queue (kClientSendDepth) holds.
+  std::vector<WriteSendOp> too_many(kClientSendDepth / 2 + 1, good);
+  const Status refused = pair.client->PostWriteSends(too_many);
+  EXPECT_TRUE(refused.code() == StatusCode::kInvalidArgument || refused.code() == StatusCode::kResourceExhausted)
+      << refused;
+  // More than any list may hold.
+  std::vector<WriteSendOp> over_limit(kMaxWriteSendsPerPost + 1, good);
+  EXPECT_FALSE(pair.client->PostWriteSends(over_limit).ok());
+
+  // None of it was posted: the server's first message is the good one.
+  ASSERT_TRUE(pair.client->PostWriteSends({&good, 1}).ok());
+  const Completion sent = PollOne(*pair.client);
+  EXPECT_TRUE(sent.status.ok()) << sent.status;
+  EXPECT_EQ(sent.wr_id, 1u);
+  const Completion got = PollOne(*pair.server);
+  ASSERT_TRUE(got.status.ok()) << got.status;
+  EXPECT_EQ(got.wr_id, 0u);
+  EXPECT_EQ(got.byte_len, 4u);
+  EXPECT_EQ(std::string(reinterpret_cast<const char*>(recv.bytes.data()), 4), "good");
+}
+
 TEST_P(TransportTest, SendsConsumeReceivesInOrderAndWaitForOne) {
   Pair pair = ConnectPair();
   ASSERT_NE(pair.client, nullptr);

@@ -130,6 +130,13 @@ struct VersionedValue {
   uint64_t version = 0;
 };
 
+// One write of a MultiPut: views of the caller's bytes, read during the
+// call only.
+struct KeyValueView {
+  std::string_view key;
+  std::string_view value;
+};
+
 // One server of the cluster, as the client's cached map lists it. keys and
 // heap_bytes_used are the server's last heartbeat (informational).
 struct MemberInfo {
@@ -308,6 +315,24 @@ class RKV_EXPORT Client {
   // deadline.
   std::vector<StatusOr<std::string>> MultiGet(std::span<const std::string> keys,
                                               const CallOptions& call = {});
+  // Stores many pairs with many requests in flight per connection: one
+  // result per item, in order, each as Put would return it (the new
+  // version, or that item's error). All items share one deadline. An item
+  // whose key or value is out of bounds fails alone with INVALID_ARGUMENT;
+  // the others proceed. The items of one server (cluster mode: of the
+  // shards it is the primary of) go out as one batch over one connection
+  // (a WRITE and a SEND per item, many items per doorbell) and are applied
+  // in the order given, so two items of one key leave the later one's
+  // value. Retries and their guarantee are Put's, per item (see Retries):
+  // an item whose reply was lost is resent, with its request id, to the
+  // same server incarnation only; otherwise its error says the outcome is
+  // unknown. Should a failover move the keys of one batch to several
+  // servers during the call, its unanswered items fail with UNAVAILABLE
+  // (outcome unknown where they were sent).
+  std::vector<StatusOr<uint64_t>> MultiPut(std::span<const KeyValueView> items, const CallOptions& call = {});
+  // Removes many keys likewise: one result per key, in order, each as
+  // Delete would return it (NOT_FOUND for an absent key).
+  std::vector<Status> MultiDelete(std::span<const std::string> keys, const CallOptions& call = {});
 
   // Attempts this client has run on server `server_id` (a client of one
   // server: its address): one per attempt of a Get, Put or Delete and per

@@ -190,39 +190,73 @@ Status FaultConnection::PostReadsAndWait(std::span<const ReadOp> ops, microsecon
 }
 
 Status FaultConnection::PostWriteSend(LocalBuf write_src, RemoteBuf write_dst, LocalBuf send, uint64_t wr_id) {
+  const WriteSendOp op{write_src, write_dst, send, wr_id, /*signaled=*/true};
+  return PostWriteSends(std::span<const WriteSendOp>(&op, 1));
+}
+
+Status FaultConnection::PostWriteSends(std::span<const WriteSendOp> ops) {
   RKV_RETURN_IF_ERROR(CheckUsable());
-  if (silent_) return Status::Ok();
+  if (silent_ || ops.empty()) return Status::Ok();
+  if (ops.size() > kMaxWriteSendsPerPost) return inner_->PostWriteSends(ops);  // its error
+  const bool writes_pass = faults_->PassThrough(FaultOp::kWrite, ops.size());
+  const bool sends_pass = faults_->PassThrough(FaultOp::kSend, ops.size());
+  if (writes_pass && sends_pass) {
+    // No rule can touch the list: one post, as the caller asked.
+    RKV_RETURN_IF_ERROR(inner_->PostWriteSends(ops));
+    for (const WriteSendOp& op : ops) {
+      if (op.signaled) pending_sends_.push_back(PendingSend{});
+    }
+    return Status::Ok();
+  }
+  // Each pair meets its own rules and is posted on its own, in order.
+  for (size_t i = 0; i < ops.size(); ++i) {
+    if (failed_) {
+      // An injected failure earlier in the list: the rest are flushed.
+      Flush(OpType::kSend, ops[i].wr_id);
+      continue;
+    }
+    RKV_RETURN_IF_ERROR(PostPair(ops[i], writes_pass, sends_pass));
+  }
+  return Status::Ok();
+}
+
+Status FaultConnection::PostPair(WriteSendOp op, bool write_passed, bool send_passed) {
   FaultPoint write_point;
   FaultPoint send_point;
   std::optional<FaultRule> write_rule;
   std::optional<FaultRule> send_rule;
-  if (!faults_->PassThrough(FaultOp::kWrite, 1)) write_rule = faults_->Next(FaultOp::kWrite, write_point);
-  if (!faults_->PassThrough(FaultOp::kSend, 1)) send_rule = faults_->Next(FaultOp::kSend, send_point);
+  if (!write_passed) write_rule = faults_->Next(FaultOp::kWrite, write_point);
+  if (!send_passed) send_rule = faults_->Next(FaultOp::kSend, send_point);
   const auto is = [](const std::optional<FaultRule>& rule, FaultAction action) {
     return rule && rule->action == action;
   };
   if (is(write_rule, FaultAction::kFail)) {
-    InjectFailure(OpType::kWrite, wr_id, Numbered("WRITE", write_point.index));
-    Flush(OpType::kSend, wr_id);
+    InjectFailure(OpType::kWrite, op.wr_id, Numbered("WRITE", write_point.index));
+    Flush(OpType::kSend, op.wr_id);
     return Status::Ok();
   }
   if (is(send_rule, FaultAction::kFail)) {
-    InjectFailure(OpType::kSend, wr_id, Numbered("SEND", send_point.index));
+    InjectFailure(OpType::kSend, op.wr_id, Numbered("SEND", send_point.index));
     return Status::Ok();
   }
   if (is(send_rule, FaultAction::kDrop)) return Status::Ok();
   PendingSend pending;
   if (is(send_rule, FaultAction::kDelay)) pending.delay = send_rule->delay;
   if (is(write_rule, FaultAction::kCorrupt)) {
-    RKV_ASSIGN_OR_RETURN(write_src, CorruptedCopy(write_src, *write_rule, &pending.scratch));
+    RKV_ASSIGN_OR_RETURN(op.write_src, CorruptedCopy(op.write_src, *write_rule, &pending.scratch));
   }
   if (is(send_rule, FaultAction::kCorrupt)) {
-    RKV_ASSIGN_OR_RETURN(send, CorruptedCopy(send, *send_rule, &pending.scratch));
+    RKV_ASSIGN_OR_RETURN(op.send, CorruptedCopy(op.send, *send_rule, &pending.scratch));
   }
-  const Status posted = is(write_rule, FaultAction::kDrop) ? inner_->PostSend(send, wr_id)
-                                                           : inner_->PostWriteSend(write_src, write_dst, send, wr_id);
-  if (!posted.ok()) {
-    // Kept until the end: a failed post may have left work behind.
+  // A SEND posted alone (its WRITE dropped) is signaled; the completion
+  // of one the caller did not ask to be signaled is swallowed.
+  const bool write_dropped = is(write_rule, FaultAction::kDrop);
+  if (write_dropped && !op.signaled) pending.swallow = true;
+  const Status posted = write_dropped ? inner_->PostSend(op.send, op.wr_id)
+                                      : inner_->PostWriteSends(std::span<const WriteSendOp>(&op, 1));
+  if (!posted.ok() || (!op.signaled && !pending.swallow)) {
+    // No completion will free them: kept until the end (a failed post may
+    // also have left work behind).
     for (auto& s : pending.scratch) retired_scratch_.push_back(std::move(s));
     return posted;
   }
@@ -304,6 +338,7 @@ void FaultConnection::Take(Completion c) {
         // Its copies are freed here: the SEND (and its WRITE) are done.
         const PendingSend done = std::move(pending_sends_.front());
         pending_sends_.pop_front();
+        if (done.swallow) return;
         if (done.delay.count() > 0) {
           held_.push_back(Held{Clock::now() + done.delay, std::move(c)});
           return;

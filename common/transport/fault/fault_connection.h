@@ -8,7 +8,7 @@
 //     and the unsignaled READs posted since the previous signaled one).
 //     READs complete in post order, so a successful READ completion
 //     belongs to the front entry.
-//   - pending_sends_: one entry per posted SEND, in post order, with its
+//   - pending_sends_: one entry per posted signaled SEND, in post order, with its
 //     delay and the corrupted copies it (or its WRITE) was sent from, freed
 //     when it completes.
 //   - posted_recvs_: the receive buffers, in post order; messages fill
@@ -62,6 +62,11 @@ class FaultConnection final : public Connection {
   Status PostReadsAndWait(std::span<const ReadOp> ops, std::chrono::microseconds timeout,
                           std::vector<Completion>* others) override;
   Status PostWriteSend(LocalBuf write_src, RemoteBuf write_dst, LocalBuf send, uint64_t wr_id) override;
+  // Each pair meets the WRITE and SEND rules as PostWriteSend's does; a
+  // list no rule can touch goes to the inner transport as one post, else
+  // its pairs are posted one at a time, in order, and the pairs after an
+  // injected failure complete flushed.
+  Status PostWriteSends(std::span<const WriteSendOp> ops) override;
   Status PostSend(LocalBuf send, uint64_t wr_id) override;
   Status PostRecv(LocalBuf buf, uint64_t wr_id) override;
   StatusOr<size_t> Poll(std::span<Completion> out, std::chrono::microseconds timeout) override;
@@ -86,6 +91,7 @@ class FaultConnection final : public Connection {
   };
   struct PendingSend {
     std::chrono::microseconds delay{0};
+    bool swallow = false;  // an unsignaled SEND posted signaled: not reported
     std::vector<std::unique_ptr<Scratch>> scratch;
   };
   struct Held {
@@ -113,6 +119,9 @@ class FaultConnection final : public Connection {
   void Take(Completion c);
   // Drops the READ and SEND bookkeeping (the connection failed).
   void ForgetPending();
+  // One pair of PostWriteSends under its rules (none for a kind whose
+  // rules `*_passed` the whole list).
+  Status PostPair(WriteSendOp op, bool write_passed, bool send_passed);
   // Moves the held completions that are due by `now` to ready_.
   void ReleaseDue(Clock::time_point now);
   size_t TakeReady(std::span<Completion> out);

@@ -272,6 +272,84 @@ TEST_F(FaultTransportTest, AFailedWriteFailsItsSendAndTheConnection) {
   EXPECT_EQ(ring_, std::vector<uint8_t>(1024, 0));
 }
 
+// ------------------------------------------------------ WRITE+SEND lists
+
+// Three pairs: record i (64 bytes of i + 1) into ring slot i, message "m<i>".
+std::vector<WriteSendOp> ThreePairs(Buffer& local, RemoteBuf ring, bool signal_all) {
+  std::vector<WriteSendOp> ops;
+  for (uint32_t i = 0; i < 3; ++i) {
+    std::fill(local.bytes.begin() + i * 64, local.bytes.begin() + (i + 1) * 64, static_cast<uint8_t>(i + 1));
+    local.bytes[1024 + i * 8] = 'm';
+    local.bytes[1024 + i * 8 + 1] = static_cast<uint8_t>('0' + i);
+    ops.push_back(WriteSendOp{local.At(i * 64, 64), RemoteBuf{ring.addr + i * 64, ring.rkey},
+                              local.At(1024 + i * 8, 2), 10 + i, signal_all || i == 2});
+  }
+  return ops;
+}
+
+TEST_F(FaultTransportTest, EachPairOfAListMeetsItsOwnRules) {
+  Connect();
+  ASSERT_NE(client_conn_, nullptr);
+  ASSERT_TRUE(client_->faults().AddSpec("send:drop:nth=2").ok());
+  const std::vector<WriteSendOp> ops = ThreePairs(local_, ring_remote_, /*signal_all=*/true);
+  ASSERT_TRUE(client_conn_->PostWriteSends(ops).ok());
+  // The second pair never arrived (nor its WRITE); the others did, in order.
+  const Completion first = PollOne(*server_conn_);
+  const Completion second = PollOne(*server_conn_);
+  ASSERT_TRUE(first.status.ok() && second.status.ok());
+  EXPECT_EQ(std::string(reinterpret_cast<const char*>(inbox_.bytes.data()), 2), "m0");
+  EXPECT_EQ(std::string(reinterpret_cast<const char*>(inbox_.bytes.data() + 64), 2), "m2");
+  EXPECT_EQ(ring_[0], 1);
+  EXPECT_EQ(ring_[64], 0);
+  EXPECT_EQ(ring_[128], 3);
+  EXPECT_EQ(PollOne(*client_conn_).wr_id, 10u);
+  EXPECT_EQ(PollOne(*client_conn_).wr_id, 12u) << "the dropped SEND reports nothing";
+  EXPECT_EQ(client_->faults().count(FaultOp::kSend), 3u);
+}
+
+TEST_F(FaultTransportTest, AFailedPairFlushesTheRestOfItsList) {
+  Connect();
+  ASSERT_NE(client_conn_, nullptr);
+  ASSERT_TRUE(client_->faults().AddSpec("write:fail:nth=2").ok());
+  const std::vector<WriteSendOp> ops = ThreePairs(local_, ring_remote_, /*signal_all=*/true);
+  ASSERT_TRUE(client_conn_->PostWriteSends(ops).ok());
+  std::vector<Completion> seen;
+  EXPECT_EQ(PollUntilFailed(*client_conn_, &seen).code(), StatusCode::kUnavailable);
+  bool write_failed = false;
+  int later_sends_failed = 0;
+  for (const Completion& c : seen) {
+    if (c.wr_id == 11 && c.op == OpType::kWrite) write_failed = !c.status.ok();
+    if (c.wr_id >= 11 && c.op == OpType::kSend && !c.status.ok()) ++later_sends_failed;
+    if (c.wr_id >= 11) {
+      EXPECT_FALSE(c.status.ok()) << "pair " << c.wr_id << " completed well";
+    }
+  }
+  EXPECT_TRUE(write_failed);
+  EXPECT_EQ(later_sends_failed, 2) << "the failed pair's SEND and the next pair's, flushed";
+  EXPECT_EQ(ring_[64], 0);
+  EXPECT_EQ(ring_[128], 0);
+}
+
+TEST_F(FaultTransportTest, AnUnsignaledSendPostedAloneStillReportsNothing) {
+  Connect();
+  ASSERT_NE(client_conn_, nullptr);
+  // The first pair's WRITE is dropped: its SEND goes alone, and the
+  // caller did not ask for its completion.
+  ASSERT_TRUE(client_->faults().AddSpec("write:drop:nth=1").ok());
+  const std::vector<WriteSendOp> ops = ThreePairs(local_, ring_remote_, /*signal_all=*/false);
+  ASSERT_TRUE(client_conn_->PostWriteSends(ops).ok());
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(PollOne(*server_conn_).status.ok());
+  EXPECT_EQ(ring_[0], 0);
+  EXPECT_EQ(ring_[64], 2);
+  const Completion only = PollOne(*client_conn_);
+  EXPECT_TRUE(only.status.ok()) << only.status;
+  EXPECT_EQ(only.wr_id, 12u);
+  Completion none[4];
+  StatusOr<size_t> more = client_conn_->Poll(none, 20ms);
+  ASSERT_TRUE(more.ok()) << more.status();
+  EXPECT_EQ(*more, 0u);
+}
+
 // ---------------------------------------------------------------- SEND
 
 TEST_F(FaultTransportTest, ADroppedSendDeliversNothingAndNeverCompletes) {

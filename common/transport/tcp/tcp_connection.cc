@@ -7,6 +7,7 @@
 #include <sys/socket.h>
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <cstring>
 #include <utility>
@@ -139,29 +140,50 @@ Status TcpConnection::PostReads(std::span<const ReadOp> ops) {
 }
 
 Status TcpConnection::PostWriteSend(LocalBuf write_src, RemoteBuf write_dst, LocalBuf send, uint64_t wr_id) {
-  RKV_ASSIGN_OR_RETURN(const uint8_t* src, ResolveLocal(write_src, false, "WRITE source"));
-  RKV_ASSIGN_OR_RETURN(const uint8_t* msg, ResolveLocal(send, false, "SEND buffer"));
+  const WriteSendOp op{write_src, write_dst, send, wr_id, /*signaled=*/true};
+  return PostWriteSends(std::span<const WriteSendOp>(&op, 1));
+}
+
+Status TcpConnection::PostWriteSends(std::span<const WriteSendOp> ops) {
+  if (ops.empty()) return Status::Ok();
+  if (ops.size() > kMaxWriteSendsPerPost) {
+    return InvalidArgument(std::to_string(ops.size()) + " WRITE+SEND pairs in one post (at most " +
+                           std::to_string(kMaxWriteSendsPerPost) + ")");
+  }
+  // Resolved before anything is queued: a bad buffer posts nothing.
+  std::array<const uint8_t*, 2 * kMaxWriteSendsPerPost> src;
+  for (size_t i = 0; i < ops.size(); ++i) {
+    RKV_ASSIGN_OR_RETURN(src[2 * i], ResolveLocal(ops[i].write_src, false, "WRITE source"));
+    RKV_ASSIGN_OR_RETURN(src[2 * i + 1], ResolveLocal(ops[i].send, false, "SEND buffer"));
+  }
   uint64_t seq = 0;
   {
     MutexLock lock(mu_);
-    RKV_RETURN_IF_ERROR(CheckPostableLocked(2));
+    RKV_RETURN_IF_ERROR(CheckPostableLocked(2 * ops.size()));
     seq = next_seq_;
-    next_seq_ += 2;
-    // Both carry the caller's wr_id: a failed WRITE reports it too.
-    send_queue_.push_back(SendWr{seq, wr_id, OpType::kWrite, false, nullptr, write_src.length});
-    send_queue_.push_back(SendWr{seq + 1, wr_id, OpType::kSend, true, nullptr, send.length});
+    next_seq_ += 2 * ops.size();
+    for (size_t i = 0; i < ops.size(); ++i) {
+      // Both carry the caller's wr_id: a failed WRITE reports it too.
+      const WriteSendOp& op = ops[i];
+      send_queue_.push_back(SendWr{seq + 2 * i, op.wr_id, OpType::kWrite, false, nullptr, op.write_src.length});
+      send_queue_.push_back(SendWr{seq + 2 * i + 1, op.wr_id, OpType::kSend, op.signaled, nullptr, op.send.length});
+    }
   }
+  // One send for the whole list: the peer serves it in one batch.
   SendFrames([&](ByteBuffer& out) {
-    FrameHeader w = MakeHeader(FrameType::kWrite, seq);
-    w.addr = write_dst.addr;
-    w.rkey = write_dst.rkey;
-    w.payload_len = write_src.length;
-    out.Append(&w, kHeaderBytes);
-    out.Append(src, write_src.length);
-    FrameHeader s = MakeHeader(FrameType::kSend, seq + 1);
-    s.payload_len = send.length;
-    out.Append(&s, kHeaderBytes);
-    out.Append(msg, send.length);
+    for (size_t i = 0; i < ops.size(); ++i) {
+      const WriteSendOp& op = ops[i];
+      FrameHeader w = MakeHeader(FrameType::kWrite, seq + 2 * i);
+      w.addr = op.write_dst.addr;
+      w.rkey = op.write_dst.rkey;
+      w.payload_len = op.write_src.length;
+      out.Append(&w, kHeaderBytes);
+      out.Append(src[2 * i], op.write_src.length);
+      FrameHeader s = MakeHeader(FrameType::kSend, seq + 2 * i + 1);
+      s.payload_len = op.send.length;
+      out.Append(&s, kHeaderBytes);
+      out.Append(src[2 * i + 1], op.send.length);
+    }
   });
   return Status::Ok();
 }

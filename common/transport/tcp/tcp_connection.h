@@ -110,6 +110,7 @@ class TcpConnection final : public Connection {
   Status PostReads(std::span<const ReadOp> ops) override EXCLUDES(mu_, out_mu_);
   Status PostWriteSend(LocalBuf write_src, RemoteBuf write_dst, LocalBuf send, uint64_t wr_id) override
       EXCLUDES(mu_, out_mu_);
+  Status PostWriteSends(std::span<const WriteSendOp> ops) override EXCLUDES(mu_, out_mu_);
   Status PostSend(LocalBuf send, uint64_t wr_id) override EXCLUDES(mu_, out_mu_);
   Status PostRecv(LocalBuf buf, uint64_t wr_id) override EXCLUDES(mu_);
   StatusOr<size_t> Poll(std::span<Completion> out, std::chrono::microseconds timeout) override EXCLUDES(mu_);

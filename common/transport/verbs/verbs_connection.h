@@ -104,6 +104,10 @@ inline constexpr std::chrono::microseconds kMinSpinWindow{10};
 inline constexpr std::chrono::microseconds kMaxSpinLimit{1'000'000};
 static_assert(kMinSendDepth / 2 >= 2 * kWrsPerWriteSend,
               "the signal interval must hold at least two WRITE+SEND pairs");
+// The default send queue holds the longest PostWriteSends list; a smaller
+// one (Options::max_send_wr, or a device limit) refuses longer lists.
+static_assert(kDefaultMaxSendWr >= kWrsPerWriteSend * kMaxWriteSendsPerPost,
+              "the default send queue must hold a whole PostWriteSends list");
 
 // What every connection of one transport shares.
 struct ConnectionConfig {
@@ -166,6 +170,9 @@ class VerbsConnection final : public Connection {
                           std::vector<Completion>* others) override;
   Status PostWriteSend(LocalBuf write_src, RemoteBuf write_dst, LocalBuf send,
                        uint64_t wr_id) override;
+  // One ibv_post_send of the 2 x ops.size() WRs (which must fit the send
+  // queue: INVALID_ARGUMENT beyond its depth).
+  Status PostWriteSends(std::span<const WriteSendOp> ops) override;
   Status PostSend(LocalBuf send, uint64_t wr_id) override;
   Status PostRecv(LocalBuf buf, uint64_t wr_id) override;
   StatusOr<size_t> Poll(std::span<Completion> out, std::chrono::microseconds timeout) override;
@@ -212,9 +219,11 @@ class VerbsConnection final : public Connection {
   // Gives send_wrs_[index] (filled in by the caller) its sequence number,
   // records `entry` and decides whether it is signaled.
   void AddSend(uint32_t index, const SendEntry& entry, bool want_signal, bool last);
-  // Fills send_wrs_[index] with a signaled SEND of `send` (inline when it
-  // fits) that ends the chain.
-  void AddSignaledSend(uint32_t index, LocalBuf send, uint64_t wr_id);
+  // Fills send_wrs_[index] with a SEND of `send` (inline when it fits),
+  // signaled when asked; `last`: it ends the chain.
+  void AddSendOf(uint32_t index, LocalBuf send, uint64_t wr_id, bool signaled, bool last);
+  // Fills send_wrs_[index] with an unsignaled WRITE of `src` to `dst`.
+  void AddWriteOf(uint32_t index, LocalBuf src, RemoteBuf dst, uint64_t wr_id);
   // Posts send_wrs_[0, count) linked, with one doorbell.
   Status PostSendChain(uint32_t count, const char* what);
   // PostReads, inlined into PostReadsAndWait.

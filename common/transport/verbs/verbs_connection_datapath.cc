@@ -169,32 +169,50 @@ Status VerbsConnection::PostReadsAndWait(std::span<const ReadOp> ops, std::chron
 
 Status VerbsConnection::PostWriteSend(LocalBuf write_src, RemoteBuf write_dst, LocalBuf send,
                                       uint64_t wr_id) {
-  RKV_RETURN_IF_ERROR(CheckSendable());
-  RKV_RETURN_IF_ERROR(CheckLocal(write_src, "WRITE source"));
-  RKV_RETURN_IF_ERROR(CheckLocal(send, "SEND source"));
-  RKV_RETURN_IF_ERROR(ReserveSend(kWrsPerWriteSend));
-
-  ibv_sge& wsge = send_sges_[0];
-  wsge.addr = reinterpret_cast<uint64_t>(write_src.mr->data() + write_src.offset);
-  wsge.length = write_src.length;
-  wsge.lkey = write_src.mr->lkey();
-  ibv_send_wr& write = send_wrs_[0];
-  write = ibv_send_wr{};
-  write.opcode = IBV_WR_RDMA_WRITE;
-  write.sg_list = &wsge;
-  write.num_sge = 1;
-  write.wr.rdma.remote_addr = write_dst.addr;
-  write.wr.rdma.rkey = write_dst.rkey;
-  SendEntry write_entry;
-  write_entry.user_wr_id = wr_id;
-  write_entry.op = OpType::kWrite;
-  AddSend(0, write_entry, /*want_signal=*/false, /*last=*/false);
-
-  AddSignaledSend(1, send, wr_id);
-  return PostSendChain(kWrsPerWriteSend, "ibv_post_send(RDMA_WRITE+SEND)");
+  const WriteSendOp op{write_src, write_dst, send, wr_id, /*signaled=*/true};
+  return PostWriteSends(std::span<const WriteSendOp>(&op, 1));
 }
 
-void VerbsConnection::AddSignaledSend(uint32_t index, LocalBuf send, uint64_t wr_id) {
+Status VerbsConnection::PostWriteSends(std::span<const WriteSendOp> ops) {
+  RKV_RETURN_IF_ERROR(CheckSendable());
+  if (ops.empty()) return Status::Ok();
+  if (ops.size() > kMaxWriteSendsPerPost) {
+    return InvalidArgument(std::to_string(ops.size()) + " WRITE+SEND pairs in one post (at most " +
+                           std::to_string(kMaxWriteSendsPerPost) + ")");
+  }
+  for (const WriteSendOp& op : ops) {
+    RKV_RETURN_IF_ERROR(CheckLocal(op.write_src, "WRITE source"));
+    RKV_RETURN_IF_ERROR(CheckLocal(op.send, "SEND source"));
+  }
+  const auto n = static_cast<uint32_t>(ops.size()) * kWrsPerWriteSend;
+  RKV_RETURN_IF_ERROR(ReserveSend(n));  // INVALID_ARGUMENT past the queue depth
+  for (uint32_t i = 0; i < ops.size(); ++i) {
+    const WriteSendOp& op = ops[i];
+    AddWriteOf(2 * i, op.write_src, op.write_dst, op.wr_id);
+    AddSendOf(2 * i + 1, op.send, op.wr_id, op.signaled, /*last=*/2 * i + 2 == n);
+  }
+  return PostSendChain(n, "ibv_post_send(RDMA_WRITE+SEND)");
+}
+
+void VerbsConnection::AddWriteOf(uint32_t index, LocalBuf src, RemoteBuf dst, uint64_t wr_id) {
+  ibv_sge& sge = send_sges_[index];
+  sge.addr = reinterpret_cast<uint64_t>(src.mr->data() + src.offset);
+  sge.length = src.length;
+  sge.lkey = src.mr->lkey();
+  ibv_send_wr& wr = send_wrs_[index];
+  wr = ibv_send_wr{};
+  wr.opcode = IBV_WR_RDMA_WRITE;
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  wr.wr.rdma.remote_addr = dst.addr;
+  wr.wr.rdma.rkey = dst.rkey;
+  SendEntry entry;
+  entry.user_wr_id = wr_id;
+  entry.op = OpType::kWrite;
+  AddSend(index, entry, /*want_signal=*/false, /*last=*/false);
+}
+
+void VerbsConnection::AddSendOf(uint32_t index, LocalBuf send, uint64_t wr_id, bool signaled, bool last) {
   ibv_sge& sge = send_sges_[index];
   sge.addr = reinterpret_cast<uint64_t>(send.mr->data() + send.offset);
   sge.length = send.length;
@@ -210,15 +228,15 @@ void VerbsConnection::AddSignaledSend(uint32_t index, LocalBuf send, uint64_t wr
   SendEntry entry;
   entry.user_wr_id = wr_id;
   entry.op = OpType::kSend;
-  entry.report_success = true;
-  AddSend(index, entry, /*want_signal=*/true, /*last=*/true);
+  entry.report_success = signaled;
+  AddSend(index, entry, /*want_signal=*/signaled, last);
 }
 
 Status VerbsConnection::PostSend(LocalBuf send, uint64_t wr_id) {
   RKV_RETURN_IF_ERROR(CheckSendable());
   RKV_RETURN_IF_ERROR(CheckLocal(send, "SEND source"));
   RKV_RETURN_IF_ERROR(ReserveSend(1));
-  AddSignaledSend(0, send, wr_id);
+  AddSendOf(0, send, wr_id, /*signaled=*/true, /*last=*/true);
   return PostSendChain(1, "ibv_post_send(SEND)");
 }
 
