@@ -327,8 +327,8 @@ class RKV_EXPORT Client {
   // an item whose reply was lost is resent, with its request id, to the
   // same server incarnation only; otherwise its error says the outcome is
   // unknown. Should a failover move the keys of one batch to several
-  // servers during the call, its unanswered items fail with UNAVAILABLE
-  // (outcome unknown where they were sent).
+  // servers during the call, its unanswered items are grouped again by
+  // the newest map and sent on, within the deadline.
   std::vector<StatusOr<uint64_t>> MultiPut(std::span<const KeyValueView> items, const CallOptions& call = {});
   // Removes many keys likewise: one result per key, in order, each as
   // Delete would return it (NOT_FOUND for an absent key).
