@@ -28,6 +28,7 @@
 #include "client/connection_pool.h"
 #include "client/control_client.h"
 #include "client/lease_keeper.h"
+#include "client/location_cache.h"
 #include "client/routes.h"
 #include "client/server_connection.h"
 #include "common/clock.h"
@@ -125,7 +126,11 @@ MemberInfo ToMember(const ServerEntry& e) {
 // returned (Init* run in Connect, before the client is shared).
 class Client::Impl {
  public:
-  explicit Impl(const ClientOptions& options) : options_(options) {
+  explicit Impl(const ClientOptions& options)
+      : options_(options),
+        location_cache_(options.location_cache_bytes == 0
+                            ? nullptr
+                            : std::make_unique<client::LocationCache>(options.location_cache_bytes)) {
     std::memset(&request_, 0, sizeof(request_));
     request_.magic = protocol::kConnectMagic;
     request_.protocol_version = protocol::kProtocolVersion;
@@ -284,6 +289,22 @@ class Client::Impl {
   static size_t ReadIndexOf(const RoutingTable& table, std::string_view key, ReadFrom from, uint64_t turn) {
     if (from == ReadFrom::kPrimary) [[likely]] return table.OwnerIndexOf(key);
     return table.ReplicaIndexOf(key, turn);
+  }
+
+  // Client::LocationCacheStats.
+  LocationCacheStatsInfo LocationCacheStats() const {
+    LocationCacheStatsInfo out;
+    if (!location_cache_) return out;
+    const client::LocationCacheCounters c = location_cache_->counters();
+    out.enabled = true;
+    out.entries = c.entries;
+    out.bytes = c.bytes;
+    out.capacity_bytes = c.capacity_bytes;
+    out.hits = c.hits;
+    out.misses = c.misses;
+    out.fallbacks = c.fallbacks;
+    out.evictions = c.evictions;
+    return out;
   }
 
   // How many attempts this client ran on `server_id`'s current incarnation
@@ -849,7 +870,12 @@ class Client::Impl {
     std::shared_ptr<ConnectionPool>& p = pools_[e.server_id];
     if (!p || !Serves(*p, e)) {
       if (p) VLOG(1) << "rkv: " << e.Describe() << ": new incarnation, replacing its connections";
-      p = std::make_shared<ConnectionPool>(t, e.data_address, e.epoch, options_.connections);
+      // The cache keys entries by server identity (and epoch): a server
+      // that changes address keeps its entries, which its epoch check
+      // then drops if it restarted.
+      p = std::make_shared<ConnectionPool>(
+          t, e.data_address, e.epoch, options_.connections, location_cache_.get(),
+          location_cache_ ? location_cache_->ServerTag(e.server_id) : 0);
     }
     return p;
   }
@@ -873,6 +899,9 @@ class Client::Impl {
   }
 
   const ClientOptions options_;
+  // Null when ClientOptions::location_cache_bytes is 0. Declared before
+  // the pools, whose connections use it: destroyed after them.
+  const std::unique_ptr<client::LocationCache> location_cache_;
   protocol::ConnectRequestData request_;
   // Request ids of PUTs and DELETEs: unique for request_.client_id across
   // every connection, as the servers' replay caches need.
@@ -906,6 +935,12 @@ class Client::Impl {
 
 StatusOr<std::unique_ptr<Client>> Client::Connect(const ClientOptions& options) {
   if (options.token.empty()) return InvalidArgument("ClientOptions.token is empty");
+  if (options.location_cache_bytes != 0 && (options.location_cache_bytes < kMinLocationCacheBytes ||
+                                            options.location_cache_bytes > kMaxLocationCacheBytes)) {
+    return InvalidArgument("ClientOptions.location_cache_bytes is " + to_string(options.location_cache_bytes) +
+                           "; must be 0 (off) or " + to_string(kMinLocationCacheBytes) + ".." +
+                           to_string(kMaxLocationCacheBytes));
+  }
   if (options.connections < 1 || options.connections > kMaxConnections) {
     return InvalidArgument("ClientOptions.connections is " + to_string(options.connections) +
                            ", expected 1.." + to_string(kMaxConnections));
@@ -1140,6 +1175,7 @@ std::vector<Status> Client::MultiDelete(std::span<const std::string> keys, const
 }
 
 uint64_t Client::AttemptsOn(std::string_view server_id) const { return impl_->AttemptsOn(server_id); }
+LocationCacheStatsInfo Client::LocationCacheStats() const { return impl_->LocationCacheStats(); }
 
 uint32_t Client::max_key_bytes() const { return impl_->MaxKeyBytes(impl_->Routing()->table()); }
 uint32_t Client::max_value_bytes() const { return impl_->MaxValueBytes(impl_->Routing()->table()); }

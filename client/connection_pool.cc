@@ -6,8 +6,14 @@
 
 namespace rkv::client {
 
-ConnectionPool::ConnectionPool(transport::Transport* transport, std::string address, uint64_t map_epoch, int size)
-    : transport_(transport), kind_(transport->kind()), address_(std::move(address)), map_epoch_(map_epoch) {
+ConnectionPool::ConnectionPool(transport::Transport* transport, std::string address, uint64_t map_epoch, int size,
+                               LocationCache* cache, uint32_t cache_server)
+    : transport_(transport),
+      kind_(transport->kind()),
+      address_(std::move(address)),
+      map_epoch_(map_epoch),
+      cache_(cache),
+      cache_server_(cache_server) {
   for (int i = 0; i < size; ++i) slots_.push_back(std::make_unique<Slot>());
 }
 
@@ -30,6 +36,7 @@ ConnectionPool::Slot& ConnectionPool::AcquireSlot(size_t i) {
 Status ConnectionPool::Reconnect(Slot& slot, const protocol::ConnectRequestData& request, Deadline deadline) {
   slot.conn.reset();
   RKV_ASSIGN_OR_RETURN(slot.conn, ServerConnection::Open(*transport_, address_, request, deadline));
+  if (cache_ != nullptr) slot.conn->UseLocationCache(cache_, cache_server_);
   VLOG(1) << "rkv: connected to " << address_ << " epoch " << slot.conn->accept().epoch << " ("
           << transport::KindName(transport_->kind()) << ")";
   return Status::Ok();

@@ -40,7 +40,11 @@ class ConnectionPool {
   // `size` slots (>= 1) for connections to `address` over `transport`
   // (which must outlive the pool); `map_epoch` is the epoch the routing
   // table listed for the server when the pool was made.
-  ConnectionPool(transport::Transport* transport, std::string address, uint64_t map_epoch, int size);
+  // `cache` (may be null; must outlive the pool) is the client's location
+  // cache, in which `cache_server` names this server: every connection
+  // the pool opens uses it.
+  ConnectionPool(transport::Transport* transport, std::string address, uint64_t map_epoch, int size,
+                 LocationCache* cache = nullptr, uint32_t cache_server = 0);
 
   transport::Transport* transport() const { return transport_; }
   transport::Kind kind() const { return kind_; }
@@ -87,6 +91,8 @@ class ConnectionPool {
   const transport::Kind kind_;  // transport_->kind(), read without a virtual call
   const std::string address_;
   const uint64_t map_epoch_;
+  LocationCache* const cache_;
+  const uint32_t cache_server_;
   std::vector<std::unique_ptr<Slot>> slots_;  // filled by the constructor only
   std::atomic<size_t> next_slot_{0};  // round-robin start of Acquire
   std::atomic<uint64_t> attempts_{0};  // NoteAttempt

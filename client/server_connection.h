@@ -42,6 +42,7 @@
 #include <string_view>
 #include <vector>
 
+#include "client/location_cache.h"
 #include "client/staging_ring.h"
 #include "common/hash.h"
 #include "common/layout.h"
@@ -120,12 +121,22 @@ class ServerConnection {
   // the accept data).
   const layout::TableHeader& table_header() const { return table_header_; }
 
+  // From now on Lookup uses `cache` (which must outlive the connection)
+  // for this server, named there by `server_tag` (LocationCache::ServerTag).
+  void UseLocationCache(LocationCache* cache, uint32_t server_tag) {
+    cache_ = cache;
+    cache_server_ = server_tag;
+  }
+
   // Looks up every key whose result is not done yet (keys.size() ==
-  // results.size()): one READ of the key's neighbourhood, then one READ of
+  // results.size()). A key with a location cache entry first gets one READ
+  // of the remembered block, accepted only if it proves current
+  // (docs/design.md §4.4); the others, and every key whose cached READ was
+  // rejected, get one READ of the key's neighbourhood, then one READ of
   // each block whose slot fingerprint matches; a miss is confirmed by one
-  // more neighbourhood READ (server_connection_get.cc). Torn, reused or leased-out
-  // reads are retried with backoff until `deadline`; afterwards every such
-  // result is done.
+  // more neighbourhood READ (server_connection_get.cc). What that finds
+  // refreshes the cache. Torn, reused or leased-out reads are retried with
+  // backoff until `deadline`; afterwards every such result is done.
   // Returns non-OK only when the connection broke: results already done
   // stay valid, the others stay not done.
   Status Lookup(std::span<const std::string_view> keys, std::span<LookupResult> results,
@@ -186,7 +197,16 @@ class ServerConnection {
     bool unreadable = false;  // a candidate block failed to decode
     bool corrupt = false;     // a candidate slot points outside the heap
     uint64_t version = 0;     // of the newest match (its value is in the result)
-    std::string why;          // written only on a failure
+    uint64_t heap_offset = 0;  // of the newest match's block
+    uint64_t bytes = 0;        // of the newest match's block
+    bool superseded = false;   // the newest match's block carried the mark
+    std::string why;           // written only on a failure
+  };
+  // A key with a location cache entry (ReadCachedBlocks).
+  struct CachedRead {
+    size_t key_index = 0;  // into Lookup's keys
+    CachedLocation location;
+    size_t local_offset = 0;
   };
   struct Candidate {
     size_t t = 0;  // index into todo_
@@ -227,6 +247,12 @@ class ServerConnection {
   // PostReadsAndWait's uncommon end: a failure, or completions of other
   // work that arrived meanwhile.
   [[gnu::cold, gnu::noinline]] Status AfterReads(Status s, std::string_view what);
+  // Step 0 with a location cache: READs the remembered block of every key
+  // of `batch` that has an entry, all in one list when the block area holds
+  // them; a block that proves current (valid checksum form, the key, the
+  // entry's version, read within the lease) answers its key.
+  Status ReadCachedBlocks(std::span<const std::string_view> keys, std::span<LookupResult> results,
+                          std::span<const size_t> batch, Deadline deadline);
   // One batch of at most kMaxBatchKeys keys, in rounds of the steps below
   // (each inlined into LookupBatch: named to be read, not called apart).
   Status LookupBatch(std::span<const std::string_view> keys, std::span<LookupResult> results,
@@ -249,8 +275,9 @@ class ServerConnection {
   // Step 4: answers each todo_ key or keeps it (in todo_ afterwards) for
   // another round. Returns whether a kept key failed its round (the next
   // round then waits for the backoff).
-  bool SettleRound(std::span<LookupResult> results, std::span<const size_t> batch,
-                   Clock::time_point posted, Clock::time_point read_done);
+  // Found keys refresh their location cache entry, absent ones drop it.
+  bool SettleRound(std::span<const std::string_view> keys, std::span<LookupResult> results,
+                   std::span<const size_t> batch, Clock::time_point posted, Clock::time_point read_done);
   // Every todo_ key is done: DEADLINE_EXCEEDED with its last failure.
   [[gnu::cold, gnu::noinline]] void GiveUp(std::span<LookupResult> results, std::span<const size_t> batch);
   // Marks `o` corrupt: `slot` names a block outside the heap.
@@ -328,8 +355,13 @@ class ServerConnection {
   size_t batch_replied_ = 0;
   uint64_t progress_ = 0;  // replies and retirements seen: what a wait waits for
 
+  // The client's location cache (null: none) and this server's tag in it.
+  LocationCache* cache_ = nullptr;
+  uint32_t cache_server_ = 0;
+
   // GET scratch (see KeyState).
   std::vector<size_t> pending_;
+  std::vector<CachedRead> cached_;
   std::vector<KeyState> key_state_;
   std::vector<size_t> todo_;
   std::vector<size_t> next_todo_;

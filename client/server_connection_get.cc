@@ -74,7 +74,78 @@ Status ServerConnection::Lookup(std::span<const std::string_view> keys,
       if (!results[i].done) pending_.push_back(i);
     }
     if (pending_.empty()) break;
+    if (cache_ != nullptr) {
+      RKV_RETURN_IF_ERROR(ReadCachedBlocks(keys, results, pending_, deadline));
+      std::erase_if(pending_, [&](size_t k) { return results[k].done; });
+      if (pending_.empty()) continue;
+    }
     RKV_RETURN_IF_ERROR(LookupBatch(keys, results, pending_, deadline));
+  }
+  return Status::Ok();
+}
+
+// Why a block accepted here is the key's current record (the full argument
+// is docs/design.md §4.4): the block was published before the entry was
+// made (a GET found it through a slot); the server marks a block
+// superseded before any slot store that stops naming it, so the valid
+// checksum form read at some instant t of the READ means the block was
+// still the key's current one at t; and a block is reused only a grace
+// period after it was superseded, while the READ completed within half of
+// one from its post, so every other byte read is that record's too. Key
+// and version are compared with the entry because the block may since
+// have been reused, wholly, for another record.
+Status ServerConnection::ReadCachedBlocks(std::span<const std::string_view> keys,
+                                          std::span<LookupResult> results, std::span<const size_t> batch,
+                                          Deadline deadline) {
+  cached_.clear();
+  for (const size_t k : batch) {
+    std::optional<CachedLocation> location = cache_->Find(cache_server_, keys[k], accept_.epoch);
+    if (!location) continue;
+    // Entries come from checked slot words of this incarnation; checked
+    // again all the same, as nothing remote is trusted.
+    if (location->bytes == 0 || location->bytes > max_block_ ||
+        location->bytes > accept_.heap.length || location->heap_offset > accept_.heap.length - location->bytes)
+        [[unlikely]] {
+      cache_->Erase(cache_server_, keys[k]);
+      continue;
+    }
+    cached_.push_back(CachedRead{k, *location, 0});
+  }
+  for (size_t c = 0; c < cached_.size();) {
+    ops_.clear();
+    size_t used = 0;
+    const size_t first = c;
+    // max_block_ <= block_area_bytes_: every list takes at least one.
+    while (c < cached_.size() && ops_.size() < kMaxReadsPerList &&
+           used + cached_[c].location.bytes <= block_area_bytes_) {
+      CachedRead& cr = cached_[c];
+      cr.local_offset = block_area_offset_ + used;
+      transport::ReadOp& op = ops_.emplace_back();
+      op.local = {mr_.get(), cr.local_offset, static_cast<uint32_t>(cr.location.bytes)};
+      op.remote = {accept_.heap.addr + cr.location.heap_offset, accept_.heap.rkey};
+      used += cr.location.bytes;
+      ++c;
+    }
+    const Clock::time_point posted = SteadyNow();
+    RKV_RETURN_IF_ERROR(PostReadsAndWait(ops_, deadline, posted, "cached block READs"));
+    const bool in_lease = SteadyNow() - posted < lease_;
+    for (size_t i = first; i < c; ++i) {
+      const CachedRead& cr = cached_[i];
+      auto record = DecodeHeapBlock(std::span<const uint8_t>(buffer_.get() + cr.local_offset, cr.location.bytes));
+      if (!in_lease || !record.ok() || record->superseded || record->key != keys[cr.key_index] ||
+          record->version != cr.location.version || (record->flags & layout::kBlockFlagTombstone) != 0) {
+        // Not provably current: the ordinary path answers, and refreshes
+        // or drops the entry.
+        cache_->NoteFallback();
+        continue;
+      }
+      LookupResult& r = results[cr.key_index];
+      r.done = true;
+      r.status = Status::Ok();
+      r.value.assign(record->value);
+      r.version = record->version;
+      cache_->NoteHit();
+    }
   }
   return Status::Ok();
 }
@@ -90,7 +161,7 @@ Status ServerConnection::LookupBatch(std::span<const std::string_view> keys,
     RKV_RETURN_IF_ERROR(ReadNeighborhoods(deadline, &posted, &read_done));
     FindCandidates();
     RKV_RETURN_IF_ERROR(ReadCandidates(keys, results, batch, posted, deadline));
-    const bool failed = SettleRound(results, batch, posted, read_done);
+    const bool failed = SettleRound(keys, results, batch, posted, read_done);
     if (todo_.empty()) break;
     if (!failed) continue;  // confirmations only: no reason to wait
     if (Left(deadline, Clock::now()) <= backoff) {
@@ -140,7 +211,7 @@ Status ServerConnection::LookupBatch(std::span<const std::string_view> keys,
 [[gnu::always_inline]] inline void ServerConnection::FindCandidates() {
   for (size_t t = 0; t < todo_.size(); ++t) {
     Outcome& o = outcome_[t];
-    o.found = o.lease_expired = o.unreadable = o.corrupt = false;
+    o.found = o.lease_expired = o.unreadable = o.corrupt = o.superseded = false;
     o.version = 0;
   }
   candidates_.clear();
@@ -193,7 +264,9 @@ Status ServerConnection::LookupBatch(std::span<const std::string_view> keys,
                 to_string(lease_.count()) + " us lease";
         continue;
       }
-      auto record = DecodeRecord(std::span<const uint8_t>(buffer_.get() + cand.local_offset, cand.bytes));
+      // Either checksum form: a block found through a slot word is the
+      // record current when that word was read, superseded since or not.
+      auto record = DecodeHeapBlock(std::span<const uint8_t>(buffer_.get() + cand.local_offset, cand.bytes));
       if (!record.ok()) {
         o.unreadable = true;
         o.why = "block at heap offset " + to_string(cand.heap_offset) + ": " + record.status().ToString();
@@ -205,6 +278,9 @@ Status ServerConnection::LookupBatch(std::span<const std::string_view> keys,
       if (!o.found || record->version > o.version) {
         o.found = true;
         o.version = record->version;
+        o.heap_offset = cand.heap_offset;
+        o.bytes = cand.bytes;
+        o.superseded = record->superseded;
         results[key_index].value.assign(record->value);
       }
     }
@@ -218,7 +294,8 @@ Status ServerConnection::LookupBatch(std::span<const std::string_view> keys,
 // moved between two of its buckets while it ran can be missed; the server
 // does not move a key again within a grace period (server/table.h), so the
 // second READ sees it.
-[[gnu::always_inline]] inline bool ServerConnection::SettleRound(std::span<LookupResult> results,
+[[gnu::always_inline]] inline bool ServerConnection::SettleRound(std::span<const std::string_view> keys,
+                                                                 std::span<LookupResult> results,
                                                                  std::span<const size_t> batch,
                                                                  Clock::time_point posted,
                                                                  Clock::time_point read_done) {
@@ -232,6 +309,15 @@ Status ServerConnection::LookupBatch(std::span<const std::string_view> keys,
       r.done = true;
       r.status = Status::Ok();
       r.version = o.version;
+      if (cache_ != nullptr) {
+        // A superseded block is already not current: not worth a READ.
+        if (o.superseded) {
+          cache_->Erase(cache_server_, keys[batch[todo_[t]]]);
+        } else {
+          cache_->Insert(cache_server_, keys[batch[todo_[t]]],
+                         CachedLocation{accept_.epoch, o.heap_offset, o.bytes, o.version});
+        }
+      }
       continue;
     }
     if (!o.lease_expired && !o.unreadable && !o.corrupt) {
@@ -246,6 +332,7 @@ Status ServerConnection::LookupBatch(std::span<const std::string_view> keys,
         r.done = true;
         r.status = NotFound("key not found");
         r.value.clear();
+        if (cache_ != nullptr) cache_->Erase(cache_server_, keys[batch[todo_[t]]]);
         continue;
       }
       o.lease_expired = true;

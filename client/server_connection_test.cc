@@ -96,6 +96,16 @@ class FakeServer {
     index[1 + nb.first].slots[slot] = word;
     return word;
   }
+  // Marks the block at `offset` superseded, as the server does before the
+  // slot store that replaces or deletes its key (common/layout.h).
+  void Supersede(uint64_t offset) {
+    uint64_t checksum;
+    std::memcpy(&checksum, heap_bytes() + offset, sizeof(checksum));
+    checksum = layout::SupersededChecksum(checksum);
+    std::memcpy(heap_bytes() + offset, &checksum, sizeof(checksum));
+  }
+  // Empties every slot of `key`'s home bucket.
+  void ClearHome(std::string_view key) { index[1 + Choice(key).first] = layout::Bucket{}; }
   Neighborhood Choice(std::string_view key) {
     return NeighborhoodOf(TableHash(key, header().hash_seed), header().bucket_count_log2);
   }
@@ -730,6 +740,164 @@ TEST(ServerConnectionTest, TransportFailureBreaksTheConnection) {
   EXPECT_FALSE(r.done);
   EXPECT_TRUE(c->broken());
   EXPECT_EQ(c->Write(protocol::Op::kPut, "k", "v", NextRequestId(), Soon()).status().code(), StatusCode::kUnavailable);
+}
+
+}  // namespace
+}  // namespace rkv::client
+
+namespace rkv::client {
+namespace {
+
+// ---- The location cache (docs/design.md §4.4).
+
+// A connection with a cache of its own, as Client gives each of its pools.
+struct Cached {
+  explicit Cached(FakeServer& server)
+      : t(ClientTransport()), cache(1 << 20), c(OpenOrDie(*t, server)) {
+    if (c) c->UseLocationCache(&cache, cache.ServerTag("fake"));
+  }
+  std::unique_ptr<FaultTransport> t;
+  LocationCache cache;
+  std::unique_ptr<ServerConnection> c;
+};
+
+TEST(ServerConnectionCacheTest, ACachedKeyCostsOneRead) {
+  FakeServer server(4, 64);
+  server.Store("k", "value", 5, 128);
+  Cached f(server);
+  ASSERT_NE(f.c, nullptr);  // READ 1: the header
+  LookupResult r = LookupOne(*f.c, "k");
+  ASSERT_TRUE(r.status.ok()) << r.status;
+  EXPECT_EQ(Reads(*f.t), 3u);  // neighbourhood, block: the entry is made
+  r = LookupOne(*f.c, "k");
+  ASSERT_TRUE(r.status.ok()) << r.status;
+  EXPECT_EQ(r.value, "value");
+  EXPECT_EQ(r.version, 5u);
+  EXPECT_EQ(Reads(*f.t), 4u);  // the cached block alone
+  const LocationCacheCounters c = f.cache.counters();
+  EXPECT_EQ(c.hits, 1u);
+  EXPECT_EQ(c.misses, 1u);
+  EXPECT_EQ(c.fallbacks, 0u);
+  EXPECT_EQ(c.entries, 1u);
+}
+
+// Replaced: the old block carries the mark. The cached READ is refused,
+// the ordinary path answers with the new value and refreshes the entry.
+TEST(ServerConnectionCacheTest, ASupersededBlockFallsBackAndRefreshes) {
+  FakeServer server(4, 64);
+  server.Store("k", "old", 5, 128);
+  Cached f(server);
+  ASSERT_NE(f.c, nullptr);
+  ASSERT_TRUE(LookupOne(*f.c, "k").status.ok());
+  server.Supersede(128);
+  server.Store("k", "new", 6, 256);
+  LookupResult r = LookupOne(*f.c, "k");
+  ASSERT_TRUE(r.status.ok()) << r.status;
+  EXPECT_EQ(r.value, "new");
+  EXPECT_EQ(r.version, 6u);
+  EXPECT_EQ(Reads(*f.t), 6u);  // cached block (refused), neighbourhood, block
+  EXPECT_EQ(f.cache.counters().fallbacks, 1u);
+  r = LookupOne(*f.c, "k");
+  EXPECT_EQ(r.value, "new");
+  EXPECT_EQ(Reads(*f.t), 7u);  // the new block alone
+  EXPECT_EQ(f.cache.counters().hits, 1u);
+}
+
+// The block was reused, wholly and validly, for another record: another
+// key, or the same key at another version. Neither is believed.
+TEST(ServerConnectionCacheTest, AReusedBlockIsNotBelieved) {
+  FakeServer server(4, 64);
+  server.Store("k", "v1", 5, 128);
+  Cached f(server);
+  ASSERT_NE(f.c, nullptr);
+  ASSERT_TRUE(LookupOne(*f.c, "k").status.ok());
+
+  // k now lives at 256; block 128 holds another key.
+  server.ClearHome("k");
+  server.Store("k", "v2", 7, 256);
+  EncodeRecord(std::span<uint8_t>(server.heap_bytes() + 128, 64), "x", "other", 6, 0);
+  LookupResult r = LookupOne(*f.c, "k");
+  EXPECT_EQ(r.value, "v2");
+  EXPECT_EQ(r.version, 7u);
+
+  // k now lives at 384; block 256 holds k again, at a newer version that is
+  // not (or no longer) the slot's.
+  server.ClearHome("k");
+  server.Store("k", "v3", 8, 384);
+  EncodeRecord(std::span<uint8_t>(server.heap_bytes() + 256, 64), "k", "stale", 9, 0);
+  r = LookupOne(*f.c, "k");
+  EXPECT_EQ(r.value, "v3");
+  EXPECT_EQ(r.version, 8u);
+  EXPECT_EQ(f.cache.counters().fallbacks, 2u);
+  EXPECT_EQ(f.cache.counters().hits, 0u);
+}
+
+TEST(ServerConnectionCacheTest, ADeletedKeyIsNotFoundAndForgotten) {
+  FakeServer server(4, 64);
+  server.Store("k", "v", 5, 128);
+  Cached f(server);
+  ASSERT_NE(f.c, nullptr);
+  ASSERT_TRUE(LookupOne(*f.c, "k").status.ok());
+  server.Supersede(128);
+  server.ClearHome("k");
+  EXPECT_EQ(LookupOne(*f.c, "k").status.code(), StatusCode::kNotFound);
+  EXPECT_EQ(f.cache.counters().fallbacks, 1u);
+  EXPECT_EQ(f.cache.counters().entries, 0u);
+}
+
+// A cached READ that completes after the lease may have raced the block's
+// reuse: refused, even though the block is intact.
+TEST(ServerConnectionCacheTest, ACachedReadOutsideTheLeaseIsNotBelieved) {
+  FakeServer server(4, 64);
+  server.set_grace_period_us(400'000);  // a 200 ms lease
+  server.Store("k", "v", 5, 128);
+  Cached f(server);
+  ASSERT_NE(f.c, nullptr);
+  ASSERT_TRUE(LookupOne(*f.c, "k").status.ok());  // READs 2, 3
+  ASSERT_TRUE(f.t->faults().AddSpec("read:delay:nth=1,ms=250").ok());  // the cached READ
+  LookupResult r = LookupOne(*f.c, "k");
+  ASSERT_TRUE(r.status.ok()) << r.status;
+  EXPECT_EQ(r.value, "v");
+  EXPECT_EQ(f.cache.counters().fallbacks, 1u);
+  EXPECT_EQ(f.cache.counters().hits, 0u);
+}
+
+// An entry of another server incarnation names another heap: never READ.
+TEST(ServerConnectionCacheTest, AnEntryOfAnotherEpochIsNotUsed) {
+  FakeServer server(4, 64);
+  server.Store("k", "v", 5, 128);
+  Cached f(server);
+  ASSERT_NE(f.c, nullptr);
+  f.cache.Insert(f.cache.ServerTag("fake"), "k", CachedLocation{/*epoch=*/2, 128, 64, 5});
+  ASSERT_TRUE(LookupOne(*f.c, "k").status.ok());
+  EXPECT_EQ(Reads(*f.t), 3u);  // the ordinary two
+  EXPECT_EQ(f.cache.counters().misses, 1u);
+}
+
+// A batch of cached keys: one READ per key, no neighbourhood READ.
+TEST(ServerConnectionCacheTest, ABatchOfCachedKeysCostsOneReadEach) {
+  FakeServer server(8, 1024);
+  std::vector<std::string> keys;
+  std::vector<int> used(1 << 8, 0);
+  for (int i = 0; i < 100; ++i) {
+    keys.push_back("key" + std::to_string(i));
+    const Neighborhood ch = server.Choice(keys[i]);
+    server.Store(keys[i], "v" + std::to_string(i), 1, 64 * i, used[ch.first]++);
+  }
+  Cached f(server);
+  ASSERT_NE(f.c, nullptr);
+  std::vector<std::string_view> views(keys.begin(), keys.end());
+  std::vector<LookupResult> results(keys.size());
+  ASSERT_TRUE(f.c->Lookup(views, results, Soon()).ok());
+  const uint64_t before = Reads(*f.t);
+  std::vector<LookupResult> again(keys.size());
+  ASSERT_TRUE(f.c->Lookup(views, again, Soon()).ok());
+  EXPECT_EQ(Reads(*f.t) - before, keys.size());
+  for (size_t i = 0; i < keys.size(); ++i) {
+    ASSERT_TRUE(again[i].status.ok()) << keys[i];
+    EXPECT_EQ(again[i].value, "v" + std::to_string(i));
+  }
+  EXPECT_EQ(f.cache.counters().hits, keys.size());
 }
 
 }  // namespace

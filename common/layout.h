@@ -30,8 +30,9 @@
 namespace rkv::layout {
 
 inline constexpr uint64_t kTableMagic = 0x454C4241'54564B52ULL;  // "RKVTABLE"
-inline constexpr uint32_t kLayoutVersion = 4;  // 2: neighbourhoods; 3: of 8 buckets;
-                                               // 4: XXH64 block checksum
+inline constexpr uint32_t kLayoutVersion = 5;  // 2: neighbourhoods; 3: of 8 buckets;
+                                               // 4: XXH64 block checksum;
+                                               // 5: superseded checksum form
 
 inline constexpr size_t kCacheLine = 64;
 inline constexpr size_t kSlotsPerBucket = 8;
@@ -142,8 +143,20 @@ inline constexpr uint16_t kBlockFlagsKnown = kBlockFlagTombstone;
 // cheaper where crc32 is not a fast instruction (0.4 us vs 3.1 us per
 // 1 KiB GET under QEMU TCG, where the verbs path is tested). It is not a
 // MAC: a client that can WRITE its staging ring is trusted with its bytes.
+//
+// Superseded form (heap only). Before the server publishes the slot word
+// that stops naming a block (a replace or a delete; not a relocation move,
+// which keeps the block), it overwrites the block's checksum word with its
+// bitwise complement in one aligned 8-byte store. Every other byte stays as
+// it was until the block is reused. A reader that fetched the block through
+// a slot accepts either form (the slot read is its linearization point); a
+// reader that fetched it from a remembered location (the client's location
+// cache) accepts only the valid form: seeing it means the block had not
+// been superseded when its checksum word was read. A staging-ring record
+// never carries the superseded form (DecodeRecord refuses it).
 struct BlockHeader {
-  uint64_t checksum;      // XXH64, seed 0, of bytes [8, 24 + key_length + value_length)
+  uint64_t checksum;      // XXH64, seed 0, of bytes [8, 24 + key_length + value_length);
+                          // its complement once superseded (above)
   uint16_t key_length;    // 1..65535 (server limit is lower)
   uint16_t flags;         // kBlockFlag*; unknown bits are rejected
   uint32_t value_length;  // bytes of value
@@ -155,6 +168,12 @@ static_assert(offsetof(BlockHeader, key_length) == 8);
 static_assert(offsetof(BlockHeader, value_length) == 12);
 static_assert(offsetof(BlockHeader, version) == 16);
 inline constexpr size_t kBlockChecksumBytes = sizeof(BlockHeader::checksum);
+static_assert(offsetof(BlockHeader, checksum) == 0);
+
+// The checksum word of a superseded block whose valid checksum is `checksum`.
+// Its own inverse; differs from `checksum` in every bit, so a word torn
+// between the two forms is neither.
+constexpr uint64_t SupersededChecksum(uint64_t checksum) { return ~checksum; }
 
 inline constexpr size_t kBlockHeaderBytes = sizeof(BlockHeader);
 

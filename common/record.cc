@@ -39,7 +39,11 @@ void ResealRecord(std::span<uint8_t> block) {
   std::memcpy(block.data(), &checksum, sizeof(checksum));
 }
 
-StatusOr<RecordView> DecodeRecord(std::span<const uint8_t> in) {
+namespace {
+
+enum class Forms { kValidOnly, kValidOrSuperseded };
+
+StatusOr<RecordView> Decode(std::span<const uint8_t> in, Forms forms) {
   if (in.size() < layout::kBlockHeaderBytes) {
     return InvalidArgument("record of " + std::to_string(in.size()) + " bytes is shorter than its header");
   }
@@ -54,14 +58,29 @@ StatusOr<RecordView> DecodeRecord(std::span<const uint8_t> in) {
     return InvalidArgument("record claims " + std::to_string(used) + " bytes but only " +
                            std::to_string(in.size()) + " are present");
   }
-  if (BlockChecksum(in.data(), used) != h.checksum) return DataLoss("record checksum mismatch");
+  const uint64_t checksum = BlockChecksum(in.data(), used);
+  bool superseded = false;
+  if (checksum != h.checksum) {
+    if (h.checksum != layout::SupersededChecksum(checksum)) return DataLoss("record checksum mismatch");
+    if (forms == Forms::kValidOnly) return DataLoss("record carries a superseded heap block's checksum");
+    superseded = true;
+  }
   RecordView v;
   const char* base = reinterpret_cast<const char*>(in.data());
   v.key = std::string_view(base + layout::kBlockHeaderBytes, h.key_length);
   v.value = std::string_view(base + layout::kBlockHeaderBytes + h.key_length, h.value_length);
   v.version = h.version;
   v.flags = h.flags;
+  v.superseded = superseded;
   return v;
+}
+
+}  // namespace
+
+StatusOr<RecordView> DecodeRecord(std::span<const uint8_t> in) { return Decode(in, Forms::kValidOnly); }
+
+StatusOr<RecordView> DecodeHeapBlock(std::span<const uint8_t> in) {
+  return Decode(in, Forms::kValidOrSuperseded);
 }
 
 }  // namespace rkv

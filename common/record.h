@@ -17,6 +17,10 @@ struct RecordView {
   std::string_view value;
   uint64_t version = 0;
   uint16_t flags = 0;
+  // DecodeHeapBlock only: the checksum word held the superseded form
+  // (common/layout.h): the block was no longer its key's current block
+  // when that word was read.
+  bool superseded = false;
 };
 
 // Writes header, key, value and zero padding into `out`, which must hold at
@@ -30,9 +34,15 @@ uint64_t EncodeRecord(std::span<uint8_t> out, std::string_view key, std::string_
 // another machine: nothing is trusted). Checks that the header fits, that
 // key and value fit inside `in`, that key_length > 0, that no unknown flag
 // is set, and the checksum. The views point into `in`.
-// DATA_LOSS when the checksum does not hold (a torn or reused block),
+// DATA_LOSS when the checksum does not hold (a torn or reused block, or a
+// heap block's superseded form, which no staging-ring record may carry),
 // INVALID_ARGUMENT for any other malformation.
 StatusOr<RecordView> DecodeRecord(std::span<const uint8_t> in);
+
+// As DecodeRecord, for a block READ from a server's heap: also accepts the
+// superseded checksum form (common/layout.h) and says which form it saw in
+// RecordView::superseded. A torn word (neither form) is DATA_LOSS.
+StatusOr<RecordView> DecodeHeapBlock(std::span<const uint8_t> in);
 
 // Recomputes the checksum of an encoded block in place (after the version
 // field was changed).

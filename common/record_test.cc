@@ -65,6 +65,47 @@ TEST(RecordTest, EveryFlippedBitIsDetected) {
   }
 }
 
+// The superseded form (common/layout.h): the complement of the checksum.
+// A heap reader accepts it and is told; a staging-ring decoder refuses it;
+// a word torn between the two forms is neither.
+TEST(RecordTest, SupersededFormIsAcceptedOnlyFromTheHeapAndReported) {
+  auto buf = Encode("key", "value", 7);
+  auto valid = DecodeHeapBlock(buf);
+  ASSERT_TRUE(valid.ok()) << valid.status();
+  EXPECT_FALSE(valid->superseded);
+
+  uint64_t checksum;
+  std::memcpy(&checksum, buf.data(), 8);
+  const uint64_t superseded = layout::SupersededChecksum(checksum);
+  EXPECT_EQ(superseded, ~checksum);
+  std::memcpy(buf.data(), &superseded, 8);
+  auto heap = DecodeHeapBlock(buf);
+  ASSERT_TRUE(heap.ok()) << heap.status();
+  EXPECT_TRUE(heap->superseded);
+  EXPECT_EQ(heap->key, "key");
+  EXPECT_EQ(heap->value, "value");
+  EXPECT_EQ(heap->version, 7u);
+  EXPECT_EQ(DecodeRecord(buf).status().code(), StatusCode::kDataLoss);
+
+  // Low half valid, high half superseded: neither form.
+  const uint64_t torn = (checksum & 0xFFFF'FFFFULL) | (superseded & ~0xFFFF'FFFFULL);
+  std::memcpy(buf.data(), &torn, 8);
+  EXPECT_EQ(DecodeHeapBlock(buf).status().code(), StatusCode::kDataLoss);
+  EXPECT_EQ(DecodeRecord(buf).status().code(), StatusCode::kDataLoss);
+}
+
+TEST(RecordTest, EveryFlippedBitIsDetectedInTheHeapToo) {
+  auto good = Encode("some-key", "some value bytes", 3);
+  const size_t used = layout::RecordBytes(8, 16);
+  for (size_t byte = 0; byte < used; ++byte) {
+    for (int bit = 0; bit < 8; ++bit) {
+      auto bad = good;
+      bad[byte] ^= static_cast<uint8_t>(1 << bit);
+      EXPECT_FALSE(DecodeHeapBlock(bad).ok()) << "byte " << byte << " bit " << bit;
+    }
+  }
+}
+
 TEST(RecordTest, MalformedHeadersAreRejectedNotRead) {
   auto buf = Encode("key", "value", 1);
   EXPECT_EQ(DecodeRecord(std::span<const uint8_t>(buf.data(), 10)).status().code(),

@@ -4,7 +4,9 @@
 // Properties: an accepted record's key and value lie inside the input, the
 // key is not empty, no unknown flag is set; encoding the decoded fields
 // again reproduces the input's record bytes exactly (the checksum covers
-// every byte after itself, so nothing else can decode).
+// every byte after itself, so nothing else can decode). DecodeHeapBlock
+// accepts what DecodeRecord accepts, as not superseded, and beyond that
+// only the superseded form, which DecodeRecord refuses.
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -17,6 +19,15 @@
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::span<const uint8_t> in(data, size);
   const rkv::StatusOr<rkv::RecordView> r = rkv::DecodeRecord(in);
+  const rkv::StatusOr<rkv::RecordView> heap = rkv::DecodeHeapBlock(in);
+  RKV_FUZZ_CHECK(!r.ok() || (heap.ok() && !heap->superseded));
+  if (heap.ok() && heap->superseded) {
+    RKV_FUZZ_CHECK(!r.ok() && r.status().code() == rkv::StatusCode::kDataLoss);
+    uint64_t checksum;
+    std::memcpy(&checksum, data, sizeof(checksum));
+    RKV_FUZZ_CHECK(rkv::layout::SupersededChecksum(checksum) ==
+                   rkv::BlockChecksum(data, rkv::layout::RecordBytes(heap->key.size(), heap->value.size())));
+  }
   if (!r.ok()) {
     const rkv::StatusCode code = r.status().code();
     RKV_FUZZ_CHECK(code == rkv::StatusCode::kInvalidArgument || code == rkv::StatusCode::kDataLoss);

@@ -90,6 +90,23 @@ void Table::PublishSlot(uint64_t& word, uint64_t value) {
   std::atomic_ref<uint64_t>(word).store(value, std::memory_order_release);
 }
 
+void Table::Supersede(uint64_t slot) {
+  // Called just before the slot store that stops naming the block: the
+  // complement of the checksum tells a reader of a remembered location
+  // (the client's location cache) that the block is no longer current
+  // (common/layout.h, "Superseded form"). Release order keeps it visible
+  // no later than the slot store that follows it, which is itself a
+  // release store: a reader that sees the new slot word, or anything
+  // published after it, sees the marker. The other bytes are untouched, so
+  // a reader that found the block through the old slot word still decodes
+  // it.
+  uint8_t* p = heap_memory_.data() + layout::SlotBlockOffset(slot);
+  auto& word = *reinterpret_cast<uint64_t*>(p);
+  std::atomic_ref<uint64_t> checksum(word);
+  checksum.store(layout::SupersededChecksum(checksum.load(std::memory_order_relaxed)),
+                 std::memory_order_release);
+}
+
 Table::Record Table::RecordAt(uint64_t slot) const {
   const uint8_t* p = heap_memory_.data() + layout::SlotBlockOffset(slot);
   layout::BlockHeader h;
@@ -238,12 +255,16 @@ StatusOr<Table::Position> Table::FreeSlotFor(const Neighborhood& nb, Heap::Clock
 }
 
 StatusOr<uint64_t> Table::PublishRecord(Position at, uint16_t fingerprint, std::string_view key,
-                                        std::string_view value, uint64_t version, Heap::Clock::time_point now) {
+                                        std::string_view value, uint64_t version, uint64_t replaced,
+                                        Heap::Clock::time_point now) {
   const uint64_t block_bytes = layout::BlockBytes(key.size(), value.size());
   RKV_ASSIGN_OR_RETURN(const uint64_t offset, heap_->Allocate(block_bytes, now));
   // The block is private until published: plain stores are fine here.
   EncodeRecord(heap_memory_.subspan(offset, block_bytes), key, value, version, /*flags=*/0);
   const uint64_t slot = layout::MakeSlot(fingerprint, offset, block_bytes);
+  // Only once nothing can fail any more: a refused replace leaves the old
+  // block current, and so unmarked.
+  if (replaced != layout::kEmptySlot) Supersede(replaced);
   PublishSlot(bucket(at.bucket)->slots[at.slot_index], slot);
   return slot;
 }
@@ -258,7 +279,9 @@ StatusOr<Table::Entry> Table::Upsert(std::string_view key, std::string_view valu
   } else {
     RKV_ASSIGN_OR_RETURN(at, FreeSlotFor(nb, now));
   }
-  RKV_ASSIGN_OR_RETURN(const uint64_t slot, PublishRecord(at, nb.fingerprint, key, value, version, now));
+  RKV_ASSIGN_OR_RETURN(const uint64_t slot,
+                       PublishRecord(at, nb.fingerprint, key, value, version,
+                                     existing ? existing->slot : layout::kEmptySlot, now));
   if (existing) {
     heap_->Retire(layout::SlotBlockOffset(existing->slot), layout::SlotBlockBytes(existing->slot), now);
   } else {
@@ -271,7 +294,8 @@ StatusOr<Table::Entry> Table::InsertAbsent(std::string_view key, std::string_vie
                                            uint64_t hash, Heap::Clock::time_point now) {
   const Neighborhood nb = NeighborhoodOf(hash, log2_);
   RKV_ASSIGN_OR_RETURN(const Position at, FreeSlotFor(nb, now));
-  RKV_ASSIGN_OR_RETURN(const uint64_t slot, PublishRecord(at, nb.fingerprint, key, value, version, now));
+  RKV_ASSIGN_OR_RETURN(const uint64_t slot,
+                       PublishRecord(at, nb.fingerprint, key, value, version, layout::kEmptySlot, now));
   ++size_;
   return Entry{at.bucket, at.slot_index, slot, version};
 }
@@ -287,6 +311,7 @@ void Table::Prefetch(uint64_t hash) const {
 StatusOr<uint64_t> Table::Delete(std::string_view key, Heap::Clock::time_point now) {
   const std::optional<Entry> e = Lookup(key);
   if (!e) return NotFound("key not found");
+  Supersede(e->slot);
   PublishSlot(bucket(e->bucket)->slots[e->slot_index], layout::kEmptySlot);
   heap_->Retire(layout::SlotBlockOffset(e->slot), layout::SlotBlockBytes(e->slot), now);
   --size_;

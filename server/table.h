@@ -12,6 +12,12 @@
 //     new block); it is never a delete followed by an insert, so a
 //     concurrent GET always finds either version. A slot word moves only to
 //     make room for an insert ("Relocation" below).
+//   - A replace or delete first marks the old block superseded (its
+//     checksum word complemented, common/layout.h) and only then stores
+//     the slot word that stops naming it; a relocation move keeps the
+//     block and does not mark it. So a reader that READs a block from a
+//     remembered location and sees the valid checksum knows the block was
+//     its key's current one when that word was read.
 //   - A block that a slot stopped referencing is retired into the heap's
 //     quarantine (server/heap.h), not freed.
 //
@@ -118,7 +124,8 @@ class Table {
 
   // Inserts or replaces `key` with a record {key, value, version} in a new
   // heap block, published with one release store into the key's existing
-  // slot (replace, then the old block is retired at `now`) or into the
+  // slot (replace: the old block is marked superseded before that store
+  // and retired at `now` after it) or into the
   // first free slot of its neighbourhood from its home bucket on (insert;
   // when every bucket of it is full, other keys are moved out of the way
   // first: see "Relocation"). Sizes must have been validated (key
@@ -139,8 +146,8 @@ class Table {
   // into its cache, so that inserts of many keys overlap their misses.
   void Prefetch(uint64_t hash) const;
 
-  // Removes `key`: stores kEmptySlot with release order, retires the block
-  // at `now`. Returns the version of the removed record; NOT_FOUND when the
+  // Removes `key`: marks its block superseded, stores kEmptySlot with
+  // release order, retires the block at `now`. Returns the version of the removed record; NOT_FOUND when the
   // key is absent.
   StatusOr<uint64_t> Delete(std::string_view key, Heap::Clock::time_point now);
 
@@ -196,9 +203,14 @@ class Table {
   bool HopToward(const Neighborhood& nb, uint64_t& free_bucket, Heap::Clock::time_point now);
   // A free slot of `nb` (moving keys if need be), or RESOURCE_EXHAUSTED.
   StatusOr<Position> FreeSlotFor(const Neighborhood& nb, Heap::Clock::time_point now);
-  // Allocates and writes the block of a record, then publishes it at `at`.
+  // Allocates and writes the block of a record, marks the block of
+  // `replaced` (the slot word at `at`, kEmptySlot for an insert) superseded,
+  // then publishes the new block at `at`.
   StatusOr<uint64_t> PublishRecord(Position at, uint16_t fingerprint, std::string_view key, std::string_view value,
-                                   uint64_t version, Heap::Clock::time_point now);
+                                   uint64_t version, uint64_t replaced, Heap::Clock::time_point now);
+  // Marks the block `slot` names superseded (common/layout.h), before the
+  // slot store that stops naming it.
+  void Supersede(uint64_t slot);
   // Moves the key at `from` to `to` (free): publish, then clear.
   void Move(Position from, Position to);
 

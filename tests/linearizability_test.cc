@@ -127,6 +127,18 @@ class HistoryRunner {
 
   Figures& figures() { return figures_; }
 
+  // The location caches of every client together (on by default).
+  LocationCacheStatsInfo CacheStats() const {
+    LocationCacheStatsInfo sum;
+    for (const auto& c : clients_) {
+      const LocationCacheStatsInfo s = c->LocationCacheStats();
+      sum.hits += s.hits;
+      sum.misses += s.misses;
+      sum.fallbacks += s.fallbacks;
+    }
+    return sum;
+  }
+
  private:
   // Times `call`, which fills the outcome (and a Get's value) of `op`.
   template <typename Fn>
@@ -188,9 +200,13 @@ std::unique_ptr<Client> Connect(ClientOptions o) {
   return c.ok() ? std::move(c).value() : nullptr;
 }
 
-void Print(const char* what, const Figures& f) {
-  std::printf("linearizability: %s histories=%d ops=%zu restarts=%d unknown_writes=%d violations=%d\n", what,
-              f.histories, f.ops, f.restarts, f.unknown_writes, f.violations);
+void Print(const char* what, const Figures& f, const LocationCacheStatsInfo& cache) {
+  std::printf(
+      "linearizability: %s histories=%d ops=%zu restarts=%d unknown_writes=%d violations=%d "
+      "cache_hits=%llu cache_fallbacks=%llu cache_misses=%llu\n",
+      what, f.histories, f.ops, f.restarts, f.unknown_writes, f.violations,
+      static_cast<unsigned long long>(cache.hits), static_cast<unsigned long long>(cache.fallbacks),
+      static_cast<unsigned long long>(cache.misses));
   std::fflush(stdout);
 }
 
@@ -239,9 +255,11 @@ TEST_F(LinearizabilityTest, HistoriesAcrossRestartsOfOneServer) {
     runner.Run(h, disrupt);
     if (HasFatalFailure() || !server.running()) break;
   }
-  Print("servers=1", runner.figures());
+  Print("servers=1", runner.figures(), runner.CacheStats());
   EXPECT_EQ(runner.figures().histories, histories);
   EXPECT_EQ(runner.figures().violations, 0);
+  // The histories exercised GETs answered from the location cache.
+  EXPECT_GT(runner.CacheStats().hits, 0u);
 }
 
 TEST_F(LinearizabilityTest, HistoriesAcrossServerRestartsInACluster) {
@@ -286,9 +304,10 @@ TEST_F(LinearizabilityTest, HistoriesAcrossServerRestartsInACluster) {
     runner.Run(h, disrupt);
     if (HasFatalFailure()) break;
   }
-  Print("servers=3", runner.figures());
+  Print("servers=3", runner.figures(), runner.CacheStats());
   EXPECT_EQ(runner.figures().histories, histories);
   EXPECT_EQ(runner.figures().violations, 0);
+  EXPECT_GT(runner.CacheStats().hits, 0u);
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <span>
 #include <string>
@@ -36,6 +37,9 @@ class KvTarget {
   virtual std::vector<Status> MultiPut(std::span<const std::string> keys, std::span<const std::string_view> values);
   // One line about the connection (e.g. the transport rkv picked), or "".
   virtual std::string Description() const { return ""; }
+  // rkv: adds this connection's location cache hits, fallbacks and misses
+  // (rkv::Client::LocationCacheStats) to the counts; other stores: nothing.
+  virtual void AddCacheCounts(uint64_t* /*hits*/, uint64_t* /*fallbacks*/, uint64_t* /*misses*/) const {}
 };
 
 // Settings shared by every kind of target.
@@ -56,6 +60,8 @@ struct TargetOptions {
   // rkv with a coordinator: GETs read any replica of the key's shard
   // (rkv::ReadFrom::kAnyReplica) instead of its primary.
   bool read_any_replica = false;
+  // rkv: rkv::ClientOptions::location_cache_bytes (0: off).
+  uint64_t location_cache_bytes = uint64_t{32} << 20;
 };
 
 // Opens a new connection. INVALID_ARGUMENT for an unknown kind or a bad

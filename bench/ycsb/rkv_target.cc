@@ -60,6 +60,13 @@ class RkvTarget final : public KvTarget {
            (get_options_.read_from == ReadFrom::kAnyReplica ? "; GETs read any replica" : "");
   }
 
+  void AddCacheCounts(uint64_t* hits, uint64_t* fallbacks, uint64_t* misses) const override {
+    const LocationCacheStatsInfo s = client_->LocationCacheStats();
+    *hits += s.hits;
+    *fallbacks += s.fallbacks;
+    *misses += s.misses;
+  }
+
  private:
   std::unique_ptr<Client> client_;
   std::string value_;
@@ -81,6 +88,7 @@ StatusOr<std::unique_ptr<KvTarget>> OpenRkvTarget(const TargetOptions& options) 
   client_options.transport = options.transport;
   client_options.timeout = std::chrono::milliseconds(options.timeout_ms);
   client_options.connections = 1;
+  client_options.location_cache_bytes = options.location_cache_bytes;
   StatusOr<std::unique_ptr<Client>> client = Client::Connect(client_options);
   if (!client.ok()) {
     return client.status().WithContext(options.coordinator.empty() ? "rkv connect to " + options.server

@@ -71,6 +71,8 @@ DEFINE_int32(redis_wait_replicas, 0,
              "acknowledged by them within --timeout_ms counts as a failed PUT (default 0: no WAIT)");
 DEFINE_string(token_file, "", "rkv: file holding the server's token (required for rkv)");
 DEFINE_string(transport, "auto", "rkv: auto | tcp | verbs (default auto)");
+DEFINE_uint64(location_cache_bytes, uint64_t{32} << 20,
+              "rkv: bytes of each client's location cache, 0 = off (default 33554432)");
 DEFINE_int32(timeout_ms, 5000, "per-call deadline and connect timeout in milliseconds (default 5000)");
 DEFINE_string(workload, "get",
               "get (100% GET) | put (100% PUT) | a (50% GET, 50% PUT) | b (95/5) | c (100% GET) "
@@ -224,6 +226,7 @@ StatusOr<Config> ConfigFromFlags() {
   }
   if (FLAGS_timeout_ms < 1) return InvalidArgument("--timeout_ms must be >= 1");
   c.target.timeout_ms = FLAGS_timeout_ms;
+  c.target.location_cache_bytes = FLAGS_location_cache_bytes;
   c.target.transport = FLAGS_transport;
   if (c.target.kind == "rkv") {
     if (FLAGS_token_file.empty()) return InvalidArgument("--token_file is required with --target=rkv");
@@ -581,6 +584,10 @@ int Run(const Config& c) {
     for (std::thread& thread : threads) thread.join();
   }
   const double run_s = std::chrono::duration<double>(Clock::now() - run_start).count();
+  uint64_t cache_hits = 0;
+  uint64_t cache_fallbacks = 0;
+  uint64_t cache_misses = 0;
+  for (const auto& t : targets) t->AddCacheCounts(&cache_hits, &cache_fallbacks, &cache_misses);
   targets.clear();
 
   Histogram get_ns;
@@ -606,6 +613,13 @@ int Run(const Config& c) {
     std::printf("  per batch of up to %d operations (%" PRIu64 " batches, %.0f keys/s):\n", c.batch,
                 batch_ns.count(), ops_per_s);
     PrintLatency("BATCH", batch_ns);
+  }
+  if (const uint64_t lookups = cache_hits + cache_fallbacks + cache_misses; lookups > 0) {
+    // Load and run together: the client lives through both.
+    std::printf("  location cache: hit rate %.1f%% (%" PRIu64 " hits, %" PRIu64 " fallbacks, %" PRIu64
+                " misses)\n",
+                100.0 * static_cast<double>(cache_hits) / static_cast<double>(lookups), cache_hits,
+                cache_fallbacks, cache_misses);
   }
   const uint64_t total_errors = errors.Total();
   if (total_errors == 0) {

@@ -104,6 +104,28 @@ struct ClientOptions {
   // Connection pool size, 1..64: the number of calls that can run at once
   // (per server in cluster mode).
   int connections = 1;
+  // Bytes of the location cache: per key and server, where the key's block
+  // was when a GET last found it, so that the next GET of the key costs one
+  // READ instead of two, when the block proves still current (otherwise
+  // the GET takes the ordinary path; results are the same either way).
+  // Shared by all connections; LocationCacheStats shows its use. 0 turns
+  // it off; otherwise kMinLocationCacheBytes..kMaxLocationCacheBytes.
+  uint64_t location_cache_bytes = uint64_t{32} << 20;
+};
+
+inline constexpr uint64_t kMinLocationCacheBytes = uint64_t{64} << 10;
+inline constexpr uint64_t kMaxLocationCacheBytes = uint64_t{64} << 30;
+
+// Client::LocationCacheStats.
+struct LocationCacheStatsInfo {
+  bool enabled = false;
+  uint64_t entries = 0;
+  uint64_t bytes = 0;           // what the entries are charged (keys + per-entry overhead)
+  uint64_t capacity_bytes = 0;  // ClientOptions::location_cache_bytes
+  uint64_t hits = 0;       // GETs of a key answered by one READ of its cached block
+  uint64_t misses = 0;     // GETs of a key with no usable entry
+  uint64_t fallbacks = 0;  // cached READs not proven current: the ordinary path answered
+  uint64_t evictions = 0;
 };
 
 // Which replica of a key's shard a GET or MultiGet reads (cluster mode;
@@ -342,6 +364,11 @@ class RKV_EXPORT Client {
   // a server not used yet or not in the cached map. Shows how
   // ReadFrom::kAnyReplica spreads reads; thread-safe.
   uint64_t AttemptsOn(std::string_view server_id) const;
+
+  // The location cache's size and use since Connect (per key looked up by
+  // Get or MultiGet: hits + misses + fallbacks). All zero, enabled false,
+  // when ClientOptions::location_cache_bytes is 0. Thread-safe.
+  LocationCacheStatsInfo LocationCacheStats() const;
 
   // The server's limits, as announced when the newest connection was made
   // (cluster mode: the smallest over the servers of the cached map).
