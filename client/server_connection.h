@@ -166,7 +166,7 @@ class ServerConnection {
   // means the connection broke: an op with `replied` has its answer; one
   // `sent` without a reply may or may not have been applied (resend it
   // with the same request id); one not `sent` was never seen by the
-  // server.
+  // server. The ops' keys leave the location cache (if any) first.
   Status WriteBatch(std::span<const WriteOp> ops, std::span<WriteOutcome> outcomes, Deadline deadline);
 
  private:

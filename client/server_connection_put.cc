@@ -55,6 +55,12 @@ Status ServerConnection::WriteBatch(std::span<const WriteOp> ops, std::span<Writ
   for (WriteOutcome& o : outcomes) o = WriteOutcome{};
   if (broken_) return broken_status_;
   RKV_RETURN_IF_ERROR(CheckWriteOps(ops));
+  // A written key's cached location is stale from the server's apply on:
+  // dropped now, the next GET reads the key the two-READ way and caches
+  // where its new block is, instead of paying a failed hit first.
+  if (cache_ != nullptr) {
+    for (const WriteOp& op : ops) cache_->Erase(cache_server_, op.key);
+  }
   batch_ = outcomes;
   batch_replied_ = 0;
   size_t next = 0;
