@@ -45,6 +45,9 @@
 #                         so both sides are measured alike; 0: no pinning.
 #                         Multi-thread clients are never pinned.
 #   RKV_BENCH_DURABILITY  none | wal | sync (default none)
+#   RKV_BENCH_POLL        rkv-server --poll: adaptive | busy (default busy: its
+#                         one worker thread per connection never sleeps, as
+#                         perftest's server polls its CQ)
 #   RKV_BENCH_COMMAND     the host command line to quote in the report
 #
 # Emulated CPUs (QEMU TCG) run 10-50x slower than the host: absolute figures
@@ -80,11 +83,13 @@ tp_threads=${RKV_BENCH_THREADS:-2}
 rounds=${RKV_BENCH_ROUNDS:-15}
 round_ops=${RKV_BENCH_ROUND_OPS:-5000}
 durability=${RKV_BENCH_DURABILITY:-none}
+poll=${RKV_BENCH_POLL:-busy}
 command_line=${RKV_BENCH_COMMAND:-bench/run-verbs.sh $1}
 for n in "$records" "$ops" "$duration_s" "$tp_threads" "$rounds" "$round_ops"; do
   [[ $n =~ ^[0-9]+$ && $n -gt 0 ]] || die "not a positive integer: $n"
 done
 case $durability in none | wal | sync) ;; *) die "RKV_BENCH_DURABILITY must be none, wal or sync" ;; esac
+case $poll in adaptive | busy) ;; *) die "RKV_BENCH_POLL must be adaptive or busy" ;; esac
 
 server_cpu=()
 client_cpu=()
@@ -120,7 +125,7 @@ head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$work/token"
 # 1. The server.
 : >"$work/server.stdout"  # exists before the server's redirection does: polled below
 "${server_cpu[@]}" "$server_bin" --listen="$RKV_RDMA_ADDR:0" --data_dir="$work/data" --token_file="$work/token" \
-  --transport=verbs --durability="$durability" --memory=256M \
+  --transport=verbs --durability="$durability" --poll="$poll" --memory=256M \
   >"$work/server.stdout" 2>"$out/server.log" &
 server_pid=$!
 addr=""
@@ -241,7 +246,7 @@ active_mtu=$(ibv_devinfo -d "$dev" 2>/dev/null | awk '/active_mtu/ {print $2, $3
   echo "client and server on the same rxe device (rxe loopback). Emulation makes absolute"
   echo "figures meaningless outside this guest: read the ratios, taken in the same run."
   echo
-  echo "rkv-server --transport=verbs --durability=$durability; rkv-ycsb: $records records loaded, then"
+  echo "rkv-server --transport=verbs --durability=$durability --poll=$poll; rkv-ycsb: $records records loaded, then"
   echo "$ops operations (cap $duration_s s), uniform keys, one client thread unless noted. rkv has"
   echo "no client location cache, so every GET is cold: two dependent READs (the key's"
   echo "512-byte neighbourhood of 8 buckets, then the block)."
@@ -345,7 +350,8 @@ active_mtu=$(ibv_devinfo -d "$dev" 2>/dev/null | awk '/active_mtu/ {print $2, $3
   echo
   echo "ib_send_lat reports half a round trip (perftest's convention). A PUT is a WRITE and a"
   echo "SEND in one doorbell, the server's apply, and a reply SEND: one round trip plus the"
-  echo "server's work, so the fair raw reference is 2 x ib_send_lat."
+  echo "server's work, so the fair raw reference is 2 x ib_send_lat. Target: 1 KiB p50 / (2 x"
+  echo "typical) <= 2.5 with --durability=none (docs/design.md, \"Where a PUT's time goes\")."
   echo
   echo "| value | rkv PUT p50 us | rkv PUT p99 us | ib_send_lat typical us | 2 x typical | p50 / (2 x typical) |"
   echo "|---:|---:|---:|---:|---:|---:|"

@@ -54,7 +54,11 @@ DEFINE_string(listen, "127.0.0.1:7700", "HOST:PORT to listen on; port 0 picks a 
 DEFINE_string(data_dir, "", "directory of the RocksDB durable copy, created if missing (required)");
 DEFINE_string(memory, "256M", "heap region size in bytes; suffixes K, M, G, T (default 256M)");
 DEFINE_uint64(max_keys, 1048576, "number of keys the table is sized for (default 1048576)");
-DEFINE_string(durability, "wal", "none | wal (survives a process crash) | sync (survives power loss) (default wal)");
+DEFINE_string(durability, "wal", "none (survives a clean shutdown only; RocksDB is written by a background thread, "
+              "off the request path) | wal (survives a process crash) | sync (survives power loss) (default wal)");
+DEFINE_string(poll, "adaptive", "how a connection's thread waits for requests: adaptive (spins while requests "
+              "come, sleeps when idle) | busy (never sleeps: lowest latency, one CPU per open connection, also "
+              "when idle) (default adaptive)");
 DEFINE_uint32(max_value_bytes, 1048576, "largest value in bytes (default 1048576; at most 4063232)");
 DEFINE_uint32(max_key_bytes, 1024, "largest key in bytes (default 1024; at most 65535)");
 DEFINE_string(token_file, "", "file holding the token clients must present (required)");
@@ -203,6 +207,9 @@ int main(int argc, char** argv) {
     auto durability = rkv::server::ParseDurability(FLAGS_durability);
     if (!durability.ok()) return BadFlag("--durability: " + durability.status().message());
     o.durability = *durability;
+    auto poll = rkv::server::ParsePollMode(FLAGS_poll);
+    if (!poll.ok()) return BadFlag("--poll: " + poll.status().message());
+    o.poll = *poll;
   }
   if (FLAGS_data_dir.empty()) return BadFlag("--data_dir is required");
   if (FLAGS_token_file.empty()) return BadFlag("--token_file is required");
@@ -244,6 +251,7 @@ int main(int argc, char** argv) {
   LOG(INFO) << why;
   rkv::transport::Options topts;
   topts.gid_index = FLAGS_gid_index;
+  topts.poll_spin_us = rkv::server::PollSpinUs(o.poll);
   topts.handshake_timeout = std::chrono::milliseconds(o.handshake_timeout_ms);
   topts.frame_timeout = std::chrono::milliseconds(o.frame_timeout_ms);
   topts.idle_timeout = std::chrono::seconds(o.idle_timeout_s);

@@ -6,10 +6,29 @@
 
 #include "common/layout.h"
 #include "common/net_address.h"
+#include "common/transport/transport.h"
 #include "server/heap.h"
 #include "server/table.h"
 
 namespace rkv::server {
+
+StatusOr<PollMode> ParsePollMode(std::string_view name) {
+  if (name == "adaptive") return PollMode::kAdaptive;
+  if (name == "busy") return PollMode::kBusy;
+  return InvalidArgument("unknown poll mode '" + std::string(name) + "': expected adaptive or busy");
+}
+
+int PollSpinUs(PollMode mode) {
+  return mode == PollMode::kBusy ? 1'000'000 : transport::Options{}.poll_spin_us;
+}
+
+const char* PollModeName(PollMode mode) {
+  switch (mode) {
+    case PollMode::kAdaptive: return "adaptive";
+    case PollMode::kBusy: return "busy";
+  }
+  return "?";
+}
 
 uint64_t MaxBlockBytes(const ServerOptions& o) { return layout::BlockBytes(o.max_key_bytes, o.max_value_bytes); }
 

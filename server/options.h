@@ -12,12 +12,35 @@
 
 namespace rkv::server {
 
+// How a connection's worker waits for its next request (`--poll`):
+//   kAdaptive: the transport's Poll, which spins while requests keep
+//     coming and sleeps once the connection is idle (docs/design.md,
+//     "Transports"): no CPU when idle, a wake-up after an idle spell.
+//   kBusy: the worker polls without ever sleeping: no wake-up on any
+//     request, one CPU per open connection, also when idle.
+// Both are the transport's Poll: the mode sets its spin bound
+// (transport::Options::poll_spin_us, PollSpinUs below), which the process
+// gives the transport it creates for the server. Busy sets the largest
+// bound, far above the worker's 50 ms Poll timeout: a wait that ends within
+// the bound never shrinks a connection's spin window, so it stays whole and
+// every Poll spins until its timeout.
+enum class PollMode { kAdaptive, kBusy };
+
+// transport::Options::poll_spin_us for `mode`: the transport's default
+// (1000 us) when adaptive, its maximum (1000000 us) when busy.
+int PollSpinUs(PollMode mode);
+
+// "adaptive" | "busy"; INVALID_ARGUMENT otherwise.
+StatusOr<PollMode> ParsePollMode(std::string_view name);
+const char* PollModeName(PollMode mode);
+
 struct ServerOptions {
   std::string listen = "127.0.0.1:7700";  // HOST:PORT; port 0 picks a free one
   std::string data_dir;                   // RocksDB directory (required)
   uint64_t memory_bytes = 256ULL << 20;   // heap region
   uint64_t max_keys = 1ULL << 20;         // the table is sized for this many keys
   Durability durability = Durability::kWal;
+  PollMode poll = PollMode::kAdaptive;
   uint32_t max_value_bytes = 1U << 20;
   uint32_t max_key_bytes = 1024;
   std::string token;                      // the raw token clients must present (its digest)

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "common/layout.h"
+#include "common/transport/transport.h"
 
 namespace rkv::server {
 namespace {
@@ -62,6 +63,24 @@ TEST(OptionsTest, RingMustHoldTwoLargestBlocks) {
   EXPECT_FALSE(ValidateOptions(o).ok());  // default 4 MiB ring is too small
   o.ring_bytes = 2 * MaxBlockBytes(o);
   EXPECT_TRUE(ValidateOptions(o).ok());
+}
+
+TEST(OptionsTest, PollModes) {
+  EXPECT_EQ(ServerOptions{}.poll, PollMode::kAdaptive);
+  EXPECT_EQ(*ParsePollMode("adaptive"), PollMode::kAdaptive);
+  EXPECT_EQ(*ParsePollMode("busy"), PollMode::kBusy);
+  for (const char* bad : {"", "spin", "Busy", "busy "}) {
+    const StatusOr<PollMode> parsed = ParsePollMode(bad);
+    ASSERT_FALSE(parsed.ok()) << bad;
+    EXPECT_EQ(parsed.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(parsed.status().message().find("expected adaptive or busy"), std::string::npos);
+  }
+  EXPECT_STREQ(PollModeName(PollMode::kBusy), "busy");
+  EXPECT_STREQ(PollModeName(PollMode::kAdaptive), "adaptive");
+  // Adaptive is the transport's own default; busy its largest bound, above
+  // the worker's Poll timeout (so a connection's window never shrinks).
+  EXPECT_EQ(PollSpinUs(PollMode::kAdaptive), transport::Options{}.poll_spin_us);
+  EXPECT_EQ(PollSpinUs(PollMode::kBusy), 1'000'000);
 }
 
 TEST(OptionsTest, ParsesByteSizes) {

@@ -1,7 +1,6 @@
 #include "server/server.h"
 
 #include <cstring>
-#include <deque>
 #include <random>
 #include <vector>
 
@@ -28,6 +27,10 @@ using transport::OpType;
 // wr_id tags: receives carry their buffer index, sends kSendTag | index.
 constexpr uint64_t kSendTag = uint64_t{1} << 32;
 constexpr auto kPollTimeout = std::chrono::milliseconds(50);
+// --durability=none: writes queued for the store's background writer
+// (server/store.h) before a PUT waits for room.
+constexpr uint32_t kStoreQueueWrites = 4096;
+constexpr uint64_t kStoreQueueBytes = 32ULL << 20;
 constexpr auto kAcceptTimeout = std::chrono::milliseconds(100);
 
 protocol::RegionDescriptor Describe(const transport::MemoryRegion& mr) {
@@ -77,7 +80,16 @@ StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& options, tr
 }
 
 Status Server::Init() {
-  RKV_ASSIGN_OR_RETURN(store_, Store::Open(options_.data_dir, options_.durability));
+  StoreOptions store_options;
+  store_options.durability = options_.durability;
+  if (options_.durability == Durability::kNone) {
+    // The mode promises a clean shutdown only, so the RocksDB write leaves
+    // the request path: a background writer, drained before any scan of
+    // the store and on close (docs/design.md, "Durability modes").
+    store_options.background_queue = kStoreQueueWrites;
+    store_options.background_queue_bytes = kStoreQueueBytes;
+  }
+  RKV_ASSIGN_OR_RETURN(store_, Store::Open(options_.data_dir, store_options));
   epoch_ = store_->epoch();
 
   RKV_ASSIGN_OR_RETURN(const uint32_t log2, Table::BucketCountLog2ForKeys(options_.max_keys));
@@ -118,7 +130,7 @@ Status Server::Init() {
   address_ = listener_->address();
   LOG(INFO) << "listening on " << address_ << " (epoch " << epoch_ << ", " << (uint64_t{1} << log2)
             << " buckets, " << heap_bytes << "-byte heap, durability " << DurabilityName(options_.durability)
-            << ")";
+            << ", poll " << PollModeName(options_.poll) << ")";
   accept_thread_ = std::thread([this] { AcceptLoop(); });
   return Status::Ok();
 }
@@ -249,8 +261,18 @@ void Server::ServeConnection(Worker* w) {
   const uint32_t credits = options_.request_credits;
   const size_t reply_base = size_t{credits} * protocol::kMaxMessageBytes;
   const std::span<const uint8_t> ring(w->ring.data(), w->ring.size());
-  std::deque<std::pair<uint32_t, uint32_t>> pending;  // (receive buffer, bytes received), in arrival order
+  // Receives not yet applied, in arrival order: a ring of `credits`
+  // entries (each holds a receive buffer, so there are never more), and
+  // the free reply buffers; neither allocates per request.
+  struct Received {
+    uint32_t buf = 0;
+    uint32_t len = 0;
+  };
+  std::vector<Received> pending(credits);
+  size_t pending_head = 0;
+  size_t pending_count = 0;
   std::vector<uint32_t> free_replies;
+  free_replies.reserve(credits);
   for (uint32_t i = 0; i < credits; ++i) free_replies.push_back(i);
   std::vector<Completion> completions(2 * credits);
   Status ended;
@@ -265,8 +287,9 @@ void Server::ServeConnection(Worker* w) {
       const Completion& c = completions[i];
       if (!c.status.ok()) {
         ended = c.status;
-      } else if (c.op == OpType::kRecv && c.wr_id < credits) {
-        pending.emplace_back(static_cast<uint32_t>(c.wr_id), c.byte_len);
+      } else if (c.op == OpType::kRecv && c.wr_id < credits && pending_count < credits) {
+        pending[(pending_head + pending_count) % credits] = Received{static_cast<uint32_t>(c.wr_id), c.byte_len};
+        ++pending_count;
       } else if (c.op == OpType::kSend && (c.wr_id & ~(kSendTag - 1)) == kSendTag &&
                  (c.wr_id & (kSendTag - 1)) < credits) {
         free_replies.push_back(static_cast<uint32_t>(c.wr_id & (kSendTag - 1)));
@@ -276,9 +299,10 @@ void Server::ServeConnection(Worker* w) {
     }
     // Requests are applied in arrival order; one waits only for a free
     // reply buffer (a send completion), never for another connection.
-    while (ended.ok() && !pending.empty() && !free_replies.empty()) {
-      const auto [buf, len] = pending.front();
-      pending.pop_front();
+    while (ended.ok() && pending_count > 0 && !free_replies.empty()) {
+      const auto [buf, len] = pending[pending_head];
+      pending_head = (pending_head + 1) % credits;
+      --pending_count;
       const size_t offset = size_t{buf} * protocol::kMaxMessageBytes;
       const size_t msg_len = std::min<size_t>(len, protocol::kMaxMessageBytes);
       const std::span<const uint8_t> msg(w->messages.data() + offset, msg_len);

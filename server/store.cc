@@ -56,17 +56,6 @@ uint32_t RecordCrc(uint8_t format, uint64_t version, std::string_view key, std::
   return Crc32cExtend(crc, value.data(), value.size());
 }
 
-std::string EncodeStored(std::string_view key, std::string_view value, uint64_t version) {
-  std::string out;
-  out.reserve(kRecordHeaderBytes + value.size());
-  out.push_back(static_cast<char>(kRecordFormat));
-  PutU64(&out, version);
-  const uint32_t crc = RecordCrc(kRecordFormat, version, key, value);
-  for (int i = 0; i < 4; ++i) out.push_back(static_cast<char>(crc >> (8 * i)));
-  out.append(value);
-  return out;
-}
-
 struct Decoded {
   uint64_t version;
   std::string_view value;
@@ -179,6 +168,14 @@ std::string PrintableKey(std::string_view key) {
 Store::Store(std::string dir, const StoreOptions& options) : dir_(std::move(dir)), options_(options) {}
 
 Store::~Store() {
+  if (writer_.joinable()) {
+    {
+      MutexLock lock(queue_mu_);
+      stopping_ = true;
+    }
+    work_cv_.NotifyAll();
+    writer_.join();
+  }
   if (!db_) return;
   if (options_.durability == Durability::kNone) {
     const rocksdb::Status s = db_->Flush(rocksdb::FlushOptions());
@@ -195,6 +192,11 @@ StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& dir, const Store
                            std::to_string(store_options.resume_backoff_initial.count()) + " ms, max " +
                            std::to_string(store_options.resume_backoff_max.count()) +
                            " ms; need 0 < initial <= max");
+  }
+  if (store_options.background_queue > (1U << 20) || store_options.background_queue_bytes == 0) {
+    return InvalidArgument("store background queue: " + std::to_string(store_options.background_queue) +
+                           " writes, " + std::to_string(store_options.background_queue_bytes) +
+                           " bytes; need at most 1048576 writes and more than 0 bytes");
   }
   std::unique_ptr<Store> store(new Store(dir, store_options));
   rocksdb::Options options;
@@ -232,32 +234,47 @@ StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& dir, const Store
   rocksdb::WriteOptions wo;
   wo.sync = true;  // a new epoch must never be handed out twice
   RKV_RETURN_IF_ERROR(FromRocks(raw->Put(wo, ToSlice(kEpochKey), v), "writing the epoch in " + dir));
+  if (store_options.background_queue > 0) {
+    Store* const s = store.get();
+    {
+      MutexLock lock(s->queue_mu_);
+      s->queue_.resize(store_options.background_queue);
+    }
+    s->writer_ = std::thread([s] { s->WriterLoop(); });
+  }
   return store;
 }
 
-Status Store::Write(std::string_view what, std::string_view key, bool put, std::string_view value,
-                    uint64_t version) {
-  rocksdb::WriteBatch batch;
-  std::string dkey;
-  dkey.reserve(1 + key.size());
-  dkey.push_back(kDataPrefix);
+Status Store::AddToBatch(rocksdb::WriteBatch* batch, bool put, std::string_view key, std::string_view value,
+                         uint64_t version, uint64_t hw) {
+  // One buffer per calling thread for the prefixed key, the encoded record
+  // and the mark: WriteBatch copies them.
+  thread_local std::string dkey;
+  thread_local std::string stored;
+  thread_local std::string mark;
+  dkey.assign(1, kDataPrefix);
   dkey.append(key);
-  const uint64_t new_hw = std::max(version_hw_, version);
-  if (put) {
-    RKV_RETURN_IF_ERROR(FromRocks(batch.Put(dkey, ToSlice(EncodeStored(key, value, version))), "batch"));
-    std::string hw;
-    PutU64(&hw, new_hw);
-    RKV_RETURN_IF_ERROR(FromRocks(batch.Put(ToSlice(kVersionKey), hw), "batch"));
-  } else {
-    RKV_RETURN_IF_ERROR(FromRocks(batch.Delete(dkey), "batch"));
-  }
+  if (!put) return FromRocks(batch->Delete(dkey), "batch");
+  stored.clear();
+  stored.push_back(static_cast<char>(kRecordFormat));
+  PutU64(&stored, version);
+  const uint32_t crc = RecordCrc(kRecordFormat, version, key, value);
+  for (int i = 0; i < 4; ++i) stored.push_back(static_cast<char>(crc >> (8 * i)));
+  stored.append(value);
+  RKV_RETURN_IF_ERROR(FromRocks(batch->Put(dkey, stored), "batch"));
+  mark.clear();
+  PutU64(&mark, hw);
+  return FromRocks(batch->Put(ToSlice(kVersionKey), mark), "batch");
+}
+
+Status Store::Commit(rocksdb::WriteBatch* batch, const std::function<std::string()>& describe) {
   if (error_) RKV_RETURN_IF_ERROR(Recover());
   rocksdb::WriteOptions wo;
   wo.disableWAL = options_.durability == Durability::kNone;
   wo.sync = options_.durability == Durability::kSync;
-  const Status s =
-      FromRocks(db_->Write(wo, &batch), "rocksdb " + std::string(what) + " of key '" + PrintableKey(key) + "'");
-  if (!s.ok()) {
+  const rocksdb::Status written = db_->Write(wo, batch);
+  if (!written.ok()) {
+    const Status s = FromRocks(written, describe());
     EnterErrorState(s);
     return s;
   }
@@ -266,8 +283,159 @@ Status Store::Write(std::string_view what, std::string_view key, bool put, std::
               << " writes refused since: " << error_->status << ")";
     error_.reset();
   }
+  return Status::Ok();
+}
+
+Status Store::Write(std::string_view what, std::string_view key, bool put, std::string_view value,
+                    uint64_t version) {
+  const uint64_t new_hw = std::max(version_hw_, version);
+  if (background()) {
+    RKV_RETURN_IF_ERROR(Enqueue(put, key, value, version, new_hw));
+    version_hw_ = new_hw;
+    return Status::Ok();
+  }
+  thread_local rocksdb::WriteBatch batch;
+  batch.Clear();
+  RKV_RETURN_IF_ERROR(AddToBatch(&batch, put, key, value, version, new_hw));
+  RKV_RETURN_IF_ERROR(
+      Commit(&batch, [&] { return "rocksdb " + std::string(what) + " of key '" + PrintableKey(key) + "'"; }));
   version_hw_ = new_hw;
   return Status::Ok();
+}
+
+Status Store::Enqueue(bool put, std::string_view key, std::string_view value, uint64_t version, uint64_t hw) {
+  const size_t capacity = options_.background_queue;
+  const uint64_t bytes = key.size() + value.size();
+  MutexLock lock(queue_mu_);
+  const auto has_room = [&] {
+    queue_mu_.AssertHeld();
+    return queue_error_.has_value() ||
+           (queue_size_ < capacity && (queue_size_ == 0 || queue_bytes_ + bytes <= options_.background_queue_bytes));
+  };
+  if (!has_room()) {
+    // Back-pressure: the writer is woken at once rather than at its tick.
+    writer_parked_ = false;
+    work_cv_.NotifyOne();
+    progress_cv_.Wait(queue_mu_, has_room);
+  }
+  if (queue_error_) {
+    return Status(queue_error_->code(), "writes are refused until the store recovers from: " +
+                                            queue_error_->message());
+  }
+  QueuedWrite& w = queue_[(queue_head_ + queue_size_) % capacity];
+  w.put = put;
+  w.key.assign(key);
+  w.value.assign(value);
+  w.version = version;
+  w.hw = hw;
+  ++queue_size_;
+  queue_bytes_ += bytes;
+  if (writer_parked_) {
+    writer_parked_ = false;
+    work_cv_.NotifyOne();
+  }
+  return Status::Ok();
+}
+
+void Store::WriterLoop() {
+  // The writer looks at the queue every tick while writes come, and parks
+  // (waits for a producer's wake-up) after kIdleTicks empty looks.
+  constexpr auto kWriterTick = std::chrono::milliseconds(1);
+  constexpr int kIdleTicks = 100;
+  // Writes larger than this do not keep their slot's buffer once written.
+  constexpr size_t kKeptCapacity = 64 << 10;
+  const size_t capacity = options_.background_queue;
+  rocksdb::WriteBatch batch;
+  int idle = 0;
+  bool last_attempt = false;
+  for (;;) {
+    size_t head = 0;
+    size_t n = 0;
+    QueuedWrite* slots = nullptr;
+    {
+      MutexLock lock(queue_mu_);
+      while (queue_size_ == 0 && !stopping_) {
+        if (writer_parked_) {
+          work_cv_.Wait(queue_mu_);
+        } else if (!work_cv_.WaitUntil(queue_mu_, std::chrono::steady_clock::now() + kWriterTick) &&
+                   queue_size_ == 0 && ++idle >= kIdleTicks) {
+          writer_parked_ = true;
+        }
+      }
+      if (queue_size_ == 0) return;  // stopping, everything written
+      idle = 0;
+      head = queue_head_;
+      n = queue_size_;
+      slots = queue_.data();
+      if (stopping_ && queue_error_) {
+        if (last_attempt) {
+          LOG(ERROR) << "store in " << dir_ << " is closing with " << n
+                     << " acknowledged writes it could not write: they are lost (" << *queue_error_ << ")";
+          queue_size_ = 0;
+          queue_bytes_ = 0;
+          progress_cv_.NotifyAll();
+          return;
+        }
+        last_attempt = true;
+        if (error_) error_->next_recovery = std::chrono::steady_clock::now();
+      }
+    }
+    // Slots [head, head + n) are the writer's until it advances the head.
+    batch.Clear();
+    Status s;
+    uint64_t bytes = 0;
+    for (size_t i = 0; i < n && s.ok(); ++i) {
+      const QueuedWrite& w = slots[(head + i) % capacity];
+      bytes += w.key.size() + w.value.size();
+      s = AddToBatch(&batch, w.put, w.key, w.value, w.version, w.hw);
+    }
+    if (s.ok()) s = Commit(&batch, [n] { return "rocksdb write of " + std::to_string(n) + " queued writes"; });
+    if (s.ok()) {
+      for (size_t i = 0; i < n; ++i) {
+        QueuedWrite& w = slots[(head + i) % capacity];
+        if (w.value.capacity() > kKeptCapacity) std::string().swap(w.value);
+      }
+    }
+    MutexLock lock(queue_mu_);
+    if (s.ok()) {
+      queue_head_ = (head + n) % capacity;
+      queue_size_ -= n;
+      queue_bytes_ -= bytes;
+      if (queue_error_) queue_error_.reset();
+      progress_cv_.NotifyAll();
+      continue;
+    }
+    // The error state: refuse new writes with the error that started it,
+    // retry these once the backoff allows.
+    queue_error_ = error_ ? error_->status : s;
+    progress_cv_.NotifyAll();
+    const auto retry = error_ ? error_->next_recovery : std::chrono::steady_clock::now() + kWriterTick;
+    work_cv_.WaitUntil(queue_mu_, retry, [&] {
+      queue_mu_.AssertHeld();
+      return stopping_;
+    });
+  }
+}
+
+bool Store::in_error_state() const {
+  if (!background()) return error_.has_value();
+  MutexLock lock(queue_mu_);
+  return queue_error_.has_value();
+}
+
+Status Store::Flush() const {
+  if (!background()) return Status::Ok();
+  MutexLock lock(queue_mu_);
+  if (queue_size_ == 0) return Status::Ok();
+  writer_parked_ = false;
+  work_cv_.NotifyOne();
+  progress_cv_.Wait(queue_mu_, [&] {
+    queue_mu_.AssertHeld();
+    return queue_size_ == 0 || queue_error_.has_value();
+  });
+  if (queue_size_ == 0) return Status::Ok();
+  return Status(queue_error_->code(), "queued writes cannot be written until the store recovers from: " +
+                                          queue_error_->message());
 }
 
 void Store::EnterErrorState(const Status& failed) {
@@ -333,7 +501,9 @@ Status Store::Reopen() {
   // A write reported as failed may still have reached the WAL whole (a
   // failed sync): keep versions above anything the store now holds.
   RKV_ASSIGN_OR_RETURN(const uint64_t hw, ReadMeta(raw, kVersionKey, dir_));
-  version_hw_ = std::max(version_hw_, hw);
+  // With background writes (this runs on the writer) the mark in memory
+  // was advanced when each write was queued, so it is above `hw` already.
+  if (!background()) version_hw_ = std::max(version_hw_, hw);
   if (!error_->reopened) {
     LOG(WARNING) << "reopened RocksDB in " << dir_ << " to recover: its WAL failed while the memtable was empty";
     error_->reopened = true;
@@ -355,6 +525,7 @@ Status Store::Delete(std::string_view key) {
 }
 
 StatusOr<std::optional<Store::Value>> Store::Get(std::string_view key) const {
+  RKV_RETURN_IF_ERROR(Flush());
   if (!db_) return Unavailable("store in " + dir_ + " is being reopened: " + error_->status.message());
   std::string dkey(1, kDataPrefix);
   dkey.append(key);
@@ -367,6 +538,7 @@ StatusOr<std::optional<Store::Value>> Store::Get(std::string_view key) const {
 }
 
 Status Store::Scan(const ScanFn& fn) const {
+  RKV_RETURN_IF_ERROR(Flush());
   if (!db_) return Unavailable("store in " + dir_ + " is being reopened: " + error_->status.message());
   rocksdb::ReadOptions ro;
   ro.verify_checksums = true;

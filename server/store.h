@@ -38,13 +38,30 @@
 // and the WAL until a flush makes it durable in SST files. Reads (Get, Scan)
 // are never refused by the error state.
 //
+// Background writes (StoreOptions::background_queue > 0; the server uses
+// them with kNone, docs/design.md "Durability modes"): Put and Delete check
+// their arguments, advance the version high-water mark in memory, copy the
+// write into a bounded queue and return OK; one writer thread owned by the
+// Store writes the queue to RocksDB in order, every write queued meanwhile
+// in one WriteBatch, durable per the durability. Put or Delete waits for
+// room while the queue holds background_queue writes or
+// background_queue_bytes of keys and values (back-pressure). A failed
+// background write enters the error state described above: the writes stay
+// queued, in order, and the writer retries them after the backoff, while
+// every Put and Delete is refused at once with the error; nothing queued is
+// dropped or reordered. Flush() waits until the queue is written; Get and
+// Scan flush first and return the error when it cannot be written (a read
+// sees every write that returned OK). The destructor writes what is queued
+// (in the error state after one last recovery attempt; what still fails is
+// logged as lost) before it flushes the memtables and closes.
+//
 // Everything read back is validated: a malformed stored record or meta
 // value is DATA_LOSS naming the key, and the server refuses to start rather
 // than serve wrong data.
 //
-// Thread safety: not thread-safe. Put, Delete, NextVersion and Get are
-// called under one external lock (the apply mutex); Scan before writes
-// start (the rebuild). Recovery may close and reopen the database inside a
+// Thread safety: not thread-safe. Put, Delete, NextVersion, Get, Scan and
+// Flush are called under one external lock (the apply mutex), or before
+// writes start (the rebuild's Scan). The background writer is internal. Recovery may close and reopen the database inside a
 // Put or Delete; Get and Scan are UNAVAILABLE while a reopen has failed.
 #pragma once
 
@@ -55,7 +72,10 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <thread>
+#include <vector>
 
+#include "common/mutex.h"
 #include "common/status.h"
 
 namespace rocksdb {
@@ -64,6 +84,7 @@ class Env;
 class EventListener;
 class FileSystem;
 struct Options;
+class WriteBatch;
 }
 
 namespace rkv::server {
@@ -83,6 +104,12 @@ struct StoreOptions {
   // The file system RocksDB uses; null is the operating system's. Tests
   // inject faults through a rocksdb::FileSystemWrapper.
   std::shared_ptr<rocksdb::FileSystem> file_system;
+  // Background writes (see above): at most this many queued writes; 0
+  // writes RocksDB inside Put and Delete. At most 1 << 20.
+  uint32_t background_queue = 0;
+  // ... and at most this many bytes of queued keys and values (a single
+  // larger write is queued alone). Above 0.
+  uint64_t background_queue_bytes = 16ULL << 20;
 };
 
 class Store {
@@ -104,7 +131,7 @@ class Store {
     return Open(dir, options);
   }
 
-  ~Store();  // flushes (for kNone) and closes the database
+  ~Store();  // writes the queue, flushes (for kNone) and closes the database
   Store(const Store&) = delete;
   Store& operator=(const Store&) = delete;
 
@@ -129,7 +156,11 @@ class Store {
   StatusOr<std::optional<Value>> Get(std::string_view key) const;
 
   // Whether writes are refused until a DB::Resume() succeeds.
-  bool in_error_state() const { return error_.has_value(); }
+  bool in_error_state() const;
+
+  // Background writes: waits until every queued write is in RocksDB; the
+  // error-state status when they cannot be written now. Without them: OK.
+  Status Flush() const;
 
   // Calls `fn` for every stored record in key order; stops at the first
   // non-OK status from `fn` and returns it. DATA_LOSS (naming the key) for a
@@ -140,6 +171,17 @@ class Store {
  private:
   Store(std::string dir, const StoreOptions& options);
   Status Write(std::string_view what, std::string_view key, bool put, std::string_view value, uint64_t version);
+  bool background() const { return options_.background_queue > 0; }
+  // Adds one write (a put carries the new high-water mark `hw`) to `batch`.
+  static Status AddToBatch(rocksdb::WriteBatch* batch, bool put, std::string_view key, std::string_view value,
+                           uint64_t version, uint64_t hw);
+  // Writes `batch` durable per the durability, through the error state;
+  // `describe` names the write in an error (called only on one).
+  Status Commit(rocksdb::WriteBatch* batch, const std::function<std::string()>& describe);
+  // Background writes: queues one write, waiting for room.
+  Status Enqueue(bool put, std::string_view key, std::string_view value, uint64_t version, uint64_t hw);
+  // The writer thread's loop; returns once stopping with the queue empty.
+  void WriterLoop();
   // Enters the error state after a failed write, or backs off further.
   void EnterErrorState(const Status& failed);
   void Backoff(std::chrono::steady_clock::time_point now);
@@ -168,6 +210,33 @@ class Store {
   std::optional<ErrorState> error_;
   uint64_t epoch_ = 0;
   uint64_t version_hw_ = 0;
+
+  // Background writes. The queue is a ring of background_queue slots whose
+  // strings keep their capacity (no allocation per write once warm).
+  // Invariants: the writer reads only slots [queue_head_, queue_head_ +
+  // queue_size_), which stay counted until written; producers fill only the
+  // slot after them. queue_error_ is set while the head cannot be written.
+  struct QueuedWrite {
+    bool put = false;
+    std::string key;
+    std::string value;
+    uint64_t version = 0;
+    uint64_t hw = 0;
+  };
+  mutable Mutex queue_mu_;
+  mutable CondVar work_cv_;      // the writer: work to do, or stopping
+  mutable CondVar progress_cv_;  // producers and Flush: room, drained, or an error
+  std::vector<QueuedWrite> queue_ GUARDED_BY(queue_mu_);
+  size_t queue_head_ GUARDED_BY(queue_mu_) = 0;
+  size_t queue_size_ GUARDED_BY(queue_mu_) = 0;
+  uint64_t queue_bytes_ GUARDED_BY(queue_mu_) = 0;
+  std::optional<Status> queue_error_ GUARDED_BY(queue_mu_);
+  // The writer waits without a timeout (producers then wake it) only after
+  // it found the queue empty for a while; while writes keep coming it
+  // looks every kWriterTick, so a write costs its producer no wake-up.
+  mutable bool writer_parked_ GUARDED_BY(queue_mu_) = false;
+  bool stopping_ GUARDED_BY(queue_mu_) = false;
+  std::thread writer_;
 };
 
 // Printable form of a binary key for messages: printable ASCII as is,

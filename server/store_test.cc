@@ -382,5 +382,231 @@ INSTANTIATE_TEST_SUITE_P(
              (std::get<1>(info.param) == FullKind::kWalOnly ? "WalOnly" : "WalAndSst");
     });
 
+
+// ---- Background writes (StoreOptions::background_queue) ----
+
+// A file system whose WAL appends wait while the gate is closed: the
+// background writer stops inside its RocksDB write.
+class GatedWalFileSystem : public rocksdb::FileSystemWrapper {
+ public:
+  GatedWalFileSystem() : FileSystemWrapper(rocksdb::FileSystem::Default()) {}
+  const char* Name() const override { return "GatedWalFileSystem"; }
+
+  std::atomic<bool> closed{false};
+  std::atomic<uint64_t> waiting{0};  // appends held at the gate
+
+  rocksdb::IOStatus NewWritableFile(const std::string& name, const rocksdb::FileOptions& options,
+                                    std::unique_ptr<rocksdb::FSWritableFile>* result,
+                                    rocksdb::IODebugContext* dbg) override {
+    rocksdb::IOStatus s = target()->NewWritableFile(name, options, result, dbg);
+    if (s.ok() && name.size() > 4 && name.compare(name.size() - 4, 4, ".log") == 0) {
+      *result = std::make_unique<File>(std::move(*result), this);
+    }
+    return s;
+  }
+
+ private:
+  class File : public rocksdb::FSWritableFileOwnerWrapper {
+   public:
+    File(std::unique_ptr<rocksdb::FSWritableFile> file, GatedWalFileSystem* fs)
+        : FSWritableFileOwnerWrapper(std::move(file)), fs_(fs) {}
+    rocksdb::IOStatus Append(const rocksdb::Slice& data, const rocksdb::IOOptions& options,
+                             rocksdb::IODebugContext* dbg) override {
+      Pass();
+      return target()->Append(data, options, dbg);
+    }
+    rocksdb::IOStatus Append(const rocksdb::Slice& data, const rocksdb::IOOptions& options,
+                             const rocksdb::DataVerificationInfo& info, rocksdb::IODebugContext* dbg) override {
+      Pass();
+      return target()->Append(data, options, info, dbg);
+    }
+
+   private:
+    void Pass() {
+      if (!fs_->closed.load()) return;
+      fs_->waiting.fetch_add(1);
+      while (fs_->closed.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      fs_->waiting.fetch_sub(1);
+    }
+    GatedWalFileSystem* fs_;
+  };
+};
+
+// Waits (bounded only against a hang) until `done` holds.
+template <typename Pred>
+bool Eventually(Pred done) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (!done()) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return true;
+}
+
+class StoreBackgroundTest : public StoreTest {
+ protected:
+  std::unique_ptr<Store> OpenBackground(StoreOptions options) {
+    auto s = Store::Open(dir_.string(), options);
+    EXPECT_TRUE(s.ok()) << s.status();
+    return s.ok() ? std::move(s).value() : nullptr;
+  }
+};
+
+TEST_F(StoreBackgroundTest, BadQueueLimitsAreRefused) {
+  StoreOptions o;
+  o.background_queue = (1U << 20) + 1;
+  EXPECT_EQ(Store::Open(dir_.string(), o).status().code(), StatusCode::kInvalidArgument);
+  o.background_queue = 8;
+  o.background_queue_bytes = 0;
+  EXPECT_EQ(Store::Open(dir_.string(), o).status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST_F(StoreBackgroundTest, WritesLandInTheOrderTheyWereMade) {
+  StoreOptions o;
+  o.durability = Durability::kNone;
+  o.background_queue = 4;  // far fewer than the writes: the queue wraps and fills
+  auto store = OpenBackground(o);
+  ASSERT_NE(store, nullptr);
+  std::map<std::string, std::pair<uint64_t, std::string>> expected;
+  for (int i = 0; i < 500; ++i) {
+    const std::string key = "k" + std::to_string(i % 7);
+    if (i % 5 == 4) {
+      ASSERT_TRUE(store->Delete(key).ok());
+      expected.erase(key);
+    } else {
+      const uint64_t version = store->NextVersion();
+      const std::string value(static_cast<size_t>(i % 300), static_cast<char>('a' + i % 26));
+      ASSERT_TRUE(store->Put(key, value, version).ok());
+      expected[key] = {version, value};
+    }
+  }
+  // The mark moves when a write is queued, not when it is written.
+  EXPECT_EQ(store->version_high_water(), 400u);
+  // Reads see every write that returned OK.
+  EXPECT_EQ(ScanAll(*store), expected);
+  auto k1 = store->Get("k1");
+  ASSERT_TRUE(k1.ok());
+  EXPECT_EQ(k1->has_value(), expected.count("k1") == 1);
+  EXPECT_TRUE(store->Flush().ok());
+}
+
+TEST_F(StoreBackgroundTest, CleanCloseWritesEverythingQueued) {
+  StoreOptions o;
+  o.durability = Durability::kNone;
+  o.background_queue = 1024;
+  std::map<std::string, std::pair<uint64_t, std::string>> expected;
+  uint64_t hw = 0;
+  {
+    auto store = OpenBackground(o);
+    ASSERT_NE(store, nullptr);
+    for (int i = 0; i < 1000; ++i) {
+      const std::string key = "key" + std::to_string(i);
+      const uint64_t version = store->NextVersion();
+      ASSERT_TRUE(store->Put(key, "value " + key, version).ok());
+      expected[key] = {version, "value " + key};
+    }
+    ASSERT_TRUE(store->Delete("key7").ok());
+    expected.erase("key7");
+    hw = store->version_high_water();
+    // Closed at once: whatever is still queued is written by the close.
+  }
+  auto reopened = MustOpen(Durability::kNone);
+  ASSERT_NE(reopened, nullptr);
+  EXPECT_EQ(reopened->version_high_water(), hw);
+  EXPECT_EQ(ScanAll(*reopened), expected);
+}
+
+TEST_F(StoreBackgroundTest, FullQueueHoldsTheWriterBack) {
+  auto fs = std::make_shared<GatedWalFileSystem>();
+  StoreOptions o;
+  o.durability = Durability::kWal;  // the gate is on the WAL
+  o.background_queue = 2;
+  o.file_system = fs;
+  auto store = OpenBackground(o);
+  ASSERT_NE(store, nullptr);
+  fs->closed = true;
+  ASSERT_TRUE(store->Put("a", "1", store->NextVersion()).ok());
+  // The writer is now held inside its write of "a" (alone, or with "b").
+  ASSERT_TRUE(Eventually([&] { return fs->waiting.load() > 0; }));
+  ASSERT_TRUE(store->Put("b", "2", store->NextVersion()).ok());
+  // Two writes are queued (one being written counts until it is): the
+  // third waits for room while the writer cannot make progress.
+  std::atomic<bool> third_returned{false};
+  Status third;
+  std::thread t([&] {
+    third = store->Put("c", "3", 3);
+    third_returned = true;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_FALSE(third_returned.load()) << "a write was queued beyond background_queue";
+  fs->closed = false;
+  t.join();
+  EXPECT_TRUE(third.ok()) << third;
+  const auto all = ScanAll(*store);
+  ASSERT_EQ(all.size(), 3u);
+  EXPECT_EQ(all.at("c").second, "3");
+}
+
+TEST_F(StoreBackgroundTest, FailedWritesAreRefusedRetriedAndNeverLost) {
+  auto fs = std::make_shared<FullDiskFileSystem>();
+  StoreOptions o;
+  o.durability = Durability::kWal;  // the injected fault is on the WAL
+  o.background_queue = 64;
+  o.resume_backoff_initial = std::chrono::milliseconds(1);
+  o.resume_backoff_max = std::chrono::milliseconds(4);
+  o.file_system = fs;
+  auto store = OpenBackground(o);
+  ASSERT_NE(store, nullptr);
+  ASSERT_TRUE(store->Put("before", "x", store->NextVersion()).ok());
+  ASSERT_TRUE(store->Flush().ok());
+
+  fs->wal_full = true;
+  // Queued: OK now; its failure shows at the next Flush and refuses later
+  // writes until the store recovers.
+  ASSERT_TRUE(store->Put("queued", "y", store->NextVersion()).ok());
+  Status flushed = store->Flush();
+  EXPECT_EQ(flushed.code(), StatusCode::kResourceExhausted) << flushed;
+  EXPECT_TRUE(store->in_error_state());
+  EXPECT_EQ(store->Put("refused", "z", store->NextVersion()).code(), StatusCode::kResourceExhausted);
+  EXPECT_EQ(store->Delete("before").code(), StatusCode::kResourceExhausted);
+  // A read cannot see the queued write, so it is refused rather than wrong.
+  EXPECT_EQ(store->Get("queued").status().code(), StatusCode::kResourceExhausted);
+
+  fs->wal_full = false;
+  ASSERT_TRUE(Eventually([&] { return store->Flush().ok(); }));
+  EXPECT_FALSE(store->in_error_state());
+  auto queued = store->Get("queued");
+  ASSERT_TRUE(queued.ok() && queued->has_value()) << queued.status();
+  EXPECT_EQ((*queued)->value, "y");
+  EXPECT_FALSE(store->Get("refused")->has_value());
+  ASSERT_TRUE(store->Put("after", "w", store->NextVersion()).ok());
+  EXPECT_EQ(ScanAll(*store).size(), 3u);
+}
+
+TEST_F(StoreBackgroundTest, CloseGivesUpOnWritesThatStillFail) {
+  auto fs = std::make_shared<FullDiskFileSystem>();
+  StoreOptions o;
+  o.durability = Durability::kWal;
+  o.background_queue = 8;
+  o.resume_backoff_initial = std::chrono::milliseconds(1);
+  o.resume_backoff_max = std::chrono::milliseconds(4);
+  o.file_system = fs;
+  {
+    auto store = OpenBackground(o);
+    ASSERT_NE(store, nullptr);
+    ASSERT_TRUE(store->Put("kept", "x", store->NextVersion()).ok());
+    ASSERT_TRUE(store->Flush().ok());
+    fs->wal_full = true;
+    fs->sst_full = true;
+    ASSERT_TRUE(store->Put("lost", "y", store->NextVersion()).ok());
+    // The close must return (logging the loss), not wait for free space.
+  }
+  auto reopened = MustOpen();
+  ASSERT_NE(reopened, nullptr);
+  const auto all = ScanAll(*reopened);
+  EXPECT_EQ(all.count("kept"), 1u);
+  EXPECT_EQ(all.count("lost"), 0u);
+}
+
 }  // namespace
 }  // namespace rkv::server

@@ -237,9 +237,12 @@ struct Options {
   // it needs and clamps them to device limits.
   uint32_t max_send_wr = kDefaultMaxSendWr;
   uint32_t max_recv_wr = 256;
-  // verbs only: the longest a Connection's Poll busy-polls its completion
-  // queues (no system call) before it arms them and sleeps on the
-  // completion channel, in microseconds; 0 never spins, at most 1000000.
+  // The longest a Connection's Poll busy-polls (no system call) before it
+  // sleeps, in microseconds; 0 never spins, at most 1000000. verbs polls
+  // its completion queues, then sleeps on the completion channel; tcp
+  // watches for its reader thread's completions, then sleeps on a
+  // condition variable (the spin saves the reader's wake-up of the
+  // poller).
   // Each connection adapts below this limit: it keeps spinning while its
   // completions arrive within the limit, and spins less (down to not at
   // all) after waits that outlast it, so an idle connection costs no CPU.

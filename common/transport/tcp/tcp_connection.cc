@@ -33,6 +33,8 @@ TcpConnection::TcpConnection(std::shared_ptr<Registry> registry, const Options& 
       idle_timeout_(established ? std::chrono::milliseconds(0) : std::max(options.idle_timeout, {})),
       frame_timeout_(established ? std::chrono::milliseconds(0) : std::max(options.frame_timeout, {})),
       state_(established ? State::kActive : State::kPending),
+      max_spin_(std::clamp(options.poll_spin_us, 0, kMaxPollSpinUs)),
+      spin_window_us_(max_spin_.count()),
       rx_(std::move(rx)) {}
 
 TcpConnection::~TcpConnection() {
@@ -225,7 +227,7 @@ Status TcpConnection::PostRecv(LocalBuf buf, uint64_t wr_id) {
       } else {
         if (!msg.empty()) std::memcpy(dst, msg.data(), msg.size());
         completions_.push_back(Completion{wr_id, OpType::kRecv, Status::Ok(), static_cast<uint32_t>(msg.size())});
-        cv_.NotifyAll();
+        NotifyPollersLocked();
       }
     } else {
       if (recv_queue_.size() >= max_recv_wr_) {
@@ -238,14 +240,38 @@ Status TcpConnection::PostRecv(LocalBuf buf, uint64_t wr_id) {
   return Status::Ok();
 }
 
+void TcpConnection::NotifyPollersLocked() {
+  ready_.store(!completions_.empty() || failed_, std::memory_order_release);
+  cv_.NotifyAll();
+}
+
 StatusOr<size_t> TcpConnection::Poll(std::span<Completion> out, std::chrono::microseconds timeout) {
+  const auto window = std::chrono::microseconds(spin_window_us_.load(std::memory_order_relaxed));
+  const bool may_spin = !out.empty() && timeout.count() > 0 && window.count() > 0;
+  Clock::time_point start{};
+  if (may_spin && !ready_.load(std::memory_order_acquire)) {
+    // Spin first: a completion that comes within the window is taken
+    // without the reader having to wake this thread.
+    start = Clock::now();
+    const Clock::time_point until = start + std::min(timeout, window);
+    for (uint32_t rounds = 1; !ready_.load(std::memory_order_acquire); ++rounds) {
+      if (rounds % kSpinRoundsPerCheck != 0) continue;
+      if (Clock::now() >= until) break;
+      // Lets another runnable thread on this CPU go first (the peer, or
+      // this connection's own reader).
+      std::this_thread::yield();
+    }
+  }
   MutexLock lock(mu_);
   if (out.empty()) return failed_ && completions_.empty() ? StatusOr<size_t>(error_) : StatusOr<size_t>(0);
+  bool slept = false;
   if (completions_.empty() && !failed_) {
     // The reader pushes completions under mu_ and then notifies: waking
     // here with the lock held sees everything it copied (READ data,
     // received messages, remote WRITEs that preceded a SEND).
+    if (start == Clock::time_point{}) start = Clock::now();
     const Clock::time_point deadline = DeadlineAfter(timeout);
+    slept = true;
     while (completions_.empty() && !failed_) {
       if (!cv_.WaitUntil(mu_, deadline)) break;
     }
@@ -254,6 +280,22 @@ StatusOr<size_t> TcpConnection::Poll(std::span<Completion> out, std::chrono::mic
   while (n < out.size() && !completions_.empty()) {
     out[n++] = std::move(completions_.front());
     completions_.pop_front();
+  }
+  ready_.store(!completions_.empty() || failed_, std::memory_order_release);
+  if (slept && max_spin_.count() > 0) {
+    // Adapt the window to a wait that outlasted it (nothing to learn from
+    // one that ended within it, or from a timeout no longer than any spin).
+    const auto waited = std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - start);
+    int64_t w = spin_window_us_.load(std::memory_order_relaxed);
+    if (waited.count() > w && (n > 0 || timeout > max_spin_)) {
+      if (waited <= max_spin_) {
+        w = std::min<int64_t>(max_spin_.count(), std::max<int64_t>(2 * w, kMinSpinWindowUs));
+      } else {
+        w /= 2;
+        if (w < kMinSpinWindowUs) w = 0;
+      }
+      spin_window_us_.store(w, std::memory_order_relaxed);
+    }
   }
   if (n == 0 && failed_ && completions_.empty()) return error_;
   return n;
@@ -297,7 +339,7 @@ void TcpConnection::FailLocked(const std::string& why) {
   recv_queue_.clear();
   unmatched_sends_.clear();
   unmatched_bytes_ = 0;
-  cv_.NotifyAll();
+  NotifyPollersLocked();
 }
 
 void TcpConnection::Fail(const std::string& why) {

@@ -57,6 +57,8 @@
 
 #include <atomic>
 #include <chrono>
+#include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
@@ -129,6 +131,11 @@ class TcpConnection final : public Connection {
   // for the peer to read them, and resumes below the low-water mark.
   static constexpr size_t kOutHighWater = kMaxQueuedResponseBytes;
   static constexpr size_t kOutLowWater = kMaxQueuedResponseBytes / 4;
+  // Adaptive polling bounds (see ready_): the largest max_spin_, the
+  // smallest non-zero window, and how many spins go between clock reads.
+  static constexpr int kMaxPollSpinUs = 1'000'000;
+  static constexpr int64_t kMinSpinWindowUs = 10;
+  static constexpr uint32_t kSpinRoundsPerCheck = 8;
   // A READ response is copied into out_ at most this much at a time.
   static constexpr uint32_t kReadChunkBytes = 1 << 20;
   static_assert(kReadChunkBytes <= kOutHighWater);
@@ -263,6 +270,20 @@ class TcpConnection final : public Connection {
   uint32_t largest_recv_ GUARDED_BY(mu_) = 0;  // longest receive buffer ever posted
   std::deque<Completion> completions_ GUARDED_BY(mu_);
   bool failed_ GUARDED_BY(mu_) = false;
+  // Adaptive polling (Options::poll_spin_us, as on verbs): before it sleeps
+  // on cv_, Poll spins up to spin_window_ on ready_, which mirrors
+  // "completions_ non-empty or failed_" (stored under mu_ with release by
+  // NotifyPollersLocked and Poll; read without the lock, acquire). The
+  // window adapts like verbs' (kMinSpinWindow..max_spin_): a wait that
+  // ended within max_spin_ after the window doubles it, one that outlasted
+  // max_spin_ halves it, so an idle connection stops spinning. Spinning
+  // only saves the reader's wake-up of the poller; what Poll returns is
+  // always taken under mu_.
+  std::atomic<bool> ready_{false};
+  const std::chrono::microseconds max_spin_;
+  std::atomic<int64_t> spin_window_us_;  // touched by the polling thread only; atomic for Poll from several
+  // Stores ready_ and wakes threads sleeping in Poll.
+  void NotifyPollersLocked() REQUIRES(mu_);
   Status error_ GUARDED_BY(mu_);
   uint64_t next_seq_ GUARDED_BY(mu_) = 1;
 

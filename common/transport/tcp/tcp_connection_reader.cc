@@ -309,7 +309,7 @@ Status TcpConnection::ServeSend(const FrameHeader& h, const uint8_t* payload) {
       } else {
         if (h.payload_len > 0) std::memcpy(wr.buf, payload, h.payload_len);
         completions_.push_back(Completion{wr.wr_id, OpType::kRecv, Status::Ok(), h.payload_len});
-        cv_.NotifyAll();
+        NotifyPollersLocked();
       }
     }
   }
@@ -355,7 +355,7 @@ Status TcpConnection::HandleResponse(const FrameHeader& h, const uint8_t* payloa
     send_queue_.pop_front();
     if (wr.signaled) {
       completions_.push_back(Completion{wr.wr_id, wr.op, Status::Ok(), wr.length});
-      cv_.NotifyAll();
+      NotifyPollersLocked();
     }
     return Status::Ok();
   }

@@ -179,6 +179,9 @@ class TcpTransport final : public Transport {
 }  // namespace tcp
 
 StatusOr<std::unique_ptr<Transport>> CreateTcpTransport(const Options& options) {
+  if (options.poll_spin_us < 0 || options.poll_spin_us > 1'000'000) {
+    return InvalidArgument("poll_spin_us " + std::to_string(options.poll_spin_us) + " is outside [0, 1000000]");
+  }
   return std::unique_ptr<Transport>(std::make_unique<tcp::TcpTransport>(options));
 }
 

@@ -171,6 +171,22 @@ class TcpTransportTest : public ::testing::Test {
   std::unique_ptr<Listener> listener_;
 };
 
+TEST(TcpTransportOptionsTest, PollSpinBoundIsValidated) {
+  for (const int spin : {-1, 1'000'001}) {
+    Options o;
+    o.poll_spin_us = spin;
+    const StatusOr<std::unique_ptr<Transport>> t = CreateTcpTransport(o);
+    ASSERT_FALSE(t.ok()) << spin;
+    EXPECT_EQ(t.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(t.status().message().find("poll_spin_us"), std::string::npos) << t.status();
+  }
+  for (const int spin : {0, 1000, 1'000'000}) {
+    Options o;
+    o.poll_spin_us = spin;
+    EXPECT_TRUE(CreateTcpTransport(o).ok()) << spin;
+  }
+}
+
 TEST_F(TcpTransportTest, RegisterWantsLocalWriteWithRemoteWriteAndGivesNonzeroKeys) {
   std::vector<uint8_t> mem(4096);
   StatusOr<std::unique_ptr<MemoryRegion>> a = server_->Register(mem.data(), 1024, kRemoteRead);
