@@ -12,12 +12,15 @@
 #      under /tmp, durability $RKV_BENCH_DURABILITY (default none: the
 #      figures compare the data path with the raw device, not RocksDB under
 #      emulation);
-#   2. rkv-ycsb, one client thread: get and put with 1024- and 64-byte values,
-#      then get with $RKV_BENCH_THREADS threads (default 2) for throughput;
+#   2. rkv-ycsb, one client thread: cold get (location cache off) and put
+#      with 1024- and 64-byte values, then cold get with $RKV_BENCH_THREADS
+#      threads (default 2) for throughput, then MultiGets of 16 cached keys
+#      (--batch=16 --warm_reads) against ib_read_bw's message rate;
 #      then rkv-read-lat: single READs of 1024 and 64 bytes through rkv's
 #      own transport, which splits a GET's time into transport and protocol;
 #   3. $RKV_BENCH_ROUNDS (default 15) interleaved rounds of: rkv-ycsb get with
-#      1 KiB values, rkv-read-lat 1 KiB, ib_read_lat 1 KiB, each for
+#      1 KiB values, cold and then cached (--warm_reads: every GET a location
+#      cache hit, one READ), rkv-read-lat 1 KiB, ib_read_lat 1 KiB, each for
 #      $RKV_BENCH_ROUND_OPS operations; the target ratio is taken round by
 #      round, next to each other, and the report gives the median. Under
 #      emulation a process's READs run ~40 us slower for a while after it
@@ -158,10 +161,12 @@ ycsb() { # label workload size threads [operations [more rkv-ycsb flags...]]
   fi
 }
 for size in 1024 64; do
-  ycsb rkv get "$size" 1
+  ycsb rkv get "$size" 1 "$ops" --location_cache_bytes=0
   ycsb rkv put "$size" 1
 done
-ycsb rkv-mt get 1024 "$tp_threads"
+ycsb rkv-mt get 1024 "$tp_threads" "$ops" --location_cache_bytes=0
+# MultiGet batches of 16 cached keys on one connection: one READ per key.
+ycsb rkv-b16 get 1024 1 "$ops" --noload --warm_reads --batch=16
 # Five short runs per size, alternating sizes; the report takes the median
 # p50 (emulation is noisy from one second to the next).
 for round in 1 2 3 4 5; do
@@ -178,7 +183,8 @@ done
 #    and back to back; the GETs reuse the 1 KiB records the throughput run
 #    above loaded (--noload), so a round spends its time measuring.
 for ((r = 1; r <= rounds; r++)); do
-  ycsb "rkv-r$r" get 1024 1 "$round_ops" --noload
+  ycsb "rkv-r$r" get 1024 1 "$round_ops" --noload --location_cache_bytes=0
+  ycsb "rkv-hit-r$r" get 1024 1 "$round_ops" --noload --warm_reads
   if ! "${client_cpu[@]}" "$readlat_bin" --server="$addr" --token_file="$work/token" --transport=verbs --bytes=1024 \
     --iterations="$round_ops" --label="rkv-read-r$r" --output="$readlat_results" 2>"$work/readlat.out"; then
     sed "s/^/  [rkv-read-lat r$r] /" "$work/readlat.out" >&2
@@ -247,9 +253,10 @@ active_mtu=$(ibv_devinfo -d "$dev" 2>/dev/null | awk '/active_mtu/ {print $2, $3
   echo "figures meaningless outside this guest: read the ratios, taken in the same run."
   echo
   echo "rkv-server --transport=verbs --durability=$durability --poll=$poll; rkv-ycsb: $records records loaded, then"
-  echo "$ops operations (cap $duration_s s), uniform keys, one client thread unless noted. rkv has"
-  echo "no client location cache, so every GET is cold: two dependent READs (the key's"
-  echo "512-byte neighbourhood of 8 buckets, then the block)."
+  echo "$ops operations (cap $duration_s s), uniform keys, one client thread unless noted. A cold"
+  echo "GET (--location_cache_bytes=0) is two dependent READs (the key's 512-byte neighbourhood"
+  echo "of 8 buckets, then the block); a cached GET (--warm_reads: every record read once,"
+  echo "untimed, so that the timed GETs hit the client's location cache) is one READ of the block."
   echo
   echo "CPU placement: $pinning."
   echo
@@ -292,6 +299,30 @@ active_mtu=$(ibv_devinfo -d "$dev" 2>/dev/null | awk '/active_mtu/ {print $2, $3
   echo
   echo "Target <= 2.3: **$verdict** (median GET / ib_read_lat $med over $rounds rounds; GET / one"
   echo "READ through rkv's own transport: $med_own)."
+  echo
+  echo "## Cached 1 KiB GET vs a raw 1 KiB READ, the same rounds (the target)"
+  echo
+  echo "In each round, right after the cold run: rkv-ycsb get --warm_reads ($round_ops GETs,"
+  echo "every record read once first, untimed). Target: the median of the rounds' cached GET p50"
+  echo "/ ib_read_lat typical <= 1.25 (a hit is one READ of the block)."
+  echo
+  echo "| round | rkv cached GET p50 us | ib_read_lat typical us | cached GET / ib_read_lat | cached GET / rkv READ |"
+  echo "|---:|---:|---:|---:|---:|"
+  hit_ratios=()
+  for ((r = 1; r <= rounds; r++)); do
+    g=$(ycsb_field "rkv-hit-r$r" get 1024 7)
+    rr=$(awk -v l="rkv-read-r$r" '$1 == l { v = $4 } END { print (v == "" ? "-" : v) }' "$readlat_results" 2>/dev/null || echo -)
+    rt=$(awk '$1 == "ib_read_lat" && $2 == 1024 { v = $3 } END { print (v == "" ? "-" : v) }' "$out/perftest-r$r.txt" 2>/dev/null || echo -)
+    q=$(ratio "$g" "$rt")
+    hit_ratios+=("$q")
+    echo "| $r | $g | $rt | $q | $(ratio "$g" "$rr") |"
+  done
+  hmed=$(median "${hit_ratios[@]}")
+  hverdict="not met"
+  awk -v m="$hmed" 'BEGIN { exit !(m ~ /^[0-9.]+$/ && m <= 1.25) }' && hverdict="met"
+  echo "| **median** | | | **$hmed** | |"
+  echo
+  echo "Target <= 1.25: **$hverdict** (median cached GET / ib_read_lat $hmed over $rounds rounds)."
   echo
   echo "## GET latency vs ib_read_lat"
   echo
@@ -345,6 +376,19 @@ active_mtu=$(ibv_devinfo -d "$dev" 2>/dev/null | awk '/active_mtu/ {print $2, $3
     bw=$(perf_field ib_read_bw "$size" 5)
     echo "| $size | $th | $gops | $bw | $(ratio "$gops" "$bw") |"
   done
+  echo
+  echo "MultiGet of 16 cached keys per call on one connection (rkv-ycsb --batch=16 --warm_reads:"
+  echo "one READ per key, the batch's READs in one posted list) against ib_read_bw's message"
+  echo "rate. Target: keys/s >= 0.8 x ib_read_bw msg/s."
+  echo
+  echo "| value | keys/s | ib_read_bw msg/s | ratio | target |"
+  echo "|---:|---:|---:|---:|---|"
+  bops=$(ycsb_field rkv-b16 get 1024 6)
+  bw=$(perf_field ib_read_bw 1024 5)
+  bq=$(ratio "$bops" "$bw")
+  bverdict="not met"
+  awk -v m="$bq" 'BEGIN { exit !(m ~ /^[0-9.]+$/ && m >= 0.8) }' && bverdict="met"
+  echo "| 1024 | $bops | $bw | $bq | >= 0.8: $bverdict |"
   echo
   echo "## PUT latency vs ib_send_lat"
   echo
