@@ -234,6 +234,12 @@ minus() { # a - b
   awk -v a="$1" -v b="$2" 'BEGIN {
     if (a ~ /^[0-9.]+$/ && b ~ /^[0-9.]+$/) printf "%.1f", a - b; else print "-" }'
 }
+round_rkv_read() { # round: its rkv-read-lat 1 KiB p50
+  awk -v l="rkv-read-r$1" '$1 == l { v = $4 } END { print (v == "" ? "-" : v) }' "$readlat_results" 2>/dev/null || echo -
+}
+round_raw_read() { # round: its ib_read_lat 1 KiB typical
+  awk '$1 == "ib_read_lat" && $2 == 1024 { v = $3 } END { print (v == "" ? "-" : v) }' "$out/perftest-r$1.txt" 2>/dev/null || echo -
+}
 times() { # a * b
   awk -v a="$1" -v b="$2" 'BEGIN {
     if (a ~ /^[0-9.]+$/ && b ~ /^[0-9.]+$/) printf "%.2f", a * b; else print "-" }'
@@ -278,8 +284,8 @@ active_mtu=$(ibv_devinfo -d "$dev" 2>/dev/null | awk '/active_mtu/ {print $2, $3
   round_protocol=()
   for ((r = 1; r <= rounds; r++)); do
     g=$(ycsb_field "rkv-r$r" get 1024 7)
-    rr=$(awk -v l="rkv-read-r$r" '$1 == l { v = $4 } END { print (v == "" ? "-" : v) }' "$readlat_results" 2>/dev/null || echo -)
-    rt=$(awk '$1 == "ib_read_lat" && $2 == 1024 { v = $3 } END { print (v == "" ? "-" : v) }' "$out/perftest-r$r.txt" 2>/dev/null || echo -)
+    rr=$(round_rkv_read "$r")
+    rt=$(round_raw_read "$r")
     q=$(ratio "$g" "$rt")
     q2=$(ratio "$g" "$rr")
     ratios+=("$q")
@@ -311,8 +317,8 @@ active_mtu=$(ibv_devinfo -d "$dev" 2>/dev/null | awk '/active_mtu/ {print $2, $3
   hit_ratios=()
   for ((r = 1; r <= rounds; r++)); do
     g=$(ycsb_field "rkv-hit-r$r" get 1024 7)
-    rr=$(awk -v l="rkv-read-r$r" '$1 == l { v = $4 } END { print (v == "" ? "-" : v) }' "$readlat_results" 2>/dev/null || echo -)
-    rt=$(awk '$1 == "ib_read_lat" && $2 == 1024 { v = $3 } END { print (v == "" ? "-" : v) }' "$out/perftest-r$r.txt" 2>/dev/null || echo -)
+    rr=$(round_rkv_read "$r")
+    rt=$(round_raw_read "$r")
     q=$(ratio "$g" "$rt")
     hit_ratios+=("$q")
     echo "| $r | $g | $rt | $q | $(ratio "$g" "$rr") |"
