@@ -28,6 +28,8 @@
 #      of 1000 iterations came out ~61 or ~105 us, flipping from one run to
 #      the next, for every program), so a run must last well past that:
 #      5000 iterations (~0.3 s of READs) gave 16 fast runs out of 16;
+#   3b. YCSB-A (zipfian, 1 KiB, one thread) on rkv over verbs, then on Redis
+#      over TCP in the same guest (redis-server without persistence);
 #   4. deploy/softroce/perftest.sh: ib_read_lat, ib_read_bw, ib_send_lat at
 #      the same sizes;
 #   5. $RKV_GUEST_OUT/verbs-results.md: rkv next to the raw figures, and the
@@ -195,6 +197,36 @@ for ((r = 1; r <= rounds; r++)); do
     failed+=("ib_read_lat (round $r)")
   fi
 done
+
+# 3b. YCSB-A (50% GET, 50% PUT, zipfian, 1 KiB): rkv over verbs, then Redis
+#     over TCP in the same guest (redis-server --save '' --appendonly no,
+#     placed like rkv-server), the same client count: one thread.
+ycsb rkv-ycsba a 1024 1 "$ops" --key_distribution=zipfian
+redis_pid=""
+if command -v redis-server >/dev/null && command -v redis-cli >/dev/null; then
+  redis_port=$((20000 + RANDOM % 20000))
+  mkdir -p "$work/redis"
+  "${server_cpu[@]}" redis-server --port "$redis_port" --bind "$RKV_RDMA_ADDR" --protected-mode no --save '' \
+    --appendonly no --dir "$work/redis" >"$work/redis/log" 2>&1 &
+  redis_pid=$!
+  for ((i = 0; i < 300; i++)); do
+    redis-cli -h "$RKV_RDMA_ADDR" -p "$redis_port" ping 2>/dev/null | grep -q PONG && break
+    sleep 0.1
+  done
+  if "${client_cpu[@]}" "$ycsb_bin" --target=redis --server="$RKV_RDMA_ADDR:$redis_port" --workload=a \
+    --key_distribution=zipfian --value_bytes=1024 --threads=1 --records="$records" --operations="$ops" \
+    --duration_s="$duration_s" --timeout_ms=20000 --label=redis-ycsba --output="$ycsb_results" \
+    >"$work/ycsb.out" 2>&1; then
+    sed "s/^/  [redis-ycsba a 1024 x1] /" "$work/ycsb.out" >&2
+  else
+    sed "s/^/  [redis-ycsba a 1024 x1] /" "$work/ycsb.out" >&2
+    failed+=("rkv-ycsb --target=redis (YCSB-A)")
+  fi
+  kill "$redis_pid" 2>/dev/null || true
+  wait "$redis_pid" 2>/dev/null || true
+else
+  failed+=("redis-server or redis-cli missing in the guest (YCSB-A baseline)")
+fi
 
 kill "$server_pid" 2>/dev/null || true
 wait "$server_pid" 2>/dev/null || true
@@ -395,6 +427,29 @@ active_mtu=$(ibv_devinfo -d "$dev" 2>/dev/null | awk '/active_mtu/ {print $2, $3
   bverdict="not met"
   awk -v m="$bq" 'BEGIN { exit !(m ~ /^[0-9.]+$/ && m >= 0.8) }' && bverdict="met"
   echo "| 1024 | $bops | $bw | $bq | >= 0.8: $bverdict |"
+  echo
+  echo "## YCSB-A: rkv over verbs vs Redis over TCP"
+  echo
+  echo "50% GET, 50% PUT, zipfian keys (YCSB's constant 0.99), 1 KiB values, $records records,"
+  echo "$ops operations, one client thread each; rkv with its location cache (default) and"
+  echo "--durability=none, Redis without persistence. Target: rkv's p99 <= 0.5 x Redis's (the"
+  echo "higher of the GET and PUT p99 of each)."
+  echo
+  echo "| store | ops/s | GET p50 us | GET p99 us | PUT p50 us | PUT p99 us | p99 |"
+  echo "|---|---:|---:|---:|---:|---:|---:|"
+  p99_of() { # label: max(GET p99, PUT p99)
+    awk -v a="$(ycsb_field "$1" a 1024 8)" -v b="$(ycsb_field "$1" a 1024 10)" 'BEGIN {
+      if (a ~ /^[0-9.]+$/ && b ~ /^[0-9.]+$/) print (a > b ? a : b); else print "-" }'
+  }
+  for l in rkv-ycsba redis-ycsba; do
+    echo "| ${l%-ycsba} | $(ycsb_field "$l" a 1024 6) | $(ycsb_field "$l" a 1024 7) | $(ycsb_field "$l" a 1024 8) |" \
+      "$(ycsb_field "$l" a 1024 9) | $(ycsb_field "$l" a 1024 10) | $(p99_of "$l") |"
+  done
+  aq=$(ratio "$(p99_of rkv-ycsba)" "$(p99_of redis-ycsba)")
+  averdict="not met"
+  awk -v m="$aq" 'BEGIN { exit !(m ~ /^[0-9.]+$/ && m <= 0.5) }' && averdict="met"
+  echo
+  echo "rkv p99 / Redis p99: **$aq** (target <= 0.5: **$averdict**)."
   echo
   echo "## PUT latency vs ib_send_lat"
   echo
