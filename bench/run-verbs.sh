@@ -272,6 +272,10 @@ round_rkv_read() { # round: its rkv-read-lat 1 KiB p50
 round_raw_read() { # round: its ib_read_lat 1 KiB typical
   awk '$1 == "ib_read_lat" && $2 == 1024 { v = $3 } END { print (v == "" ? "-" : v) }' "$out/perftest-r$1.txt" 2>/dev/null || echo -
 }
+verdict() { # value op(<= or >=) limit: "met" or "not met" (also for "-")
+  awk -v m="$1" -v op="$2" -v l="$3" 'BEGIN {
+    ok = m ~ /^[0-9.]+$/ && (op == "<=" ? m <= l : m >= l); print (ok ? "met" : "not met") }'
+}
 times() { # a * b
   awk -v a="$1" -v b="$2" 'BEGIN {
     if (a ~ /^[0-9.]+$/ && b ~ /^[0-9.]+$/) printf "%.2f", a * b; else print "-" }'
@@ -331,8 +335,7 @@ active_mtu=$(ibv_devinfo -d "$dev" 2>/dev/null | awk '/active_mtu/ {print $2, $3
   done
   med=$(median "${ratios[@]}")
   med_own=$(median "${ratios_own[@]}")
-  verdict="not met"
-  awk -v m="$med" 'BEGIN { exit !(m ~ /^[0-9.]+$/ && m <= 2.3) }' && verdict="met"
+  verdict=$(verdict "$med" "<=" 2.3)
   echo "| **median** | | | | **$med** | **$med_own** |"
   echo
   echo "Target <= 2.3: **$verdict** (median GET / ib_read_lat $med over $rounds rounds; GET / one"
@@ -356,8 +359,7 @@ active_mtu=$(ibv_devinfo -d "$dev" 2>/dev/null | awk '/active_mtu/ {print $2, $3
     echo "| $r | $g | $rt | $q | $(ratio "$g" "$rr") |"
   done
   hmed=$(median "${hit_ratios[@]}")
-  hverdict="not met"
-  awk -v m="$hmed" 'BEGIN { exit !(m ~ /^[0-9.]+$/ && m <= 1.25) }' && hverdict="met"
+  hverdict=$(verdict "$hmed" "<=" 1.25)
   echo "| **median** | | | **$hmed** | |"
   echo
   echo "Target <= 1.25: **$hverdict** (median cached GET / ib_read_lat $hmed over $rounds rounds)."
@@ -424,8 +426,7 @@ active_mtu=$(ibv_devinfo -d "$dev" 2>/dev/null | awk '/active_mtu/ {print $2, $3
   bops=$(ycsb_field rkv-b16 get 1024 6)
   bw=$(perf_field ib_read_bw 1024 5)
   bq=$(ratio "$bops" "$bw")
-  bverdict="not met"
-  awk -v m="$bq" 'BEGIN { exit !(m ~ /^[0-9.]+$/ && m >= 0.8) }' && bverdict="met"
+  bverdict=$(verdict "$bq" ">=" 0.8)
   echo "| 1024 | $bops | $bw | $bq | >= 0.8: $bverdict |"
   echo
   echo "## YCSB-A: rkv over verbs vs Redis over TCP"
@@ -446,8 +447,7 @@ active_mtu=$(ibv_devinfo -d "$dev" 2>/dev/null | awk '/active_mtu/ {print $2, $3
       "$(ycsb_field "$l" a 1024 9) | $(ycsb_field "$l" a 1024 10) | $(p99_of "$l") |"
   done
   aq=$(ratio "$(p99_of rkv-ycsba)" "$(p99_of redis-ycsba)")
-  averdict="not met"
-  awk -v m="$aq" 'BEGIN { exit !(m ~ /^[0-9.]+$/ && m <= 0.5) }' && averdict="met"
+  averdict=$(verdict "$aq" "<=" 0.5)
   echo
   echo "rkv p99 / Redis p99: **$aq** (target <= 0.5: **$averdict**)."
   echo
