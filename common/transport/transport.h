@@ -206,6 +206,47 @@ class Connection {
   Status WaitForRead(uint64_t wr_id, std::chrono::microseconds timeout, std::vector<Completion>* others);
 };
 
+// A set of accepted connections whose completions one thread collects: a
+// server's polling thread owns one group and serves every member from it,
+// so a server runs a fixed number of threads whatever its connection count
+// (docs/design.md, "Connection scale").
+//
+// A connection joins a group when Listener::Next hands it out with that
+// group, and its completions belong to the group from its Accept until it
+// is destroyed. On verbs every member's queue pair completes into the
+// group's completion queue; on tcp the thread in Wait reads every member's
+// socket (serving the peer's READs and WRITEs there, as a NIC would), so
+// no member has a thread of its own.
+//
+// Threads: Wait, and every call on a member other than the setup before
+// Accept, run on one thread at a time, the group's (its polling thread).
+// A member is destroyed on that thread, or when no Wait runs. Wake may be
+// called from any thread.
+class PollGroup {
+ public:
+  virtual ~PollGroup() = default;
+  PollGroup(const PollGroup&) = delete;
+  PollGroup& operator=(const PollGroup&) = delete;
+
+  // Waits up to `timeout` until some members have completions that Poll
+  // would return, or are broken (Poll would report the error), and writes
+  // them to `ready` (at most ready.size(), each once); returns how many,
+  // 0 on timeout or after Wake. Level-triggered: a member reported and
+  // not polled empty is reported again by the next Wait. Busy-polls first
+  // within an adaptive window below Options::poll_spin_us, as
+  // Connection::Poll does, then sleeps. A member's Poll never waits: it
+  // returns what the group collected (its timeout is ignored). An error
+  // means the group itself failed (every member is then broken).
+  virtual StatusOr<size_t> Wait(std::span<Connection*> ready, std::chrono::microseconds timeout) = 0;
+  // Makes the Wait in progress, or else the next one, return at once.
+  virtual void Wake() = 0;
+  // Accepted members now.
+  virtual size_t size() const = 0;
+
+ protected:
+  PollGroup() = default;
+};
+
 // Accepts connection requests on one address.
 class Listener {
  public:
@@ -216,7 +257,12 @@ class Listener {
   // on timeout. The returned connection is pending: inspect its
   // peer_private_data, register private memory, post receives, then Accept
   // or Reject it.
-  virtual StatusOr<std::unique_ptr<Connection>> Next(std::chrono::milliseconds timeout) = 0;
+  virtual StatusOr<std::unique_ptr<Connection>> Next(std::chrono::milliseconds timeout) { return Next(timeout, nullptr); }
+  // Next, for a connection that, once accepted, is a member of `group`
+  // (one of this transport's, from NewPollGroup; null: none). The server
+  // picks the group before it knows the peer (on verbs the queue pair is
+  // created with the group's completion queue).
+  virtual StatusOr<std::unique_ptr<Connection>> Next(std::chrono::milliseconds timeout, PollGroup* group) = 0;
   // Wakes a thread blocked in Next, which returns CANCELLED. Later calls
   // also return CANCELLED.
   virtual void Shutdown() = 0;
@@ -280,6 +326,9 @@ class Transport {
   // locally, and remotely with the rights in `access`.
   virtual StatusOr<std::unique_ptr<MemoryRegion>> Register(void* addr, size_t length,
                                                            uint32_t access) = 0;
+  // A new, empty poll group for the connections of this transport's
+  // listeners.
+  virtual StatusOr<std::unique_ptr<PollGroup>> NewPollGroup() = 0;
   // Listens on "HOST:PORT" (port 0: any free port).
   virtual StatusOr<std::unique_ptr<Listener>> Listen(const std::string& address) = 0;
   // Connects to "HOST:PORT", sending `private_data`

@@ -29,7 +29,9 @@ class FaultListener final : public Listener {
 
   std::string address() const override { return inner_->address(); }
 
-  StatusOr<std::unique_ptr<Connection>> Next(milliseconds timeout) override {
+  using Listener::Next;
+  StatusOr<std::unique_ptr<Connection>> Next(milliseconds timeout, PollGroup* group) override {
+    if (group != nullptr) return Unimplemented("fault poll groups are not built yet");
     RKV_ASSIGN_OR_RETURN(std::unique_ptr<Connection> conn, inner_->Next(timeout));
     if (conn == nullptr) return std::unique_ptr<Connection>();
     FaultPoint point;
@@ -57,6 +59,10 @@ FaultTransport::FaultTransport(std::unique_ptr<Transport> inner)
     : inner_(std::move(inner)), faults_(std::make_shared<FaultInjector>()) {}
 
 FaultTransport::~FaultTransport() = default;
+
+StatusOr<std::unique_ptr<PollGroup>> FaultTransport::NewPollGroup() {
+  return Unimplemented("fault poll groups are not built yet");
+}
 
 Kind FaultTransport::kind() const { return inner_->kind(); }
 

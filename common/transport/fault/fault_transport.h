@@ -106,6 +106,7 @@ class FaultTransport final : public Transport {
   // The inner transport's kind.
   Kind kind() const override;
   StatusOr<std::unique_ptr<MemoryRegion>> Register(void* addr, size_t length, uint32_t access) override;
+  StatusOr<std::unique_ptr<PollGroup>> NewPollGroup() override;
   StatusOr<std::unique_ptr<Listener>> Listen(const std::string& address) override;
   StatusOr<std::unique_ptr<Connection>> Connect(const std::string& address, std::span<const uint8_t> private_data,
                                                 std::chrono::milliseconds timeout) override;

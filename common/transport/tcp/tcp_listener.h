@@ -49,7 +49,9 @@ class TcpListener final : public Listener {
               std::string address);
 
   std::string address() const override { return address_; }
-  StatusOr<std::unique_ptr<Connection>> Next(std::chrono::milliseconds timeout) override EXCLUDES(mu_);
+  using Listener::Next;
+  StatusOr<std::unique_ptr<Connection>> Next(std::chrono::milliseconds timeout, PollGroup* group) override
+      EXCLUDES(mu_);
   void Shutdown() override;
 
  private:

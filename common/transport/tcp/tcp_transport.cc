@@ -53,6 +53,9 @@ class TcpTransport final : public Transport {
     return RegisterRegion(registry_, addr, length, access, /*owner=*/0);
   }
 
+  StatusOr<std::unique_ptr<PollGroup>> NewPollGroup() override {
+    return Unimplemented("tcp poll groups are not built yet");
+  }
   StatusOr<std::unique_ptr<Listener>> Listen(const std::string& address) override {
     std::string host;
     uint16_t port = 0;

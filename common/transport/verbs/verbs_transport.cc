@@ -55,7 +55,9 @@ class VerbsListener final : public Listener {
 
   std::string address() const override { return address_; }
 
-  StatusOr<std::unique_ptr<Connection>> Next(std::chrono::milliseconds timeout) override {
+  using Listener::Next;
+  StatusOr<std::unique_ptr<Connection>> Next(std::chrono::milliseconds timeout, PollGroup* group) override {
+    if (group != nullptr) return Unimplemented("verbs poll groups are not built yet");
     const auto deadline = Clock::now() + timeout;
     while (true) {
       if (shutdown_.load(std::memory_order_acquire)) {
@@ -136,6 +138,9 @@ class VerbsTransport final : public Transport {
         std::make_unique<VerbsRegion>(std::move(mr), static_cast<uint8_t*>(addr), length, rkey));
   }
 
+  StatusOr<std::unique_ptr<PollGroup>> NewPollGroup() override {
+    return Unimplemented("verbs poll groups are not built yet");
+  }
   StatusOr<std::unique_ptr<Listener>> Listen(const std::string& address) override {
     std::string host;
     uint16_t port = 0;
