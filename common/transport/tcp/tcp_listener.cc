@@ -34,8 +34,9 @@ TcpListener::TcpListener(std::shared_ptr<Registry> registry, const Options& opti
       wake_fd_(std::move(wake_fd)),
       address_(std::move(address)) {}
 
-StatusOr<std::unique_ptr<Connection>> TcpListener::Next(std::chrono::milliseconds timeout, PollGroup* group) {
-  if (group != nullptr) return Unimplemented("tcp poll groups are not built yet");
+StatusOr<std::unique_ptr<Connection>> TcpListener::Next(std::chrono::milliseconds timeout,
+                                                        const GroupChooser& choose) {
+  if (choose) return Unimplemented("tcp poll groups are not built yet");
   MutexLock lock(mu_);
   const auto deadline = DeadlineAfter(timeout);
   std::vector<pollfd> fds;

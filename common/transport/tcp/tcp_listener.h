@@ -50,7 +50,7 @@ class TcpListener final : public Listener {
 
   std::string address() const override { return address_; }
   using Listener::Next;
-  StatusOr<std::unique_ptr<Connection>> Next(std::chrono::milliseconds timeout, PollGroup* group) override
+  StatusOr<std::unique_ptr<Connection>> Next(std::chrono::milliseconds timeout, const GroupChooser& choose) override
       EXCLUDES(mu_);
   void Shutdown() override;
 
