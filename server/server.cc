@@ -522,6 +522,10 @@ void Server::Shutdown() {
   replicator_.reset();  // no Apply runs any more: its connections go before the transport
   index_mr_.reset();
   heap_mr_.reset();
+  if (store_ && store_->wal_syncs() > 0) {
+    LOG(INFO) << "group commit: " << store_->synced_writes() << " writes synced in " << store_->wal_syncs()
+              << " fsyncs";
+  }
   store_.reset();  // closes RocksDB; the applier stays for Stats()
   if (started) LOG(INFO) << "server stopped";
 }

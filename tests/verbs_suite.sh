@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Runs the verbs tests inside the SoftRoCE guest (deploy/softroce/), one test
-# at a time: the transport conformance suite for tcp, verbs and the
-# fault-injecting wrapper around verbs (RKV_TRANSPORTS), the verbs
+# at a time: the transport and poll group conformance suites for tcp, verbs
+# and the fault-injecting wrapper around verbs (RKV_TRANSPORTS), the verbs
 # transport's own tests, a check that --transport=auto picks verbs, then the
 # cross-process suites (single server, cluster, crash, linearizability,
-# replication, failover and backup reads) with RKV_TEST_TRANSPORT=verbs
+# replication, failover, backup reads and 200 connections on one server)
+# with RKV_TEST_TRANSPORT=verbs
 # on the rxe0 address (RKV_TEST_SCALE sizes their loads: 5 crash cycles per
 # durability mode, 30 linearizability histories, 40 keys per failover load
 # thread).
@@ -99,6 +100,7 @@ check_auto_picks_verbs() {
 # that ctest runs for tcp on the host.
 export RKV_TRANSPORTS="tcp,verbs,fault(verbs)"
 run_gtest_binary "${build}/common/transport/transport_conformance_test" 300
+run_gtest_binary "${build}/common/transport/poll_group_conformance_test" 300
 unset RKV_TRANSPORTS
 run_gtest_binary "${build}/common/transport/verbs_transport_test" 300
 export -f check_auto_picks_verbs
@@ -111,6 +113,7 @@ run_gtest_binary "${build}/tests/rkv_linearizability_test" 900
 run_gtest_binary "${build}/tests/rkv_replication_test" 900
 run_gtest_binary "${build}/tests/rkv_failover_test" 900
 run_gtest_binary "${build}/tests/rkv_backup_read_test" 900
+run_gtest_binary "${build}/tests/rkv_connection_scale_test" 600
 
 echo
 if [ "${failed}" -gt 0 ]; then
