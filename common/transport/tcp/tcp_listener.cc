@@ -11,6 +11,7 @@
 
 #include "common/transport/tcp/tcp_connection.h"
 #include "common/transport/tcp/tcp_frame.h"
+#include "common/transport/tcp/tcp_poll_group.h"
 
 namespace rkv::transport::tcp {
 namespace {
@@ -35,7 +36,11 @@ TcpListener::TcpListener(std::shared_ptr<Registry> registry, const Options& opti
       address_(std::move(address)) {}
 
 StatusOr<std::unique_ptr<Connection>> TcpListener::Next(std::chrono::milliseconds timeout, PollGroup* group) {
-  if (group != nullptr) return Unimplemented("tcp poll groups are not built yet");
+  TcpPollGroup* tcp_group = nullptr;
+  if (group != nullptr) {
+    tcp_group = dynamic_cast<TcpPollGroup*>(group);
+    if (tcp_group == nullptr) return InvalidArgument("a poll group of another transport passed to a tcp listener");
+  }
   MutexLock lock(mu_);
   const auto deadline = DeadlineAfter(timeout);
   std::vector<pollfd> fds;
@@ -63,7 +68,7 @@ StatusOr<std::unique_ptr<Connection>> TcpListener::Next(std::chrono::millisecond
       auto& hs = handshakes_[i];
       bool drop = false;
       if (ready == nullptr && fds[2 + i].revents != 0) {
-        StatusOr<std::unique_ptr<Connection>> conn = Progress(*hs);
+        StatusOr<std::unique_ptr<Connection>> conn = Progress(*hs, tcp_group);
         if (!conn.ok()) {
           LOG(WARNING) << "tcp transport: dropped connection from " << hs->peer << " during setup: "
                        << conn.status();
@@ -170,7 +175,7 @@ void TcpListener::EvictFor(const std::string& source) {
   handshakes_.erase(victim);
 }
 
-StatusOr<std::unique_ptr<Connection>> TcpListener::Progress(Handshake& hs) {
+StatusOr<std::unique_ptr<Connection>> TcpListener::Progress(Handshake& hs, TcpPollGroup* group) {
   FrameHeader h;
   for (;;) {
     RKV_ASSIGN_OR_RETURN(const bool complete, TryParseFrame(hs.rx, &h));
@@ -199,7 +204,7 @@ StatusOr<std::unique_ptr<Connection>> TcpListener::Progress(Handshake& hs) {
   RKV_ASSIGN_OR_RETURN(UniqueFd wake, MakeEventFd());
   return std::unique_ptr<Connection>(std::make_unique<TcpConnection>(
       registry_, options_, std::move(hs.fd), std::move(wake), std::move(private_data), std::move(hs.rx),
-      /*established=*/false));
+      /*established=*/false, group));
 }
 
 }  // namespace rkv::transport::tcp

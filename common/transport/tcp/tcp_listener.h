@@ -19,6 +19,10 @@
 // of newer sockets arrived meanwhile; the accept path itself never waits
 // on a socket.
 //
+// A connection handed out with a poll group (one of this transport's
+// TcpPollGroups; another transport's is INVALID_ARGUMENT) joins it on
+// Accept instead of starting a reader thread.
+//
 // Thread safety: Next may be called from one thread at a time (calls are
 // serialized by mu_); Shutdown and address from any thread.
 #pragma once
@@ -40,6 +44,8 @@
 #include "common/transport/transport.h"
 
 namespace rkv::transport::tcp {
+
+class TcpPollGroup;
 
 class TcpListener final : public Listener {
  public:
@@ -73,10 +79,11 @@ class TcpListener final : public Listener {
   // comment says which socket goes).
   void EvictFor(const std::string& source) REQUIRES(mu_);
 
-  // Reads what a socket in setup has sent: a pending connection once its
-  // CONNECT frame is whole, nullptr while incomplete, an error when the
-  // peer does not speak the protocol or left.
-  StatusOr<std::unique_ptr<Connection>> Progress(Handshake& hs);
+  // Reads what a socket in setup has sent: a pending connection (which
+  // joins `group`, if any, on Accept) once its CONNECT frame is whole,
+  // nullptr while incomplete, an error when the peer does not speak the
+  // protocol or left.
+  StatusOr<std::unique_ptr<Connection>> Progress(Handshake& hs, TcpPollGroup* group);
 
   const std::shared_ptr<Registry> registry_;
   const Options options_;
