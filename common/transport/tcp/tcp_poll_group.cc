@@ -258,18 +258,20 @@ StatusOr<size_t> TcpPollGroup::Wait(std::span<Connection*> ready, std::chrono::m
   }
 
   bool slept = false;
+  bool woke = false;
   for (;;) {
     const Clock::time_point now = Clock::now();
     if (now >= deadline) break;
     slept = true;
     const Clock::time_point wake_at = std::min(deadline, std::max(earliest_give_up_, next_deadline_check_));
-    RKV_ASSIGN_OR_RETURN(const bool woke, Serve(MillisUntil(wake_at)));
+    RKV_ASSIGN_OR_RETURN(woke, Serve(MillisUntil(wake_at)));
     n = Collect(ready);
     if (n > 0 || woke) break;
   }
-  if (slept && max_spin_.count() > 0) {
+  if (slept && !woke && max_spin_.count() > 0) {
     // The rule of TcpConnection::Poll: a wait that ended within max_spin_
     // after the window grows it, one that outlasted max_spin_ shrinks it.
+    // (A Wake says nothing of the members' traffic.)
     const auto waited = std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - start);
     int64_t w = spin_window_us_;
     if (waited.count() > w && (n > 0 || timeout > max_spin_)) {
