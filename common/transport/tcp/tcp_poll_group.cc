@@ -237,9 +237,12 @@ StatusOr<size_t> TcpPollGroup::Wait(std::span<Connection*> ready, std::chrono::m
   const Clock::time_point start = Clock::now();
   const Clock::time_point deadline = DeadlineAfter(timeout);
   TakeJoiners();
-  CheckDeadlines(start);
+  // Serve the sockets even when listed members make this Wait return at
+  // once: a server that always has completions must still serve every
+  // member's peer (its READs, WRITEs, SENDs).
+  RKV_ASSIGN_OR_RETURN(const bool woken, Serve(0));
   size_t n = Collect(ready);
-  if (n > 0 || ready.empty() || TakeWake()) return n;
+  if (n > 0 || ready.empty() || woken || TakeWake()) return n;
 
   // Spin first: readiness that comes within the window is served without
   // the kernel having to wake this thread.
