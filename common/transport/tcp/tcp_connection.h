@@ -144,6 +144,10 @@ class TcpConnection final : public Connection {
   static constexpr auto kLingerOnError = std::chrono::milliseconds(250);
   // Free space made before each recv.
   static constexpr size_t kMinRecvSpace = 64 << 10;
+  // The most one step reads: a peer that keeps its socket full cannot
+  // hold a group's thread from the other members (the rest is read in
+  // later steps; the socket stays readable).
+  static constexpr size_t kReadBytesPerStep = 4 << 20;
   // Idle send/receive buffers larger than this are released.
   static constexpr size_t kIdleBufferKeep = 4 << 20;
   // The reader stops taking requests while this many response bytes wait
@@ -258,7 +262,8 @@ class TcpConnection final : public Connection {
   // Sends what the socket takes of `out_`, and shuts our side once the last
   // words after an access error are out.
   Status FlushFromReader() EXCLUDES(out_mu_);
-  // Reads what the socket has and handles every complete frame.
+  // Reads what the socket has (up to kReadBytesPerStep) and handles every
+  // complete frame.
   Status ReadAvailable() EXCLUDES(mu_, out_mu_);
   Status ProcessFrames() EXCLUDES(mu_, out_mu_);
   Status ProtocolViolation(const std::string& what);

@@ -145,6 +145,7 @@ Status TcpConnection::FlushFromReader() {
 }
 
 Status TcpConnection::ReadAvailable() {
+  size_t taken = 0;
   for (;;) {
     rx_.Reserve(kMinRecvSpace);
     const size_t space = rx_.tail_space();
@@ -153,7 +154,8 @@ Status TcpConnection::ReadAvailable() {
       if (rx_.empty()) partial_since_ = Clock::now();
       rx_.Commit(static_cast<size_t>(r));
       RKV_RETURN_IF_ERROR(ProcessFrames());
-      if (paused_ || static_cast<size_t>(r) < space) break;
+      taken += static_cast<size_t>(r);
+      if (paused_ || static_cast<size_t>(r) < space || taken >= kReadBytesPerStep) break;
       continue;
     }
     if (r == 0) return Unavailable("peer " + peer_address_ + " closed the connection");
