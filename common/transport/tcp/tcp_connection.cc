@@ -41,8 +41,8 @@ TcpConnection::TcpConnection(std::shared_ptr<Registry> registry, const Options& 
       rx_(std::move(rx)) {}
 
 TcpConnection::~TcpConnection() {
-  // Out of the group's epoll before the socket closes: a closed descriptor
-  // would stay registered (epoll watches the open file, not the number).
+  // Out of the group before the socket closes: epoll_ctl(DEL) needs the
+  // descriptor open, and no later event may name this member's record.
   if (member_ != nullptr) TcpPollGroup::Leave(member_);
   LingerIfRefused();
   stop_.store(true, std::memory_order_release);
