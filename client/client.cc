@@ -662,6 +662,8 @@ class Client::Impl {
     out.catchup_values_fetched = r->catchup_values_fetched();
     out.syncing_shards = r->syncing_shards();
     out.catchup_records_served = r->catchup_records_served();
+    out.polling_threads = r->polling_threads();
+    out.bytes_per_connection = r->bytes_per_connection();
     return out;
   }
 

@@ -47,6 +47,8 @@ class AdminServer::Service final : public v1::Admin::Service {
     response->set_catchup_values_fetched(st.catchup_values_fetched);
     response->set_syncing_shards(st.syncing_shards);
     response->set_catchup_records_served(st.catchup_records_served);
+    response->set_polling_threads(st.polling_threads);
+    response->set_bytes_per_connection(st.bytes_per_connection);
     return grpc::Status::OK;
   }
 

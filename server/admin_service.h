@@ -55,6 +55,9 @@ struct AdminStats {
   uint64_t catchup_values_fetched = 0;
   uint32_t syncing_shards = 0;
   uint64_t catchup_records_served = 0;
+  // Connection scale (ServerStats).
+  uint32_t polling_threads = 0;
+  uint64_t bytes_per_connection = 0;
 };
 
 class Applier;

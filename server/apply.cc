@@ -36,7 +36,7 @@ bool IsDelete(protocol::Op op) { return op == protocol::Op::kDelete || op == pro
 
 Applier::Applier(Store* store, Table* table, Heap* heap, ApplyLimits limits, RequestCacheLimits replies,
                  ApplyReplication replication)
-    : store_(store), table_(table), heap_(heap), cache_(replies), limits_(limits), replication_(replication) {
+    : store_(store), syncer_(store), table_(table), heap_(heap), cache_(replies), limits_(limits), replication_(replication) {
   CHECK_EQ(replication.policy == nullptr, replication.forwarder == nullptr)
       << "a replication policy and a forwarder go together";
 }
@@ -95,7 +95,7 @@ std::optional<protocol::ReplyMsg> Applier::Validate(std::span<const uint8_t> msg
   }
 
   // Copy first: the client can keep writing its ring, and the bytes that
-  // are checked must be the bytes that are stored. One buffer per worker
+  // are checked must be the bytes that are stored. One buffer per polling
   // thread, grown to the largest record seen; *out points into it.
   thread_local std::vector<uint8_t> copy;
   copy.assign(ring.begin() + static_cast<ptrdiff_t>(req.ring_offset),

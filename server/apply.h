@@ -178,6 +178,10 @@ class Applier {
   };
   Snapshot snapshot() const EXCLUDES(mu_);
 
+  // The store's SyncWrites (server/store.h, "Group commit"): makes every
+  // write applied so far durable. Without the mutexes; any thread.
+  Status SyncWrites() const { return syncer_->SyncWrites(); }
+
   // The largest block a valid request may name.
   uint64_t max_block_bytes() const;
 
@@ -314,6 +318,7 @@ class Applier {
   // Guards the store, table and heap: held for a write's local steps only.
   mutable Mutex mu_;
   Store* const store_ PT_GUARDED_BY(mu_);
+  Store* const syncer_;  // store_, for SyncWrites only (thread-safe there)
   Table* const table_ PT_GUARDED_BY(mu_);
   Heap* const heap_ PT_GUARDED_BY(mu_);
   RequestCache cache_ GUARDED_BY(primary_mu_);

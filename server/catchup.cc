@@ -148,6 +148,9 @@ void CatchUp::Loop() {
       const v1::ServerInfo* primary = FindServer(*map, primary_id);
       Status st = primary == nullptr ? Internal("the map does not list the primary " + primary_id)
                                      : Sync(*map, shard, *primary);
+      // Caught up means durable per the store's durability (with group
+      // commit the fetched records still wait for their fsync).
+      if (st.ok()) st = applier_->SyncWrites();
       if (st.ok()) {
         StatusOr<v1::ReportCaughtUpResponse> answer = report_(shard, primary_id, map->version());
         if (!answer.ok()) {

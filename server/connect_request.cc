@@ -42,4 +42,11 @@ StatusOr<ConnectRequest> ParseConnectRequest(std::span<const uint8_t> data, cons
   return out;
 }
 
+bool IsPeerConnectRequest(std::span<const uint8_t> data) {
+  uint32_t magic = 0;
+  if (data.size() < sizeof(magic)) return false;
+  std::memcpy(&magic, data.data(), sizeof(magic));
+  return magic == protocol::kPeerConnectMagic;
+}
+
 }  // namespace rkv::server

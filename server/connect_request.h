@@ -38,4 +38,9 @@ struct ConnectRequest {
 // a peer is a server of the cluster map is the caller's check.
 StatusOr<ConnectRequest> ParseConnectRequest(std::span<const uint8_t> data, const Sha256Digest& token_digest);
 
+// Whether `data` claims to be a peer server's request (its magic), checking
+// nothing else: where a request is placed, before ParseConnectRequest
+// decides whether it is accepted.
+bool IsPeerConnectRequest(std::span<const uint8_t> data);
+
 }  // namespace rkv::server

@@ -37,6 +37,17 @@ TEST(ConnectRequestTest, AcceptsTheRightTokenAndPadding) {
   EXPECT_TRUE(ParseConnectRequest(Bytes(Valid("secret"), protocol::kMaxConnectPrivateData), digest).ok());
 }
 
+TEST(ConnectRequestTest, OnlyThePeerMagicClaimsAPeer) {
+  protocol::ConnectRequestData c = Valid("secret");
+  EXPECT_FALSE(IsPeerConnectRequest(Bytes(c)));
+  c.magic = protocol::kPeerConnectMagic;
+  EXPECT_TRUE(IsPeerConnectRequest(Bytes(c)));
+  // Nothing else is checked: the claim only places the request.
+  EXPECT_TRUE(IsPeerConnectRequest(Bytes(c, 4)));
+  EXPECT_FALSE(IsPeerConnectRequest(Bytes(c, 3)));
+  EXPECT_FALSE(IsPeerConnectRequest({}));
+}
+
 TEST(ConnectRequestTest, RefusesEachMalformation) {
   const Sha256Digest digest = TokenDigest("secret");
   auto short_data = ParseConnectRequest(Bytes(Valid("secret"), 20), digest);

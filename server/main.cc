@@ -56,9 +56,11 @@ DEFINE_string(memory, "256M", "heap region size in bytes; suffixes K, M, G, T (d
 DEFINE_uint64(max_keys, 1048576, "number of keys the table is sized for (default 1048576)");
 DEFINE_string(durability, "wal", "none (survives a clean shutdown only; RocksDB is written by a background thread, "
               "off the request path) | wal (survives a process crash) | sync (survives power loss) (default wal)");
-DEFINE_string(poll, "adaptive", "how a connection's thread waits for requests: adaptive (spins while requests "
-              "come, sleeps when idle) | busy (never sleeps: lowest latency, one CPU per open connection, also "
+DEFINE_string(poll, "adaptive", "how the polling threads wait for requests: adaptive (spin while requests "
+              "come, sleep when idle) | busy (never sleep: lowest latency, one CPU per polling thread, also "
               "when idle) (default adaptive)");
+DEFINE_uint32(threads, 0, "polling threads serving client connections, 1..256; a server in a cluster runs one "
+                          "more for other servers' replication connections (default 0: one per core)");
 DEFINE_uint32(max_value_bytes, 1048576, "largest value in bytes (default 1048576; at most 4063232)");
 DEFINE_uint32(max_key_bytes, 1024, "largest key in bytes (default 1024; at most 65535)");
 DEFINE_string(token_file, "", "file holding the token clients must present (required)");
@@ -66,8 +68,8 @@ DEFINE_string(transport, "auto", "auto | tcp | verbs; auto picks verbs when an R
 DEFINE_int32(gid_index, -1, "verbs: RoCE GID index, -1 picks one (default -1)");
 DEFINE_string(ring_bytes, "4M", "staging ring per connection in bytes, >= 2x the largest block; suffixes K, M, G (default 4M)");
 DEFINE_uint32(max_connections, 1024, "most client connections at once, at most 4096; more are refused. Each costs "
-                                     "its staging ring (--ring_bytes), a thread and on tcp up to ~5 MiB of responses in "
-                                     "flight: 1024 * (4M + 5M) = 9 GiB at worst (default 1024)");
+                                     "its staging ring (--ring_bytes), 8 KiB of messages and on tcp up to ~5 MiB of "
+                                     "responses in flight: 1024 * (4M + 5M) = 9 GiB at worst (default 1024)");
 DEFINE_uint32(handshake_timeout_ms, 5000, "tcp: a socket that has not completed connection setup in this many "
                                           "milliseconds is closed (default 5000)");
 DEFINE_uint32(frame_timeout_ms, 30000, "tcp: a connection that leaves a frame incomplete, or reads none of the "
@@ -192,6 +194,7 @@ int main(int argc, char** argv) {
   o.max_value_bytes = FLAGS_max_value_bytes;
   o.max_key_bytes = FLAGS_max_key_bytes;
   o.max_connections = FLAGS_max_connections;
+  if (FLAGS_threads != 0) o.threads = FLAGS_threads;
   o.grace_period_ms = FLAGS_grace_period_ms;
   o.handshake_timeout_ms = FLAGS_handshake_timeout_ms;
   o.frame_timeout_ms = FLAGS_frame_timeout_ms;
@@ -346,6 +349,8 @@ int main(int argc, char** argv) {
       a.heap_bytes = srv->heap_bytes();
       a.heap_bytes_used = st.heap_bytes_used;
       a.heap_bytes_quarantined = st.heap_bytes_quarantined;
+      a.polling_threads = static_cast<uint32_t>(st.polling_threads);
+      a.bytes_per_connection = st.connection_cost.total();
       if (const rkv::server::CatchUp* c = catch_up_stats->load(std::memory_order_acquire)) {
         const rkv::server::CatchUp::Stats cs = c->stats();
         a.catchup_records_listed = cs.records_listed;

@@ -1,8 +1,10 @@
 #include "server/options.h"
 
+#include <algorithm>
 #include <cctype>
 #include <charconv>
 #include <string>
+#include <thread>
 
 #include "common/layout.h"
 #include "common/net_address.h"
@@ -16,6 +18,10 @@ StatusOr<PollMode> ParsePollMode(std::string_view name) {
   if (name == "adaptive") return PollMode::kAdaptive;
   if (name == "busy") return PollMode::kBusy;
   return InvalidArgument("unknown poll mode '" + std::string(name) + "': expected adaptive or busy");
+}
+
+uint32_t DefaultThreads() {
+  return std::clamp<uint32_t>(std::thread::hardware_concurrency(), 1, kMaxThreads);
 }
 
 int PollSpinUs(PollMode mode) {
@@ -70,6 +76,10 @@ Status ValidateOptions(const ServerOptions& o) {
   if (o.max_connections < 1 || o.max_connections > kMaxConnectionsLimit) {
     return InvalidArgument("--max_connections " + std::to_string(o.max_connections) + " is outside [1, " +
                            std::to_string(kMaxConnectionsLimit) + "]");
+  }
+  if (o.threads < 1 || o.threads > kMaxThreads) {
+    return InvalidArgument("--threads " + std::to_string(o.threads) + " is outside [1, " +
+                           std::to_string(kMaxThreads) + "]");
   }
   if (o.grace_period_ms < kMinGracePeriodMs || o.grace_period_ms > kMaxGracePeriodMs) {
     return InvalidArgument("--grace_period_ms " + std::to_string(o.grace_period_ms) + " is outside [" +

@@ -12,18 +12,19 @@
 
 namespace rkv::server {
 
-// How a connection's worker waits for its next request (`--poll`):
-//   kAdaptive: the transport's Poll, which spins while requests keep
-//     coming and sleeps once the connection is idle (docs/design.md,
-//     "Transports"): no CPU when idle, a wake-up after an idle spell.
-//   kBusy: the worker polls without ever sleeping: no wake-up on any
-//     request, one CPU per open connection, also when idle.
-// Both are the transport's Poll: the mode sets its spin bound
+// How a polling thread waits for its next request (`--poll`):
+//   kAdaptive: its group's Wait (transport::PollGroup) spins while
+//     requests keep coming and sleeps once its connections are idle
+//     (docs/design.md, "Transports"): no CPU when idle, a wake-up after an
+//     idle spell.
+//   kBusy: it polls without ever sleeping: no wake-up on any request, one
+//     CPU per polling thread, also when idle.
+// Both are the transport's Wait: the mode sets its spin bound
 // (transport::Options::poll_spin_us, PollSpinUs below), which the process
 // gives the transport it creates for the server. Busy sets the largest
-// bound, far above the worker's 50 ms Poll timeout: a wait that ends within
-// the bound never shrinks a connection's spin window, so it stays whole and
-// every Poll spins until its timeout.
+// bound, far above the poller's 50 ms Wait timeout: a wait that ends within
+// the bound never shrinks the group's spin window, so it stays whole and
+// every Wait spins until its timeout.
 enum class PollMode { kAdaptive, kBusy };
 
 // transport::Options::poll_spin_us for `mode`: the transport's default
@@ -33,6 +34,11 @@ int PollSpinUs(PollMode mode);
 // "adaptive" | "busy"; INVALID_ARGUMENT otherwise.
 StatusOr<PollMode> ParsePollMode(std::string_view name);
 const char* PollModeName(PollMode mode);
+
+// The default of ServerOptions::threads: the machine's cores, at most
+// kMaxThreads.
+uint32_t DefaultThreads();
+inline constexpr uint32_t kMaxThreads = 256;
 
 struct ServerOptions {
   std::string listen = "127.0.0.1:7700";  // HOST:PORT; port 0 picks a free one
@@ -45,13 +51,17 @@ struct ServerOptions {
   uint32_t max_key_bytes = 1024;
   std::string token;                      // the raw token clients must present (its digest)
   uint64_t ring_bytes = 4ULL << 20;       // staging ring per connection
-  // Memory per connection: its staging ring (ring_bytes, pinned on
-  // verbs), 2 * request_credits * 128 bytes of messages, a worker thread
-  // (8 MiB of stack reserved, tens of KiB used); on tcp also at most
-  // ~5 MiB of responses in flight (tcp_frame.h) and one frame being
+  // Memory per connection (ServerStats::connection_cost): its staging ring
+  // (ring_bytes, pinned on verbs), 2 * request_credits * 128 bytes of
+  // messages and under 1 KiB of the poller's bookkeeping; on tcp also at
+  // most ~5 MiB of responses in flight (tcp_frame.h) and one frame being
   // received. 1024 * (4 MiB + 5 MiB) = 9 GiB at worst with the defaults,
-  // which a 24 GiB machine holds beside the heap.
+  // which a 24 GiB machine holds beside the heap. No thread per connection.
   uint32_t max_connections = 1024;
+  // Polling threads serving client connections (docs/design.md,
+  // "Connection scale"): 1..kMaxThreads; a replicating server runs one more
+  // for other servers' replication connections.
+  uint32_t threads = DefaultThreads();
   // tcp only (docs/design.md, "Failure model and security"): a socket
   // that has not completed its setup within handshake_timeout_ms is
   // closed; so is a connection that leaves a frame incomplete, or reads

@@ -20,6 +20,12 @@ TEST(OptionsTest, DefaultsWithRequiredFieldsAreValid) {
   EXPECT_TRUE(s.ok()) << s;
 }
 
+TEST(OptionsTest, ThreadsDefaultToTheCores) {
+  EXPECT_GE(ServerOptions{}.threads, 1u);
+  EXPECT_LE(ServerOptions{}.threads, kMaxThreads);
+  EXPECT_EQ(ServerOptions{}.threads, DefaultThreads());
+}
+
 TEST(OptionsTest, EveryBadValueIsRejectedNamingItsFlag) {
   struct Case {
     const char* flag;
@@ -39,6 +45,8 @@ TEST(OptionsTest, EveryBadValueIsRejectedNamingItsFlag) {
       {"--ring_bytes", [](ServerOptions& o) { o.ring_bytes = 1000; }},
       {"--ring_bytes", [](ServerOptions& o) { o.ring_bytes = 2 * 1024 * 1024; }},  // < 2x ~1 MiB block
       {"--max_connections", [](ServerOptions& o) { o.max_connections = 0; }},
+      {"--threads", [](ServerOptions& o) { o.threads = 0; }},
+      {"--threads", [](ServerOptions& o) { o.threads = kMaxThreads + 1; }},
       {"--grace_period_ms", [](ServerOptions& o) { o.grace_period_ms = 1; }},
       {"--grace_period_ms", [](ServerOptions& o) { o.grace_period_ms = 3'600'000; }},
       {"--handshake_timeout_ms", [](ServerOptions& o) { o.handshake_timeout_ms = 0; }},

@@ -2,6 +2,7 @@
 
 #include <cstring>
 #include <random>
+#include <unordered_map>
 #include <vector>
 
 #include <glog/logging.h>
@@ -32,6 +33,8 @@ constexpr auto kPollTimeout = std::chrono::milliseconds(50);
 constexpr uint32_t kStoreQueueWrites = 4096;
 constexpr uint64_t kStoreQueueBytes = 32ULL << 20;
 constexpr auto kAcceptTimeout = std::chrono::milliseconds(100);
+// The most connections one Wait of a poller reports.
+constexpr size_t kReadyPerWait = 256;
 
 protocol::RegionDescriptor Describe(const transport::MemoryRegion& mr) {
   protocol::RegionDescriptor d{};
@@ -48,10 +51,10 @@ uint64_t RandomSeed() {
 
 }  // namespace
 
-// One accepted connection. Members are destroyed bottom-up: the thread is
-// joined before, then the connection (its registrations), then the memory
-// those registrations cover.
-struct Server::Worker {
+// One accepted connection, owned by its poller. Members are destroyed
+// bottom-up: the connection (its registrations) before the memory those
+// registrations cover.
+struct Server::Served {
   MappedMemory ring;
   MappedMemory messages;  // credits receive buffers, then credits reply buffers
   transport::MemoryRegion* ring_mr = nullptr;
@@ -60,8 +63,42 @@ struct Server::Worker {
   std::string peer_id;  // a replication connection: the sending server's id; empty for a client
   std::string peer;
   std::unique_ptr<transport::Connection> conn;
+  // Receives not yet applied, in arrival order: a ring of `credits`
+  // entries (each holds a receive buffer, so there are never more), and
+  // the free reply buffers; neither allocates per request.
+  struct Received {
+    uint32_t buf = 0;
+    uint32_t len = 0;
+  };
+  std::vector<Received> pending;
+  size_t pending_head = 0;
+  size_t pending_count = 0;
+  std::vector<uint32_t> free_replies;
+  // Set when posting a reply failed: closed after the round.
+  Status broken;
+};
+
+// A reply written into its reply buffer by a round's apply and sent once
+// the round is committed (Server::SendReplies).
+struct Server::OwedReply {
+  Served* served;
+  uint32_t buf;    // the request's receive buffer, re-posted first
+  uint32_t reply;  // the reply buffer
+};
+
+// A polling thread and the group it serves. The accept thread hands it
+// new connections through the inbox; everything else is its own.
+struct Server::Poller {
+  std::unique_ptr<transport::PollGroup> group;
   std::thread thread;
-  std::atomic<bool> finished{false};
+  // Connections placed in the group and not closed (the accept thread's
+  // measure of load: counted from the choice, before the transport hands
+  // the connection out).
+  std::atomic<uint64_t> load{0};
+  Mutex inbox_mu;
+  std::vector<std::unique_ptr<Served>> inbox GUARDED_BY(inbox_mu);
+  // The polling thread only.
+  std::unordered_map<transport::Connection*, std::unique_ptr<Served>> served;
 };
 
 Server::Server(const ServerOptions& options, transport::Transport* transport, ReplicationPolicy* replication,
@@ -89,6 +126,10 @@ Status Server::Init() {
     store_options.background_queue = kStoreQueueWrites;
     store_options.background_queue_bytes = kStoreQueueBytes;
   }
+  // With sync, the pollers commit in groups: one fsync for every write a
+  // round applied, across connections (and across pollers that sync at
+  // the same time), before any of them is acknowledged.
+  store_options.deferred_sync = options_.durability == Durability::kSync;
   RKV_ASSIGN_OR_RETURN(store_, Store::Open(options_.data_dir, store_options));
   epoch_ = store_->epoch();
 
@@ -131,6 +172,10 @@ Status Server::Init() {
   LOG(INFO) << "listening on " << address_ << " (epoch " << epoch_ << ", " << (uint64_t{1} << log2)
             << " buckets, " << heap_bytes << "-byte heap, durability " << DurabilityName(options_.durability)
             << ", poll " << PollModeName(options_.poll) << ")";
+  RKV_RETURN_IF_ERROR(StartPollers());
+  polling_threads_ = pollers_.size();
+  LOG(INFO) << polling_threads_ << " polling threads (" << client_pollers_ << " for clients); a connection costs "
+            << Cost().total() << " bytes of the server's memory beside the transport's";
   accept_thread_ = std::thread([this] { AcceptLoop(); });
   return Status::Ok();
 }
@@ -148,10 +193,43 @@ Status Server::Rebuild() {
 
 std::string Server::address() const { return address_; }
 
+Status Server::StartPollers() {
+  client_pollers_ = options_.threads;
+  const size_t total = client_pollers_ + (replication_ != nullptr ? 1 : 0);
+  for (size_t i = 0; i < total; ++i) {
+    auto p = std::make_unique<Poller>();
+    RKV_ASSIGN_OR_RETURN(p->group, transport_->NewPollGroup());
+    pollers_.push_back(std::move(p));
+  }
+  for (auto& p : pollers_) {
+    Poller* raw = p.get();
+    p->thread = std::thread([this, raw] { PollLoop(raw); });
+  }
+  return Status::Ok();
+}
+
+transport::PollGroup* Server::ChooseGroup(std::span<const uint8_t> private_data) {
+  // Only the role is read here; HandlePending validates the request.
+  if (pollers_.size() > client_pollers_ && IsPeerConnectRequest(private_data)) {
+    chosen_ = pollers_.back().get();
+  } else {
+    chosen_ = pollers_.front().get();
+    for (size_t i = 1; i < client_pollers_; ++i) {
+      if (pollers_[i]->load.load(std::memory_order_relaxed) < chosen_->load.load(std::memory_order_relaxed)) {
+        chosen_ = pollers_[i].get();
+      }
+    }
+  }
+  return chosen_->group.get();
+}
+
 void Server::AcceptLoop() {
+  const transport::Listener::GroupChooser choose = [this](std::span<const uint8_t> data) {
+    return ChooseGroup(data);
+  };
   while (!stopping_.load(std::memory_order_acquire)) {
-    StatusOr<std::unique_ptr<transport::Connection>> next = listener_->Next(kAcceptTimeout);
-    ReapFinished();
+    chosen_ = nullptr;
+    StatusOr<std::unique_ptr<transport::Connection>> next = listener_->Next(kAcceptTimeout, choose);
     if (!next.ok()) {
       if (next.status().code() == StatusCode::kCancelled) break;
       LOG(WARNING) << "accepting a connection failed: " << next.status();
@@ -192,9 +270,14 @@ void Server::HandlePending(std::unique_ptr<transport::Connection> conn) {
                   "too many connections (max " + std::to_string(options_.max_connections) + ")");
   }
 
-  // From here the worker owns the connection, so that on every path the
+  Poller* const poller = chosen_;
+  if (poller == nullptr) {
+    return Refuse(*conn, StatusCode::kInternal, "the transport placed the connection in no poll group");
+  }
+
+  // From here `w` owns the connection, so that on every path the
   // connection (and its registrations) goes before the memory it covers.
-  auto w = std::make_unique<Worker>();
+  auto w = std::make_unique<Served>();
   w->client_id = req.client_id;
   w->peer_id = std::move(peer_id);
   w->peer = conn->peer_address();
@@ -248,114 +331,177 @@ void Server::HandlePending(std::unique_ptr<transport::Connection> conn) {
     LOG(INFO) << "accepted replication from server " << w->peer_id << " (epoch " << req.peer_epoch << ") at "
               << w->peer;
   }
-  Worker* raw = w.get();
+  // The poller takes it from the inbox; the group may report it before
+  // (level-triggered: it is reported again until polled).
+  w->pending.resize(credits);
+  w->free_replies.reserve(credits);
+  for (uint32_t i = 0; i < credits; ++i) w->free_replies.push_back(i);
+  poller->load.fetch_add(1, std::memory_order_relaxed);
   {
-    MutexLock lock(workers_mu_);
-    workers_.push_back(std::move(w));
+    MutexLock lock(poller->inbox_mu);
+    poller->inbox.push_back(std::move(w));
   }
-  raw->thread = std::thread([this, raw] { ServeConnection(raw); });
+  poller->group->Wake();
 }
 
-void Server::ServeConnection(Worker* w) {
-  transport::Connection& conn = *w->conn;
+void Server::PollLoop(Poller* p) {
+  const uint32_t credits = options_.request_credits;
+  std::vector<Completion> completions(2 * size_t{credits});
+  std::vector<transport::Connection*> ready(kReadyPerWait);
+  std::vector<std::unique_ptr<Served>> arrived;
+  std::vector<OwedReply> owed;
+  while (!stopping_.load(std::memory_order_acquire)) {
+    StatusOr<size_t> n = p->group->Wait(ready, kPollTimeout);
+    if (!n.ok()) {
+      // The group failed and so did every connection in it: close them.
+      // Connections that arrive later are closed by their first Poll.
+      LOG(ERROR) << "a polling thread's group failed: " << n.status();
+      for (auto& [conn, s] : p->served) Close(*s, n.status());
+      p->load.fetch_sub(p->served.size(), std::memory_order_relaxed);
+      p->served.clear();
+      std::this_thread::sleep_for(kPollTimeout);
+      continue;
+    }
+    {
+      MutexLock lock(p->inbox_mu);
+      arrived.swap(p->inbox);
+    }
+    for (auto& s : arrived) {
+      transport::Connection* key = s->conn.get();
+      p->served.emplace(key, std::move(s));
+    }
+    arrived.clear();
+    // One round: apply what every reported connection has, then commit
+    // the round (one fsync with --durability=sync) and reply.
+    for (size_t i = 0; i < *n; ++i) {
+      const auto it = p->served.find(ready[i]);
+      if (it == p->served.end()) continue;  // not yet taken from the inbox
+      const size_t owed_before = owed.size();
+      if (!Serve(*it->second, completions, &owed)) {
+        // Its requests applied this round stay applied (and are synced
+        // with the others); their replies have nowhere to go.
+        owed.resize(owed_before);
+        p->served.erase(it);
+        p->load.fetch_sub(1, std::memory_order_relaxed);
+      }
+    }
+    if (!owed.empty()) SendReplies(p, &owed);
+  }
+  {
+    MutexLock lock(p->inbox_mu);
+    for (auto& s : p->inbox) p->served.emplace(s->conn.get(), std::move(s));
+    p->inbox.clear();
+  }
+  for (auto& [conn, s] : p->served) Close(*s, Status::Ok());
+  p->load.store(0, std::memory_order_relaxed);
+  p->served.clear();
+}
+
+bool Server::Serve(Served& s, std::span<Completion> completions, std::vector<OwedReply>* owed) {
+  transport::Connection& conn = *s.conn;
   const uint32_t credits = options_.request_credits;
   const size_t reply_base = size_t{credits} * protocol::kMaxMessageBytes;
-  const std::span<const uint8_t> ring(w->ring.data(), w->ring.size());
-  // Receives not yet applied, in arrival order: a ring of `credits`
-  // entries (each holds a receive buffer, so there are never more), and
-  // the free reply buffers; neither allocates per request.
-  struct Received {
-    uint32_t buf = 0;
-    uint32_t len = 0;
-  };
-  std::vector<Received> pending(credits);
-  size_t pending_head = 0;
-  size_t pending_count = 0;
-  std::vector<uint32_t> free_replies;
-  free_replies.reserve(credits);
-  for (uint32_t i = 0; i < credits; ++i) free_replies.push_back(i);
-  std::vector<Completion> completions(2 * credits);
+  const std::span<const uint8_t> ring(s.ring.data(), s.ring.size());
+  StatusOr<size_t> n = conn.Poll(completions, std::chrono::microseconds(0));
+  if (!n.ok()) {
+    Close(s, n.status());
+    return false;
+  }
   Status ended;
-
-  while (ended.ok() && !stopping_.load(std::memory_order_acquire)) {
-    StatusOr<size_t> n = conn.Poll(completions, kPollTimeout);
-    if (!n.ok()) {
-      ended = n.status();
-      break;
-    }
-    for (size_t i = 0; i < *n && ended.ok(); ++i) {
-      const Completion& c = completions[i];
-      if (!c.status.ok()) {
-        ended = c.status;
-      } else if (c.op == OpType::kRecv && c.wr_id < credits && pending_count < credits) {
-        pending[(pending_head + pending_count) % credits] = Received{static_cast<uint32_t>(c.wr_id), c.byte_len};
-        ++pending_count;
-      } else if (c.op == OpType::kSend && (c.wr_id & ~(kSendTag - 1)) == kSendTag &&
-                 (c.wr_id & (kSendTag - 1)) < credits) {
-        free_replies.push_back(static_cast<uint32_t>(c.wr_id & (kSendTag - 1)));
-      } else {
-        ended = Internal("unexpected completion (wr_id " + std::to_string(c.wr_id) + ")");
-      }
-    }
-    // Requests are applied in arrival order; one waits only for a free
-    // reply buffer (a send completion), never for another connection.
-    while (ended.ok() && pending_count > 0 && !free_replies.empty()) {
-      const auto [buf, len] = pending[pending_head];
-      pending_head = (pending_head + 1) % credits;
-      --pending_count;
-      const size_t offset = size_t{buf} * protocol::kMaxMessageBytes;
-      const size_t msg_len = std::min<size_t>(len, protocol::kMaxMessageBytes);
-      const std::span<const uint8_t> msg(w->messages.data() + offset, msg_len);
-      const protocol::ReplyMsg reply = w->peer_id.empty() ? applier_->Apply(w->client_id, msg, ring)
-                                                          : applier_->ApplyReplica(w->peer_id, msg, ring);
-      // Re-post the receive before replying: the reply returns the credit,
-      // and the client may send its next request as soon as it sees it.
-      if (Status s = conn.PostRecv(
-              LocalBuf{w->messages_mr, offset, static_cast<uint32_t>(protocol::kMaxMessageBytes)}, buf);
-          !s.ok()) {
-        ended = s;
-        break;
-      }
-      const uint32_t r = free_replies.back();
-      free_replies.pop_back();
-      const size_t reply_offset = reply_base + size_t{r} * protocol::kMaxMessageBytes;
-      std::memcpy(w->messages.data() + reply_offset, &reply, sizeof(reply));
-      if (Status s = conn.PostSend(LocalBuf{w->messages_mr, reply_offset, sizeof(reply)}, kSendTag | r); !s.ok()) {
-        ended = s;
-      }
+  for (size_t i = 0; i < *n && ended.ok(); ++i) {
+    const Completion& c = completions[i];
+    if (!c.status.ok()) {
+      ended = c.status;
+    } else if (c.op == OpType::kRecv && c.wr_id < credits && s.pending_count < credits) {
+      s.pending[(s.pending_head + s.pending_count) % credits] =
+          Served::Received{static_cast<uint32_t>(c.wr_id), c.byte_len};
+      ++s.pending_count;
+    } else if (c.op == OpType::kSend && (c.wr_id & ~(kSendTag - 1)) == kSendTag &&
+               (c.wr_id & (kSendTag - 1)) < credits) {
+      s.free_replies.push_back(static_cast<uint32_t>(c.wr_id & (kSendTag - 1)));
+    } else {
+      ended = Internal("unexpected completion (wr_id " + std::to_string(c.wr_id) + ")");
     }
   }
-  if (ended.ok()) {
-    LOG(INFO) << "disconnecting client " << std::hex << w->client_id << std::dec << " from " << w->peer
-              << " (server shutting down)";
-  } else {
-    LOG(INFO) << "connection of client " << std::hex << w->client_id << std::dec << " from " << w->peer
-              << " closed: " << ended;
+  if (!ended.ok()) {
+    Close(s, ended);
+    return false;
   }
-  conn.Disconnect();
-  // Torn down here, not by the reaper on the accept thread: a slow teardown
-  // must never hold up new connections. The ring outlives it (reaped later).
-  w->conn.reset();
-  connections_open_.fetch_sub(1, std::memory_order_relaxed);
-  w->finished.store(true, std::memory_order_release);
+  // Requests are applied in arrival order; one waits only for a free
+  // reply buffer (a send completion), never for another connection.
+  while (s.pending_count > 0 && !s.free_replies.empty()) {
+    const auto [buf, len] = s.pending[s.pending_head];
+    s.pending_head = (s.pending_head + 1) % credits;
+    --s.pending_count;
+    const size_t offset = size_t{buf} * protocol::kMaxMessageBytes;
+    const size_t msg_len = std::min<size_t>(len, protocol::kMaxMessageBytes);
+    const std::span<const uint8_t> msg(s.messages.data() + offset, msg_len);
+    const protocol::ReplyMsg reply = s.peer_id.empty() ? applier_->Apply(s.client_id, msg, ring)
+                                                       : applier_->ApplyReplica(s.peer_id, msg, ring);
+    const uint32_t r = s.free_replies.back();
+    s.free_replies.pop_back();
+    std::memcpy(s.messages.data() + reply_base + size_t{r} * protocol::kMaxMessageBytes, &reply, sizeof(reply));
+    owed->push_back(OwedReply{&s, buf, r});
+  }
+  return true;
 }
 
-void Server::ReapFinished() {
-  std::list<std::unique_ptr<Worker>> done;
-  {
-    MutexLock lock(workers_mu_);
-    for (auto it = workers_.begin(); it != workers_.end();) {
-      if ((*it)->finished.load(std::memory_order_acquire)) {
-        done.splice(done.end(), workers_, it++);
-      } else {
-        ++it;
+void Server::SendReplies(Poller* p, std::vector<OwedReply>* owed) {
+  const uint32_t credits = options_.request_credits;
+  const size_t reply_base = size_t{credits} * protocol::kMaxMessageBytes;
+  // Acknowledged means durable: with group commit, the round's writes
+  // (and whatever else was written meanwhile) are synced here, once.
+  const Status synced = store_->SyncWrites();
+  if (!synced.ok()) LOG(ERROR) << "group commit: " << synced;
+  std::vector<Served*> broken;
+  for (const OwedReply& o : *owed) {
+    Served& s = *o.served;
+    if (!s.broken.ok()) continue;
+    uint8_t* const reply_bytes = s.messages.data() + reply_base + size_t{o.reply} * protocol::kMaxMessageBytes;
+    if (!synced.ok()) {
+      protocol::ReplyMsg reply;
+      std::memcpy(&reply, reply_bytes, sizeof(reply));
+      if (reply.status_code == static_cast<int32_t>(StatusCode::kOk)) {
+        // Applied and visible, but not known to be durable.
+        reply = MakeReply(reply.request_id, StatusCode::kUnavailable, 0,
+                          "written but not synced (outcome unknown): " + synced.message());
+        std::memcpy(reply_bytes, &reply, sizeof(reply));
       }
     }
+    // Re-post the receive before replying: the reply returns the credit,
+    // and the client may send its next request as soon as it sees it.
+    const size_t offset = size_t{o.buf} * protocol::kMaxMessageBytes;
+    Status st = s.conn->PostRecv(
+        LocalBuf{s.messages_mr, offset, static_cast<uint32_t>(protocol::kMaxMessageBytes)}, o.buf);
+    if (st.ok()) {
+      const size_t reply_offset = static_cast<size_t>(reply_bytes - s.messages.data());
+      st = s.conn->PostSend(LocalBuf{s.messages_mr, reply_offset, sizeof(protocol::ReplyMsg)}, kSendTag | o.reply);
+    }
+    if (!st.ok()) {
+      s.broken = st;
+      broken.push_back(&s);
+    }
   }
-  // Join, then destroy: the connection (QP, registrations) before its ring.
-  for (auto& w : done) {
-    if (w->thread.joinable()) w->thread.join();
+  owed->clear();
+  for (Served* s : broken) {
+    transport::Connection* key = s->conn.get();
+    Close(*s, s->broken);
+    p->served.erase(key);
+    p->load.fetch_sub(1, std::memory_order_relaxed);
   }
+}
+
+void Server::Close(Served& s, const Status& why) {
+  if (why.ok()) {
+    LOG(INFO) << "disconnecting client " << std::hex << s.client_id << std::dec << " from " << s.peer
+              << " (server shutting down)";
+  } else {
+    LOG(INFO) << "connection of client " << std::hex << s.client_id << std::dec << " from " << s.peer
+              << " closed: " << why;
+  }
+  s.conn->Disconnect();
+  s.conn.reset();
+  connections_open_.fetch_sub(1, std::memory_order_relaxed);
 }
 
 void Server::Shutdown() {
@@ -366,15 +512,12 @@ void Server::Shutdown() {
   stopping_.store(true, std::memory_order_release);
   if (listener_) listener_->Shutdown();
   if (accept_thread_.joinable()) accept_thread_.join();
-  std::list<std::unique_ptr<Worker>> all;
-  {
-    MutexLock wl(workers_mu_);
-    all.swap(workers_);
+  // Each poller closes its connections on its way out.
+  for (auto& p : pollers_) p->group->Wake();
+  for (auto& p : pollers_) {
+    if (p->thread.joinable()) p->thread.join();
   }
-  for (auto& w : all) {
-    if (w->thread.joinable()) w->thread.join();
-  }
-  all.clear();
+  pollers_.clear();
   listener_.reset();
   replicator_.reset();  // no Apply runs any more: its connections go before the transport
   index_mr_.reset();
@@ -385,12 +528,22 @@ void Server::Shutdown() {
 
 Server::~Server() { Shutdown(); }
 
+ConnectionCost Server::Cost() const {
+  ConnectionCost c;
+  c.ring_bytes = options_.ring_bytes;
+  c.message_bytes = 2 * uint64_t{options_.request_credits} * protocol::kMaxMessageBytes;
+  c.state_bytes = sizeof(Served) + uint64_t{options_.request_credits} * (sizeof(Served::Received) + sizeof(uint32_t));
+  return c;
+}
+
 ServerStats Server::Stats() const {
   ServerStats s;
   s.connections = connections_open_.load(std::memory_order_relaxed);
   s.connections_accepted = connections_accepted_.load(std::memory_order_relaxed);
   s.connections_rejected = connections_rejected_.load(std::memory_order_relaxed);
   s.gets_served_by_cpu = 0;
+  s.polling_threads = polling_threads_;
+  s.connection_cost = Cost();
   if (applier_ == nullptr) return s;
   const Applier::Snapshot a = applier_->snapshot();
   s.puts = a.puts;

@@ -9,7 +9,8 @@
 //      store (logs how many keys in how long);
 //   3. registers index and heap with the transport, REMOTE_READ only;
 //   4. listens and starts the accept thread.
-// Accept thread: for each pending connection, validates the
+// Accept thread: for each pending connection (placed in a poller's group
+//   before the transport hands it out, see ChooseGroup), validates the
 //   ConnectRequestData (size, magic, versions, token digest) and refuses a
 //   bad one with a transport Rejection before accepting; refuses with
 //   RESOURCE_EXHAUSTED beyond max_connections. A replication connection
@@ -20,13 +21,21 @@
 //   connection's staging ring (REMOTE_WRITE for that connection only) and
 //   message buffers, posts request_credits receives, and accepts with an
 //   AcceptData that names the regions.
-// One worker thread per connection: polls the connection, applies its
-//   requests in order (server/apply.h), re-posts each receive buffer before
-//   replying, and replies with a SEND. A client's requests go to
-//   Applier::Apply, a peer's to Applier::ApplyReplica. A broken connection (Poll error or an
-//   error completion) is logged and destroyed by its worker, which releases
-//   its queue pair and registrations; the accept thread then reaps the
-//   finished worker (joins it, frees its ring).
+// Polling threads (docs/design.md, "Connection scale"): a fixed set,
+//   whatever the number of connections. Each owns a transport PollGroup
+//   and serves the connections in it: it waits on the group, polls each
+//   connection the group reports, applies its requests in order
+//   (server/apply.h), re-posts each receive buffer before replying, and
+//   replies with a SEND. options.threads of them serve clients (the accept
+//   thread puts a new client in the group with the fewest connections); a
+//   server with a replication policy runs one more for the replication
+//   connections of other servers, so that a poller waiting on its backups
+//   (holding the primary mutex) never holds up the backup writes another
+//   server forwards here, which could otherwise wait on each other across
+//   two servers. A client's requests go to Applier::Apply, a peer's to
+//   Applier::ApplyReplica. A broken connection (Poll error or an error
+//   completion) is logged and destroyed by its poller, which releases its
+//   queue pair, registrations and ring.
 //
 // No GET ever reaches this process: clients read the index and heap with
 // one-sided READs (ServerStats::gets_served_by_cpu stays 0; there is no GET
@@ -40,11 +49,12 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
-#include <list>
+#include <span>
 #include <memory>
 #include <string>
 #include <string_view>
 #include <thread>
+#include <vector>
 
 #include "common/mutex.h"
 #include "common/protocol.h"
@@ -60,6 +70,14 @@
 #include "server/table.h"
 
 namespace rkv::server {
+
+// What one connection costs the server, in bytes (ServerStats).
+struct ConnectionCost {
+  uint64_t ring_bytes = 0;     // the staging ring (pinned on verbs)
+  uint64_t message_bytes = 0;  // request and reply buffers
+  uint64_t state_bytes = 0;    // the poller's bookkeeping
+  uint64_t total() const { return ring_bytes + message_bytes + state_bytes; }
+};
 
 struct ServerStats {
   uint64_t puts = 0;
@@ -79,6 +97,10 @@ struct ServerStats {
   uint64_t replica_stale = 0;
   uint64_t replica_refused = 0;
   uint64_t lease_refusals = 0;  // client writes refused because the lease had expired
+  // Connection scale: the polling threads, and what each open connection
+  // costs (the transport's own share is in docs/design.md).
+  uint64_t polling_threads = 0;
+  ConnectionCost connection_cost;
 };
 
 class Server {
@@ -102,7 +124,7 @@ class Server {
 
   // Stops accepting, disconnects every client, joins all threads and closes
   // the store. Idempotent.
-  void Shutdown() EXCLUDES(shutdown_mu_, workers_mu_);
+  void Shutdown() EXCLUDES(shutdown_mu_);
 
   // "HOST:PORT" actually listened on (the real port when 0 was asked).
   std::string address() const;
@@ -125,18 +147,31 @@ class Server {
   Applier* applier() const { return applier_.get(); }
 
  private:
-  struct Worker;
+  struct Served;
+  struct Poller;
+  struct OwedReply;
 
   Server(const ServerOptions& options, transport::Transport* transport, ReplicationPolicy* replication,
          std::string_view server_id);
   Status Init();
   Status Rebuild();
-  void AcceptLoop() EXCLUDES(workers_mu_);
-  void HandlePending(std::unique_ptr<transport::Connection> conn) EXCLUDES(workers_mu_);
+  Status StartPollers();
+  void AcceptLoop();
+  // The group a connection request goes to: the peers' poller for a
+  // replication request, else the client poller with the fewest.
+  transport::PollGroup* ChooseGroup(std::span<const uint8_t> private_data);
+  void HandlePending(std::unique_ptr<transport::Connection> conn);
   void Refuse(transport::Connection& conn, StatusCode code, const std::string& message);
-  void ServeConnection(Worker* w);
-  // Joins and destroys the workers whose connection has ended.
-  void ReapFinished() EXCLUDES(workers_mu_);
+  void PollLoop(Poller* p);
+  // Takes `s`'s completions and applies what it can, adding the replies
+  // to `*owed`; false once the connection has ended (then closed).
+  bool Serve(Served& s, std::span<transport::Completion> completions, std::vector<OwedReply>* owed);
+  // Commits a round (SyncWrites: one fsync for all its writes with
+  // --durability=sync), then re-posts the requests' receives and sends
+  // the replies; closes the connections where that fails.
+  void SendReplies(Poller* p, std::vector<OwedReply>* owed);
+  void Close(Served& s, const Status& why);
+  ConnectionCost Cost() const;
 
   const ServerOptions options_;
   transport::Transport* const transport_;
@@ -149,8 +184,8 @@ class Server {
   uint32_t bucket_count_log2_ = 0;
   uint64_t hash_seed_ = 0;
 
-  // Declaration order is teardown order reversed: workers (connections,
-  // then their rings), the listener, the index/heap registrations, then the
+  // Declaration order is teardown order reversed: the pollers (their
+  // connections, then the rings, then the groups), the listener, the index/heap registrations, then the
   // applier, the replicator it forwards through, table, heap, store and
   // last the memory they point into.
   MappedMemory index_mem_;
@@ -167,10 +202,13 @@ class Server {
 
   std::atomic<bool> stopping_{false};
   std::thread accept_thread_;
-  Mutex workers_mu_;
-  std::list<std::unique_ptr<Worker>> workers_ GUARDED_BY(workers_mu_);
-  // Serializes Shutdown; taken before workers_mu_.
-  Mutex shutdown_mu_ ACQUIRED_BEFORE(workers_mu_);
+  // The client pollers, then (replicating servers) the peers' poller.
+  std::vector<std::unique_ptr<Poller>> pollers_;
+  size_t client_pollers_ = 0;
+  uint64_t polling_threads_ = 0;  // set before the accept thread starts
+  Poller* chosen_ = nullptr;      // the accept thread's: ChooseGroup's last choice
+  // Serializes Shutdown.
+  Mutex shutdown_mu_;
   bool shut_down_ GUARDED_BY(shutdown_mu_) = false;
 
   std::atomic<uint64_t> connections_open_{0};

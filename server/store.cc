@@ -198,6 +198,10 @@ StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& dir, const Store
                            " writes, " + std::to_string(store_options.background_queue_bytes) +
                            " bytes; need at most 1048576 writes and more than 0 bytes");
   }
+  if (store_options.deferred_sync &&
+      (store_options.durability != Durability::kSync || store_options.background_queue > 0)) {
+    return InvalidArgument("store: deferred syncs (group commit) need durability sync and no background writes");
+  }
   std::unique_ptr<Store> store(new Store(dir, store_options));
   rocksdb::Options options;
   options.create_if_missing = true;
@@ -271,13 +275,14 @@ Status Store::Commit(rocksdb::WriteBatch* batch, const std::function<std::string
   if (error_) RKV_RETURN_IF_ERROR(Recover());
   rocksdb::WriteOptions wo;
   wo.disableWAL = options_.durability == Durability::kNone;
-  wo.sync = options_.durability == Durability::kSync;
+  wo.sync = options_.durability == Durability::kSync && !options_.deferred_sync;
   const rocksdb::Status written = db_->Write(wo, batch);
   if (!written.ok()) {
     const Status s = FromRocks(written, describe());
     EnterErrorState(s);
     return s;
   }
+  if (options_.deferred_sync) writes_made_.fetch_add(1, std::memory_order_release);
   if (error_) {
     LOG(INFO) << "store in " << dir_ << " accepts writes again (" << error_->refused
               << " writes refused since: " << error_->status << ")";
@@ -490,6 +495,12 @@ Status Store::Recover() {
 }
 
 Status Store::Reopen() {
+  MutexLock sync_lock(sync_mu_);
+  if (db_ && options_.deferred_sync && writes_synced_ < writes_made_.load(std::memory_order_acquire)) {
+    // Writes not yet synced would be acknowledged by a later SyncWrites
+    // that syncs the new WAL only.
+    if (const rocksdb::Status s = db_->SyncWAL(); !s.ok()) unsynced_reopen_ = true;
+  }
   if (db_) {
     const rocksdb::Status s = db_->Close();
     if (!s.ok()) LOG(WARNING) << "closing RocksDB in " << dir_ << " to reopen it: " << s.ToString();
@@ -508,6 +519,29 @@ Status Store::Reopen() {
     LOG(WARNING) << "reopened RocksDB in " << dir_ << " to recover: its WAL failed while the memtable was empty";
     error_->reopened = true;
   }
+  return Status::Ok();
+}
+
+Status Store::SyncWrites() {
+  if (!options_.deferred_sync) return Status::Ok();
+  const uint64_t target = writes_made_.load(std::memory_order_acquire);
+  MutexLock lock(sync_mu_);
+  if (unsynced_reopen_) {
+    unsynced_reopen_ = false;
+    writes_synced_ = writes_made_.load(std::memory_order_acquire);
+    return Unavailable("the store in " + dir_ + " was reopened to recover before its WAL could be synced: "
+                       "writes since the last sync may be lost on power loss");
+  }
+  if (writes_synced_ >= target) return Status::Ok();  // an fsync since covered them
+  if (db_ == nullptr) return Unavailable("the store in " + dir_ + " is closed after a failed reopen");
+  // Everything written so far rides on this fsync, not just `target`.
+  const uint64_t covered = writes_made_.load(std::memory_order_acquire);
+  if (const rocksdb::Status s = db_->SyncWAL(); !s.ok()) {
+    return FromRocks(s, "syncing the WAL in " + dir_);
+  }
+  synced_writes_.fetch_add(covered - writes_synced_, std::memory_order_relaxed);
+  wal_syncs_.fetch_add(1, std::memory_order_relaxed);
+  writes_synced_ = covered;
   return Status::Ok();
 }
 

@@ -16,10 +16,19 @@
 //   kNone: WriteOptions::disableWAL. Survives nothing but a clean shutdown
 //          (memtables are flushed on Close).
 //   kWal:  written to the WAL without fsync: survives a process crash.
-//   kSync: WAL fsynced before returning: survives power loss. RocksDB
-//          group-commits concurrent writers; the apply path, however,
-//          writes under one mutex, so writes from different connections
-//          are fsynced one after the other.
+//   kSync: WAL fsynced before returning: survives power loss; or, with
+//          StoreOptions::deferred_sync, fsynced by the next SyncWrites
+//          (group commit, below).
+//
+// Group commit (StoreOptions::deferred_sync, kSync only; the server uses it,
+// docs/design.md "Durability modes"): Put and Delete write the WAL without
+// an fsync and return; SyncWrites() then makes every write that returned
+// before it durable with one DB::SyncWAL, whoever made them. Concurrent
+// callers share an fsync: a caller waits for the one in progress and needs
+// none of its own when that one covered its writes. A write is durable
+// against power loss only once a SyncWrites that began after it returned
+// has returned OK, so the caller acknowledges it only then. Readers of the
+// database (and of the table the caller publishes) may see it before.
 //
 // Full disk and other write errors: RocksDB stops accepting writes after a
 // failed WAL append or flush (a "background error"; paranoid_checks). Its
@@ -59,12 +68,15 @@
 // value is DATA_LOSS naming the key, and the server refuses to start rather
 // than serve wrong data.
 //
-// Thread safety: not thread-safe. Put, Delete, NextVersion, Get, Scan and
-// Flush are called under one external lock (the apply mutex), or before
-// writes start (the rebuild's Scan). The background writer is internal. Recovery may close and reopen the database inside a
-// Put or Delete; Get and Scan are UNAVAILABLE while a reopen has failed.
+// Thread safety: not thread-safe but for SyncWrites. Put, Delete,
+// NextVersion, Get, Scan and Flush are called under one external lock (the
+// apply mutex), or before writes start (the rebuild's Scan); SyncWrites
+// from any thread, also while a write runs. The background writer is
+// internal. Recovery may close and reopen the database inside a Put or
+// Delete; Get and Scan are UNAVAILABLE while a reopen has failed.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -110,6 +122,8 @@ struct StoreOptions {
   // ... and at most this many bytes of queued keys and values (a single
   // larger write is queued alone). Above 0.
   uint64_t background_queue_bytes = 16ULL << 20;
+  // kSync only: group commit (see above). Not with background writes.
+  bool deferred_sync = false;
 };
 
 class Store {
@@ -154,6 +168,15 @@ class Store {
 
   // Reads `key`; nullopt when absent; DATA_LOSS when malformed.
   StatusOr<std::optional<Value>> Get(std::string_view key) const;
+
+  // deferred_sync: makes every Put and Delete that returned before this
+  // call durable (see "Group commit"); OK at once without deferred_sync.
+  // An error means those writes may be lost on power loss (they are in
+  // the WAL, not synced): the caller must not acknowledge them.
+  Status SyncWrites() EXCLUDES(sync_mu_);
+  // Fsyncs SyncWrites made, and the writes they covered, since Open.
+  uint64_t wal_syncs() const { return wal_syncs_.load(std::memory_order_relaxed); }
+  uint64_t synced_writes() const { return synced_writes_.load(std::memory_order_relaxed); }
 
   // Whether writes are refused until a DB::Resume() succeeds.
   bool in_error_state() const;
@@ -237,6 +260,19 @@ class Store {
   mutable bool writer_parked_ GUARDED_BY(queue_mu_) = false;
   bool stopping_ GUARDED_BY(queue_mu_) = false;
   std::thread writer_;
+
+  // Group commit. writes_made_ counts the deferred writes that returned
+  // (stored after each, release), writes_synced_ those an fsync covered.
+  // sync_mu_ is held across each fsync, and by Reopen across the swap of
+  // db_ (SyncWrites uses db_ without the apply mutex).
+  std::atomic<uint64_t> writes_made_{0};
+  Mutex sync_mu_;
+  uint64_t writes_synced_ GUARDED_BY(sync_mu_) = 0;
+  // Set by a Reopen whose WAL could not be synced before the close: the
+  // writes not yet synced then may be lost; the next SyncWrites says so.
+  bool unsynced_reopen_ GUARDED_BY(sync_mu_) = false;
+  std::atomic<uint64_t> wal_syncs_{0};
+  std::atomic<uint64_t> synced_writes_{0};
 };
 
 // Printable form of a binary key for messages: printable ASCII as is,

@@ -114,8 +114,8 @@ class PollGroupTest : public ::testing::TestWithParam<std::string> {
   }
 
   // Connects `n` clients (index i sends i as its private data) and accepts
-  // each into `groups[i % groups.size()]`, posting its receive (wr_id i)
-  // first. Fills clients_[i] and servers_[i] (appended after those that
+  // each into `groups[i % groups.size()]` (chosen from that data), posting
+  // its receive (wr_id i) first. Fills clients_[i] and servers_[i] (appended after those that
   // are there).
   void ConnectMany(int n, const std::vector<PollGroup*>& groups) {
     const int first = static_cast<int>(clients_.size());
@@ -140,13 +140,22 @@ class PollGroupTest : public ::testing::TestWithParam<std::string> {
     }
     // Accepts on this thread; a failure stops accepting (the connectors
     // then time out) and is reported after they are joined.
-    const auto accept_one = [&](PollGroup* group) -> Status {
-      RKV_ASSIGN_OR_RETURN(std::unique_ptr<Connection> c, listener_->Next(100ms, group));
-      if (c == nullptr) return Status::Ok();
+    const auto index_of = [](std::span<const uint8_t> data) -> StatusOr<uint32_t> {
       uint32_t index = 0;
-      if (c->peer_private_data().size() < sizeof index) return Internal("no index in the private data");
-      std::memcpy(&index, c->peer_private_data().data(), sizeof index);
+      if (data.size() < sizeof index) return Internal("no index in the private data");
+      std::memcpy(&index, data.data(), sizeof index);
+      return index;
+    };
+    const auto choose = [&](std::span<const uint8_t> data) -> PollGroup* {
+      const StatusOr<uint32_t> index = index_of(data);
+      return index.ok() ? groups[*index % groups.size()] : nullptr;
+    };
+    const auto accept_one = [&]() -> Status {
+      RKV_ASSIGN_OR_RETURN(std::unique_ptr<Connection> c, listener_->Next(100ms, choose));
+      if (c == nullptr) return Status::Ok();
+      RKV_ASSIGN_OR_RETURN(const uint32_t index, index_of(c->peer_private_data()));
       if (index >= servers_.size()) return Internal("index out of range: " + std::to_string(index));
+      PollGroup* const group = groups[index % groups.size()];
       RKV_RETURN_IF_ERROR(c->PostRecv(received_.At(index * kSlot, kSlot), index));
       RKV_RETURN_IF_ERROR(c->Accept({}));
       server_index_[c.get()] = static_cast<int>(index);
@@ -158,7 +167,7 @@ class PollGroupTest : public ::testing::TestWithParam<std::string> {
     Status accepting;
     for (int accepted = 0; accepted < n && accepting.ok() && Clock::now() < deadline;) {
       const size_t before = server_index_.size();
-      accepting = accept_one(groups[accepted % groups.size()]);
+      accepting = accept_one();
       if (server_index_.size() > before) ++accepted;
     }
     EXPECT_TRUE(accepting.ok()) << accepting;

@@ -28,6 +28,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -257,12 +258,19 @@ class Listener {
   // on timeout. The returned connection is pending: inspect its
   // peer_private_data, register private memory, post receives, then Accept
   // or Reject it.
-  virtual StatusOr<std::unique_ptr<Connection>> Next(std::chrono::milliseconds timeout) { return Next(timeout, nullptr); }
-  // Next, for a connection that, once accepted, is a member of `group`
-  // (one of this transport's, from NewPollGroup; null: none). The server
-  // picks the group before it knows the peer (on verbs the queue pair is
-  // created with the group's completion queue).
-  virtual StatusOr<std::unique_ptr<Connection>> Next(std::chrono::milliseconds timeout, PollGroup* group) = 0;
+  StatusOr<std::unique_ptr<Connection>> Next(std::chrono::milliseconds timeout) {
+    return Next(timeout, GroupChooser());
+  }
+  // Next, for a connection that, once accepted, is a member of the group
+  // `choose` returns for the request's private data (one of this
+  // transport's groups, from NewPollGroup; null, or an empty `choose`: no
+  // group). The group is chosen before the connection exists (on verbs its
+  // queue pair is created on the group's completion queue), from data the
+  // peer sent and nothing has checked yet: it places the connection, it
+  // must not trust it.
+  using GroupChooser = std::function<PollGroup*(std::span<const uint8_t> peer_private_data)>;
+  virtual StatusOr<std::unique_ptr<Connection>> Next(std::chrono::milliseconds timeout,
+                                                     const GroupChooser& choose) = 0;
   // Wakes a thread blocked in Next, which returns CANCELLED. Later calls
   // also return CANCELLED.
   virtual void Shutdown() = 0;

@@ -220,6 +220,11 @@ struct ServerStatsInfo {
   uint64_t catchup_values_fetched = 0;   // values it fetched and installed
   uint32_t syncing_shards = 0;           // shards it is catching up on now
   uint64_t catchup_records_served = 0;   // records it listed to others
+  // Connection scale: the server's data-plane polling threads (fixed,
+  // whatever the number of connections), and the server memory each
+  // connection costs beside the transport's.
+  uint32_t polling_threads = 0;
+  uint64_t bytes_per_connection = 0;
 };
 
 // One shard's digest on one server (Client::ShardChecksums): its records'

@@ -1,5 +1,7 @@
 #include "common/transport/fault/fault_connection.h"
 
+#include "common/transport/fault/fault_poll_group.h"
+
 #include <algorithm>
 #include <iterator>
 #include <thread>
@@ -31,14 +33,18 @@ std::string Numbered(const char* op, uint64_t index) { return std::string(op) + 
 
 FaultConnection::FaultConnection(std::unique_ptr<Connection> inner, std::shared_ptr<Transport> inner_transport,
                                  std::shared_ptr<FaultInjector> faults, std::optional<std::vector<uint8_t>> peer_data,
-                                 std::optional<FaultRule> accept_fault)
+                                 std::optional<FaultRule> accept_fault, FaultPollGroup* group)
     : inner_transport_(std::move(inner_transport)),
       faults_(std::move(faults)),
       inner_(std::move(inner)),
       peer_data_(std::move(peer_data)),
-      accept_fault_(std::move(accept_fault)) {}
+      accept_fault_(std::move(accept_fault)),
+      group_(group) {}
 
-FaultConnection::~FaultConnection() = default;
+FaultConnection::~FaultConnection() {
+  // Out of the group before the inner connection goes.
+  if (joined_) group_->Leave(inner_.get(), this);
+}
 
 std::span<const uint8_t> FaultConnection::peer_private_data() const {
   if (peer_data_) return *peer_data_;
@@ -54,7 +60,7 @@ StatusOr<MemoryRegion*> FaultConnection::RegisterPrivate(void* addr, size_t leng
 Status FaultConnection::Accept(std::span<const uint8_t> reply) {
   // An oversized reply is the caller's error whatever the fault: the inner
   // connection says so and stays pending.
-  if (!accept_fault_ || reply.size() > kMaxAcceptPrivateData) return inner_->Accept(reply);
+  if (!accept_fault_ || reply.size() > kMaxAcceptPrivateData) return AcceptInner(reply);
   const FaultRule rule = *accept_fault_;
   accept_fault_.reset();
   switch (rule.action) {
@@ -75,7 +81,22 @@ Status FaultConnection::Accept(std::span<const uint8_t> reply) {
     case FaultAction::kCorrupt:
       break;  // carried out when the request was handed out
   }
-  return inner_->Accept(reply);
+  return AcceptInner(reply);
+}
+
+Status FaultConnection::AcceptInner(std::span<const uint8_t> reply) {
+  // Joins before the inner Accept: the inner group may report the inner
+  // connection as soon as it is accepted.
+  if (group_ != nullptr) {
+    group_->Join(inner_.get(), this);
+    joined_ = true;
+  }
+  Status s = inner_->Accept(reply);
+  if (!s.ok() && joined_) {
+    group_->Leave(inner_.get(), this);
+    joined_ = false;
+  }
+  return s;
 }
 
 void FaultConnection::Reject(const Rejection& why) { inner_->Reject(why); }
@@ -90,11 +111,13 @@ void FaultConnection::Fail(const std::string& what) {
 
 void FaultConnection::InjectFailure(OpType op, uint64_t wr_id, const std::string& what) {
   ready_.push_back(Completion{wr_id, op, Unavailable("injected failure of " + what), 0});
+  if (joined_) group_->NoteBacklog(this);
   Fail(what);
 }
 
 void FaultConnection::Flush(OpType op, uint64_t wr_id) {
   ready_.push_back(Completion{wr_id, op, Unavailable("flushed: an earlier work request failed"), 0});
+  if (joined_) group_->NoteBacklog(this);
 }
 
 StatusOr<LocalBuf> FaultConnection::CorruptedCopy(LocalBuf src, const FaultRule& rule,
@@ -401,8 +424,36 @@ size_t FaultConnection::TakeReady(std::span<Completion> out) {
   return n;
 }
 
+FaultConnection::Clock::time_point FaultConnection::NextDue() const {
+  if (!ready_.empty()) return Clock::time_point::min();
+  Clock::time_point due = Clock::time_point::max();
+  for (const Held& h : held_) due = std::min(due, h.due);
+  return due;
+}
+
+StatusOr<size_t> FaultConnection::PollMember(std::span<Completion> out) {
+  ReleaseDue(Clock::now());
+  if (ready_.empty() && !silent_) {
+    if (inner_error_.ok()) {
+      poll_buf_.resize(out.size());
+      StatusOr<size_t> n = inner_->Poll(poll_buf_, microseconds(0));
+      if (!n.ok()) {
+        inner_error_ = failed_ ? error_ : n.status();
+      } else {
+        for (size_t i = 0; i < *n; ++i) Take(std::move(poll_buf_[i]));
+      }
+    }
+    ReleaseDue(Clock::now());
+  }
+  const size_t n = TakeReady(out);
+  if (!ready_.empty() || !held_.empty()) group_->NoteBacklog(this);
+  if (n == 0 && !inner_error_.ok() && held_.empty()) return inner_error_;
+  return n;
+}
+
 StatusOr<size_t> FaultConnection::Poll(std::span<Completion> out, microseconds timeout) {
   if (out.empty()) return size_t{0};
+  if (joined_) return PollMember(out);
   const Clock::time_point deadline = Clock::now() + timeout;
   while (true) {
     ReleaseDue(Clock::now());

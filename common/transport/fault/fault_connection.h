@@ -39,16 +39,20 @@
 
 namespace rkv::transport::fault {
 
+class FaultPollGroup;
+
 class FaultConnection final : public Connection {
  public:
   using Clock = std::chrono::steady_clock;
 
   // `peer_data`: what peer_private_data() returns instead of the inner
   // connection's (a corrupted copy), when set. `accept_fault`: server side,
-  // the rule that hits this connection's Accept, when one does.
+  // the rule that hits this connection's Accept, when one does. `group`:
+  // server side, the poll group it joins at Accept (fault_poll_group.h),
+  // or null.
   FaultConnection(std::unique_ptr<Connection> inner, std::shared_ptr<Transport> inner_transport,
                   std::shared_ptr<FaultInjector> faults, std::optional<std::vector<uint8_t>> peer_data,
-                  std::optional<FaultRule> accept_fault);
+                  std::optional<FaultRule> accept_fault, FaultPollGroup* group = nullptr);
   ~FaultConnection() override;
 
   Connection& inner() const { return *inner_; }
@@ -73,6 +77,8 @@ class FaultConnection final : public Connection {
   void Disconnect() override;
 
  private:
+  friend class FaultPollGroup;
+
   // A copy of data to send, corrupted, registered with the inner
   // transport. The registration goes before the bytes it covers.
   struct Scratch {
@@ -125,6 +131,14 @@ class FaultConnection final : public Connection {
   // Moves the held completions that are due by `now` to ready_.
   void ReleaseDue(Clock::time_point now);
   size_t TakeReady(std::span<Completion> out);
+  // The inner Accept, joining the group around it.
+  Status AcceptInner(std::span<const uint8_t> reply);
+  // Poll of a group member: takes what the inner connection has, without
+  // waiting, and notes a backlog left behind with the group.
+  StatusOr<size_t> PollMember(std::span<Completion> out);
+  // When the first completion this connection holds is due: now or
+  // earlier for a ready one, max() for none.
+  Clock::time_point NextDue() const;
 
   // Declaration order is teardown order, reversed: the inner connection
   // (a queue pair) goes before the registrations of the copies it may
@@ -152,6 +166,12 @@ class FaultConnection final : public Connection {
   Status error_;
   // Set once the inner connection's Poll failed: it is not polled again.
   Status inner_error_;
+
+  // Group membership (the group's thread, but for `group_` and `joined_`).
+  FaultPollGroup* const group_;
+  bool joined_ = false;       // Accept joined the group
+  bool in_backlog_ = false;   // listed in the group's backlog
+  uint64_t reported_round_ = 0;
 };
 
 }  // namespace rkv::transport::fault

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "common/transport/fault/fault_connection.h"
+#include "common/transport/fault/fault_poll_group.h"
 
 namespace rkv::transport::fault {
 namespace {
@@ -30,9 +31,18 @@ class FaultListener final : public Listener {
   std::string address() const override { return inner_->address(); }
 
   using Listener::Next;
-  StatusOr<std::unique_ptr<Connection>> Next(milliseconds timeout, PollGroup* group) override {
-    if (group != nullptr) return Unimplemented("fault poll groups are not built yet");
-    RKV_ASSIGN_OR_RETURN(std::unique_ptr<Connection> conn, inner_->Next(timeout));
+  StatusOr<std::unique_ptr<Connection>> Next(milliseconds timeout, const GroupChooser& choose) override {
+    // The caller chooses among this transport's groups; the inner listener
+    // gets the chosen one's inner group.
+    FaultPollGroup* group = nullptr;
+    GroupChooser inner_choose;
+    if (choose) {
+      inner_choose = [&](std::span<const uint8_t> data) -> PollGroup* {
+        group = static_cast<FaultPollGroup*>(choose(data));
+        return group == nullptr ? nullptr : group->inner();
+      };
+    }
+    RKV_ASSIGN_OR_RETURN(std::unique_ptr<Connection> conn, inner_->Next(timeout, inner_choose));
     if (conn == nullptr) return std::unique_ptr<Connection>();
     FaultPoint point;
     std::optional<FaultRule> rule = faults_->Next(FaultOp::kAccept, point);
@@ -42,7 +52,8 @@ class FaultListener final : public Listener {
       rule.reset();
     }
     return std::unique_ptr<Connection>(
-        std::make_unique<FaultConnection>(std::move(conn), inner_transport_, faults_, std::move(peer_data), rule));
+        std::make_unique<FaultConnection>(std::move(conn), inner_transport_, faults_, std::move(peer_data), rule,
+                                          group));
   }
 
   void Shutdown() override { inner_->Shutdown(); }
@@ -61,7 +72,8 @@ FaultTransport::FaultTransport(std::unique_ptr<Transport> inner)
 FaultTransport::~FaultTransport() = default;
 
 StatusOr<std::unique_ptr<PollGroup>> FaultTransport::NewPollGroup() {
-  return Unimplemented("fault poll groups are not built yet");
+  RKV_ASSIGN_OR_RETURN(std::unique_ptr<PollGroup> inner, inner_->NewPollGroup());
+  return std::unique_ptr<PollGroup>(std::make_unique<FaultPollGroup>(std::move(inner)));
 }
 
 Kind FaultTransport::kind() const { return inner_->kind(); }

@@ -35,12 +35,8 @@ TcpListener::TcpListener(std::shared_ptr<Registry> registry, const Options& opti
       wake_fd_(std::move(wake_fd)),
       address_(std::move(address)) {}
 
-StatusOr<std::unique_ptr<Connection>> TcpListener::Next(std::chrono::milliseconds timeout, PollGroup* group) {
-  TcpPollGroup* tcp_group = nullptr;
-  if (group != nullptr) {
-    tcp_group = dynamic_cast<TcpPollGroup*>(group);
-    if (tcp_group == nullptr) return InvalidArgument("a poll group of another transport passed to a tcp listener");
-  }
+StatusOr<std::unique_ptr<Connection>> TcpListener::Next(std::chrono::milliseconds timeout,
+                                                        const GroupChooser& choose) {
   MutexLock lock(mu_);
   const auto deadline = DeadlineAfter(timeout);
   std::vector<pollfd> fds;
@@ -68,7 +64,7 @@ StatusOr<std::unique_ptr<Connection>> TcpListener::Next(std::chrono::millisecond
       auto& hs = handshakes_[i];
       bool drop = false;
       if (ready == nullptr && fds[2 + i].revents != 0) {
-        StatusOr<std::unique_ptr<Connection>> conn = Progress(*hs, tcp_group);
+        StatusOr<std::unique_ptr<Connection>> conn = Progress(*hs, choose);
         if (!conn.ok()) {
           LOG(WARNING) << "tcp transport: dropped connection from " << hs->peer << " during setup: "
                        << conn.status();
@@ -175,7 +171,7 @@ void TcpListener::EvictFor(const std::string& source) {
   handshakes_.erase(victim);
 }
 
-StatusOr<std::unique_ptr<Connection>> TcpListener::Progress(Handshake& hs, TcpPollGroup* group) {
+StatusOr<std::unique_ptr<Connection>> TcpListener::Progress(Handshake& hs, const GroupChooser& choose) {
   FrameHeader h;
   for (;;) {
     RKV_ASSIGN_OR_RETURN(const bool complete, TryParseFrame(hs.rx, &h));
@@ -201,6 +197,14 @@ StatusOr<std::unique_ptr<Connection>> TcpListener::Progress(Handshake& hs, TcpPo
   const uint8_t* payload = hs.rx.head() + kHeaderBytes;
   std::vector<uint8_t> private_data(payload, payload + h.payload_len);
   hs.rx.Consume(kHeaderBytes + h.payload_len);
+  TcpPollGroup* group = nullptr;
+  if (choose) {
+    PollGroup* chosen = choose(private_data);
+    if (chosen != nullptr) {
+      group = dynamic_cast<TcpPollGroup*>(chosen);
+      if (group == nullptr) return InvalidArgument("the group chosen is not one of the tcp transport's");
+    }
+  }
   RKV_ASSIGN_OR_RETURN(UniqueFd wake, MakeEventFd());
   return std::unique_ptr<Connection>(std::make_unique<TcpConnection>(
       registry_, options_, std::move(hs.fd), std::move(wake), std::move(private_data), std::move(hs.rx),

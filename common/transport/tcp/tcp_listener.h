@@ -19,9 +19,10 @@
 // of newer sockets arrived meanwhile; the accept path itself never waits
 // on a socket.
 //
-// A connection handed out with a poll group (one of this transport's
-// TcpPollGroups; another transport's is INVALID_ARGUMENT) joins it on
-// Accept instead of starting a reader thread.
+// A connection for which Next's chooser picks a poll group (one of this
+// transport's TcpPollGroups; another transport's drops the socket as a
+// failed setup, with a warning) joins it on Accept instead of starting a
+// reader thread.
 //
 // Thread safety: Next may be called from one thread at a time (calls are
 // serialized by mu_); Shutdown and address from any thread.
@@ -56,7 +57,7 @@ class TcpListener final : public Listener {
 
   std::string address() const override { return address_; }
   using Listener::Next;
-  StatusOr<std::unique_ptr<Connection>> Next(std::chrono::milliseconds timeout, PollGroup* group) override
+  StatusOr<std::unique_ptr<Connection>> Next(std::chrono::milliseconds timeout, const GroupChooser& choose) override
       EXCLUDES(mu_);
   void Shutdown() override;
 
@@ -80,10 +81,11 @@ class TcpListener final : public Listener {
   void EvictFor(const std::string& source) REQUIRES(mu_);
 
   // Reads what a socket in setup has sent: a pending connection (which
-  // joins `group`, if any, on Accept) once its CONNECT frame is whole,
+  // joins the group `choose` picks, if any, on Accept) once its CONNECT
+  // frame is whole,
   // nullptr while incomplete, an error when the peer does not speak the
   // protocol or left.
-  StatusOr<std::unique_ptr<Connection>> Progress(Handshake& hs, TcpPollGroup* group);
+  StatusOr<std::unique_ptr<Connection>> Progress(Handshake& hs, const GroupChooser& choose);
 
   const std::shared_ptr<Registry> registry_;
   const Options options_;

@@ -56,8 +56,8 @@ class VerbsListener final : public Listener {
   std::string address() const override { return address_; }
 
   using Listener::Next;
-  StatusOr<std::unique_ptr<Connection>> Next(std::chrono::milliseconds timeout, PollGroup* group) override {
-    if (group != nullptr) return Unimplemented("verbs poll groups are not built yet");
+  StatusOr<std::unique_ptr<Connection>> Next(std::chrono::milliseconds timeout, const GroupChooser& choose) override {
+    if (choose) return Unimplemented("verbs poll groups are not built yet");
     const auto deadline = Clock::now() + timeout;
     while (true) {
       if (shutdown_.load(std::memory_order_acquire)) {
