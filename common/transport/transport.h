@@ -296,7 +296,9 @@ struct Options {
   // its completion queues, then sleeps on the completion channel; tcp
   // watches for its reader thread's completions, then sleeps on a
   // condition variable (the spin saves the reader's wake-up of the
-  // poller).
+  // poller), and a tcp PollGroup's Wait polls its members' sockets with
+  // epoll_wait and no timeout, then sleeps in epoll_wait. The same limit
+  // bounds PollGroup::Wait's spin.
   // Each connection adapts below this limit: it keeps spinning while its
   // completions arrive within the limit, and spins less (down to not at
   // all) after waits that outlast it, so an idle connection costs no CPU.

@@ -39,6 +39,7 @@
 #include "common/transport/fault/fault_transport.h"
 #include "common/transport/transport.h"
 #include "common/transport/transport_test_util.h"
+#include "common/transport/transports_under_test.h"
 #include "common/transport/verbs/verbs_connection.h"
 
 namespace rkv::transport {
@@ -46,84 +47,17 @@ namespace {
 
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
+using testing::BaseName;
 using testing::Buffer;
 using testing::kWait;
 using testing::MakeBuffer;
+using testing::MakeTransport;
+using testing::NamePart;
 using testing::PollOne;
 using testing::PollUntilFailed;
+using testing::TransportsUnderTest;
 
 constexpr uint32_t kClientSendDepth = 16;
-
-// ------------------------------------------------------------ the instances
-
-std::string Trimmed(std::string s) {
-  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.pop_back();
-  size_t i = 0;
-  while (i < s.size() && std::isspace(static_cast<unsigned char>(s[i]))) ++i;
-  return s.substr(i);
-}
-
-// The transports under test: $RKV_TRANSPORTS, or tcp alone and wrapped.
-std::vector<std::string> TransportsUnderTest() {
-  std::vector<std::string> names;
-  if (const char* env = std::getenv("RKV_TRANSPORTS")) {
-    std::string list = env;
-    size_t start = 0;
-    while (start <= list.size()) {
-      const size_t comma = std::min(list.find(',', start), list.size());
-      const std::string name = Trimmed(list.substr(start, comma - start));
-      if (!name.empty()) names.push_back(name);
-      start = comma + 1;
-    }
-  }
-  if (names.empty()) names = {"tcp", "fault(tcp)"};
-  return names;
-}
-
-// A test name part: "fault(tcp)" -> "fault_tcp".
-std::string NamePart(const std::string& name) {
-  std::string out;
-  for (char c : name) {
-    const bool alnum = std::isalnum(static_cast<unsigned char>(c)) != 0;
-    if (alnum) {
-      out.push_back(c);
-    } else if (!out.empty() && out.back() != '_') {
-      out.push_back('_');
-    }
-  }
-  while (!out.empty() && out.back() == '_') out.pop_back();
-  return out.empty() ? "unnamed" : out;
-}
-
-// "fault(tcp)" -> "tcp"; anything else -> "".
-std::string WrappedName(const std::string& name) {
-  if (name.size() > 7 && name.rfind("fault(", 0) == 0 && name.back() == ')') return name.substr(6, name.size() - 7);
-  return "";
-}
-
-// The transport that `name` stands for.
-StatusOr<std::unique_ptr<Transport>> MakeTransport(const std::string& name, const Options& options) {
-  if (const std::string inner = WrappedName(name); !inner.empty()) {
-    RKV_ASSIGN_OR_RETURN(std::unique_ptr<Transport> wrapped, MakeTransport(inner, options));
-    return std::unique_ptr<Transport>(std::make_unique<fault::FaultTransport>(std::move(wrapped)));
-  }
-  if (name == "tcp") return CreateTransport(Kind::kTcp, options);
-  if (name == "verbs") {
-    if (!VerbsDeviceAvailable()) {
-      return Unavailable(
-          "no RDMA device with an active port on this machine: the verbs instance needs one (run it in "
-          "the SoftRoCE guest: tests/verbs_suite.sh)");
-    }
-    return CreateTransport(Kind::kVerbs, options);
-  }
-  return InvalidArgument("unknown transport '" + name + "' in $RKV_TRANSPORTS: expected tcp, verbs or fault(KIND)");
-}
-
-// The innermost transport's name: "fault(verbs)" -> "verbs".
-std::string BaseName(const std::string& name) {
-  const std::string inner = WrappedName(name);
-  return inner.empty() ? name : BaseName(inner);
-}
 
 // ------------------------------------------------------------------ helpers
 

@@ -12,6 +12,8 @@
 #include <cstring>
 #include <utility>
 
+#include "common/transport/tcp/tcp_poll_group.h"
+
 namespace rkv::transport::tcp {
 namespace {
 
@@ -21,7 +23,7 @@ std::atomic<uint64_t> g_next_connection_id{1};
 
 TcpConnection::TcpConnection(std::shared_ptr<Registry> registry, const Options& options, UniqueFd fd,
                              UniqueFd wake_fd, std::vector<uint8_t> peer_private_data, ByteBuffer rx,
-                             bool established)
+                             bool established, TcpPollGroup* group)
     : registry_(std::move(registry)),
       id_(g_next_connection_id.fetch_add(1, std::memory_order_relaxed)),
       fd_(std::move(fd)),
@@ -32,12 +34,16 @@ TcpConnection::TcpConnection(std::shared_ptr<Registry> registry, const Options& 
       max_recv_wr_(std::clamp<uint32_t>(options.max_recv_wr, 1, kMaxQueueDepth)),
       idle_timeout_(established ? std::chrono::milliseconds(0) : std::max(options.idle_timeout, {})),
       frame_timeout_(established ? std::chrono::milliseconds(0) : std::max(options.frame_timeout, {})),
+      group_(established ? nullptr : group),
       state_(established ? State::kActive : State::kPending),
       max_spin_(std::clamp(options.poll_spin_us, 0, kMaxPollSpinUs)),
       spin_window_us_(max_spin_.count()),
       rx_(std::move(rx)) {}
 
 TcpConnection::~TcpConnection() {
+  // Out of the group before the socket closes: epoll_ctl(DEL) needs the
+  // descriptor open, and no later event may name this member's record.
+  if (member_ != nullptr) TcpPollGroup::Leave(member_);
   LingerIfRefused();
   stop_.store(true, std::memory_order_release);
   ::shutdown(fd_.get(), SHUT_RDWR);
@@ -45,11 +51,7 @@ TcpConnection::~TcpConnection() {
   if (reader_.joinable()) reader_.join();
 }
 
-void TcpConnection::Start() {
-  last_frame_at_ = Clock::now();
-  partial_since_ = last_frame_at_;
-  reader_ = std::thread([this] { ReaderLoop(); });
-}
+void TcpConnection::Start() { reader_ = std::thread([this] { ReaderLoop(); }); }
 
 StatusOr<MemoryRegion*> TcpConnection::RegisterPrivate(void* addr, size_t length, uint32_t access) {
   if (state_.load(std::memory_order_acquire) != State::kPending) {
@@ -85,9 +87,13 @@ Status TcpConnection::Accept(std::span<const uint8_t> reply) {
     Break(sent.message());
     return sent;
   }
-  // What did not fit the socket buffer is sent by the reader.
+  // What did not fit the socket buffer is sent by the reader, or the group.
   state_.store(State::kActive, std::memory_order_release);
-  Start();
+  if (group_ != nullptr) {
+    group_->Join(this);
+  } else {
+    Start();
+  }
   return Status::Ok();
 }
 
@@ -241,11 +247,21 @@ Status TcpConnection::PostRecv(LocalBuf buf, uint64_t wr_id) {
 }
 
 void TcpConnection::NotifyPollersLocked() {
-  ready_.store(!completions_.empty() || failed_, std::memory_order_release);
+  const bool ready = !completions_.empty() || failed_;
+  ready_.store(ready, std::memory_order_release);
+  if (group_ != nullptr) {
+    // A member's completions come on the group's thread (its Wait, or a
+    // call on the member), the only thread that touches member_ after Join.
+    if (ready && member_ != nullptr) TcpPollGroup::NoteReady(member_);
+    return;
+  }
   cv_.NotifyAll();
 }
 
 StatusOr<size_t> TcpConnection::Poll(std::span<Completion> out, std::chrono::microseconds timeout) {
+  // A group member's Poll never waits: the group's Wait collects its
+  // completions, on this same thread.
+  if (group_ != nullptr) timeout = std::chrono::microseconds(0);
   const auto window = std::chrono::microseconds(spin_window_us_.load(std::memory_order_relaxed));
   const bool may_spin = !out.empty() && timeout.count() > 0 && window.count() > 0;
   Clock::time_point start{};
@@ -265,7 +281,7 @@ StatusOr<size_t> TcpConnection::Poll(std::span<Completion> out, std::chrono::mic
   MutexLock lock(mu_);
   if (out.empty()) return failed_ && completions_.empty() ? StatusOr<size_t>(error_) : StatusOr<size_t>(0);
   bool slept = false;
-  if (completions_.empty() && !failed_) {
+  if (completions_.empty() && !failed_ && timeout.count() > 0) {
     // The reader pushes completions under mu_ and then notifies: waking
     // here with the lock held sees everything it copied (READ data,
     // received messages, remote WRITEs that preceded a SEND).
@@ -355,6 +371,15 @@ void TcpConnection::Break(const std::string& why) {
 void TcpConnection::LingerIfRefused() {
   if (!lingering_.load(std::memory_order_acquire)) return;
   const auto until = std::chrono::steady_clock::now() + kLingerOnError;
+  if (group_ != nullptr) {
+    // No reader thread: serve the socket here (this is the group's thread,
+    // outside Wait) until the peer closes, or the linger ends.
+    if (state_.load(std::memory_order_acquire) == State::kActive && !reader_done_.load(std::memory_order_acquire)) {
+      ServeOnThisThread(until, /*begin=*/false);
+      reader_done_.store(true, std::memory_order_release);
+    }
+    return;
+  }
   while (!reader_done_.load(std::memory_order_acquire) && std::chrono::steady_clock::now() < until) {
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
   }

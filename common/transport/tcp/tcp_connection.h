@@ -11,24 +11,32 @@
 // finds none is kept (up to a byte and message limit) for the next PostRecv,
 // where verbs would have the peer retry on RNR.
 //
-// The reader thread (started once the connection is established) serves
-// the peer's READ/WRITE/SEND frames straight from (into) registered memory
-// and completes local work requests from the peer's responses. A refused
-// remote access is answered, moves the connection to the error state (as
-// both queue pairs do on a remote access error) and closes it once the
-// answer is out; the rest of the process is untouched.
+// Serving the socket. Once the connection is established, something reads
+// the peer's frames: serves its READ/WRITE/SEND frames straight from (into)
+// registered memory, completes local work requests from the peer's
+// responses, and sends what waits in the outgoing queue. That is the
+// connection's own reader thread, or, for a server-side connection handed
+// out with a PollGroup, the thread in that group's Wait (TcpPollGroup,
+// tcp_poll_group.h): a group member has no thread of its own. Both run the
+// same step (ServeStep: drain the wake fd, read and handle frames, resume a
+// paused peer or a streamed READ response, flush, check the peer's
+// deadlines); only the waiting between steps differs (poll(2) on the
+// socket and wake fd, or the group's epoll). A refused remote access is
+// answered, moves the connection to the error state (as both queue pairs do
+// on a remote access error) and closes it once the answer is out; the rest
+// of the process is untouched.
 //
 // Deadlock freedom: the socket is non-blocking and nobody ever blocks on a
 // send. A frame that does not fit the kernel buffer stays in `out_` and the
-// reader thread sends it when the socket is writable, so a reader keeps
-// reading and two peers do not wait on each other's full buffers. The
-// reader stops at a request of the peer (READ, WRITE, SEND; responses are
-// always taken) while the peer has kMaxReadsInFlight READ responses or
-// kMaxQueuedResponseBytes of responses unread, or while a large READ
-// response is still being streamed (tcp_frame.h); it resumes below a
-// low-water mark. Two peers that both serve each other's READs and both
-// stop reading that way could wait on each other; rkv's clients serve no
-// READs.
+// server side (reader thread or group) sends it when the socket is
+// writable, so the reading side keeps reading and two peers do not wait on
+// each other's full buffers. It stops at a request of the peer (READ,
+// WRITE, SEND; responses are always taken) while the peer has
+// kMaxReadsInFlight READ responses or kMaxQueuedResponseBytes of responses
+// unread, or while a large READ response is still being streamed
+// (tcp_frame.h); it resumes below a low-water mark. Two peers that both
+// serve each other's READs and both stop reading that way could wait on
+// each other; rkv's clients serve no READs.
 //
 // Streaming. A READ response longer than kReadChunkBytes is copied into
 // `out_` a chunk at a time as the peer reads it. Until its last chunk is
@@ -36,15 +44,17 @@
 // frame lands inside the response.
 //
 // Limits on the peer (accepted connections only, from Options): the
-// reader closes the connection when the peer sends no frame for
-// idle_timeout while nothing waits for it, leaves a frame incomplete for
-// frame_timeout, or reads none of the responses waiting for it for
-// frame_timeout.
+// connection is closed when the peer sends no frame for idle_timeout while
+// nothing waits for it, leaves a frame incomplete for frame_timeout, or
+// reads none of the responses waiting for it for frame_timeout.
 //
 // Thread safety: the application thread calls the Connection methods (one
-// at a time, per the interface); the reader thread serves the socket. They
-// share the work queues and completions under `mu_` and the outgoing byte
-// queue under `out_mu_`. Lock order: registry, then mu_, then out_mu_
+// at a time, per the interface); the serving thread (the reader thread, or
+// the group's thread in Wait) serves the socket. For a group member both
+// are the group's thread, except Accept, which runs on the server's accept
+// thread and only hands the connection to the group (TcpPollGroup::Join).
+// They share the work queues and completions under `mu_` and the outgoing
+// byte queue under `out_mu_`. Lock order: registry, then mu_, then out_mu_
 // (never mu_ while holding out_mu_).
 //
 // Invariants:
@@ -52,11 +62,11 @@
 //     sequence order; the peer answers them in that order.
 //   - Once failed_ is set, both work queues are empty (flushed into
 //     completions) and nothing is ever queued again.
-//   - The reader thread runs only in kActive.
+//   - The socket is served only in kActive, by one thread at a time: the
+//     reader thread (no group), or the group's thread, in Wait or in a
+//     member's Disconnect or destructor while it lingers (LingerIfRefused).
 #pragma once
 
-#include <atomic>
-#include <chrono>
 #include <atomic>
 #include <chrono>
 #include <cstddef>
@@ -81,25 +91,34 @@
 
 namespace rkv::transport::tcp {
 
+class TcpPollGroup;
+struct GroupMember;
+
 class TcpConnection final : public Connection {
  public:
   // Takes over `fd`, a connected non-blocking socket whose setup frames
   // (CONNECT and, for a client, ACCEPT) have been consumed; `rx` holds what
   // was read after them. `established`: the client side, which the caller
   // then Start()s; otherwise the connection is pending until Accept or
-  // Reject. `wake_fd` is an eventfd for this connection alone.
+  // Reject. `wake_fd` is an eventfd for this connection alone. `group`
+  // (pending connections only; may be null): the group the connection
+  // joins on Accept instead of starting a reader thread; it must outlive
+  // the connection.
   TcpConnection(std::shared_ptr<Registry> registry, const Options& options, UniqueFd fd, UniqueFd wake_fd,
-                std::vector<uint8_t> peer_private_data, ByteBuffer rx, bool established);
+                std::vector<uint8_t> peer_private_data, ByteBuffer rx, bool established,
+                TcpPollGroup* group = nullptr);
 
-  // Teardown: stop and wake the reader, join it, then close the socket
-  // (members), then deregister private regions (members, after the join:
-  // the reader may be copying into one until then).
+  // Teardown: leave the group (its epoll stops watching the socket), stop
+  // and wake the reader, join it, then close the socket (members), then
+  // deregister private regions (members, after the join: the reader may be
+  // copying into one until then).
   ~TcpConnection() override;
 
   TcpConnection(const TcpConnection&) = delete;
   TcpConnection& operator=(const TcpConnection&) = delete;
 
-  // Starts the reader thread; once, when the connection becomes active.
+  // Starts the reader thread; once, when the connection becomes active
+  // (never for a group member).
   void Start();
 
   std::span<const uint8_t> peer_private_data() const override { return peer_private_data_; }
@@ -125,6 +144,10 @@ class TcpConnection final : public Connection {
   static constexpr auto kLingerOnError = std::chrono::milliseconds(250);
   // Free space made before each recv.
   static constexpr size_t kMinRecvSpace = 64 << 10;
+  // The most one step reads: a peer that keeps its socket full cannot
+  // hold a group's thread from the other members (the rest is read in
+  // later steps; the socket stays readable).
+  static constexpr size_t kReadBytesPerStep = 4 << 20;
   // Idle send/receive buffers larger than this are released.
   static constexpr size_t kIdleBufferKeep = 4 << 20;
   // The reader stops taking requests while this many response bytes wait
@@ -210,14 +233,37 @@ class TcpConnection final : public Connection {
   // Appends a response frame that carries `code` and (for errors) `text`.
   void AppendResponse(FrameType type, uint64_t seq, StatusCode code, std::string_view text) EXCLUDES(out_mu_);
 
-  // ---- the reader thread (tcp_connection_reader.cc)
+  // ---- serving the socket (tcp_connection_reader.cc)
 
+  friend class TcpPollGroup;
+
+  // What the socket should be watched for until the next step, and when
+  // the peer's time is up (max(): no limit applies now).
+  struct Watch {
+    bool read;
+    bool write;
+    Clock::time_point give_up;
+  };
+
+  // The reader thread's body.
   void ReaderLoop();
-  void ReaderBody() EXCLUDES(mu_, out_mu_);
+  // Serves the socket on the calling thread, waiting in poll(2) between
+  // steps, until the connection ends (then it is broken) or `until`
+  // passes. `begin`: first handle what setup left in rx_.
+  void ServeOnThisThread(Clock::time_point until, bool begin) EXCLUDES(mu_, out_mu_);
+  // Starts serving: the peer's deadlines run from now, and the frames read
+  // with the setup frames are handled.
+  Status BeginServing() EXCLUDES(mu_, out_mu_);
+  // One step of serving (the class comment says what), after the socket
+  // became `readable` (or hung up) and/or the wake fd was signalled
+  // (`woken`); both false just re-checks. An error ends the connection:
+  // the caller Breaks it with the error's message.
+  StatusOr<Watch> ServeStep(bool readable, bool woken) EXCLUDES(mu_, out_mu_);
   // Sends what the socket takes of `out_`, and shuts our side once the last
   // words after an access error are out.
   Status FlushFromReader() EXCLUDES(out_mu_);
-  // Reads what the socket has and handles every complete frame.
+  // Reads what the socket has (up to kReadBytesPerStep) and handles every
+  // complete frame.
   Status ReadAvailable() EXCLUDES(mu_, out_mu_);
   Status ProcessFrames() EXCLUDES(mu_, out_mu_);
   Status ProtocolViolation(const std::string& what);
@@ -253,6 +299,8 @@ class TcpConnection final : public Connection {
   // Limits on the peer; zero: none (always for a connection we made).
   const std::chrono::milliseconds idle_timeout_;
   const std::chrono::milliseconds frame_timeout_;
+  // What serves the socket after Accept, when not a reader thread.
+  TcpPollGroup* const group_;
   std::atomic<State> state_;
   std::atomic<bool> stop_{false};
 
@@ -300,16 +348,21 @@ class TcpConnection final : public Connection {
   // out_ is empty.
   Clock::time_point out_stalled_since_ GUARDED_BY(out_mu_) = Clock::time_point::max();
 
-  // Reader thread only (and the constructor).
+  // The serving thread only (and the constructor).
   ByteBuffer rx_;
   bool discard_ = false;                  // ignore the peer's frames (after an access error)
   bool close_after_flush_ = false;        // shut down our side once out_ is sent
   std::atomic<bool> lingering_{false};    // an access error was answered
-  std::atomic<bool> reader_done_{false};  // the reader thread has finished
+  std::atomic<bool> reader_done_{false};  // serving has ended (the connection broke)
   bool paused_ = false;                   // a request of the peer waits at the head of rx_
   std::optional<StreamedRead> streaming_;
   Clock::time_point last_frame_at_;       // when the peer's last whole frame was taken
   Clock::time_point partial_since_;       // when the frame at the head of rx_ began (if partial)
+
+  // A group member's record in its group (tcp_poll_group.h), from Accept
+  // until the destructor leaves the group; written by the group under its
+  // mutex (Join) or on its thread (Leave), read on the group's thread.
+  GroupMember* member_ = nullptr;
 
   std::thread reader_;
 };

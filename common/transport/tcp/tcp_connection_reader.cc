@@ -1,8 +1,10 @@
-// TcpConnection's reader thread: it reads the peer's frames, serves its
+// TcpConnection's serving side: it reads the peer's frames, serves its
 // READs, WRITEs and SENDs (the target side of the emulated queue pair),
 // completes local work requests from the peer's responses, and sends what
-// the application thread left in the outgoing queue. Setup and the
-// application thread's side are in tcp_connection.cc.
+// the application thread left in the outgoing queue; on the connection's
+// reader thread, or on its group's thread (tcp_poll_group.cc), which calls
+// ServeStep. Setup and the application thread's side are in
+// tcp_connection.cc.
 #include <glog/logging.h>
 #include <poll.h>
 #include <sys/socket.h>
@@ -31,55 +33,71 @@ std::string PrintableText(const uint8_t* p, size_t n) {
 }  // namespace
 
 void TcpConnection::ReaderLoop() {
-  ReaderBody();
+  ServeOnThisThread(Clock::time_point::max(), /*begin=*/true);
   reader_done_.store(true, std::memory_order_release);
 }
 
-void TcpConnection::ReaderBody() {
-  Status end = ProcessFrames();
-  if (end.ok()) end = FlushFromReader();
+void TcpConnection::ServeOnThisThread(Clock::time_point until, bool begin) {
+  Status end = begin ? BeginServing() : Status::Ok();
+  bool readable = false;
+  bool woken = false;
   while (end.ok()) {
-    if (stop_.load(std::memory_order_acquire)) {
-      end = Unavailable("disconnected locally");
+    StatusOr<Watch> watch = ServeStep(readable, woken);
+    if (!watch.ok()) {
+      end = watch.status();
       break;
     }
-    const Backlog backlog = OutBacklog();
-    const bool can_stream = streaming_.has_value() && backlog.bytes <= kOutLowWater;
-    const bool can_resume =
-        paused_ && !streaming_ && backlog.bytes <= kOutLowWater && backlog.reads < kMaxReadsInFlight;
-    if (can_stream || can_resume) {
-      paused_ = false;
-      end = ProcessFrames();
-      if (end.ok()) end = FlushFromReader();
-      continue;
-    }
-    std::string why;
-    const Clock::time_point give_up = PeerDeadline(backlog, &why);
-    short events = paused_ ? 0 : POLLIN;
-    if (backlog.bytes > 0) events |= POLLOUT;
+    const Clock::time_point wake_at = std::min(watch->give_up, until);
+    if (until != Clock::time_point::max() && Clock::now() >= until) return;
+    short events = watch->read ? POLLIN : 0;
+    if (watch->write) events |= POLLOUT;
     pollfd fds[2] = {{fd_.get(), events, 0}, {wake_fd_.get(), POLLIN, 0}};
-    if (::poll(fds, 2, give_up == Clock::time_point::max() ? -1 : MillisUntil(give_up)) < 0) {
+    if (::poll(fds, 2, wake_at == Clock::time_point::max() ? -1 : MillisUntil(wake_at)) < 0) {
+      readable = woken = false;
       if (errno == EINTR) continue;
       end = PosixError("poll", errno);
       break;
     }
-    if ((fds[1].revents & POLLIN) != 0) DrainEventFd(wake_fd_.get());
     if ((fds[0].revents & POLLNVAL) != 0) {
       end = Internal("socket closed under the reader");
       break;
     }
-    if ((fds[0].revents & (POLLIN | POLLHUP | POLLERR)) != 0 && !paused_) {
-      end = ReadAvailable();
-      if (!end.ok()) break;
-    }
-    end = FlushFromReader();
-    if (end.ok() && (idle_timeout_.count() > 0 || frame_timeout_.count() > 0) &&
-        Clock::now() >= PeerDeadline(OutBacklog(), &why)) {
-      LOG(WARNING) << "tcp transport: closing the connection of " << peer_address_ << ": it " << why;
-      end = Unavailable("peer " + peer_address_ + " " + why);
-    }
+    woken = (fds[1].revents & POLLIN) != 0;
+    readable = (fds[0].revents & (POLLIN | POLLHUP | POLLERR)) != 0;
   }
   Break(end.message());
+}
+
+Status TcpConnection::BeginServing() {
+  last_frame_at_ = Clock::now();
+  partial_since_ = last_frame_at_;
+  RKV_RETURN_IF_ERROR(ProcessFrames());
+  return FlushFromReader();
+}
+
+StatusOr<TcpConnection::Watch> TcpConnection::ServeStep(bool readable, bool woken) {
+  if (stop_.load(std::memory_order_acquire)) return Unavailable("disconnected locally");
+  if (woken) DrainEventFd(wake_fd_.get());
+  if (readable && !paused_) RKV_RETURN_IF_ERROR(ReadAvailable());
+  RKV_RETURN_IF_ERROR(FlushFromReader());
+  Backlog backlog = OutBacklog();
+  for (;;) {
+    const bool can_stream = streaming_.has_value() && backlog.bytes <= kOutLowWater;
+    const bool can_resume =
+        paused_ && !streaming_ && backlog.bytes <= kOutLowWater && backlog.reads < kMaxReadsInFlight;
+    if (!can_stream && !can_resume) break;
+    paused_ = false;
+    RKV_RETURN_IF_ERROR(ProcessFrames());
+    RKV_RETURN_IF_ERROR(FlushFromReader());
+    backlog = OutBacklog();
+  }
+  std::string why;
+  const Watch watch{!paused_, backlog.bytes > 0, PeerDeadline(backlog, &why)};
+  if (watch.give_up != Clock::time_point::max() && Clock::now() >= watch.give_up) {
+    LOG(WARNING) << "tcp transport: closing the connection of " << peer_address_ << ": it " << why;
+    return Unavailable("peer " + peer_address_ + " " + why);
+  }
+  return watch;
 }
 
 Clock::time_point TcpConnection::PeerDeadline(const Backlog& backlog, std::string* why) {
@@ -127,6 +145,7 @@ Status TcpConnection::FlushFromReader() {
 }
 
 Status TcpConnection::ReadAvailable() {
+  size_t taken = 0;
   for (;;) {
     rx_.Reserve(kMinRecvSpace);
     const size_t space = rx_.tail_space();
@@ -135,7 +154,8 @@ Status TcpConnection::ReadAvailable() {
       if (rx_.empty()) partial_since_ = Clock::now();
       rx_.Commit(static_cast<size_t>(r));
       RKV_RETURN_IF_ERROR(ProcessFrames());
-      if (paused_ || static_cast<size_t>(r) < space) break;
+      taken += static_cast<size_t>(r);
+      if (paused_ || static_cast<size_t>(r) < space || taken >= kReadBytesPerStep) break;
       continue;
     }
     if (r == 0) return Unavailable("peer " + peer_address_ + " closed the connection");

@@ -11,6 +11,7 @@
 
 #include "common/transport/tcp/tcp_connection.h"
 #include "common/transport/tcp/tcp_frame.h"
+#include "common/transport/tcp/tcp_poll_group.h"
 
 namespace rkv::transport::tcp {
 namespace {
@@ -36,7 +37,6 @@ TcpListener::TcpListener(std::shared_ptr<Registry> registry, const Options& opti
 
 StatusOr<std::unique_ptr<Connection>> TcpListener::Next(std::chrono::milliseconds timeout,
                                                         const GroupChooser& choose) {
-  if (choose) return Unimplemented("tcp poll groups are not built yet");
   MutexLock lock(mu_);
   const auto deadline = DeadlineAfter(timeout);
   std::vector<pollfd> fds;
@@ -64,7 +64,7 @@ StatusOr<std::unique_ptr<Connection>> TcpListener::Next(std::chrono::millisecond
       auto& hs = handshakes_[i];
       bool drop = false;
       if (ready == nullptr && fds[2 + i].revents != 0) {
-        StatusOr<std::unique_ptr<Connection>> conn = Progress(*hs);
+        StatusOr<std::unique_ptr<Connection>> conn = Progress(*hs, choose);
         if (!conn.ok()) {
           LOG(WARNING) << "tcp transport: dropped connection from " << hs->peer << " during setup: "
                        << conn.status();
@@ -171,7 +171,7 @@ void TcpListener::EvictFor(const std::string& source) {
   handshakes_.erase(victim);
 }
 
-StatusOr<std::unique_ptr<Connection>> TcpListener::Progress(Handshake& hs) {
+StatusOr<std::unique_ptr<Connection>> TcpListener::Progress(Handshake& hs, const GroupChooser& choose) {
   FrameHeader h;
   for (;;) {
     RKV_ASSIGN_OR_RETURN(const bool complete, TryParseFrame(hs.rx, &h));
@@ -197,10 +197,18 @@ StatusOr<std::unique_ptr<Connection>> TcpListener::Progress(Handshake& hs) {
   const uint8_t* payload = hs.rx.head() + kHeaderBytes;
   std::vector<uint8_t> private_data(payload, payload + h.payload_len);
   hs.rx.Consume(kHeaderBytes + h.payload_len);
+  TcpPollGroup* group = nullptr;
+  if (choose) {
+    PollGroup* chosen = choose(private_data);
+    if (chosen != nullptr) {
+      group = dynamic_cast<TcpPollGroup*>(chosen);
+      if (group == nullptr) return InvalidArgument("the group chosen is not one of the tcp transport's");
+    }
+  }
   RKV_ASSIGN_OR_RETURN(UniqueFd wake, MakeEventFd());
   return std::unique_ptr<Connection>(std::make_unique<TcpConnection>(
       registry_, options_, std::move(hs.fd), std::move(wake), std::move(private_data), std::move(hs.rx),
-      /*established=*/false));
+      /*established=*/false, group));
 }
 
 }  // namespace rkv::transport::tcp

@@ -19,6 +19,11 @@
 // of newer sockets arrived meanwhile; the accept path itself never waits
 // on a socket.
 //
+// A connection for which Next's chooser picks a poll group (one of this
+// transport's TcpPollGroups; another transport's drops the socket as a
+// failed setup, with a warning) joins it on Accept instead of starting a
+// reader thread.
+//
 // Thread safety: Next may be called from one thread at a time (calls are
 // serialized by mu_); Shutdown and address from any thread.
 #pragma once
@@ -40,6 +45,8 @@
 #include "common/transport/transport.h"
 
 namespace rkv::transport::tcp {
+
+class TcpPollGroup;
 
 class TcpListener final : public Listener {
  public:
@@ -73,10 +80,12 @@ class TcpListener final : public Listener {
   // comment says which socket goes).
   void EvictFor(const std::string& source) REQUIRES(mu_);
 
-  // Reads what a socket in setup has sent: a pending connection once its
-  // CONNECT frame is whole, nullptr while incomplete, an error when the
-  // peer does not speak the protocol or left.
-  StatusOr<std::unique_ptr<Connection>> Progress(Handshake& hs);
+  // Reads what a socket in setup has sent: a pending connection (which
+  // joins the group `choose` picks, if any, on Accept) once its CONNECT
+  // frame is whole,
+  // nullptr while incomplete, an error when the peer does not speak the
+  // protocol or left.
+  StatusOr<std::unique_ptr<Connection>> Progress(Handshake& hs, const GroupChooser& choose);
 
   const std::shared_ptr<Registry> registry_;
   const Options options_;

@@ -2,6 +2,7 @@
 //   region_registry.h   rkey -> registered region; checks every remote access.
 //   tcp_listener.h      accepts sockets and reads their CONNECT frames.
 //   tcp_connection.h    one socket: an emulated RC queue pair.
+//   tcp_poll_group.h    one thread serving many accepted connections.
 //   socket_io.h         non-blocking sockets, deadlines and wake-ups.
 //   tcp_frame.h         the wire format.
 #include "common/transport/tcp/tcp_transport.h"
@@ -23,6 +24,7 @@
 #include "common/transport/tcp/tcp_connection.h"
 #include "common/transport/tcp/tcp_frame.h"
 #include "common/transport/tcp/tcp_listener.h"
+#include "common/transport/tcp/tcp_poll_group.h"
 
 namespace rkv::transport {
 namespace tcp {
@@ -54,7 +56,8 @@ class TcpTransport final : public Transport {
   }
 
   StatusOr<std::unique_ptr<PollGroup>> NewPollGroup() override {
-    return Unimplemented("tcp poll groups are not built yet");
+    RKV_ASSIGN_OR_RETURN(std::unique_ptr<TcpPollGroup> group, TcpPollGroup::Create(options_));
+    return std::unique_ptr<PollGroup>(std::move(group));
   }
   StatusOr<std::unique_ptr<Listener>> Listen(const std::string& address) override {
     std::string host;

@@ -147,14 +147,22 @@ class TcpTransportTest : public ::testing::Test {
     std::unique_ptr<Connection> client;
   };
 
-  // Connects a client and accepts it; `setup` runs on the pending server
-  // side before Accept (register private memory, post receives).
+  // Connects a client and accepts it (into `group`, when given); `setup`
+  // runs on the pending server side before Accept (register private
+  // memory, post receives).
   Pair ConnectPair(const std::function<void(Connection&)>& setup = {}, std::span<const uint8_t> hello = {},
-                   std::span<const uint8_t> reply = {}) {
+                   std::span<const uint8_t> reply = {}, PollGroup* group = nullptr) {
     Pair pair;
     StatusOr<std::unique_ptr<Connection>> client = Internal("not connected");
     std::thread connector([&] { client = client_->Connect(listener_->address(), hello, kWait); });
-    pair.server = NextPending();
+    const auto deadline = Clock::now() + kWait;
+    while (pair.server == nullptr && Clock::now() < deadline) {
+      StatusOr<std::unique_ptr<Connection>> next = listener_->Next(100ms, JoinAll(group));
+      EXPECT_TRUE(next.ok()) << next.status();
+      if (!next.ok()) break;
+      pair.server = std::move(*next);
+    }
+    EXPECT_NE(pair.server, nullptr) << "no connection request";
     if (pair.server != nullptr) {
       if (setup) setup(*pair.server);
       const Status accepted = pair.server->Accept(reply);
@@ -164,6 +172,44 @@ class TcpTransportTest : public ::testing::Test {
     EXPECT_TRUE(client.ok()) << client.status();
     if (client.ok()) pair.client = std::move(*client);
     return pair;
+  }
+
+  // A chooser that puts every connection into `group` (none when null).
+  static Listener::GroupChooser JoinAll(PollGroup* group) {
+    if (group == nullptr) return {};
+    return [group](std::span<const uint8_t>) { return group; };
+  }
+
+  // A poll group of the server transport. Tests declare it before the
+  // connections that join it, which must be destroyed first.
+  std::unique_ptr<PollGroup> NewGroup() {
+    StatusOr<std::unique_ptr<PollGroup>> group = server_->NewPollGroup();
+    EXPECT_TRUE(group.ok()) << group.status();
+    return group.ok() ? std::move(*group) : nullptr;
+  }
+
+  // Serves `group` on this thread, Polling each member it reports, until
+  // `member`'s Poll fails (returned) or kWait passes; what `member`
+  // completed meanwhile goes to `seen`, what other members did to `others`.
+  static Status ServeUntilFailed(PollGroup& group, Connection& member, std::vector<Completion>* seen,
+                                 std::vector<Completion>* others = nullptr) {
+    Connection* ready[8];
+    Completion out[8];
+    const auto deadline = Clock::now() + kWait;
+    while (Clock::now() < deadline) {
+      StatusOr<size_t> n = group.Wait(ready, 100ms);
+      if (!n.ok()) return n.status();
+      for (size_t r = 0; r < *n; ++r) {
+        StatusOr<size_t> got = ready[r]->Poll(out, 0us);
+        if (!got.ok()) {
+          if (ready[r] == &member) return got.status();
+          continue;
+        }
+        std::vector<Completion>* to = ready[r] == &member ? seen : others;
+        if (to != nullptr) to->insert(to->end(), out, out + *got);
+      }
+    }
+    return Internal("the member never failed");
   }
 
   std::unique_ptr<Transport> server_;
@@ -621,6 +667,157 @@ TEST_F(TcpTransportTest, ReadsBeyondTheLimitWaitAndAllComplete) {
   for (int i = 0; i < kSmall; ++i) {
     EXPECT_EQ(std::memcmp(local.bytes.data() + kBig + i * 64, remote.bytes.data() + i * 64, 64), 0) << i;
   }
+}
+
+// ------------------------------------------------- poll groups (tcp's own)
+
+TEST_F(TcpTransportTest, AGroupMemberServesReadsBeyondTheLimitsAndLargeWrites) {
+  // What the reader thread does with a peer that outruns its limits (pause
+  // at kMaxReadsInFlight, stream a READ larger than the queued response
+  // limit, resume as the peer reads), the group does for a member.
+  constexpr size_t kBig = 3 * tcp::kMaxQueuedResponseBytes + 12345;
+  Buffer remote = MakeBuffer(*server_, kBig, kRemoteRead | kRemoteWrite | kLocalWrite);
+  for (size_t i = 0; i < kBig; ++i) remote.bytes[i] = static_cast<uint8_t>(i * 7 + (i >> 13));
+  Buffer recv = MakeBuffer(*server_, 64, kLocalWrite);
+  std::unique_ptr<PollGroup> group = NewGroup();
+  ASSERT_NE(group, nullptr);
+  Pair pair = ConnectPair([&](Connection& c) { ASSERT_TRUE(c.PostRecv(recv.At(0, 64), 9).ok()); }, {}, {},
+                          group.get());
+  ASSERT_NE(pair.client, nullptr);
+  constexpr int kSmall = 3 * tcp::kMaxReadsInFlight;
+  Buffer local = MakeBuffer(*client_, kBig + kSmall * 64, kLocalWrite);
+  std::vector<uint8_t> expected(remote.bytes.begin(), remote.bytes.begin() + kBig);
+  std::atomic<bool> done{false};
+  std::thread client([&] {
+    std::vector<ReadOp> ops;
+    for (int i = 0; i < kSmall; ++i) {
+      ops.push_back(ReadOp{local.At(kBig + i * 64, 64), remote.Remote(i * 64), static_cast<uint64_t>(i), false});
+    }
+    ops.push_back(ReadOp{local.At(0, kBig), remote.Remote(), 999, true});
+    ASSERT_TRUE(pair.client->PostReads(ops).ok());
+    const Completion read = PollOne(*pair.client);
+    ASSERT_TRUE(read.status.ok()) << read.status;
+    EXPECT_EQ(read.wr_id, 999u);
+    EXPECT_TRUE(std::equal(expected.begin(), expected.end(), local.bytes.begin()));
+    for (int i = 0; i < kSmall; ++i) {
+      EXPECT_EQ(std::memcmp(local.bytes.data() + kBig + i * 64, expected.data() + i * 64, 64), 0) << i;
+    }
+    // Then a large WRITE and the SEND after it.
+    for (size_t i = 0; i < kBig; ++i) local.bytes[i] = static_cast<uint8_t>(i * 13);
+    ASSERT_TRUE(pair.client->PostWriteSend(local.At(0, kBig), remote.Remote(), local.At(0, 16), 2).ok());
+    EXPECT_TRUE(PollOne(*pair.client).status.ok());
+    done.store(true);
+  });
+  Connection* ready[4];
+  Completion out[4];
+  bool received = false;
+  const auto deadline = Clock::now() + kWait;
+  while (!(done.load() && received) && Clock::now() < deadline) {
+    StatusOr<size_t> n = group->Wait(ready, 10ms);
+    ASSERT_TRUE(n.ok()) << n.status();
+    for (size_t r = 0; r < *n; ++r) {
+      StatusOr<size_t> got = ready[r]->Poll(out, 0us);
+      ASSERT_TRUE(got.ok()) << got.status();
+      for (size_t k = 0; k < *got; ++k) {
+        EXPECT_EQ(out[k].wr_id, 9u);
+        EXPECT_TRUE(out[k].status.ok()) << out[k].status;
+        received = true;
+      }
+    }
+  }
+  if (!done.load()) pair.server->Disconnect();
+  client.join();
+  ASSERT_TRUE(received);
+  EXPECT_TRUE(std::equal(remote.bytes.begin(), remote.bytes.end(), local.bytes.begin()));
+}
+
+TEST_F(TcpTransportTest, AnIdleGroupMemberIsClosed) {
+  server_options_.idle_timeout = 200ms;
+  SetUp();
+  Buffer recv = MakeBuffer(*server_, 64, kLocalWrite);
+  std::unique_ptr<PollGroup> group = NewGroup();
+  ASSERT_NE(group, nullptr);
+  Pair pair = ConnectPair([&](Connection& c) { ASSERT_TRUE(c.PostRecv(recv.At(0, 64), 4).ok()); }, {}, {},
+                          group.get());
+  ASSERT_NE(pair.client, nullptr);
+  // A busy member beside it is not closed.
+  Pair busy = ConnectPair({}, {}, {}, group.get());
+  ASSERT_NE(busy.client, nullptr);
+  Buffer table = MakeBuffer(*server_, 64, kRemoteRead);
+  Buffer local = MakeBuffer(*client_, 64, kLocalWrite);
+  std::atomic<bool> stop{false};
+  std::thread reader([&] {
+    // READs keep the busy member's peer sending frames.
+    while (!stop.load()) {
+      const ReadOp op{local.At(0, 64), table.Remote(), 1, true};
+      if (!busy.client->PostReads({&op, 1}).ok() || !PollOne(*busy.client).status.ok()) return;
+      std::this_thread::sleep_for(5ms);
+    }
+  });
+  std::vector<Completion> seen;
+  EXPECT_EQ(ServeUntilFailed(*group, *pair.server, &seen).code(), StatusCode::kUnavailable);
+  ASSERT_EQ(seen.size(), 1u);
+  EXPECT_EQ(seen[0].status.code(), StatusCode::kUnavailable) << "the receive is flushed";
+  stop.store(true);
+  reader.join();
+  EXPECT_EQ(PollUntilFailed(*pair.client, &seen).code(), StatusCode::kUnavailable);
+  Completion out[1];
+  EXPECT_TRUE(busy.server->Poll(out, 0us).ok()) << "the busy member is open";
+}
+
+TEST_F(TcpTransportTest, AFrameLeftIncompleteClosesTheGroupMember) {
+  server_options_.frame_timeout = 200ms;
+  SetUp();
+  std::unique_ptr<PollGroup> group = NewGroup();
+  ASSERT_NE(group, nullptr);
+  auto raw = std::make_unique<RawSocket>(listener_->address());
+  tcp::FrameHeader hello = tcp::MakeHeader(tcp::FrameType::kConnect, 0);
+  hello.addr = tcp::kHelloMagic;
+  raw->SendHeader(hello);
+  std::unique_ptr<Connection> conn;
+  const auto deadline = Clock::now() + kWait;
+  while (conn == nullptr && Clock::now() < deadline) {
+    StatusOr<std::unique_ptr<Connection>> next = listener_->Next(100ms, JoinAll(group.get()));
+    ASSERT_TRUE(next.ok()) << next.status();
+    conn = std::move(*next);
+  }
+  ASSERT_NE(conn, nullptr);
+  ASSERT_TRUE(conn->Accept({}).ok());
+  tcp::FrameHeader accept;
+  ASSERT_TRUE(raw->ReadHeader(&accept));
+  tcp::FrameHeader send = tcp::MakeHeader(tcp::FrameType::kSend, 1);
+  send.payload_len = 100;
+  raw->SendHeader(send);
+  raw->Send("half", 4);
+  std::vector<Completion> seen;
+  EXPECT_EQ(ServeUntilFailed(*group, *conn, &seen).code(), StatusCode::kUnavailable);
+  EXPECT_TRUE(raw->WaitClosed());
+}
+
+TEST_F(TcpTransportTest, AGroupMemberThatRefusedAnAccessIsDroppedAndItsPeerToldWhy) {
+  Buffer table = MakeBuffer(*server_, 4096, kRemoteRead, 0x5a);
+  Buffer recv = MakeBuffer(*server_, 64, kLocalWrite);
+  std::unique_ptr<PollGroup> group = NewGroup();
+  ASSERT_NE(group, nullptr);
+  Pair pair = ConnectPair([&](Connection& c) { ASSERT_TRUE(c.PostRecv(recv.At(0, 64), 42).ok()); }, {}, {},
+                          group.get());
+  ASSERT_NE(pair.client, nullptr);
+  Buffer local = MakeBuffer(*client_, 256, kLocalWrite);
+  const ReadOp op{local.At(0, 64), table.Remote(8192), 7, true};
+  ASSERT_TRUE(pair.client->PostReads({&op, 1}).ok());
+  std::vector<Completion> server_seen;
+  EXPECT_EQ(ServeUntilFailed(*group, *pair.server, &server_seen).code(), StatusCode::kUnavailable);
+  ASSERT_EQ(server_seen.size(), 1u);
+  EXPECT_EQ(server_seen[0].wr_id, 42u);
+  // The peer reads the refusal while the member is still there (its
+  // socket is served by the group until the peer closes) or lingering.
+  std::vector<Completion> seen;
+  std::thread client([&] { EXPECT_EQ(PollUntilFailed(*pair.client, &seen).code(), StatusCode::kUnavailable); });
+  pair.server.reset();
+  client.join();
+  ASSERT_FALSE(seen.empty());
+  EXPECT_EQ(seen[0].status.code(), StatusCode::kPermissionDenied) << seen[0].status;
+  EXPECT_EQ(group->size(), 0u);
 }
 
 }  // namespace
