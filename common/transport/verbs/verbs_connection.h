@@ -94,6 +94,8 @@
 
 namespace rkv::transport::verbs {
 
+class PollGroupCore;
+
 // The smallest send queue the accounting above accepts: a WRITE+SEND pair
 // must fit with room to spare under the signal interval.
 inline constexpr uint32_t kWrsPerWriteSend = 2;
@@ -143,11 +145,14 @@ int IbvAccess(uint32_t access);
 class VerbsConnection final : public Connection {
  public:
   // Server side: takes the cm_id of a CONNECT_REQUEST (its event already
-  // acked), moves it to a channel of its own and creates the QP. On
-  // failure the request is rejected.
+  // acked), moves it to a channel of its own and creates the QP: on the
+  // CQs of `group` when not null (the connection joins it at Accept), else
+  // on CQs of its own. On failure the request is rejected;
+  // RESOURCE_EXHAUSTED when the group's CQs cannot hold one more QP.
   static StatusOr<std::unique_ptr<VerbsConnection>> CreatePassive(
-      const ConnectionConfig& config, CmId id, std::vector<uint8_t> peer_private_data,
-      uint8_t peer_responder_resources, uint8_t peer_initiator_depth);
+      const ConnectionConfig& config, std::shared_ptr<PollGroupCore> group, CmId id,
+      std::vector<uint8_t> peer_private_data, uint8_t peer_responder_resources,
+      uint8_t peer_initiator_depth);
   // Client side: the whole active handshake.
   static StatusOr<std::unique_ptr<VerbsConnection>> Connect(const ConnectionConfig& config,
                                                             const std::string& address,
@@ -180,6 +185,7 @@ class VerbsConnection final : public Connection {
 
   // For tests and logs.
   bool uses_memory_windows() const { return config_.use_memory_windows; }
+  bool in_poll_group() const { return group_ != nullptr; }
   uint32_t max_inline_data() const { return max_inline_; }
 
  private:
@@ -201,6 +207,10 @@ class VerbsConnection final : public Connection {
     int access;
     uint32_t rkey;
   };
+
+  // The group feeds a member's completions to OnSendCompletion /
+  // OnRecvCompletion and reads its readiness (verbs_poll_group.h).
+  friend class PollGroupCore;
 
   VerbsConnection(const ConnectionConfig& config, CmId id);
 
@@ -234,14 +244,28 @@ class VerbsConnection final : public Connection {
   [[gnu::cold, gnu::noinline]] Status PostFailed(uint32_t count, const ibv_send_wr* bad, int ret, const char* what);
 
   // Polls both CQs once, turning completions into pending_ entries and
-  // retiring send WRs. Returns how many work completions were read.
+  // retiring send WRs. Returns how many work completions were read. Not
+  // for a member of a poll group (its CQs are the group's).
   StatusOr<int> DrainCqs();
+  // DrainCqs, or for a member the group's Drain (which feeds every member).
+  StatusOr<int> DrainCompletions();
+  // BindWindows' look for completions: for a member in setup (on the
+  // accept thread), only its own, taken through the group.
+  StatusOr<int> DrainSetupCompletions();
+  // A member's Poll: what its ring holds (after a drain of the group's CQs
+  // and, when the group saw its cm channel readable, its cm events), or its
+  // broken status. Never waits.
+  StatusOr<size_t> PollMember(std::span<Completion> out);
+  // For the group: Poll would return completions or an error, or the cm
+  // channel has events to read.
+  bool GroupReady() const;
   void OnSendCompletion(const ibv_wc& wc);
   void OnRecvCompletion(const ibv_wc& wc);
   // Reads every queued cm event of this connection (non-blocking).
   Status HandleCmEvents();
   // Arms both CQs, re-polls, and blocks on the completion and cm channels
-  // until something is ready or `deadline`.
+  // until something is ready or `deadline` (a member: the group's CQs and
+  // channel, and its own cm channel).
   Status WaitEvents(Clock::time_point deadline);
   // Busy-polls the CQs until a completion is pending or `until`.
   Status Spin(Clock::time_point until);
@@ -262,6 +286,14 @@ class VerbsConnection final : public Connection {
   uint32_t SendOutstanding() const { return static_cast<uint32_t>(next_seq_ - retired_seq_); }
 
   ConnectionConfig config_;
+  // Server side only: the poll group whose CQs the QP completes into.
+  std::shared_ptr<PollGroupCore> group_;
+  bool group_reserved_ = false;      // counted in the group's CQ capacity
+  bool group_joined_ = false;        // in the group's member map
+  // Set and read on the group's thread (with the group's lock held when
+  // the group touches them).
+  bool group_listed_ = false;        // in the group's ready list
+  bool group_cm_readable_ = false;   // the group saw the cm channel readable
   std::shared_ptr<EventChannel> channel_;  // this connection's own cm channel
   CmId id_;
   std::shared_ptr<CompletionChannel> comp_channel_;

@@ -17,6 +17,8 @@
 
 #include <glog/logging.h>
 
+#include "common/transport/verbs/verbs_poll_group.h"
+
 namespace rkv::transport::verbs {
 namespace {
 
@@ -96,7 +98,7 @@ Status VerbsConnection::WaitForSendRoom(uint32_t n) {
   }
   Clock::time_point deadline{};
   while (send_depth_ - SendOutstanding() < n) {
-    RKV_ASSIGN_OR_RETURN(int polled, DrainCqs());
+    RKV_ASSIGN_OR_RETURN(int polled, DrainCompletions());
     if (polled > 0) continue;
     if (Broken()) return BrokenStatus();
     if (deadline == Clock::time_point{}) deadline = Clock::now() + kSendQueueWait;
@@ -154,7 +156,9 @@ Status VerbsConnection::PostReadsAndWait(std::span<const ReadOp> ops, std::chron
                                          std::vector<Completion>* others) {
   RKV_RETURN_IF_ERROR(CheckReadsToWaitFor(ops));
   RKV_RETURN_IF_ERROR(PostReadList(ops));
-  if (pending_count_ == 0) {
+  // A member's send CQ is the group's: its next entry may be another
+  // member's (WaitForRead's Polls go through the group instead).
+  if (pending_count_ == 0 && group_ == nullptr) {
     const uint64_t last_seq = next_seq_ - 1;
     ibv_wc wc;
     const int n = ibv_poll_cq(send_cq_->get(), 1, &wc);
@@ -309,6 +313,11 @@ void VerbsConnection::OnRecvCompletion(const ibv_wc& wc) {
   PushPending(std::move(c));
 }
 
+StatusOr<int> VerbsConnection::DrainCompletions() {
+  if (group_ != nullptr) return group_->Drain();
+  return DrainCqs();
+}
+
 StatusOr<int> VerbsConnection::DrainCqs() {
   ibv_wc wcs[kPollBatch];
   int total = 0;
@@ -332,6 +341,10 @@ StatusOr<int> VerbsConnection::DrainCqs() {
 }
 
 Status VerbsConnection::WaitEvents(Clock::time_point deadline) {
+  if (group_ != nullptr) {
+    RKV_RETURN_IF_ERROR(group_->Sleep(deadline, channel_->fd()));
+    return HandleCmEvents();
+  }
   for (ibv_cq* cq : {send_cq_->get(), recv_cq_->get()}) {
     if (const int ret = ibv_req_notify_cq(cq, 0); ret != 0) {
       return VerbsError("ibv_req_notify_cq", ret);
@@ -418,12 +431,30 @@ void VerbsConnection::AdaptSpin(Clock::duration waited) {
   }
 }
 
+StatusOr<size_t> VerbsConnection::PollMember(std::span<Completion> out) {
+  if (group_cm_readable_) {
+    // Cleared before reading, so that an event arriving meanwhile marks it
+    // again (epoll reports a readable channel on every Wait).
+    group_cm_readable_ = false;
+    RKV_RETURN_IF_ERROR(HandleCmEvents());
+  }
+  if (pending_count_ == 0) RKV_RETURN_IF_ERROR(group_->Drain().status());
+  if (pending_count_ > 0) return TakePending(out);
+  // As a standalone Poll whose wait ran out: flushes not yet in the CQ are
+  // not waited for.
+  if (Broken()) return BrokenStatus();
+  return size_t{0};
+}
+
+bool VerbsConnection::GroupReady() const { return pending_count_ > 0 || Broken() || group_cm_readable_; }
+
 StatusOr<size_t> VerbsConnection::Poll(std::span<Completion> out,
                                        std::chrono::microseconds timeout) {
   if (out.empty()) return size_t{0};
   if (state_ == State::kRejected || state_ == State::kClosed || qp_.get() == nullptr) {
     return FailedPrecondition("Poll on a connection that was rejected or never established");
   }
+  if (group_ != nullptr) return PollMember(out);
   // Fast path: what is queued or already in the CQs, no clock, no syscall.
   if (pending_count_ == 0) RKV_RETURN_IF_ERROR(DrainCqs().status());
   if (pending_count_ > 0) return TakePending(out);

@@ -15,11 +15,13 @@
 #include <cerrno>
 #include <cstddef>
 #include <cstring>
+#include <thread>
 #include <utility>
 
 #include <glog/logging.h>
 
 #include "common/net_address.h"
+#include "common/transport/verbs/verbs_poll_group.h"
 
 namespace rkv::transport::verbs {
 namespace {
@@ -28,6 +30,10 @@ namespace {
 // work; it does not wait for the client's RTU). The client side is bounded
 // by the timeout given to Connect.
 constexpr auto kHandshakeTimeout = std::chrono::seconds(30);
+// How often a group member's Accept looks at the group's CQs for its
+// memory window binds (it cannot sleep on the group's completion channel:
+// the group's thread owns it).
+constexpr auto kSetupPollInterval = std::chrono::microseconds(50);
 
 // rdma_cm private data limits on IB/RoCE (CM REQ/REP/REJ less rdma_cm's
 // header); the transport interface promises exactly these.
@@ -85,6 +91,9 @@ VerbsConnection::VerbsConnection(const ConnectionConfig& config, CmId id)
     : config_(config), id_(std::move(id)), spin_window_(config.max_spin) {}
 
 VerbsConnection::~VerbsConnection() {
+  // A member leaves its group before anything else: from here on the group
+  // neither reports it nor feeds it, and no longer watches its cm channel.
+  if (group_joined_) group_->Leave(this, qp_.get()->qp_num, channel_->fd());
   if (id_.get() != nullptr) {
     if (state_ == State::kPending) {
       // Neither accepted nor rejected: tell the client now rather than
@@ -95,26 +104,31 @@ VerbsConnection::~VerbsConnection() {
     }
   }
   // Teardown order (verbs_resources.h): the memory windows, then the QP,
-  // then the MRs, then the CQs and their completion channel, then the
-  // cm_id, then its event channel. The shared_ptrs between the owners
-  // enforce the rest; the windows-before-QP step is this code's job.
+  // then (a group member) its share of the group's CQs, then the MRs, then
+  // the CQs and their completion channel, then the cm_id, then its event
+  // channel. The shared_ptrs between the owners enforce the rest; the
+  // windows-before-QP step is this code's job.
   pending_binds_.clear();
   windows_.clear();
   qp_ = QueuePair();
+  if (group_reserved_) group_->Release(send_depth_, recv_depth_);
   private_regions_.clear();
   send_cq_.reset();
   recv_cq_.reset();
   comp_channel_.reset();
   id_ = CmId();
   channel_.reset();
+  group_.reset();
 }
 
 // ------------------------------------------------------------------ creation
 
 StatusOr<std::unique_ptr<VerbsConnection>> VerbsConnection::CreatePassive(
-    const ConnectionConfig& config, CmId id, std::vector<uint8_t> peer_private_data,
-    uint8_t peer_responder_resources, uint8_t peer_initiator_depth) {
+    const ConnectionConfig& config, std::shared_ptr<PollGroupCore> group, CmId id,
+    std::vector<uint8_t> peer_private_data, uint8_t peer_responder_resources,
+    uint8_t peer_initiator_depth) {
   std::unique_ptr<VerbsConnection> conn(new VerbsConnection(config, std::move(id)));
+  conn->group_ = std::move(group);
   conn->peer_private_data_ = std::move(peer_private_data);
   conn->peer_address_ = FormatSockaddr(rdma_get_peer_addr(conn->id_.get()));
   // The request's values are already from this side's point of view: what
@@ -277,11 +291,19 @@ Status VerbsConnection::CreateQueues() {
   const std::shared_ptr<Device>& device = config_.pd->device();
   send_depth_ = config_.send_depth;
   recv_depth_ = config_.recv_depth;
-  RKV_ASSIGN_OR_RETURN(comp_channel_, CompletionChannel::Create(device));
-  RKV_ASSIGN_OR_RETURN(send_cq_,
-                       CompletionQueue::Create(comp_channel_, static_cast<int>(send_depth_)));
-  RKV_ASSIGN_OR_RETURN(recv_cq_,
-                       CompletionQueue::Create(comp_channel_, static_cast<int>(recv_depth_)));
+  if (group_ != nullptr) {
+    // Every WR of this QP may complete into the group's CQs: room first.
+    RKV_RETURN_IF_ERROR(group_->Reserve(send_depth_, recv_depth_));
+    group_reserved_ = true;
+    send_cq_ = group_->send_cq();
+    recv_cq_ = group_->recv_cq();
+  } else {
+    RKV_ASSIGN_OR_RETURN(comp_channel_, CompletionChannel::Create(device));
+    RKV_ASSIGN_OR_RETURN(send_cq_,
+                         CompletionQueue::Create(comp_channel_, static_cast<int>(send_depth_)));
+    RKV_ASSIGN_OR_RETURN(recv_cq_,
+                         CompletionQueue::Create(comp_channel_, static_cast<int>(recv_depth_)));
+  }
   ibv_qp_cap cap{};
   cap.max_send_wr = send_depth_;
   cap.max_recv_wr = recv_depth_;
@@ -400,15 +422,33 @@ Status VerbsConnection::BindWindows(Clock::time_point deadline) {
     windows_[bind.window].SetBoundRegion(bind.mr);
     const uint64_t target = next_seq_;
     while (retired_seq_ < target) {
-      RKV_ASSIGN_OR_RETURN(int n, DrainCqs());
+      RKV_ASSIGN_OR_RETURN(int n, DrainSetupCompletions());
       if (n > 0) continue;
       if (Clock::now() >= deadline) return DeadlineExceeded("memory window bind did not complete");
-      RKV_RETURN_IF_ERROR(WaitEvents(deadline));
+      if (group_ != nullptr) {
+        std::this_thread::sleep_for(kSetupPollInterval);
+      } else {
+        RKV_RETURN_IF_ERROR(WaitEvents(deadline));
+      }
     }
     if (!bind_status_.ok()) return bind_status_.WithContext("binding a memory window");
   }
   pending_binds_.clear();
   return Status::Ok();
+}
+
+StatusOr<int> VerbsConnection::DrainSetupCompletions() {
+  if (group_ == nullptr) return DrainCqs();
+  std::vector<GroupCompletion> mine;
+  RKV_RETURN_IF_ERROR(group_->PollSetup(qp_.get()->qp_num, &mine));
+  for (const GroupCompletion& c : mine) {
+    if (c.send) {
+      OnSendCompletion(c.wc);
+    } else {
+      OnRecvCompletion(c.wc);
+    }
+  }
+  return static_cast<int>(mine.size());
 }
 
 Status VerbsConnection::Accept(std::span<const uint8_t> reply) {
@@ -422,8 +462,17 @@ Status VerbsConnection::Accept(std::span<const uint8_t> reply) {
   // RTS before the reply leaves, so the memory windows can be bound first.
   Status status = ModifyQp(IBV_QPS_RTR, "RTR");
   if (status.ok()) status = ModifyQp(IBV_QPS_RTS, "RTS");
+  const uint32_t qp_num = qp_.get()->qp_num;
+  if (group_ != nullptr) group_->BeginSetup(qp_num);
   if (status.ok()) status = BindWindows(deadline);
+  // A member joins before the reply leaves: the peer's first SEND may
+  // complete as soon as it has the reply, and must find it in the map.
+  if (status.ok() && group_ != nullptr) {
+    status = group_->Join(this, qp_num, channel_->fd());
+    group_joined_ = status.ok();
+  }
   if (!status.ok()) {
+    if (group_ != nullptr) group_->EndSetup(qp_num);
     RejectTransient(id_.get(), status.ToString());
     state_ = State::kClosed;
     return status.WithContext(where);
@@ -440,6 +489,11 @@ Status VerbsConnection::Accept(std::span<const uint8_t> reply) {
   if (rdma_accept(id_.get(), &param) != 0) {
     const Status error = VerbsError(where + ": rdma_accept", errno);
     state_ = State::kClosed;
+    if (group_joined_) {
+      // Still on the accept thread and never reported: leave at once.
+      group_->Leave(this, qp_num, channel_->fd());
+      group_joined_ = false;
+    }
     return error;
   }
   // No wait for the client's RTU (RDMA_CM_EVENT_ESTABLISHED): the QP is in

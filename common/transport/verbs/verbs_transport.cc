@@ -26,6 +26,7 @@
 #include "common/net_address.h"
 #include "common/transport/factory.h"
 #include "common/transport/verbs/verbs_connection.h"
+#include "common/transport/verbs/verbs_poll_group.h"
 #include "common/transport/verbs/verbs_resources.h"
 
 namespace rkv::transport {
@@ -57,7 +58,6 @@ class VerbsListener final : public Listener {
 
   using Listener::Next;
   StatusOr<std::unique_ptr<Connection>> Next(std::chrono::milliseconds timeout, const GroupChooser& choose) override {
-    if (choose) return Unimplemented("verbs poll groups are not built yet");
     const auto deadline = Clock::now() + timeout;
     while (true) {
       if (shutdown_.load(std::memory_order_acquire)) {
@@ -88,8 +88,26 @@ class VerbsListener final : public Listener {
       const uint8_t initiator_depth = param.initiator_depth;
       CmId child((*event)->id, channel_);
       event->Ack();
-      auto conn = VerbsConnection::CreatePassive(config_, std::move(child), std::move(private_data),
+      // The group is chosen before the QP exists: it is created on the
+      // group's CQs.
+      std::shared_ptr<PollGroupCore> core;
+      if (PollGroup* chosen = choose ? choose(private_data) : nullptr; chosen != nullptr) {
+        auto* verbs_group = dynamic_cast<VerbsPollGroup*>(chosen);
+        if (verbs_group == nullptr) {
+          const std::vector<uint8_t> reject =
+              EncodeRejection({StatusCode::kUnavailable, "the server chose a poll group of another transport"});
+          rdma_reject(child.get(), reject.data(), static_cast<uint8_t>(reject.size()));
+          return InvalidArgument("Next: the chosen poll group is not one of a verbs transport");
+        }
+        core = verbs_group->core();
+      }
+      auto conn = VerbsConnection::CreatePassive(config_, core, std::move(child), std::move(private_data),
                                                  responder_resources, initiator_depth);
+      if (!conn.ok() && conn.status().code() == StatusCode::kResourceExhausted) {
+        // The group is full (the request was refused as transient): the
+        // caller learns it, to use another group or refuse for a while.
+        return conn.status().WithContext("listener " + address_);
+      }
       if (!conn.ok()) {
         // One bad request must not stop the listener: it was rejected.
         LOG(WARNING) << "listener " << address_ << ": rejected a connection request: "
@@ -139,7 +157,8 @@ class VerbsTransport final : public Transport {
   }
 
   StatusOr<std::unique_ptr<PollGroup>> NewPollGroup() override {
-    return Unimplemented("verbs poll groups are not built yet");
+    RKV_ASSIGN_OR_RETURN(std::shared_ptr<PollGroupCore> core, PollGroupCore::Create(config_));
+    return std::unique_ptr<PollGroup>(std::make_unique<VerbsPollGroup>(std::move(core)));
   }
   StatusOr<std::unique_ptr<Listener>> Listen(const std::string& address) override {
     std::string host;
