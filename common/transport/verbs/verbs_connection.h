@@ -252,12 +252,11 @@ class VerbsConnection final : public Connection {
   // BindWindows' look for completions: for a member in setup (on the
   // accept thread), only its own, taken through the group.
   StatusOr<int> DrainSetupCompletions();
-  // A member's Poll: what its ring holds (after a drain of the group's CQs
-  // and, when the group saw its cm channel readable, its cm events), or its
-  // broken status. Never waits.
+  // A member's Poll: what its ring holds (after a drain of the group's
+  // CQs), or its broken status. Never waits. (Its cm events are read by the
+  // group's Wait; here only when reading them there failed.)
   StatusOr<size_t> PollMember(std::span<Completion> out);
-  // For the group: Poll would return completions or an error, or the cm
-  // channel has events to read.
+  // For the group: Poll would return completions or an error.
   bool GroupReady() const;
   void OnSendCompletion(const ibv_wc& wc);
   void OnRecvCompletion(const ibv_wc& wc);
@@ -293,7 +292,7 @@ class VerbsConnection final : public Connection {
   // Set and read on the group's thread (with the group's lock held when
   // the group touches them).
   bool group_listed_ = false;        // in the group's ready list
-  bool group_cm_readable_ = false;   // the group saw the cm channel readable
+  bool group_cm_readable_ = false;   // the group failed to read the cm channel
   std::shared_ptr<EventChannel> channel_;  // this connection's own cm channel
   CmId id_;
   std::shared_ptr<CompletionChannel> comp_channel_;

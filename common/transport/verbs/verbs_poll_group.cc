@@ -315,11 +315,16 @@ void PollGroupCore::Wake() {
 bool PollGroupCore::TakeWake() {
   if (!wake_requested_.load(std::memory_order_relaxed)) [[likely]] return false;
   if (!wake_requested_.exchange(false, std::memory_order_acquire)) return false;
+  // Empties the eventfd so that a later sleep is not cut short by this Wake
+  // (if Wake has not written it yet, the sleep that sees it drains it).
+  DrainWakeFd();
+  return true;
+}
+
+void PollGroupCore::DrainWakeFd() {
   uint64_t count = 0;
-  // Empties the eventfd so that a later sleep is not cut short by this Wake.
   while (read(wake_fd_, &count, sizeof count) > 0) {
   }
-  return true;
 }
 
 StatusOr<bool> PollGroupCore::WaitEpoll(Clock::time_point deadline, bool no_wait) {
@@ -341,7 +346,10 @@ StatusOr<bool> PollGroupCore::WaitEpoll(Clock::time_point deadline, bool no_wait
   for (int i = 0; i < n; ++i) {
     const uint64_t tag = events[i].data.u64 & kTagMask;
     if (tag == kWakeTag) {
-      woken = TakeWake() || woken;
+      // Drained whether or not the flag is still set: a Wake that a spin
+      // already took leaves its eventfd write behind.
+      DrainWakeFd();
+      woken = wake_requested_.exchange(false, std::memory_order_acquire) || woken;
     } else if (tag == kChannelTag) {
       ConsumeCqEvents();
     } else {
@@ -355,8 +363,17 @@ StatusOr<bool> PollGroupCore::WaitEpoll(Clock::time_point deadline, bool no_wait
       const auto qp_num = static_cast<uint32_t>(events[i].data.u64);
       auto it = members_.find(qp_num);
       if (it == members_.end()) continue;  // left meanwhile
-      it->second->group_cm_readable_ = true;
-      ListLocked(it->second);
+      VerbsConnection* member = it->second;
+      // Read here, on the group's thread, rather than by reporting the
+      // member: most events (ESTABLISHED, TIMEWAIT_EXIT) change nothing,
+      // and Wait reports only members whose Poll has something to say. A
+      // disconnect breaks the member (and flushes its QP): that it says.
+      if (const Status read = member->HandleCmEvents(); !read.ok()) {
+        // Its Poll reads again and reports the failure.
+        LOG(WARNING) << "poll group: reading the cm events of " << member->peer_address() << ": " << read;
+        member->group_cm_readable_ = true;
+      }
+      if (member->GroupReady()) ListLocked(member);
     }
   }
   return woken;

@@ -51,11 +51,16 @@
 // itself. (Their CQ events woke, or will wake, the group's thread anyway.)
 //
 // Readiness (level-triggered). A member is ready when its ring holds
-// completions, when it is broken (its Poll would report the error), or when
-// its cm channel is readable (its Poll reads the events: a disconnect makes
-// it broken). Members found ready are kept in a list; each Wait first
-// drops the members of that list that are no longer ready, then reports
-// the rest, so a member not polled empty is reported again.
+// completions or when it is broken (its Poll would report the error).
+// Each member keeps its own cm event channel, watched by the group's epoll
+// fd: when it is readable, Wait reads the member's events itself
+// (VerbsConnection::HandleCmEvents, on the group's thread), so that a
+// disconnect breaks the member (and flushes its QP) and makes it ready,
+// while the events that change nothing (ESTABLISHED, TIMEWAIT_EXIT) report
+// nothing. (Only when reading them failed is the member reported for its
+// Poll to read them and fail.) Members found ready are kept in a list;
+// each Wait first drops the members of that list that are no longer ready,
+// then reports the rest, so a member not polled empty is reported again.
 //
 // Waiting. As VerbsConnection::Poll: Wait busy-polls the CQs (no system
 // call) within an adaptive window below the transport's max_spin (the same
@@ -173,7 +178,9 @@ class PollGroupCore {
   // One epoll_wait up to `deadline` (now: no wait). Marks members whose cm
   // channel is readable; returns whether Wake's eventfd fired.
   StatusOr<bool> WaitEpoll(Clock::time_point deadline, bool no_wait) EXCLUDES(mu_);
+  // Whether a Wake is pending (and then takes it).
   bool TakeWake();
+  void DrainWakeFd();
   void AdaptSpin(Clock::duration waited);
   Status Grow(CompletionQueue& cq, uint32_t* capacity, uint64_t needed, const char* which) REQUIRES(mu_);
 
