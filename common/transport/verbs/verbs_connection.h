@@ -52,8 +52,9 @@
 // unsignaled WRs with no signaled WR after them is signaled internally (its
 // success completion is swallowed), so a full send queue always holds a
 // signaled WR whose completion frees room. The send CQ holds send_depth
-// entries and the receive CQ recv_depth: every outstanding WR can complete
-// (in error, unsignaled ones too) without overflowing a CQ.
+// entries and the receive CQ recv_depth (a poll group's CQs hold the sum
+// over its members): every outstanding WR can complete (in error,
+// unsignaled ones too) without overflowing a CQ.
 //
 // Closing. A disconnect (the peer's DISCONNECTED event, this side's
 // Disconnect, a handshake that never completed, device removal) moves the
@@ -79,7 +80,26 @@
 // allocates nothing per operation); posting makes no system call beyond
 // the device's own doorbell.
 //
-// Thread safety: as the Connection interface says (one caller at a time).
+// Poll groups (verbs_poll_group.h). Everything above is a standalone
+// connection's: every client connection, and a server connection that
+// Listener::Next handed out without a group. A connection that Next created
+// for a group has no CQs or completion channel of its own: its QP completes
+// into the group's send and receive CQs, and it keeps only its cm event
+// channel (which the group watches). From its Accept the group's Wait polls
+// those CQs and feeds each work completion to its member's OnSendCompletion
+// / OnRecvCompletion, so the member's completion ring fills as a standalone
+// connection's does; the member's Poll never waits and never touches the
+// CQs except through the group (PollGroupCore::Drain): it returns its ring,
+// or its broken status. The paths that wait inside a post (WaitForSendRoom)
+// drain and sleep through the group too; PostReadsAndWait skips its look at
+// the send CQ (another member's completion may be first there) and waits
+// through Poll. Accept's memory window binds run on the accept thread while
+// the group's thread polls: their completions are set aside for it by
+// whichever thread polls them (PollGroupCore::BeginSetup).
+//
+// Thread safety: as the Connection interface says (one caller at a time);
+// a group member's calls after Accept, and its destruction, happen on its
+// group's thread (PollGroup in transport.h).
 #pragma once
 
 #include <chrono>

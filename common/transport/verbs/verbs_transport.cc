@@ -1,6 +1,7 @@
 // The verbs Transport and Listener. Connections live in verbs_connection.h
 // (setup in verbs_connection_setup.cc, the data path in
-// verbs_connection_datapath.cc), the RAII owners in verbs_resources.cc.
+// verbs_connection_datapath.cc), poll groups in verbs_poll_group.h, the
+// RAII owners in verbs_resources.cc.
 //
 // One transport = one device and one PD. A server registers its regions
 // before it listens, so the device is chosen when the transport is created:

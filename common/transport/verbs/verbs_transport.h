@@ -1,5 +1,15 @@
 // The verbs transport: librdmacm for connection setup, ibverbs for the data
 // path. See common/transport/transport.h for the contract.
+//
+// Completions: a client connection, and a server connection taken from
+// Listener::Next without a group, has its own send and receive CQs and a
+// completion channel, and its Poll spins on them then sleeps
+// (verbs/verbs_connection.h). A server connection taken with a group from
+// NewPollGroup completes into that group's shared CQs, and one thread
+// collects them for every member in PollGroup::Wait
+// (verbs/verbs_poll_group.h); Next fails with RESOURCE_EXHAUSTED (and the
+// request is refused as transient) when the group's CQs cannot grow to hold
+// one more connection's queues.
 #pragma once
 
 #include <memory>
