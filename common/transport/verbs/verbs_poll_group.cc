@@ -152,9 +152,17 @@ Status PollGroupCore::Reserve(uint32_t send_depth, uint32_t recv_depth) {
 void PollGroupCore::Release(uint32_t send_depth, uint32_t recv_depth) {
   MutexLock lock(mu_);
   // The destroyed QP's completions still in the CQs are dropped here (it is
-  // in no map); others' are queued for the group's thread.
-  const StatusOr<int> polled = PollLocked(Mode::kDefer);
-  if (!polled.ok()) LOG(WARNING) << "poll group: " << polled.status();
+  // in no map); others' are queued for the group's thread. Bounded: the
+  // CQs hold at most their capacity, and others may keep completing.
+  const uint32_t most_rounds = (send_capacity_ + recv_capacity_) / kPollBatch + 1;
+  for (uint32_t round = 0; round < most_rounds; ++round) {
+    const StatusOr<int> polled = PollLocked(Mode::kDefer);
+    if (!polled.ok()) {
+      LOG(WARNING) << "poll group: " << polled.status();
+      break;
+    }
+    if (*polled == 0) break;
+  }
   send_reserved_ -= std::min<uint64_t>(send_reserved_, send_depth);
   recv_reserved_ -= std::min<uint64_t>(recv_reserved_, recv_depth);
 }

@@ -1,6 +1,7 @@
 // The verbs transport's own behaviour against a real RDMA device: send
 // queue accounting, inline SENDs, GID selection, connection churn and the
-// rdma_cm handshake, and private regions without memory windows. What
+// rdma_cm handshake, private regions without memory windows, and poll
+// groups (shared CQs: dispatch, growth, disconnects, teardown, Wake). What
 // transport.h promises of every transport is tested once, in
 // ../transport_conformance_test.cc (whose verbs instance runs beside these).
 //
@@ -965,6 +966,119 @@ TEST_F(VerbsPollGroupTest, APeerDisconnectReportsTheMemberAndItsPollFailsUnavail
   PostRequest(staying_client, 7);
   Serve(*group, {&staying}, [&] { return staying.requests == 1; });
   FinishRequest(staying_client, 7);
+}
+
+// Level-triggered: a member whose Poll left completions in its ring is
+// reported by the next Wait without anything new arriving.
+TEST_F(VerbsPollGroupTest, AMemberNotPolledEmptyIsReportedAgain) {
+  std::unique_ptr<PollGroup> group = NewGroup();
+  ASSERT_NE(group, nullptr);
+  Member member;
+  GroupClient client;
+  Join(*group, &member, &client);
+  ASSERT_FALSE(HasFailure());
+  std::vector<uint8_t> request(64, 0x33);
+  auto request_mr = ClientRegion(request);
+  // Both receives completed at the server once both SENDs completed here.
+  ASSERT_TRUE(client.conn->PostSend({request_mr.get(), 0, 16}, 1).ok());
+  ASSERT_TRUE(client.conn->PostSend({request_mr.get(), 0, 16}, 2).ok());
+  ASSERT_EQ(PollFor(*client.conn, 2).size(), 2u);
+
+  Connection* ready[4];
+  auto n = group->Wait(ready, std::chrono::duration_cast<std::chrono::microseconds>(kPollLimit));
+  ASSERT_TRUE(n.ok()) << n.status();
+  ASSERT_EQ(*n, 1u);
+  ASSERT_EQ(ready[0], member.conn.get());
+  for (uint64_t slot = 0; slot < 2; ++slot) {
+    if (slot > 0) {
+      // Nothing new arrived: the member is still ready.
+      n = group->Wait(ready, std::chrono::duration_cast<std::chrono::microseconds>(kPollLimit));
+      ASSERT_TRUE(n.ok()) << n.status();
+      ASSERT_EQ(*n, 1u);
+      ASSERT_EQ(ready[0], member.conn.get());
+    }
+    Completion one[1];
+    auto got = member.conn->Poll(one, 0us);
+    ASSERT_TRUE(got.ok()) << got.status();
+    ASSERT_EQ(*got, 1u);
+    EXPECT_EQ(one[0].op, OpType::kRecv);
+    EXPECT_EQ(one[0].wr_id, slot);
+    EXPECT_EQ(one[0].byte_len, 16u);
+  }
+  // Polled empty: no longer reported.
+  n = group->Wait(ready, 10ms);
+  ASSERT_TRUE(n.ok()) << n.status();
+  EXPECT_EQ(*n, 0u);
+}
+
+// A member's own waits inside its posts go through the group's CQs: a
+// PostReadsAndWait of its peer's memory, and more SENDs than its send queue
+// holds (each post waits for room while the group feeds the member).
+TEST_F(VerbsPollGroupTest, AMembersReadsAndFullSendQueueWaitThroughTheGroup) {
+  Options options;
+  options.max_send_wr = 16;
+  UseServer(options);
+  ASSERT_FALSE(HasFailure());
+  std::unique_ptr<PollGroup> group = NewGroup();
+  ASSERT_NE(group, nullptr);
+  Member member;
+  GroupClient client;
+  Join(*group, &member, &client);
+  ASSERT_FALSE(HasFailure());
+
+  std::vector<uint8_t> exposed(4096);
+  for (size_t i = 0; i < exposed.size(); ++i) exposed[i] = static_cast<uint8_t>(i * 13 + 1);
+  auto exposed_mr = ClientRegion(exposed, kRemoteRead);
+  ASSERT_NE(exposed_mr, nullptr);
+  std::vector<uint8_t> landing(4096, 0);
+  auto landing_mr = server_->Register(landing.data(), landing.size(), kLocalWrite);
+  ASSERT_TRUE(landing_mr.ok()) << landing_mr.status();
+  ReadOp op;
+  op.local = {landing_mr->get(), 0, 4096};
+  op.remote = {exposed_mr->remote_addr(), exposed_mr->rkey()};
+  op.wr_id = 77;
+  op.signaled = true;
+  std::vector<Completion> others;
+  const Status read =
+      member.conn->PostReadsAndWait({&op, 1}, std::chrono::duration_cast<std::chrono::microseconds>(kPollLimit), &others);
+  ASSERT_TRUE(read.ok()) << read;
+  EXPECT_TRUE(others.empty());
+  EXPECT_EQ(landing, exposed);
+
+  constexpr uint64_t kSends = 40;  // the member's send queue holds 16
+  std::vector<uint8_t> inbox(kSends * 16, 0);
+  auto inbox_mr = ClientRegion(inbox);
+  for (uint64_t i = 0; i < kSends; ++i) {
+    ASSERT_TRUE(client.conn->PostRecv({inbox_mr.get(), i * 16, 16}, 500 + i).ok());
+  }
+  for (uint64_t i = 0; i < kSends; ++i) {
+    const Status sent = member.conn->PostSend({landing_mr->get(), i * 16, 16}, 300 + i);
+    ASSERT_TRUE(sent.ok()) << "SEND " << i << ": " << sent;
+  }
+  // Every SEND's completion, in order, through Wait + Poll.
+  std::vector<Completion> done;
+  const auto limit = std::chrono::steady_clock::now() + kPollLimit;
+  while (done.size() < kSends) {
+    ASSERT_LT(std::chrono::steady_clock::now(), limit) << done.size() << " of " << kSends << " SENDs completed";
+    Connection* ready[4];
+    auto n = group->Wait(ready, 10ms);
+    ASSERT_TRUE(n.ok()) << n.status();
+    for (size_t i = 0; i < *n; ++i) {
+      ASSERT_EQ(ready[i], member.conn.get());
+      Completion buf[16];
+      auto got = member.conn->Poll(buf, 0us);
+      ASSERT_TRUE(got.ok()) << got.status();
+      done.insert(done.end(), buf, buf + *got);
+    }
+  }
+  for (uint64_t i = 0; i < kSends; ++i) {
+    EXPECT_TRUE(done[i].status.ok()) << done[i].status;
+    EXPECT_EQ(done[i].op, OpType::kSend);
+    EXPECT_EQ(done[i].wr_id, 300 + i);
+  }
+  auto received = PollFor(*client.conn, kSends);
+  ASSERT_EQ(received.size(), kSends);
+  EXPECT_EQ(std::memcmp(inbox.data(), exposed.data(), inbox.size()), 0);
 }
 
 // A destroyed member's completions (received, and flushed) may still sit in
