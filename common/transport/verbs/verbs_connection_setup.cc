@@ -465,12 +465,6 @@ Status VerbsConnection::Accept(std::span<const uint8_t> reply) {
   const uint32_t qp_num = qp_.get()->qp_num;
   if (group_ != nullptr) group_->BeginSetup(qp_num);
   if (status.ok()) status = BindWindows(deadline);
-  // A member joins before the reply leaves: the peer's first SEND may
-  // complete as soon as it has the reply, and must find it in the map.
-  if (status.ok() && group_ != nullptr) {
-    status = group_->Join(this, qp_num, channel_->fd());
-    group_joined_ = status.ok();
-  }
   if (!status.ok()) {
     if (group_ != nullptr) group_->EndSetup(qp_num);
     RejectTransient(id_.get(), status.ToString());
@@ -486,22 +480,39 @@ Status VerbsConnection::Accept(std::span<const uint8_t> reply) {
   param.retry_count = kRetryCount;
   param.rnr_retry_count = kRnrRetryForever;
   param.qp_num = qp_.get()->qp_num;
-  if (rdma_accept(id_.get(), &param) != 0) {
-    const Status error = VerbsError(where + ": rdma_accept", errno);
-    state_ = State::kClosed;
-    if (group_joined_) {
-      // Still on the accept thread and never reported: leave at once.
-      group_->Leave(this, qp_num, channel_->fd());
-      group_joined_ = false;
-    }
-    return error;
-  }
   // No wait for the client's RTU (RDMA_CM_EVENT_ESTABLISHED): the QP is in
   // RTS already, and a client that vanishes mid-handshake would otherwise
   // hold the caller (the server's accept loop) until the CM gives up. Its
   // CONNECT_ERROR / UNREACHABLE arrives later and breaks the connection on
   // a Poll (HandleCmEvents), which then reclaims it like any broken one.
+  //
+  // Established before the reply leaves, and (a group member) in the
+  // group's map: the peer's first SEND may complete as soon as it has the
+  // reply, and the group's thread may then feed, report, Poll and post on
+  // the member while this thread is still here. So nothing below touches
+  // what those read, except on the failure path, where no reply left and
+  // nothing can have completed.
   state_ = State::kConnected;
+  if (group_ != nullptr) {
+    group_->Join(this, qp_num);
+    group_joined_ = true;
+  }
+  if (rdma_accept(id_.get(), &param) != 0) {
+    const Status error = VerbsError(where + ": rdma_accept", errno);
+    if (group_joined_) {
+      group_->Leave(this, qp_num, channel_->fd());
+      group_joined_ = false;
+    }
+    state_ = State::kClosed;
+    return error;
+  }
+  if (group_ != nullptr) {
+    // From here the group's thread reads the member's cm events. On
+    // failure the caller destroys the connection (which disconnects it).
+    if (const Status watch = group_->WatchCm(qp_num, channel_->fd()); !watch.ok()) {
+      return watch.WithContext(where);
+    }
+  }
   return Status::Ok();
 }
 

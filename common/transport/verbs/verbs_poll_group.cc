@@ -190,20 +190,24 @@ void PollGroupCore::EndSetup(uint32_t qp_num) {
   setup_.erase(qp_num);
 }
 
-Status PollGroupCore::Join(VerbsConnection* member, uint32_t qp_num, int cm_fd) {
+void PollGroupCore::Join(VerbsConnection* member, uint32_t qp_num) {
+  MutexLock lock(mu_);
+  setup_.erase(qp_num);
+  members_[qp_num] = member;
+}
+
+Status PollGroupCore::WatchCm(uint32_t qp_num, int cm_fd) {
   epoll_event event{};
   event.events = EPOLLIN;
   event.data.u64 = kMemberTag | qp_num;
   if (epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, cm_fd, &event) != 0) return VerbsError("epoll_ctl(ADD cm channel)", errno);
-  MutexLock lock(mu_);
-  setup_.erase(qp_num);
-  members_[qp_num] = member;
   return Status::Ok();
 }
 
 void PollGroupCore::Leave(VerbsConnection* member, uint32_t qp_num, int cm_fd) {
-  // Before the channel is closed, or epoll would keep watching it.
-  if (epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, cm_fd, nullptr) != 0) {
+  // Before the channel is closed, or epoll would keep watching it. (ENOENT:
+  // Accept failed before WatchCm.)
+  if (epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, cm_fd, nullptr) != 0 && errno != ENOENT) {
     LOG(WARNING) << VerbsError("epoll_ctl(DEL cm channel)", errno);
   }
   MutexLock lock(mu_);

@@ -36,8 +36,9 @@
 // its completion ring for its Poll; completions of QPs not in the map (the
 // flushes of a pending connection being torn down, or of a member after it
 // left) are dropped. A connection enters the map at Accept, before the
-// reply leaves (so its peer's first SEND finds it there), and leaves it in
-// its destructor before its QP is destroyed.
+// reply leaves (so its peer's first SEND finds it there), has its cm
+// channel watched once Accept is done with it, and leaves both in its
+// destructor before its QP is destroyed.
 //
 // Threads. Wait, and the members' calls after Accept, run on the group's
 // thread; they touch the members' rings without locks. Accept runs on the
@@ -138,9 +139,13 @@ class PollGroupCore {
   Status PollSetup(uint32_t qp_num, std::vector<GroupCompletion>* out) EXCLUDES(mu_);
   void EndSetup(uint32_t qp_num) EXCLUDES(mu_);
 
-  // Accept, on the accept thread: enters `member` into the map (ending its
-  // setup) and watches its cm channel `cm_fd`.
-  Status Join(VerbsConnection* member, uint32_t qp_num, int cm_fd) EXCLUDES(mu_);
+  // Accept, on the accept thread, before the reply leaves: enters `member`
+  // into the map (ending its setup), so its completions are fed to it.
+  void Join(VerbsConnection* member, uint32_t qp_num) EXCLUDES(mu_);
+  // Accept, once it has written the member's state for the last time:
+  // watches its cm channel `cm_fd` (Wait then reads its events on the
+  // group's thread).
+  Status WatchCm(uint32_t qp_num, int cm_fd);
   // The member's destructor, before its QP is destroyed (on the group's
   // thread, or when no Wait runs): it is never reported or fed again.
   void Leave(VerbsConnection* member, uint32_t qp_num, int cm_fd) EXCLUDES(mu_);
