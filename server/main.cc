@@ -258,6 +258,14 @@ int main(int argc, char** argv) {
   topts.handshake_timeout = std::chrono::milliseconds(o.handshake_timeout_ms);
   topts.frame_timeout = std::chrono::milliseconds(o.frame_timeout_ms);
   topts.idle_timeout = std::chrono::seconds(o.idle_timeout_s);
+  // Queue depths for what this process posts: a client connection holds at
+  // most request_credits receives and as many replies (each signaled), a
+  // replication connection one request and one receive. Small queues keep a
+  // poll group's completion queues small (docs/design.md §7.7: on rxe, whose
+  // completion queues hold 32767 entries, a group holds 511 connections at
+  // the default 32 credits, where the transport's default depths allow 127).
+  topts.max_send_wr = rkv::server::ServerSendDepth(o);
+  topts.max_recv_wr = rkv::server::ServerRecvDepth(o);
   RaiseFileLimit(o.max_connections);
   auto transport = rkv::transport::CreateTransport(*kind, topts);
   if (!transport.ok()) {

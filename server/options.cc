@@ -20,6 +20,10 @@ StatusOr<PollMode> ParsePollMode(std::string_view name) {
   return InvalidArgument("unknown poll mode '" + std::string(name) + "': expected adaptive or busy");
 }
 
+uint32_t ServerSendDepth(const ServerOptions& o) { return std::max<uint32_t>(16, 2 * o.request_credits); }
+
+uint32_t ServerRecvDepth(const ServerOptions& o) { return std::max<uint32_t>(4, o.request_credits); }
+
 uint32_t DefaultThreads() {
   return std::clamp<uint32_t>(std::thread::hardware_concurrency(), 1, kMaxThreads);
 }

@@ -78,6 +78,12 @@ struct ServerOptions {
   uint32_t replication_timeout_ms = 1000;
 };
 
+// The transport queue depths a server asks for (transport::Options): room
+// for request_credits receives, and for as many replies with the send
+// queue's accounting (verbs signals every send_depth / 2) to spare.
+uint32_t ServerSendDepth(const ServerOptions& o);
+uint32_t ServerRecvDepth(const ServerOptions& o);
+
 // The control plane of one rkv-server: membership with a coordinator and
 // the Admin service. All empty: standalone, no Admin service.
 struct ControlOptions {

@@ -236,7 +236,9 @@ class PollGroup {
   // not polled empty is reported again by the next Wait. Busy-polls first
   // within an adaptive window below Options::poll_spin_us, as
   // Connection::Poll does, then sleeps. A member's Poll never waits: it
-  // returns what the group collected (its timeout is ignored). An error
+  // returns what the group collected (its timeout is ignored), and its
+  // PostReadsAndWait may be refused with FAILED_PRECONDITION (tcp, whose
+  // group thread reads the response; verbs waits through the group). An error
   // means the group itself failed (every member is then broken).
   virtual StatusOr<size_t> Wait(std::span<Connection*> ready, std::chrono::microseconds timeout) = 0;
   // Makes the Wait in progress, or else the next one, return at once.

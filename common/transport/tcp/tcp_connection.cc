@@ -258,6 +258,15 @@ void TcpConnection::NotifyPollersLocked() {
   cv_.NotifyAll();
 }
 
+Status TcpConnection::PostReadsAndWait(std::span<const ReadOp> ops, std::chrono::microseconds timeout,
+                                       std::vector<Completion>* others) {
+  if (group_ != nullptr) {
+    return FailedPrecondition("PostReadsAndWait on a connection of a poll group: post the READs and wait "
+                              "through the group");
+  }
+  return Connection::PostReadsAndWait(ops, timeout, others);
+}
+
 StatusOr<size_t> TcpConnection::Poll(std::span<Completion> out, std::chrono::microseconds timeout) {
   // A group member's Poll never waits: the group's Wait collects its
   // completions, on this same thread.

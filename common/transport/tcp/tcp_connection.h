@@ -129,6 +129,10 @@ class TcpConnection final : public Connection {
   void Reject(const Rejection& why) override EXCLUDES(mu_);
 
   Status PostReads(std::span<const ReadOp> ops) override EXCLUDES(mu_, out_mu_);
+  // FAILED_PRECONDITION on a poll group member, nothing posted: the READ's
+  // response is read by the group's Wait, which the caller is not in.
+  Status PostReadsAndWait(std::span<const ReadOp> ops, std::chrono::microseconds timeout,
+                          std::vector<Completion>* others) override EXCLUDES(mu_, out_mu_);
   Status PostWriteSend(LocalBuf write_src, RemoteBuf write_dst, LocalBuf send, uint64_t wr_id) override
       EXCLUDES(mu_, out_mu_);
   Status PostWriteSends(std::span<const WriteSendOp> ops) override EXCLUDES(mu_, out_mu_);

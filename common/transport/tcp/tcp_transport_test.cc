@@ -731,6 +731,22 @@ TEST_F(TcpTransportTest, AGroupMemberServesReadsBeyondTheLimitsAndLargeWrites) {
   EXPECT_TRUE(std::equal(remote.bytes.begin(), remote.bytes.end(), local.bytes.begin()));
 }
 
+TEST_F(TcpTransportTest, AGroupMembersPostReadsAndWaitIsRefusedAndPostsNothing) {
+  std::unique_ptr<PollGroup> group = NewGroup();
+  ASSERT_NE(group, nullptr);
+  Pair pair = ConnectPair({}, {}, {}, group.get());
+  ASSERT_NE(pair.client, nullptr);
+  Buffer local = MakeBuffer(*server_, 64, kLocalWrite);
+  Buffer remote = MakeBuffer(*client_, 64, kRemoteRead);
+  const ReadOp op{local.At(0, 64), remote.Remote(), 1, true};
+  std::vector<Completion> others;
+  EXPECT_EQ(pair.server->PostReadsAndWait({&op, 1}, 1s, &others).code(), StatusCode::kFailedPrecondition);
+  Completion out[1];
+  StatusOr<size_t> n = pair.server->Poll(out, 0us);
+  ASSERT_TRUE(n.ok()) << n.status();
+  EXPECT_EQ(*n, 0u) << "nothing was posted";
+}
+
 TEST_F(TcpTransportTest, AnIdleGroupMemberIsClosed) {
   server_options_.idle_timeout = 200ms;
   SetUp();
