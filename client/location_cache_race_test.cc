@@ -93,6 +93,21 @@ TEST(LocationCacheRaceTest, CachedGetsNeverReturnAnOlderValue) {
 
   std::vector<HotKey> hot(kHotKeys);
   for (int k = 0; k < kHotKeys; ++k) hot[k].key = "hot-" + std::to_string(k);
+  // Each hot key must fit: where a filler took the last slot its
+  // neighbourhood had (the hash seed is random per server), fillers go
+  // until it does. (Put, then Delete: the key starts absent, op 0.)
+  for (int k = 0; k < kHotKeys; ++k) {
+    while (true) {
+      const Status s = filler_client->Put(hot[k].key, "0:").status();
+      if (s.ok()) break;
+      ASSERT_EQ(s.code(), StatusCode::kResourceExhausted) << s;
+      ASSERT_GT(fillers, 80) << "no room for " << hot[k].key;
+      --fillers;
+      const Status d = filler_client->Delete("filler-" + std::to_string(fillers));
+      ASSERT_TRUE(d.ok() || d.code() == StatusCode::kNotFound) << d;
+    }
+  }
+  for (int k = 0; k < kHotKeys; ++k) ASSERT_TRUE(filler_client->Delete(hot[k].key).ok());
 
   std::atomic<bool> stop{false};
   std::atomic<uint64_t> violations{0};
@@ -119,12 +134,21 @@ TEST(LocationCacheRaceTest, CachedGetsNeverReturnAnOlderValue) {
           if (s.code() == StatusCode::kNotFound) s = Status::Ok();
         } else {
           const std::string value = std::to_string(n) + ":" + std::string(rng() % 4000, 'v');
-          s = writer->Put(h.key, value).status();
+          // A neighbourhood with one free slot can be wanted by two hot
+          // keys at once: the one refused (table full) tries again once
+          // the other's next DELETE frees it (until the deadline below,
+          // which only bounds a hang).
+          const auto give_up = std::chrono::steady_clock::now() + 60s;
+          do {
+            s = writer->Put(h.key, value).status();
+            if (s.code() != StatusCode::kResourceExhausted) break;
+            std::this_thread::sleep_for(1ms);
+          } while (std::chrono::steady_clock::now() < give_up);
           written.fetch_add(value.size(), std::memory_order_relaxed);
         }
         if (!s.ok()) {
-          // A full table or heap refuses the write: the key keeps its
-          // previous value, which the check below would take for stale.
+          // A refused write leaves the key its previous value, which the
+          // check below would take for stale.
           write_errors.fetch_add(1);
           ADD_FAILURE() << h.key << " op " << n << ": " << s;
           return;
