@@ -12,6 +12,7 @@
 #include <cstring>
 #include <utility>
 
+#include "common/transport/spin_window.h"
 #include "common/transport/tcp/tcp_poll_group.h"
 
 namespace rkv::transport::tcp {
@@ -310,16 +311,11 @@ StatusOr<size_t> TcpConnection::Poll(std::span<Completion> out, std::chrono::mic
   if (slept && max_spin_.count() > 0) {
     // Adapt the window to a wait that outlasted it (nothing to learn from
     // one that ended within it, or from a timeout no longer than any spin).
-    const auto waited = std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - start);
-    int64_t w = spin_window_us_.load(std::memory_order_relaxed);
-    if (waited.count() > w && (n > 0 || timeout > max_spin_)) {
-      if (waited <= max_spin_) {
-        w = std::min<int64_t>(max_spin_.count(), std::max<int64_t>(2 * w, kMinSpinWindowUs));
-      } else {
-        w /= 2;
-        if (w < kMinSpinWindowUs) w = 0;
-      }
-      spin_window_us_.store(w, std::memory_order_relaxed);
+    if (n > 0 || timeout > max_spin_) {
+      const auto window = NextSpinWindow(std::chrono::microseconds(spin_window_us_.load(std::memory_order_relaxed)),
+                                         Clock::now() - start, max_spin_);
+      spin_window_us_.store(std::chrono::duration_cast<std::chrono::microseconds>(window).count(),
+                            std::memory_order_relaxed);
     }
   }
   if (n == 0 && failed_ && completions_.empty()) return error_;

@@ -158,10 +158,10 @@ class TcpConnection final : public Connection {
   // for the peer to read them, and resumes below the low-water mark.
   static constexpr size_t kOutHighWater = kMaxQueuedResponseBytes;
   static constexpr size_t kOutLowWater = kMaxQueuedResponseBytes / 4;
-  // Adaptive polling bounds (see ready_): the largest max_spin_, the
-  // smallest non-zero window, and how many spins go between clock reads.
+  // Adaptive polling bounds (see ready_; the window's rule is
+  // spin_window.h): the largest max_spin_, and how many spins go between
+  // clock reads.
   static constexpr int kMaxPollSpinUs = 1'000'000;
-  static constexpr int64_t kMinSpinWindowUs = 10;
   static constexpr uint32_t kSpinRoundsPerCheck = 8;
   // A READ response is copied into out_ at most this much at a time.
   static constexpr uint32_t kReadChunkBytes = 1 << 20;

@@ -9,6 +9,7 @@
 #include <thread>
 #include <utility>
 
+#include "common/transport/spin_window.h"
 #include "common/transport/tcp/tcp_connection.h"
 
 namespace rkv::transport::tcp {
@@ -275,16 +276,10 @@ StatusOr<size_t> TcpPollGroup::Wait(std::span<Connection*> ready, std::chrono::m
     // The rule of TcpConnection::Poll: a wait that ended within max_spin_
     // after the window grows it, one that outlasted max_spin_ shrinks it.
     // (A Wake says nothing of the members' traffic.)
-    const auto waited = std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - start);
-    int64_t w = spin_window_us_;
-    if (waited.count() > w && (n > 0 || timeout > max_spin_)) {
-      if (waited <= max_spin_) {
-        w = std::min<int64_t>(max_spin_.count(), std::max<int64_t>(2 * w, kMinSpinWindowUs));
-      } else {
-        w /= 2;
-        if (w < kMinSpinWindowUs) w = 0;
-      }
-      spin_window_us_ = w;
+    if (n > 0 || timeout > max_spin_) {
+      const auto window =
+          NextSpinWindow(std::chrono::microseconds(spin_window_us_), Clock::now() - start, max_spin_);
+      spin_window_us_ = std::chrono::duration_cast<std::chrono::microseconds>(window).count();
     }
   }
   return n;

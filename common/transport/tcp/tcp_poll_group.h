@@ -98,7 +98,6 @@ class TcpPollGroup final : public PollGroup {
   static constexpr size_t kEventsPerWait = 256;
   // The spin window's bounds (as TcpConnection's).
   static constexpr int kMaxPollSpinUs = 1'000'000;
-  static constexpr int64_t kMinSpinWindowUs = 10;
   // epoll data of the group's own eventfd; members' are their records
   // (the socket), or the record's address with kWakeTag set (the wake fd).
   static constexpr uint64_t kGroupWakeData = 0;

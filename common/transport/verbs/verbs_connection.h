@@ -121,8 +121,7 @@ class PollGroupCore;
 inline constexpr uint32_t kWrsPerWriteSend = 2;
 inline constexpr uint32_t kMinSendDepth = 16;
 inline constexpr uint32_t kMinRecvDepth = 4;
-// The smallest non-zero adaptive spin window, and the largest max_spin.
-inline constexpr std::chrono::microseconds kMinSpinWindow{10};
+// The largest max_spin (the adaptive window itself: spin_window.h).
 inline constexpr std::chrono::microseconds kMaxSpinLimit{1'000'000};
 static_assert(kMinSendDepth / 2 >= 2 * kWrsPerWriteSend,
               "the signal interval must hold at least two WRITE+SEND pairs");

@@ -17,6 +17,7 @@
 
 #include <glog/logging.h>
 
+#include "common/transport/spin_window.h"
 #include "common/transport/verbs/verbs_poll_group.h"
 
 namespace rkv::transport::verbs {
@@ -418,17 +419,7 @@ Status VerbsConnection::Spin(Clock::time_point until) {
 }
 
 void VerbsConnection::AdaptSpin(Clock::duration waited) {
-  const Clock::duration max = config_.max_spin;
-  if (max <= Clock::duration::zero() || waited <= spin_window_) return;
-  if (waited <= max) {
-    // Spinning a little longer would have caught it: grow.
-    spin_window_ = std::min<Clock::duration>(
-        max, std::max<Clock::duration>(2 * spin_window_, kMinSpinWindow));
-  } else {
-    // Longer than any spin: spin less, down to not at all.
-    spin_window_ /= 2;
-    if (spin_window_ < kMinSpinWindow) spin_window_ = Clock::duration::zero();
-  }
+  spin_window_ = NextSpinWindow(spin_window_, waited, config_.max_spin);
 }
 
 StatusOr<size_t> VerbsConnection::PollMember(std::span<Completion> out) {

@@ -15,6 +15,8 @@
 
 #include <glog/logging.h>
 
+#include "common/transport/spin_window.h"
+
 namespace rkv::transport::verbs {
 namespace {
 
@@ -392,13 +394,7 @@ StatusOr<bool> PollGroupCore::WaitEpoll(Clock::time_point deadline, bool no_wait
 }
 
 void PollGroupCore::AdaptSpin(Clock::duration waited) {
-  if (max_spin_ <= Clock::duration::zero() || waited <= spin_window_) return;
-  if (waited <= max_spin_) {
-    spin_window_ = std::min<Clock::duration>(max_spin_, std::max<Clock::duration>(2 * spin_window_, kMinSpinWindow));
-  } else {
-    spin_window_ /= 2;
-    if (spin_window_ < kMinSpinWindow) spin_window_ = Clock::duration::zero();
-  }
+  spin_window_ = NextSpinWindow(spin_window_, waited, max_spin_);
 }
 
 StatusOr<size_t> PollGroupCore::Wait(std::span<Connection*> ready, std::chrono::microseconds timeout) {
