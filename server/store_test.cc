@@ -387,51 +387,58 @@ INSTANTIATE_TEST_SUITE_P(
 
 // ---- Background writes (StoreOptions::background_queue) ----
 
-// A file system whose WAL appends wait while the gate is closed: the
-// background writer stops inside its RocksDB write.
-class GatedWalFileSystem : public rocksdb::FileSystemWrapper {
+// A file system that wraps each new WAL file (*.log) with WalFile.
+template <typename Self, typename WalFile>
+class WalWrappingFileSystem : public rocksdb::FileSystemWrapper {
  public:
-  GatedWalFileSystem() : FileSystemWrapper(rocksdb::FileSystem::Default()) {}
-  const char* Name() const override { return "GatedWalFileSystem"; }
-
-  std::atomic<bool> closed{false};
-  std::atomic<uint64_t> waiting{0};  // appends held at the gate
+  WalWrappingFileSystem() : FileSystemWrapper(rocksdb::FileSystem::Default()) {}
 
   rocksdb::IOStatus NewWritableFile(const std::string& name, const rocksdb::FileOptions& options,
                                     std::unique_ptr<rocksdb::FSWritableFile>* result,
                                     rocksdb::IODebugContext* dbg) override {
     rocksdb::IOStatus s = target()->NewWritableFile(name, options, result, dbg);
     if (s.ok() && name.size() > 4 && name.compare(name.size() - 4, 4, ".log") == 0) {
-      *result = std::make_unique<File>(std::move(*result), this);
+      *result = std::make_unique<WalFile>(std::move(*result), static_cast<Self*>(this));
     }
     return s;
   }
+};
+
+class GatedWalFile;
+
+// A file system whose WAL appends wait while the gate is closed: the
+// background writer stops inside its RocksDB write.
+class GatedWalFileSystem : public WalWrappingFileSystem<GatedWalFileSystem, GatedWalFile> {
+ public:
+  const char* Name() const override { return "GatedWalFileSystem"; }
+
+  std::atomic<bool> closed{false};
+  std::atomic<uint64_t> waiting{0};  // appends held at the gate
+};
+
+class GatedWalFile : public rocksdb::FSWritableFileOwnerWrapper {
+ public:
+  GatedWalFile(std::unique_ptr<rocksdb::FSWritableFile> file, GatedWalFileSystem* fs)
+      : FSWritableFileOwnerWrapper(std::move(file)), fs_(fs) {}
+  rocksdb::IOStatus Append(const rocksdb::Slice& data, const rocksdb::IOOptions& options,
+                           rocksdb::IODebugContext* dbg) override {
+    Pass();
+    return target()->Append(data, options, dbg);
+  }
+  rocksdb::IOStatus Append(const rocksdb::Slice& data, const rocksdb::IOOptions& options,
+                           const rocksdb::DataVerificationInfo& info, rocksdb::IODebugContext* dbg) override {
+    Pass();
+    return target()->Append(data, options, info, dbg);
+  }
 
  private:
-  class File : public rocksdb::FSWritableFileOwnerWrapper {
-   public:
-    File(std::unique_ptr<rocksdb::FSWritableFile> file, GatedWalFileSystem* fs)
-        : FSWritableFileOwnerWrapper(std::move(file)), fs_(fs) {}
-    rocksdb::IOStatus Append(const rocksdb::Slice& data, const rocksdb::IOOptions& options,
-                             rocksdb::IODebugContext* dbg) override {
-      Pass();
-      return target()->Append(data, options, dbg);
-    }
-    rocksdb::IOStatus Append(const rocksdb::Slice& data, const rocksdb::IOOptions& options,
-                             const rocksdb::DataVerificationInfo& info, rocksdb::IODebugContext* dbg) override {
-      Pass();
-      return target()->Append(data, options, info, dbg);
-    }
-
-   private:
-    void Pass() {
-      if (!fs_->closed.load()) return;
-      fs_->waiting.fetch_add(1);
-      while (fs_->closed.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-      fs_->waiting.fetch_sub(1);
-    }
-    GatedWalFileSystem* fs_;
-  };
+  void Pass() {
+    if (!fs_->closed.load()) return;
+    fs_->waiting.fetch_add(1);
+    while (fs_->closed.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    fs_->waiting.fetch_sub(1);
+  }
+  GatedWalFileSystem* fs_;
 };
 
 // Waits (bounded only against a hang) until `done` holds.
@@ -612,73 +619,63 @@ TEST_F(StoreBackgroundTest, CloseGivesUpOnWritesThatStillFail) {
 
 // ---- Group commit (StoreOptions::deferred_sync) ----
 
+class SyncTrackingWalFile;
+
 // A file system that tracks, for the WAL files, how many bytes were
 // appended and how many of them a Sync or Fsync has covered: what survives
 // a power loss is what was synced.
-class SyncTrackingFileSystem : public rocksdb::FileSystemWrapper {
+class SyncTrackingFileSystem : public WalWrappingFileSystem<SyncTrackingFileSystem, SyncTrackingWalFile> {
  public:
-  SyncTrackingFileSystem() : FileSystemWrapper(rocksdb::FileSystem::Default()) {}
   const char* Name() const override { return "SyncTrackingFileSystem"; }
 
   std::atomic<uint64_t> appended{0};
   std::atomic<uint64_t> synced{0};
   std::atomic<uint64_t> syncs{0};
   uint64_t unsynced() const { return appended.load() - synced.load(); }
+};
 
-  rocksdb::IOStatus NewWritableFile(const std::string& name, const rocksdb::FileOptions& options,
-                                    std::unique_ptr<rocksdb::FSWritableFile>* result,
-                                    rocksdb::IODebugContext* dbg) override {
-    rocksdb::IOStatus s = target()->NewWritableFile(name, options, result, dbg);
-    if (s.ok() && name.size() > 4 && name.compare(name.size() - 4, 4, ".log") == 0) {
-      *result = std::make_unique<File>(std::move(*result), this);
-    }
+class SyncTrackingWalFile : public rocksdb::FSWritableFileOwnerWrapper {
+ public:
+  SyncTrackingWalFile(std::unique_ptr<rocksdb::FSWritableFile> file, SyncTrackingFileSystem* fs)
+      : FSWritableFileOwnerWrapper(std::move(file)), fs_(fs) {}
+  rocksdb::IOStatus Append(const rocksdb::Slice& data, const rocksdb::IOOptions& options,
+                           rocksdb::IODebugContext* dbg) override {
+    Count(data.size());
+    return target()->Append(data, options, dbg);
+  }
+  rocksdb::IOStatus Append(const rocksdb::Slice& data, const rocksdb::IOOptions& options,
+                           const rocksdb::DataVerificationInfo& info, rocksdb::IODebugContext* dbg) override {
+    Count(data.size());
+    return target()->Append(data, options, info, dbg);
+  }
+  rocksdb::IOStatus Sync(const rocksdb::IOOptions& options, rocksdb::IODebugContext* dbg) override {
+    const uint64_t upto = mine_;
+    rocksdb::IOStatus s = target()->Sync(options, dbg);
+    if (s.ok()) Synced(upto);
+    return s;
+  }
+  rocksdb::IOStatus Fsync(const rocksdb::IOOptions& options, rocksdb::IODebugContext* dbg) override {
+    const uint64_t upto = mine_;
+    rocksdb::IOStatus s = target()->Fsync(options, dbg);
+    if (s.ok()) Synced(upto);
     return s;
   }
 
  private:
-  class File : public rocksdb::FSWritableFileOwnerWrapper {
-   public:
-    File(std::unique_ptr<rocksdb::FSWritableFile> file, SyncTrackingFileSystem* fs)
-        : FSWritableFileOwnerWrapper(std::move(file)), fs_(fs) {}
-    rocksdb::IOStatus Append(const rocksdb::Slice& data, const rocksdb::IOOptions& options,
-                             rocksdb::IODebugContext* dbg) override {
-      Count(data.size());
-      return target()->Append(data, options, dbg);
+  void Count(size_t n) {
+    mine_ += n;
+    fs_->appended.fetch_add(n);
+  }
+  void Synced(uint64_t upto) {
+    fs_->syncs.fetch_add(1);
+    if (upto > synced_mine_) {
+      fs_->synced.fetch_add(upto - synced_mine_);
+      synced_mine_ = upto;
     }
-    rocksdb::IOStatus Append(const rocksdb::Slice& data, const rocksdb::IOOptions& options,
-                             const rocksdb::DataVerificationInfo& info, rocksdb::IODebugContext* dbg) override {
-      Count(data.size());
-      return target()->Append(data, options, info, dbg);
-    }
-    rocksdb::IOStatus Sync(const rocksdb::IOOptions& options, rocksdb::IODebugContext* dbg) override {
-      const uint64_t upto = mine_;
-      rocksdb::IOStatus s = target()->Sync(options, dbg);
-      if (s.ok()) Synced(upto);
-      return s;
-    }
-    rocksdb::IOStatus Fsync(const rocksdb::IOOptions& options, rocksdb::IODebugContext* dbg) override {
-      const uint64_t upto = mine_;
-      rocksdb::IOStatus s = target()->Fsync(options, dbg);
-      if (s.ok()) Synced(upto);
-      return s;
-    }
-
-   private:
-    void Count(size_t n) {
-      mine_ += n;
-      fs_->appended.fetch_add(n);
-    }
-    void Synced(uint64_t upto) {
-      fs_->syncs.fetch_add(1);
-      if (upto > synced_mine_) {
-        fs_->synced.fetch_add(upto - synced_mine_);
-        synced_mine_ = upto;
-      }
-    }
-    SyncTrackingFileSystem* fs_;
-    uint64_t mine_ = 0;
-    uint64_t synced_mine_ = 0;
-  };
+  }
+  SyncTrackingFileSystem* fs_;
+  uint64_t mine_ = 0;
+  uint64_t synced_mine_ = 0;
 };
 
 class StoreGroupCommitTest : public StoreTest {
