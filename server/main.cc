@@ -59,8 +59,9 @@ DEFINE_string(durability, "wal", "none (survives a clean shutdown only; RocksDB 
 DEFINE_string(poll, "adaptive", "how the polling threads wait for requests: adaptive (spin while requests "
               "come, sleep when idle) | busy (never sleep: lowest latency, one CPU per polling thread, also "
               "when idle) (default adaptive)");
-DEFINE_uint32(threads, 0, "polling threads serving client connections, 1..256; a server in a cluster runs one "
-                          "more for other servers' replication connections (default 0: one per core)");
+DEFINE_uint32(threads, 0, "polling threads serving the data plane's connections, 1..256; in a cluster one of them "
+                          "serves the other servers' replication connections (two threads when this is 1) "
+                          "(default 0: one per core)");
 DEFINE_uint32(max_value_bytes, 1048576, "largest value in bytes (default 1048576; at most 4063232)");
 DEFINE_uint32(max_key_bytes, 1024, "largest key in bytes (default 1024; at most 65535)");
 DEFINE_string(token_file, "", "file holding the token clients must present (required)");

@@ -58,9 +58,9 @@ struct ServerOptions {
   // received. 1024 * (4 MiB + 5 MiB) = 9 GiB at worst with the defaults,
   // which a 24 GiB machine holds beside the heap. No thread per connection.
   uint32_t max_connections = 1024;
-  // Polling threads serving client connections (docs/design.md,
-  // "Connection scale"): 1..kMaxThreads; a replicating server runs one more
-  // for other servers' replication connections.
+  // Polling threads (docs/design.md, "Connection scale"): 1..kMaxThreads.
+  // A replicating server gives one of them to other servers' replication
+  // connections (and runs two when this is 1).
   uint32_t threads = DefaultThreads();
   // tcp only (docs/design.md, "Failure model and security"): a socket
   // that has not completed its setup within handshake_timeout_ms is

@@ -1,5 +1,6 @@
 #include "server/server.h"
 
+#include <algorithm>
 #include <cstring>
 #include <random>
 #include <unordered_map>
@@ -194,7 +195,10 @@ Status Server::Rebuild() {
 std::string Server::address() const { return address_; }
 
 Status Server::StartPollers() {
-  client_pollers_ = options_.threads;
+  // A replicating server gives one of its threads to the peers' poller
+  // (two threads even with --threads=1: the peers' must never wait behind
+  // a client write).
+  client_pollers_ = replication_ != nullptr ? std::max<uint32_t>(1, options_.threads - 1) : options_.threads;
   const size_t total = client_pollers_ + (replication_ != nullptr ? 1 : 0);
   for (size_t i = 0; i < total; ++i) {
     auto p = std::make_unique<Poller>();

@@ -26,10 +26,11 @@
 //   and serves the connections in it: it waits on the group, polls each
 //   connection the group reports, applies its requests in order
 //   (server/apply.h), re-posts each receive buffer before replying, and
-//   replies with a SEND. options.threads of them serve clients (the accept
-//   thread puts a new client in the group with the fewest connections); a
-//   server with a replication policy runs one more for the replication
-//   connections of other servers, so that a poller waiting on its backups
+//   replies with a SEND. options.threads of them in all: they serve clients
+//   (the accept thread puts a new client in the group with the fewest
+//   connections), but for one, in a server with a replication policy, that
+//   serves the replication connections of other servers (so such a server
+//   runs two with threads = 1), so that a poller waiting on its backups
 //   (holding the primary mutex) never holds up the backup writes another
 //   server forwards here, which could otherwise wait on each other across
 //   two servers. A client's requests go to Applier::Apply, a peer's to
