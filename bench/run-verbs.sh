@@ -8,7 +8,8 @@
 #
 # BUILD_DIR holds a built server/rkv-server, bench/rkv-ycsb and
 # bench/rkv-read-lat; nothing is built here. Steps:
-#   1. rkv-server --transport=verbs on $RKV_RDMA_ADDR (a free port), data dir
+#   1. rkv-server --transport=verbs --threads=1 (one polling thread, on the
+#      one CPU it is given) on $RKV_RDMA_ADDR (a free port), data dir
 #      under /tmp, durability $RKV_BENCH_DURABILITY (default none: the
 #      figures compare the data path with the raw device, not RocksDB under
 #      emulation);
@@ -30,6 +31,10 @@
 #      5000 iterations (~0.3 s of READs) gave 16 fast runs out of 16;
 #   3b. YCSB-A (zipfian, 1 KiB, one thread) on rkv over verbs, then on Redis
 #      over TCP in the same guest (redis-server without persistence);
+#   3c. connection scale: tests/rkv_connection_scale_test with
+#      $RKV_BENCH_CONNECTIONS (default 1000) connections over verbs on one
+#      rkv-server --threads=2, each PUTting and GETting; its line of figures
+#      (server threads with one connection and with all, resident memory);
 #   4. deploy/softroce/perftest.sh: ib_read_lat, ib_read_bw, ib_send_lat at
 #      the same sizes;
 #   5. $RKV_GUEST_OUT/verbs-results.md: rkv next to the raw figures, and the
@@ -51,8 +56,8 @@
 #                         Multi-thread clients are never pinned.
 #   RKV_BENCH_DURABILITY  none | wal | sync (default none)
 #   RKV_BENCH_POLL        rkv-server --poll: adaptive | busy (default busy: its
-#                         one worker thread per connection never sleeps, as
-#                         perftest's server polls its CQ)
+#                         polling threads never sleep, as perftest's server
+#                         polls its CQ)
 #   RKV_BENCH_COMMAND     the host command line to quote in the report
 #
 # Emulated CPUs (QEMU TCG) run 10-50x slower than the host: absolute figures
@@ -72,8 +77,9 @@ build_dir=$(cd "$1" 2>/dev/null && pwd -P) || die "build dir '$1' not found"
 server_bin=$build_dir/server/rkv-server
 ycsb_bin=$build_dir/bench/rkv-ycsb
 readlat_bin=$build_dir/bench/rkv-read-lat
+scale_bin=$build_dir/tests/rkv_connection_scale_test
 perftest=$repo/deploy/softroce/perftest.sh
-for f in "$server_bin" "$ycsb_bin" "$readlat_bin" "$perftest"; do
+for f in "$server_bin" "$ycsb_bin" "$readlat_bin" "$scale_bin" "$perftest"; do
   [[ -x $f ]] || die "$f missing or not executable"
 done
 [[ -n ${RKV_RDMA_ADDR:-} ]] || die "RKV_RDMA_ADDR is not set: run this inside deploy/softroce/run-in-guest.sh"
@@ -130,7 +136,7 @@ head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$work/token"
 # 1. The server.
 : >"$work/server.stdout"  # exists before the server's redirection does: polled below
 "${server_cpu[@]}" "$server_bin" --listen="$RKV_RDMA_ADDR:0" --data_dir="$work/data" --token_file="$work/token" \
-  --transport=verbs --durability="$durability" --poll="$poll" --memory=256M \
+  --transport=verbs --durability="$durability" --poll="$poll" --threads=1 --memory=256M \
   >"$work/server.stdout" 2>"$out/server.log" &
 server_pid=$!
 addr=""
@@ -231,6 +237,19 @@ fi
 kill "$server_pid" 2>/dev/null || true
 wait "$server_pid" 2>/dev/null || true
 server_pid=""
+
+# 3c. Connection scale: one server (its own, started by the test) holding
+#     $RKV_BENCH_CONNECTIONS connections, every one served.
+connections=${RKV_BENCH_CONNECTIONS:-1000}
+scale_results=$out/scale.txt
+if RKV_TEST_TRANSPORT=verbs RKV_TEST_HOST="$RKV_RDMA_ADDR" RKV_TEST_CONNECTIONS="$connections"   "$scale_bin" >"$work/scale.out" 2>&1; then
+  scale_verdict=met
+else
+  scale_verdict="not met"
+  failed+=("rkv_connection_scale_test with $connections connections")
+fi
+grep '^connection-scale:' "$work/scale.out" >"$scale_results" || echo "connection-scale: no figures" >"$scale_results"
+sed 's/^/  [scale] /' "$scale_results" >&2
 
 # 4. The raw device.
 # 2000 latency iterations (perftest.sh's default is 200): a steadier median.
@@ -450,6 +469,18 @@ active_mtu=$(ibv_devinfo -d "$dev" 2>/dev/null | awk '/active_mtu/ {print $2, $3
   averdict=$(verdict "$aq" "<=" 0.5)
   echo
   echo "rkv p99 / Redis p99: **$aq** (target <= 0.5: **$averdict**)."
+  echo
+  echo "## Connection scale"
+  echo
+  echo "One rkv-server --threads=2 over verbs holding $connections connections, each of which PUTs"
+  echo "its keys and GETs them back (tests/rkv_connection_scale_test, 4 client threads). Target:"
+  echo "every connection served, the server's thread count not growing with its connections."
+  echo
+  echo '```'
+  cat "$scale_results"
+  echo '```'
+  echo
+  echo "Every connection served with a fixed set of threads: **$scale_verdict**."
   echo
   echo "## PUT latency vs ib_send_lat"
   echo

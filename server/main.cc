@@ -61,7 +61,7 @@ DEFINE_string(poll, "adaptive", "how the polling threads wait for requests: adap
               "when idle) (default adaptive)");
 DEFINE_uint32(threads, 0, "polling threads serving the data plane's connections, 1..256; in a cluster one of them "
                           "serves the other servers' replication connections (two threads when this is 1) "
-                          "(default 0: one per core)");
+                          "(default 0: one per CPU this process may run on)");
 DEFINE_uint32(max_value_bytes, 1048576, "largest value in bytes (default 1048576; at most 4063232)");
 DEFINE_uint32(max_key_bytes, 1024, "largest key in bytes (default 1024; at most 65535)");
 DEFINE_string(token_file, "", "file holding the token clients must present (required)");

@@ -1,5 +1,7 @@
 #include "server/options.h"
 
+#include <sched.h>
+
 #include <algorithm>
 #include <cctype>
 #include <charconv>
@@ -25,7 +27,12 @@ uint32_t ServerSendDepth(const ServerOptions& o) { return std::max<uint32_t>(16,
 uint32_t ServerRecvDepth(const ServerOptions& o) { return std::max<uint32_t>(4, o.request_credits); }
 
 uint32_t DefaultThreads() {
-  return std::clamp<uint32_t>(std::thread::hardware_concurrency(), 1, kMaxThreads);
+  // The CPUs this process may run on (taskset, cpusets), not the machine's.
+  cpu_set_t cpus;
+  CPU_ZERO(&cpus);
+  const int allowed = sched_getaffinity(0, sizeof(cpus), &cpus) == 0 ? CPU_COUNT(&cpus) : 0;
+  const uint32_t n = allowed > 0 ? static_cast<uint32_t>(allowed) : std::thread::hardware_concurrency();
+  return std::clamp<uint32_t>(n, 1, kMaxThreads);
 }
 
 int PollSpinUs(PollMode mode) {

@@ -35,8 +35,8 @@ int PollSpinUs(PollMode mode);
 StatusOr<PollMode> ParsePollMode(std::string_view name);
 const char* PollModeName(PollMode mode);
 
-// The default of ServerOptions::threads: the machine's cores, at most
-// kMaxThreads.
+// The default of ServerOptions::threads: the CPUs this process may run on
+// (its affinity mask), at most kMaxThreads.
 uint32_t DefaultThreads();
 inline constexpr uint32_t kMaxThreads = 256;
 
