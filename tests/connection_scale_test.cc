@@ -83,13 +83,13 @@ int ThreadsOf(pid_t pid) {
 }
 
 // Every connection needs a socket (tcp) or a cm and a completion channel
-// (verbs) here: far more than the usual soft limit of 1024 descriptors.
-void RaiseFileLimit() {
+// (verbs) here: more than the usual soft limit of 1024 descriptors.
+void RaiseFileLimit(int connections) {
   rlimit r{};
   ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &r), 0);
   r.rlim_cur = r.rlim_max;
   ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &r), 0);
-  ASSERT_GE(r.rlim_cur, static_cast<rlim_t>(4 * Connections() + 256))
+  ASSERT_GE(r.rlim_cur, static_cast<rlim_t>(2 * connections + 256))
       << "the hard limit on open files is too low for this test";
 }
 
@@ -112,8 +112,8 @@ std::string ValueOf(int connection, int round) {
 }
 
 TEST(ConnectionScaleTest, OneServerServesEveryConnectionWithAFixedSetOfThreads) {
-  RaiseFileLimit();
   const int connections = Connections();
+  ASSERT_NO_FATAL_FAILURE(RaiseFileLimit(connections));
   TempDir dir;
   const std::string token_file = dir.path() + "/token";
   WriteFile(token_file, kToken);
