@@ -138,10 +138,17 @@ class ShardHost {
     std::filesystem::remove_all(dir_);
   }
 
-  // Before any call that reads the table (the test's thread is its only
-  // writer, as the apply path is a server's).
+  // Through the apply path, under its table mutex, as a server writes
+  // (the Admin service's threads read the table under that mutex).
   void Put(const std::string& key, const std::string& value, uint64_t version) {
-    ASSERT_TRUE(table_->Upsert(key, value, version, Heap::Clock::now()).ok()) << key;
+    Applier::ShardRecord record;
+    record.key = key;
+    record.version = version;
+    record.has_value = true;
+    record.value = value;
+    StatusOr<Applier::FetchedOutcome> installed = applier_->InstallFetched(record);
+    ASSERT_TRUE(installed.ok()) << key << ": " << installed.status();
+    ASSERT_EQ(*installed, Applier::FetchedOutcome::kInstalled) << key;
   }
   void SetMap(std::shared_ptr<const v1::ClusterMap> map) {
     MutexLock lock(mu_);
