@@ -37,6 +37,16 @@ constexpr auto kAcceptTimeout = std::chrono::milliseconds(100);
 // The most connections one Wait of a poller reports.
 constexpr size_t kReadyPerWait = 256;
 
+// A connection's message buffers, kMaxMessageBytes each: `credits`
+// receive buffers, then `credits` reply buffers.
+size_t ReceiveOffset(uint32_t buf) { return size_t{buf} * protocol::kMaxMessageBytes; }
+size_t ReplyOffset(uint32_t credits, uint32_t reply) {
+  return (size_t{credits} + reply) * protocol::kMaxMessageBytes;
+}
+LocalBuf ReceiveBuf(const transport::MemoryRegion* messages, uint32_t buf) {
+  return LocalBuf{messages, ReceiveOffset(buf), static_cast<uint32_t>(protocol::kMaxMessageBytes)};
+}
+
 protocol::RegionDescriptor Describe(const transport::MemoryRegion& mr) {
   protocol::RegionDescriptor d{};
   d.addr = mr.remote_addr();
@@ -92,9 +102,8 @@ struct Server::OwedReply {
 struct Server::Poller {
   std::unique_ptr<transport::PollGroup> group;
   std::thread thread;
-  // Connections placed in the group and not closed (the accept thread's
-  // measure of load: counted from the choice, before the transport hands
-  // the connection out).
+  // Connections handed to this poller and not closed (the accept thread's
+  // measure of load when it chooses a group).
   std::atomic<uint64_t> load{0};
   Mutex inbox_mu;
   std::vector<std::unique_ptr<Served>> inbox GUARDED_BY(inbox_mu);
@@ -295,11 +304,7 @@ void Server::HandlePending(std::unique_ptr<transport::Connection> conn) {
                                                            transport::kRemoteWrite | transport::kLocalWrite));
     RKV_ASSIGN_OR_RETURN(w->messages_mr,
                          c.RegisterPrivate(w->messages.data(), w->messages.size(), transport::kLocalWrite));
-    for (uint32_t i = 0; i < credits; ++i) {
-      RKV_RETURN_IF_ERROR(c.PostRecv(
-          LocalBuf{w->messages_mr, i * protocol::kMaxMessageBytes, static_cast<uint32_t>(protocol::kMaxMessageBytes)},
-          i));
-    }
+    for (uint32_t i = 0; i < credits; ++i) RKV_RETURN_IF_ERROR(c.PostRecv(ReceiveBuf(w->messages_mr, i), i));
     return Status::Ok();
   };
   if (Status s = setup(); !s.ok()) {
@@ -404,7 +409,6 @@ void Server::PollLoop(Poller* p) {
 bool Server::Serve(Served& s, std::span<Completion> completions, std::vector<OwedReply>* owed) {
   transport::Connection& conn = *s.conn;
   const uint32_t credits = options_.request_credits;
-  const size_t reply_base = size_t{credits} * protocol::kMaxMessageBytes;
   const std::span<const uint8_t> ring(s.ring.data(), s.ring.size());
   StatusOr<size_t> n = conn.Poll(completions, std::chrono::microseconds(0));
   if (!n.ok()) {
@@ -437,14 +441,13 @@ bool Server::Serve(Served& s, std::span<Completion> completions, std::vector<Owe
     const auto [buf, len] = s.pending[s.pending_head];
     s.pending_head = (s.pending_head + 1) % credits;
     --s.pending_count;
-    const size_t offset = size_t{buf} * protocol::kMaxMessageBytes;
     const size_t msg_len = std::min<size_t>(len, protocol::kMaxMessageBytes);
-    const std::span<const uint8_t> msg(s.messages.data() + offset, msg_len);
+    const std::span<const uint8_t> msg(s.messages.data() + ReceiveOffset(buf), msg_len);
     const protocol::ReplyMsg reply = s.peer_id.empty() ? applier_->Apply(s.client_id, msg, ring)
                                                        : applier_->ApplyReplica(s.peer_id, msg, ring);
     const uint32_t r = s.free_replies.back();
     s.free_replies.pop_back();
-    std::memcpy(s.messages.data() + reply_base + size_t{r} * protocol::kMaxMessageBytes, &reply, sizeof(reply));
+    std::memcpy(s.messages.data() + ReplyOffset(credits, r), &reply, sizeof(reply));
     owed->push_back(OwedReply{&s, buf, r});
   }
   return true;
@@ -452,7 +455,6 @@ bool Server::Serve(Served& s, std::span<Completion> completions, std::vector<Owe
 
 void Server::SendReplies(Poller* p, std::vector<OwedReply>* owed) {
   const uint32_t credits = options_.request_credits;
-  const size_t reply_base = size_t{credits} * protocol::kMaxMessageBytes;
   // Acknowledged means durable: with group commit, the round's writes
   // (and whatever else was written meanwhile) are synced here, once.
   const Status synced = store_->SyncWrites();
@@ -461,7 +463,8 @@ void Server::SendReplies(Poller* p, std::vector<OwedReply>* owed) {
   for (const OwedReply& o : *owed) {
     Served& s = *o.served;
     if (!s.broken.ok()) continue;
-    uint8_t* const reply_bytes = s.messages.data() + reply_base + size_t{o.reply} * protocol::kMaxMessageBytes;
+    const size_t reply_offset = ReplyOffset(credits, o.reply);
+    uint8_t* const reply_bytes = s.messages.data() + reply_offset;
     if (!synced.ok()) {
       protocol::ReplyMsg reply;
       std::memcpy(&reply, reply_bytes, sizeof(reply));
@@ -474,11 +477,8 @@ void Server::SendReplies(Poller* p, std::vector<OwedReply>* owed) {
     }
     // Re-post the receive before replying: the reply returns the credit,
     // and the client may send its next request as soon as it sees it.
-    const size_t offset = size_t{o.buf} * protocol::kMaxMessageBytes;
-    Status st = s.conn->PostRecv(
-        LocalBuf{s.messages_mr, offset, static_cast<uint32_t>(protocol::kMaxMessageBytes)}, o.buf);
+    Status st = s.conn->PostRecv(ReceiveBuf(s.messages_mr, o.buf), o.buf);
     if (st.ok()) {
-      const size_t reply_offset = static_cast<size_t>(reply_bytes - s.messages.data());
       st = s.conn->PostSend(LocalBuf{s.messages_mr, reply_offset, sizeof(protocol::ReplyMsg)}, kSendTag | o.reply);
     }
     if (!st.ok()) {

@@ -2,9 +2,8 @@
 // every transport that $RKV_TRANSPORTS names (transports_under_test.h):
 // the server side of every connection is a group member, served by the
 // test thread through Wait and Poll alone; the client side is made of
-// ordinary connections, driven from other threads. A transport whose
-// NewPollGroup is UNIMPLEMENTED is skipped (with that said); any other
-// failure to make one fails.
+// ordinary connections, driven from other threads. Every transport has
+// poll groups: one that cannot make one fails every test of its instance.
 //
 // No test asserts how long anything takes: kWait and kServeLimit only bound
 // how long a broken transport can hang a test.
@@ -79,9 +78,6 @@ class PollGroupTest : public ::testing::TestWithParam<std::string> {
     ASSERT_TRUE(server.ok()) << name << ": " << server.status();
     server_ = std::move(*server);
     StatusOr<std::unique_ptr<PollGroup>> group = server_->NewPollGroup();
-    if (!group.ok() && group.status().code() == StatusCode::kUnimplemented) {
-      GTEST_SKIP() << name << " has no poll groups yet (NewPollGroup: " << group.status() << ")";
-    }
     ASSERT_TRUE(group.ok()) << name << ": " << group.status();
     group_ = std::move(*group);
     StatusOr<std::unique_ptr<Transport>> client = MakeTransport(name, Options{});
