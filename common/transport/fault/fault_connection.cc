@@ -431,29 +431,17 @@ FaultConnection::Clock::time_point FaultConnection::NextDue() const {
   return due;
 }
 
-StatusOr<size_t> FaultConnection::PollMember(std::span<Completion> out) {
-  ReleaseDue(Clock::now());
-  if (ready_.empty() && !silent_) {
-    if (inner_error_.ok()) {
-      poll_buf_.resize(out.size());
-      StatusOr<size_t> n = inner_->Poll(poll_buf_, microseconds(0));
-      if (!n.ok()) {
-        inner_error_ = failed_ ? error_ : n.status();
-      } else {
-        for (size_t i = 0; i < *n; ++i) Take(std::move(poll_buf_[i]));
-      }
-    }
-    ReleaseDue(Clock::now());
-  }
-  const size_t n = TakeReady(out);
+StatusOr<size_t> FaultConnection::Poll(std::span<Completion> out, microseconds timeout) {
+  if (!joined_) return PollFor(out, timeout);
+  // A group member's Poll never waits; what it leaves behind (ready, or
+  // held until due) the group must report later.
+  StatusOr<size_t> n = PollFor(out, microseconds(0));
   if (!ready_.empty() || !held_.empty()) group_->NoteBacklog(this);
-  if (n == 0 && !inner_error_.ok() && held_.empty()) return inner_error_;
   return n;
 }
 
-StatusOr<size_t> FaultConnection::Poll(std::span<Completion> out, microseconds timeout) {
+StatusOr<size_t> FaultConnection::PollFor(std::span<Completion> out, microseconds timeout) {
   if (out.empty()) return size_t{0};
-  if (joined_) return PollMember(out);
   const Clock::time_point deadline = Clock::now() + timeout;
   while (true) {
     ReleaseDue(Clock::now());

@@ -133,9 +133,9 @@ class FaultConnection final : public Connection {
   size_t TakeReady(std::span<Completion> out);
   // The inner Accept, joining the group around it.
   Status AcceptInner(std::span<const uint8_t> reply);
-  // Poll of a group member: takes what the inner connection has, without
-  // waiting, and notes a backlog left behind with the group.
-  StatusOr<size_t> PollMember(std::span<Completion> out);
+  // Poll's work: waits up to `timeout` for the inner connection and the
+  // held completions (a group member's Poll passes 0).
+  StatusOr<size_t> PollFor(std::span<Completion> out, std::chrono::microseconds timeout);
   // When the first completion this connection holds is due: now or
   // earlier for a ready one, max() for none.
   Clock::time_point NextDue() const;
