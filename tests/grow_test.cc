@@ -71,6 +71,29 @@ struct Ledger {
   }
 };
 
+// A write refused as UNAVAILABLE may or may not have taken effect (for
+// one, "the map changed during the write: outcome unknown" when a balance
+// move takes the shard's primary role during it). A lone writer learns the
+// outcome by repeating the write, as a user would: a PUT of the same value
+// leaves the same state either way, and a repeated DELETE that finds
+// nothing found its own earlier effect.
+Status PutUntilKnown(Client& client, const std::string& key, const std::string& value) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  for (;;) {
+    const Status s = client.Put(key, value).status();
+    if (s.code() != StatusCode::kUnavailable || std::chrono::steady_clock::now() > deadline) return s;
+  }
+}
+
+Status DeleteUntilKnown(Client& client, const std::string& key) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  for (bool repeated = false;; repeated = true) {
+    const Status s = client.Delete(key);
+    if (repeated && s.code() == StatusCode::kNotFound) return Status::Ok();
+    if (s.code() != StatusCode::kUnavailable || std::chrono::steady_clock::now() > deadline) return s;
+  }
+}
+
 class GrowTest : public ::testing::Test {
  protected:
   void StartCluster(int servers, int replicas, std::vector<std::string> extra_coordinator_flags = {}) {
@@ -319,14 +342,17 @@ TEST_F(GrowTest, RestartedServerFetchesOnlyWhatItMissed) {
   for (int i = 0; i < n; ++i) expected["rejoin-" + std::to_string(i)] = ValueFor("rejoin-" + std::to_string(i), 1);
   for (int i = 0; i < missed; ++i) {
     const std::string fresh = "rejoin-new-" + std::to_string(i);
-    ASSERT_TRUE(client->Put(fresh, ValueFor(fresh, 2)).ok()) << fresh;
+    const Status put = PutUntilKnown(*client, fresh, ValueFor(fresh, 2));
+    ASSERT_TRUE(put.ok()) << fresh << ": " << put << "\n" << Describe(map) << "\n" << Logs();
     expected[fresh] = ValueFor(fresh, 2);
     const std::string old = "rejoin-" + std::to_string(i);
     if (i % 2 == 0) {
-      ASSERT_TRUE(client->Put(old, ValueFor(old, 3)).ok()) << old;
+      const Status overwrite = PutUntilKnown(*client, old, ValueFor(old, 3));
+      ASSERT_TRUE(overwrite.ok()) << old << ": " << overwrite << "\n" << Logs();
       expected[old] = ValueFor(old, 3);
     } else {
-      ASSERT_TRUE(client->Delete(old).ok()) << old;
+      const Status del = DeleteUntilKnown(*client, old);
+      ASSERT_TRUE(del.ok()) << old << ": " << del << "\n" << Logs();
       expected.erase(old);
       deleted.insert(old);
     }
