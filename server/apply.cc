@@ -8,6 +8,7 @@
 
 #include <glog/logging.h>
 
+#include "common/hash.h"
 #include "common/record.h"
 
 namespace rkv::server {
@@ -36,7 +37,7 @@ bool IsDelete(protocol::Op op) { return op == protocol::Op::kDelete || op == pro
 
 Applier::Applier(Store* store, Table* table, Heap* heap, ApplyLimits limits, RequestCacheLimits replies,
                  ApplyReplication replication)
-    : store_(store), syncer_(store), table_(table), heap_(heap), cache_(replies), limits_(limits), replication_(replication) {
+    : cache_(replies), store_(store), syncer_(store), table_(table), heap_(heap), limits_(limits), replication_(replication) {
   CHECK_EQ(replication.policy == nullptr, replication.forwarder == nullptr)
       << "a replication policy and a forwarder go together";
 }
@@ -146,26 +147,68 @@ protocol::ReplyMsg Applier::Apply(uint64_t client_id, std::span<const uint8_t> m
   return ApplyOnce(client_id, req, &remember);
 }
 
+size_t Applier::KeyStripe(std::string_view key) {
+  // The shard hash is as good as any here: stripes only need to spread
+  // keys, and writes of one shard spread over all of them.
+  return static_cast<size_t>(ShardHash(key) % kKeyStripes);
+}
+
 protocol::ReplyMsg Applier::ApplyOnce(uint64_t client_id, const Request& req, bool* remember) {
-  MutexLock lock(primary_mu_);
-  protocol::ReplyMsg reply{};
-  switch (cache_.Check(client_id, req.request_id, &reply)) {
-    case RequestCache::Verdict::kReplay:
-      replays_.fetch_add(1, std::memory_order_relaxed);
-      return reply;
-    case RequestCache::Verdict::kForgotten:
-      // Not remembered, so not applied again: it may be a retry of a
-      // request applied long ago.
-      return Error(req.request_id, Aborted("request " + std::to_string(req.request_id) +
-                                           " is too old for the replay check: not applied; a retry's outcome is "
-                                           "unknown"));
-    case RequestCache::Verdict::kNew:
-      break;
+  const std::pair<uint64_t, uint64_t> name{client_id, req.request_id};
+  {
+    MutexLock lock(cache_mu_);
+    protocol::ReplyMsg reply{};
+    while (true) {
+      switch (cache_.Check(client_id, req.request_id, &reply)) {
+        case RequestCache::Verdict::kReplay:
+          replays_.fetch_add(1, std::memory_order_relaxed);
+          return reply;
+        case RequestCache::Verdict::kForgotten:
+          // Not remembered, so not applied again: it may be a retry of a
+          // request applied long ago.
+          return Error(req.request_id, Aborted("request " + std::to_string(req.request_id) +
+                                               " is too old for the replay check: not applied; a retry's outcome "
+                                               "is unknown"));
+        case RequestCache::Verdict::kNew:
+          break;
+      }
+      if (in_flight_.count(name) == 0) break;
+      // Its twin is being applied: wait for its end, then look again (its
+      // reply, or nothing if it was not to be remembered).
+      cache_done_.Wait(cache_mu_);
+    }
+    in_flight_.insert(name);
   }
-  reply = req.op == protocol::Op::kDelete ? ApplyDelete(req.request_id, req.key, remember)
-                                          : ApplyPut(req.request_id, req.key, req.value, remember);
-  if (*remember) cache_.Insert(client_id, reply);
+  const protocol::ReplyMsg reply = ApplyWrite(req, remember);
+  {
+    MutexLock lock(cache_mu_);
+    if (*remember) cache_.Insert(client_id, reply);
+    in_flight_.erase(name);
+  }
+  cache_done_.NotifyAll();
   return reply;
+}
+
+protocol::ReplyMsg Applier::ApplyWrite(const Request& req, bool* remember) {
+  {
+    // A snapshot waiting for the gate holds the turnstile: this write
+    // enters after it.
+    MutexLock turnstile(gate_turnstile_);
+  }
+  ReaderLock gate(writes_gate_);
+  MutexLock key_lock(key_stripes_[KeyStripe(req.key)]);
+  return req.op == protocol::Op::kDelete ? ApplyDelete(req.request_id, req.key, remember)
+                                         : ApplyPut(req.request_id, req.key, req.value, remember);
+}
+
+uint64_t Applier::ReserveVersion() {
+  // The store's mark rises only when a write lands, so writes in flight
+  // together would read the same NextVersion: reserved_version_ keeps
+  // them apart, and above every version forwarded for a write that failed
+  // (the backups may hold it, and would take a later write of the key
+  // with the same version for a stale resend).
+  reserved_version_ = std::max(store_->NextVersion(), reserved_version_ + 1);
+  return reserved_version_;
 }
 
 Status Applier::Replicate(const WriteRoute& route, protocol::Op op, std::string_view key, std::string_view value,
@@ -208,10 +251,7 @@ protocol::ReplyMsg Applier::ApplyPut(uint64_t request_id, std::string_view key, 
       return Error(request_id, ResourceExhausted("table full: no slot in the key's neighbourhood, even after "
                                                  "moving keys (raise --max_keys)"));
     }
-    // Above any version forwarded for a write that then failed: the
-    // backups may hold it, and would take a later write of the key with
-    // the same version for a stale resend.
-    version = std::max(store_->NextVersion(), forwarded_floor_ + 1);
+    version = ReserveVersion();
     if (!route) return InstallPut(request_id, key, value, version);
     if (route->backups.empty()) {
       if (std::optional<protocol::ReplyMsg> refused = RefuseWithoutLease(request_id, key, *route, remember)) {
@@ -220,28 +260,30 @@ protocol::ReplyMsg Applier::ApplyPut(uint64_t request_id, std::string_view key, 
       return InstallPut(request_id, key, value, version);
     }
   }
-  // The table mutex is free while the backups are waited for; client
-  // writes stay serialized by primary_mu_, so no other write of this
-  // server takes `version` or passes this one.
+  // The table mutex is free while the backups are waited for. `version`
+  // is reserved (no other write takes it) and the key's lock is held (no
+  // other client write of the key passes this one); writes of other keys
+  // may publish meanwhile, with versions above or below this one.
   const Status replicated = Replicate(*route, protocol::Op::kReplicatePut, key, value, version);
   // A forward that outlasted the lease waits for the next grant (without
   // the table mutex) rather than end "outcome unknown" below.
   if (replicated.ok()) (void)replication_.policy->AwaitLease(kLeaseRenewalWait);
   MutexLock lock(mu_);
   if (!replicated.ok()) {
-    forwarded_floor_ = std::max(forwarded_floor_, version);
     *remember = false;
     return Error(request_id, replicated);
   }
   // The backups may hold it now; this server publishes and acknowledges it
   // only under a valid lease.
   if (std::optional<protocol::ReplyMsg> refused = RefuseWithoutLease(request_id, key, *route, remember)) {
-    forwarded_floor_ = std::max(forwarded_floor_, version);
     return *refused;
   }
   // Exactly the version the backups hold. A replica installed here
-  // meanwhile (of another shard) may have raised the high-water mark; Put
-  // keeps the larger one.
+  // meanwhile (of another shard), or a client write of another key that
+  // reserved a later version, may have raised the high-water mark; Put
+  // keeps the larger one. The slot PrepareInsert found may have been taken
+  // meanwhile by a write of another key: then Upsert refuses and the store
+  // write is undone (InstallPut).
   return InstallPut(request_id, key, value, version);
 }
 

@@ -17,38 +17,41 @@
 //   - DELETE carries the tombstone flag and an empty value, PUT no tombstone.
 // Bad framing is INVALID_ARGUMENT; a record whose checksum fails is DATA_LOSS.
 //
-// Apply (a client's writes one at a time under the primary mutex, in
-// arrival order per connection; the store, table and heap under the table
-// mutex, mu_):
-//   PUT:    version = store.NextVersion() (and above any version
-//           forwarded for a PUT that failed afterwards, see Replication);
+// Apply (a client write under the writes gate, shared, and its key's lock:
+// writes of different keys run in parallel, one key's one at a time; the
+// store, table and heap under the table mutex, mu_; see Thread safety):
+//   PUT:    version = a reserved one: above the store's high-water mark
+//           and above every version reserved before (see Replication);
 //           store.Put (durable per --durability); table.Upsert (publishes
 //           the slot: the linearization point); reply. If the table or
 //           heap refuses after the store write, the store write is undone
 //           (the previous value restored, or the key deleted) so store
 //           and table agree, and the reply is RESOURCE_EXHAUSTED. When
 //           the heap is full only because of quarantined blocks, the apply
-//           waits (holding the mutex: every writer waits, which is the
-//           back-pressure) until the oldest one is reusable — at most one
+//           waits (holding the table mutex: every writer waits, which is
+//           the back-pressure) until the oldest one is reusable — at most one
 //           grace period — and retries once.
 //   DELETE: NOT_FOUND if the table lacks the key; else store.Delete, then
 //           table.Delete; the reply carries the deleted version.
 // Acknowledged therefore means durable per --durability, and the slot is
 // published only after the durable write.
 //
-// Replays (server/request_cache.h): under the primary mutex, before
-// applying, the request's (client id, request id) is looked up in the
-// request cache. A request answered before gets its original reply again
-// and changes nothing (it is not forwarded again); one whose reply the
-// cache had to forget is refused with ABORTED (never applied a second
-// time); any other is applied and its reply remembered before the mutex is
-// released. Check, apply and remember are therefore one step: a retry
-// arriving on another connection while the original is being applied waits
-// for the mutex and then finds the original's reply. Requests refused by
-// validation are not remembered (a retry of one is validated, and refused,
-// again), nor are those refused by replication before anything was
-// published locally (no route, a failed backup the coordinator could not
-// be told of, or an expired lease): a retry of one is applied afresh.
+// Replays (server/request_cache.h): before applying, the request's
+// (client id, request id) is looked up in the request cache under the cache
+// mutex. A request answered before gets its original reply again and
+// changes nothing (it is not forwarded again); one whose reply the cache had
+// to forget is refused with ABORTED (never applied a second time); one whose
+// twin (the same client and request id, e.g. the original of a retry) is
+// being applied right now waits until the twin is done and is then looked
+// up again; any other is marked in flight, applied without the cache mutex,
+// and its reply remembered (and the mark cleared, waking the twins) in one
+// step under the cache mutex. A retry arriving on another connection while
+// the original is being applied therefore waits and then finds the
+// original's reply. Requests refused by validation are not remembered (a
+// retry of one is validated, and refused, again), nor are those refused by
+// replication before anything was published locally (no route, a failed
+// backup the coordinator could not be told of, or an expired lease): a
+// retry of one (also one that waited for it) is applied afresh.
 //
 // Replication (docs/design.md, "Replication"), with a ReplicationPolicy:
 //   Primary (Apply, a client's kPut / kDelete): route = RouteWrite(key) (an
@@ -67,13 +70,20 @@
 //     checked the same way. With a valid lease the current map must still
 //     route the key here, with no backup the write's route lacked (else
 //     UNAVAILABLE "the map changed during the write: outcome unknown").
-//     See docs/design.md, "Replication", for why the check sits there. A PUT forwarded and then failed leaves its
-//     version used: later PUTs get higher ones, so that the backups that
-//     may hold it never take a later write for a stale resend. A client's
-//     writes are serialized by the primary mutex, held while forwarding;
-//     the table mutex is taken only around the local steps, so that two
-//     servers forwarding to each other (each the other's backup) never wait
-//     for each other's locks.
+//     See docs/design.md, "Replication", for why the check sits there.
+//     Versions are reserved under the table mutex: each PUT's is above the
+//     store's high-water mark and above every version reserved before it
+//     (reserved_version_), so writes in flight together never share one,
+//     and a PUT forwarded and then failed leaves its version used: later
+//     PUTs get higher ones, so that the backups that may hold it never take
+//     a later write for a stale resend. Writes of one key are serialized by
+//     the key's lock, held from the route to the reply, so a key's versions
+//     rise in the order its writes are published and forwarded (a DELETE
+//     forwards the version it deletes, which no other client write of the
+//     key can change meanwhile); writes of other keys forward at the same
+//     time (the Forwarder takes concurrent calls). The table mutex is taken
+//     only around the local steps, so that two servers forwarding to each
+//     other (each the other's backup) never wait for each other's locks.
 //   Backup (ApplyReplica, a peer's kReplicatePut / kReplicateDelete):
 //     validated like a client's record except that the version must be
 //     non-zero; AcceptReplica(sender, key, the request id as the sender's
@@ -88,18 +98,35 @@
 //   A client connection that sends a replica op, and a peer connection that
 //   sends a client op, get PERMISSION_DENIED.
 //
-// Thread safety: Apply, ApplyReplica and the accessors are thread-safe. Lock
-// order: primary_mu_ (client writes, the request cache) before mu_ (the
-// Store, Table and Heap, which nobody else may use while the Applier
-// exists). (The server closes the Store only once no Apply can run;
-// snapshot() does not use it.)
+// Thread safety: Apply, ApplyReplica and the accessors are thread-safe;
+// Apply may run on several threads at once (the server's client pollers).
+// Locks, in the order they are taken:
+//   cache_mu_      the request cache and the in-flight marks; held briefly
+//                  and alone (never with another of these), never while
+//                  applying;
+//   writes_gate_   shared by every client write for its whole apply (route,
+//                  version, forward, publish); exclusive for SnapshotShard,
+//                  so that no client write is in flight while it reads. New
+//                  writes queue behind a waiting snapshot (gate_turnstile_),
+//                  so a stream of writes cannot starve it;
+//   key stripe     key_stripes_[hash of the key % kKeyStripes], held for a
+//                  client write's whole apply: two writes of one key (or of
+//                  two keys that share a stripe) never overlap;
+//   mu_            the Store, Table and Heap (which nobody else may use
+//                  while the Applier exists), the reserved version and the
+//                  catch-up tombstones; held for local steps only, never
+//                  while forwarding.
+// Replica installs and the fetcher's calls take mu_ alone. (The server
+// closes the Store only once no Apply can run; snapshot() does not use it.)
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <set>
 #include <optional>
 #include <span>
 #include <string>
@@ -154,13 +181,13 @@ class Applier {
   // returns a reply with credits = 1 and the request id (0 if the message
   // is too short to hold one).
   protocol::ReplyMsg Apply(uint64_t client_id, std::span<const uint8_t> msg, std::span<const uint8_t> ring)
-      EXCLUDES(primary_mu_, mu_);
+      EXCLUDES(cache_mu_, writes_gate_, mu_);
 
   // As Apply, for a request on a replication connection from the server
   // `sender_id` (resolved at the handshake): only replica ops, installed as
   // described under Replication above; never cached.
   protocol::ReplyMsg ApplyReplica(std::string_view sender_id, std::span<const uint8_t> msg,
-                                  std::span<const uint8_t> ring) EXCLUDES(primary_mu_, mu_);
+                                  std::span<const uint8_t> ring) EXCLUDES(cache_mu_, writes_gate_, mu_);
 
   struct Snapshot {
     uint64_t puts = 0;            // PUTs applied (a client's, or installed replicas)
@@ -194,17 +221,18 @@ class Applier {
     std::string value;
   };
   // Primary: the snapshot of `shard` (keys k with ShardOf(k, shard_count)
-  // == shard), taken holding the primary mutex, so that no client write is
-  // in flight and every later one is routed by a map at least as new as
+  // == shard), taken holding the writes gate exclusively (it waits for
+  // the client writes in flight to end), so that no client write is in
+  // flight and every later one is routed by a map at least as new as
   // the one `check` saw. `check` runs first under that mutex (the caller
   // verifies there that the fetcher is syncing the shard); its error is
   // returned and nothing is read. Every record gets its version; those
   // above `since_version` also their value. *snapshot_version: the highest
-  // version this server had assigned or installed (every record listed is
-  // at or below it). The store's read error, or OK.
+  // version this server had reserved or installed (every record listed is
+  // at or below it, and every later client write's is above it). The store's read error, or OK.
   Status SnapshotShard(uint32_t shard, uint32_t shard_count, uint64_t since_version,
                        const std::function<Status()>& check, std::vector<ShardRecord>* out,
-                       uint64_t* snapshot_version) EXCLUDES(primary_mu_, mu_);
+                       uint64_t* snapshot_version) EXCLUDES(gate_turnstile_, writes_gate_, mu_);
   // Primary: the records of `keys` with their values; absent keys left out.
   std::vector<ShardRecord> ReadKeys(const std::vector<std::string>& keys) const EXCLUDES(mu_);
   // Fetcher: from BeginSync to EndSync of `shard`, every forwarded DELETE
@@ -274,18 +302,24 @@ class Applier {
   // *out filled.
   std::optional<protocol::ReplyMsg> Validate(std::span<const uint8_t> msg, std::span<const uint8_t> ring,
                                              bool from_peer, Request* out);
-  // Looks the request up in the cache, applies it when it is new and
-  // remembers its reply: one step under primary_mu_.
+  // Looks the request up in the cache (waiting while its twin is in
+  // flight), applies it when it is new and remembers its reply.
   protocol::ReplyMsg ApplyOnce(uint64_t client_id, const Request& req, bool* remember)
-      EXCLUDES(primary_mu_, mu_);
+      EXCLUDES(cache_mu_, writes_gate_, mu_);
+  // Applies a client write under the writes gate and the key's lock.
+  protocol::ReplyMsg ApplyWrite(const Request& req, bool* remember) EXCLUDES(cache_mu_, writes_gate_, mu_);
+  // Both with the writes gate (shared) and the key's stripe held.
   protocol::ReplyMsg ApplyPut(uint64_t request_id, std::string_view key, std::string_view value, bool* remember)
-      REQUIRES(primary_mu_) EXCLUDES(mu_);
+      REQUIRES_SHARED(writes_gate_) EXCLUDES(mu_);
   protocol::ReplyMsg ApplyDelete(uint64_t request_id, std::string_view key, bool* remember)
-      REQUIRES(primary_mu_) EXCLUDES(mu_);
+      REQUIRES_SHARED(writes_gate_) EXCLUDES(mu_);
+  // A version for a client PUT: above the store's high-water mark and every
+  // version reserved before; recorded as reserved.
+  uint64_t ReserveVersion() REQUIRES(mu_);
   // Forwards the record {key, value, version} to every backup of `route` and
   // reports the ones that fail: OK when the write may go on locally.
   Status Replicate(const WriteRoute& route, protocol::Op op, std::string_view key, std::string_view value,
-                   uint64_t version) REQUIRES(primary_mu_) EXCLUDES(mu_);
+                   uint64_t version) REQUIRES_SHARED(writes_gate_) EXCLUDES(mu_);
   // The durable write and publish of a PUT with `version`.
   protocol::ReplyMsg InstallPut(uint64_t request_id, std::string_view key, std::string_view value,
                                 uint64_t version) REQUIRES(mu_);
@@ -311,21 +345,39 @@ class Applier {
   protocol::ReplyMsg InstallReplica(const Request& req) REQUIRES(mu_);
   protocol::ReplyMsg Error(uint64_t request_id, const Status& status);
 
-  // Serializes clients' writes (route, version, forward, publish) and
-  // guards the request cache: a primary applies a client's writes one at a
-  // time, also while it waits for its backups.
-  Mutex primary_mu_ ACQUIRED_BEFORE(mu_);
+  // Lock order: see Thread safety in the file comment.
+  //
+  // The request cache and the requests being applied, by (client id,
+  // request id): a request found here is not applied again until its twin
+  // is done (cache_done_ is signalled whenever one is).
+  Mutex cache_mu_;
+  RequestCache cache_ GUARDED_BY(cache_mu_);
+  std::set<std::pair<uint64_t, uint64_t>> in_flight_ GUARDED_BY(cache_mu_);
+  CondVar cache_done_;
+  // Taken briefly before writes_gate_ by every client write, and held by
+  // SnapshotShard while it waits for the gate: a waiting snapshot stops
+  // new writes from entering (std::shared_mutex may prefer readers, and a
+  // server under a steady write load always has one in flight).
+  Mutex gate_turnstile_ ACQUIRED_BEFORE(writes_gate_);
+  // Shared: a client write in flight (route to reply). Exclusive: no
+  // client write is in flight (SnapshotShard).
+  SharedMutex writes_gate_ ACQUIRED_BEFORE(mu_);
+  // Serializes the client writes of one key (a key uses
+  // key_stripes_[KeyStripe(key)]), taken after writes_gate_, before mu_.
+  static constexpr size_t kKeyStripes = 256;
+  static size_t KeyStripe(std::string_view key);
+  std::array<Mutex, kKeyStripes> key_stripes_;
   // Guards the store, table and heap: held for a write's local steps only.
   mutable Mutex mu_;
   Store* const store_ PT_GUARDED_BY(mu_);
   Store* const syncer_;  // store_, for SyncWrites only (thread-safe there)
   Table* const table_ PT_GUARDED_BY(mu_);
   Heap* const heap_ PT_GUARDED_BY(mu_);
-  RequestCache cache_ GUARDED_BY(primary_mu_);
-  // The highest version forwarded for a client PUT that then failed (not
-  // published here): later PUTs get versions above it. In memory only: a
-  // restart relies on the store's high-water mark alone.
-  uint64_t forwarded_floor_ GUARDED_BY(mu_) = 0;
+  // The highest version reserved for a client PUT (published, in flight,
+  // or forwarded and then failed, which the backups may hold): later PUTs
+  // get versions above it. In memory only: a restart relies on the store's
+  // high-water mark alone.
+  uint64_t reserved_version_ GUARDED_BY(mu_) = 0;
   // Catch-up: per shard being synced, the forwarded deletes of its keys
   // (key -> highest version deleted); see BeginSync.
   std::map<uint32_t, std::unordered_map<std::string, uint64_t>> sync_tombstones_ GUARDED_BY(mu_);

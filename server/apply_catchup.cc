@@ -21,14 +21,20 @@ Status Applier::SnapshotShard(uint32_t shard, uint32_t shard_count, uint64_t sin
     return InvalidArgument("shard " + std::to_string(shard) + " is not below shard_count " +
                            std::to_string(shard_count));
   }
-  // No client write is in flight while primary_mu_ is held: each one
-  // either published before this point (the snapshot has it) or routes
-  // after it, by a map that still lists the fetcher (`check` saw it there)
-  // and so forwards to it.
-  MutexLock primary(primary_mu_);
+  // No client write is in flight while the writes gate is held
+  // exclusively: each one either published before this point (the
+  // snapshot has it) or routes after it, by a map that still lists the
+  // fetcher (`check` saw it there) and so forwards to it. The turnstile
+  // keeps new writes out while the gate drains.
+  MutexLock turnstile(gate_turnstile_);
+  WriterLock gate(writes_gate_);
   RKV_RETURN_IF_ERROR(check());
   MutexLock lock(mu_);
-  *snapshot_version = std::max(store_->version_high_water(), forwarded_floor_);
+  // Every version reserved so far belongs to a write that published (at or
+  // below the store's mark) or failed; none is in flight. Writes after
+  // this point reserve versions above it, so the fetcher's DeleteUnlisted
+  // (keys at or below it that were not listed) never removes one of them.
+  *snapshot_version = std::max(store_->version_high_water(), reserved_version_);
   return store_->Scan([&](std::string_view key, uint64_t version, std::string_view value) {
     if (ShardOf(key, shard_count) != shard) return Status::Ok();
     ShardRecord r;

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -64,6 +65,17 @@ class FakePolicy final : public ReplicationPolicy {
     MutexLock lock(mu_);
     accept_status_ = std::move(s);
   }
+  // Run by AcceptReplica (on the backup's peer poller) with the key, before
+  // anything else and without the policy's mutex; set before any forward.
+  void SetAcceptHook(std::function<void(std::string_view key)> hook) {
+    MutexLock lock(mu_);
+    accept_hook_ = std::move(hook);
+  }
+  // How many replication handshakes FindPeer has judged.
+  int peers_looked_up() const {
+    MutexLock lock(mu_);
+    return peers_looked_up_;
+  }
   // A server of the "current map", for FindPeer.
   void AddPeer(const std::string& id, uint64_t epoch) {
     MutexLock lock(mu_);
@@ -102,11 +114,18 @@ class FakePolicy final : public ReplicationPolicy {
   }
   std::optional<std::string> FindPeer(uint64_t fingerprint, uint64_t epoch) override {
     MutexLock lock(mu_);
+    ++peers_looked_up_;
     const auto it = peers_.find({fingerprint, epoch});
     if (it == peers_.end()) return std::nullopt;
     return it->second;
   }
-  Status AcceptReplica(std::string_view sender_id, std::string_view, uint64_t sender_map_version) override {
+  Status AcceptReplica(std::string_view sender_id, std::string_view key, uint64_t sender_map_version) override {
+    std::function<void(std::string_view)> hook;
+    {
+      MutexLock lock(mu_);
+      hook = accept_hook_;
+    }
+    if (hook) hook(key);
     MutexLock lock(mu_);
     accepted_.emplace_back(std::string(sender_id), sender_map_version);
     return accept_status_;
@@ -132,6 +151,8 @@ class FakePolicy final : public ReplicationPolicy {
   std::map<std::pair<uint64_t, uint64_t>, std::string> peers_ GUARDED_BY(mu_);
   std::vector<Report> reports_ GUARDED_BY(mu_);
   std::vector<std::pair<std::string, uint64_t>> accepted_ GUARDED_BY(mu_);
+  std::function<void(std::string_view)> accept_hook_ GUARDED_BY(mu_);
+  int peers_looked_up_ GUARDED_BY(mu_) = 0;
 };
 
 // One data-plane connection made by hand: as a client (Connect) or as the

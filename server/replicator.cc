@@ -77,8 +77,10 @@ Replicator::Replicator(transport::Transport* transport, ReplicatorOptions option
     : transport_(transport), options_(std::move(options)) {}
 
 Replicator::~Replicator() {
-  MutexLock lock(mu_);
-  peers_.clear();  // disconnects every connection before the record buffer goes
+  for (auto& lane : lanes_) {
+    MutexLock lock(lane->mu);
+    lane->peers.clear();  // disconnects every connection before the record buffer goes
+  }
 }
 
 StatusOr<std::unique_ptr<Replicator>> Replicator::Create(transport::Transport* transport,
@@ -91,17 +93,26 @@ StatusOr<std::unique_ptr<Replicator>> Replicator::Create(transport::Transport* t
     return InvalidArgument("replicator: largest record of " + to_string(options.max_record_bytes) + " bytes");
   }
   if (options.timeout.count() <= 0) return InvalidArgument("replicator: the timeout must be positive");
+  if (options.lanes == 0) return InvalidArgument("replicator: no lanes (at least one is needed)");
   std::unique_ptr<Replicator> r(new Replicator(transport, std::move(options)));
-  MutexLock lock(r->mu_);
-  r->record_buffer_.assign(r->options_.max_record_bytes, 0);
-  RKV_ASSIGN_OR_RETURN(r->record_mr_, transport->Register(r->record_buffer_.data(), r->record_buffer_.size(),
-                                                          transport::kLocalWrite));
+  for (uint32_t i = 0; i < r->options_.lanes; ++i) {
+    auto lane = std::make_unique<Lane>();
+    MutexLock lock(lane->mu);
+    lane->record_buffer.assign(r->options_.max_record_bytes, 0);
+    RKV_ASSIGN_OR_RETURN(lane->record_mr, transport->Register(lane->record_buffer.data(),
+                                                              lane->record_buffer.size(), transport::kLocalWrite));
+    r->lanes_.push_back(std::move(lane));
+  }
   return r;
 }
 
 size_t Replicator::connections() const {
-  MutexLock lock(mu_);
-  return peers_.size();
+  size_t open = 0;
+  for (const auto& lane : lanes_) {
+    MutexLock lock(lane->mu);
+    open += lane->peers.size();
+  }
+  return open;
 }
 
 StatusOr<std::unique_ptr<Replicator::Peer>> Replicator::Open(const ReplicaPeer& backup, Clock::time_point deadline) {
@@ -140,22 +151,23 @@ StatusOr<std::unique_ptr<Replicator::Peer>> Replicator::Open(const ReplicaPeer& 
   return peer;
 }
 
-StatusOr<Replicator::Peer*> Replicator::Connection(const ReplicaPeer& backup, Clock::time_point deadline) {
-  auto it = peers_.find(backup.server_id);
-  if (it != peers_.end()) {
+StatusOr<Replicator::Peer*> Replicator::Connection(Lane& lane, const ReplicaPeer& backup,
+                                                   Clock::time_point deadline) {
+  auto it = lane.peers.find(backup.server_id);
+  if (it != lane.peers.end()) {
     const ReplicaPeer& had = it->second->backup;
     if (had.epoch == backup.epoch && had.data_address == backup.data_address) return it->second.get();
     // Another incarnation or address of the server: the old connection
     // names a ring that no longer is its.
-    peers_.erase(it);
+    lane.peers.erase(it);
   }
   RKV_ASSIGN_OR_RETURN(std::unique_ptr<Peer> opened, Open(backup, deadline));
   Peer* raw = opened.get();
-  peers_[backup.server_id] = std::move(opened);
+  lane.peers[backup.server_id] = std::move(opened);
   return raw;
 }
 
-Status Replicator::Post(Peer& peer, uint64_t map_version, protocol::Op op, uint32_t length) {
+Status Replicator::Post(Lane& lane, Peer& peer, uint64_t map_version, protocol::Op op, uint32_t length) {
   if (length > peer.accept.ring.length) {
     return FailedPrecondition("a " + to_string(length) + "-byte record does not fit the backup's " +
                               to_string(peer.accept.ring.length) + "-byte staging ring");
@@ -169,16 +181,16 @@ Status Replicator::Post(Peer& peer, uint64_t map_version, protocol::Op op, uint3
   peer.send_wr = peer.next_wr++;
   peer.sent = false;
   peer.reply.reset();
-  return peer.conn->PostWriteSend(transport::LocalBuf{record_mr_.get(), 0, length},
+  return peer.conn->PostWriteSend(transport::LocalBuf{lane.record_mr.get(), 0, length},
                                   transport::RemoteBuf{peer.accept.ring.addr, peer.accept.ring.rkey},
                                   transport::LocalBuf{peer.mr.get(), kRequestOffset, sizeof(m)}, peer.send_wr);
 }
 
-StatusOr<Replicator::Peer*> Replicator::PostTo(const ReplicaPeer& backup, uint64_t map_version, protocol::Op op,
-                                               uint32_t length, Clock::time_point deadline) {
-  RKV_ASSIGN_OR_RETURN(Peer * peer, Connection(backup, deadline));
-  if (Status s = Post(*peer, map_version, op, length); !s.ok()) {
-    peers_.erase(backup.server_id);
+StatusOr<Replicator::Peer*> Replicator::PostTo(Lane& lane, const ReplicaPeer& backup, uint64_t map_version,
+                                               protocol::Op op, uint32_t length, Clock::time_point deadline) {
+  RKV_ASSIGN_OR_RETURN(Peer * peer, Connection(lane, backup, deadline));
+  if (Status s = Post(lane, *peer, map_version, op, length); !s.ok()) {
+    lane.peers.erase(backup.server_id);
     return s;
   }
   return peer;
@@ -233,26 +245,40 @@ Status Replicator::Wait(Peer& peer, uint64_t map_version, Clock::time_point dead
 
 std::vector<Status> Replicator::Forward(const std::vector<ReplicaPeer>& backups, uint64_t map_version,
                                         protocol::Op op, std::span<const uint8_t> record) {
+  // The first free lane, in order; when all are busy, wait for one.
+  for (auto& lane : lanes_) {
+    if (lane->mu.TryLock()) {
+      std::vector<Status> results = ForwardOn(*lane, backups, map_version, op, record);
+      lane->mu.Unlock();
+      return results;
+    }
+  }
+  Lane& lane = *lanes_[next_wait_.fetch_add(1, std::memory_order_relaxed) % lanes_.size()];
+  MutexLock lock(lane.mu);
+  return ForwardOn(lane, backups, map_version, op, record);
+}
+
+std::vector<Status> Replicator::ForwardOn(Lane& lane, const std::vector<ReplicaPeer>& backups, uint64_t map_version,
+                                          protocol::Op op, std::span<const uint8_t> record) {
   std::vector<Status> results(backups.size());
   if (op != protocol::Op::kReplicatePut && op != protocol::Op::kReplicateDelete) {
     for (Status& s : results) s = InvalidArgument("only replica ops are forwarded");
     return results;
   }
-  MutexLock lock(mu_);
   const Clock::time_point start = Clock::now();
   const Clock::time_point deadline = start + options_.timeout;
-  if (record.size() < layout::kBlockHeaderBytes || record.size() > record_buffer_.size()) {
+  if (record.size() < layout::kBlockHeaderBytes || record.size() > lane.record_buffer.size()) {
     for (Status& s : results) {
       s = InvalidArgument("a record of " + to_string(record.size()) + " bytes cannot be forwarded (at most " +
-                          to_string(record_buffer_.size()) + ")");
+                          to_string(lane.record_buffer.size()) + ")");
     }
     return results;
   }
-  std::memcpy(record_buffer_.data(), record.data(), record.size());
+  std::memcpy(lane.record_buffer.data(), record.data(), record.size());
   const auto length = static_cast<uint32_t>(record.size());
-  for (auto it = peers_.begin(); it != peers_.end();) {
+  for (auto it = lane.peers.begin(); it != lane.peers.end();) {
     if (start - it->second->last_used > options_.idle_close) {
-      it = peers_.erase(it);
+      it = lane.peers.erase(it);
     } else {
       ++it;
     }
@@ -270,12 +296,12 @@ std::vector<Status> Replicator::Forward(const std::vector<ReplicaPeer>& backups,
       }
     }
     if (same_as[i]) continue;
-    const auto found = peers_.find(backups[i].server_id);
-    reused[i] = found != peers_.end() && found->second->reused;
-    StatusOr<Peer*> p = PostTo(backups[i], map_version, op, length, deadline);
+    const auto found = lane.peers.find(backups[i].server_id);
+    reused[i] = found != lane.peers.end() && found->second->reused;
+    StatusOr<Peer*> p = PostTo(lane, backups[i], map_version, op, length, deadline);
     if (!p.ok() && reused[i]) {
       reused[i] = false;
-      p = PostTo(backups[i], map_version, op, length, deadline);  // the idle one had gone stale: anew
+      p = PostTo(lane, backups[i], map_version, op, length, deadline);  // the idle one had gone stale: anew
     }
     if (p.ok()) {
       posted[i] = *p;
@@ -290,9 +316,9 @@ std::vector<Status> Replicator::Forward(const std::vector<ReplicaPeer>& backups,
     if (!s.ok() && !peer->reply && reused[i] && s.code() == StatusCode::kUnavailable) {
       // A connection that broke while idle: forwards are idempotent, so
       // resend once on a new one.
-      peers_.erase(backups[i].server_id);
+      lane.peers.erase(backups[i].server_id);
       peer = nullptr;
-      StatusOr<Peer*> p = PostTo(backups[i], map_version, op, length, deadline);
+      StatusOr<Peer*> p = PostTo(lane, backups[i], map_version, op, length, deadline);
       if (p.ok()) {
         peer = *p;
         s = Wait(*peer, map_version, deadline);
@@ -308,7 +334,7 @@ std::vector<Status> Replicator::Forward(const std::vector<ReplicaPeer>& backups,
       } else {
         // Timed out, broken or malformed: a late reply must never be
         // taken for a later request's.
-        peers_.erase(backups[i].server_id);
+        lane.peers.erase(backups[i].server_id);
       }
     }
     results[i] = s;

@@ -4,14 +4,24 @@
 // request naming it; on tcp the transport's emulation of both), and waits
 // for their replies. docs/design.md, "Replication".
 //
-// Connections: one per backup server, opened on first use with a
+// Lanes: ReplicatorOptions::lanes forwards may be in flight at once, each
+// on its own lane: a record buffer (and its registration) and one
+// connection per backup server. A Forward takes the first free lane, in
+// lane order (or, when all are busy, waits for one), so that a lane beyond
+// the concurrency the writes need never opens a connection, and writes of several client pollers
+// overlap their round trips, while each connection carries one request at a
+// time. A backup serves each lane's connection as an ordinary replication
+// connection from this server; it needs nothing else.
+//
+// Connections: per lane, one per backup server, opened on first use with a
 // protocol::PeerConnectData that names this server (PeerFingerprint of its
-// id, and its epoch) and kept for later writes. A connection to another
-// epoch or address of the same server id is replaced; one that broke,
-// timed out or sent something malformed is dropped; one unused for
-// ReplicatorOptions::idle_close is closed before its next use. One request
-// is in flight per connection (Forward is serialized), so the record always
-// goes to ring offset 0 and one receive buffer is enough.
+// id, and its epoch) and kept for that lane's later writes. A connection to
+// another epoch or address of the same server id is replaced; one that
+// broke, timed out or sent something malformed is dropped; one unused for
+// ReplicatorOptions::idle_close is closed before its lane's next use. One
+// request is in flight per connection (a lane serves one Forward at a
+// time), so the record always goes to ring offset 0 and one receive buffer
+// is enough.
 //
 // Each accept is validated (magic, versions, the epoch the map names, a
 // ring that holds the record, at least one credit) and so is every reply
@@ -21,11 +31,13 @@
 // idle, which the peer may have closed meanwhile, is resent once on a new
 // connection within the same deadline.
 //
-// Thread safety: Forward and the destructor are thread-safe; calls of
-// Forward are serialized by an internal mutex. The destructor disconnects
-// every connection; it must run before the transport is destroyed.
+// Thread safety: Forward, connections() and the destructor are
+// thread-safe; up to `lanes` calls of Forward run at once, each holding its
+// lane's mutex, and more wait for a lane. The destructor disconnects every
+// connection; it must run before the transport is destroyed.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <map>
@@ -66,6 +78,9 @@ struct ReplicatorOptions {
   // A connection unused this long is closed before its next use.
   std::chrono::milliseconds idle_close{std::chrono::seconds(60)};
   uint64_t max_record_bytes = 0;  // the largest block forwarded (> 0)
+  // Forwards in flight at once (>= 1), each with its own record buffer and
+  // connection per backup: the server gives one per client poller.
+  uint32_t lanes = 1;
 };
 
 class Replicator final : public Forwarder {
@@ -78,36 +93,52 @@ class Replicator final : public Forwarder {
   Replicator& operator=(const Replicator&) = delete;
 
   std::vector<Status> Forward(const std::vector<ReplicaPeer>& backups, uint64_t map_version, protocol::Op op,
-                              std::span<const uint8_t> record) override EXCLUDES(mu_);
+                              std::span<const uint8_t> record) override;
 
-  // Connections open now.
-  size_t connections() const EXCLUDES(mu_);
+  // Connections open now, over every lane (a backup in use by k lanes
+  // counts k times).
+  size_t connections() const;
 
  private:
   struct Peer;
+  // One forward's worth of state: what Forward used before lanes, once per
+  // lane. Members go bottom-up: the connections (which read the record
+  // buffer) before its registration, and that before the buffer.
+  struct Lane {
+    mutable Mutex mu;
+    // The record being forwarded, read by every connection's WRITE.
+    std::vector<uint8_t> record_buffer GUARDED_BY(mu);
+    std::unique_ptr<transport::MemoryRegion> record_mr GUARDED_BY(mu);
+    std::map<std::string, std::unique_ptr<Peer>> peers GUARDED_BY(mu);  // by server id
+  };
   using Clock = std::chrono::steady_clock;
 
   Replicator(transport::Transport* transport, ReplicatorOptions options);
-  // The open connection to `backup`, opened (or replaced) if need be.
-  StatusOr<Peer*> Connection(const ReplicaPeer& backup, Clock::time_point deadline) REQUIRES(mu_);
-  StatusOr<std::unique_ptr<Peer>> Open(const ReplicaPeer& backup, Clock::time_point deadline) REQUIRES(mu_);
-  // Posts the record and request on `peer`.
-  Status Post(Peer& peer, uint64_t map_version, protocol::Op op, uint32_t length) REQUIRES(mu_);
-  // Post on the connection to `backup`, opened if need be; on failure the
-  // connection is dropped.
-  StatusOr<Peer*> PostTo(const ReplicaPeer& backup, uint64_t map_version, protocol::Op op, uint32_t length,
-                         Clock::time_point deadline) REQUIRES(mu_);
+  // Forward, on `lane`.
+  std::vector<Status> ForwardOn(Lane& lane, const std::vector<ReplicaPeer>& backups, uint64_t map_version,
+                                protocol::Op op, std::span<const uint8_t> record) REQUIRES(lane.mu);
+  // The open connection of `lane` to `backup`, opened (or replaced) if need
+  // be.
+  StatusOr<Peer*> Connection(Lane& lane, const ReplicaPeer& backup, Clock::time_point deadline) REQUIRES(lane.mu);
+  StatusOr<std::unique_ptr<Peer>> Open(const ReplicaPeer& backup, Clock::time_point deadline);
+  // Posts the record in `lane`'s buffer and the request on `peer`.
+  Status Post(Lane& lane, Peer& peer, uint64_t map_version, protocol::Op op, uint32_t length) REQUIRES(lane.mu);
+  // Post on `lane`'s connection to `backup`, opened if need be; on failure
+  // the connection is dropped.
+  StatusOr<Peer*> PostTo(Lane& lane, const ReplicaPeer& backup, uint64_t map_version, protocol::Op op,
+                         uint32_t length, Clock::time_point deadline) REQUIRES(lane.mu);
   // Waits for the send completion and the reply of the request posted on
-  // `peer`; OK when the backup acknowledged it.
-  Status Wait(Peer& peer, uint64_t map_version, Clock::time_point deadline) REQUIRES(mu_);
+  // `peer`; OK when the backup acknowledged it. The caller holds the lane
+  // that owns `peer`.
+  Status Wait(Peer& peer, uint64_t map_version, Clock::time_point deadline);
 
   transport::Transport* const transport_;
   const ReplicatorOptions options_;
-  mutable Mutex mu_;
-  // The record being forwarded, read by every connection's WRITE.
-  std::vector<uint8_t> record_buffer_ GUARDED_BY(mu_);
-  std::unique_ptr<transport::MemoryRegion> record_mr_ GUARDED_BY(mu_);
-  std::map<std::string, std::unique_ptr<Peer>> peers_ GUARDED_BY(mu_);  // by server id
+  // options_.lanes of them, made by Create and never resized.
+  std::vector<std::unique_ptr<Lane>> lanes_;
+  // Which lane a Forward that found none free waits for (in turn, so the
+  // waiters spread over the lanes).
+  std::atomic<size_t> next_wait_{0};
 };
 
 }  // namespace rkv::server

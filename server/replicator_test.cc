@@ -3,9 +3,12 @@
 // map's epoch, and every failure names the backup.
 #include "server/replicator.h"
 
+#include <atomic>
+#include <chrono>
 #include <filesystem>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -98,6 +101,9 @@ TEST_F(ReplicatorTest, RefusesIncompleteOptions) {
   o = Options();
   o.max_record_bytes = 0;
   EXPECT_EQ(Replicator::Create(transport_.get(), o).status().code(), StatusCode::kInvalidArgument);
+  o = Options();
+  o.lanes = 0;
+  EXPECT_EQ(Replicator::Create(transport_.get(), o).status().code(), StatusCode::kInvalidArgument);
 }
 
 TEST_F(ReplicatorTest, OneConnectionPerBackupIsKeptAndReplacedForANewIncarnation) {
@@ -119,6 +125,55 @@ TEST_F(ReplicatorTest, OneConnectionPerBackupIsKeptAndReplacedForANewIncarnation
   EXPECT_TRUE(acks[0].ok()) << acks[0];
   EXPECT_EQ(replicator_->connections(), 1u);
   EXPECT_EQ(backup_->Stats().replica_writes, 1u);
+}
+
+TEST_F(ReplicatorTest, ForwardsFromSeveralThreadsAreInFlightAtOnceOnTheirOwnConnections) {
+  // The backup holds the first forward (of "first") until a second
+  // connection from this server reaches its handshake: with one lane, the
+  // other threads' forwards would wait for the first and none would come.
+  constexpr int kThreads = 4;
+  ReplicatorOptions o = Options();
+  o.lanes = kThreads;
+  auto made = Replicator::Create(transport_.get(), o);
+  ASSERT_TRUE(made.ok()) << made.status();
+  replicator_ = std::move(made).value();
+  std::atomic<bool> second_connection_seen{false};
+  policy_.SetAcceptHook([&](std::string_view key) {
+    if (key != "first") return;
+    // A hang guard only: a second handshake comes at once when it can.
+    const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (policy_.peers_looked_up() < 2 && std::chrono::steady_clock::now() < give_up) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    second_connection_seen = policy_.peers_looked_up() >= 2;
+  });
+  std::vector<std::vector<Status>> acks(kThreads + 1);
+  std::thread first([&] {
+    acks[0] = replicator_->Forward({Backup()}, 7, protocol::Op::kReplicatePut, Record("first", "v", 1));
+  });
+  // The first forward's connection is open once its handshake was judged.
+  for (int i = 0; i < 30'000 && policy_.peers_looked_up() < 1; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  ASSERT_GE(policy_.peers_looked_up(), 1) << "the first forward never connected";
+  std::vector<std::thread> others;
+  for (int t = 1; t <= kThreads; ++t) {
+    others.emplace_back([&, t] {
+      acks[t] = replicator_->Forward({Backup()}, 7, protocol::Op::kReplicatePut,
+                                     Record("key-" + std::to_string(t), "v", 1));
+    });
+  }
+  first.join();
+  for (auto& th : others) th.join();
+  EXPECT_TRUE(second_connection_seen) << "no second forward was in flight while the first one was";
+  for (const auto& a : acks) {
+    ASSERT_EQ(a.size(), 1u);
+    EXPECT_TRUE(a[0].ok()) << a[0];
+  }
+  EXPECT_EQ(backup_->Stats().replica_writes, static_cast<uint64_t>(kThreads + 1));
+  // Several connections to the one backup, at most one per lane.
+  EXPECT_GE(replicator_->connections(), 2u);
+  EXPECT_LE(replicator_->connections(), static_cast<size_t>(kThreads));
 }
 
 TEST_F(ReplicatorTest, EveryFailureNamesTheBackup) {

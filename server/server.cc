@@ -163,6 +163,9 @@ Status Server::Init() {
     r.token = options_.token;
     r.timeout = std::chrono::milliseconds(options_.replication_timeout_ms);
     r.max_record_bytes = MaxBlockBytes(options_);
+    // One lane per client poller (StartPollers gives the peers one of the
+    // threads): each poller's write can forward while the others' do.
+    r.lanes = std::max<uint32_t>(1, options_.threads - 1);
     RKV_ASSIGN_OR_RETURN(replicator_, Replicator::Create(transport_, std::move(r)));
     replication = ApplyReplication{replication_, replicator_.get()};
   }
