@@ -17,9 +17,9 @@
 //   - DELETE carries the tombstone flag and an empty value, PUT no tombstone.
 // Bad framing is INVALID_ARGUMENT; a record whose checksum fails is DATA_LOSS.
 //
-// Apply (a client write under the writes gate, shared, and its key's lock:
-// writes of different keys run in parallel, one key's one at a time; the
-// store, table and heap under the table mutex, mu_; see Thread safety):
+// Apply (a client write holds the writes gate, shared, and its key's lock:
+// writes of different keys run in parallel, those of one key one at a time;
+// the store, table and heap under the table mutex, mu_; see Thread safety):
 //   PUT:    version = a reserved one: above the store's high-water mark
 //           and above every version reserved before (see Replication);
 //           store.Put (durable per --durability); table.Upsert (publishes
@@ -29,8 +29,8 @@
 //           and table agree, and the reply is RESOURCE_EXHAUSTED. When
 //           the heap is full only because of quarantined blocks, the apply
 //           waits (holding the table mutex: every writer waits, which is
-//           the back-pressure) until the oldest one is reusable — at most one
-//           grace period — and retries once.
+//           the back-pressure) until the oldest one is reusable — at most
+//           one grace period — and retries once.
 //   DELETE: NOT_FOUND if the table lacks the key; else store.Delete, then
 //           table.Delete; the reply carries the deleted version.
 // Acknowledged therefore means durable per --durability, and the slot is
@@ -100,7 +100,8 @@
 //
 // Thread safety: Apply, ApplyReplica and the accessors are thread-safe;
 // Apply may run on several threads at once (the server's client pollers).
-// Locks, in the order they are taken:
+// Locks, in the order they are taken (gate_turnstile_, taken and let go
+// just before writes_gate_, is described there):
 //   cache_mu_      the request cache and the in-flight marks; held briefly
 //                  and alone (never with another of these), never while
 //                  applying;
@@ -126,8 +127,8 @@
 #include <cstdint>
 #include <functional>
 #include <map>
-#include <set>
 #include <optional>
+#include <set>
 #include <span>
 #include <string>
 #include <string_view>

@@ -35,9 +35,9 @@
 // retry comes within `requests_per_client` of its newer requests.
 //
 // Thread safety: none; the owner serializes every call (the Applier calls
-// it under its apply mutex, so that the check, the apply and the insert of
-// one request are one step and a retry that arrives while the original is
-// being applied waits for it, then finds its reply).
+// it under a mutex of its own, and marks a request in flight from its check
+// to its insert, so that a retry that arrives while the original is being
+// applied waits for it, then finds its reply).
 //
 // Invariants: lru_ and index_ hold the same clients; every client's ids and
 // replies have the same size, at most requests_per_client; ids[i] ==
