@@ -7,6 +7,8 @@
 #include <filesystem>
 #include <memory>
 #include <functional>
+#include <map>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -79,6 +81,7 @@ class ReplicationPathTest : public ::testing::Test {
     o.ring_bytes = 4 << 20;
     // Generous: a test must never fail because the machine is slow.
     o.replication_timeout_ms = 30'000;
+    if (threads_ != 0) o.threads = threads_;
     return o;
   }
 
@@ -123,6 +126,7 @@ class ReplicationPathTest : public ::testing::Test {
   }
 
   std::filesystem::path base_;
+  uint32_t threads_ = 0;  // polling threads of a server started from now on (0: the default)
   std::unique_ptr<transport::Transport> transport_;
   Node primary_;
   Node backups_[2];
@@ -541,6 +545,66 @@ TEST_F(ReplicationPathTest, TwoServersThatAreEachOthersBackupsWriteConcurrently)
     EXPECT_EQ(s.keys, uint64_t{2 * kWrites}) << n->id;
     EXPECT_TRUE(n->policy.reports().empty()) << n->id;
   }
+}
+
+TEST_F(ReplicationPathTest, WritesOnSeveralPollersReachEveryBackupWithTheirVersions) {
+  // A primary with three client pollers (and so three replication lanes):
+  // clients on different pollers write their own keys and one shared key at
+  // once; every acknowledged write is on both backups with the version the
+  // primary gave it, and no version is given twice.
+  threads_ = 4;
+  Start(primary_);
+  WireUp();
+  constexpr int kClients = 3;
+  constexpr int kWrites = 30;
+  struct Acked {
+    std::string key;
+    std::string value;
+    uint64_t version;
+  };
+  std::vector<Acked> acked[kClients];
+  std::vector<std::string> failures[kClients];
+  std::vector<std::thread> writers;
+  for (int c = 0; c < kClients; ++c) {
+    writers.emplace_back([&, c] {
+      auto conn = RawConnection::Connect(transport_.get(), primary_.server->address(), kToken);
+      if (!conn.ok()) {
+        failures[c].push_back(conn.status().ToString());
+        return;
+      }
+      for (int i = 0; i < kWrites; ++i) {
+        const std::string key = i % 5 == 0 ? "shared" : "c" + std::to_string(c) + "-" + std::to_string(i);
+        const std::string value = "v" + std::to_string(c) + "-" + std::to_string(i);
+        auto r = (*conn)->Send(protocol::Op::kPut, key, value, 0, i + 1);
+        if (!r.ok()) {
+          failures[c].push_back(r.status().ToString());
+        } else if (Code(*r) != StatusCode::kOk) {
+          failures[c].push_back(r->message);
+        } else {
+          acked[c].push_back(Acked{key, value, r->version});
+        }
+      }
+    });
+  }
+  for (auto& w : writers) w.join();
+  std::set<uint64_t> versions;
+  std::map<std::string, Acked> latest;  // per key, the acknowledged write with the highest version
+  for (int c = 0; c < kClients; ++c) {
+    EXPECT_TRUE(failures[c].empty()) << failures[c].front();
+    for (const Acked& a : acked[c]) {
+      EXPECT_TRUE(versions.insert(a.version).second) << "version " << a.version << " given twice";
+      auto [it, fresh] = latest.emplace(a.key, a);
+      if (!fresh && it->second.version < a.version) it->second = a;
+    }
+  }
+  EXPECT_EQ(versions.size(), size_t{kClients * kWrites});
+  for (const auto& [key, want] : latest) {
+    for (Node* n : {&primary_, &backups_[0], &backups_[1]}) {
+      EXPECT_EQ(Get(*n, key), GetResult(std::pair(want.value, want.version))) << key << " on " << n->id;
+    }
+  }
+  EXPECT_EQ(primary_.server->Stats().backup_failures, 0u);
+  EXPECT_TRUE(primary_.policy.reports().empty());
 }
 
 }  // namespace
