@@ -394,6 +394,12 @@ TEST_F(ApplyParallelTest, ConcurrentWritesGetDistinctVersions) {
   // the backups were sent the same versions.
   constexpr int kThreads = 4;
   constexpr int kWrites = 60;
+  // Each forward takes a moment, as a backup's round trip would, so that
+  // writes overlap between their version and their publish.
+  forwarder_.hook = [](const std::string&, uint64_t) {
+    std::this_thread::sleep_for(200us);
+    return Status::Ok();
+  };
   std::vector<std::vector<protocol::ReplyMsg>> replies(kThreads);
   std::vector<std::thread> threads;
   for (int t = 0; t < kThreads; ++t) {
