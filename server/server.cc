@@ -393,8 +393,7 @@ void Server::PollLoop(Poller* p) {
         // Its requests applied this round stay applied (and are synced
         // with the others); their replies have nowhere to go.
         owed.resize(owed_before);
-        p->served.erase(it);
-        p->load.fetch_sub(1, std::memory_order_relaxed);
+        Forget(p, ready[i]);
       }
     }
     if (!owed.empty()) SendReplies(p, &owed);
@@ -493,9 +492,12 @@ void Server::SendReplies(Poller* p, std::vector<OwedReply>* owed) {
   for (Served* s : broken) {
     transport::Connection* key = s->conn.get();
     Close(*s, s->broken);
-    p->served.erase(key);
-    p->load.fetch_sub(1, std::memory_order_relaxed);
+    Forget(p, key);
   }
+}
+
+void Server::Forget(Poller* p, transport::Connection* conn) {
+  if (p->served.erase(conn) > 0) p->load.fetch_sub(1, std::memory_order_relaxed);
 }
 
 void Server::Close(Served& s, const Status& why) {

@@ -172,6 +172,8 @@ class Server {
   // the replies; closes the connections where that fails.
   void SendReplies(Poller* p, std::vector<OwedReply>* owed);
   void Close(Served& s, const Status& why);
+  // Takes a connection that Close ended out of its poller's set.
+  static void Forget(Poller* p, transport::Connection* conn);
   ConnectionCost Cost() const;
 
   const ServerOptions options_;
