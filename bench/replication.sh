@@ -8,7 +8,7 @@
 #                             [--durability=wal|sync|none] [--build_dir=DIR]
 #                             [--records=N] [--operations=N] [--duration_s=S]
 #                             [--threads=N] [--value_bytes=N] [--repeat=N]
-#                             [--out=FILE]
+#                             [--server_threads=N] [--out=FILE]
 #
 #   --transport    rkv's data plane (default tcp). verbs needs an RDMA device
 #                  (the SoftRoCE guest: bench/run-verbs.sh style).
@@ -25,6 +25,10 @@
 #   --value_bytes  bytes per value (default 1024).
 #   --repeat       runs per cell; the report shows the median ops/s run and
 #                  the range (default 3).
+#   --server_threads  rkv-server --threads (default: the server's own
+#                  default, the CPUs it may run on). With N >= 3 a server
+#                  has N - 1 client pollers, whose writes to different keys
+#                  are forwarded to the backups in parallel.
 #   --out          the report (default bench/results/replication-<transport>-<UTC date>.md).
 #
 # Exit status: 0 when every run was clean; 1 when a run failed or reported
@@ -47,6 +51,7 @@ duration_s=4
 threads=1
 value_bytes=1024
 repeat=3
+server_threads=""
 out=""
 for arg in "$@"; do
   case $arg in
@@ -60,6 +65,7 @@ for arg in "$@"; do
     --threads=*) threads=${arg#*=} ;;
     --value_bytes=*) value_bytes=${arg#*=} ;;
     --repeat=*) repeat=${arg#*=} ;;
+    --server_threads=*) server_threads=${arg#*=} ;;
     --out=*) out=${arg#*=} ;;
     -h | --help) sed -n '2,/^set -euo/{/^#/s/^# \{0,1\}//p}' "$0"; exit 0 ;;
     *) die "unknown argument '$arg' (see --help)" ;;
@@ -67,7 +73,7 @@ for arg in "$@"; do
 done
 case $transport in tcp | verbs) ;; *) die "--transport must be tcp or verbs" ;; esac
 case $durability in wal | sync | none) ;; *) die "--durability must be wal, sync or none" ;; esac
-for n in "$records" "$operations" "$duration_s" "$threads" "$value_bytes" "$repeat"; do
+for n in "$records" "$operations" "$duration_s" "$threads" "$value_bytes" "$repeat" ${server_threads:+"$server_threads"}; do
   [[ $n =~ ^[0-9]+$ && $n -gt 0 ]] || die "not a positive integer: $n"
 done
 [[ $host =~ ^[0-9A-Za-z.:-]+$ ]] || die "--host must be an address, got '$host'"
@@ -154,7 +160,7 @@ start_cluster() { # replicas
     : >"$dir/server$i.out"
     "$server_bin" --listen="$host:0" --data_dir="$dir/server$i" --token_file="$token_file" \
       --coordinator="$coordinator_addr" --transport="$transport" --durability="$durability" \
-      --memory=512M >"$dir/server$i.out" 2>"$dir/server$i.log" &
+      --memory=512M ${server_threads:+--threads="$server_threads"} >"$dir/server$i.out" 2>"$dir/server$i.log" &
     pid=$!
     pids+=("$pid")
     cluster_pids+=("$pid")
@@ -296,7 +302,7 @@ redis_put_p50=$(field redis-wait1 put 9)
   echo "the run $load_at_start, after $(cut -d' ' -f1-3 /proc/loadavg). Every process shares these CPUs."
   echo
   echo "rkv: one rkv-coordinator and three rkv-servers on $host, --transport=$transport,"
-  echo "--durability=$durability; the client in cluster mode. A PUT goes to the key's primary,"
+  echo "--durability=$durability${server_threads:+, --threads=$server_threads}; the client in cluster mode. A PUT goes to the key's primary,"
   echo "which forwards it to the R-1 backups and replies once all acknowledged. A GET reads the"
   echo "primary's memory (one-sided). Redis: redis-server --save '' --appendonly no, with one"
   echo "replica (--replicaof) and \`WAIT 1 <timeout>\` after every SET (redis-wait1), and the same"
