@@ -19,10 +19,10 @@ namespace {
 
 using namespace std::chrono_literals;
 
-struct FreeDeleter {
+struct BufferDeleter {
   void operator()(uint8_t* p) const { std::free(p); }
 };
-using Buffer = std::unique_ptr<uint8_t, FreeDeleter>;
+using Buffer = std::unique_ptr<uint8_t, BufferDeleter>;
 Buffer AlignedZeroed(size_t n) {
   Buffer b(static_cast<uint8_t*>(std::aligned_alloc(64, n)));
   std::memset(b.get(), 0, n);

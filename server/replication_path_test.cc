@@ -27,7 +27,7 @@ namespace {
 using testing::FakePolicy;
 using testing::RawConnection;
 
-constexpr char kToken[] = "replication-token";
+constexpr char kReplicationToken[] = "replication-token";
 constexpr char kPrimary[] = "s-primary";
 constexpr char kTester[] = "s-tester";  // a peer played by the test
 constexpr uint64_t kTesterEpoch = 1;
@@ -77,7 +77,7 @@ class ReplicationPathTest : public ::testing::Test {
     o.data_dir = n.dir.string();
     o.memory_bytes = 8 << 20;
     o.max_keys = 1000;
-    o.token = kToken;
+    o.token = kReplicationToken;
     o.ring_bytes = 4 << 20;
     // Generous: a test must never fail because the machine is slow.
     o.replication_timeout_ms = 30'000;
@@ -107,12 +107,12 @@ class ReplicationPathTest : public ::testing::Test {
   }
 
   std::unique_ptr<RawConnection> Client(const Node& n) {
-    auto c = RawConnection::Connect(transport_.get(), n.server->address(), kToken);
+    auto c = RawConnection::Connect(transport_.get(), n.server->address(), kReplicationToken);
     EXPECT_TRUE(c.ok()) << c.status();
     return c.ok() ? std::move(c).value() : nullptr;
   }
   std::unique_ptr<RawConnection> Peer(const Node& n) {
-    auto c = RawConnection::ConnectAsPeer(transport_.get(), n.server->address(), kToken, kTester, kTesterEpoch);
+    auto c = RawConnection::ConnectAsPeer(transport_.get(), n.server->address(), kReplicationToken, kTester, kTesterEpoch);
     EXPECT_TRUE(c.ok()) << c.status();
     return c.ok() ? std::move(c).value() : nullptr;
   }
@@ -269,13 +269,13 @@ TEST_F(ReplicationPathTest, AReplayedClientRequestIsNotForwardedAgain) {
 
 TEST_F(ReplicationPathTest, APeerNotInTheMapIsRefusedAtTheHandshake) {
   auto stranger =
-      RawConnection::ConnectAsPeer(transport_.get(), backups_[0].server->address(), kToken, "s-stranger", 1);
+      RawConnection::ConnectAsPeer(transport_.get(), backups_[0].server->address(), kReplicationToken, "s-stranger", 1);
   ASSERT_FALSE(stranger.ok());
   EXPECT_EQ(stranger.status().code(), StatusCode::kPermissionDenied);
   EXPECT_NE(stranger.status().message().find("not a server of the current cluster map"), std::string::npos)
       << stranger.status();
   // A known server id with another epoch is another incarnation.
-  auto old = RawConnection::ConnectAsPeer(transport_.get(), backups_[0].server->address(), kToken, kTester, 2);
+  auto old = RawConnection::ConnectAsPeer(transport_.get(), backups_[0].server->address(), kReplicationToken, kTester, 2);
   EXPECT_EQ(old.status().code(), StatusCode::kPermissionDenied);
 }
 
@@ -285,7 +285,7 @@ TEST_F(ReplicationPathTest, AStandaloneServerRefusesEveryPeer) {
   standalone.dir = base_ / standalone.id;
   auto s = Server::Start(Options(standalone), transport_.get());
   ASSERT_TRUE(s.ok()) << s.status();
-  auto peer = RawConnection::ConnectAsPeer(transport_.get(), (*s)->address(), kToken, kTester, kTesterEpoch);
+  auto peer = RawConnection::ConnectAsPeer(transport_.get(), (*s)->address(), kReplicationToken, kTester, kTesterEpoch);
   ASSERT_FALSE(peer.ok());
   EXPECT_EQ(peer.status().code(), StatusCode::kPermissionDenied);
   EXPECT_NE(peer.status().message().find("not in a cluster"), std::string::npos) << peer.status();
@@ -517,7 +517,7 @@ TEST_F(ReplicationPathTest, TwoServersThatAreEachOthersBackupsWriteConcurrently)
   constexpr int kWrites = 40;
   std::vector<std::string> failures[2];
   const auto writer = [&](Node& n, std::vector<std::string>* failed) {
-    auto c = RawConnection::Connect(transport_.get(), n.server->address(), kToken);
+    auto c = RawConnection::Connect(transport_.get(), n.server->address(), kReplicationToken);
     if (!c.ok()) {
       failed->push_back(c.status().ToString());
       return;

@@ -25,7 +25,7 @@ namespace {
 
 using testing::FakePolicy;
 
-constexpr char kToken[] = "replicator-token";
+constexpr char kReplicatorToken[] = "replicator-token";
 constexpr char kSelf[] = "s-self";
 constexpr uint64_t kSelfEpoch = 4;
 
@@ -43,7 +43,7 @@ class ReplicatorTest : public ::testing::Test {
     options_.data_dir = dir_.string();
     options_.memory_bytes = 8 << 20;
     options_.max_keys = 1000;
-    options_.token = kToken;
+    options_.token = kReplicatorToken;
     policy_.AddPeer(kSelf, kSelfEpoch);
     StartBackup();
   }
@@ -64,7 +64,7 @@ class ReplicatorTest : public ::testing::Test {
     ReplicatorOptions o;
     o.self_id = kSelf;
     o.self_epoch = kSelfEpoch;
-    o.token = kToken;
+    o.token = kReplicatorToken;
     o.timeout = std::chrono::seconds(30);  // generous: never the point of a test
     o.max_record_bytes = 4096;
     return o;
