@@ -51,6 +51,9 @@ for preset in "${presets[@]}"; do
       cmake --build build/release-plain --parallel "$(nproc 2>/dev/null || echo 2)"
       ;;
     fuzz)
+      # Configured here so that RKV_DEBUG_INFO applies (deploy/build.sh);
+      # deploy/fuzz.sh then builds in the existing directory.
+      deploy/build.sh fuzz --configure-only
       deploy/fuzz.sh "${RKV_FUZZ_SECONDS:-15}"
       ;;
     *)
