@@ -567,7 +567,7 @@ TEST_F(ReplicationPathTest, WritesOnSeveralPollersReachEveryBackupWithTheirVersi
   std::vector<std::thread> writers;
   for (int c = 0; c < kClients; ++c) {
     writers.emplace_back([&, c] {
-      auto conn = RawConnection::Connect(transport_.get(), primary_.server->address(), kToken);
+      auto conn = RawConnection::Connect(transport_.get(), primary_.server->address(), kReplicationToken);
       if (!conn.ok()) {
         failures[c].push_back(conn.status().ToString());
         return;
