@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 #include <string>
 #include <thread>
 #include <vector>
@@ -207,6 +208,10 @@ uint64_t Applier::ReserveVersion() {
   // them apart, and above every version forwarded for a write that failed
   // (the backups may hold it, and would take a later write of the key
   // with the same version for a stale resend).
+  // 0 when none is left: the store's mark or a reservation is at the top of
+  // the space (NextVersion and the increment would wrap).
+  constexpr uint64_t kTop = std::numeric_limits<uint64_t>::max();
+  if (store_->version_high_water() == kTop || reserved_version_ == kTop) return 0;
   reserved_version_ = std::max(store_->NextVersion(), reserved_version_ + 1);
   return reserved_version_;
 }
@@ -252,6 +257,14 @@ protocol::ReplyMsg Applier::ApplyPut(uint64_t request_id, std::string_view key, 
                                                  "moving keys (raise --max_keys)"));
     }
     version = ReserveVersion();
+    if (version == 0) {
+      // Every version is taken (a replica arrived at the top of the
+      // space): refused before anything is written.
+      *remember = false;
+      return Error(request_id, ResourceExhausted("no version left above " +
+                                                 std::to_string(store_->version_high_water()) +
+                                                 ": the key space's versions are exhausted"));
+    }
     if (!route) return InstallPut(request_id, key, value, version);
     if (route->backups.empty()) {
       if (std::optional<protocol::ReplyMsg> refused = RefuseWithoutLease(request_id, key, *route, remember)) {

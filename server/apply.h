@@ -315,7 +315,8 @@ class Applier {
   protocol::ReplyMsg ApplyDelete(uint64_t request_id, std::string_view key, bool* remember)
       REQUIRES_SHARED(writes_gate_) EXCLUDES(mu_);
   // A version for a client PUT: above the store's high-water mark and every
-  // version reserved before; recorded as reserved.
+  // version reserved before; recorded as reserved. 0 when the version space
+  // is exhausted (the PUT is then refused RESOURCE_EXHAUSTED).
   uint64_t ReserveVersion() REQUIRES(mu_);
   // Forwards the record {key, value, version} to every backup of `route` and
   // reports the ones that fail: OK when the write may go on locally.
