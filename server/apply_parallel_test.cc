@@ -24,6 +24,7 @@
 #include "common/mutex.h"
 #include "common/record.h"
 #include "server/apply.h"
+#include "server/local_table_test_util.h"
 #include "server/replication_test_util.h"
 
 namespace rkv::server {
@@ -93,47 +94,25 @@ class HookedForwarder final : public Forwarder {
   std::vector<std::pair<std::string, uint64_t>> forwarded_ GUARDED_BY(mu_);
 };
 
-struct FreeDeleter {
-  void operator()(uint8_t* p) const { std::free(p); }
-};
-using Buffer = std::unique_ptr<uint8_t, FreeDeleter>;
-
 // A primary with one backup (played by the forwarder) over a real store,
 // table and heap.
 class ApplyParallelTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = std::filesystem::path(::testing::TempDir()) /
-           ("rkv_apply_parallel_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    std::filesystem::remove_all(dir_);
-    auto s = Store::Open(dir_.string(), Durability::kWal);
-    ASSERT_TRUE(s.ok()) << s.status();
-    store_ = std::move(s).value();
-    constexpr uint32_t kLog2 = 10;
-    constexpr uint64_t kHeapBytes = 4 << 20;
-    index_bytes_ = layout::IndexBytes(uint64_t{1} << kLog2);
-    index_.reset(static_cast<uint8_t*>(std::aligned_alloc(64, index_bytes_)));
-    std::memset(index_.get(), 0, index_bytes_);
-    heap_mem_.reset(static_cast<uint8_t*>(std::aligned_alloc(64, kHeapBytes)));
-    std::memset(heap_mem_.get(), 0, kHeapBytes);
-    heap_ = std::make_unique<Heap>(kHeapBytes, 100ms);
-    table_ = std::make_unique<Table>(std::span<uint8_t>(index_.get(), index_bytes_),
-                                     std::span<uint8_t>(heap_mem_.get(), kHeapBytes), heap_.get());
-    ASSERT_TRUE(table_->Init(kLog2, store_->epoch(), 42).ok());
+    const Status opened = local_.Open("rkv_apply_parallel", /*log2=*/10, /*heap_bytes=*/4 << 20, 100ms);
+    ASSERT_TRUE(opened.ok()) << opened;
     WriteRoute route;
     route.map_version = 3;
     route.shard = 0;
     route.backups.push_back(ReplicaPeer{"s-backup", 1, "127.0.0.1:1"});
     policy_.SetRoute(route);
-    applier_ = std::make_unique<Applier>(store_.get(), table_.get(), heap_.get(), ApplyLimits{64, 8192},
-                                         RequestCacheLimits{}, ApplyReplication{&policy_, &forwarder_});
+    applier_ = std::make_unique<Applier>(local_.store.get(), local_.table.get(), local_.heap.get(),
+                                         ApplyLimits{64, 8192}, RequestCacheLimits{},
+                                         ApplyReplication{&policy_, &forwarder_});
   }
   void TearDown() override {
     applier_.reset();
-    table_.reset();
-    store_.reset();
-    std::filesystem::remove_all(dir_);
+    local_.Close();
   }
 
   // A client write as its connection's poller applies it: the record is
@@ -158,19 +137,13 @@ class ApplyParallelTest : public ::testing::Test {
   }
 
   std::optional<std::pair<std::string, uint64_t>> TableRecord(std::string_view key) {
-    const auto e = table_->Lookup(key);
+    const auto e = local_.table->Lookup(key);
     if (!e) return std::nullopt;
-    const Table::Record r = table_->RecordAt(e->slot);
+    const Table::Record r = local_.table->RecordAt(e->slot);
     return std::pair(std::string(r.value), r.version);
   }
 
-  std::filesystem::path dir_;
-  std::unique_ptr<Store> store_;
-  size_t index_bytes_ = 0;
-  Buffer index_;
-  Buffer heap_mem_;
-  std::unique_ptr<Heap> heap_;
-  std::unique_ptr<Table> table_;
+  testing::LocalTable local_;
   FakePolicy policy_;
   HookedForwarder forwarder_;
   std::unique_ptr<Applier> applier_;
@@ -421,7 +394,7 @@ TEST_F(ApplyParallelTest, ConcurrentWritesGetDistinctVersions) {
     }
   }
   EXPECT_EQ(versions.size(), size_t{kThreads * kWrites});
-  EXPECT_EQ(store_->version_high_water(), highest);
+  EXPECT_EQ(local_.store->version_high_water(), highest);
   std::set<uint64_t> forwarded;
   for (const auto& [key, version] : forwarder_.forwarded()) forwarded.insert(version);
   EXPECT_EQ(forwarded, versions);

@@ -13,21 +13,12 @@
 #include <unistd.h>
 
 #include "common/record.h"
+#include "server/local_table_test_util.h"
 
 namespace rkv::server {
 namespace {
 
 using namespace std::chrono_literals;
-
-struct BufferDeleter {
-  void operator()(uint8_t* p) const { std::free(p); }
-};
-using Buffer = std::unique_ptr<uint8_t, BufferDeleter>;
-Buffer AlignedZeroed(size_t n) {
-  Buffer b(static_cast<uint8_t*>(std::aligned_alloc(64, n)));
-  std::memset(b.get(), 0, n);
-  return b;
-}
 
 constexpr size_t kRingBytes = 64 * 1024;
 
@@ -37,31 +28,15 @@ class ApplyTest : public ::testing::Test {
   void SetUp() override { Build(/*log2=*/6, /*heap_bytes=*/1 << 20, 100ms, ApplyLimits{64, 8192}); }
   void TearDown() override {
     applier_.reset();
-    table_.reset();
-    store_.reset();
-    std::filesystem::remove_all(dir_);
+    local_.Close();
   }
 
   void Build(uint32_t log2, uint64_t heap_bytes, std::chrono::milliseconds grace, ApplyLimits limits,
              RequestCacheLimits replies = {}) {
     applier_.reset();
-    table_.reset();
-    store_.reset();
-    dir_ = std::filesystem::path(::testing::TempDir()) /
-           ("rkv_apply_test_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    std::filesystem::remove_all(dir_);
-    auto s = Store::Open(dir_.string(), Durability::kWal);
-    ASSERT_TRUE(s.ok()) << s.status();
-    store_ = std::move(s).value();
-    index_bytes_ = layout::IndexBytes(uint64_t{1} << log2);
-    index_ = AlignedZeroed(index_bytes_);
-    heap_mem_ = AlignedZeroed(heap_bytes);
-    heap_ = std::make_unique<Heap>(heap_bytes, grace);
-    table_ = std::make_unique<Table>(std::span<uint8_t>(index_.get(), index_bytes_),
-                                     std::span<uint8_t>(heap_mem_.get(), heap_bytes), heap_.get());
-    ASSERT_TRUE(table_->Init(log2, store_->epoch(), 42).ok());
-    applier_ = std::make_unique<Applier>(store_.get(), table_.get(), heap_.get(), limits, replies);
+    const Status opened = local_.Open("rkv_apply_test", log2, heap_bytes, grace);
+    ASSERT_TRUE(opened.ok()) << opened;
+    applier_ = std::make_unique<Applier>(local_.store.get(), local_.table.get(), local_.heap.get(), limits, replies);
     ring_.assign(kRingBytes, 0);
   }
 
@@ -99,12 +74,12 @@ class ApplyTest : public ::testing::Test {
   }
 
   std::optional<std::string> TableValue(std::string_view key) {
-    auto e = table_->Lookup(key);
+    auto e = local_.table->Lookup(key);
     if (!e) return std::nullopt;
-    return std::string(table_->RecordAt(e->slot).value);
+    return std::string(local_.table->RecordAt(e->slot).value);
   }
   std::optional<std::string> StoreValue(std::string_view key) {
-    auto v = store_->Get(key);
+    auto v = local_.store->Get(key);
     EXPECT_TRUE(v.ok()) << v.status();
     if (!v.ok() || !v->has_value()) return std::nullopt;
     return (*v)->value;
@@ -122,13 +97,7 @@ class ApplyTest : public ::testing::Test {
     EXPECT_GT(len, 0u);
   }
 
-  std::filesystem::path dir_;
-  std::unique_ptr<Store> store_;
-  size_t index_bytes_ = 0;
-  Buffer index_;
-  Buffer heap_mem_;
-  std::unique_ptr<Heap> heap_;
-  std::unique_ptr<Table> table_;
+  testing::LocalTable local_;
   std::unique_ptr<Applier> applier_;
   std::vector<uint8_t> ring_;
   uint64_t next_id_ = 1000;  // above the ids tests give explicitly
@@ -150,7 +119,7 @@ TEST_F(ApplyTest, PutReplaceDelete) {
   EXPECT_EQ(r.version, 2u);
   EXPECT_EQ(TableValue("key"), "v2");
   EXPECT_EQ(StoreValue("key"), "v2");
-  EXPECT_EQ(table_->Lookup("key")->version, 2u);
+  EXPECT_EQ(local_.table->Lookup("key")->version, 2u);
 
   r = Del("key", 13);
   EXPECT_EQ(r.status_code, 0) << r.message;
@@ -244,7 +213,7 @@ TEST_F(ApplyTest, BadRecordsGetClearErrors) {
   ExpectError(Apply(Msg(protocol::Op::kDelete, 0, len, 7)), StatusCode::kInvalidArgument, 7);  // has a value
   len = Stage(0, "k", "");
   ExpectError(Apply(Msg(protocol::Op::kDelete, 0, len, 8)), StatusCode::kInvalidArgument, 8);  // no tombstone
-  EXPECT_EQ(table_->size(), 0u);
+  EXPECT_EQ(local_.table->size(), 0u);
 
   // The largest allowed record is accepted.
   len = Stage(0, std::string(64, 'k'), std::string(8192, 'v'));
@@ -267,8 +236,8 @@ TEST_F(ApplyTest, GarbageNeverCrashesOrChangesAnything) {
     ASSERT_EQ(r.request_id, static_cast<uint64_t>(i));
     ASSERT_EQ(r.credits, 1u);
   }
-  EXPECT_EQ(table_->size(), 0u);
-  EXPECT_EQ(store_->version_high_water(), 0u);
+  EXPECT_EQ(local_.table->size(), 0u);
+  EXPECT_EQ(local_.store->version_high_water(), 0u);
 }
 
 TEST_F(ApplyTest, TableFullIsRefusedWithoutAStoreWrite) {
@@ -285,8 +254,8 @@ TEST_F(ApplyTest, TableFullIsRefusedWithoutAStoreWrite) {
     ++accepted;
   }
   EXPECT_EQ(r.status_code, static_cast<int32_t>(StatusCode::kResourceExhausted));
-  EXPECT_EQ(table_->size(), static_cast<uint64_t>(accepted));
-  EXPECT_EQ(store_->version_high_water(), static_cast<uint64_t>(accepted));
+  EXPECT_EQ(local_.table->size(), static_cast<uint64_t>(accepted));
+  EXPECT_EQ(local_.store->version_high_water(), static_cast<uint64_t>(accepted));
 }
 
 TEST_F(ApplyTest, HeapFullUndoesTheStoreWrite) {
@@ -299,13 +268,13 @@ TEST_F(ApplyTest, HeapFullUndoesTheStoreWrite) {
   ExpectError(r, StatusCode::kResourceExhausted, 3);
   EXPECT_EQ(TableValue("old"), std::string(1000, 'a'));
   EXPECT_EQ(StoreValue("old"), std::string(1000, 'a')) << "the store must be restored";
-  EXPECT_EQ((*store_->Get("old"))->version, 1u);
+  EXPECT_EQ((*local_.store->Get("old"))->version, 1u);
   // New key: removed from the store again.
   r = Put("new", std::string(3000, 'd'), 4);
   ExpectError(r, StatusCode::kResourceExhausted, 4);
   EXPECT_FALSE(TableValue("new").has_value());
   EXPECT_FALSE(StoreValue("new").has_value());
-  EXPECT_EQ(table_->size(), 2u);
+  EXPECT_EQ(local_.table->size(), 2u);
 }
 
 TEST_F(ApplyTest, HeapFullOfQuarantineWaitsOneGracePeriod) {
@@ -313,12 +282,12 @@ TEST_F(ApplyTest, HeapFullOfQuarantineWaitsOneGracePeriod) {
   Build(6, 1280, 20ms, ApplyLimits{64, 8192});
   ASSERT_EQ(Put("k", std::string(1000, 'a')).status_code, 0);
   ASSERT_EQ(Del("k").status_code, 0);  // the block goes into quarantine
-  EXPECT_EQ(heap_->stats().quarantined_bytes, 1280u);
+  EXPECT_EQ(local_.heap->stats().quarantined_bytes, 1280u);
   // The next PUT finds the heap full, waits for the quarantine and succeeds.
   auto r = Put("k2", std::string(1000, 'b'));
   EXPECT_EQ(r.status_code, 0) << r.message;
   EXPECT_EQ(TableValue("k2"), std::string(1000, 'b'));
-  EXPECT_EQ(heap_->stats().quarantined_bytes, 0u);
+  EXPECT_EQ(local_.heap->stats().quarantined_bytes, 0u);
 }
 
 TEST_F(ApplyTest, AReplayedPutGetsTheOriginalReplyAndIsAppliedOnce) {
@@ -332,8 +301,8 @@ TEST_F(ApplyTest, AReplayedPutGetsTheOriginalReplyAndIsAppliedOnce) {
   EXPECT_EQ(again.request_id, 21u);
   EXPECT_EQ(again.version, 1u);
   EXPECT_EQ(again.credits, 1u);
-  EXPECT_EQ(store_->version_high_water(), 1u);
-  EXPECT_EQ((*store_->Get("key"))->version, 1u);
+  EXPECT_EQ(local_.store->version_high_water(), 1u);
+  EXPECT_EQ((*local_.store->Get("key"))->version, 1u);
   EXPECT_EQ(applier_->snapshot().puts, 1u);
   EXPECT_EQ(applier_->snapshot().replays, 1u);
   // A newer PUT of the key, then the old request once more: still its own
@@ -341,7 +310,7 @@ TEST_F(ApplyTest, AReplayedPutGetsTheOriginalReplyAndIsAppliedOnce) {
   ASSERT_EQ(Put("key", "v2", 22).version, 2u);
   EXPECT_EQ(Put("key", "v1", 21).version, 1u);
   EXPECT_EQ(TableValue("key"), "v2");
-  EXPECT_EQ(store_->version_high_water(), 2u);
+  EXPECT_EQ(local_.store->version_high_water(), 2u);
 }
 
 TEST_F(ApplyTest, AReplayedDeleteGetsTheOriginalOk) {
@@ -387,7 +356,7 @@ TEST_F(ApplyTest, AReplayWhoseReplyWasForgottenIsRefusedNotApplied) {
   ASSERT_EQ(Put("b", "1", 2).version, 2u);
   ASSERT_EQ(Put("c", "1", 3).version, 3u);  // forgets request 1
   ExpectError(Put("a", "1", 1), StatusCode::kAborted, 1);
-  EXPECT_EQ(store_->version_high_water(), 3u);
+  EXPECT_EQ(local_.store->version_high_water(), 3u);
   EXPECT_EQ(Put("b", "1", 2).version, 2u);  // still remembered
 }
 
@@ -413,7 +382,7 @@ TEST_F(ApplyTest, ConcurrentReplaysOfOneRequestApplyItOnce) {
   }
   EXPECT_EQ(applier_->snapshot().puts, 1u);
   EXPECT_EQ(applier_->snapshot().replays, static_cast<uint64_t>(kThreads - 1));
-  EXPECT_EQ(store_->version_high_water(), 1u);
+  EXPECT_EQ(local_.store->version_high_water(), 1u);
 }
 
 }  // namespace
