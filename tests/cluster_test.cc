@@ -370,15 +370,58 @@ bool OutcomeUnknown(const Status& s) {
   return s.code() == StatusCode::kUnavailable && s.message().find("outcome unknown") != std::string::npos;
 }
 
+struct UnknownPut {
+  int thread;
+  std::string key;
+  std::string status;
+};
+
+// Why a PUT's outcome can be unknown while one server is killed and
+// restarted (docs/design.md §5.6, §5.7, §8.8), and how often each cause
+// can strike one load thread, whose PUTs are sequential:
+//  - the PUT was on the server that died (its reply lost; the server back
+//    under a new epoch, or its shard served elsewhere): once, since one
+//    server dies once;
+//  - the map changed under the PUT (the restarted server added back as a
+//    backup, a primary role moved for balance): once per map version, which
+//    the reply names;
+//  - the primary's lease expired under the PUT (a heartbeat stalled on a
+//    loaded machine): once per expiry; all of these together are bounded
+//    by the number of map changes, since each expiry ends with a new grant.
+// Anything else is a failure. Adds a failure for each PUT past its bound.
+void ExpectUnknownPutsExplained(const std::vector<UnknownPut>& unknown_puts, uint64_t map_changes) {
+  std::map<int, int> died;
+  std::set<std::pair<int, std::string>> map_versions;
+  int lease = 0;
+  for (const UnknownPut& u : unknown_puts) {
+    std::printf("[ load ] thread %d: put %s: %s\n", u.thread, u.key.c_str(), u.status.c_str());
+    if (u.status.find(" was lost and ") != std::string::npos || u.status.find("reply lost") != std::string::npos) {
+      EXPECT_LE(++died[u.thread], 1) << "a second PUT of one thread was lost to the one server death: " << u.status;
+    } else if (u.status.find("the map changed during the write") != std::string::npos) {
+      const size_t at = u.status.find("map version ", u.status.find("outcome unknown"));
+      ASSERT_NE(at, std::string::npos) << "the refusal names no map version: " << u.status;
+      const size_t digits = at + std::strlen("map version ");
+      const std::string version = u.status.substr(digits, u.status.find_first_not_of("0123456789", digits) - digits);
+      EXPECT_TRUE(map_versions.insert({u.thread, version}).second)
+          << "a second PUT of one thread was lost to map version " << version << ": " << u.status;
+    } else if (u.status.find("lease expired") != std::string::npos) {
+      ++lease;
+    } else {
+      ADD_FAILURE() << "a PUT's outcome is unknown for no documented cause: " << u.status;
+    }
+  }
+  EXPECT_LE(static_cast<uint64_t>(lease), 2 * map_changes) << "PUTs lost to lease expiries";
+}
+
 void RunLoadThrough(Client& client, const std::function<void()>& disrupt,
                     std::map<std::string, std::string>* acked_out, int* failures_out,
                     std::string* first_failure, std::map<std::string, std::string>* unknown_out = nullptr,
-                    int* unknown_count_out = nullptr) {
+                    std::vector<UnknownPut>* unknown_puts_out = nullptr) {
   std::atomic<bool> stop{false};
   std::mutex mu;
   std::map<std::string, std::string> acked;
   std::map<std::string, std::string> unknown;
-  int unknown_count = 0;
+  std::vector<UnknownPut> unknown_puts;
   int failures = 0;
   std::vector<std::thread> threads;
   for (int t = 0; t < 2; ++t) {
@@ -394,7 +437,7 @@ void RunLoadThrough(Client& client, const std::function<void()>& disrupt,
             unknown.erase(key);
           } else if (unknown_out != nullptr && OutcomeUnknown(v.status())) {
             unknown[key] = value;
-            ++unknown_count;
+            unknown_puts.push_back({t, key, v.status().ToString()});
           } else {
             if (first_failure->empty()) *first_failure = "put " + key + ": " + v.status().ToString();
             ++failures;
@@ -423,7 +466,7 @@ void RunLoadThrough(Client& client, const std::function<void()>& disrupt,
   *acked_out = std::move(acked);
   *failures_out = failures;
   if (unknown_out != nullptr) *unknown_out = std::move(unknown);
-  if (unknown_count_out != nullptr) *unknown_count_out = unknown_count;
+  if (unknown_puts_out != nullptr) *unknown_puts_out = std::move(unknown_puts);
 }
 
 // `got` is what `key` must hold: its last acknowledged value, or the value
@@ -442,7 +485,7 @@ TEST_F(ClusterTest, Kill9OfAServerUnderLoadLosesNothingAndClientsRecover) {
   const uint64_t version_before = client->cluster_map_version();
   std::map<std::string, std::string> acked;
   std::map<std::string, std::string> unknown;
-  int unknown_count = 0;
+  std::vector<UnknownPut> unknown_puts;
   int failures = 0;
   std::string first_failure;
   RunLoadThrough(
@@ -452,10 +495,13 @@ TEST_F(ClusterTest, Kill9OfAServerUnderLoadLosesNothingAndClientsRecover) {
         std::this_thread::sleep_for(std::chrono::milliseconds(1000));
         ASSERT_TRUE(servers_[1]->Start().ok()) << servers_[1]->Log();
       },
-      &acked, &failures, &first_failure, &unknown, &unknown_count);
+      &acked, &failures, &first_failure, &unknown, &unknown_puts);
   EXPECT_EQ(failures, 0) << first_failure;
-  // At most the one PUT each load thread had in flight when the server died.
-  EXPECT_LE(unknown_count, 2);
+  ASSERT_TRUE(client->RefreshClusterMap().ok());
+  const uint64_t map_changes = client->cluster_map_version() - version_before;
+  std::printf("[ kill9 ] %zu keys acknowledged, %zu PUTs outcome unknown across %llu map changes\n", acked.size(),
+              unknown_puts.size(), static_cast<unsigned long long>(map_changes));
+  ExpectUnknownPutsExplained(unknown_puts, map_changes);
   ASSERT_FALSE(acked.empty());
   for (const auto& [key, value] : acked) {
     auto got = client->Get(key);
