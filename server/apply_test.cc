@@ -2,6 +2,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <filesystem>
 #include <memory>
 #include <random>
@@ -136,6 +137,24 @@ TEST_F(ApplyTest, PutReplaceDelete) {
   EXPECT_EQ(snap.deletes, 1u);
   EXPECT_EQ(snap.request_errors, 0u);
   EXPECT_EQ(snap.keys, 1u);
+}
+
+TEST_F(ApplyTest, APutWhenEveryVersionIsTakenIsRefusedAndChangesNothing) {
+  ASSERT_EQ(Put("key", "v1", 11).status_code, 0);
+  // A record at the top of the version space (as a replica may install
+  // one): no version is left above it for a client PUT.
+  ASSERT_TRUE(local_.store->Put("top", "t", std::numeric_limits<uint64_t>::max()).ok());
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    // Refused, and not remembered: the same request again is refused the
+    // same way rather than answered with a version it never got.
+    const auto r = Put("key", "v2", 12);
+    ExpectError(r, StatusCode::kResourceExhausted, 12);
+    EXPECT_NE(std::string(r.message).find("exhausted"), std::string::npos) << r.message;
+  }
+  EXPECT_EQ(TableValue("key"), "v1");
+  EXPECT_EQ(StoreValue("key"), "v1");
+  EXPECT_EQ(local_.table->Lookup("key")->version, 1u);
+  EXPECT_EQ(applier_->snapshot().puts, 1u);
 }
 
 TEST_F(ApplyTest, DeleteOfAMissingKeyIsNotFound) {
