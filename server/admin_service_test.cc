@@ -4,13 +4,8 @@
 #include <grpcpp/create_channel.h>
 #include <grpcpp/security/credentials.h>
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <atomic>
-#include <cstdlib>
-#include <cstring>
-#include <filesystem>
 #include <map>
 #include <set>
 
@@ -21,6 +16,7 @@
 #include "proto/auth.h"
 #include "proto/rkv.grpc.pb.h"
 #include "server/apply.h"
+#include "server/local_table_test_util.h"
 
 namespace rkv::server {
 namespace {
@@ -101,23 +97,12 @@ TEST(AdminServiceTest, BadStartArgumentsAreRefused) {
 // service reading it through an Applier and a map the test sets.
 class ShardHost {
  public:
-  ShardHost(std::string name, std::string server_id) : server_id_(std::move(server_id)) {
-    dir_ = std::filesystem::path(::testing::TempDir()) /
-           ("rkv_admin_test_" + std::to_string(::getpid()) + "_" + name);
-    std::filesystem::remove_all(dir_);
-    auto store = Store::Open(dir_.string(), Durability::kWal);
-    EXPECT_TRUE(store.ok()) << store.status();
-    store_ = std::move(store).value();
-    constexpr uint32_t kLog2 = 8;
-    constexpr uint64_t kHeapBytes = 1 << 20;
-    index_bytes_ = layout::IndexBytes(uint64_t{1} << kLog2);
-    index_ = Zeroed(index_bytes_);
-    heap_mem_ = Zeroed(kHeapBytes);
-    heap_ = std::make_unique<Heap>(kHeapBytes, std::chrono::milliseconds(100));
-    table_ = std::make_unique<Table>(std::span<uint8_t>(index_.get(), index_bytes_),
-                                     std::span<uint8_t>(heap_mem_.get(), kHeapBytes), heap_.get());
-    EXPECT_TRUE(table_->Init(kLog2, store_->epoch(), /*hash_seed=*/7).ok());
-    applier_ = std::make_unique<Applier>(store_.get(), table_.get(), heap_.get(), ApplyLimits{64, 4096});
+  ShardHost(const std::string& name, std::string server_id) : server_id_(std::move(server_id)) {
+    const Status opened = local_.Open("rkv_admin_test_" + name, /*log2=*/8, /*heap_bytes=*/1 << 20,
+                                      std::chrono::milliseconds(100));
+    EXPECT_TRUE(opened.ok()) << opened;
+    applier_ = std::make_unique<Applier>(local_.store.get(), local_.table.get(), local_.heap.get(),
+                                         ApplyLimits{64, 4096});
     AdminShards shards;
     shards.server_id = server_id_;
     shards.applier = applier_.get();
@@ -133,9 +118,7 @@ class ShardHost {
   ~ShardHost() {
     admin_.reset();
     applier_.reset();
-    table_.reset();
-    store_.reset();
-    std::filesystem::remove_all(dir_);
+    local_.Close();
   }
 
   // Through the apply path, under its table mutex, as a server writes
@@ -158,24 +141,8 @@ class ShardHost {
   v1::Admin::Stub& stub() { return *stub_; }
 
  private:
-  struct FreeDeleter {
-    void operator()(uint8_t* p) const { std::free(p); }
-  };
-  using Buffer = std::unique_ptr<uint8_t, FreeDeleter>;
-  static Buffer Zeroed(size_t n) {
-    Buffer b(static_cast<uint8_t*>(std::aligned_alloc(64, n)));
-    std::memset(b.get(), 0, n);
-    return b;
-  }
-
   const std::string server_id_;
-  std::filesystem::path dir_;
-  std::unique_ptr<Store> store_;
-  size_t index_bytes_ = 0;
-  Buffer index_;
-  Buffer heap_mem_;
-  std::unique_ptr<Heap> heap_;
-  std::unique_ptr<Table> table_;
+  testing::LocalTable local_;
   std::unique_ptr<Applier> applier_;
   Mutex mu_;
   std::shared_ptr<const v1::ClusterMap> map_ GUARDED_BY(mu_);

@@ -4,13 +4,10 @@
 // on a real gRPC server; the map and the coordinator's ReportCaughtUp are
 // played by the test.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <atomic>
 #include <condition_variable>
-#include <cstdlib>
 #include <cstring>
-#include <filesystem>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -32,6 +29,7 @@
 #include "proto/rkv.grpc.pb.h"
 #include "server/apply.h"
 #include "server/catchup.h"
+#include "server/local_table_test_util.h"
 #include "server/map_policy.h"
 #include "server/replica_service.h"
 
@@ -96,11 +94,6 @@ class BoardSource final : public MapSource {
   MapBoard* const board_;
 };
 
-struct FreeDeleter {
-  void operator()(uint8_t* p) const { std::free(p); }
-};
-using Buffer = std::unique_ptr<uint8_t, FreeDeleter>;
-
 // One server's data: store, heap, table, applier, its map source and
 // replication policy.
 struct Node;
@@ -120,33 +113,16 @@ class DirectForwarder final : public Forwarder {
 struct Node {
   Node(const std::string& id, uint64_t epoch, MapBoard* board, std::map<std::string, Node*>* nodes)
       : source(id, epoch, board), policy(&source), forwarder(id, nodes) {
-    dir = std::filesystem::path(::testing::TempDir()) /
-          ("rkv_catchup_test_" + std::to_string(::getpid()) + "_" + id + "_" +
-           ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    std::filesystem::remove_all(dir);
-    auto s = Store::Open(dir.string(), Durability::kNone);
-    EXPECT_TRUE(s.ok()) << s.status();
-    store = std::move(s).value();
-    const uint32_t log2 = 10;
-    const uint64_t heap_bytes = 8 << 20;
-    index_bytes = layout::IndexBytes(uint64_t{1} << log2);
-    index.reset(static_cast<uint8_t*>(std::aligned_alloc(64, index_bytes)));
-    std::memset(index.get(), 0, index_bytes);
-    heap_mem.reset(static_cast<uint8_t*>(std::aligned_alloc(64, heap_bytes)));
-    std::memset(heap_mem.get(), 0, heap_bytes);
-    heap = std::make_unique<Heap>(heap_bytes, 10ms);
-    table = std::make_unique<Table>(std::span<uint8_t>(index.get(), index_bytes),
-                                    std::span<uint8_t>(heap_mem.get(), heap_bytes), heap.get());
-    EXPECT_TRUE(table->Init(log2, store->epoch(), 42).ok());
-    applier = std::make_unique<Applier>(store.get(), table.get(), heap.get(), ApplyLimits{64, 4096},
+    const Status opened = local.Open("rkv_catchup_test_" + id, /*log2=*/10, /*heap_bytes=*/8 << 20, 10ms,
+                                     Durability::kNone);
+    EXPECT_TRUE(opened.ok()) << opened;
+    applier = std::make_unique<Applier>(local.store.get(), local.table.get(), local.heap.get(), ApplyLimits{64, 4096},
                                         RequestCacheLimits{}, ApplyReplication{&policy, &forwarder});
     (*nodes)[id] = this;
   }
   ~Node() {
     applier.reset();
-    table.reset();
-    store.reset();
-    std::filesystem::remove_all(dir);
+    local.Close();
   }
 
   // A client's PUT / DELETE; the reply.
@@ -184,13 +160,7 @@ struct Node {
   BoardSource source;
   MapPolicy policy;
   DirectForwarder forwarder;
-  std::filesystem::path dir;
-  std::unique_ptr<Store> store;
-  size_t index_bytes = 0;
-  Buffer index;
-  Buffer heap_mem;
-  std::unique_ptr<Heap> heap;
-  std::unique_ptr<Table> table;
+  testing::LocalTable local;
   std::unique_ptr<Applier> applier;
   std::atomic<uint64_t> next_request{1};
 };

@@ -45,17 +45,18 @@ struct LocalTable {
   std::unique_ptr<Heap> heap;
   std::unique_ptr<Table> table;
 
-  // Closes what was open, then opens a store (kWal) in a fresh directory
-  // named after `prefix`, the process and the running test, and a table of
-  // 2^log2 buckets over a heap of `heap_bytes` with quarantine `grace`.
-  // The store's or the table's error, naming which.
-  Status Open(const std::string& prefix, uint32_t log2, uint64_t heap_bytes, std::chrono::milliseconds grace) {
+  // Closes what was open, then opens a store (`durability`) in a fresh
+  // directory named after `prefix`, the process and the running test, and a
+  // table of 2^log2 buckets over a heap of `heap_bytes` with quarantine
+  // `grace`. The store's or the table's error, naming which.
+  Status Open(const std::string& prefix, uint32_t log2, uint64_t heap_bytes, std::chrono::milliseconds grace,
+              Durability durability = Durability::kWal) {
     Close();
     dir = std::filesystem::path(::testing::TempDir()) /
           (prefix + "_" + std::to_string(::getpid()) + "_" +
            ::testing::UnitTest::GetInstance()->current_test_info()->name());
     std::filesystem::remove_all(dir);
-    StatusOr<std::unique_ptr<Store>> opened = Store::Open(dir.string(), Durability::kWal);
+    StatusOr<std::unique_ptr<Store>> opened = Store::Open(dir.string(), durability);
     if (!opened.ok()) return opened.status().WithContext("opening the store");
     store = std::move(opened).value();
     index_bytes = layout::IndexBytes(uint64_t{1} << log2);
