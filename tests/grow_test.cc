@@ -10,6 +10,7 @@
 // Each server is also read directly, by a client of that one server: GETs
 // are one-sided reads of the server's own table, so they show exactly what
 // that replica holds.
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -77,20 +78,37 @@ struct Ledger {
 // outcome by repeating the write, as a user would: a PUT of the same value
 // leaves the same state either way, and a repeated DELETE that finds
 // nothing found its own earlier effect.
+// Between repeats the writer backs off (10 ms, doubling up to 200 ms), as a
+// user's retry loop would, rather than spin while the move completes.
+class RepeatBackoff {
+ public:
+  void Wait() {
+    std::this_thread::sleep_for(delay_);
+    delay_ = std::min(delay_ * 2, std::chrono::milliseconds(200));
+  }
+
+ private:
+  std::chrono::milliseconds delay_{10};
+};
+
 Status PutUntilKnown(Client& client, const std::string& key, const std::string& value) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  RepeatBackoff backoff;
   for (;;) {
     const Status s = client.Put(key, value).status();
     if (s.code() != StatusCode::kUnavailable || std::chrono::steady_clock::now() > deadline) return s;
+    backoff.Wait();
   }
 }
 
 Status DeleteUntilKnown(Client& client, const std::string& key) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  RepeatBackoff backoff;
   for (bool repeated = false;; repeated = true) {
     const Status s = client.Delete(key);
     if (repeated && s.code() == StatusCode::kNotFound) return Status::Ok();
     if (s.code() != StatusCode::kUnavailable || std::chrono::steady_clock::now() > deadline) return s;
+    backoff.Wait();
   }
 }
 
