@@ -29,8 +29,9 @@
 #      of 1000 iterations came out ~61 or ~105 us, flipping from one run to
 #      the next, for every program), so a run must last well past that:
 #      5000 iterations (~0.3 s of READs) gave 16 fast runs out of 16;
-#   3b. YCSB-A (zipfian, 1 KiB, one thread) on rkv over verbs, then on Redis
-#      over TCP in the same guest (redis-server without persistence);
+#   3b. YCSB-A (zipfian, 1 KiB, one thread) on rkv over verbs, then, with
+#      rkv-server stopped, on Redis over TCP in the same guest (redis-server
+#      without persistence, on the CPU rkv-server had);
 #   3c. connection scale: tests/rkv_connection_scale_test with
 #      $RKV_BENCH_CONNECTIONS (default 1000) connections over verbs on one
 #      rkv-server --threads=2, each PUTting and GETting; its line of figures
@@ -206,8 +207,12 @@ done
 
 # 3b. YCSB-A (50% GET, 50% PUT, zipfian, 1 KiB): rkv over verbs, then Redis
 #     over TCP in the same guest (redis-server --save '' --appendonly no,
-#     placed like rkv-server), the same client count: one thread.
+#     placed like rkv-server), the same client count: one thread. rkv-server
+#     is stopped first: with --poll=busy it would keep Redis's CPU busy.
 ycsb rkv-ycsba a 1024 1 "$ops" --key_distribution=zipfian
+kill "$server_pid" 2>/dev/null || true
+wait "$server_pid" 2>/dev/null || true
+server_pid=""
 redis_pid=""
 if command -v redis-server >/dev/null && command -v redis-cli >/dev/null; then
   redis_port=$((20000 + RANDOM % 20000))
@@ -233,10 +238,6 @@ if command -v redis-server >/dev/null && command -v redis-cli >/dev/null; then
 else
   failed+=("redis-server or redis-cli missing in the guest (YCSB-A baseline)")
 fi
-
-kill "$server_pid" 2>/dev/null || true
-wait "$server_pid" 2>/dev/null || true
-server_pid=""
 
 # 3c. Connection scale: one server (its own, started by the test) holding
 #     $RKV_BENCH_CONNECTIONS connections, every one served.
@@ -452,8 +453,8 @@ active_mtu=$(ibv_devinfo -d "$dev" 2>/dev/null | awk '/active_mtu/ {print $2, $3
   echo
   echo "50% GET, 50% PUT, zipfian keys (YCSB's constant 0.99), 1 KiB values, $records records,"
   echo "$ops operations, one client thread each; rkv with its location cache (default) and"
-  echo "--durability=none, Redis without persistence. Target: rkv's p99 <= 0.5 x Redis's (the"
-  echo "higher of the GET and PUT p99 of each)."
+  echo "--durability=none, Redis without persistence, run after rkv-server stopped, on its CPU."
+  echo "Target: rkv's p99 <= 0.5 x Redis's (the higher of the GET and PUT p99 of each)."
   echo
   echo "| store | ops/s | GET p50 us | GET p99 us | PUT p50 us | PUT p99 us | p99 |"
   echo "|---|---:|---:|---:|---:|---:|---:|"
