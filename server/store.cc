@@ -250,12 +250,11 @@ StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& dir, const Store
 }
 
 Status Store::AddToBatch(rocksdb::WriteBatch* batch, bool put, std::string_view key, std::string_view value,
-                         uint64_t version, uint64_t hw) {
-  // One buffer per calling thread for the prefixed key, the encoded record
-  // and the mark: WriteBatch copies them.
+                         uint64_t version, uint64_t hw, bool mark) {
+  // One buffer per calling thread for the prefixed key and the encoded
+  // record: WriteBatch copies them.
   thread_local std::string dkey;
   thread_local std::string stored;
-  thread_local std::string mark;
   dkey.assign(1, kDataPrefix);
   dkey.append(key);
   if (!put) return FromRocks(batch->Delete(dkey), "batch");
@@ -266,7 +265,12 @@ Status Store::AddToBatch(rocksdb::WriteBatch* batch, bool put, std::string_view 
   for (int i = 0; i < 4; ++i) stored.push_back(static_cast<char>(crc >> (8 * i)));
   stored.append(value);
   RKV_RETURN_IF_ERROR(FromRocks(batch->Put(dkey, stored), "batch"));
-  mark.clear();
+  return mark ? AddMark(batch, hw) : Status::Ok();
+}
+
+Status Store::AddMark(rocksdb::WriteBatch* batch, uint64_t hw) {
+  std::string mark;
+  mark.reserve(8);
   PutU64(&mark, hw);
   return FromRocks(batch->Put(ToSlice(kVersionKey), mark), "batch");
 }
@@ -386,14 +390,20 @@ void Store::WriterLoop() {
       }
     }
     // Slots [head, head + n) are the writer's until it advances the head.
+    // One high-water mark for the batch, the highest of its puts' (the
+    // batch is atomic, so the stored mark is the same as with one per put,
+    // at half the memtable inserts).
     batch.Clear();
     Status s;
     uint64_t bytes = 0;
+    std::optional<uint64_t> mark;
     for (size_t i = 0; i < n && s.ok(); ++i) {
       const QueuedWrite& w = slots[(head + i) % capacity];
       bytes += w.key.size() + w.value.size();
-      s = AddToBatch(&batch, w.put, w.key, w.value, w.version, w.hw);
+      s = AddToBatch(&batch, w.put, w.key, w.value, w.version, w.hw, /*mark=*/false);
+      if (w.put) mark = std::max(mark.value_or(0), w.hw);
     }
+    if (s.ok() && mark) s = AddMark(&batch, *mark);
     if (s.ok()) s = Commit(&batch, [n] { return "rocksdb write of " + std::to_string(n) + " queued writes"; });
     if (s.ok()) {
       for (size_t i = 0; i < n; ++i) {

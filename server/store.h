@@ -196,8 +196,12 @@ class Store {
   Status Write(std::string_view what, std::string_view key, bool put, std::string_view value, uint64_t version);
   bool background() const { return options_.background_queue > 0; }
   // Adds one write (a put carries the new high-water mark `hw`) to `batch`.
+  // With mark false a put's mark is left out: the caller adds one for the
+  // whole batch (AddMark, the highest), as the background writer does.
   static Status AddToBatch(rocksdb::WriteBatch* batch, bool put, std::string_view key, std::string_view value,
-                           uint64_t version, uint64_t hw);
+                           uint64_t version, uint64_t hw, bool mark = true);
+  // Adds the version high-water mark `hw` to `batch`.
+  static Status AddMark(rocksdb::WriteBatch* batch, uint64_t hw);
   // Writes `batch` durable per the durability, through the error state;
   // `describe` names the write in an error (called only on one).
   Status Commit(rocksdb::WriteBatch* batch, const std::function<std::string()>& describe);
