@@ -302,12 +302,11 @@ minus() { # a - b
 round_rkv_read() { # round: its rkv-read-lat 1 KiB p50
   awk -v l="rkv-read-r$1" '$1 == l { v = $4 } END { print (v == "" ? "-" : v) }' "$readlat_results" 2>/dev/null || echo -
 }
-round_raw_read() { # round: its ib_read_lat 1 KiB typical
-  awk '$1 == "ib_read_lat" && $2 == 1024 { v = $3 } END { print (v == "" ? "-" : v) }' "$out/perftest-r$1.txt" 2>/dev/null || echo -
+round_raw() { # test file: the 1 KiB typical of perftest test `test` in a round's file
+  awk -v t="$1" '$1 == t && $2 == 1024 { v = $3 } END { print (v == "" ? "-" : v) }' "$2" 2>/dev/null || echo -
 }
-round_raw_send() { # round: its ib_send_lat 1 KiB typical
-  awk '$1 == "ib_send_lat" && $2 == 1024 { v = $3 } END { print (v == "" ? "-" : v) }' "$out/perftest-send-r$1.txt" 2>/dev/null || echo -
-}
+round_raw_read() { round_raw ib_read_lat "$out/perftest-r$1.txt"; }       # round
+round_raw_send() { round_raw ib_send_lat "$out/perftest-send-r$1.txt"; }  # round
 verdict() { # value op(<= or >=) limit: "met" or "not met" (also for "-")
   awk -v m="$1" -v op="$2" -v l="$3" 'BEGIN {
     ok = m ~ /^[0-9.]+$/ && (op == "<=" ? m <= l : m >= l); print (ok ? "met" : "not met") }'
