@@ -2,8 +2,8 @@
 
 #include <cstdlib>
 #include <cstring>
-#include <limits>
 #include <filesystem>
+#include <limits>
 #include <memory>
 #include <random>
 #include <string>

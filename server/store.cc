@@ -269,8 +269,7 @@ Status Store::AddToBatch(rocksdb::WriteBatch* batch, bool put, std::string_view 
 }
 
 Status Store::AddMark(rocksdb::WriteBatch* batch, uint64_t hw) {
-  std::string mark;
-  mark.reserve(8);
+  std::string mark;  // 8 bytes: held inline, no allocation
   PutU64(&mark, hw);
   return FromRocks(batch->Put(ToSlice(kVersionKey), mark), "batch");
 }
