@@ -29,10 +29,10 @@ using transport::OpType;
 // wr_id tags: receives carry their buffer index, sends kSendTag | index.
 constexpr uint64_t kSendTag = uint64_t{1} << 32;
 constexpr auto kPollTimeout = std::chrono::milliseconds(50);
-// --durability=none: writes queued for the store's background writer
-// (server/store.h) before a PUT waits for room.
-constexpr uint32_t kStoreQueueWrites = 4096;
-constexpr uint64_t kStoreQueueBytes = 32ULL << 20;
+// --durability=none: the store's write-back buffer (server/store.h): keys
+// and bytes it holds before a PUT waits for room; its writer starts at half.
+constexpr uint32_t kStoreQueueWrites = 1U << 16;
+constexpr uint64_t kStoreQueueBytes = 64ULL << 20;
 constexpr auto kAcceptTimeout = std::chrono::milliseconds(100);
 // The most connections one Wait of a poller reports.
 constexpr size_t kReadyPerWait = 256;
@@ -131,8 +131,9 @@ Status Server::Init() {
   store_options.durability = options_.durability;
   if (options_.durability == Durability::kNone) {
     // The mode promises a clean shutdown only, so the RocksDB write leaves
-    // the request path: a background writer, drained before any scan of
-    // the store and on close (docs/design.md, "Durability modes").
+    // the request path: a write-back buffer and its writer, written before
+    // any scan of the store and on close (docs/design.md, "Durability
+    // modes").
     store_options.background_queue = kStoreQueueWrites;
     store_options.background_queue_bytes = kStoreQueueBytes;
   }

@@ -242,7 +242,7 @@ StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& dir, const Store
     Store* const s = store.get();
     {
       MutexLock lock(s->queue_mu_);
-      s->queue_.resize(store_options.background_queue);
+      s->pending_.reserve(store_options.background_queue);
     }
     s->writer_ = std::thread([s] { s->WriterLoop(); });
   }
@@ -312,75 +312,93 @@ Status Store::Write(std::string_view what, std::string_view key, bool put, std::
 }
 
 Status Store::Enqueue(bool put, std::string_view key, std::string_view value, uint64_t version, uint64_t hw) {
-  const size_t capacity = options_.background_queue;
   const uint64_t bytes = key.size() + value.size();
   MutexLock lock(queue_mu_);
+  // A write of a key already pending replaces it in place (no new entry);
+  // room is still checked as for a new one, which only errs on waiting.
   const auto has_room = [&] {
     queue_mu_.AssertHeld();
+    const size_t held = pending_.size() + writing_count_;
     return queue_error_.has_value() ||
-           (queue_size_ < capacity && (queue_size_ == 0 || queue_bytes_ + bytes <= options_.background_queue_bytes));
+           (held < options_.background_queue &&
+            (held == 0 || pending_bytes_ + writing_bytes_ + bytes <= options_.background_queue_bytes));
   };
   if (!has_room()) {
-    // Back-pressure: the writer is woken at once rather than at its tick.
-    writer_parked_ = false;
+    // Back-pressure: the writer writes while anyone waits for it.
+    ++waiters_;
+    writer_busy_ = true;
     work_cv_.NotifyOne();
     progress_cv_.Wait(queue_mu_, has_room);
+    --waiters_;
   }
   if (queue_error_) {
     return Status(queue_error_->code(), "writes are refused until the store recovers from: " +
                                             queue_error_->message());
   }
-  QueuedWrite& w = queue_[(queue_head_ + queue_size_) % capacity];
+  auto [it, added] = pending_.try_emplace(std::string(key));
+  PendingWrite& w = it->second;
+  if (!added) pending_bytes_ -= key.size() + w.value.size();
   w.put = put;
-  w.key.assign(key);
   w.value.assign(value);
   w.version = version;
-  w.hw = hw;
-  ++queue_size_;
-  queue_bytes_ += bytes;
-  if (writer_parked_) {
-    writer_parked_ = false;
+  pending_bytes_ += bytes;
+  pending_hw_ = std::max(pending_hw_, hw);
+  if (!writer_busy_ && WriteDue()) {
+    writer_busy_ = true;
     work_cv_.NotifyOne();
   }
   return Status::Ok();
 }
 
+bool Store::WriteDue() const {
+  if (pending_.empty()) return false;
+  if (stopping_ || waiters_ > 0) return true;
+  // Half the limits: the rest is room for the writes that arrive while the
+  // writer writes.
+  const size_t trigger_writes = std::max<size_t>(1, options_.background_queue / 2);
+  const uint64_t trigger_bytes = std::max<uint64_t>(1, options_.background_queue_bytes / 2);
+  return pending_.size() >= trigger_writes || pending_bytes_ >= trigger_bytes;
+}
+
 void Store::WriterLoop() {
-  // The writer looks at the queue every tick while writes come, and parks
-  // (waits for a producer's wake-up) after kIdleTicks empty looks.
-  constexpr auto kWriterTick = std::chrono::milliseconds(1);
-  constexpr int kIdleTicks = 100;
-  // Writes larger than this do not keep their slot's buffer once written.
-  constexpr size_t kKeptCapacity = 64 << 10;
-  const size_t capacity = options_.background_queue;
+  // One WriteBatch holds at most this many writes or bytes of keys and
+  // values (a single larger write goes alone), so a large buffer is written
+  // in steps that each free room for producers.
+  constexpr size_t kChunkWrites = 256;
+  constexpr uint64_t kChunkBytes = 4ULL << 20;
+  // Without a recovery backoff (an error outside the error state), the
+  // next attempt waits this long.
+  constexpr auto kRetryTick = std::chrono::milliseconds(1);
   rocksdb::WriteBatch batch;
-  int idle = 0;
   bool last_attempt = false;
   for (;;) {
-    size_t head = 0;
-    size_t n = 0;
-    QueuedWrite* slots = nullptr;
     {
       MutexLock lock(queue_mu_);
-      while (queue_size_ == 0 && !stopping_) {
-        if (writer_parked_) {
-          work_cv_.Wait(queue_mu_);
-        } else if (!work_cv_.WaitUntil(queue_mu_, std::chrono::steady_clock::now() + kWriterTick) &&
-                   queue_size_ == 0 && ++idle >= kIdleTicks) {
-          writer_parked_ = true;
-        }
+      if (writing_.empty()) {
+        writer_busy_ = false;
+        work_cv_.Wait(queue_mu_, [&] {
+          queue_mu_.AssertHeld();
+          return WriteDue() || (stopping_ && pending_.empty());
+        });
+        if (pending_.empty()) return;  // stopping, everything written
+        writer_busy_ = true;
+        // Take the whole buffer: producers start a new one meanwhile, and
+        // a key written again lands after this one's write (per-key order).
+        writing_.swap(pending_);
+        writing_count_ = writing_.size();
+        writing_bytes_ = pending_bytes_;
+        writing_hw_ = pending_hw_;
+        pending_bytes_ = 0;
       }
-      if (queue_size_ == 0) return;  // stopping, everything written
-      idle = 0;
-      head = queue_head_;
-      n = queue_size_;
-      slots = queue_.data();
       if (stopping_ && queue_error_) {
         if (last_attempt) {
-          LOG(ERROR) << "store in " << dir_ << " is closing with " << n
+          LOG(ERROR) << "store in " << dir_ << " is closing with " << writing_.size() + pending_.size()
                      << " acknowledged writes it could not write: they are lost (" << *queue_error_ << ")";
-          queue_size_ = 0;
-          queue_bytes_ = 0;
+          writing_.clear();
+          pending_.clear();
+          writing_count_ = 0;
+          writing_bytes_ = 0;
+          pending_bytes_ = 0;
           progress_cv_.NotifyAll();
           return;
         }
@@ -388,33 +406,26 @@ void Store::WriterLoop() {
         if (error_) error_->next_recovery = std::chrono::steady_clock::now();
       }
     }
-    // Slots [head, head + n) are the writer's until it advances the head.
-    // One high-water mark for the batch, the highest of its puts' (the
-    // batch is atomic, so the stored mark is the same as with one per put,
-    // at half the memtable inserts).
+    // writing_ is the writer's alone until it is empty (producers only read
+    // its counters, under queue_mu_). Each batch carries the buffer's
+    // high-water mark, above every version in it.
     batch.Clear();
     Status s;
+    size_t n = 0;
     uint64_t bytes = 0;
-    std::optional<uint64_t> mark;
-    for (size_t i = 0; i < n && s.ok(); ++i) {
-      const QueuedWrite& w = slots[(head + i) % capacity];
-      bytes += w.key.size() + w.value.size();
-      s = AddToBatch(&batch, w.put, w.key, w.value, w.version, w.hw, /*mark=*/false);
-      if (w.put) mark = std::max(mark.value_or(0), w.hw);
+    auto it = writing_.begin();
+    for (; it != writing_.end() && s.ok() && n < kChunkWrites && (n == 0 || bytes < kChunkBytes); ++it, ++n) {
+      bytes += it->first.size() + it->second.value.size();
+      s = AddToBatch(&batch, it->second.put, it->first, it->second.value, it->second.version, writing_hw_,
+                     /*mark=*/false);
     }
-    if (s.ok() && mark) s = AddMark(&batch, *mark);
-    if (s.ok()) s = Commit(&batch, [n] { return "rocksdb write of " + std::to_string(n) + " queued writes"; });
-    if (s.ok()) {
-      for (size_t i = 0; i < n; ++i) {
-        QueuedWrite& w = slots[(head + i) % capacity];
-        if (w.value.capacity() > kKeptCapacity) std::string().swap(w.value);
-      }
-    }
+    if (s.ok()) s = AddMark(&batch, writing_hw_);
+    if (s.ok()) s = Commit(&batch, [n] { return "rocksdb write of " + std::to_string(n) + " buffered writes"; });
+    if (s.ok()) writing_.erase(writing_.begin(), it);
     MutexLock lock(queue_mu_);
     if (s.ok()) {
-      queue_head_ = (head + n) % capacity;
-      queue_size_ -= n;
-      queue_bytes_ -= bytes;
+      writing_count_ -= n;
+      writing_bytes_ -= bytes;
       if (queue_error_) queue_error_.reset();
       progress_cv_.NotifyAll();
       continue;
@@ -423,7 +434,7 @@ void Store::WriterLoop() {
     // retry these once the backoff allows.
     queue_error_ = error_ ? error_->status : s;
     progress_cv_.NotifyAll();
-    const auto retry = error_ ? error_->next_recovery : std::chrono::steady_clock::now() + kWriterTick;
+    const auto retry = error_ ? error_->next_recovery : std::chrono::steady_clock::now() + kRetryTick;
     work_cv_.WaitUntil(queue_mu_, retry, [&] {
       queue_mu_.AssertHeld();
       return stopping_;
@@ -440,15 +451,21 @@ bool Store::in_error_state() const {
 Status Store::Flush() const {
   if (!background()) return Status::Ok();
   MutexLock lock(queue_mu_);
-  if (queue_size_ == 0) return Status::Ok();
-  writer_parked_ = false;
+  const auto written = [&] {
+    queue_mu_.AssertHeld();
+    return pending_.empty() && writing_count_ == 0;
+  };
+  if (written()) return Status::Ok();
+  ++waiters_;
+  writer_busy_ = true;
   work_cv_.NotifyOne();
   progress_cv_.Wait(queue_mu_, [&] {
     queue_mu_.AssertHeld();
-    return queue_size_ == 0 || queue_error_.has_value();
+    return written() || queue_error_.has_value();
   });
-  if (queue_size_ == 0) return Status::Ok();
-  return Status(queue_error_->code(), "queued writes cannot be written until the store recovers from: " +
+  --waiters_;
+  if (written()) return Status::Ok();
+  return Status(queue_error_->code(), "buffered writes cannot be written until the store recovers from: " +
                                           queue_error_->message());
 }
 

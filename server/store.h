@@ -49,20 +49,27 @@
 //
 // Background writes (StoreOptions::background_queue > 0; the server uses
 // them with kNone, docs/design.md "Durability modes"): Put and Delete check
-// their arguments, advance the version high-water mark in memory, copy the
-// write into a bounded queue and return OK; one writer thread owned by the
-// Store writes the queue to RocksDB in order, every write queued meanwhile
-// in one WriteBatch, durable per the durability. Put or Delete waits for
-// room while the queue holds background_queue writes or
-// background_queue_bytes of keys and values (back-pressure). A failed
-// background write enters the error state described above: the writes stay
-// queued, in order, and the writer retries them after the backoff, while
-// every Put and Delete is refused at once with the error; nothing queued is
-// dropped or reordered. Flush() waits until the queue is written; Get and
+// their arguments, advance the version high-water mark in memory, put the
+// write into a write-back buffer that holds one entry per key (a key
+// written again replaces its entry, reusing its buffer) and return OK. One
+// writer thread owned by the Store writes the buffer to RocksDB, durable per
+// the durability, once it holds half of background_queue keys or of
+// background_queue_bytes of keys and values, when Flush (or Get, Scan) or a
+// producer without room waits for it, and at close; it takes the whole
+// buffer and writes it in WriteBatches of at most 256 writes or 4 MiB, each
+// with the high-water mark, while new writes fill a new buffer. Per key the
+// last write lands last; across keys a buffer lands in no particular order
+// (a crash keeps an arbitrary subset of it: kNone promises nothing then).
+// Put or Delete waits for room while buffer and the part not yet written
+// hold background_queue keys or background_queue_bytes (back-pressure). A
+// failed background write enters the error state described above: the
+// writes stay buffered and the writer retries them after the backoff, while
+// every Put and Delete is refused at once with the error; nothing buffered
+// is dropped. Flush() waits until everything buffered is written; Get and
 // Scan flush first and return the error when it cannot be written (a read
-// sees every write that returned OK). The destructor writes what is queued
-// (in the error state after one last recovery attempt; what still fails is
-// logged as lost) before it flushes the memtables and closes.
+// sees every write that returned OK). The destructor writes what is
+// buffered (in the error state after one last recovery attempt; what still
+// fails is logged as lost) before it flushes the memtables and closes.
 //
 // Everything read back is validated: a malformed stored record or meta
 // value is DATA_LOSS naming the key, and the server refuses to start rather
@@ -85,6 +92,7 @@
 #include <string>
 #include <string_view>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include "common/mutex.h"
@@ -116,11 +124,11 @@ struct StoreOptions {
   // The file system RocksDB uses; null is the operating system's. Tests
   // inject faults through a rocksdb::FileSystemWrapper.
   std::shared_ptr<rocksdb::FileSystem> file_system;
-  // Background writes (see above): at most this many queued writes; 0
+  // Background writes (see above): at most this many buffered keys; 0
   // writes RocksDB inside Put and Delete. At most 1 << 20.
   uint32_t background_queue = 0;
-  // ... and at most this many bytes of queued keys and values (a single
-  // larger write is queued alone). Above 0.
+  // ... and at most this many bytes of buffered keys and values (a single
+  // larger write is buffered alone). Above 0.
   uint64_t background_queue_bytes = 16ULL << 20;
   // kSync only: group commit (see above). Not with background writes.
   bool deferred_sync = false;
@@ -145,7 +153,7 @@ class Store {
     return Open(dir, options);
   }
 
-  ~Store();  // writes the queue, flushes (for kNone) and closes the database
+  ~Store();  // writes the buffer, flushes (for kNone) and closes the database
   Store(const Store&) = delete;
   Store& operator=(const Store&) = delete;
 
@@ -181,7 +189,7 @@ class Store {
   // Whether writes are refused until a DB::Resume() succeeds.
   bool in_error_state() const;
 
-  // Background writes: waits until every queued write is in RocksDB; the
+  // Background writes: waits until every buffered write is in RocksDB; the
   // error-state status when they cannot be written now. Without them: OK.
   Status Flush() const;
 
@@ -205,9 +213,9 @@ class Store {
   // Writes `batch` durable per the durability, through the error state;
   // `describe` names the write in an error (called only on one).
   Status Commit(rocksdb::WriteBatch* batch, const std::function<std::string()>& describe);
-  // Background writes: queues one write, waiting for room.
+  // Background writes: buffers one write, waiting for room.
   Status Enqueue(bool put, std::string_view key, std::string_view value, uint64_t version, uint64_t hw);
-  // The writer thread's loop; returns once stopping with the queue empty.
+  // The writer thread's loop; returns once stopping with the buffer written.
   void WriterLoop();
   // Enters the error state after a failed write, or backs off further.
   void EnterErrorState(const Status& failed);
@@ -238,30 +246,38 @@ class Store {
   uint64_t epoch_ = 0;
   uint64_t version_hw_ = 0;
 
-  // Background writes. The queue is a ring of background_queue slots whose
-  // strings keep their capacity (no allocation per write once warm).
-  // Invariants: the writer reads only slots [queue_head_, queue_head_ +
-  // queue_size_), which stay counted until written; producers fill only the
-  // slot after them. queue_error_ is set while the head cannot be written.
-  struct QueuedWrite {
+  // Background writes: a write-back buffer, one entry per key (a key
+  // written again replaces its entry: only its last write reaches RocksDB).
+  // pending_ collects writes; the writer swaps it into writing_, which is
+  // then its own until written, while pending_ starts anew. A key in both
+  // is written in that order, so per key the last write lands last.
+  // Invariants: writing_count_/writing_bytes_ count what of writing_ is not
+  // yet written (producers read them for room); queue_error_ is set while
+  // writing_ cannot be written.
+  struct PendingWrite {
     bool put = false;
-    std::string key;
     std::string value;
     uint64_t version = 0;
-    uint64_t hw = 0;
   };
+  // Whether the writer should write now: the buffer is past half its
+  // limits, or someone waits (Flush, a producer without room), or stopping.
+  bool WriteDue() const REQUIRES(queue_mu_);
   mutable Mutex queue_mu_;
   mutable CondVar work_cv_;      // the writer: work to do, or stopping
   mutable CondVar progress_cv_;  // producers and Flush: room, drained, or an error
-  std::vector<QueuedWrite> queue_ GUARDED_BY(queue_mu_);
-  size_t queue_head_ GUARDED_BY(queue_mu_) = 0;
-  size_t queue_size_ GUARDED_BY(queue_mu_) = 0;
-  uint64_t queue_bytes_ GUARDED_BY(queue_mu_) = 0;
+  std::unordered_map<std::string, PendingWrite> pending_ GUARDED_BY(queue_mu_);
+  uint64_t pending_bytes_ GUARDED_BY(queue_mu_) = 0;
+  uint64_t pending_hw_ GUARDED_BY(queue_mu_) = 0;  // >= every version pending
+  std::unordered_map<std::string, PendingWrite> writing_;  // the writer's
+  uint64_t writing_hw_ = 0;                                 // the writer's
+  size_t writing_count_ GUARDED_BY(queue_mu_) = 0;
+  uint64_t writing_bytes_ GUARDED_BY(queue_mu_) = 0;
   std::optional<Status> queue_error_ GUARDED_BY(queue_mu_);
-  // The writer waits without a timeout (producers then wake it) only after
-  // it found the queue empty for a while; while writes keep coming it
-  // looks every kWriterTick, so a write costs its producer no wake-up.
-  mutable bool writer_parked_ GUARDED_BY(queue_mu_) = false;
+  // Threads waiting for the writer: Flush, producers without room.
+  mutable int waiters_ GUARDED_BY(queue_mu_) = 0;
+  // Set while the writer writes or has been woken: producers then need not
+  // wake it (a write costs its producer no wake-up below the trigger).
+  mutable bool writer_busy_ GUARDED_BY(queue_mu_) = false;
   bool stopping_ GUARDED_BY(queue_mu_) = false;
   std::thread writer_;
 

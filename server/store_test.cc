@@ -769,5 +769,80 @@ TEST_F(StoreGroupCommitTest, ConcurrentCallersEachFindTheirWritesSynced) {
   EXPECT_EQ(ScanAll(*store).size(), size_t{kThreads} * kWrites);
 }
 
+// ---- The write-back buffer of background writes ----
+
+class StoreWriteBackTest : public StoreTest {
+ protected:
+  std::unique_ptr<Store> OpenTracked(uint32_t keys) {
+    StoreOptions o;
+    o.durability = Durability::kWal;  // the WAL shows what was written
+    o.background_queue = keys;
+    o.background_queue_bytes = 1ULL << 30;
+    o.file_system = fs_;
+    auto s = Store::Open(dir_.string(), o);
+    EXPECT_TRUE(s.ok()) << s.status();
+    return s.ok() ? std::move(s).value() : nullptr;
+  }
+  std::shared_ptr<SyncTrackingFileSystem> fs_ = std::make_shared<SyncTrackingFileSystem>();
+};
+
+TEST_F(StoreWriteBackTest, AKeyWrittenAgainReachesRocksDbOnlyWithItsLastWrite) {
+  auto store = OpenTracked(64);
+  ASSERT_NE(store, nullptr);
+  const uint64_t at_open = fs_->appended.load();
+  uint64_t last = 0;
+  for (int i = 0; i < 1000; ++i) {
+    last = store->NextVersion();
+    ASSERT_TRUE(store->Put("hot", std::string(1024, static_cast<char>('a' + i % 26)), last).ok());
+  }
+  // One key is far below the writer's trigger (half of 64 keys): nothing
+  // is written yet, whatever the number of writes.
+  EXPECT_EQ(fs_->appended.load(), at_open);
+  ASSERT_TRUE(store->Flush().ok());
+  const uint64_t written = fs_->appended.load() - at_open;
+  EXPECT_GT(written, 1024u);
+  EXPECT_LT(written, 2 * 1024u) << "more than the last of 1000 writes of one key reached the WAL";
+  auto got = store->Get("hot");
+  ASSERT_TRUE(got.ok() && got->has_value()) << got.status();
+  EXPECT_EQ((*got)->version, last);
+  EXPECT_EQ((*got)->value, std::string(1024, static_cast<char>('a' + 999 % 26)));
+  // A delete replaces the buffered put of its key just the same.
+  ASSERT_TRUE(store->Put("gone", "x", store->NextVersion()).ok());
+  ASSERT_TRUE(store->Delete("gone").ok());
+  EXPECT_FALSE(store->Get("gone")->has_value());
+}
+
+TEST_F(StoreWriteBackTest, TheWriterStartsAtHalfTheBufferWithoutAFlush) {
+  auto store = OpenTracked(8);
+  ASSERT_NE(store, nullptr);
+  const uint64_t at_open = fs_->appended.load();
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(store->Put("k" + std::to_string(i), "v", store->NextVersion()).ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_EQ(fs_->appended.load(), at_open) << "written below the trigger";
+  ASSERT_TRUE(store->Put("k3", "v", store->NextVersion()).ok());  // 4 of 8 keys
+  EXPECT_TRUE(Eventually([&] { return fs_->appended.load() > at_open; }));
+  EXPECT_EQ(ScanAll(*store).size(), 4u);
+}
+
+TEST_F(StoreWriteBackTest, ManyKeysPastTheLimitAllLandAndSurviveACleanClose) {
+  std::map<std::string, std::pair<uint64_t, std::string>> expected;
+  uint64_t hw = 0;
+  {
+    auto store = OpenTracked(16);  // far fewer than the keys: the buffer fills, waits and swaps
+    ASSERT_NE(store, nullptr);
+    for (int i = 0; i < 3000; ++i) {
+      const std::string key = "key" + std::to_string(i % 700);
+      const uint64_t version = store->NextVersion();
+      ASSERT_TRUE(store->Put(key, "value " + std::to_string(i), version).ok());
+      expected[key] = {version, "value " + std::to_string(i)};
+    }
+    hw = store->version_high_water();
+  }
+  auto reopened = MustOpen();
+  ASSERT_NE(reopened, nullptr);
+  EXPECT_EQ(reopened->version_high_water(), hw);
+  EXPECT_EQ(ScanAll(*reopened), expected);
+}
+
 }  // namespace
 }  // namespace rkv::server
