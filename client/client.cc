@@ -664,6 +664,8 @@ class Client::Impl {
     out.catchup_records_served = r->catchup_records_served();
     out.polling_threads = r->polling_threads();
     out.bytes_per_connection = r->bytes_per_connection();
+    out.store_unwritten_writes = r->store_unwritten_writes();
+    out.store_unwritten_bytes = r->store_unwritten_bytes();
     return out;
   }
 

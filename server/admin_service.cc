@@ -49,6 +49,8 @@ class AdminServer::Service final : public v1::Admin::Service {
     response->set_catchup_records_served(st.catchup_records_served);
     response->set_polling_threads(st.polling_threads);
     response->set_bytes_per_connection(st.bytes_per_connection);
+    response->set_store_unwritten_writes(st.store_unwritten_writes);
+    response->set_store_unwritten_bytes(st.store_unwritten_bytes);
     return grpc::Status::OK;
   }
 

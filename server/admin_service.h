@@ -58,6 +58,9 @@ struct AdminStats {
   // Connection scale (ServerStats).
   uint32_t polling_threads = 0;
   uint64_t bytes_per_connection = 0;
+  // --durability=none's write-back buffer (ServerStats).
+  uint64_t store_unwritten_writes = 0;
+  uint64_t store_unwritten_bytes = 0;
 };
 
 class Applier;

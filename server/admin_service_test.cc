@@ -38,6 +38,8 @@ TEST(AdminServiceTest, ServesHealthAndStatsOnlyWithTheToken) {
     s.heap_bytes = 1 << 20;
     s.heap_bytes_used = 640;
     s.heap_bytes_quarantined = 128;
+    s.store_unwritten_writes = 7;
+    s.store_unwritten_bytes = 7168;
     return s;
   });
   ASSERT_TRUE(admin.ok()) << admin.status();
@@ -77,6 +79,8 @@ TEST(AdminServiceTest, ServesHealthAndStatsOnlyWithTheToken) {
   EXPECT_EQ(stats.heap_bytes(), 1u << 20);
   EXPECT_EQ(stats.heap_bytes_used(), 640u);
   EXPECT_EQ(stats.heap_bytes_quarantined(), 128u);
+  EXPECT_EQ(stats.store_unwritten_writes(), 7u);
+  EXPECT_EQ(stats.store_unwritten_bytes(), 7168u);
 
   (*admin)->Shutdown();
   (*admin)->Shutdown();  // idempotent

@@ -360,6 +360,8 @@ int main(int argc, char** argv) {
       a.heap_bytes_quarantined = st.heap_bytes_quarantined;
       a.polling_threads = static_cast<uint32_t>(st.polling_threads);
       a.bytes_per_connection = st.connection_cost.total();
+      a.store_unwritten_writes = st.store_unwritten_writes;
+      a.store_unwritten_bytes = st.store_unwritten_bytes;
       if (const rkv::server::CatchUp* c = catch_up_stats->load(std::memory_order_acquire)) {
         const rkv::server::CatchUp::Stats cs = c->stats();
         a.catchup_records_listed = cs.records_listed;

@@ -558,6 +558,11 @@ ServerStats Server::Stats() const {
   s.gets_served_by_cpu = 0;
   s.polling_threads = polling_threads_;
   s.connection_cost = Cost();
+  if (store_ != nullptr) {
+    const Store::Unwritten u = store_->unwritten();
+    s.store_unwritten_writes = u.writes;
+    s.store_unwritten_bytes = u.bytes;
+  }
   if (applier_ == nullptr) return s;
   const Applier::Snapshot a = applier_->snapshot();
   s.puts = a.puts;

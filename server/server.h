@@ -102,6 +102,10 @@ struct ServerStats {
   // costs (the transport's own share is in docs/design.md).
   uint64_t polling_threads = 0;
   ConnectionCost connection_cost;
+  // --durability=none: acknowledged writes still in the store's write-back
+  // buffer (a crash loses them; docs/design.md "Durability modes").
+  uint64_t store_unwritten_writes = 0;
+  uint64_t store_unwritten_bytes = 0;
 };
 
 class Server {

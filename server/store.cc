@@ -442,6 +442,12 @@ void Store::WriterLoop() {
   }
 }
 
+Store::Unwritten Store::unwritten() const {
+  if (!background()) return {};
+  MutexLock lock(queue_mu_);
+  return Unwritten{pending_.size() + writing_count_, pending_bytes_ + writing_bytes_};
+}
+
 bool Store::in_error_state() const {
   if (!background()) return error_.has_value();
   MutexLock lock(queue_mu_);

@@ -186,6 +186,15 @@ class Store {
   uint64_t wal_syncs() const { return wal_syncs_.load(std::memory_order_relaxed); }
   uint64_t synced_writes() const { return synced_writes_.load(std::memory_order_relaxed); }
 
+  // Background writes: acknowledged writes not yet in RocksDB (a crash
+  // loses them), counted by key, and their keys' and values' bytes. Zero
+  // without background writes. Callable from any thread.
+  struct Unwritten {
+    uint64_t writes = 0;
+    uint64_t bytes = 0;
+  };
+  Unwritten unwritten() const EXCLUDES(queue_mu_);
+
   // Whether writes are refused until a DB::Resume() succeeds.
   bool in_error_state() const;
 

@@ -798,7 +798,11 @@ TEST_F(StoreWriteBackTest, AKeyWrittenAgainReachesRocksDbOnlyWithItsLastWrite) {
   // One key is far below the writer's trigger (half of 64 keys): nothing
   // is written yet, whatever the number of writes.
   EXPECT_EQ(fs_->appended.load(), at_open);
+  EXPECT_EQ(store->unwritten().writes, 1u);
+  EXPECT_EQ(store->unwritten().bytes, 3u + 1024u);
   ASSERT_TRUE(store->Flush().ok());
+  EXPECT_EQ(store->unwritten().writes, 0u);
+  EXPECT_EQ(store->unwritten().bytes, 0u);
   const uint64_t written = fs_->appended.load() - at_open;
   EXPECT_GT(written, 1024u);
   EXPECT_LT(written, 2 * 1024u) << "more than the last of 1000 writes of one key reached the WAL";

@@ -376,12 +376,12 @@ std::string FormatMembersJson(const std::vector<MemberInfo>& members) {
 std::string FormatStatsText(const std::vector<ServerStatsInfo>& stats) {
   std::vector<std::vector<std::string>> rows;
   rows.push_back({"SERVER", "EPOCH", "KEYS", "PUTS", "DELETES", "ERRORS", "CONNECTIONS", "GETS_BY_CPU",
-                  "HEAP_USED", "HEAP_QUARANTINED", "HEAP_TOTAL", "THREADS", "PER_CONNECTION"});
+                  "HEAP_USED", "HEAP_QUARANTINED", "HEAP_TOTAL", "THREADS", "PER_CONNECTION", "UNWRITTEN"});
   for (const ServerStatsInfo& s : stats) {
     rows.push_back({s.server_id, U(s.epoch), U(s.keys), U(s.puts), U(s.deletes), U(s.request_errors),
                     U(s.connections), U(s.gets_served_by_cpu), FormatBytes(s.heap_bytes_used),
                     FormatBytes(s.heap_bytes_quarantined), FormatBytes(s.heap_bytes), U(s.polling_threads),
-                    FormatBytes(s.bytes_per_connection)});
+                    FormatBytes(s.bytes_per_connection), FormatBytes(s.store_unwritten_bytes)});
   }
   return Columns(rows);
 }
@@ -397,7 +397,8 @@ std::string FormatStatsJson(const std::vector<ServerStatsInfo>& stats) {
            U(s.gets_served_by_cpu) + ",\"heap_bytes_used\":" + U(s.heap_bytes_used) +
            ",\"heap_bytes_quarantined\":" + U(s.heap_bytes_quarantined) + ",\"heap_bytes\":" + U(s.heap_bytes) +
            ",\"polling_threads\":" + U(s.polling_threads) + ",\"bytes_per_connection\":" +
-           U(s.bytes_per_connection) + "}";
+           U(s.bytes_per_connection) + ",\"store_unwritten_writes\":" + U(s.store_unwritten_writes) +
+           ",\"store_unwritten_bytes\":" + U(s.store_unwritten_bytes) + "}";
   }
   return out + "]\n";
 }

@@ -273,14 +273,17 @@ TEST(ClusterFormatTest, FormatsStats) {
   s.heap_bytes_quarantined = 64;
   s.polling_threads = 3;
   s.bytes_per_connection = 2048;
+  s.store_unwritten_writes = 5;
+  s.store_unwritten_bytes = 5120;
   EXPECT_EQ(FormatStatsJson({s}),
             "[{\"server_id\":\"s-1\",\"epoch\":2,\"keys\":3,\"puts\":4,\"deletes\":1,\"request_errors\":0,"
             "\"connections\":2,\"gets_served_by_cpu\":0,\"heap_bytes_used\":128,\"heap_bytes_quarantined\":64,"
-            "\"heap_bytes\":4096,\"polling_threads\":3,\"bytes_per_connection\":2048}]\n");
+            "\"heap_bytes\":4096,\"polling_threads\":3,\"bytes_per_connection\":2048,"
+            "\"store_unwritten_writes\":5,\"store_unwritten_bytes\":5120}]\n");
   const std::string text = FormatStatsText({s});
   EXPECT_EQ(text.substr(0, text.find('\n')),
             "SERVER  EPOCH  KEYS  PUTS  DELETES  ERRORS  CONNECTIONS  GETS_BY_CPU  HEAP_USED  HEAP_QUARANTINED  "
-            "HEAP_TOTAL  THREADS  PER_CONNECTION");
+            "HEAP_TOTAL  THREADS  PER_CONNECTION  UNWRITTEN");
   EXPECT_NE(text.find("s-1     2      3     4     1        0       2            0            128 B      64 B"),
             std::string::npos)
       << text;

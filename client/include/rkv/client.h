@@ -225,6 +225,10 @@ struct ServerStatsInfo {
   // connection costs beside the transport's.
   uint32_t polling_threads = 0;
   uint64_t bytes_per_connection = 0;
+  // --durability=none: acknowledged writes the server holds in memory only
+  // (its store's write-back buffer; a crash of that server loses them).
+  uint64_t store_unwritten_writes = 0;
+  uint64_t store_unwritten_bytes = 0;
 };
 
 // One shard's digest on one server (Client::ShardChecksums): its records'
