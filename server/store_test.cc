@@ -771,7 +771,7 @@ TEST_F(StoreGroupCommitTest, ConcurrentCallersEachFindTheirWritesSynced) {
 
 // ---- The write-back buffer of background writes ----
 
-class StoreWriteBackTest : public StoreTest {
+class StoreWriteBackTest : public StoreBackgroundTest {
  protected:
   std::unique_ptr<Store> OpenTracked(uint32_t keys) {
     StoreOptions o;
@@ -779,9 +779,7 @@ class StoreWriteBackTest : public StoreTest {
     o.background_queue = keys;
     o.background_queue_bytes = 1ULL << 30;
     o.file_system = fs_;
-    auto s = Store::Open(dir_.string(), o);
-    EXPECT_TRUE(s.ok()) << s.status();
-    return s.ok() ? std::move(s).value() : nullptr;
+    return OpenBackground(o);
   }
   std::shared_ptr<SyncTrackingFileSystem> fs_ = std::make_shared<SyncTrackingFileSystem>();
 };
