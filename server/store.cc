@@ -335,9 +335,22 @@ Status Store::Enqueue(bool put, std::string_view key, std::string_view value, ui
     return Status(queue_error_->code(), "writes are refused until the store recovers from: " +
                                             queue_error_->message());
   }
-  auto [it, added] = pending_.try_emplace(std::string(key));
+  // A key already buffered is found without building a string; a new one
+  // takes a spare entry (written before, buffers kept) when there is one:
+  // a warm buffer allocates nothing.
+  auto it = pending_.find(key);
+  if (it != pending_.end()) {
+    pending_bytes_ -= key.size() + it->second.value.size();
+  } else if (!spare_.empty()) {
+    WriteBuffer::node_type node = std::move(spare_.back());
+    spare_.pop_back();
+    spare_bytes_ -= node.key().capacity() + node.mapped().value.capacity();
+    node.key().assign(key);
+    it = pending_.insert(std::move(node)).position;
+  } else {
+    it = pending_.try_emplace(std::string(key)).first;
+  }
   PendingWrite& w = it->second;
-  if (!added) pending_bytes_ -= key.size() + w.value.size();
   w.put = put;
   w.value.assign(value);
   w.version = version;
@@ -366,6 +379,11 @@ void Store::WriterLoop() {
   // in steps that each free room for producers.
   constexpr size_t kChunkWrites = 256;
   constexpr uint64_t kChunkBytes = 4ULL << 20;
+  // Written entries are kept for reuse (spare_) up to this many bytes of
+  // key and value buffers; an entry whose buffers alone are larger is freed.
+  constexpr uint64_t kSpareBytes = 8ULL << 20;
+  constexpr uint64_t kKeptEntryBytes = 64ULL << 10;
+  std::vector<WriteBuffer::node_type> written;
   // Without a recovery backoff (an error outside the error state), the
   // next attempt waits this long.
   constexpr auto kRetryTick = std::chrono::milliseconds(1);
@@ -421,11 +439,21 @@ void Store::WriterLoop() {
     }
     if (s.ok()) s = AddMark(&batch, writing_hw_);
     if (s.ok()) s = Commit(&batch, [n] { return "rocksdb write of " + std::to_string(n) + " buffered writes"; });
-    if (s.ok()) writing_.erase(writing_.begin(), it);
+    if (s.ok()) {
+      // The first n entries in iteration order are those just written.
+      written.clear();
+      for (size_t i = 0; i < n; ++i) written.push_back(writing_.extract(writing_.begin()));
+    }
     MutexLock lock(queue_mu_);
     if (s.ok()) {
       writing_count_ -= n;
       writing_bytes_ -= bytes;
+      for (WriteBuffer::node_type& node : written) {
+        const uint64_t kept = node.key().capacity() + node.mapped().value.capacity();
+        if (kept > kKeptEntryBytes || spare_bytes_ + kept > kSpareBytes) continue;  // freed with `written`
+        spare_bytes_ += kept;
+        spare_.push_back(std::move(node));
+      }
       if (queue_error_) queue_error_.reset();
       progress_cv_.NotifyAll();
       continue;

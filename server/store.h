@@ -51,7 +51,8 @@
 // them with kNone, docs/design.md "Durability modes"): Put and Delete check
 // their arguments, advance the version high-water mark in memory, put the
 // write into a write-back buffer that holds one entry per key (a key
-// written again replaces its entry, reusing its buffer) and return OK. One
+// written again replaces its entry, reusing its buffer; written entries are
+// kept for new keys, up to 8 MiB of buffers) and return OK. One
 // writer thread owned by the Store writes the buffer to RocksDB, durable per
 // the durability, once it holds half of background_queue keys or of
 // background_queue_bytes of keys and values, when Flush (or Get, Scan) or a
@@ -268,17 +269,26 @@ class Store {
     std::string value;
     uint64_t version = 0;
   };
+  // Looked up by string_view: no key string is built for a lookup.
+  struct KeyHash {
+    using is_transparent = void;
+    size_t operator()(std::string_view key) const noexcept { return std::hash<std::string_view>{}(key); }
+  };
+  using WriteBuffer = std::unordered_map<std::string, PendingWrite, KeyHash, std::equal_to<>>;
   // Whether the writer should write now: the buffer is past half its
   // limits, or someone waits (Flush, a producer without room), or stopping.
   bool WriteDue() const REQUIRES(queue_mu_);
   mutable Mutex queue_mu_;
   mutable CondVar work_cv_;      // the writer: work to do, or stopping
   mutable CondVar progress_cv_;  // producers and Flush: room, drained, or an error
-  std::unordered_map<std::string, PendingWrite> pending_ GUARDED_BY(queue_mu_);
+  WriteBuffer pending_ GUARDED_BY(queue_mu_);
   uint64_t pending_bytes_ GUARDED_BY(queue_mu_) = 0;
   uint64_t pending_hw_ GUARDED_BY(queue_mu_) = 0;  // >= every version pending
-  std::unordered_map<std::string, PendingWrite> writing_;  // the writer's
-  uint64_t writing_hw_ = 0;                                 // the writer's
+  WriteBuffer writing_;     // the writer's
+  uint64_t writing_hw_ = 0;  // the writer's
+  // Entries written and kept for reuse, with their buffers' capacity.
+  std::vector<WriteBuffer::node_type> spare_ GUARDED_BY(queue_mu_);
+  uint64_t spare_bytes_ GUARDED_BY(queue_mu_) = 0;
   size_t writing_count_ GUARDED_BY(queue_mu_) = 0;
   uint64_t writing_bytes_ GUARDED_BY(queue_mu_) = 0;
   std::optional<Status> queue_error_ GUARDED_BY(queue_mu_);
