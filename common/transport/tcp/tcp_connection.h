@@ -284,9 +284,13 @@ class TcpConnection final : public Connection {
   Status ContinueRead() EXCLUDES(out_mu_);
   // Whether the peer's next request must wait (the class comment says when).
   bool MustWaitToServe(FrameType type) EXCLUDES(out_mu_);
+  // The limits a peer can run into (Options::frame_timeout, idle_timeout).
+  enum class PeerLimit : uint8_t { kNone, kUnreadResponses, kIncompleteFrame, kIdle };
   // The time the reader gives up on the peer, if any limit applies now,
-  // with the reason it would give.
-  Clock::time_point PeerDeadline(const Backlog& backlog, std::string* why) EXCLUDES(out_mu_);
+  // with the limit that sets it (described only when it is reached: this
+  // runs at every serving step).
+  Clock::time_point PeerDeadline(const Backlog& backlog, PeerLimit* limit) EXCLUDES(out_mu_);
+  std::string DescribePeerLimit(PeerLimit limit, const Backlog& backlog) const;
   Status ServeWrite(const FrameHeader& h, const uint8_t* payload) EXCLUDES(mu_, out_mu_);
   Status ServeSend(const FrameHeader& h, const uint8_t* payload) EXCLUDES(mu_, out_mu_);
   // A response to one of our work requests.

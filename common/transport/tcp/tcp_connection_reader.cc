@@ -91,45 +91,52 @@ StatusOr<TcpConnection::Watch> TcpConnection::ServeStep(bool readable, bool woke
     RKV_RETURN_IF_ERROR(FlushFromReader());
     backlog = OutBacklog();
   }
-  std::string why;
-  const Watch watch{!paused_, backlog.bytes > 0, PeerDeadline(backlog, &why)};
+  PeerLimit limit = PeerLimit::kNone;
+  const Watch watch{!paused_, backlog.bytes > 0, PeerDeadline(backlog, &limit)};
   if (watch.give_up != Clock::time_point::max() && Clock::now() >= watch.give_up) {
+    const std::string why = DescribePeerLimit(limit, backlog);
     LOG(WARNING) << "tcp transport: closing the connection of " << peer_address_ << ": it " << why;
     return Unavailable("peer " + peer_address_ + " " + why);
   }
   return watch;
 }
 
-Clock::time_point TcpConnection::PeerDeadline(const Backlog& backlog, std::string* why) {
+Clock::time_point TcpConnection::PeerDeadline(const Backlog& backlog, PeerLimit* limit) {
   Clock::time_point at = Clock::time_point::max();
-  const auto consider = [&](Clock::time_point t, std::string reason) {
+  const auto consider = [&](Clock::time_point t, PeerLimit which) {
     if (t < at) {
       at = t;
-      *why = std::move(reason);
+      *limit = which;
     }
   };
   if (frame_timeout_.count() > 0) {
-    const std::string limit = std::to_string(frame_timeout_.count()) + " ms";
     if (backlog.bytes > 0) {
       Clock::time_point stalled;
       {
         MutexLock lock(out_mu_);
         stalled = out_stalled_since_;
       }
-      if (stalled != Clock::time_point::max()) {
-        consider(stalled + frame_timeout_, "read none of the " + std::to_string(backlog.bytes) +
-                                               " bytes of responses waiting for it for " + limit);
-      }
+      if (stalled != Clock::time_point::max()) consider(stalled + frame_timeout_, PeerLimit::kUnreadResponses);
     }
-    if (!paused_ && !rx_.empty()) {
-      consider(partial_since_ + frame_timeout_, "left a frame incomplete for " + limit);
-    }
+    if (!paused_ && !rx_.empty()) consider(partial_since_ + frame_timeout_, PeerLimit::kIncompleteFrame);
   }
   if (idle_timeout_.count() > 0 && backlog.bytes == 0 && rx_.empty() && !streaming_) {
-    consider(last_frame_at_ + idle_timeout_,
-             "sent no frame for " + std::to_string(idle_timeout_.count()) + " ms (idle limit)");
+    consider(last_frame_at_ + idle_timeout_, PeerLimit::kIdle);
   }
   return at;
+}
+
+std::string TcpConnection::DescribePeerLimit(PeerLimit limit, const Backlog& backlog) const {
+  const std::string frame_limit = std::to_string(frame_timeout_.count()) + " ms";
+  switch (limit) {
+    case PeerLimit::kUnreadResponses:
+      return "read none of the " + std::to_string(backlog.bytes) + " bytes of responses waiting for it for " +
+             frame_limit;
+    case PeerLimit::kIncompleteFrame: return "left a frame incomplete for " + frame_limit;
+    case PeerLimit::kIdle: return "sent no frame for " + std::to_string(idle_timeout_.count()) + " ms (idle limit)";
+    case PeerLimit::kNone: break;
+  }
+  return "reached no limit";
 }
 
 Status TcpConnection::FlushFromReader() {
