@@ -326,7 +326,6 @@ Status Store::Enqueue(bool put, std::string_view key, std::string_view value, ui
   if (!has_room()) {
     // Back-pressure: the writer writes while anyone waits for it.
     ++waiters_;
-    writer_busy_ = true;
     work_cv_.NotifyOne();
     progress_cv_.Wait(queue_mu_, has_room);
     --waiters_;
@@ -356,10 +355,9 @@ Status Store::Enqueue(bool put, std::string_view key, std::string_view value, ui
   w.version = version;
   pending_bytes_ += bytes;
   pending_hw_ = std::max(pending_hw_, hw);
-  if (!writer_busy_ && WriteDue()) {
-    writer_busy_ = true;
-    work_cv_.NotifyOne();
-  }
+  // Below the trigger a write wakes nobody; past it, a notify while the
+  // writer writes finds no waiter and costs no system call.
+  if (WriteDue()) work_cv_.NotifyOne();
   return Status::Ok();
 }
 
@@ -390,16 +388,15 @@ void Store::WriterLoop() {
   rocksdb::WriteBatch batch;
   bool last_attempt = false;
   for (;;) {
+    written.clear();  // the entries of the last chunk not kept as spares
     {
       MutexLock lock(queue_mu_);
       if (writing_.empty()) {
-        writer_busy_ = false;
         work_cv_.Wait(queue_mu_, [&] {
           queue_mu_.AssertHeld();
           return WriteDue() || (stopping_ && pending_.empty());
         });
         if (pending_.empty()) return;  // stopping, everything written
-        writer_busy_ = true;
         // Take the whole buffer: producers start a new one meanwhile, and
         // a key written again lands after this one's write (per-key order).
         writing_.swap(pending_);
@@ -441,7 +438,6 @@ void Store::WriterLoop() {
     if (s.ok()) s = Commit(&batch, [n] { return "rocksdb write of " + std::to_string(n) + " buffered writes"; });
     if (s.ok()) {
       // The first n entries in iteration order are those just written.
-      written.clear();
       for (size_t i = 0; i < n; ++i) written.push_back(writing_.extract(writing_.begin()));
     }
     MutexLock lock(queue_mu_);
@@ -450,7 +446,7 @@ void Store::WriterLoop() {
       writing_bytes_ -= bytes;
       for (WriteBuffer::node_type& node : written) {
         const uint64_t kept = node.key().capacity() + node.mapped().value.capacity();
-        if (kept > kKeptEntryBytes || spare_bytes_ + kept > kSpareBytes) continue;  // freed with `written`
+        if (kept > kKeptEntryBytes || spare_bytes_ + kept > kSpareBytes) continue;  // freed at the loop's top
         spare_bytes_ += kept;
         spare_.push_back(std::move(node));
       }
@@ -491,7 +487,6 @@ Status Store::Flush() const {
   };
   if (written()) return Status::Ok();
   ++waiters_;
-  writer_busy_ = true;
   work_cv_.NotifyOne();
   progress_cv_.Wait(queue_mu_, [&] {
     queue_mu_.AssertHeld();

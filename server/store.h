@@ -294,9 +294,6 @@ class Store {
   std::optional<Status> queue_error_ GUARDED_BY(queue_mu_);
   // Threads waiting for the writer: Flush, producers without room.
   mutable int waiters_ GUARDED_BY(queue_mu_) = 0;
-  // Set while the writer writes or has been woken: producers then need not
-  // wake it (a write costs its producer no wake-up below the trigger).
-  mutable bool writer_busy_ GUARDED_BY(queue_mu_) = false;
   bool stopping_ GUARDED_BY(queue_mu_) = false;
   std::thread writer_;
 
