@@ -6,9 +6,11 @@
 // Properties: a table is built only from a map that validates; in a built
 // table every shard has an owner among the servers, every key routes to
 // one, each server is found by its id, and the smallest limits are those of
-// some server; every shard's replica set holds 1..R distinct listed
-// servers, the owner first as the only primary, and a key's set is its
-// shard's, led by the server its data calls go to.
+// some server; every shard's replica set holds distinct listed servers,
+// the owner first as the only primary, and with its syncing servers (none
+// of them a replica) at most 2R (R copies plus up to R roles in flight);
+// a handover comes from one of its backups; a key's set is its shard's,
+// led by the server its data calls go to.
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
@@ -46,7 +48,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     RKV_FUZZ_CHECK(owner.server_id == map.shard_owner(static_cast<int>(s)));
     RKV_FUZZ_CHECK(t.Find(owner.server_id) == &owner);
     const std::vector<client::ReplicaEntry> replicas = t.ReplicasOfShard(s);
-    RKV_FUZZ_CHECK(!replicas.empty() && replicas.size() <= t.replication_factor());
+    const std::vector<std::string>& syncing = t.SyncingOfShard(s);
+    RKV_FUZZ_CHECK(!replicas.empty() && replicas.size() + syncing.size() <= 2 * t.replication_factor());
     RKV_FUZZ_CHECK(replicas[0].server == &owner && replicas[0].role == client::ReplicaRole::kPrimary);
     std::set<const client::ServerEntry*> distinct;
     for (size_t k = 0; k < replicas.size(); ++k) {
@@ -55,6 +58,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       distinct.insert(replicas[k].server);
     }
     RKV_FUZZ_CHECK(distinct.size() == replicas.size());
+    for (const std::string& id : syncing) {
+      const client::ServerEntry* e = t.Find(id);
+      RKV_FUZZ_CHECK(e != nullptr && distinct.insert(e).second);
+    }
+    const std::string& handover = t.HandoverFromOfShard(s);
+    RKV_FUZZ_CHECK(handover.empty() || std::any_of(replicas.begin() + 1, replicas.end(), [&](const client::ReplicaEntry& r) {
+                     return r.server->server_id == handover;
+                   }));
   }
   for (const client::ServerEntry& e : t.servers()) {
     RKV_FUZZ_CHECK(t.Find(e.server_id) == &e);

@@ -425,6 +425,23 @@ void Control() {
   v1::ClusterMap primary_twice = replicated;
   primary_twice.mutable_shard_replicas(0)->set_server_ids(1, "a");
   Write("cluster_map", "primary_twice", Serialized(primary_twice));
+  // R = 2 in flight: shard 0 passes its primary role from "b" (still a
+  // backup) to "a" and has "c" catching up, so it lists 2R servers, more
+  // than R in server_ids; shard 1 has "c" caught up beside its two replicas.
+  v1::ClusterMap in_flight = replicated;
+  v1::ServerInfo* c = in_flight.add_servers();
+  *c = in_flight.servers(0);
+  c->set_server_id("c");
+  c->set_zone("zone c");
+  c->clear_shards();
+  c->clear_backup_shards();
+  in_flight.set_expected_servers(3);
+  in_flight.mutable_shard_replicas(0)->set_handover_from("b");
+  in_flight.mutable_shard_replicas(0)->add_syncing_ids("c");
+  c->add_syncing_shards(0);
+  in_flight.mutable_shard_replicas(1)->add_server_ids("c");
+  c->add_backup_shards(1);
+  Write("cluster_map", "in_flight", Serialized(in_flight));
 }
 
 void Kvctl() {
