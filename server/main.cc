@@ -56,6 +56,9 @@ DEFINE_string(memory, "256M", "heap region size in bytes; suffixes K, M, G, T (d
 DEFINE_uint64(max_keys, 1048576, "number of keys the table is sized for (default 1048576)");
 DEFINE_string(durability, "wal", "none (survives a clean shutdown only; RocksDB is written by a background thread, "
               "off the request path) | wal (survives a process crash) | sync (survives power loss) (default wal)");
+DEFINE_string(write_back_bytes, "", "--durability=none only: acknowledged writes held in memory before a PUT waits "
+              "for RocksDB (bytes of keys and values, and one key per KiB), at most what a crash loses; the writer "
+              "starts at half; 64K..1G, suffixes K, M, G (default 64M)");
 DEFINE_string(poll, "adaptive", "how the polling threads wait for requests: adaptive (spin while requests "
               "come, sleep when idle) | busy (never sleep: lowest latency, one CPU per polling thread, also "
               "when idle) (default adaptive)");
@@ -208,6 +211,12 @@ int main(int argc, char** argv) {
     auto ring = ParseByteSize(FLAGS_ring_bytes);
     if (!ring.ok()) return BadFlag("--ring_bytes: " + ring.status().message());
     o.ring_bytes = *ring;
+    if (!FLAGS_write_back_bytes.empty()) {
+      auto write_back = ParseByteSize(FLAGS_write_back_bytes);
+      if (!write_back.ok()) return BadFlag("--write_back_bytes: " + write_back.status().message());
+      if (*write_back == 0) return BadFlag("--write_back_bytes: must be at least 64K");
+      o.write_back_bytes = *write_back;
+    }
     auto durability = rkv::server::ParseDurability(FLAGS_durability);
     if (!durability.ok()) return BadFlag("--durability: " + durability.status().message());
     o.durability = *durability;

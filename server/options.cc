@@ -115,12 +115,30 @@ Status ValidateOptions(const ServerOptions& o) {
     return InvalidArgument("request credits " + std::to_string(o.request_credits) + " outside [1, " +
                            std::to_string(kMaxRequestCredits) + "]");
   }
+  if (o.write_back_bytes != 0) {
+    if (o.durability != Durability::kNone) {
+      return InvalidArgument("--write_back_bytes applies only with --durability=none (durability " +
+                             std::string(DurabilityName(o.durability)) + " writes RocksDB before it replies)");
+    }
+    if (o.write_back_bytes < kMinWriteBackBytes || o.write_back_bytes > kMaxWriteBackBytes) {
+      return InvalidArgument("--write_back_bytes " + std::to_string(o.write_back_bytes) + " is outside [" +
+                             std::to_string(kMinWriteBackBytes) + ", " + std::to_string(kMaxWriteBackBytes) + "]");
+    }
+  }
   if (o.replication_timeout_ms < kMinReplicationTimeoutMs || o.replication_timeout_ms > kMaxReplicationTimeoutMs) {
     return InvalidArgument("--replication_timeout_ms " + std::to_string(o.replication_timeout_ms) +
                            " is outside [" + std::to_string(kMinReplicationTimeoutMs) + ", " +
                            std::to_string(kMaxReplicationTimeoutMs) + "]");
   }
   return Status::Ok();
+}
+
+uint64_t WriteBackBytes(const ServerOptions& o) {
+  return o.write_back_bytes == 0 ? kDefaultWriteBackBytes : o.write_back_bytes;
+}
+
+uint32_t WriteBackKeys(const ServerOptions& o) {
+  return static_cast<uint32_t>(std::max<uint64_t>(64, WriteBackBytes(o) >> 10));
 }
 
 bool IsWildcardHost(std::string_view host) {

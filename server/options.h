@@ -51,6 +51,12 @@ struct ServerOptions {
   uint32_t max_key_bytes = 1024;
   std::string token;                      // the raw token clients must present (its digest)
   uint64_t ring_bytes = 4ULL << 20;       // staging ring per connection
+  // --durability=none only (0: unset, kDefaultWriteBackBytes): the
+  // store's write-back buffer (server/store.h) holds at most this many
+  // bytes of keys and values, and WriteBackKeys() keys, before a PUT waits
+  // for room; its writer starts at half. What a crash of such a server
+  // can lose.
+  uint64_t write_back_bytes = 0;
   // Memory per connection (ServerStats::connection_cost): its staging ring
   // (ring_bytes, pinned on verbs), 2 * request_credits * 128 bytes of
   // messages and under 1 KiB of the poller's bookkeeping; on tcp also at
@@ -128,6 +134,13 @@ StatusOr<std::string> AdvertisedAddress(const std::string& bound, const std::str
 inline constexpr uint32_t kMaxGracePeriodMs = 60'000;
 inline constexpr uint32_t kMinGracePeriodMs = 2;
 inline constexpr uint64_t kMaxRingBytes = 1ULL << 30;
+inline constexpr uint64_t kDefaultWriteBackBytes = 64ULL << 20;
+inline constexpr uint64_t kMinWriteBackBytes = 64ULL << 10;
+inline constexpr uint64_t kMaxWriteBackBytes = 1ULL << 30;
+// The write-back buffer's limits for `o` (durability none): its bytes, and
+// one key per KiB of them (at least 64), 65,536 keys with the default.
+uint64_t WriteBackBytes(const ServerOptions& o);
+uint32_t WriteBackKeys(const ServerOptions& o);
 inline constexpr uint32_t kMaxConnectionsLimit = 4096;
 inline constexpr uint32_t kMaxRequestCredits = 128;
 inline constexpr uint32_t kMinTimeoutMs = 100;

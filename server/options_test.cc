@@ -44,6 +44,17 @@ TEST(OptionsTest, EveryBadValueIsRejectedNamingItsFlag) {
       {"--max_keys", [](ServerOptions& o) { o.max_keys = 0; }},
       {"--ring_bytes", [](ServerOptions& o) { o.ring_bytes = 1000; }},
       {"--ring_bytes", [](ServerOptions& o) { o.ring_bytes = 2 * 1024 * 1024; }},  // < 2x ~1 MiB block
+      {"--write_back_bytes", [](ServerOptions& o) { o.write_back_bytes = 1 << 20; }},  // durability wal
+      {"--write_back_bytes",
+       [](ServerOptions& o) {
+         o.durability = Durability::kNone;
+         o.write_back_bytes = kMinWriteBackBytes - 1;
+       }},
+      {"--write_back_bytes",
+       [](ServerOptions& o) {
+         o.durability = Durability::kNone;
+         o.write_back_bytes = kMaxWriteBackBytes + 1;
+       }},
       {"--max_connections", [](ServerOptions& o) { o.max_connections = 0; }},
       {"--threads", [](ServerOptions& o) { o.threads = 0; }},
       {"--threads", [](ServerOptions& o) { o.threads = kMaxThreads + 1; }},
@@ -63,6 +74,19 @@ TEST(OptionsTest, EveryBadValueIsRejectedNamingItsFlag) {
     EXPECT_NE(s.message().find(c.flag), std::string::npos) << s;
     EXPECT_EQ(s.message().find('\n'), std::string::npos) << "one line: " << s;
   }
+}
+
+TEST(OptionsTest, WriteBackLimitsDefaultTo64MiBAndOneKeyPerKiB) {
+  ServerOptions o = Valid();
+  EXPECT_EQ(WriteBackBytes(o), 64ULL << 20);
+  EXPECT_EQ(WriteBackKeys(o), 65536u);
+  o.durability = Durability::kNone;
+  o.write_back_bytes = 1ULL << 30;
+  EXPECT_TRUE(ValidateOptions(o).ok());
+  EXPECT_EQ(WriteBackKeys(o), 1u << 20);
+  o.write_back_bytes = kMinWriteBackBytes;
+  EXPECT_TRUE(ValidateOptions(o).ok());
+  EXPECT_EQ(WriteBackKeys(o), 64u);
 }
 
 TEST(OptionsTest, RingMustHoldTwoLargestBlocks) {

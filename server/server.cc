@@ -29,10 +29,6 @@ using transport::OpType;
 // wr_id tags: receives carry their buffer index, sends kSendTag | index.
 constexpr uint64_t kSendTag = uint64_t{1} << 32;
 constexpr auto kPollTimeout = std::chrono::milliseconds(50);
-// --durability=none: the store's write-back buffer (server/store.h): keys
-// and bytes it holds before a PUT waits for room; its writer starts at half.
-constexpr uint32_t kStoreQueueWrites = 1U << 16;
-constexpr uint64_t kStoreQueueBytes = 64ULL << 20;
 constexpr auto kAcceptTimeout = std::chrono::milliseconds(100);
 // The most connections one Wait of a poller reports.
 constexpr size_t kReadyPerWait = 256;
@@ -134,8 +130,8 @@ Status Server::Init() {
     // the request path: a write-back buffer and its writer, written before
     // any scan of the store and on close (docs/design.md, "Durability
     // modes").
-    store_options.background_queue = kStoreQueueWrites;
-    store_options.background_queue_bytes = kStoreQueueBytes;
+    store_options.background_queue = WriteBackKeys(options_);
+    store_options.background_queue_bytes = WriteBackBytes(options_);
   }
   // With sync, the pollers commit in groups: one fsync for every write a
   // round applied, across connections (and across pollers that sync at
@@ -185,6 +181,9 @@ Status Server::Init() {
   address_ = listener_->address();
   LOG(INFO) << "listening on " << address_ << " (epoch " << epoch_ << ", " << (uint64_t{1} << log2)
             << " buckets, " << heap_bytes << "-byte heap, durability " << DurabilityName(options_.durability)
+            << (options_.durability == Durability::kNone
+                    ? " with a " + std::to_string(WriteBackBytes(options_)) + "-byte write-back buffer"
+                    : std::string())
             << ", poll " << PollModeName(options_.poll) << ")";
   RKV_RETURN_IF_ERROR(StartPollers());
   polling_threads_ = pollers_.size();

@@ -440,6 +440,47 @@ TEST_F(ServerE2ETest, RestartRebuildsTheTableUnderANewEpoch) {
   EXPECT_EQ(r->version, 52u);
 }
 
+// --durability=none: what the write-back buffer holds (what a crash could
+// lose) stays within --write_back_bytes, and a clean shutdown loses none of
+// it; the default buffer holds all of these writes unwritten.
+TEST_F(ServerE2ETest, WriteBackBytesBoundsWhatANoneServerHoldsUnwritten) {
+  options_.durability = Durability::kNone;
+  const std::string value(1000, 'v');
+  const auto put_all = [&](uint64_t* most_unwritten) {
+    auto c = MustConnect();
+    ASSERT_NE(c, nullptr);
+    for (int i = 0; i < 300; ++i) {
+      auto r = c->Request(protocol::Op::kPut, "key" + std::to_string(i), value);
+      ASSERT_TRUE(r.ok() && r->status_code == 0) << i;
+      const ServerStats s = server_->Stats();
+      *most_unwritten = std::max(*most_unwritten, s.store_unwritten_bytes);
+      EXPECT_LE(s.store_unwritten_writes, WriteBackKeys(options_));
+    }
+  };
+  StartServer();
+  uint64_t most = 0;
+  put_all(&most);
+  EXPECT_GT(most, 300u * 1000);  // 64 MiB by default: nothing written yet
+  server_->Shutdown();
+
+  options_.write_back_bytes = kMinWriteBackBytes;
+  EXPECT_EQ(WriteBackKeys(options_), 64u);
+  StartServer();
+  EXPECT_EQ(server_->keys_at_start(), 300u);
+  most = 0;
+  put_all(&most);
+  EXPECT_GT(most, 0u);
+  EXPECT_LE(most, kMinWriteBackBytes);
+  server_->Shutdown();
+  StartServer();
+  EXPECT_EQ(server_->keys_at_start(), 300u);
+  auto c = MustConnect();
+  ASSERT_NE(c, nullptr);
+  auto got = c->Get("key299");
+  ASSERT_TRUE(got.has_value());
+  EXPECT_EQ(got->value, value);
+}
+
 TEST_F(ServerE2ETest, SecondServerOnTheSameDataDirFailsClearly) {
   StartServer();
   auto other = Server::Start(options_, server_transport_.get());
