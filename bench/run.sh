@@ -30,7 +30,13 @@
 #       --appendonly yes --appendfsync everysec (acknowledged writes survive
 #       a process crash, as with rkv's wal).
 # Workloads: get (100% GET) and put (100% PUT), values of 64, 1024 and 16384
-# bytes. The whole script takes 3-4 minutes on 2 cores.
+# bytes; per size the records are loaded once, untimed, and every timed run
+# reuses them (--noload). Beside each latency the report gives the store
+# process's CPU time per operation (user + system, all its threads, from
+# /proc/PID/stat over the timed runs alone): rkv's polling threads spin
+# while requests come, memcached and Redis sleep in epoll, so ops/s alone
+# would hide what each costs the machine. The whole script takes 3-4
+# minutes on 2 cores.
 #
 # Exit status: 0 when every run was clean; 1 when a run failed or reported
 # errors (the report says which); 2 for bad usage or a missing build.
@@ -130,6 +136,19 @@ token_file=$work/token
 head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$token_file"
 results=$work/results.txt
 : >"$results"
+# "label workload size ticks": the store's CPU time over each timed run.
+cpu=$work/cpu.txt
+: >"$cpu"
+clk_tck=$(getconf CLK_TCK)
+
+# User + system CPU ticks of process `pid` so far (all its threads).
+cpu_ticks() { # pid
+  local stat
+  stat=$(cat "/proc/$1/stat" 2>/dev/null) || { echo 0; return; }
+  # Fields after the command name, which ends at the last ')': utime and
+  # stime are the 12th and 13th of them.
+  awk '{print $12 + $13}' <<<"${stat##*) }"
+}
 failed=()
 server_addr=""
 server_pid=""
@@ -182,17 +201,28 @@ start_redis() { # name extra-args...
 
 # Runs every workload and size against the store started last.
 run_all() { # label target
-  local label=$1 target=$2 workload size rc rep lines extra=()
+  local label=$1 target=$2 workload size rc rep lines ticks extra=()
   [[ $target == rkv ]] && extra=(--token_file="$token_file" --transport=tcp)
   for size in 64 1024 16384; do
+    # The records, once per size: the timed runs below reuse them.
+    rc=0
+    "$ycsb_bin" --target="$target" --server="$server_addr" "${extra[@]}" \
+      --workload=put --value_bytes="$size" --records="$records" --operations=1 \
+      --threads=1 >"$work/ycsb.out" 2>&1 || rc=$?
+    if ((rc != 0)); then
+      sed "s/^/  [$label load $size] /" "$work/ycsb.out" >&2
+      failed+=("$label/load/$size (rc $rc)")
+    fi
     for workload in get put; do
       for ((rep = 1; rep <= repeat; rep++)); do
         lines=$(wc -l <"$results")
         rc=0
+        ticks=$(cpu_ticks "$server_pid")
         "$ycsb_bin" --target="$target" --server="$server_addr" "${extra[@]}" \
-          --workload="$workload" --value_bytes="$size" --records="$records" \
+          --workload="$workload" --value_bytes="$size" --records="$records" --noload \
           --operations="$operations" --duration_s="$duration_s" --threads="$threads" \
           --label="$label" --output="$results" >"$work/ycsb.out" 2>&1 || rc=$?
+        echo "$label $workload $size $(($(cpu_ticks "$server_pid") - ticks))" >>"$cpu"
         sed "s/^/  [$label $workload $size #$rep] /" "$work/ycsb.out" >&2
         if ((rc != 0)); then
           failed+=("$label/$workload/$size#$rep (rc $rc)")
@@ -264,6 +294,15 @@ rate_cell() { # label workload size
     END { if (n <= 1 || hi == 0) print m; else printf "%s (%d-%d)\n", m, lo, hi }' "$results"
 }
 
+# The store's CPU microseconds per operation over every run of
+# label/workload/size: its CPU ticks over the operations the runs did.
+cpu_cell() { # label workload size
+  awk -v l="$1" -v w="$2" -v s="$3" -v hz="$clk_tck" '
+    FILENAME == ARGV[1] && $1 == l && $2 == w && $3 == s { t += $4 }
+    FILENAME == ARGV[2] && $1 == l && $2 == w && $3 == s && $5 ~ /^[0-9]+$/ { ops += $5 }
+    END { if (ops == 0) print "-"; else printf "%.1f\n", t * 1e6 / hz / ops }' "$cpu" "$results"
+}
+
 # Sum of the errors of every run of label/workload/size.
 errors_cell() { # label workload size
   awk -v l="$1" -v w="$2" -v s="$3" '
@@ -285,7 +324,7 @@ if [[ -n $(git -C "$repo" status --porcelain 2>/dev/null | head -n 1) ]]; then c
   echo "Client and stores share those CPUs. Versions: $(memcached -V 2>/dev/null || echo memcached),"
   echo "$(redis-server --version | sed -n 's/^Redis server v=\([^ ]*\).*/redis-server \1/p')."
   echo
-  echo "Each cell was measured $repeat time(s) by \`rkv-ycsb\`: $records records loaded first (not"
+  echo "Each cell was measured $repeat time(s) by \`rkv-ycsb\`: $records records loaded once per size (not"
   echo "timed), then $operations operations or $duration_s s, whichever ended first, uniform keys,"
   echo "$threads client thread(s), one connection each. Shown: the run with the median ops/s (its"
   echo "latencies), with the range of ops/s over all runs in brackets, and the errors of all"
@@ -293,6 +332,13 @@ if [[ -n $(git -C "$repo" status --porcelain 2>/dev/null | head -n 1) ]]; then c
   echo "GET's value length was checked. rkv's GETs do not depend on --durability (they are reads"
   echo "the server's worker never sees), so a GET gap between rkv-wal and rkv-none is noise, e.g."
   echo "from where the scheduler puts the client and the server's threads on the CPUs."
+  echo
+  echo "\"store CPU us/op\": the store process's CPU time (user + system, all threads) over the"
+  echo "timed runs of the cell, divided by their operations. rkv's polling threads spin while"
+  echo "requests come (--poll=adaptive) and its client spins for its replies; memcached and Redis"
+  echo "sleep in epoll between requests. On an otherwise idle machine spinning buys latency with"
+  echo "CPU (a sleeping thread's wake-up is slow in a VM); on a busy one the spinner competes"
+  echo "with the work around it. Read ops/s together with this column."
   echo
   echo "| store | durability |"
   echo "|---|---|"
@@ -310,11 +356,13 @@ if [[ -n $(git -C "$repo" status --porcelain 2>/dev/null | head -n 1) ]]; then c
     echo
     echo "## ${size}-byte values"
     echo
-    echo "| store | GET ops/s | GET p50 | GET p99 | PUT ops/s | PUT p50 | PUT p99 | errors (GET/PUT runs) |"
-    echo "|---|---:|---:|---:|---:|---:|---:|---:|"
+    echo "| store | GET ops/s | GET p50 | GET p99 | GET store CPU us/op | PUT ops/s | PUT p50 | PUT p99 | PUT store CPU us/op | errors (GET/PUT runs) |"
+    echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
     for l in "${labels[@]}"; do
       echo "| $l | $(rate_cell "$l" get "$size") | $(field "$l" get "$size" 7) | $(field "$l" get "$size" 8)" \
+        "| $(cpu_cell "$l" get "$size")" \
         "| $(rate_cell "$l" put "$size") | $(field "$l" put "$size" 9) | $(field "$l" put "$size" 10)" \
+        "| $(cpu_cell "$l" put "$size")" \
         "| $(errors_cell "$l" get "$size")/$(errors_cell "$l" put "$size") |"
     done
   done
@@ -326,11 +374,12 @@ if [[ -n $(git -C "$repo" status --porcelain 2>/dev/null | head -n 1) ]]; then c
   echo "## What this is not"
   echo
   echo "Loopback TCP is not RDMA. rkv's tcp transport is its fallback for machines"
-  echo "without an RDMA device: the one-sided READs of a GET (the key's neighbourhood,"
-  echo "then the block) become request/response exchanges served by a transport thread"
-  echo "on the server, so a GET costs two dependent round trips (neighbourhood, then the"
-  echo "block) through the kernel where memcached and Redis need one. These figures compare the software"
-  echo "path on equal terms; the RDMA figures come from bench/run-verbs.sh (SoftRoCE)."
+  echo "without an RDMA device: the one-sided READs of a GET become request/response"
+  echo "exchanges served by the server's polling thread. A GET whose location the client"
+  echo "has cached (every key after its first GET here) is one READ of the block, one round"
+  echo "trip as with memcached and Redis; a cold one is two (the key's neighbourhood, then"
+  echo "the block). These figures compare the software path on equal terms; the RDMA"
+  echo "figures come from bench/run-verbs.sh (SoftRoCE)."
   echo
   echo "## Raw lines (rkv-ycsb --output)"
   echo
