@@ -49,7 +49,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     RKV_FUZZ_CHECK(t.Find(owner.server_id) == &owner);
     const std::vector<client::ReplicaEntry> replicas = t.ReplicasOfShard(s);
     const std::vector<std::string>& syncing = t.SyncingOfShard(s);
-    RKV_FUZZ_CHECK(!replicas.empty() && replicas.size() + syncing.size() <= 2 * t.replication_factor());
+    RKV_FUZZ_CHECK(!replicas.empty() && replicas.size() + syncing.size() <= control::MaxShardMembers(t.replication_factor()));
     RKV_FUZZ_CHECK(replicas[0].server == &owner && replicas[0].role == client::ReplicaRole::kPrimary);
     std::set<const client::ServerEntry*> distinct;
     for (size_t k = 0; k < replicas.size(); ++k) {

@@ -235,7 +235,7 @@ Status ValidateReplicaSets(const v1::ClusterMap& map,
   }
   // R replicas, and up to R more roles in flight (catching up, or caught up
   // and not yet replaced).
-  const uint32_t max_members = 2 * map.replication_factor();
+  const uint32_t max_members = MaxShardMembers(map.replication_factor());
   // Each server's backup_shards (syncing_shards) must be exactly, ascending,
   // the shards whose server_ids after the first (syncing_ids) name it.
   std::vector<int> next_backup(map.servers_size(), 0);

@@ -96,6 +96,13 @@ inline uint32_t EffectiveReplicationFactor(const v1::ClusterMap& map) {
   return map.replication_factor() == 0 ? 1 : map.replication_factor();
 }
 
+// The most servers one shard may list, replicas and syncing servers
+// together, under replication factor `r` (0 read as 1): R copies plus up to
+// R roles in flight (a server catching up, or caught up and not yet
+// replacing the one it moves from). The one rule ValidateClusterMap,
+// Membership and the cluster_map fuzz properties share.
+inline uint32_t MaxShardMembers(uint32_t r) { return 2 * (r == 0 ? 1 : r); }
+
 // `text` cut to `max` bytes with non-printable bytes replaced by '?', for
 // error messages and logs that quote untrusted input.
 std::string Printable(std::string_view text, size_t max = 80);

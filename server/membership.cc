@@ -145,7 +145,7 @@ Status CheckReplicaLists(const v1::ClusterMap& map) {
   for (const v1::ServerInfo& s : map.servers()) listed.insert(s.server_id());
   // Replicas and servers catching up together: R, plus up to R roles in
   // flight (a move lists the receiving server before the donor leaves).
-  const size_t most = 2 * size_t{std::max<uint32_t>(map.replication_factor(), 1)};
+  const size_t most = control::MaxShardMembers(map.replication_factor());
   for (int shard = 0; shard < map.shard_replicas_size(); ++shard) {
     const v1::ShardReplicas& entry = map.shard_replicas(shard);
     const auto& ids = entry.server_ids();
