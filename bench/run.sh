@@ -203,12 +203,13 @@ start_redis() { # name extra-args...
 run_all() { # label target
   local label=$1 target=$2 workload size rc rep lines ticks extra=()
   [[ $target == rkv ]] && extra=(--token_file="$token_file" --transport=tcp)
+  # rkv-ycsb against this store, records of this size, more flags after.
+  ycsb() { "$ycsb_bin" --target="$target" --server="$server_addr" "${extra[@]}" \
+    --value_bytes="$size" --records="$records" "$@" >"$work/ycsb.out" 2>&1; }
   for size in 64 1024 16384; do
     # The records, once per size: the timed runs below reuse them.
     rc=0
-    "$ycsb_bin" --target="$target" --server="$server_addr" "${extra[@]}" \
-      --workload=put --value_bytes="$size" --records="$records" --operations=1 \
-      --threads=1 >"$work/ycsb.out" 2>&1 || rc=$?
+    ycsb --workload=put --operations=1 --threads=1 || rc=$?
     if ((rc != 0)); then
       sed "s/^/  [$label load $size] /" "$work/ycsb.out" >&2
       failed+=("$label/load/$size (rc $rc)")
@@ -218,10 +219,8 @@ run_all() { # label target
         lines=$(wc -l <"$results")
         rc=0
         ticks=$(cpu_ticks "$server_pid")
-        "$ycsb_bin" --target="$target" --server="$server_addr" "${extra[@]}" \
-          --workload="$workload" --value_bytes="$size" --records="$records" --noload \
-          --operations="$operations" --duration_s="$duration_s" --threads="$threads" \
-          --label="$label" --output="$results" >"$work/ycsb.out" 2>&1 || rc=$?
+        ycsb --workload="$workload" --noload --operations="$operations" --duration_s="$duration_s" \
+          --threads="$threads" --label="$label" --output="$results" || rc=$?
         echo "$label $workload $size $(($(cpu_ticks "$server_pid") - ticks))" >>"$cpu"
         sed "s/^/  [$label $workload $size #$rep] /" "$work/ycsb.out" >&2
         if ((rc != 0)); then
