@@ -6,7 +6,7 @@
 set -euo pipefail
 
 PACKAGES=(
-  build-essential cmake ninja-build pkg-config git ca-certificates
+  build-essential cmake ninja-build pkg-config git ca-certificates python3
   libibverbs-dev librdmacm-dev ibverbs-providers rdma-core
   ibverbs-utils rdmacm-utils perftest
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler

@@ -15,12 +15,9 @@ namespace rkv::transport {
 // with an active port exists.
 StatusOr<std::unique_ptr<Transport>> CreateTransport(Kind kind, const Options& options);
 
-// True when an RDMA device with an active port exists.
-bool VerbsDeviceAvailable();
-
 // Parses "auto" | "tcp" | "verbs". "auto" picks verbs when
-// VerbsDeviceAvailable(), else tcp; `why` (optional) gets a sentence that
-// says which was picked and why, for logs.
+// VerbsDeviceAvailable() (verbs/verbs_transport.h), else tcp; `why`
+// (optional) gets a sentence that says which was picked and why, for logs.
 StatusOr<Kind> ResolveKind(const std::string& name, std::string* why);
 
 }  // namespace rkv::transport

@@ -17,6 +17,7 @@
 #include "common/transport/factory.h"
 #include "common/transport/fault/fault_transport.h"
 #include "common/transport/transport.h"
+#include "common/transport/verbs/verbs_transport.h"
 
 namespace rkv::transport::testing {
 

@@ -25,7 +25,6 @@
 #include <glog/logging.h>
 
 #include "common/net_address.h"
-#include "common/transport/factory.h"
 #include "common/transport/verbs/verbs_connection.h"
 #include "common/transport/verbs/verbs_poll_group.h"
 #include "common/transport/verbs/verbs_resources.h"

@@ -23,7 +23,9 @@ namespace rkv::transport {
 // Logs the device, its limits and how private regions are protected.
 StatusOr<std::unique_ptr<Transport>> CreateVerbsTransport(const Options& options);
 
-// VerbsDeviceAvailable() (transport.h) is defined with this transport.
+// True when an RDMA device with an active port exists (what "auto" in
+// ResolveKind, factory.h, picks verbs by).
+bool VerbsDeviceAvailable();
 
 namespace verbs {
 // As CreateVerbsTransport, but connection-private regions are always plain
