@@ -17,6 +17,8 @@
 
 #include <gtest/gtest.h>
 
+#include "common/status.h"
+
 #if !defined(RKV_SERVER_BIN) || !defined(RKV_COORDINATOR_BIN)
 #error "RKV_SERVER_BIN and RKV_COORDINATOR_BIN must name the binaries"
 #endif

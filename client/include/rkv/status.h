@@ -1,0 +1,144 @@
+// rkv::Status and rkv::StatusOr: what every librkv call returns, and the
+// error type of every rkv module boundary inside rkv too.
+//
+// Codes are gRPC's canonical codes, so that a data-plane error and a
+// control-plane error read the same to a caller. A Status is [[nodiscard]]:
+// ignoring one fails the build under -Werror.
+//
+// This is the one definition of these types. rkv's own code includes
+// common/status.h, which adds what only rkv's code uses (errno mapping,
+// the validation of a code read off the wire, the early-return macros).
+#pragma once
+#ifndef RKV_STATUS_H_
+#define RKV_STATUS_H_
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <ostream>
+#include <string>
+#include <string_view>
+#include <utility>
+
+// Marks librkv's exported API: librkv and the static libraries it embeds are
+// built with hidden visibility, so only what carries this is exported.
+#ifndef RKV_EXPORT
+#define RKV_EXPORT [[gnu::visibility("default")]]
+#endif
+
+namespace rkv {
+
+enum class StatusCode : int32_t {
+  kOk = 0,
+  kCancelled = 1,
+  kUnknown = 2,
+  kInvalidArgument = 3,
+  kDeadlineExceeded = 4,
+  kNotFound = 5,
+  kAlreadyExists = 6,
+  kPermissionDenied = 7,
+  kResourceExhausted = 8,
+  kFailedPrecondition = 9,
+  kAborted = 10,
+  kOutOfRange = 11,
+  kUnimplemented = 12,
+  kInternal = 13,
+  kUnavailable = 14,
+  kDataLoss = 15,
+  kUnauthenticated = 16,
+};
+
+// Returns the canonical upper-case name of `code`, e.g. "NOT_FOUND".
+RKV_EXPORT std::string_view StatusCodeName(StatusCode code);
+
+// A success carries nothing but its code: creating, moving and destroying
+// an OK Status touch no string and call nothing (they run on every GET; the
+// message of a failure lives on the heap).
+class [[nodiscard]] RKV_EXPORT Status {
+ public:
+  Status() = default;
+  Status(StatusCode code, std::string message)
+      : code_(code),
+        message_(message.empty() ? nullptr : std::make_unique<const std::string>(std::move(message))) {}
+  Status(const Status& other)
+      : code_(other.code_),
+        message_(other.message_ ? std::make_unique<const std::string>(*other.message_) : nullptr) {}
+  Status& operator=(const Status& other) {
+    if (this != &other) *this = Status(other);
+    return *this;
+  }
+  Status(Status&&) noexcept = default;
+  Status& operator=(Status&&) noexcept = default;
+  ~Status() = default;
+
+  static Status Ok() { return Status(); }
+
+  bool ok() const { return code_ == StatusCode::kOk; }
+  StatusCode code() const { return code_; }
+  const std::string& message() const { return message_ ? *message_ : EmptyMessage(); }
+
+  // "NOT_FOUND: key not found" or "OK".
+  std::string ToString() const;
+
+  // Returns a copy with "context: " prepended to the message.
+  Status WithContext(std::string_view context) const;
+
+  // Explicitly discards a status whose failure is acceptable at this point.
+  void IgnoreError() const {}
+
+ private:
+  static const std::string& EmptyMessage() {
+    static const std::string empty;
+    return empty;
+  }
+
+  StatusCode code_ = StatusCode::kOk;
+  std::unique_ptr<const std::string> message_;  // null when empty
+};
+
+inline std::ostream& operator<<(std::ostream& os, const Status& s) {
+  return os << s.ToString();
+}
+
+inline Status InvalidArgument(std::string m) { return {StatusCode::kInvalidArgument, std::move(m)}; }
+inline Status NotFound(std::string m) { return {StatusCode::kNotFound, std::move(m)}; }
+inline Status DeadlineExceeded(std::string m) { return {StatusCode::kDeadlineExceeded, std::move(m)}; }
+inline Status PermissionDenied(std::string m) { return {StatusCode::kPermissionDenied, std::move(m)}; }
+inline Status ResourceExhausted(std::string m) { return {StatusCode::kResourceExhausted, std::move(m)}; }
+inline Status FailedPrecondition(std::string m) { return {StatusCode::kFailedPrecondition, std::move(m)}; }
+inline Status OutOfRange(std::string m) { return {StatusCode::kOutOfRange, std::move(m)}; }
+inline Status Unimplemented(std::string m) { return {StatusCode::kUnimplemented, std::move(m)}; }
+inline Status Internal(std::string m) { return {StatusCode::kInternal, std::move(m)}; }
+inline Status Unavailable(std::string m) { return {StatusCode::kUnavailable, std::move(m)}; }
+inline Status DataLoss(std::string m) { return {StatusCode::kDataLoss, std::move(m)}; }
+inline Status Unauthenticated(std::string m) { return {StatusCode::kUnauthenticated, std::move(m)}; }
+inline Status Aborted(std::string m) { return {StatusCode::kAborted, std::move(m)}; }
+
+// StatusOr<T>: a T or a non-OK Status.
+template <typename T>
+class [[nodiscard]] StatusOr {
+ public:
+  StatusOr(Status status) : status_(std::move(status)) {  // NOLINT: implicit
+    if (status_.ok()) status_ = Internal("StatusOr built from an OK status without a value");
+  }
+  StatusOr(T value) : value_(std::move(value)) {}  // NOLINT: implicit
+
+  bool ok() const { return status_.ok(); }
+  const Status& status() const { return status_; }
+
+  T& value() & { return *value_; }
+  const T& value() const& { return *value_; }
+  T&& value() && { return std::move(*value_); }
+  T* operator->() { return &*value_; }
+  const T* operator->() const { return &*value_; }
+  T& operator*() & { return *value_; }
+  const T& operator*() const& { return *value_; }
+
+ private:
+  Status status_;
+  std::optional<T> value_;
+};
+
+}  // namespace rkv
+
+#endif  // RKV_STATUS_H_
