@@ -10,7 +10,6 @@
 // server (Client::AttemptsOn).
 #include <algorithm>
 #include <chrono>
-#include <cmath>
 #include <map>
 #include <memory>
 #include <set>
@@ -20,15 +19,12 @@
 #include <gtest/gtest.h>
 
 #include "rkv/client.h"
-#include "tests/server_process.h"
+#include "tests/test_cluster.h"
 
 namespace rkv::testing {
 namespace {
 
 constexpr int kServers = 3;
-const char* kToken = "backup-read-token";
-
-int Scaled(int n, int minimum) { return std::max(minimum, static_cast<int>(std::lround(n * TestScale()))); }
 
 std::string ValueOf(const std::string& key) { return key + "=" + std::string(key.size() % 61, 'v'); }
 
@@ -38,40 +34,21 @@ CallOptions AnyReplica() {
   return call;
 }
 
-class BackupReadTest : public ::testing::Test {
+class BackupReadTest : public TestClusterTest {
  protected:
   void SetUp() override {
-    const std::string token_file = dir_.path() + "/token";
-    WriteFile(token_file, std::string(kToken) + "\n");
-    coordinator_ = std::make_unique<ServerProcess>(
-        dir_.path() + "/coordinator", token_file,
-        std::vector<std::string>{"--servers=3", "--shards=64", "--replicas=3", "--heartbeat_interval_ms=200",
-                                 "--heartbeat_timeout_ms=2000"},
-        ServerProcess::Role::kCoordinator);
-    const Status c = coordinator_->Start();
-    ASSERT_TRUE(c.ok()) << c;
-    for (int i = 0; i < kServers; ++i) {
-      servers_.push_back(std::make_unique<ServerProcess>(
-          dir_.path() + "/server" + std::to_string(i), token_file,
-          std::vector<std::string>{"--coordinator=" + coordinator_->address(), "--memory=67108864",
-                                   "--max_keys=65536"}));
-      const Status s = servers_.back()->Start();
-      ASSERT_TRUE(s.ok()) << "server " << i << ": " << s;
-    }
-    ClientOptions o;
-    o.server.clear();
-    o.coordinator = coordinator_->address();
-    o.token = kToken;
-    o.transport = TestTransport();
-    o.timeout = std::chrono::milliseconds(60000);
-    auto client = Client::Connect(o);
-    ASSERT_TRUE(client.ok()) << client.status() << "\n" << Logs();
-    client_ = std::move(client).value();
-    auto cluster = client_->Cluster();
-    ASSERT_TRUE(cluster.ok()) << cluster.status();
-    ASSERT_EQ(cluster->members.size(), static_cast<size_t>(kServers));
-    for (const MemberInfo& m : cluster->members) ids_.push_back(m.server_id);
-    for (const ShardInfo& s : cluster->shards) {
+    TestClusterOptions o;
+    o.servers = kServers;
+    o.shards = 64;
+    o.replicas = 3;
+    ASSERT_NO_FATAL_FAILURE(StartCluster(o));
+    client_ = cluster().ClusterClient();
+    ASSERT_NE(client_, nullptr);
+    auto cluster_info = client_->Cluster();
+    ASSERT_TRUE(cluster_info.ok()) << cluster_info.status();
+    ASSERT_EQ(cluster_info->members.size(), static_cast<size_t>(kServers));
+    for (const MemberInfo& m : cluster_info->members) ids_.push_back(m.server_id);
+    for (const ShardInfo& s : cluster_info->shards) {
       // R = 3 on three servers: every server is a replica of every shard.
       ASSERT_EQ(s.replicas.size(), static_cast<size_t>(kServers)) << "shard " << s.shard;
       primary_of_shard_.push_back(s.replicas.front());
@@ -102,15 +79,6 @@ class BackupReadTest : public ::testing::Test {
     return out;
   }
 
-  std::string Logs() const {
-    std::string out = "coordinator log:\n" + coordinator_->Log();
-    for (size_t i = 0; i < servers_.size(); ++i) out += "\nserver " + std::to_string(i) + " log:\n" + servers_[i]->Log();
-    return out;
-  }
-
-  TempDir dir_;
-  std::unique_ptr<ServerProcess> coordinator_;
-  std::vector<std::unique_ptr<ServerProcess>> servers_;
   std::unique_ptr<Client> client_;
   std::vector<std::string> ids_;               // in join order
   std::vector<std::string> primary_of_shard_;  // by shard
@@ -201,9 +169,9 @@ TEST_F(BackupReadTest, ABackupThatDiesIsReadAroundOnThePrimary) {
   auto members = client_->Members();
   ASSERT_TRUE(members.ok()) << members.status();
   for (const MemberInfo& m : *members) {
-    if (m.data_address == servers_[2]->address()) victim = m.server_id;
+    if (m.data_address == cluster().server(2).address()) victim = m.server_id;
   }
-  ASSERT_FALSE(victim.empty()) << "server 2 (" << servers_[2]->address() << ") is not in the map";
+  ASSERT_FALSE(victim.empty()) << "server 2 (" << cluster().server(2).address() << ") is not in the map";
   std::vector<std::string> keys;
   for (const auto& [key, version] : versions) {
     if (PrimaryOf(key) != victim) keys.push_back(key);
@@ -216,14 +184,14 @@ TEST_F(BackupReadTest, ABackupThatDiesIsReadAroundOnThePrimary) {
   }
   ASSERT_GT(client_->AttemptsOn(victim), 0u);
 
-  servers_[2]->Kill9();
+  cluster().server(2).Kill9();
   // Every read still returns the acknowledged value: a turn that lands on
   // the victim fails there (broken or refused connection, then DOWN in the
   // map and skipped) and is retried on the key's primary.
   for (const std::string& key : keys) {
     for (int r = 0; r < kServers; ++r) {
       auto got = client_->GetVersioned(key, AnyReplica());
-      ASSERT_TRUE(got.ok()) << key << ": " << got.status() << "\n" << Logs();
+      ASSERT_TRUE(got.ok()) << key << ": " << got.status();
       EXPECT_EQ(got->value, ValueOf(key)) << key;
       EXPECT_EQ(got->version, versions.at(key)) << key;
     }

@@ -3,7 +3,6 @@
 // transport named by $RKV_TEST_TRANSPORT, like the single-server suite.
 #include <atomic>
 #include <chrono>
-#include <cmath>
 #include <cstring>
 #include <functional>
 #include <map>
@@ -18,18 +17,12 @@
 #include <gtest/gtest.h>
 
 #include "rkv/client.h"
-#include "tests/run_command.h"
-#include "tests/server_process.h"
+#include "tests/test_cluster.h"
 
 namespace rkv::testing {
 namespace {
 
 constexpr int kServers = 3;
-const char* kToken = "cluster-token";
-
-int Scaled(int n, int minimum = 1) {
-  return std::max(minimum, static_cast<int>(std::lround(n * TestScale())));
-}
 
 std::string ValueFor(const std::string& key, uint64_t generation) {
   std::mt19937_64 rng(std::hash<std::string>()(key) ^ generation);
@@ -39,48 +32,28 @@ std::string ValueFor(const std::string& key, uint64_t generation) {
   return v;
 }
 
-class ClusterTest : public ::testing::Test {
+class ClusterTest : public TestClusterTest {
  protected:
-  void SetUp() override {
-    token_file_ = dir_.path() + "/token";
-    WriteFile(token_file_, std::string(kToken) + "\n");
-    coordinator_ = std::make_unique<ServerProcess>(dir_.path() + "/coordinator", token_file_, CoordinatorFlags(),
-                                                   ServerProcess::Role::kCoordinator);
-    const Status c = coordinator_->Start();
-    ASSERT_TRUE(c.ok()) << c;
-    for (int i = 0; i < kServers; ++i) {
-      servers_.push_back(std::make_unique<ServerProcess>(
-          dir_.path() + "/server" + std::to_string(i), token_file_,
-          std::vector<std::string>{"--coordinator=" + coordinator_->address(), "--memory=134217728",
-                                   "--max_keys=131072", "--zone=zone " + std::to_string(i)}));
-      const Status s = servers_.back()->Start();
-      ASSERT_TRUE(s.ok()) << "server " << i << ": " << s;
-    }
+  void SetUp() override { ASSERT_NO_FATAL_FAILURE(StartCluster(Options())); }
+
+  virtual TestClusterOptions Options() const {
+    TestClusterOptions o;
+    o.servers = kServers;
+    o.shards = 1024;
+    o.server_memory = uint64_t{128} << 20;
+    o.max_keys = 131072;
+    o.zone_prefix = "zone ";
+    return o;
   }
 
-  virtual std::vector<std::string> CoordinatorFlags() const {
-    return {"--servers=3", "--shards=1024", "--heartbeat_interval_ms=200", "--heartbeat_timeout_ms=2000"};
-  }
-
-  std::unique_ptr<Client> NewClient(std::string token = kToken, int connections = 1) {
-    ClientOptions o;
-    o.server.clear();
-    o.coordinator = coordinator_->address();
-    o.token = std::move(token);
-    o.transport = TestTransport();
-    o.timeout = std::chrono::milliseconds(60000);
+  std::unique_ptr<Client> NewClient(int connections = 1) {
+    TestClientOptions o;
     o.connections = connections;
-    auto c = Client::Connect(o);
-    EXPECT_TRUE(c.ok()) << c.status() << "\ncoordinator log:\n" << coordinator_->Log();
-    return c.ok() ? std::move(c).value() : nullptr;
+    return cluster().ClusterClient(o);
   }
 
-  CommandResult Kvctl(std::vector<std::string> args, const std::string& token_file = "") {
-    std::vector<std::string> argv = {RKV_KVCTL_BIN, "--coordinator=" + coordinator_->address(),
-                                     "--token_file=" + (token_file.empty() ? token_file_ : token_file),
-                                     "--transport=" + TestTransport(), "--timeout=60000"};
-    argv.insert(argv.end(), args.begin(), args.end());
-    return RunCommand(argv);
+  CommandResult Kvctl(const std::vector<std::string>& args, const std::string& token_file = "") {
+    return cluster().Kvctl(args, token_file);
   }
 
   // Per-server key counts from each server's Admin service.
@@ -96,15 +69,10 @@ class ClusterTest : public ::testing::Test {
     }
     return out;
   }
-
-  TempDir dir_;
-  std::string token_file_;
-  std::unique_ptr<ServerProcess> coordinator_;
-  std::vector<std::unique_ptr<ServerProcess>> servers_;
 };
 
 TEST_F(ClusterTest, KeysSpreadOverEveryServer) {
-  auto client = NewClient("cluster-token", 2);
+  auto client = NewClient(2);
   ASSERT_NE(client, nullptr);
   auto members = client->Members();
   ASSERT_TRUE(members.ok()) << members.status();
@@ -276,48 +244,46 @@ TEST_F(ClusterTest, KvctlShowsReplicaSetsAndWhereAKeyLives) {
   }
 }
 
-TEST(CoordinatorFlagsTest, ReplicasMustFitTheClusterAndStayFixedForTheDataDir) {
-  TempDir dir;
-  const std::string token_file = dir.path() + "/token";
-  WriteFile(token_file, std::string(kToken) + "\n");
-  const std::string data_dir = dir.path() + "/coordinator";
+class CoordinatorFlagsTest : public TestClusterTest {};
+
+TEST_F(CoordinatorFlagsTest, ReplicasMustFitTheClusterAndStayFixedForTheDataDir) {
+  // One coordinator data dir, three coordinators in turn, each with only
+  // --servers and --replicas.
+  TestClusterOptions options;
+  options.servers = 3;
+  options.shards = 0;
+  options.replicas = 4;
+  options.heartbeat_interval_ms = 0;
+  options.heartbeat_timeout_ms = 0;
+  options.server_memory = uint64_t{16} << 20;
+  options.max_keys = 1024;
+  cluster_ = std::make_unique<TestCluster>(options);
   {
-    ServerProcess too_many(data_dir, token_file, {"--servers=3", "--replicas=4"}, ServerProcess::Role::kCoordinator);
+    ServerProcess& too_many = cluster().coordinator();
     EXPECT_FALSE(too_many.Start().ok());
     EXPECT_NE(too_many.Log().find("--replicas 4 is above --servers 3"), std::string::npos) << too_many.Log();
   }
   {
     // The data dir keeps R from its first change on; here the cluster
     // completes, which a client's Connect waits for.
-    ServerProcess one(data_dir, token_file, {"--servers=2", "--replicas=1"}, ServerProcess::Role::kCoordinator);
-    Status s = one.Start();
-    ASSERT_TRUE(s.ok()) << s << "\n" << one.Log();
-    std::vector<std::unique_ptr<ServerProcess>> servers;
-    for (int i = 0; i < 2; ++i) {
-      servers.push_back(std::make_unique<ServerProcess>(
-          dir.path() + "/server" + std::to_string(i), token_file,
-          std::vector<std::string>{"--coordinator=" + one.address(), "--memory=16777216", "--max_keys=1024"}));
-      s = servers.back()->Start();
-      ASSERT_TRUE(s.ok()) << s;
-    }
-    ClientOptions o;
-    o.server.clear();
-    o.coordinator = one.address();
-    o.token = kToken;
-    o.transport = TestTransport();
-    o.timeout = std::chrono::milliseconds(60000);
-    auto client = Client::Connect(o);
-    ASSERT_TRUE(client.ok()) << client.status() << "\n" << one.Log();
-    auto cluster = (*client)->Cluster();
-    ASSERT_TRUE(cluster.ok()) << cluster.status();
-    EXPECT_EQ(cluster->replication_factor, 1u);
-    for (const ShardInfo& shard : cluster->shards) EXPECT_EQ(shard.replicas.size(), 1u);
-    client->reset();
-    for (auto& server : servers) server->Terminate();
+    cluster().options().servers = 2;
+    cluster().options().replicas = 1;
+    ServerProcess& one = cluster().RemakeCoordinator();
+    const Status s = cluster().Start();
+    ASSERT_TRUE(s.ok()) << s;
+    auto client = cluster().ClusterClient();
+    ASSERT_NE(client, nullptr);
+    auto cluster_info = client->Cluster();
+    ASSERT_TRUE(cluster_info.ok()) << cluster_info.status();
+    EXPECT_EQ(cluster_info->replication_factor, 1u);
+    for (const ShardInfo& shard : cluster_info->shards) EXPECT_EQ(shard.replicas.size(), 1u);
+    client.reset();
+    for (int i = 0; i < cluster().server_count(); ++i) cluster().server(i).Terminate();
     one.Terminate();
   }
   // The default (2 with two servers) is another R than the data dir's.
-  ServerProcess other(data_dir, token_file, {"--servers=2"}, ServerProcess::Role::kCoordinator);
+  cluster().options().replicas = 0;
+  ServerProcess& other = cluster().RemakeCoordinator();
   EXPECT_FALSE(other.Start().ok());
   EXPECT_NE(other.Log().find("1 replicas per shard, not --replicas 2"), std::string::npos) << other.Log();
 }
@@ -413,11 +379,15 @@ void ExpectUnknownPutsExplained(const std::vector<UnknownPut>& unknown_puts, uin
   EXPECT_LE(static_cast<uint64_t>(lease), 2 * map_changes) << "PUTs lost to lease expiries";
 }
 
+// Acknowledged PUTs the load gets before a disruption, and again after it.
+constexpr int kLoadAcks = 200;
+
 void RunLoadThrough(Client& client, const std::function<void()>& disrupt,
                     std::map<std::string, std::string>* acked_out, int* failures_out,
                     std::string* first_failure, std::map<std::string, std::string>* unknown_out = nullptr,
                     std::vector<UnknownPut>* unknown_puts_out = nullptr) {
   std::atomic<bool> stop{false};
+  std::atomic<int> acks{0};
   std::mutex mu;
   std::map<std::string, std::string> acked;
   std::map<std::string, std::string> unknown;
@@ -435,6 +405,7 @@ void RunLoadThrough(Client& client, const std::function<void()>& disrupt,
           if (v.ok()) {
             acked[key] = value;
             unknown.erase(key);
+            acks.fetch_add(1);
           } else if (unknown_out != nullptr && OutcomeUnknown(v.status())) {
             unknown[key] = value;
             unknown_puts.push_back({t, key, v.status().ToString()});
@@ -458,9 +429,13 @@ void RunLoadThrough(Client& client, const std::function<void()>& disrupt,
       }
     });
   }
-  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  // The load runs before the disruption and goes on after it (the clients
+  // recovered) for kLoadAcks acknowledged PUTs on each side.
+  EXPECT_TRUE(WaitFor("PUTs acknowledged before the disruption", [&] { return acks.load() >= kLoadAcks; }));
   disrupt();
-  std::this_thread::sleep_for(std::chrono::milliseconds(1000));
+  const int acks_at_disruption = acks.load();
+  EXPECT_TRUE(WaitFor("PUTs acknowledged after the disruption",
+                      [&] { return acks.load() >= acks_at_disruption + kLoadAcks; }));
   stop = true;
   for (auto& th : threads) th.join();
   *acked_out = std::move(acked);
@@ -480,7 +455,7 @@ void ExpectHeld(const std::map<std::string, std::string>& acked, const std::map<
 }
 
 TEST_F(ClusterTest, Kill9OfAServerUnderLoadLosesNothingAndClientsRecover) {
-  auto client = NewClient("cluster-token", 2);
+  auto client = NewClient(2);
   ASSERT_NE(client, nullptr);
   const uint64_t version_before = client->cluster_map_version();
   std::map<std::string, std::string> acked;
@@ -491,9 +466,11 @@ TEST_F(ClusterTest, Kill9OfAServerUnderLoadLosesNothingAndClientsRecover) {
   RunLoadThrough(
       *client,
       [&] {
-        servers_[1]->Kill9();
+        // Away for a second (the outage itself, not a wait for anything).
+        cluster().server(1).Kill9();
         std::this_thread::sleep_for(std::chrono::milliseconds(1000));
-        ASSERT_TRUE(servers_[1]->Start().ok()) << servers_[1]->Log();
+        const Status s = cluster().server(1).Start();
+        ASSERT_TRUE(s.ok()) << s;
       },
       &acked, &failures, &first_failure, &unknown, &unknown_puts);
   EXPECT_EQ(failures, 0) << first_failure;
@@ -530,14 +507,16 @@ TEST_F(ClusterTest, Kill9OfAServerUnderLoadLosesNothingAndClientsRecover) {
 // servers' reconnection).
 class CoordinatorRestartTest : public ClusterTest {
  protected:
-  std::vector<std::string> CoordinatorFlags() const override {
-    return {"--servers=3", "--shards=1024", "--heartbeat_interval_ms=200", "--heartbeat_timeout_ms=10000",
-            "--lease_ms=10000"};
+  TestClusterOptions Options() const override {
+    TestClusterOptions o = ClusterTest::Options();
+    o.heartbeat_timeout_ms = 10000;
+    o.lease_ms = 10000;
+    return o;
   }
 };
 
 TEST_F(CoordinatorRestartTest, ShorterThanTheLeaseUnderLoadIsInvisibleToTheDataPath) {
-  auto client = NewClient("cluster-token", 2);
+  auto client = NewClient(2);
   ASSERT_NE(client, nullptr);
   // Touch every server first so the data path needs nothing from the
   // coordinator while it is away.
@@ -548,9 +527,11 @@ TEST_F(CoordinatorRestartTest, ShorterThanTheLeaseUnderLoadIsInvisibleToTheDataP
   RunLoadThrough(
       *client,
       [&] {
-        coordinator_->Kill9();
+        // Away for 1.5 s, shorter than a lease (the outage itself).
+        cluster().coordinator().Kill9();
         std::this_thread::sleep_for(std::chrono::milliseconds(1500));
-        ASSERT_TRUE(coordinator_->Start().ok()) << coordinator_->Log();
+        const Status s = cluster().coordinator().Start();
+        ASSERT_TRUE(s.ok()) << s;
       },
       &acked, &failures, &first_failure);
   EXPECT_EQ(failures, 0) << first_failure;
@@ -562,41 +543,35 @@ TEST_F(CoordinatorRestartTest, ShorterThanTheLeaseUnderLoadIsInvisibleToTheDataP
   // The restarted coordinator recovered its map from RocksDB, and the
   // client reaches it again within seconds (its channel backs off <= 1 s).
   Status refreshed;
-  for (int i = 0; i < 100; ++i) {
-    refreshed = client->RefreshClusterMap();
-    if (refreshed.ok()) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
-  ASSERT_TRUE(refreshed.ok()) << refreshed;
+  ASSERT_TRUE(WaitFor(
+      "the client to reach the restarted coordinator",
+      [&] {
+        refreshed = client->RefreshClusterMap();
+        return refreshed.ok();
+      },
+      std::chrono::seconds(10), std::chrono::milliseconds(100)))
+      << refreshed;
   auto members = client->Members();
   ASSERT_TRUE(members.ok());
   EXPECT_EQ(members->size(), static_cast<size_t>(kServers));
 }
 
 TEST_F(ClusterTest, BadTokenIsRefusedByTheCoordinatorAndEveryServer) {
-  ClientOptions o;
-  o.server.clear();
-  o.coordinator = coordinator_->address();
-  o.token = "wrong-token";
-  o.transport = TestTransport();
-  o.timeout = std::chrono::milliseconds(10000);
-  auto bad = Client::Connect(o);
+  TestClientOptions wrong_token(std::chrono::milliseconds(10000));
+  wrong_token.token = "wrong-token";
+  auto bad = Client::Connect(cluster().ClusterClientOptions(wrong_token));
   ASSERT_FALSE(bad.ok());
   EXPECT_EQ(bad.status().code(), StatusCode::kUnauthenticated) << bad.status();
 
-  for (const auto& server : servers_) {
-    ClientOptions direct;
-    direct.server = server->address();
-    direct.token = "wrong-token";
-    direct.transport = TestTransport();
-    direct.timeout = std::chrono::milliseconds(10000);
-    auto d = Client::Connect(direct);
-    ASSERT_FALSE(d.ok()) << server->address();
+  for (int i = 0; i < cluster().server_count(); ++i) {
+    const std::string& address = cluster().server(i).address();
+    auto d = Client::Connect(cluster().DirectClientOptions(i, wrong_token));
+    ASSERT_FALSE(d.ok()) << address;
     EXPECT_TRUE(d.status().code() == StatusCode::kPermissionDenied ||
                 d.status().code() == StatusCode::kUnauthenticated)
-        << server->address() << ": " << d.status();
+        << address << ": " << d.status();
   }
-  const std::string wrong = dir_.path() + "/wrong";
+  const std::string wrong = cluster().dir() + "/wrong";
   WriteFile(wrong, "wrong-token\n");
   auto r = Kvctl({"members"}, wrong);
   EXPECT_EQ(r.exit_code, 2);

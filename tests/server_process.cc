@@ -9,9 +9,9 @@
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <random>
 #include <sstream>
 #include <thread>
 
@@ -57,20 +57,6 @@ int SuiteCount(const char* env, int n, int minimum) {
   return static_cast<int>(v);
 }
 
-TempDir::TempDir() {
-  std::random_device rd;
-  std::string base = ::testing::TempDir();
-  if (base.empty()) base = "/tmp/";
-  if (base.back() != '/') base += '/';
-  path_ = base + "rkv-test-" + std::to_string(getpid()) + "-" + std::to_string(rd());
-  std::filesystem::create_directories(path_);
-}
-
-TempDir::~TempDir() {
-  std::error_code ec;
-  std::filesystem::remove_all(path_, ec);
-}
-
 void WriteFile(const std::string& path, const std::string& contents) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   out << contents;
@@ -106,11 +92,11 @@ Status ServerProcess::Start(std::chrono::seconds timeout) {
   // server with SIGPIPE on its next line); start-up is read from there.
   const std::string out_path = data_dir_ + ".out";
   const int out_fd = open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (out_fd < 0) return PosixError("open " + out_path, errno);
+  if (out_fd < 0) return Internal("open " + out_path + ": " + std::strerror(errno));
   const int log_fd = open(log_path_.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
   if (log_fd < 0) {
     close(out_fd);
-    return PosixError("open " + log_path_, errno);
+    return Internal("open " + log_path_ + ": " + std::strerror(errno));
   }
   // Everything the child needs is made before fork(): this process has
   // threads (clients, lease renewal), and the child of a threaded process
@@ -123,7 +109,7 @@ Status ServerProcess::Start(std::chrono::seconds timeout) {
   if (pid < 0) {
     close(out_fd);
     close(log_fd);
-    return PosixError("fork", errno);
+    return Internal(std::string("fork: ") + std::strerror(errno));
   }
   if (pid == 0) {
     dup2(out_fd, STDOUT_FILENO);  // dup2 clears O_CLOEXEC on the copy
@@ -184,6 +170,21 @@ void ServerProcess::Freeze() {
 
 void ServerProcess::Continue() {
   if (pid_ > 0) ::kill(pid_, SIGCONT);
+}
+
+Status ServerProcess::Restart(std::chrono::seconds timeout) {
+  Kill9();
+  return Start(timeout);
+}
+
+void ServerProcess::Wipe() {
+  if (pid_ > 0) {
+    ADD_FAILURE() << "Wipe of " << data_dir_ << " while its process runs";
+    return;
+  }
+  std::error_code ec;
+  std::filesystem::remove_all(data_dir_, ec);
+  if (ec) ADD_FAILURE() << "remove " << data_dir_ << ": " << ec.message();
 }
 
 std::string ServerProcess::Log() const {

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "rkv/status.h"
+#include "tests/temp_dir.h"
 
 namespace rkv::testing {
 
@@ -26,19 +27,6 @@ double TestScale();
 // other text fails the calling test and counts as `minimum`), else
 // max(minimum, round(n * TestScale())). Lets a sanitizer build run fewer.
 int SuiteCount(const char* env, int n, int minimum);
-
-// A fresh directory under the test temp dir, removed by the destructor.
-class TempDir {
- public:
-  TempDir();
-  ~TempDir();
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
 
 // Writes `contents` to `path` (mode 0600).
 void WriteFile(const std::string& path, const std::string& contents);
@@ -66,6 +54,11 @@ class ServerProcess {
   void Freeze();
   // SIGCONT after Freeze.
   void Continue();
+  // Kill9 (when running), then Start on the same data dir and port.
+  Status Restart(std::chrono::seconds timeout = std::chrono::seconds(120));
+  // Removes the data dir (a lost disk); the process must not be running.
+  void Wipe();
+  const std::string& data_dir() const { return data_dir_; }
   bool running() const { return pid_ > 0; }
   // The process id while running, else -1.
   pid_t pid() const { return pid_; }

@@ -1,0 +1,171 @@
+// One test cluster for every cross-process suite (as RocksDB's DBTestBase
+// is for its DB tests): an rkv-coordinator and N rkv-servers started as
+// real processes from options, in one temp dir with one token; clients of
+// each kind, kvctl, the processes' logs, one set of timeouts. A suite's
+// fixture derives from TestClusterTest and starts the cluster it needs;
+// a new kind of process (another coordinator, a gateway) is added here,
+// not to a suite.
+//
+// Layout of the temp dir: token, coordinator/ (its data dir), server<i>/
+// (server i's), each with <dir>.log (the process's stderr) and <dir>.out.
+//
+// Runs over the transport named by $RKV_TEST_TRANSPORT on $RKV_TEST_HOST
+// (tests/server_process.h); loads scale with $RKV_TEST_SCALE (Scaled).
+//
+// Thread safety: a TestCluster is driven by the test's thread; the clients
+// it makes are thread-safe (rkv::Client).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "rkv/client.h"
+#include "rkv/status.h"
+#include "tests/run_command.h"
+#include "tests/server_process.h"
+#include "tests/wait_for.h"
+
+namespace rkv::testing {
+
+// The default deadline of a client's Connect and calls, and of kvctl's
+// (--timeout): only bounds a hang; calls retry within it. A suite whose
+// meaning needs calls to fail sooner (so that a failure leaves ambiguous
+// writes, or a call caught by a kill gives up) passes its own.
+inline constexpr std::chrono::milliseconds kCallTimeout{60000};
+
+// max(minimum, round(n * TestScale())): a load's size on this machine.
+int Scaled(int n, int minimum = 1);
+
+struct TestClusterOptions {
+  // Servers Start() starts (AddServer adds more later).
+  int servers = 3;
+  // Without a coordinator each server runs alone (no --coordinator).
+  bool coordinator = true;
+  // The coordinator's flags. 0 leaves a flag out (the coordinator's
+  // default). --servers is `servers`.
+  uint32_t shards = 64;
+  int replicas = 0;
+  int heartbeat_interval_ms = 200;
+  int heartbeat_timeout_ms = 2000;
+  int lease_ms = 0;
+  std::vector<std::string> coordinator_flags;  // more, after those
+  // Every server's flags. An empty durability or zone_prefix leaves the
+  // flag out; server i's zone is zone_prefix + i.
+  uint64_t server_memory = uint64_t{64} << 20;
+  uint64_t max_keys = 65536;
+  std::string durability;
+  std::string zone_prefix;
+  std::vector<std::string> server_flags;  // more, after those
+  std::string token = "rkv-test-token";
+};
+
+// What a client of the cluster is made with (the rest from the cluster).
+struct TestClientOptions {
+  TestClientOptions() = default;
+  explicit TestClientOptions(std::chrono::milliseconds t) : timeout(t) {}
+
+  std::chrono::milliseconds timeout = kCallTimeout;
+  int connections = 1;
+  std::string token;  // empty: the cluster's
+};
+
+class TestCluster {
+ public:
+  // Writes the token file; starts nothing.
+  explicit TestCluster(TestClusterOptions options = {});
+  ~TestCluster();  // SIGKILLs every process still running
+  TestCluster(const TestCluster&) = delete;
+  TestCluster& operator=(const TestCluster&) = delete;
+
+  // Starts the coordinator (when the options have one), then
+  // options().servers servers, one after the other; the first error,
+  // naming the process, with its log.
+  Status Start();
+
+  // The options the next process start uses: a test may change them
+  // between starts (e.g. the coordinator's flags on its one data dir).
+  TestClusterOptions& options() { return options_; }
+  const std::string& dir() const { return dir_.path(); }
+  const std::string& token() const { return options_.token; }
+  const std::string& token_file() const { return token_file_; }
+
+  // The coordinator's process (made on first use: Start, Kill9, Terminate,
+  // Freeze, Continue, Restart, Wipe, Log). Its flags are read from
+  // options() when it is made, and again by RemakeCoordinator.
+  ServerProcess& coordinator();
+  // Makes the coordinator's process anew from options() (on the same data
+  // dir); the old one must not be running.
+  ServerProcess& RemakeCoordinator();
+  // "HOST:PORT" of the coordinator, empty before its first start.
+  std::string coordinator_address() const;
+
+  // Server process i (0-based, in the order they were added).
+  ServerProcess& server(int i) { return *servers_.at(static_cast<size_t>(i)); }
+  int server_count() const { return static_cast<int>(servers_.size()); }
+  // Adds a server process (not started) with the options' flags; returns
+  // its index. Needs the coordinator's address: start the coordinator first.
+  int AddServer();
+  std::string ServerDir(int i) const;
+
+  // Options of a client of the whole cluster (through the coordinator) or
+  // of server i alone, for a test that connects itself (e.g. to see a
+  // Connect fail).
+  ClientOptions ClusterClientOptions(const TestClientOptions& o = {}) const;
+  ClientOptions DirectClientOptions(int i, const TestClientOptions& o = {}) const;
+  // Connected clients; on failure the test fails (non-fatally: the caller
+  // asserts the pointer) and nullptr is returned.
+  std::unique_ptr<Client> ClusterClient(const TestClientOptions& o = {});
+  // A client of server i alone: its GETs read that server's own table.
+  std::unique_ptr<Client> DirectClient(int i, const TestClientOptions& o = {});
+
+  // Runs kvctl against the coordinator with the cluster's token file (or
+  // `token_file`), the test transport and --timeout=kCallTimeout, then
+  // `args`.
+  CommandResult Kvctl(const std::vector<std::string>& args, const std::string& token_file = "") const;
+
+  // The id server i joined with, from `client`'s map refreshed first
+  // (matched by data address); empty, with a test failure, if none.
+  std::string IdOf(Client& client, int i) const;
+  // Waits until `done` holds for the coordinator's map as `client` reads
+  // it (refreshed each time), up to kConditionDeadline; `last`, when not
+  // null, gets the last map read.
+  ::testing::AssertionResult WaitForMap(Client& client, const std::function<bool(const ClusterInfo&)>& done,
+                                        ClusterInfo* last = nullptr) const;
+
+  // Every process's log (the tail), for a failure message.
+  std::string Logs() const;
+
+ private:
+  std::unique_ptr<ServerProcess> MakeCoordinator() const;
+  std::vector<std::string> ServerFlags(int i) const;
+
+  TestClusterOptions options_;
+  TempDir dir_;
+  std::string token_file_;
+  std::unique_ptr<ServerProcess> coordinator_;
+  std::vector<std::unique_ptr<ServerProcess>> servers_;
+};
+
+// The fixture base of the cross-process suites. A suite starts its cluster
+// with StartCluster (in SetUp or in the test); when the test failed, the
+// processes' logs are printed at its end, so assertions need not carry
+// them.
+class TestClusterTest : public ::testing::Test {
+ protected:
+  // Starts a cluster with `options`; a fatal failure if it does not start
+  // (callers in a test body wrap it in ASSERT_NO_FATAL_FAILURE).
+  void StartCluster(TestClusterOptions options);
+  void TearDown() override;
+
+  TestCluster& cluster() { return *cluster_; }
+
+  std::unique_ptr<TestCluster> cluster_;
+};
+
+}  // namespace rkv::testing
