@@ -80,7 +80,7 @@ done
 build_dir=$(cd "$build_dir" 2>/dev/null && pwd -P) ||
   die "build dir missing; build first: cmake --preset release && cmake --build build/release -j2"
 server_bin=$build_dir/server/rkv-server
-coordinator_bin=$build_dir/server/coordinator/rkv-coordinator
+coordinator_bin=$build_dir/coordinator/rkv-coordinator
 ycsb_bin=$build_dir/bench/rkv-ycsb
 for b in "$server_bin" "$coordinator_bin" "$ycsb_bin"; do
   [[ -x $b ]] || die "$b not built; build first: cmake --preset release && cmake --build $build_dir -j2"

@@ -11,8 +11,8 @@
 
 #include "common/hash.h"
 #include "rkv/client.h"
-#include "server/coordinator/coordinator_service.h"
-#include "server/coordinator/test_util.h"
+#include "coordinator/coordinator_service.h"
+#include "coordinator/test_util.h"
 
 namespace rkv {
 namespace {

@@ -25,8 +25,8 @@
 #include "proto/grpc_server.h"
 #include "proto/rkv.grpc.pb.h"
 #include "rkv/client.h"
-#include "server/coordinator/coordinator_state.h"
-#include "server/coordinator/test_util.h"
+#include "coordinator/coordinator_state.h"
+#include "coordinator/test_util.h"
 #include "server/replication.h"
 #include "server/server.h"
 

@@ -11,8 +11,8 @@
 #include "proto/region_descriptor.h"
 #include "proto/table_params.h"
 #include "proto/validation.h"
-#include "server/coordinator/coordinator_service.h"
-#include "server/coordinator/test_util.h"
+#include "coordinator/coordinator_service.h"
+#include "coordinator/test_util.h"
 #include "server/map_policy.h"
 
 namespace rkv::server {

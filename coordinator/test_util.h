@@ -17,8 +17,8 @@
 #include "common/layout.h"
 #include "common/mutex.h"
 #include "proto/rkv.pb.h"
-#include "server/coordinator/coordinator_state.h"
-#include "server/coordinator/state_store.h"
+#include "coordinator/coordinator_state.h"
+#include "coordinator/state_store.h"
 
 namespace rkv::coordinator::testing {
 

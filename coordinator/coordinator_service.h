@@ -23,7 +23,7 @@
 #include "common/mutex.h"
 #include "common/status.h"
 #include "proto/rkv.grpc.pb.h"
-#include "server/coordinator/coordinator_state.h"
+#include "coordinator/coordinator_state.h"
 
 namespace rkv::coordinator {
 

@@ -1,4 +1,4 @@
-#include "server/coordinator/coordinator_service.h"
+#include "coordinator/coordinator_service.h"
 
 #include <algorithm>
 

@@ -76,7 +76,7 @@
 #include "common/mutex.h"
 #include "common/status.h"
 #include "proto/rkv.pb.h"
-#include "server/coordinator/state_store.h"
+#include "coordinator/state_store.h"
 
 namespace rkv::coordinator {
 

@@ -1,4 +1,4 @@
-#include "server/coordinator/state_store.h"
+#include "coordinator/state_store.h"
 
 #include <filesystem>
 #include <system_error>

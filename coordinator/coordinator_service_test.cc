@@ -1,4 +1,4 @@
-#include "server/coordinator/coordinator_service.h"
+#include "coordinator/coordinator_service.h"
 
 #include <gtest/gtest.h>
 #include <grpcpp/create_channel.h>
@@ -8,7 +8,7 @@
 #include <thread>
 
 #include "proto/auth.h"
-#include "server/coordinator/test_util.h"
+#include "coordinator/test_util.h"
 
 namespace rkv::coordinator {
 namespace {

@@ -1,4 +1,4 @@
-#include "server/coordinator/coordinator_state.h"
+#include "coordinator/coordinator_state.h"
 
 #include <algorithm>
 #include <cstdio>

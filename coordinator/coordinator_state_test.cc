@@ -1,4 +1,4 @@
-#include "server/coordinator/coordinator_state.h"
+#include "coordinator/coordinator_state.h"
 
 #include <gtest/gtest.h>
 
@@ -9,7 +9,7 @@
 #include <tuple>
 
 #include "proto/validation.h"
-#include "server/coordinator/test_util.h"
+#include "coordinator/test_util.h"
 
 namespace rkv::coordinator {
 namespace {

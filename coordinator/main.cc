@@ -1,5 +1,5 @@
 // rkv-coordinator: membership, shard assignment, replica sets, leases, failover and the cluster map, with
-// its state in RocksDB. See server/coordinator/coordinator_state.h.
+// its state in RocksDB. See coordinator/coordinator_state.h.
 //
 // Exit codes: 0 after SIGTERM/SIGINT and a clean shutdown; 1 when it
 // cannot start (data dir, token file, listen address); 2 for a bad flag.
@@ -14,9 +14,9 @@
 
 #include "common/token.h"
 #include "proto/validation.h"
-#include "server/coordinator/coordinator_service.h"
-#include "server/coordinator/coordinator_state.h"
-#include "server/coordinator/state_store.h"
+#include "coordinator/coordinator_service.h"
+#include "coordinator/coordinator_state.h"
+#include "coordinator/state_store.h"
 
 DEFINE_string(listen, "127.0.0.1:7600", "HOST:PORT to serve gRPC on; port 0 picks a free port (default 127.0.0.1:7600)");
 DEFINE_string(data_dir, "", "directory of the coordinator's RocksDB state, created if missing (required)");
