@@ -10,8 +10,6 @@
 // that replica holds.
 #include <atomic>
 #include <chrono>
-#include <cmath>
-#include <filesystem>
 #include <map>
 #include <mutex>
 #include <set>
@@ -22,95 +20,37 @@
 #include <gtest/gtest.h>
 
 #include "rkv/client.h"
-#include "tests/run_command.h"
-#include "tests/server_process.h"
+#include "tests/test_cluster.h"
 
 namespace rkv::testing {
 namespace {
 
 constexpr int kServers = 3;
-const char* kToken = "replication-token";
-
-int Scaled(int n, int minimum = 1) {
-  return std::max(minimum, static_cast<int>(std::lround(n * TestScale())));
-}
 
 std::string ValueFor(const std::string& key, uint64_t generation) {
   return key + "#" + std::to_string(generation) + "#" + std::string(generation % 97, 'v');
 }
 
-class ReplicationTest : public ::testing::Test {
+class ReplicationTest : public TestClusterTest {
  protected:
   void StartCluster(int replicas) {
-    replicas_ = replicas;
-    token_file_ = dir_.path() + "/token";
-    WriteFile(token_file_, std::string(kToken) + "\n");
-    coordinator_ = std::make_unique<ServerProcess>(
-        dir_.path() + "/coordinator", token_file_,
-        std::vector<std::string>{"--servers=3", "--shards=256", "--replicas=" + std::to_string(replicas),
-                                 "--heartbeat_interval_ms=200", "--heartbeat_timeout_ms=2000"},
-        ServerProcess::Role::kCoordinator);
-    const Status c = coordinator_->Start();
-    ASSERT_TRUE(c.ok()) << c;
-    for (int i = 0; i < kServers; ++i) {
-      servers_.push_back(std::make_unique<ServerProcess>(
-          ServerDir(i), token_file_,
-          std::vector<std::string>{"--coordinator=" + coordinator_->address(), "--memory=67108864",
-                                   "--max_keys=65536"}));
-      const Status s = servers_.back()->Start();
-      ASSERT_TRUE(s.ok()) << "server " << i << ": " << s;
-    }
+    TestClusterOptions o;
+    o.servers = kServers;
+    o.shards = 256;
+    o.replicas = replicas;
+    ASSERT_NO_FATAL_FAILURE(TestClusterTest::StartCluster(o));
   }
 
-  std::string ServerDir(int i) const { return dir_.path() + "/server" + std::to_string(i); }
-
-  std::unique_ptr<Client> ClusterClient(std::chrono::milliseconds timeout = std::chrono::milliseconds(60000)) {
-    ClientOptions o;
-    o.server.clear();
-    o.coordinator = coordinator_->address();
-    o.token = kToken;
-    o.transport = TestTransport();
-    o.timeout = timeout;
-    auto c = Client::Connect(o);
-    EXPECT_TRUE(c.ok()) << c.status() << "\ncoordinator log:\n" << coordinator_->Log();
-    return c.ok() ? std::move(c).value() : nullptr;
+  std::unique_ptr<Client> ClusterClient(std::chrono::milliseconds timeout = kCallTimeout) {
+    return cluster().ClusterClient(TestClientOptions(timeout));
   }
-
   // A client of server i alone: its GETs read that server's table.
-  std::unique_ptr<Client> DirectClient(int i) {
-    ClientOptions o;
-    o.server = servers_[i]->address();
-    o.token = kToken;
-    o.transport = TestTransport();
-    o.timeout = std::chrono::milliseconds(60000);
-    auto c = Client::Connect(o);
-    EXPECT_TRUE(c.ok()) << "server " << i << ": " << c.status();
-    return c.ok() ? std::move(c).value() : nullptr;
-  }
-
-  CommandResult Kvctl(std::vector<std::string> args) {
-    std::vector<std::string> argv = {RKV_KVCTL_BIN, "--coordinator=" + coordinator_->address(),
-                                     "--token_file=" + token_file_, "--transport=" + TestTransport(),
-                                     "--timeout=60000"};
-    argv.insert(argv.end(), args.begin(), args.end());
-    return RunCommand(argv);
-  }
-
-  std::string Logs() const {
-    std::string out = "coordinator log:\n" + coordinator_->Log();
-    for (size_t i = 0; i < servers_.size(); ++i) out += "\nserver " + std::to_string(i) + " log:\n" + servers_[i]->Log();
-    return out;
-  }
-
-  TempDir dir_;
-  int replicas_ = 0;
-  std::string token_file_;
-  std::unique_ptr<ServerProcess> coordinator_;
-  std::vector<std::unique_ptr<ServerProcess>> servers_;
+  std::unique_ptr<Client> DirectClient(int i) { return cluster().DirectClient(i); }
+  CommandResult Kvctl(const std::vector<std::string>& args) { return cluster().Kvctl(args); }
 };
 
 TEST_F(ReplicationTest, EveryAcknowledgedWriteIsOnEveryReplicaWithItsVersion) {
-  StartCluster(3);
+  ASSERT_NO_FATAL_FAILURE(StartCluster(3));
   auto client = ClusterClient();
   ASSERT_NE(client, nullptr);
   const int n = Scaled(600, 60);
@@ -158,7 +98,7 @@ TEST_F(ReplicationTest, EveryAcknowledgedWriteIsOnEveryReplicaWithItsVersion) {
 }
 
 TEST_F(ReplicationTest, WithTwoReplicasEveryKeyIsOnExactlyTwoServers) {
-  StartCluster(2);
+  ASSERT_NO_FATAL_FAILURE(StartCluster(2));
   auto client = ClusterClient();
   ASSERT_NE(client, nullptr);
   const int n = Scaled(600, 60);
@@ -202,7 +142,7 @@ TEST_F(ReplicationTest, WithTwoReplicasEveryKeyIsOnExactlyTwoServers) {
 // acknowledged before or after is readable again and on every live replica
 // of its shard.
 TEST_F(ReplicationTest, LosingAServerAndItsDiskLosesNothingAcknowledged) {
-  StartCluster(3);
+  ASSERT_NO_FATAL_FAILURE(StartCluster(3));
   auto client = ClusterClient(std::chrono::milliseconds(5000));
   ASSERT_NE(client, nullptr);
   std::mutex mu;
@@ -214,18 +154,19 @@ TEST_F(ReplicationTest, LosingAServerAndItsDiskLosesNothingAcknowledged) {
   // so once it is dead their keys are unavailable and the writers leave
   // them alone (they write them before the kill, which puts those keys on
   // the backups too).
-  auto cluster = client->Cluster();
-  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  auto map = client->Cluster();
+  ASSERT_TRUE(map.ok()) << map.status();
   std::string victim;
-  for (const MemberInfo& m : cluster->members) {
-    if (m.data_address == servers_[2]->address()) victim = m.server_id;
+  for (const MemberInfo& m : map->members) {
+    if (m.data_address == cluster().server(2).address()) victim = m.server_id;
   }
-  ASSERT_FALSE(victim.empty()) << "server 2 (" << servers_[2]->address() << ") is not in the map";
+  ASSERT_FALSE(victim.empty()) << "server 2 (" << cluster().server(2).address() << ") is not in the map";
   std::set<uint32_t> victim_shards;
-  for (const ShardInfo& s : cluster->shards) {
+  for (const ShardInfo& s : map->shards) {
     if (!s.replicas.empty() && s.replicas.front() == victim) victim_shards.insert(s.shard);
   }
   std::atomic<bool> stop{false};
+  std::atomic<int> acked_writes{0};
   std::atomic<int> acked_after_kill{0};
   std::atomic<bool> killed{false};
   std::vector<std::thread> writers;
@@ -243,6 +184,7 @@ TEST_F(ReplicationTest, LosingAServerAndItsDiskLosesNothingAcknowledged) {
         if (v.ok()) {
           acked[key] = value;
           unknown.erase(key);
+          ++acked_writes;
           if (killed.load()) ++acked_after_kill;
         } else {
           // Shards whose primary died are unavailable (no failover yet);
@@ -252,19 +194,17 @@ TEST_F(ReplicationTest, LosingAServerAndItsDiskLosesNothingAcknowledged) {
       }
     });
   }
-  std::this_thread::sleep_for(std::chrono::milliseconds(800));
-  servers_[2]->Kill9();
+  // Writes of every shard, the victim's too, before the kill.
+  WaitFor("writes acknowledged before the kill", [&] { return acked_writes.load() >= 200; });
+  cluster().server(2).Kill9();
   killed = true;
-  std::filesystem::remove_all(ServerDir(2));
+  cluster().server(2).Wipe();
   // Until writes have gone on without it for a while (bounded by a generous
   // deadline, never by an assumption on speed).
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  while (acked_after_kill.load() < 200 && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
+  WaitFor("writes acknowledged after the kill", [&] { return acked_after_kill.load() >= 200; });
   stop = true;
   for (auto& w : writers) w.join();
-  ASSERT_GE(acked_after_kill.load(), 200) << "writes did not go on without the dead backup\n" << Logs();
+  ASSERT_GE(acked_after_kill.load(), 200) << "writes did not go on without the dead backup";
 
   // Every acknowledged write is on every live replica its shard has in the
   // map now (a backup too slow to acknowledge, e.g. in the emulated guest,
@@ -282,7 +222,7 @@ TEST_F(ReplicationTest, LosingAServerAndItsDiskLosesNothingAcknowledged) {
     const auto u = unknown.find(key);
     // Through the cluster client: waits out the promotion if it is not done.
     auto got = reader->Get(key);
-    ASSERT_TRUE(got.ok()) << key << " is not readable again: " << got.status() << "\n" << Logs();
+    ASSERT_TRUE(got.ok()) << key << " is not readable again: " << got.status();
     EXPECT_TRUE(*got == value || (u != unknown.end() && u->second.count(*got) > 0))
         << key << " lost its last acknowledged value";
   }
@@ -292,7 +232,7 @@ TEST_F(ReplicationTest, LosingAServerAndItsDiskLosesNothingAcknowledged) {
   std::map<std::string, int> index_of;  // server id -> 0 or 1 (the survivors)
   for (const MemberInfo& m : after->members) {
     for (int s = 0; s < 2; ++s) {
-      if (m.data_address == servers_[s]->address()) index_of[m.server_id] = s;
+      if (m.data_address == cluster().server(s).address()) index_of[m.server_id] = s;
     }
   }
   for (const auto& [key, value] : acked) {

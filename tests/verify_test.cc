@@ -20,77 +20,33 @@
 
 #include "rkv/client.h"
 #include "server/store.h"
-#include "tests/run_command.h"
-#include "tests/server_process.h"
+#include "tests/test_cluster.h"
 
 namespace rkv::testing {
 namespace {
 
 constexpr int kServers = 3;
 constexpr uint32_t kShards = 64;
-const char* kToken = "verify-token";
 
-class VerifyTest : public ::testing::Test {
+class VerifyTest : public TestClusterTest {
  protected:
   void SetUp() override {
-    token_file_ = dir_.path() + "/token";
-    WriteFile(token_file_, std::string(kToken) + "\n");
-    coordinator_ = std::make_unique<ServerProcess>(
-        dir_.path() + "/coordinator", token_file_,
-        std::vector<std::string>{"--servers=3", "--shards=" + std::to_string(kShards), "--replicas=3",
-                                 // A stopped primary keeps its shards if it is back
-                                 // within a lease (no promotion before): long leases.
-                                 "--heartbeat_interval_ms=200", "--heartbeat_timeout_ms=60000",
-                                 "--lease_ms=60000"},
-        ServerProcess::Role::kCoordinator);
-    const Status c = coordinator_->Start();
-    ASSERT_TRUE(c.ok()) << c;
-    for (int i = 0; i < kServers; ++i) {
-      servers_.push_back(std::make_unique<ServerProcess>(
-          ServerDir(i), token_file_,
-          std::vector<std::string>{"--coordinator=" + coordinator_->address(), "--memory=67108864",
-                                   "--max_keys=65536"}));
-      const Status s = servers_.back()->Start();
-      ASSERT_TRUE(s.ok()) << "server " << i << ": " << s;
-    }
+    TestClusterOptions o;
+    o.servers = kServers;
+    o.shards = kShards;
+    o.replicas = 3;
+    // A stopped primary keeps its shards if it is back within a lease (no
+    // promotion before): long leases.
+    o.heartbeat_timeout_ms = 60000;
+    o.lease_ms = 60000;
+    ASSERT_NO_FATAL_FAILURE(StartCluster(o));
   }
 
-  std::string ServerDir(int i) const { return dir_.path() + "/server" + std::to_string(i); }
-
-  std::unique_ptr<Client> ClusterClient(std::chrono::milliseconds timeout = std::chrono::milliseconds(60000)) {
-    ClientOptions o;
-    o.server.clear();
-    o.coordinator = coordinator_->address();
-    o.token = kToken;
-    o.transport = TestTransport();
-    o.timeout = timeout;
-    auto c = Client::Connect(o);
-    EXPECT_TRUE(c.ok()) << c.status() << "\n" << Logs();
-    return c.ok() ? std::move(c).value() : nullptr;
-  }
-
-  CommandResult Kvctl(std::vector<std::string> args) {
-    std::vector<std::string> argv = {RKV_KVCTL_BIN, "--coordinator=" + coordinator_->address(),
-                                     "--token_file=" + token_file_, "--transport=" + TestTransport(),
-                                     "--timeout=60000"};
-    argv.insert(argv.end(), args.begin(), args.end());
-    return RunCommand(argv);
-  }
-
-  std::string Logs() const {
-    std::string out = "coordinator log:\n" + coordinator_->Log();
-    for (size_t i = 0; i < servers_.size(); ++i) out += "\nserver " + std::to_string(i) + " log:\n" + servers_[i]->Log();
-    return out;
-  }
-
-  TempDir dir_;
-  std::string token_file_;
-  std::unique_ptr<ServerProcess> coordinator_;
-  std::vector<std::unique_ptr<ServerProcess>> servers_;
+  CommandResult Kvctl(const std::vector<std::string>& args) { return cluster().Kvctl(args); }
 };
 
 TEST_F(VerifyTest, ReplicasAgreeUnderLoadAndADivergedReplicaIsNamed) {
-  auto client = ClusterClient(std::chrono::milliseconds(5000));
+  auto client = cluster().ClusterClient(TestClientOptions(std::chrono::milliseconds(5000)));
   ASSERT_NE(client, nullptr);
 
   // Writers keep every shard busy while verify runs.
@@ -105,17 +61,18 @@ TEST_F(VerifyTest, ReplicasAgreeUnderLoadAndADivergedReplicaIsNamed) {
       }
     });
   }
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
-  while (acked.load() < 1000 && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  const bool loaded = WaitFor("1000 acknowledged writes", [&] { return acked.load() >= 1000; });
+  if (!loaded) {
+    stop = true;
+    for (auto& w : writers) w.join();
   }
-  ASSERT_GE(acked.load(), 1000u) << Logs();
+  ASSERT_TRUE(loaded);
   // Writes in flight make a shard's replicas differ for a moment; verify
   // asks such a shard again, so under load it still finds them equal.
   auto r = Kvctl({"verify", "--rounds=20"});
   stop = true;
   for (auto& w : writers) w.join();
-  EXPECT_EQ(r.exit_code, 0) << r.out << r.err << "\n" << Logs();
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
   EXPECT_NE(r.out.find("verify: all 64 shards agree"), std::string::npos) << r.out;
 
   // At rest, one round suffices; JSON says the same.
@@ -129,20 +86,20 @@ TEST_F(VerifyTest, ReplicasAgreeUnderLoadAndADivergedReplicaIsNamed) {
   auto shard = client->ShardOfKey(key);
   ASSERT_TRUE(shard.ok()) << shard.status();
   ASSERT_TRUE(client->RefreshClusterMap().ok());
-  auto cluster = client->Cluster();
-  ASSERT_TRUE(cluster.ok()) << cluster.status();
-  const std::vector<std::string>& replicas = cluster->shards[*shard].replicas;
+  auto map = client->Cluster();
+  ASSERT_TRUE(map.ok()) << map.status();
+  const std::vector<std::string>& replicas = map->shards[*shard].replicas;
   ASSERT_EQ(replicas.size(), 3u);
   const std::string primary_id = replicas[0];
   int primary = -1;
-  for (const MemberInfo& m : cluster->members) {
+  for (const MemberInfo& m : map->members) {
     for (int i = 0; i < kServers; ++i) {
-      if (m.server_id == primary_id && m.data_address == servers_[i]->address()) primary = i;
+      if (m.server_id == primary_id && m.data_address == cluster().server(i).address()) primary = i;
     }
   }
   ASSERT_GE(primary, 0) << primary_id << " is not one of the test's servers";
   uint64_t old_epoch = 0;
-  for (const MemberInfo& m : cluster->members) {
+  for (const MemberInfo& m : map->members) {
     if (m.server_id == primary_id) old_epoch = m.epoch;
   }
 
@@ -150,10 +107,10 @@ TEST_F(VerifyTest, ReplicasAgreeUnderLoadAndADivergedReplicaIsNamed) {
   // ends, it stays the shard's primary, design.md 8.8) and rewrite the key
   // in its store: a newer version with another value, which no write of
   // the cluster ever produced.
-  servers_[primary]->Terminate();
+  cluster().server(primary).Terminate();
   uint64_t diverged_version = 0;
   {
-    auto store = server::Store::Open(ServerDir(primary), server::Durability::kSync);
+    auto store = server::Store::Open(cluster().ServerDir(primary), server::Durability::kSync);
     ASSERT_TRUE(store.ok()) << store.status();
     auto value = (*store)->Get(key);
     ASSERT_TRUE(value.ok()) << value.status();
@@ -161,37 +118,30 @@ TEST_F(VerifyTest, ReplicasAgreeUnderLoadAndADivergedReplicaIsNamed) {
     diverged_version = (*value)->version + 1;
     ASSERT_TRUE((*store)->Put(key, "not what the primary holds", diverged_version).ok());
   }
-  const Status restarted = servers_[primary]->Start();
-  ASSERT_TRUE(restarted.ok()) << restarted << "\n" << Logs();
+  const Status restarted = cluster().server(primary).Start();
+  ASSERT_TRUE(restarted.ok()) << restarted;
 
   // Until the map lists it UP again (new epoch) as the shard's primary and
   // it answers for the shard: it needs the map first.
-  const auto back_deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
-  bool back = false;
-  while (!back && std::chrono::steady_clock::now() < back_deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    if (!client->RefreshClusterMap().ok()) continue;
-    auto now = client->Cluster();
-    if (!now.ok()) continue;
+  ASSERT_TRUE(cluster().WaitForMap(*client, [&](const ClusterInfo& now) {
     bool up = false;
-    for (const MemberInfo& m : now->members) {
+    for (const MemberInfo& m : now.members) {
       if (m.server_id == primary_id) up = m.state == "UP" && m.epoch != old_epoch;
     }
-    const auto& ids = now->shards[*shard].replicas;
+    const auto& ids = now.shards[*shard].replicas;
     const bool listed = !ids.empty() && ids[0] == primary_id;
     const uint32_t shards[] = {*shard};
-    back = up && listed && client->ShardChecksums(primary_id, shards).ok();
-  }
-  ASSERT_TRUE(back) << primary_id << " did not come back as the primary of shard " << *shard << "\n" << Logs();
+    return up && listed && client->ShardChecksums(primary_id, shards).ok();
+  })) << primary_id << " did not come back as the primary of shard " << *shard;
 
   // verify finds the shard, and only it (a restarted server leaves the
   // sets it was a backup of: those shards have two replicas, which agree).
   ASSERT_TRUE(client->RefreshClusterMap().ok());
-  cluster = client->Cluster();
-  ASSERT_TRUE(cluster.ok()) << cluster.status();
-  const std::vector<std::string> now_replicas = cluster->shards[*shard].replicas;
+  map = client->Cluster();
+  ASSERT_TRUE(map.ok()) << map.status();
+  const std::vector<std::string> now_replicas = map->shards[*shard].replicas;
   r = Kvctl({"verify", "--rounds=2"});
-  EXPECT_EQ(r.exit_code, 1) << r.out << r.err << "\n" << Logs();
+  EXPECT_EQ(r.exit_code, 1) << r.out << r.err;
   EXPECT_NE(r.out.find("verify: 1 of 64 shards disagree"), std::string::npos) << r.out;
   // One table row per replica of the shard: SHARD SERVER MAP KEYS
   // MAX_VERSION CHECKSUM.
