@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Configures and builds rkv with a CMake preset (default: release).
 # Usage: deploy/build.sh [PRESET [--configure-only]]
+# Prints ninja's progress ([finished/total percent elapsed-seconds] per step)
+# and the time the build took.
 # Environment: RKV_DEBUG_INFO=lines configures a new build directory with
 #              line tables only (-g1) in place of full debug info (-g). CI
 #              sets it (.ci/run): every stack trace a failing test, a
@@ -27,10 +29,22 @@ if [ ! -f "build/${preset}/CMakeCache.txt" ]; then
       exit 2
       ;;
   esac
+  echo "build: configuring preset ${preset}"
   cmake --preset "${preset}" "${debug_info[@]}" >/dev/null
 fi
 if [ "${2:-}" = "--configure-only" ]; then
   exit 0
 fi
-echo "build: compiling preset ${preset} with ${jobs} jobs (a first build takes several minutes)"
-cmake --build --preset "${preset}" -j "${jobs}"
+echo "build: compiling preset ${preset} with ${jobs} jobs; a first build takes several minutes" \
+  "(each line: [steps done/total percent seconds])"
+start=$SECONDS
+# Ninja's status line, with the elapsed time, unless the caller set one.
+export NINJA_STATUS="${NINJA_STATUS:-[%f/%t %p %es] }"
+rc=0
+cmake --build --preset "${preset}" -j "${jobs}" || rc=$?
+elapsed=$((SECONDS - start))
+if [ "${rc}" -ne 0 ]; then
+  echo "build: preset ${preset} FAILED after ${elapsed} s" >&2
+  exit "${rc}"
+fi
+echo "build: preset ${preset} built in ${elapsed} s"

@@ -2,7 +2,9 @@
 # Installs every Debian 12 package rkv needs to build, test and benchmark,
 # including what the SoftRoCE harness (deploy/softroce/) needs.
 # Idempotent: packages already present are not reinstalled, and apt's lists
-# are refreshed only when something is missing.
+# are refreshed only when something is missing. Installing prints a progress
+# line every 15 s (apt's percentage and the package at hand); apt's own output
+# goes to a log under /tmp, shown when it fails.
 set -euo pipefail
 
 PACKAGES=(
@@ -29,13 +31,49 @@ fi
 
 SUDO=""
 [ "$(id -u)" -eq 0 ] || SUDO="sudo"
-echo "install-deps: installing ${missing[*]}"
 export DEBIAN_FRONTEND=noninteractive
+echo "install-deps: ${#missing[@]} of ${#PACKAGES[@]} packages missing: ${missing[*]}"
+echo "install-deps: refreshing apt's package lists"
 $SUDO apt-get update -qq
-$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+total="$(apt-get install -s --no-install-recommends "${missing[@]}" 2>/dev/null | grep -c '^Inst ' || true)"
+echo "install-deps: installing ${total} packages with their dependencies (several minutes on a fresh machine)"
+
+# apt's own output goes to a log; its status lines (APT::Status-Fd) give a
+# progress line every HEARTBEAT seconds: downloading, then installing, each
+# with apt's percentage and the package at hand.
+readonly HEARTBEAT=15
+log="$(mktemp /tmp/rkv-install-deps.XXXXXX)"
+status="${log}.status"
+start=$SECONDS
+$SUDO bash -c 'exec apt-get install -y -q --no-install-recommends -o APT::Status-Fd=3 "${@:2}" 3>"$1"' \
+  _ "${status}" "${missing[@]}" > "${log}" 2>&1 &
+apt_pid=$!
+last=$SECONDS
+while kill -0 "${apt_pid}" 2>/dev/null; do
+  sleep 1
+  if [ $((SECONDS - last)) -ge "${HEARTBEAT}" ]; then
+    last=$SECONDS
+    line="$(tail -n 1 "${status}" 2>/dev/null || true)"
+    IFS=: read -r kind _ percent what <<< "${line}"
+    case "${kind}" in
+      dlstatus) what="downloading: ${what}" ;;
+      pmstatus) ;;
+      *) what="starting"; percent=0 ;;
+    esac
+    printf 'install-deps: [%3.0f%%] %s (%d s)\n' "${percent:-0}" "${what}" $((SECONDS - start))
+  fi
+done
+rc=0
+wait "${apt_pid}" || rc=$?
+if [ "${rc}" -ne 0 ]; then
+  echo "install-deps: apt-get install FAILED (exit status ${rc}); the last lines of its log ${log}:" >&2
+  tail -n 30 "${log}" | sed 's/^/    | /' >&2
+  exit "${rc}"
+fi
+rm -f "${log}" "${status}"
 # Debian's postinst starts these services; rkv's scripts start their own
 # instances on chosen ports, so the system-wide ones are not needed.
 for svc in memcached redis-server; do
   if command -v systemctl >/dev/null 2>&1; then $SUDO systemctl stop "$svc" 2>/dev/null || true; fi
 done
-echo "install-deps: done"
+echo "install-deps: ${total} packages installed in $((SECONDS - start)) s"

@@ -25,41 +25,56 @@
 # unless RKV_TEST_SCALE / RKV_CRASH_CYCLES / RKV_LIN_HISTORIES say. What the
 # sanitizers look for (a race, a use after free, undefined behaviour) is in
 # the code paths, which the smaller loads still take.
+# Each build and its tests is a stage (deploy/test-stages.sh); a failed stage
+# does not stop the next, and one summary at the end gives each stage's
+# time, its tests' passed/failed/skipped counts (each test's output in
+# build/PRESET/test-logs/tests/), the failures and the skips' reasons.
 # Usage: deploy/test-presets.sh [STAGE...]   (default: all four)
-# Exits non-zero when a build or a test fails.
-set -euo pipefail
-cd "$(dirname "$0")/.."
-
-deploy/install-deps.sh
+# Exits non-zero when a build or a test fails, or when a test was skipped
+# and RKV_NO_SKIP=1 (CI).
+set -uo pipefail
+cd "$(dirname "$0")/.." || exit 2
+source deploy/test-stages.sh
 
 presets=("$@")
 [ ${#presets[@]} -gt 0 ] || presets=(debug-asan tsan release-plain fuzz)
-
 for preset in "${presets[@]}"; do
-  start=$SECONDS
   case "${preset}" in
-    debug-asan|tsan)
-      deploy/build.sh "${preset}"
-      echo "== host tests under ${preset}"
-      RKV_TEST_SCALE="${RKV_TEST_SCALE:-0.25}" RKV_CRASH_CYCLES="${RKV_CRASH_CYCLES:-5}" \
-        RKV_LIN_HISTORIES="${RKV_LIN_HISTORIES:-30}" \
-        ctest --preset "${preset}" --timeout 1200
-      ;;
-    release-plain)
-      cmake -S . -B build/release-plain -DCMAKE_BUILD_TYPE=Release -DRKV_BUILD_TESTS=OFF \
-        -DCMAKE_UNITY_BUILD=ON -DCMAKE_UNITY_BUILD_BATCH_SIZE=8 >/dev/null
-      cmake --build build/release-plain --parallel "$(nproc 2>/dev/null || echo 2)"
-      ;;
-    fuzz)
-      # Configured here so that RKV_DEBUG_INFO applies (deploy/build.sh);
-      # deploy/fuzz.sh then builds in the existing directory.
-      deploy/build.sh fuzz --configure-only
-      deploy/fuzz.sh "${RKV_FUZZ_SECONDS:-15}"
-      ;;
+    debug-asan|tsan|release-plain|fuzz) ;;
     *)
       echo "test-presets: unknown preset '${preset}' (expected debug-asan, tsan, release-plain or fuzz)" >&2
       exit 2
       ;;
   esac
-  echo "== ${preset}: done in $((SECONDS - start)) s"
 done
+
+if stage_step "dependencies" deploy/install-deps.sh; then
+  for preset in "${presets[@]}"; do
+    case "${preset}" in
+      debug-asan|tsan)
+        if stage_step "${preset} build" deploy/build.sh "${preset}"; then
+          RKV_TEST_SCALE="${RKV_TEST_SCALE:-0.25}" RKV_CRASH_CYCLES="${RKV_CRASH_CYCLES:-5}" \
+            RKV_LIN_HISTORIES="${RKV_LIN_HISTORIES:-30}" \
+            stage_ctest "${preset} tests" "build/${preset}/test-logs" --preset "${preset}" --timeout 1200
+        else
+          stage_not_run "${preset} tests" "not run: the build failed"
+        fi
+        ;;
+      release-plain)
+        build_release_plain() {
+          cmake -S . -B build/release-plain -DCMAKE_BUILD_TYPE=Release -DRKV_BUILD_TESTS=OFF \
+            -DCMAKE_UNITY_BUILD=ON -DCMAKE_UNITY_BUILD_BATCH_SIZE=8 >/dev/null &&
+            cmake --build build/release-plain --parallel "$(nproc 2>/dev/null || echo 2)"
+        }
+        stage_step "release-plain build" build_release_plain
+        ;;
+      fuzz)
+        # Configured here so that RKV_DEBUG_INFO applies (deploy/build.sh);
+        # deploy/fuzz.sh then builds in the existing directory.
+        fuzz() { deploy/build.sh fuzz --configure-only && deploy/fuzz.sh "${RKV_FUZZ_SECONDS:-15}"; }
+        stage_step "fuzz" fuzz
+        ;;
+    esac
+  done
+fi
+stage_summary "deploy/test-presets.sh ${presets[*]}"

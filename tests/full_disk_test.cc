@@ -5,7 +5,10 @@
 //
 // Mounting needs root (CI runs the suite as root). The test makes its own
 // mount namespace first, so the tmpfs is private to this process and the
-// server it starts, and disappears with them whatever happens.
+// server it starts, and disappears with them whatever happens. Where the
+// machine cannot give it that (not root, no mount namespaces, no mount it
+// can make private), the test is skipped with the reason; CI, which must run
+// it, counts a skip as a failure (deploy/test.sh, RKV_NO_SKIP).
 #include <sched.h>
 #include <sys/mount.h>
 #include <unistd.h>
@@ -14,9 +17,12 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <map>
+#include <sstream>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -34,6 +40,98 @@ constexpr auto kRecoveryDeadline = std::chrono::seconds(120);
 
 std::string SizeOption(uint64_t bytes) { return "size=" + std::to_string(bytes) + ",mode=0700"; }
 
+// The mount points this process sees, as paths from its root
+// (/proc/self/mountinfo's fifth field, the kernel's octal escapes undone).
+std::vector<std::string> VisibleMountPoints() {
+  std::vector<std::string> points;
+  std::ifstream in("/proc/self/mountinfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    std::istringstream fields(line);
+    std::string id, parent, device, root, point;
+    if (!(fields >> id >> parent >> device >> root >> point)) continue;
+    std::string decoded;
+    for (size_t i = 0; i < point.size(); ++i) {
+      if (point[i] == '\\' && i + 3 < point.size()) {
+        decoded.push_back(static_cast<char>(std::stoi(point.substr(i + 1, 3), nullptr, 8)));
+        i += 3;
+      } else {
+        decoded.push_back(point[i]);
+      }
+    }
+    points.push_back(decoded);
+  }
+  return points;
+}
+
+// The deepest mount point this process sees that holds `dir`, or "" when
+// `dir` lies on a mount whose mount point is outside this process's root
+// (a directory of a chroot that is not itself a mount point).
+std::string MountPointHolding(const std::string& dir) {
+  std::error_code ec;
+  const std::string path = std::filesystem::weakly_canonical(dir, ec).string();
+  if (ec) return "";
+  std::string best;
+  for (const std::string& point : VisibleMountPoints()) {
+    const bool holds = point == "/" || path == point || path.rfind(point + "/", 0) == 0;
+    if (holds && point.size() > best.size()) best = point;
+  }
+  return best;
+}
+
+// Makes the mount at `point` and every mount below it private to this
+// mount namespace: nothing mounted under it propagates to another namespace.
+bool MakePrivate(const std::string& point) {
+  return ::mount(nullptr, point.c_str(), nullptr, MS_REC | MS_PRIVATE, nullptr) == 0;
+}
+
+std::string ErrnoText(const std::string& call) { return call + ": " + std::strerror(errno); }
+
+// Gives this thread a mount namespace of its own and returns a directory,
+// `temp_dir` or else the test binary's, under which a mount stays in that
+// namespace; or sets `*skip` to why this machine cannot give the test one.
+// Mounts made here must not reach the host's namespace, so the mount they go
+// under is made private first. That is "/" where it is a mount point. In a
+// chroot it is not, and the chroot's own root cannot be named; the deepest
+// mount point inside it that holds the directory stands in (a bind mount of
+// the source tree, a tmpfs /tmp).
+std::string PrivateMountParent(const std::string& temp_dir, std::string* skip) {
+  if (::geteuid() != 0) {
+    *skip = "mounting a tmpfs needs root, and this runs as uid " + std::to_string(::geteuid());
+    return "";
+  }
+  // Read before unsharing: after it, the executable's path is named from the
+  // old namespace's root, outside a chroot's.
+  std::error_code ec;
+  const std::string binary_dir = std::filesystem::read_symlink("/proc/self/exe", ec).parent_path().string();
+  if (::unshare(CLONE_NEWNS) != 0) {
+    *skip = "no mount namespace of its own: " + ErrnoText("unshare(CLONE_NEWNS)");
+    return "";
+  }
+  if (MakePrivate("/")) return temp_dir;
+  const bool root_not_a_mount = errno == EINVAL;
+  std::string root_error = ErrnoText("making / private");
+  if (root_not_a_mount) root_error += " (/ is not a mount point, as in a chroot)";
+  std::string tried;
+  for (const std::string& dir : {temp_dir, binary_dir}) {
+    if (dir.empty()) continue;
+    if (::access(dir.c_str(), W_OK) != 0) {
+      tried += "; " + ErrnoText(dir + " is not writable");
+      continue;
+    }
+    const std::string point = MountPointHolding(dir);
+    if (point.empty()) {
+      tried += "; " + dir + " lies on no mount point below /";
+      continue;
+    }
+    if (MakePrivate(point)) return dir;
+    tried += "; " + ErrnoText("making " + point + " (holding " + dir + ") private");
+  }
+  *skip = "no mount it can make private for its tmpfs: " + root_error + tried +
+          ". It runs where / is a mount point, or with TEST_TMPDIR on a mount point";
+  return "";
+}
+
 std::string ValueFor(int i) {
   std::string v(kValueBytes, '\0');
   for (size_t j = 0; j < v.size(); ++j) v[j] = static_cast<char>('a' + (i * 7 + j) % 26);
@@ -43,15 +141,17 @@ std::string ValueFor(int i) {
 class FullDiskTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    ASSERT_EQ(::geteuid(), 0u) << "this test mounts a tmpfs and must run as root (CI runs the suite as root)";
-    ASSERT_EQ(::unshare(CLONE_NEWNS), 0) << "unshare(CLONE_NEWNS): " << std::strerror(errno);
-    // Mounts made here must not propagate back to the host's namespace.
-    ASSERT_EQ(::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr), 0)
-        << "making / private: " << std::strerror(errno);
-    data_dir_ = dir_.path() + "/fs";
+    std::string skip;
+    const std::string parent = PrivateMountParent(dir_.path(), &skip);
+    if (!skip.empty()) GTEST_SKIP() << skip;
+    data_dir_ = parent + "/rkv-full-disk-fs-" + std::to_string(::getpid());
     std::filesystem::create_directories(data_dir_);
-    ASSERT_EQ(::mount("tmpfs", data_dir_.c_str(), "tmpfs", 0, SizeOption(kSmallFsBytes).c_str()), 0)
-        << "mounting a tmpfs on " << data_dir_ << ": " << std::strerror(errno);
+    if (::mount("tmpfs", data_dir_.c_str(), "tmpfs", 0, SizeOption(kSmallFsBytes).c_str()) != 0) {
+      const int error = errno;
+      const std::string why = ErrnoText("mounting a tmpfs on " + data_dir_);
+      if (error != EPERM && error != EACCES) FAIL() << why;
+      GTEST_SKIP() << why;
+    }
     mounted_ = true;
     token_file_ = dir_.path() + "/token";
     WriteFile(token_file_, "full-disk-token\n");
@@ -63,6 +163,11 @@ class FullDiskTest : public ::testing::Test {
   void TearDown() override {
     server_.reset();  // kills the server before its file system goes
     if (mounted_) ::umount2(data_dir_.c_str(), MNT_DETACH);
+    // Outside dir_ when the binary's directory held the mount.
+    if (!data_dir_.empty()) {
+      std::error_code ec;
+      std::filesystem::remove_all(data_dir_, ec);
+    }
   }
 
   std::unique_ptr<Client> NewClient() {
