@@ -26,7 +26,7 @@
 
 #include "rkv/client.h"
 #include "tests/lincheck/lincheck.h"
-#include "tests/server_process.h"
+#include "tests/test_cluster.h"
 
 namespace rkv::testing {
 namespace {
@@ -35,7 +35,6 @@ using lincheck::OpKind;
 using lincheck::Outcome;
 using Clock = std::chrono::steady_clock;
 
-const char* kToken = "lin-token";
 constexpr int kClients = 5;
 constexpr int kOpsPerClient = 20;
 // A restart in the middle of every kRestartEvery-th history.
@@ -44,9 +43,8 @@ constexpr int kRestartEvery = 5;
 // cache"): a call that lost its reply resends it to the same server
 // incarnation only, and one whose server restarted meanwhile ends with
 // UNAVAILABLE, outcome unknown, which the history records as such.
-// Only bounds a hang: a call in flight across a restart retries until the
-// server is back.
-constexpr std::chrono::milliseconds kCallTimeout{60000};
+// Calls have the default deadline (kCallTimeout), which only bounds a
+// hang: a call in flight across a restart retries until the server is back.
 
 struct Figures {
   int histories = 0;
@@ -85,8 +83,9 @@ class HistoryRunner {
     std::thread disruptor;
     if (disrupt) {
       disruptor = std::thread([&] {
-        while (done.load(std::memory_order_relaxed) < total / 3)
-          std::this_thread::sleep_for(std::chrono::microseconds(200));
+        WaitFor(
+            "a third of the history", [&] { return done.load(std::memory_order_relaxed) >= total / 3; },
+            kConditionDeadline, std::chrono::milliseconds(1));
         disrupt();
       });
     }
@@ -191,15 +190,6 @@ std::vector<std::string> Keys(const std::string& prefix, int n) {
   return keys;
 }
 
-std::unique_ptr<Client> Connect(ClientOptions o) {
-  o.token = kToken;
-  o.transport = TestTransport();
-  o.timeout = kCallTimeout;
-  auto c = Client::Connect(o);
-  EXPECT_TRUE(c.ok()) << c.status();
-  return c.ok() ? std::move(c).value() : nullptr;
-}
-
 void Print(const char* what, const Figures& f, const LocationCacheStatsInfo& cache) {
   std::printf(
       "linearizability: %s histories=%d ops=%zu restarts=%d unknown_writes=%d violations=%d "
@@ -210,29 +200,22 @@ void Print(const char* what, const Figures& f, const LocationCacheStatsInfo& cac
   std::fflush(stdout);
 }
 
-class LinearizabilityTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    token_file_ = dir_.path() + "/token";
-    WriteFile(token_file_, std::string(kToken) + "\n");
-  }
-
-  TempDir dir_;
-  std::string token_file_;
-};
+class LinearizabilityTest : public TestClusterTest {};
 
 TEST_F(LinearizabilityTest, HistoriesAcrossRestartsOfOneServer) {
   const int histories = SuiteCount("RKV_LIN_HISTORIES", 300, 30);
-  ServerProcess server(dir_.path() + "/data", token_file_, {"--memory=67108864", "--max_keys=1024"});
-  ASSERT_TRUE(server.Start().ok()) << server.Log();
-  ClientOptions o;
-  o.server = server.address();
+  TestClusterOptions options;
+  options.coordinator = false;
+  options.servers = 1;
+  options.max_keys = 1024;
+  ASSERT_NO_FATAL_FAILURE(StartCluster(options));
+  ServerProcess& server = cluster().server(0);
   std::vector<std::unique_ptr<Client>> clients;
   for (int c = 0; c < kClients; ++c) {
-    clients.push_back(Connect(o));
+    clients.push_back(cluster().DirectClient(0));
     ASSERT_NE(clients.back(), nullptr);
   }
-  auto verifier = Connect(o);
+  auto verifier = cluster().DirectClient(0);
   ASSERT_NE(verifier, nullptr);
   HistoryRunner runner(std::move(clients), std::move(verifier), Keys("lin-", 4));
 
@@ -265,27 +248,17 @@ TEST_F(LinearizabilityTest, HistoriesAcrossRestartsOfOneServer) {
 TEST_F(LinearizabilityTest, HistoriesAcrossServerRestartsInACluster) {
   const int histories = std::max(10, SuiteCount("RKV_LIN_HISTORIES", 300, 30) / 5);
   constexpr int kServers = 3;
-  ServerProcess coordinator(
-      dir_.path() + "/coordinator", token_file_,
-      {"--servers=3", "--shards=64", "--heartbeat_interval_ms=200", "--heartbeat_timeout_ms=2000"},
-      ServerProcess::Role::kCoordinator);
-  ASSERT_TRUE(coordinator.Start().ok()) << coordinator.Log();
-  std::vector<std::unique_ptr<ServerProcess>> servers;
-  for (int i = 0; i < kServers; ++i) {
-    servers.push_back(std::make_unique<ServerProcess>(
-        dir_.path() + "/server" + std::to_string(i), token_file_,
-        std::vector<std::string>{"--coordinator=" + coordinator.address(), "--memory=67108864", "--max_keys=1024"}));
-    ASSERT_TRUE(servers.back()->Start().ok()) << servers.back()->Log();
-  }
-  ClientOptions o;
-  o.server.clear();
-  o.coordinator = coordinator.address();
+  TestClusterOptions options;
+  options.servers = kServers;
+  options.shards = 64;
+  options.max_keys = 1024;
+  ASSERT_NO_FATAL_FAILURE(StartCluster(options));
   std::vector<std::unique_ptr<Client>> clients;
   for (int c = 0; c < kClients; ++c) {
-    clients.push_back(Connect(o));
+    clients.push_back(cluster().ClusterClient());
     ASSERT_NE(clients.back(), nullptr);
   }
-  auto verifier = Connect(o);
+  auto verifier = cluster().ClusterClient();
   ASSERT_NE(verifier, nullptr);
   // More keys than servers, so that most histories touch several servers.
   HistoryRunner runner(std::move(clients), std::move(verifier), Keys("lin-cluster-", 6));
@@ -293,7 +266,7 @@ TEST_F(LinearizabilityTest, HistoriesAcrossServerRestartsInACluster) {
   for (int h = 0; h < histories && runner.figures().violations < 3; ++h) {
     std::function<void()> disrupt;
     if (h % kRestartEvery == kRestartEvery - 1) {
-      ServerProcess& victim = *servers[static_cast<size_t>(h / kRestartEvery) % kServers];
+      ServerProcess& victim = cluster().server((h / kRestartEvery) % kServers);
       disrupt = [&] {
         victim.Kill9();
         const Status s = victim.Start();
