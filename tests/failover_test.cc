@@ -31,8 +31,7 @@
 
 #include "rkv/client.h"
 #include "tests/lincheck/lincheck.h"
-#include "tests/run_command.h"
-#include "tests/server_process.h"
+#include "tests/test_cluster.h"
 
 namespace rkv::testing {
 namespace {
@@ -40,12 +39,8 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 constexpr int kServers = 3;
-const char* kToken = "failover-token";
 // Only bounds a hang: a call retries (following the map) within it.
-constexpr std::chrono::milliseconds kCallTimeout{10000};
-// Generous deadlines on conditions; never a claim on speed.
-constexpr std::chrono::seconds kPromotionDeadline{60};
-constexpr std::chrono::seconds kProgressDeadline{60};
+constexpr std::chrono::milliseconds kFailoverCallTimeout{10000};
 
 int64_t Millis(Clock::duration d) { return std::chrono::duration_cast<std::chrono::milliseconds>(d).count(); }
 
@@ -102,15 +97,10 @@ class Load {
     return n;
   }
 
-  // Waits (up to kProgressDeadline) until `n` calls on `shards` invoked at
-  // or after `since` succeeded.
-  bool WaitForProgress(const std::set<uint32_t>& shards, Clock::time_point since, int n) {
-    const auto deadline = Clock::now() + kProgressDeadline;
-    while (SucceededSince(shards, since) < n) {
-      if (Clock::now() > deadline) return false;
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    return true;
+  // Waits (up to kConditionDeadline) until `n` calls on `shards` invoked
+  // at or after `since` succeeded.
+  ::testing::AssertionResult WaitForProgress(const std::set<uint32_t>& shards, Clock::time_point since, int n) {
+    return WaitFor("successful calls on the shards", [&] { return SucceededSince(shards, since) >= n; });
   }
 
   // Prints the gap on `shards` after `failure`: from the first call there
@@ -253,41 +243,23 @@ class Load {
   std::string first_stale_read_;
 };
 
-class FailoverTest : public ::testing::Test {
+class FailoverTest : public TestClusterTest {
  protected:
   void StartCluster(int replicas) {
-    token_file_ = dir_.path() + "/token";
-    WriteFile(token_file_, std::string(kToken) + "\n");
-    coordinator_ = std::make_unique<ServerProcess>(
-        dir_.path() + "/coordinator", token_file_,
-        std::vector<std::string>{"--servers=3", "--shards=64", "--replicas=" + std::to_string(replicas),
-                                 "--heartbeat_interval_ms=100", "--heartbeat_timeout_ms=600", "--lease_ms=400"},
-        ServerProcess::Role::kCoordinator);
-    const Status c = coordinator_->Start();
-    ASSERT_TRUE(c.ok()) << c;
-    for (int i = 0; i < kServers; ++i) {
-      servers_.push_back(std::make_unique<ServerProcess>(
-          dir_.path() + "/server" + std::to_string(i), token_file_,
-          std::vector<std::string>{"--coordinator=" + coordinator_->address(), "--memory=67108864",
-                                   "--max_keys=65536", "--zone=zone " + std::to_string(i)}));
-      const Status s = servers_.back()->Start();
-      ASSERT_TRUE(s.ok()) << "server " << i << ": " << s;
-    }
+    TestClusterOptions o;
+    o.servers = kServers;
+    o.shards = 64;
+    o.replicas = replicas;
+    o.heartbeat_interval_ms = 100;
+    o.heartbeat_timeout_ms = 600;
+    o.lease_ms = 400;
+    o.zone_prefix = "zone ";
+    ASSERT_NO_FATAL_FAILURE(TestClusterTest::StartCluster(o));
     probe_ = NewClient();
     ASSERT_NE(probe_, nullptr);
   }
 
-  std::unique_ptr<Client> NewClient() {
-    ClientOptions o;
-    o.server.clear();
-    o.coordinator = coordinator_->address();
-    o.token = kToken;
-    o.transport = TestTransport();
-    o.timeout = kCallTimeout;
-    auto c = Client::Connect(o);
-    EXPECT_TRUE(c.ok()) << c.status() << "\n" << Logs();
-    return c.ok() ? std::move(c).value() : nullptr;
-  }
+  std::unique_ptr<Client> NewClient() { return cluster().ClusterClient(TestClientOptions(kFailoverCallTimeout)); }
 
   std::vector<std::unique_ptr<Client>> NewClients(int n) {
     std::vector<std::unique_ptr<Client>> out;
@@ -298,23 +270,8 @@ class FailoverTest : public ::testing::Test {
     return out;
   }
 
-  std::string Logs() const {
-    std::string out = "coordinator log:\n" + (coordinator_ ? coordinator_->Log() : "");
-    for (size_t i = 0; i < servers_.size(); ++i) out += "\nserver " + std::to_string(i) + " log:\n" + servers_[i]->Log();
-    return out;
-  }
-
-  // The server id of servers_[i], from the map (matched by address).
-  std::string IdOf(int i) {
-    auto members = probe_->Members();
-    EXPECT_TRUE(members.ok()) << members.status();
-    if (!members.ok()) return "";
-    for (const MemberInfo& m : *members) {
-      if (m.data_address == servers_[i]->address()) return m.server_id;
-    }
-    ADD_FAILURE() << "no member has the address " << servers_[i]->address();
-    return "";
-  }
+  // The server id of server i, from the map (matched by address).
+  std::string IdOf(int i) { return cluster().IdOf(*probe_, i); }
 
   // Shards whose primary (replicas[0]) is, or is not, `id` in the probe's map.
   std::set<uint32_t> PrimaryShards(const std::string& id) {
@@ -340,33 +297,21 @@ class FailoverTest : public ::testing::Test {
     return out;
   }
 
-  // Waits (up to kPromotionDeadline) until no shard of `shards` has `id` as
-  // its primary in the coordinator's map, and each has an UP one.
-  bool WaitForPromotion(const std::string& id, const std::set<uint32_t>& shards) {
-    const auto deadline = Clock::now() + kPromotionDeadline;
-    while (Clock::now() < deadline) {
-      if (probe_->RefreshClusterMap().ok()) {
-        auto cluster = probe_->Cluster();
-        if (cluster.ok()) {
-          std::map<std::string, std::string> state;
-          for (const MemberInfo& m : cluster->members) state[m.server_id] = m.state;
-          bool done = true;
-          for (uint32_t s : shards) {
-            const std::vector<std::string>& r = cluster->shards[s].replicas;
-            done = done && !r.empty() && r[0] != id && state[r[0]] == "UP";
-          }
-          if (done) return true;
-        }
+  // Waits (up to kConditionDeadline) until no shard of `shards` has `id`
+  // as its primary in the coordinator's map, and each has an UP one.
+  ::testing::AssertionResult WaitForPromotion(const std::string& id, const std::set<uint32_t>& shards) {
+    return cluster().WaitForMap(*probe_, [&](const ClusterInfo& cluster) {
+      std::map<std::string, std::string> state;
+      for (const MemberInfo& m : cluster.members) state[m.server_id] = m.state;
+      bool done = true;
+      for (uint32_t s : shards) {
+        const std::vector<std::string>& r = cluster.shards[s].replicas;
+        done = done && !r.empty() && r[0] != id && state[r[0]] == "UP";
       }
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
-    return false;
+      return done;
+    });
   }
 
-  TempDir dir_;
-  std::string token_file_;
-  std::unique_ptr<ServerProcess> coordinator_;
-  std::vector<std::unique_ptr<ServerProcess>> servers_;
   std::unique_ptr<Client> probe_;  // reads the map
 };
 
@@ -381,8 +326,7 @@ class PrimaryKillTest : public FailoverTest, public ::testing::WithParamInterfac
 // a state its key cannot hold, and every key is readable again.
 TEST_P(PrimaryKillTest, NoAcknowledgedWriteLostAndEveryKeyReadableAgain) {
   const int replicas = GetParam();
-  StartCluster(replicas);
-  ASSERT_FALSE(HasFatalFailure());
+  ASSERT_NO_FATAL_FAILURE(StartCluster(replicas));
   const std::string victim = IdOf(0);
   ASSERT_FALSE(victim.empty());
   const std::set<uint32_t> affected = PrimaryShards(victim);
@@ -391,15 +335,15 @@ TEST_P(PrimaryKillTest, NoAcknowledgedWriteLostAndEveryKeyReadableAgain) {
   ASSERT_EQ(clients.size(), 3u);
   Load load(std::move(clients), KeysPerThread(), "kill-r" + std::to_string(replicas) + "-");
   load.Start();
-  ASSERT_TRUE(load.WaitForProgress(affected, Clock::time_point{}, ProgressCalls())) << Logs();
+  ASSERT_TRUE(load.WaitForProgress(affected, Clock::time_point{}, ProgressCalls()));
 
   const auto killed_at = Clock::now();
-  servers_[0]->Kill9();
+  cluster().server(0).Kill9();
   const bool promoted = WaitForPromotion(victim, affected);
   const bool progressed = promoted && load.WaitForProgress(affected, killed_at, ProgressCalls());
   load.Stop();
-  ASSERT_TRUE(promoted) << "the coordinator did not promote a backup for the shards of " << victim << "\n" << Logs();
-  ASSERT_TRUE(progressed) << "calls on the shards of the killed primary did not succeed again\n" << Logs();
+  ASSERT_TRUE(promoted) << "the coordinator did not promote a backup for the shards of " << victim;
+  ASSERT_TRUE(progressed) << "calls on the shards of the killed primary did not succeed again";
   load.PrintGap(("R=" + std::to_string(replicas) + ", primary killed").c_str(), affected, killed_at);
   EXPECT_EQ(load.stale_reads(), 0) << load.first_stale_read();
 
@@ -477,8 +421,7 @@ class HistoryRecorder {
 // server answers nothing until SIGCONT; over verbs its NIC goes on serving
 // one-sided reads, which only the client's lease keeps clients from.
 TEST_F(FailoverTest, FrozenPrimaryNeverServesAStaleReadAfterThePromotion) {
-  StartCluster(3);
-  ASSERT_FALSE(HasFatalFailure());
+  ASSERT_NO_FATAL_FAILURE(StartCluster(3));
   const std::string victim = IdOf(0);
   ASSERT_FALSE(victim.empty());
   const std::set<uint32_t> affected = PrimaryShards(victim);
@@ -513,6 +456,7 @@ TEST_F(FailoverTest, FrozenPrimaryNeverServesAStaleReadAfterThePromotion) {
   }
 
   std::atomic<bool> stop{false};
+  std::atomic<int> ops{0};
   std::atomic<int> ops_after_continue{0};
   std::atomic<bool> continued{false};
   std::vector<std::thread> threads;
@@ -529,15 +473,21 @@ TEST_F(FailoverTest, FrozenPrimaryNeverServesAStaleReadAfterThePromotion) {
         } else {
           recorder.Delete(*clients[c], c, key);
         }
+        ++ops;
         if (continued.load()) ++ops_after_continue;
         // Paced, so that the history stays small enough to check.
         std::this_thread::sleep_for(std::chrono::milliseconds(5));
       }
     });
   }
-  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  // The history's clients are under way before the primary freezes.
+  if (!WaitFor("the clients' first operations", [&] { return ops.load() >= 100; })) {
+    stop = true;
+    for (auto& th : threads) th.join();
+    FAIL() << "the history's clients did not get going";
+  }
   const auto frozen_at = Clock::now();
-  servers_[0]->Freeze();
+  cluster().server(0).Freeze();
   const bool promoted = WaitForPromotion(victim, affected);
   std::printf("[ failover ] promotion seen %lld ms after the primary froze\n",
               static_cast<long long>(Millis(Clock::now() - frozen_at)));
@@ -549,20 +499,18 @@ TEST_F(FailoverTest, FrozenPrimaryNeverServesAStaleReadAfterThePromotion) {
       promoted_puts.push_back(recorder.Put(*clients[kClients], kClients, key, key + "-after-promotion"));
     }
   }
-  servers_[0]->Continue();
+  cluster().server(0).Continue();
   continued = true;
-  const auto deadline = Clock::now() + kProgressDeadline;
-  while (ops_after_continue.load() < 400 && Clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
+  // Judged below, once the clients stopped.
+  WaitFor("operations after the old primary resumed", [&] { return ops_after_continue.load() >= 400; });
   stop = true;
   for (auto& th : threads) th.join();
-  ASSERT_TRUE(promoted) << "the coordinator did not promote a backup for the shards of " << victim << "\n" << Logs();
+  ASSERT_TRUE(promoted) << "the coordinator did not promote a backup for the shards of " << victim;
   for (size_t k = 0; k < promoted_puts.size(); ++k) {
     EXPECT_EQ(promoted_puts[k].outcome, lincheck::Outcome::kOk) << "PUT of " << victim_keys[k]
                                                                 << " through the new primary failed";
   }
-  EXPECT_GE(ops_after_continue.load(), 400) << "calls did not go on after the old primary resumed\n" << Logs();
+  EXPECT_GE(ops_after_continue.load(), 400) << "calls did not go on after the old primary resumed";
   // The end of the history: every key read once more.
   for (const std::string& key : keys) recorder.Get(*clients[kClients], kClients, key);
 
@@ -608,8 +556,7 @@ TEST_F(FailoverTest, FrozenPrimaryNeverServesAStaleReadAfterThePromotion) {
 // may lack writes) and the same server is killed again, with the same
 // checks after each kill.
 TEST_F(FailoverTest, BackupKilledTwiceUnderLoadLosesNothing) {
-  StartCluster(3);
-  ASSERT_FALSE(HasFatalFailure());
+  ASSERT_NO_FATAL_FAILURE(StartCluster(3));
   const std::string victim = IdOf(1);
   ASSERT_FALSE(victim.empty());
   const std::set<uint32_t> backed_up = BackupOnlyShards(victim);
@@ -623,18 +570,18 @@ TEST_F(FailoverTest, BackupKilledTwiceUnderLoadLosesNothing) {
     const std::string when = "after kill " + std::to_string(round) + " of the backup";
     const auto started = Clock::now();
     load.Start(backed_up);
-    ASSERT_TRUE(load.WaitForProgress(backed_up, started, ProgressCalls())) << Logs();
+    ASSERT_TRUE(load.WaitForProgress(backed_up, started, ProgressCalls()));
     const auto killed_at = Clock::now();
-    servers_[1]->Kill9();
+    cluster().server(1).Kill9();
     const bool progressed = load.WaitForProgress(backed_up, killed_at, ProgressCalls());
     load.Stop();
-    ASSERT_TRUE(progressed) << "writes did not go on " << when << "\n" << Logs();
+    ASSERT_TRUE(progressed) << "writes did not go on " << when;
     load.PrintGap(("backup killed, round " + std::to_string(round)).c_str(), backed_up, killed_at);
     EXPECT_EQ(load.stale_reads(), 0) << load.first_stale_read();
     load.ExpectNothingLost(*fresh, when);
     if (round == 1) {
-      const Status s = servers_[1]->Start();
-      ASSERT_TRUE(s.ok()) << s << "\n" << Logs();
+      const Status s = cluster().server(1).Start();
+      ASSERT_TRUE(s.ok()) << s;
     }
   }
 }
