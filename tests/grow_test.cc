@@ -13,9 +13,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <cmath>
 #include <cstdio>
-#include <filesystem>
 #include <functional>
 #include <map>
 #include <mutex>
@@ -27,18 +25,10 @@
 #include <gtest/gtest.h>
 
 #include "rkv/client.h"
-#include "tests/run_command.h"
-#include "tests/server_process.h"
+#include "tests/test_cluster.h"
 
 namespace rkv::testing {
 namespace {
-
-const char* kToken = "grow-token";
-constexpr auto kConvergeDeadline = std::chrono::seconds(180);
-
-int Scaled(int n, int minimum = 1) {
-  return std::max(minimum, static_cast<int>(std::lround(n * TestScale())));
-}
 
 std::string ValueFor(const std::string& key, uint64_t generation) {
   return key + "#" + std::to_string(generation) + "#" + std::string(generation % 89, 'g');
@@ -112,94 +102,30 @@ Status DeleteUntilKnown(Client& client, const std::string& key) {
   }
 }
 
-class GrowTest : public ::testing::Test {
+class GrowTest : public TestClusterTest {
  protected:
   void StartCluster(int servers, int replicas, std::vector<std::string> extra_coordinator_flags = {}) {
     replicas_ = replicas;
-    token_file_ = dir_.path() + "/token";
-    WriteFile(token_file_, std::string(kToken) + "\n");
-    std::vector<std::string> flags = {"--servers=" + std::to_string(servers), "--shards=128",
-                                      "--replicas=" + std::to_string(replicas), "--heartbeat_interval_ms=200",
-                                      "--heartbeat_timeout_ms=2000"};
-    flags.insert(flags.end(), extra_coordinator_flags.begin(), extra_coordinator_flags.end());
-    coordinator_ = std::make_unique<ServerProcess>(dir_.path() + "/coordinator", token_file_, flags,
-                                                   ServerProcess::Role::kCoordinator);
-    const Status c = coordinator_->Start();
-    ASSERT_TRUE(c.ok()) << c;
-    for (int i = 0; i < servers; ++i) {
-      AddServerProcess();
-      const Status s = servers_.back()->Start();
-      ASSERT_TRUE(s.ok()) << "server " << i << ": " << s;
-    }
+    TestClusterOptions o;
+    o.servers = servers;
+    o.shards = 128;
+    o.replicas = replicas;
+    o.coordinator_flags = std::move(extra_coordinator_flags);
+    o.zone_prefix = "zone-";
+    ASSERT_NO_FATAL_FAILURE(TestClusterTest::StartCluster(o));
   }
 
-  void AddServerProcess() {
-    const int i = static_cast<int>(servers_.size());
-    servers_.push_back(std::make_unique<ServerProcess>(
-        ServerDir(i), token_file_,
-        std::vector<std::string>{"--coordinator=" + coordinator_->address(), "--memory=67108864",
-                                 "--max_keys=65536", "--zone=zone-" + std::to_string(i)}));
+  std::unique_ptr<Client> ClusterClient() { return cluster().ClusterClient(); }
+  std::unique_ptr<Client> DirectClient(int i) { return cluster().DirectClient(i); }
+  std::string IdOf(Client& client, int i) { return cluster().IdOf(client, i); }
+  // Lets the writers get `n` writes acknowledged in all (up to
+  // kConditionDeadline). Not a verdict: what the test checks afterwards is.
+  static void WaitForAcks(const std::atomic<int>& acks, int n) {
+    WaitFor("acknowledged writes", [&] { return acks.load() >= n; });
   }
-
-  std::string ServerDir(int i) const { return dir_.path() + "/server" + std::to_string(i); }
-
-  std::unique_ptr<Client> ClusterClient(std::chrono::milliseconds timeout = std::chrono::milliseconds(60000)) {
-    ClientOptions o;
-    o.server.clear();
-    o.coordinator = coordinator_->address();
-    o.token = kToken;
-    o.transport = TestTransport();
-    o.timeout = timeout;
-    auto c = Client::Connect(o);
-    EXPECT_TRUE(c.ok()) << c.status() << "\ncoordinator log:\n" << coordinator_->Log();
-    return c.ok() ? std::move(c).value() : nullptr;
-  }
-
-  // A client of server i alone: its GETs read that server's table.
-  std::unique_ptr<Client> DirectClient(int i) {
-    ClientOptions o;
-    o.server = servers_[i]->address();
-    o.token = kToken;
-    o.transport = TestTransport();
-    o.timeout = std::chrono::milliseconds(60000);
-    auto c = Client::Connect(o);
-    EXPECT_TRUE(c.ok()) << "server " << i << ": " << c.status();
-    return c.ok() ? std::move(c).value() : nullptr;
-  }
-
-  CommandResult Kvctl(std::vector<std::string> args) {
-    std::vector<std::string> argv = {RKV_KVCTL_BIN, "--coordinator=" + coordinator_->address(),
-                                     "--token_file=" + token_file_, "--transport=" + TestTransport(),
-                                     "--timeout=60000"};
-    argv.insert(argv.end(), args.begin(), args.end());
-    return RunCommand(argv);
-  }
-
-  // The id server process i joined with (by its data address).
-  std::string IdOf(Client& client, int i) {
-    EXPECT_TRUE(client.RefreshClusterMap().ok());
-    auto cluster = client.Cluster();
-    if (!cluster.ok()) return "";
-    for (const MemberInfo& m : cluster->members) {
-      if (m.data_address == servers_[i]->address()) return m.server_id;
-    }
-    return "";
-  }
-
-  // Waits (generous deadline) until `done` holds for the coordinator's map.
-  bool WaitForMap(Client& client, const std::function<bool(const ClusterInfo&)>& done, ClusterInfo* last) {
-    const auto deadline = std::chrono::steady_clock::now() + kConvergeDeadline;
-    while (std::chrono::steady_clock::now() < deadline) {
-      if (client.RefreshClusterMap().ok()) {
-        auto cluster = client.Cluster();
-        if (cluster.ok()) {
-          *last = *cluster;
-          if (done(*cluster)) return true;
-        }
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    }
-    return false;
+  ::testing::AssertionResult WaitForMap(Client& client, const std::function<bool(const ClusterInfo&)>& done,
+                                        ClusterInfo* last) {
+    return cluster().WaitForMap(client, done, last);
   }
 
   // Every shard has exactly R replicas, none of them in `gone`.
@@ -222,12 +148,6 @@ class GrowTest : public ::testing::Test {
     int short_shards = 0;
     for (const ShardInfo& s : c.shards) short_shards += s.replicas.size() < c.replication_factor ? 1 : 0;
     return out + "\n  shards below R: " + std::to_string(short_shards);
-  }
-
-  std::string Logs() const {
-    std::string out = "coordinator log:\n" + coordinator_->Log();
-    for (size_t i = 0; i < servers_.size(); ++i) out += "\nserver " + std::to_string(i) + " log:\n" + servers_[i]->Log();
-    return out;
   }
 
   // Writers over `keys` keys per thread until `stop`.
@@ -280,24 +200,20 @@ class GrowTest : public ::testing::Test {
 
   std::map<std::string, int> AliveIds(Client& client) {
     std::map<std::string, int> out;
-    for (size_t i = 0; i < servers_.size(); ++i) {
-      if (servers_[i]->running()) out[IdOf(client, static_cast<int>(i))] = static_cast<int>(i);
+    for (int i = 0; i < cluster().server_count(); ++i) {
+      if (cluster().server(i).running()) out[IdOf(client, i)] = i;
     }
     return out;
   }
 
-  TempDir dir_;
   int replicas_ = 0;
-  std::string token_file_;
-  std::unique_ptr<ServerProcess> coordinator_;
-  std::vector<std::unique_ptr<ServerProcess>> servers_;
 };
 
 // Kill -9 a server and wipe its disk, under writes: once it has been DOWN
 // for --replace_after_ms its roles go to the other servers, which catch up
 // from the primaries, and every shard has R replicas again.
 TEST_F(GrowTest, ServerGoneForGoodIsReplacedAndRIsRestored) {
-  StartCluster(3, 2, {"--replace_after_ms=1500"});
+  ASSERT_NO_FATAL_FAILURE(StartCluster(3, 2, {"--replace_after_ms=1500"}));
   auto client = ClusterClient();
   ASSERT_NE(client, nullptr);
   const std::string victim = IdOf(*client, 2);
@@ -306,21 +222,16 @@ TEST_F(GrowTest, ServerGoneForGoodIsReplacedAndRIsRestored) {
   std::atomic<bool> stop{false};
   std::atomic<int> acks{0};
   auto writers = StartWriters(*client, ledger, stop, acks, "gone-");
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  while (acks.load() < 200 && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  servers_[2]->Kill9();
-  std::filesystem::remove_all(ServerDir(2));
+  WaitForAcks(acks, 200);
+  cluster().server(2).Kill9();
+  cluster().server(2).Wipe();
   ClusterInfo map;
   const bool restored = WaitForMap(*client, [&](const ClusterInfo& c) { return FullyReplicated(c, {victim}); }, &map);
   const int acks_at_restore = acks.load();
-  while (acks.load() < acks_at_restore + 100 && std::chrono::steady_clock::now() < deadline + kConvergeDeadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
+  WaitForAcks(acks, acks_at_restore + 100);
   stop = true;
   for (auto& w : writers) w.join();
-  ASSERT_TRUE(restored) << "R was not restored: " << Describe(map) << "\n" << Logs();
+  ASSERT_TRUE(restored) << "R was not restored: " << Describe(map);
   ASSERT_TRUE(WaitForMap(*client, [&](const ClusterInfo& c) { return FullyReplicated(c, {victim}); }, &map));
   ExpectEverywhere(ledger, map, AliveIds(*client));
   std::printf("[ grow ] replaced %s: %d writes acknowledged, %d failed (outcome unknown), R=%d on every shard\n",
@@ -331,7 +242,7 @@ TEST_F(GrowTest, ServerGoneForGoodIsReplacedAndRIsRestored) {
 // restart it on its data dir: it catches up on every shard it held,
 // fetching the values it missed and not the ones it has.
 TEST_F(GrowTest, RestartedServerFetchesOnlyWhatItMissed) {
-  StartCluster(3, 3);
+  ASSERT_NO_FATAL_FAILURE(StartCluster(3, 3));
   auto client = ClusterClient();
   ASSERT_NE(client, nullptr);
   const std::string victim = IdOf(*client, 2);
@@ -340,7 +251,7 @@ TEST_F(GrowTest, RestartedServerFetchesOnlyWhatItMissed) {
     const std::string key = "rejoin-" + std::to_string(i);
     ASSERT_TRUE(client->Put(key, ValueFor(key, 1)).ok()) << key;
   }
-  servers_[2]->Kill9();
+  cluster().server(2).Kill9();
   // Wait until no shard's primary is the stopped server (failover), so
   // that writes while it is away succeed.
   ClusterInfo map;
@@ -353,7 +264,7 @@ TEST_F(GrowTest, RestartedServerFetchesOnlyWhatItMissed) {
         return true;
       },
       &map))
-      << Describe(map) << "\n" << Logs();
+      << Describe(map);
   const int missed = std::max(10, n / 10);
   std::map<std::string, std::string> expected;
   std::set<std::string> deleted;
@@ -361,21 +272,22 @@ TEST_F(GrowTest, RestartedServerFetchesOnlyWhatItMissed) {
   for (int i = 0; i < missed; ++i) {
     const std::string fresh = "rejoin-new-" + std::to_string(i);
     const Status put = PutUntilKnown(*client, fresh, ValueFor(fresh, 2));
-    ASSERT_TRUE(put.ok()) << fresh << ": " << put << "\n" << Describe(map) << "\n" << Logs();
+    ASSERT_TRUE(put.ok()) << fresh << ": " << put << "\n" << Describe(map);
     expected[fresh] = ValueFor(fresh, 2);
     const std::string old = "rejoin-" + std::to_string(i);
     if (i % 2 == 0) {
       const Status overwrite = PutUntilKnown(*client, old, ValueFor(old, 3));
-      ASSERT_TRUE(overwrite.ok()) << old << ": " << overwrite << "\n" << Logs();
+      ASSERT_TRUE(overwrite.ok()) << old << ": " << overwrite;
       expected[old] = ValueFor(old, 3);
     } else {
       const Status del = DeleteUntilKnown(*client, old);
-      ASSERT_TRUE(del.ok()) << old << ": " << del << "\n" << Logs();
+      ASSERT_TRUE(del.ok()) << old << ": " << del;
       expected.erase(old);
       deleted.insert(old);
     }
   }
-  ASSERT_TRUE(servers_[2]->Start().ok()) << servers_[2]->Log();
+  const Status restarted = cluster().server(2).Start();
+  ASSERT_TRUE(restarted.ok()) << restarted;
   ASSERT_TRUE(WaitForMap(
       *client,
       [&](const ClusterInfo& c) {
@@ -386,7 +298,7 @@ TEST_F(GrowTest, RestartedServerFetchesOnlyWhatItMissed) {
         return true;
       },
       &map))
-      << "the restarted server did not get back every shard: " << Describe(map) << "\n" << Logs();
+      << "the restarted server did not get back every shard: " << Describe(map);
   auto stats = client->ServerStats(victim);
   ASSERT_TRUE(stats.ok()) << stats.status();
   // It missed `missed` new keys and missed/2 overwrites; it fetched those
@@ -413,19 +325,16 @@ TEST_F(GrowTest, RestartedServerFetchesOnlyWhatItMissed) {
 // ends up a primary and a backup of a share of the shards, every shard has
 // R replicas, and nothing acknowledged is lost.
 TEST_F(GrowTest, FourthServerUnderLoadTakesAShareAndLosesNothing) {
-  StartCluster(3, 2);
+  ASSERT_NO_FATAL_FAILURE(StartCluster(3, 2));
   auto client = ClusterClient();
   ASSERT_NE(client, nullptr);
   Ledger ledger;
   std::atomic<bool> stop{false};
   std::atomic<int> acks{0};
   auto writers = StartWriters(*client, ledger, stop, acks, "grow-");
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  while (acks.load() < 200 && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  AddServerProcess();
-  const Status started = servers_[3]->Start();
+  WaitForAcks(acks, 200);
+  const int fourth = cluster().AddServer();
+  const Status started = cluster().server(fourth).Start();
   ClusterInfo map;
   std::string added;
   const bool spread = started.ok() && WaitForMap(
@@ -433,7 +342,7 @@ TEST_F(GrowTest, FourthServerUnderLoadTakesAShareAndLosesNothing) {
                                           [&](const ClusterInfo& c) {
                                             if (c.members.size() != 4 || !FullyReplicated(c)) return false;
                                             for (const MemberInfo& m : c.members) {
-                                              if (m.data_address != servers_[3]->address()) continue;
+                                              if (m.data_address != cluster().server(fourth).address()) continue;
                                               added = m.server_id;
                                               return m.shards > 0 && m.backup_shards > 0;
                                             }
@@ -441,13 +350,11 @@ TEST_F(GrowTest, FourthServerUnderLoadTakesAShareAndLosesNothing) {
                                           },
                                           &map);
   const int acks_at_spread = acks.load();
-  while (acks.load() < acks_at_spread + 100 && std::chrono::steady_clock::now() < deadline + kConvergeDeadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
+  WaitForAcks(acks, acks_at_spread + 100);
   stop = true;
   for (auto& w : writers) w.join();
   ASSERT_TRUE(started.ok()) << started;
-  ASSERT_TRUE(spread) << "the fourth server did not take a share: " << Describe(map) << "\n" << Logs();
+  ASSERT_TRUE(spread) << "the fourth server did not take a share: " << Describe(map);
   ASSERT_TRUE(WaitForMap(*client, [&](const ClusterInfo& c) { return FullyReplicated(c); }, &map));
   ExpectEverywhere(ledger, map, AliveIds(*client));
   for (const MemberInfo& m : map.members) {
@@ -460,7 +367,7 @@ TEST_F(GrowTest, FourthServerUnderLoadTakesAShareAndLosesNothing) {
 // `kvctl drain` moves every role off a server under writes; it then holds
 // nothing, is stopped, and every acknowledged write is still on R replicas.
 TEST_F(GrowTest, DrainedServerHoldsNothingAndCanBeStopped) {
-  StartCluster(3, 2);
+  ASSERT_NO_FATAL_FAILURE(StartCluster(3, 2));
   auto client = ClusterClient();
   ASSERT_NE(client, nullptr);
   const std::string drained = IdOf(*client, 0);
@@ -469,19 +376,16 @@ TEST_F(GrowTest, DrainedServerHoldsNothingAndCanBeStopped) {
   std::atomic<bool> stop{false};
   std::atomic<int> acks{0};
   auto writers = StartWriters(*client, ledger, stop, acks, "drain-");
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  while (acks.load() < 200 && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  const CommandResult r = Kvctl({"drain", drained, "--timeout=300000"});
+  WaitForAcks(acks, 200);
+  const CommandResult r = cluster().Kvctl({"drain", drained, "--timeout=300000"});
   stop = true;
   for (auto& w : writers) w.join();
-  ASSERT_EQ(r.exit_code, 0) << r.out << r.err << "\n" << Logs();
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   EXPECT_NE(r.out.find("drained"), std::string::npos) << r.out;
   ClusterInfo map;
   ASSERT_TRUE(WaitForMap(*client, [&](const ClusterInfo& c) { return FullyReplicated(c, {drained}); }, &map))
       << Describe(map);
-  servers_[0]->Terminate();
+  cluster().server(0).Terminate();
   std::map<std::string, int> alive = AliveIds(*client);
   ExpectEverywhere(ledger, map, alive);
   std::printf("[ grow ] drained %s under load: %d writes acknowledged, %d failed\n", drained.c_str(), acks.load(),
