@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <tuple>
 #include <unordered_map>
 #include <utility>
 
@@ -101,38 +100,6 @@ uint32_t DefaultReplicas(uint32_t expected_servers) { return std::min<uint32_t>(
 
 uint32_t EffectiveReplicas(const CoordinatorConfig& config) {
   return config.replicas != 0 ? config.replicas : DefaultReplicas(config.expected_servers);
-}
-
-std::vector<size_t> PlaceBackups(const std::vector<uint32_t>& zones, uint32_t zone_count, size_t primary,
-                                 size_t count, std::vector<uint32_t>* backup_load) {
-  const size_t n = zones.size();
-  std::vector<uint32_t> in_zone(zone_count, 0);  // the shard's replicas per zone so far
-  ++in_zone[zones[primary]];
-  std::vector<bool> chosen(n, false);
-  chosen[primary] = true;
-  std::vector<size_t> picks;
-  picks.reserve(count);
-  for (size_t k = 0; k < count; ++k) {
-    size_t best = n;
-    std::tuple<uint32_t, uint32_t, size_t> best_key;
-    for (size_t d = 1; d < n; ++d) {
-      const size_t i = (primary + d) % n;
-      if (chosen[i]) continue;
-      const std::tuple<uint32_t, uint32_t, size_t> key(in_zone[zones[i]], (*backup_load)[i], d);
-      if (best == n || key < best_key) {
-        best = i;
-        best_key = key;
-      }
-    }
-    if (best == n) break;  // fewer servers than asked for; ValidateConfig prevents it
-    chosen[best] = true;
-    ++in_zone[zones[best]];
-    ++(*backup_load)[best];
-    picks.push_back(best);
-  }
-  const auto after_primary = [&](size_t i) { return (i + n - primary) % n; };
-  std::sort(picks.begin(), picks.end(), [&](size_t a, size_t b) { return after_primary(a) < after_primary(b); });
-  return picks;
 }
 
 CoordinatorState::CoordinatorState(const CoordinatorConfig& config, std::unique_ptr<StateStore> store, Clock clock)
@@ -464,22 +431,17 @@ StatusOr<v1::JoinResponse> CoordinatorState::Join(const v1::JoinRequest& r) {
 }
 
 void CoordinatorState::AssignShards(std::vector<Server>* next) const {
-  std::unordered_map<std::string, uint32_t> zone_ids;
-  std::vector<uint32_t> zones;
+  std::vector<std::string> zones;
   zones.reserve(next->size());
   for (Server& s : *next) {
     s.info.clear_shards();
     s.info.clear_backup_shards();
-    zones.push_back(zone_ids.emplace(s.info.zone(), static_cast<uint32_t>(zone_ids.size())).first->second);
+    zones.push_back(s.info.zone());
   }
-  const uint32_t zone_count = static_cast<uint32_t>(zone_ids.size());
-  std::vector<uint32_t> load(next->size(), 0);
-  for (uint32_t shard = 0; shard < config_.shard_count; ++shard) {
-    const size_t primary = shard % next->size();
-    (*next)[primary].info.add_shards(shard);
-    for (size_t b : PlaceBackups(zones, zone_count, primary, replicas_ - 1, &load)) {
-      (*next)[b].info.add_backup_shards(shard);
-    }
+  const std::vector<ShardRoles> roles = coordinator::AssignShards(zones, config_.shard_count, replicas_);
+  for (uint32_t shard = 0; shard < roles.size(); ++shard) {
+    (*next)[roles[shard].primary].info.add_shards(shard);
+    for (size_t b : roles[shard].backups) (*next)[b].info.add_backup_shards(shard);
   }
 }
 
@@ -737,30 +699,11 @@ StatusOr<int> CoordinatorState::PromoteFenced() {
   if (ripe_list.empty()) return 0;
 
   // For each shard of a ripe server: its first UP backup in list order.
-  const v1::ClusterMap map = MapLocked();
-  std::unordered_map<std::string_view, size_t> index;
-  for (size_t i = 0; i < n; ++i) index.emplace(servers_[i].info.server_id(), i);
-  std::vector<size_t> new_primary(config_.shard_count, n);  // n: unchanged
-  std::vector<int> moved(n, 0), kept(n, 0);
-  int promoted = 0;
-  for (size_t x : ripe_list) {
-    for (uint32_t shard : servers_[x].info.shards()) {
-      const v1::ShardReplicas& list = map.shard_replicas(static_cast<int>(shard));
-      for (int k = 1; k < list.server_ids_size(); ++k) {
-        const auto b = index.find(list.server_ids(k));
-        if (b != index.end() && servers_[b->second].info.state() == v1::UP) {
-          new_primary[shard] = b->second;
-          break;
-        }
-      }
-      if (new_primary[shard] == n) {
-        ++kept[x];
-      } else {
-        ++moved[x];
-        ++promoted;
-      }
-    }
-  }
+  std::vector<bool> up(n);
+  for (size_t i = 0; i < n; ++i) up[i] = servers_[i].info.state() == v1::UP;
+  const PromotionPlan plan = PlanPromotions(RolesOf(servers_), up, ripe_list);
+  const std::vector<size_t>& new_primary = plan.new_primary;
+  const int promoted = plan.promoted;
   if (promoted > 0) {
     // The new primary is each moved shard's only replica: the other
     // backups may lack writes the old primary forwarded to it alone. The
@@ -773,18 +716,18 @@ StatusOr<int> CoordinatorState::PromoteFenced() {
       v1::ServerInfo& info = next[i].info;
       std::vector<uint32_t> shards;
       for (uint32_t shard : info.shards()) {
-        if (new_primary[shard] == n) shards.push_back(shard);
+        if (new_primary[shard] == kNone) shards.push_back(shard);
       }
       google::protobuf::RepeatedField<uint32_t> backups, syncing;
       for (uint32_t shard : info.backup_shards()) {
-        if (new_primary[shard] == n) backups.Add(shard);
+        if (new_primary[shard] == kNone) backups.Add(shard);
       }
       for (uint32_t shard : info.syncing_shards()) {
-        if (new_primary[shard] == n) syncing.Add(shard);
+        if (new_primary[shard] == kNone) syncing.Add(shard);
       }
       std::vector<uint32_t> handover;
       for (uint32_t shard : next[i].handover_shards) {
-        if (new_primary[shard] == n) handover.push_back(shard);
+        if (new_primary[shard] == kNone) handover.push_back(shard);
       }
       for (uint32_t shard = 0; shard < config_.shard_count; ++shard) {
         if (new_primary[shard] == i) shards.push_back(shard);
@@ -803,13 +746,13 @@ StatusOr<int> CoordinatorState::PromoteFenced() {
     }
     RKV_RETURN_IF_ERROR(CommitLocked(std::move(next), changed, assigned_));
     for (uint32_t shard = 0; shard < config_.shard_count; ++shard) {
-      if (new_primary[shard] != n) handover_since_.erase(shard);
+      if (new_primary[shard] != kNone) handover_since_.erase(shard);
     }
   }
   for (size_t x : ripe_list) {
     fenced_since_.erase(servers_[x].info.server_id());
-    LOG(INFO) << Describe(servers_[x].info) << " is no longer fenced: " << moved[x]
-              << " of its shards promoted to their first UP backup, " << kept[x]
+    LOG(INFO) << Describe(servers_[x].info) << " is no longer fenced: " << plan.moved[x]
+              << " of its shards promoted to their first UP backup, " << plan.kept[x]
               << " stay its own (no UP backup); map version " << version_;
   }
   for (size_t i = 0; i < n; ++i) {
@@ -829,277 +772,56 @@ StatusOr<int> CoordinatorState::Rebalance() {
   if (!assigned_) return 0;
   const steady_clock::time_point now = clock_();
   const size_t n = servers_.size();
-  const size_t r_target = replicas_;
-  std::vector<ShardRoles> roles = RolesOf(servers_);
-  // The lambdas below read these copies: mu_ is held for the whole pass.
-  std::vector<bool> is_up(n), is_draining(n), reported(n);
   for (auto it = reported_at_.begin(); it != reported_at_.end();) {
     it = now >= it->second + config_.heartbeat_timeout ? reported_at_.erase(it) : std::next(it);
   }
-  for (size_t i = 0; i < n; ++i) {
-    is_up[i] = servers_[i].info.state() == v1::UP;
-    is_draining[i] = servers_[i].info.draining();
-    reported[i] = reported_at_.count(servers_[i].info.server_id()) != 0;
-  }
-  const auto up = [&](size_t i) { return is_up[i]; };
-  const auto draining = [&](size_t i) { return is_draining[i]; };
-  const auto eligible = [&](size_t i) { return up(i) && !draining(i); };
-  // May take a new role: eligible and not reported failing lately.
-  const auto receiver = [&](size_t i) { return eligible(i) && !reported[i]; };
-  // Roles of every kind (placement of new syncing roles), and backup +
-  // syncing roles alone (balance: primaries balance apart, so that a
-  // fresh placement, even within one in each, is left alone).
-  std::vector<size_t> load(n), backup_load(n), primaries(n), syncing_count(n);
-  std::vector<uint32_t> zone(n);
-  std::unordered_map<std::string, uint32_t> zone_ids;
+  RebalanceInput input;
+  input.roles = RolesOf(servers_);
+  input.replicas = replicas_;
+  input.servers.resize(n);
   for (size_t i = 0; i < n; ++i) {
     const v1::ServerInfo& info = servers_[i].info;
-    load[i] = RoleCount(info);
-    backup_load[i] = static_cast<size_t>(info.backup_shards_size() + info.syncing_shards_size());
-    primaries[i] = static_cast<size_t>(info.shards_size());
-    syncing_count[i] = static_cast<size_t>(info.syncing_shards_size());
-    zone[i] = zone_ids.emplace(info.zone(), static_cast<uint32_t>(zone_ids.size())).first->second;
+    PlacementServer& p = input.servers[i];
+    p.zone = info.zone();
+    p.up = info.state() == v1::UP;
+    p.draining = info.draining();
+    p.reported = reported_at_.count(info.server_id()) != 0;
+    const auto d = down_since_.find(info.server_id());
+    p.replace = config_.replace_after.count() > 0 && d != down_since_.end() && now >= d->second + config_.replace_after;
   }
-  const auto erase = [](std::vector<size_t>* v, size_t i) {
-    const auto it = std::find(v->begin(), v->end(), i);
-    if (it == v->end()) return false;
-    v->erase(it);
-    return true;
-  };
-  const auto is_member = [](const ShardRoles& r, size_t i) {
-    return r.primary == i || std::find(r.backups.begin(), r.backups.end(), i) != r.backups.end() ||
-           std::find(r.syncing.begin(), r.syncing.end(), i) != r.syncing.end();
-  };
-  // Members of the shard in `z`, `except` left out.
-  const auto in_zone = [&](const ShardRoles& r, uint32_t z, size_t except) {
-    size_t count = 0;
-    const auto add = [&](size_t i) { count += (i != kNone && i != except && zone[i] == z) ? 1 : 0; };
-    add(r.primary);
-    for (size_t i : r.backups) add(i);
-    for (size_t i : r.syncing) add(i);
-    return count;
-  };
-  const auto hand_over = [&](ShardRoles& r, size_t to) {
-    erase(&r.backups, to);
-    --backup_load[to];
-    ++backup_load[r.primary];
-    r.backups.push_back(r.primary);
-    r.handover_from = r.primary;
-    --primaries[r.primary];
-    ++primaries[to];
-    r.primary = to;
-  };
-  int handovers_ended = 0, trimmed = 0, drain_handovers = 0, added = 0, moves = 0, balance_handovers = 0;
-  std::vector<uint32_t> ended, begun;
-  std::vector<int> replaced(n, 0);
-
-  // 1. Handovers whose every old lease has expired.
-  for (uint32_t shard = 0; shard < roles.size(); ++shard) {
-    ShardRoles& r = roles[shard];
-    if (r.handover_from == kNone) continue;
+  // A handover ends once every lease of the map before it has ended.
+  input.handover_done.assign(input.roles.size(), false);
+  for (uint32_t shard = 0; shard < input.roles.size(); ++shard) {
+    if (input.roles[shard].handover_from == kNone) continue;
     const auto since = handover_since_.emplace(shard, now).first->second;
-    if (now < since + FenceWait(config_.lease)) continue;
-    r.handover_from = kNone;
-    ended.push_back(shard);
-    ++handovers_ended;
+    input.handover_done[shard] = now >= since + FenceWait(config_.lease);
   }
-  // 2. Servers DOWN for replace_after lose their backup and syncing roles.
-  if (config_.replace_after.count() > 0) {
-    for (size_t i = 0; i < n; ++i) {
-      const auto d = down_since_.find(servers_[i].info.server_id());
-      if (up(i) || d == down_since_.end() || now < d->second + config_.replace_after) continue;
-      for (ShardRoles& r : roles) {
-        if (r.handover_from != i && erase(&r.backups, i)) ++replaced[i];
-        if (erase(&r.syncing, i)) ++replaced[i];
-      }
-      load[i] -= static_cast<size_t>(replaced[i]);
-      backup_load[i] -= static_cast<size_t>(replaced[i]);
-    }
-  }
-  // 3. A draining server takes no new role: its syncing roles end.
-  for (ShardRoles& r : roles) {
-    for (size_t k = r.syncing.size(); k-- > 0;) {
-      const size_t i = r.syncing[k];
-      if (!draining(i)) continue;
-      r.syncing.erase(r.syncing.begin() + static_cast<std::ptrdiff_t>(k));
-      --load[i];
-      --backup_load[i];
-      ++trimmed;
-    }
-  }
-  // 4. Backups no longer needed: draining ones once replaced, then the most
-  // loaded above R.
-  for (ShardRoles& r : roles) {
-    if (r.handover_from != kNone || r.primary == kNone) continue;
-    size_t settled = eligible(r.primary) ? 1 : 0;  // replicas UP and not draining
-    for (size_t i : r.backups) settled += eligible(i) ? 1 : 0;
-    int candidate = -1;  // a server could join the shard (1) or not (0); -1: not looked at yet
-    const auto could_grow = [&] {
-      if (candidate < 0) {
-        candidate = 0;
-        for (size_t j = 0; j < n && candidate == 0; ++j) candidate = eligible(j) && !is_member(r, j) ? 1 : 0;
-      }
-      return candidate == 1;
-    };
-    for (size_t k = r.backups.size(); k-- > 0;) {
-      const size_t i = r.backups[k];
-      if (!draining(i)) continue;
-      if (settled >= r_target || (r.syncing.empty() && settled >= 1 && !could_grow())) {
-        r.backups.erase(r.backups.begin() + static_cast<std::ptrdiff_t>(k));
-        --load[i];
-        --backup_load[i];
-        ++trimmed;
-      }
-    }
-    while (r.backups.size() + 1 > r_target) {
-      // DOWN first, then one whose zone keeps another member, then the
-      // most loaded, then the last joined.
-      const auto key = [&](size_t i) {
-        return std::make_tuple(up(i) ? 0 : 1, in_zone(r, zone[i], i) > 0 ? 1 : 0, backup_load[i], i);
-      };
-      auto worst = r.backups.begin();
-      for (auto it = r.backups.begin(); it != r.backups.end(); ++it) {
-        if (key(*it) > key(*worst)) worst = it;
-      }
-      --load[*worst];
-      --backup_load[*worst];
-      r.backups.erase(worst);
-      ++trimmed;
-    }
-  }
-  // 5. A draining primary hands its shard over to a caught-up backup.
-  for (uint32_t shard = 0; shard < roles.size(); ++shard) {
-    ShardRoles& r = roles[shard];
-    if (r.primary == kNone || !up(r.primary) || !draining(r.primary) || r.handover_from != kNone ||
-        !r.syncing.empty()) {
-      continue;
-    }
-    size_t to = kNone;
-    for (size_t i : r.backups) {
-      if (eligible(i) && (to == kNone || primaries[i] < primaries[to])) to = i;
-    }
-    if (to == kNone) continue;
-    hand_over(r, to);
-    begun.push_back(shard);
-    ++drain_handovers;
-  }
-  // 6. Shards below R get syncing servers.
-  for (ShardRoles& r : roles) {
-    if (r.primary == kNone || !up(r.primary) || r.handover_from != kNone) continue;
-    size_t members = draining(r.primary) ? 0 : 1;
-    for (size_t i : r.backups) members += draining(i) ? 0 : 1;
-    for (size_t i : r.syncing) members += draining(i) ? 0 : 1;
-    while (members < r_target) {
-      size_t best = kNone;
-      std::tuple<size_t, size_t, size_t> best_key;
-      for (size_t j = 0; j < n; ++j) {
-        if (!receiver(j) || syncing_count[j] >= kMaxSyncingPerServer || is_member(r, j)) continue;
-        const std::tuple<size_t, size_t, size_t> key(in_zone(r, zone[j], kNone), load[j], j);
-        if (best == kNone || key < best_key) {
-          best = j;
-          best_key = key;
-        }
-      }
-      if (best == kNone) break;
-      r.syncing.push_back(best);
-      ++load[best];
-      ++backup_load[best];
-      ++syncing_count[best];
-      ++members;
-      ++added;
-    }
-  }
-  // 7. Balance, once every earlier move has finished.
-  bool settled = handovers_ended + trimmed + drain_handovers + added == 0;
-  for (const ShardRoles& r : roles) {
-    settled = settled && r.syncing.empty() && r.handover_from == kNone && r.backups.size() + 1 <= r_target;
-  }
-  std::vector<size_t> receivers;
-  for (size_t i = 0; i < n; ++i) {
-    if (receiver(i)) receivers.push_back(i);
-  }
-  if (settled && receivers.size() >= 2) {
-    // Backup roles, from a server with at least two more roles than the
-    // least loaded one to it; the donor leaves once it has caught up (4).
-    for (uint32_t m = 0; m < kMaxMovesPerPass; ++m) {
-      size_t u = receivers[0];
-      for (size_t i : receivers) {
-        if (backup_load[i] < backup_load[u]) u = i;
-      }
-      if (syncing_count[u] >= kMaxSyncingPerServer) break;
-      ShardRoles* best = nullptr;  // the shard whose backup with the most roles is the donor
-      size_t best_donor = kNone;
-      for (ShardRoles& r : roles) {
-        if (r.primary == kNone || !up(r.primary) || !r.syncing.empty() || is_member(r, u)) continue;
-        for (size_t d : r.backups) {
-          // Never at the cost of the shard's zone spread.
-          if (!eligible(d) || backup_load[d] < backup_load[u] + 2 || in_zone(r, zone[u], d) > in_zone(r, zone[d], d)) {
-            continue;
-          }
-          if (best == nullptr || backup_load[d] > backup_load[best_donor]) {
-            best = &r;
-            best_donor = d;
-          }
-        }
-      }
-      if (best == nullptr) break;
-      best->syncing.push_back(u);
-      ++load[u];
-      ++backup_load[u];
-      --load[best_donor];  // as it will be once it leaves
-      --backup_load[best_donor];
-      ++syncing_count[u];
-      ++moves;
-    }
-    // Primaries, from a server with at least two more than one of its
-    // backups to that backup, when no backup role moves.
-    for (uint32_t m = 0; moves == 0 && m < kMaxMovesPerPass; ++m) {
-      uint32_t best_shard = 0;
-      size_t best_to = kNone, best_gap = 1;
-      for (uint32_t shard = 0; shard < roles.size(); ++shard) {
-        const ShardRoles& r = roles[shard];
-        if (r.primary == kNone || !eligible(r.primary) || r.handover_from != kNone) continue;
-        for (size_t b : r.backups) {
-          if (!eligible(b) || primaries[r.primary] < primaries[b] + 2) continue;
-          const size_t gap = primaries[r.primary] - primaries[b];
-          if (gap > best_gap) {
-            best_gap = gap;
-            best_shard = shard;
-            best_to = b;
-          }
-        }
-      }
-      if (best_to == kNone) break;
-      hand_over(roles[best_shard], best_to);
-      begun.push_back(best_shard);
-      ++balance_handovers;
-    }
-  }
+  const RebalancePlan plan = PlanRebalance(input);
 
   std::vector<Server> next = servers_;
   std::vector<size_t> changed;
-  ApplyRoles(roles, &next, &changed);
+  ApplyRoles(plan.roles, &next, &changed);
   if (changed.empty()) return 0;
   RKV_RETURN_IF_ERROR(CommitLocked(std::move(next), changed, assigned_));
   const steady_clock::time_point committed = clock_();
-  for (uint32_t shard : ended) handover_since_.erase(shard);
-  for (uint32_t shard : begun) handover_since_[shard] = committed;
+  for (uint32_t shard : plan.ended) handover_since_.erase(shard);
+  for (uint32_t shard : plan.begun) handover_since_[shard] = committed;
   int replaced_total = 0;
   for (size_t i = 0; i < n; ++i) {
-    if (replaced[i] == 0) continue;
-    replaced_total += replaced[i];
+    if (plan.replaced[i] == 0) continue;
+    replaced_total += plan.replaced[i];
     LOG(INFO) << Describe(servers_[i].info) << " DOWN for " << Seconds(now - down_since_[servers_[i].info.server_id()])
-              << ": its " << replaced[i] << " backup and syncing roles are replaced; map version " << version_;
+              << ": its " << plan.replaced[i] << " backup and syncing roles are replaced; map version " << version_;
   }
-  LOG(INFO) << "rebalanced: " << added << " syncing roles added to shards below " << r_target << " replicas, "
-            << moves << " backup roles and " << balance_handovers << " primaries moving for balance, "
-            << drain_handovers << " handovers from draining servers, " << handovers_ended << " handovers ended, "
-            << trimmed << " roles of draining or surplus servers removed, " << replaced_total
-            << " roles of long-DOWN servers removed; map version " << version_;
-  return added + moves + balance_handovers + drain_handovers + handovers_ended + trimmed + replaced_total;
+  LOG(INFO) << "rebalanced: " << plan.added << " syncing roles added to shards below " << replicas_ << " replicas, "
+            << plan.moves << " backup roles and " << plan.balance_handovers << " primaries moving for balance, "
+            << plan.drain_handovers << " handovers from draining servers, " << plan.handovers_ended
+            << " handovers ended, " << plan.trimmed << " roles of draining or surplus servers removed, "
+            << replaced_total << " roles of long-DOWN servers removed; map version " << version_;
+  return plan.Total();
 }
 
-std::vector<CoordinatorState::ShardRoles> CoordinatorState::RolesOf(const std::vector<Server>& servers) const {
+std::vector<ShardRoles> CoordinatorState::RolesOf(const std::vector<Server>& servers) const {
   // Out-of-range or contradictory records are left out, for
   // ValidateClusterMap (on load) to catch as disagreements.
   std::vector<ShardRoles> roles(config_.shard_count);

@@ -1,13 +1,17 @@
-// The coordinator's state machine: membership, shard assignment and map
+// The coordinator's state machine: membership, failover and leases, map
 // versions, persisted through a StateStore. No networking here; the gRPC
-// service (coordinator_service.h) is a thin shell over it.
+// service (coordinator_service.h) is a thin shell over it. No placement
+// either: which server gets which role is decided by the pure planners of
+// placement.h, which this class calls with its records and commits.
 //
 // Rules:
 //   - Servers join in some order; when the expected_servers-th distinct id
 //     joins, every shard s is assigned to the (s mod N)-th server in join
-//     order (its primary), once and for all (no rebalancing), and gets R - 1
-//     backups (PlaceBackups below): R servers in all, on as many distinct
-//     zones as the cluster has, up to R.
+//     order (its primary) and gets R - 1 backups (AssignShards and
+//     PlaceBackups, placement.h): R servers in all, on as many distinct
+//     zones as the cluster has, up to R. Roles change after that only
+//     by failover, replica failure reports, restarts, catch-up reports and
+//     Rebalance, each as its rule below says.
 //   - A server's zone is part of its identity: a rejoin with another zone
 //     is refused.
 //   - ReportReplicaFailure takes a backup, or a syncing server, out of
@@ -35,7 +39,7 @@
 //     one first); a draining primary hands its shard over to a caught-up
 //     backup; once every move has finished, roles and primaries are
 //     balanced toward a fair share, a bounded number of moves at a time.
-//     See Rebalance below.
+//     See PlanRebalance (placement.h) for the steps and their order.
 //   - An UP server whose heartbeat deadline passes (ExpireHeartbeats) is
 //     DOWN; so is one that Leaves. A DOWN server keeps its shards until
 //     it is promoted away from them (failover, below).
@@ -44,7 +48,8 @@
 //     that moment F (memory only): LeaseView lists it as excluded, so no
 //     lease granted from F on covers it. PromoteFenced, once the clock
 //     passes F + FenceWait(lease), commits one version in which each such
-//     shard's first UP backup (in replica-list order) becomes its primary
+//     shard's first UP backup in replica-list order (PlanPromotions,
+//     placement.h) becomes its primary
 //     and only replica; the DOWN server stays listed without those shards
 //     and is no longer fenced. Shards with no UP backup stay its own. A
 //     server that comes back UP before then is no longer fenced and keeps
@@ -75,8 +80,9 @@
 
 #include "common/mutex.h"
 #include "common/status.h"
-#include "proto/rkv.pb.h"
+#include "coordinator/placement.h"
 #include "coordinator/state_store.h"
+#include "proto/rkv.pb.h"
 
 namespace rkv::coordinator {
 
@@ -100,14 +106,6 @@ struct CoordinatorConfig {
 
 inline constexpr std::chrono::milliseconds kMaxReplaceAfter{7LL * 24 * 3600 * 1000};
 
-// At most this many shards a server catches up on at once: Rebalance adds
-// no syncing role to a server that has as many.
-inline constexpr uint32_t kMaxSyncingPerServer = 64;
-
-// At most this many rebalancing moves (a syncing role added to move a
-// backup role, or a handover to balance primaries) a Rebalance starts.
-inline constexpr uint32_t kMaxMovesPerPass = 32;
-
 // How long after fencing a server its shards may move: every lease that
 // covered it, counted on a clock running up to 1% off, has ended by then.
 // lease * 1.01 + 50 ms.
@@ -121,20 +119,6 @@ uint32_t DefaultReplicas(uint32_t expected_servers);
 
 // config.replicas, or DefaultReplicas when it is 0.
 uint32_t EffectiveReplicas(const CoordinatorConfig& config);
-
-// The placement of one shard's backups, given its primary: `count` further
-// distinct servers among `zones.size()` (servers in join order; zones[i] is
-// server i's zone as a number below zone_count, equal for equal zone names,
-// "" being a zone like any other). Each pick takes, among the
-// servers not yet chosen, the one whose zone holds the fewest of the
-// shard's replicas so far, then the one holding the fewest backups so far
-// (`backup_load`, indexed like `zones`, incremented for each pick), then
-// the first in join order after the primary. So the replicas cover
-// min(R, zones) distinct zones, and backups spread evenly. Returns the
-// picks in join order starting after the primary. Requires count <
-// zones.size() and primary < zones.size(). O(count * zones.size()).
-std::vector<size_t> PlaceBackups(const std::vector<uint32_t>& zones, uint32_t zone_count, size_t primary,
-                                 size_t count, std::vector<uint32_t>* backup_load);
 
 using Clock = std::function<std::chrono::steady_clock::time_point()>;
 
@@ -220,33 +204,14 @@ class CoordinatorState {
   // changes), or the store's.
   StatusOr<v1::DrainResponse> Drain(const v1::DrainRequest& request) EXCLUDES(mu_, lease_mu_);
 
-  // One pass of re-replication and rebalancing, committed as one new map
-  // version (none when nothing is to change), in this order:
-  //   1. ends each handover begun FenceWait(lease) ago or more;
-  //   2. takes each server DOWN for replace_after (when not 0) out of
-  //      every backup and syncing role (not of a shard it hands over);
-  //   3. takes draining servers out of syncing roles;
-  //   4. for each shard without a handover: removes a draining backup once
-  //      the shard has R replicas UP and not draining (or at least one
-  //      and no syncing server, and no server could be added); then,
-  //      above R replicas, removes backups: DOWN first, then one whose
-  //      zone another member shares, then the one with the most backup
-  //      and syncing roles, then the last joined;
-  //   5. hands each shard of an UP draining primary, with no syncing
-  //      server, over to its UP non-draining backup with the fewest
-  //      primaries;
-  //   6. adds syncing servers to each shard with an UP primary, no
-  //      handover and fewer than R non-draining replicas + syncing
-  //      servers: UP, not draining, not reported failing by a primary in
-  //      the last heartbeat_timeout, holding fewer than
-  //      kMaxSyncingPerServer syncing roles, fewest of the shard's members
-  //      in its zone, then fewest roles, then first joined;
-  //   7. when no shard has a syncing server, a handover or more than R
-  //      replicas: up to kMaxMovesPerPass moves of a backup role from a
-  //      server with at least 2 more backup and syncing roles than the
-  //      least loaded one to it (added as syncing, never at the cost of
-  //      the shard's zone spread), or else handovers of primaries from a
-  //      server with at least 2 more primaries than one of its backups.
+  // One pass of re-replication and rebalancing (PlanRebalance,
+  // placement.h, whose steps say what moves), committed as one new map
+  // version (none when nothing is to change). What it tells the planner:
+  // a handover is done when it began FenceWait(lease) ago or more (or
+  // before this coordinator started, counted from then); a server is to
+  // be replaced when it has been DOWN for replace_after (not 0); a server
+  // is reported when a primary reported it failing (ReportReplicaFailure)
+  // in the last heartbeat_timeout.
   // Returns how many roles changed. On a commit error nothing changes and
   // the error is returned (the next call retries).
   StatusOr<int> Rebalance() EXCLUDES(mu_, lease_mu_);
@@ -277,15 +242,8 @@ class CoordinatorState {
     std::vector<uint32_t> handover_shards;
   };
 
-  // The roles of one shard, as indices into a server list.
-  static constexpr size_t kNone = ~size_t{0};
-  struct ShardRoles {
-    size_t primary = kNone;
-    std::vector<size_t> backups;  // join order starting after the primary
-    std::vector<size_t> syncing;  // join order starting after the primary
-    size_t handover_from = kNone;
-  };
-  // The roles of every shard in `servers` (assigned).
+  // The roles of every shard in `servers` (assigned): the planners' input
+  // (placement.h), read from the servers' records.
   std::vector<ShardRoles> RolesOf(const std::vector<Server>& servers) const;
   // Writes `roles` back into the servers' shards, backup_shards,
   // syncing_shards and handover_shards; appends to `changed` the index of
@@ -314,7 +272,8 @@ class CoordinatorState {
   void UnfenceLocked(const std::string& id) REQUIRES(mu_) EXCLUDES(lease_mu_);
   // Makes Lease() answer version_ and the fenced servers.
   void PublishLeaseLocked() REQUIRES(mu_) EXCLUDES(lease_mu_);
-  // Gives every shard its primary ((s mod N)-th server) and backups.
+  // Gives every shard its primary ((s mod N)-th server) and backups, as
+  // placement's AssignShards places them.
   void AssignShards(std::vector<Server>* next) const;
   // The sizes of the roles a server holds: primaries, backups, syncing.
   static size_t RoleCount(const v1::ServerInfo& info) {

@@ -528,20 +528,6 @@ TEST_F(CoordinatorStateTest, FewerZonesThanReplicasSpreadOverAllOfThem) {
   EXPECT_EQ(CheckPlacement(JoinAll(*state, {"x", "", "x"}), 3), 2u);
 }
 
-TEST(PlaceBackupsTest, PrefersNewZonesThenLightServersThenJoinOrder) {
-  std::vector<uint32_t> load(5, 0);
-  // Primary 0 in zone 0; servers 1, 2 in zone 0, 3, 4 in zone 1: one backup
-  // in zone 1 first (3, the nearest), then one in the least used zone.
-  const std::vector<uint32_t> zones = {0, 0, 0, 1, 1};
-  EXPECT_EQ(PlaceBackups(zones, 2, 0, 2, &load), (std::vector<size_t>{1, 3}));
-  EXPECT_EQ(load, (std::vector<uint32_t>{0, 1, 0, 1, 0}));
-  // Load breaks ties: 2 and 4 are now lighter than 1 and 3.
-  EXPECT_EQ(PlaceBackups(zones, 2, 0, 2, &load), (std::vector<size_t>{2, 4}));
-  // One zone: join order after the primary, listed in that order.
-  std::vector<uint32_t> none(3, 0);
-  EXPECT_EQ(PlaceBackups({0, 0, 0}, 1, 2, 2, &none), (std::vector<size_t>{0, 1}));
-}
-
 TEST_F(CoordinatorStateTest, ReplicasAboveTheClusterSizeOrFiveAreRefused) {
   EXPECT_EQ(ValidateConfig(Config(3, 4, 4)).code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(ValidateConfig(Config(3, 4, 4)).message(),
