@@ -7,22 +7,15 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
-#include <thread>
 
 #include "common/hash.h"
 #include "rkv/client.h"
-#include "coordinator/coordinator_service.h"
-#include "coordinator/test_util.h"
+#include "tests/in_process_coordinator.h"
 
 namespace rkv {
 namespace {
 
-using coordinator::CoordinatorConfig;
 using coordinator::CoordinatorServer;
-using coordinator::CoordinatorState;
-using coordinator::testing::MakeJoin;
-using coordinator::testing::MemoryStore;
-using coordinator::testing::MemoryStoreData;
 
 constexpr char kToken[] = "cluster-test-token";
 constexpr uint32_t kShards = 16;
@@ -30,29 +23,23 @@ constexpr uint32_t kShards = 16;
 class ClusterClientTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    CoordinatorConfig config;
-    config.expected_servers = 2;
-    config.shard_count = kShards;
-    // Long enough that no fake server expires during a test.
-    config.heartbeat_interval = std::chrono::seconds(60);
-    config.heartbeat_timeout = std::chrono::seconds(600);
+    // Two servers; no fake server expires during a test (the options'
+    // heartbeat timeout).
+    testing::InProcessCoordinatorOptions options;
+    options.servers = 2;
+    options.shards = kShards;
     // Routing and errors, not replication: one copy, so that a server that
     // leaves keeps its shards (no failover moves them while a test looks).
-    config.replicas = 1;
-    auto state = CoordinatorState::Open(config, std::make_unique<MemoryStore>(std::make_shared<MemoryStoreData>()));
-    ASSERT_TRUE(state.ok()) << state.status();
-    auto server = CoordinatorServer::Start("127.0.0.1:0", kToken, std::move(state).value());
+    options.replicas = 1;
+    auto server = testing::StartInProcessCoordinator(options, kToken);
     ASSERT_TRUE(server.ok()) << server.status();
     coord_ = std::move(server).value();
   }
 
   // Joins a fake server whose data and admin ports refuse connections.
   void JoinFake(const std::string& id, uint64_t epoch) {
-    v1::JoinRequest r = MakeJoin(id, epoch);
-    r.set_data_address("127.0.0.1:1");
-    r.set_admin_address("127.0.0.1:2");
-    auto j = coord_->state()->Join(r);
-    ASSERT_TRUE(j.ok()) << j.status();
+    const Status j = testing::JoinFakeServer(*coord_->state(), id, epoch);
+    ASSERT_TRUE(j.ok()) << j;
   }
 
   ClientOptions Options(std::chrono::milliseconds timeout = std::chrono::seconds(20)) {
@@ -140,9 +127,7 @@ TEST_F(ClusterClientTest, FollowsTheMapAndNamesTheServerInErrors) {
   leave.set_epoch(1);
   ASSERT_TRUE(coord_->state()->Leave(leave).ok());
   const uint64_t want = coord_->state()->version();
-  for (int i = 0; i < 2000 && client.cluster_map_version() < want; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
+  EXPECT_TRUE(testing::WaitFor("the watch", [&] { return client.cluster_map_version() >= want; }));
   ASSERT_EQ(client.cluster_map_version(), want);
   members = client.Members();
   ASSERT_TRUE(members.ok());

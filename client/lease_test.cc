@@ -25,10 +25,9 @@
 #include "proto/grpc_server.h"
 #include "proto/rkv.grpc.pb.h"
 #include "rkv/client.h"
-#include "coordinator/coordinator_state.h"
-#include "coordinator/test_util.h"
 #include "server/replication.h"
 #include "server/server.h"
+#include "tests/in_process_coordinator.h"
 
 namespace rkv {
 namespace {
@@ -36,27 +35,14 @@ namespace {
 using client::Clock;
 using client::Deadline;
 using client::LeaseKeeper;
-using coordinator::CoordinatorConfig;
 using coordinator::CoordinatorState;
 using coordinator::testing::MakeJoin;
-using coordinator::testing::MemoryStore;
-using coordinator::testing::MemoryStoreData;
 using std::chrono::milliseconds;
+using testing::WaitFor;
 
 constexpr char kToken[] = "lease-test-token";
-// Generous: conditions are awaited up to this long, never assumed sooner.
+// Generous: the deadline of calls made here; nothing assumes it is needed.
 constexpr auto kPatience = std::chrono::seconds(30);
-
-// Waits until `pred()` or kPatience; returns pred().
-template <typename Pred>
-bool Eventually(Pred pred) {
-  const auto until = Clock::now() + kPatience;
-  while (!pred()) {
-    if (Clock::now() >= until) return pred();
-    std::this_thread::sleep_for(milliseconds(5));
-  }
-  return true;
-}
 
 v1::RenewLeaseResponse Granted(uint64_t version, uint32_t lease_ms, std::vector<std::string> excluded = {}) {
   v1::RenewLeaseResponse r;
@@ -171,7 +157,7 @@ TEST(LeaseKeeperTest, ConcurrentCallersShareOneRenewal) {
       if (keeper.Check(9, "a", Clock::now() + kPatience).ok()) ++ok;
     });
   }
-  ASSERT_TRUE(Eventually([&] { return keeper.stats().lease_waits == kCallers; }));
+  ASSERT_TRUE(WaitFor("every caller waiting", [&] { return keeper.stats().lease_waits == kCallers; }));
   {
     MutexLock lock(mu);
     release = true;
@@ -192,23 +178,9 @@ TEST(LeaseKeeperTest, TheBackgroundThreadRenewsBeforeCallsNeedIt) {
         },
         [](Deadline) { return Status::Ok(); }, [] { return uint64_t{2}; });
     keeper.Start();
-    ASSERT_TRUE(Eventually([&] { return renewals.load() >= 3; }));
+    ASSERT_TRUE(WaitFor("three renewals", [&] { return renewals.load() >= 3; }));
     EXPECT_EQ(keeper.stats().lease_waits, 0u);
   }  // the destructor stops and joins the thread
-}
-
-TEST(NotPrimaryTest, RecognizesTheServersRefusal) {
-  uint64_t v = 99;
-  EXPECT_TRUE(client::IsNotPrimary(
-      FailedPrecondition("not the primary of shard 3 in map version 12 (its primary is b)"), &v));
-  EXPECT_EQ(v, 12u);
-  EXPECT_TRUE(client::IsNotPrimary(FailedPrecondition("server a: not the primary of shard 3"), &v));
-  EXPECT_EQ(v, 0u);
-  EXPECT_FALSE(client::IsNotPrimary(FailedPrecondition("key too long"), &v));
-  EXPECT_FALSE(client::IsNotPrimary(Unavailable("not the primary of shard 3 in map version 12"), &v));
-  EXPECT_TRUE(client::IsNotPrimary(
-      FailedPrecondition("not the primary of shard 3 in map version 99999999999999999999999"), &v));
-  EXPECT_EQ(v, 0u);  // an overflowing number names no version
 }
 
 // ---- The cluster client under leases.
@@ -310,19 +282,13 @@ class FakeCoordinator final : public v1::Coordinator::Service {
 class LeasedClientTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    CoordinatorConfig config;
-    config.expected_servers = 2;
-    config.shard_count = 16;
-    config.heartbeat_interval = std::chrono::seconds(60);
-    config.heartbeat_timeout = std::chrono::seconds(600);
-    auto state = CoordinatorState::Open(config, std::make_unique<MemoryStore>(std::make_shared<MemoryStoreData>()));
+    // Two servers, a and b, on 16 shards (the options' default); both
+    // "serve" on the listener.
+    auto state = testing::OpenInProcessState(testing::InProcessCoordinatorOptions());
     ASSERT_TRUE(state.ok()) << state.status();
     state_ = std::move(state).value();
     for (const char* id : {"a", "b"}) {
-      v1::JoinRequest r = MakeJoin(id, 1);
-      r.set_data_address(listener_.address());
-      r.set_admin_address("127.0.0.1:2");
-      ASSERT_TRUE(state_->Join(r).ok());
+      ASSERT_TRUE(testing::JoinFakeServer(*state_, id, 1, listener_.address()).ok());
     }
     auto started = control::StartGrpcServer("127.0.0.1:0", &fake_, "fake coordinator");
     ASSERT_TRUE(started.ok()) << started.status();
@@ -409,11 +375,11 @@ TEST_F(LeasedClientTest, ACallWaitsWhileItsServerIsExcludedAndGoesOnWithTheNextM
   std::thread getter([&] { result = (*c)->Get(KeyOf("a"), call).status(); });
   // The call keeps asking for a lease that covers a, and never connects.
   const int before = fake_.renewals();
-  ASSERT_TRUE(Eventually([&] { return fake_.renewals() >= before + 3; }));
+  ASSERT_TRUE(WaitFor("three more renewals", [&] { return fake_.renewals() >= before + 3; }));
   EXPECT_EQ(listener_.accepted(), 0);
   // Failover done: the next map, in which a is no longer fenced.
   fake_.Set(MapAt(1), FakeCoordinator::Renew::kGrant, {});
-  EXPECT_TRUE(Eventually([&] { return listener_.accepted() >= 1; }));
+  EXPECT_TRUE(WaitFor("a connection to the server", [&] { return listener_.accepted() >= 1; }));
   getter.join();
   EXPECT_EQ(result.code(), StatusCode::kUnavailable);  // the listener is no server
   EXPECT_EQ(result.message().find("failed over"), std::string::npos) << result;
@@ -437,7 +403,7 @@ TEST_F(LeasedClientTest, AnExcludedServersCallsFailNamingTheReason) {
 }
 
 // A policy that refuses the first write as a server that lost the
-// primaryship (the message MapPolicy::RouteWrite gives), naming a map
+// primaryship (the typed refusal MapPolicy::RouteWrite gives), naming a map
 // version that the coordinator serves from that moment on; later writes
 // are routed as a primary with no backups.
 class NotPrimaryOnce final : public server::ReplicationPolicy {
@@ -449,8 +415,7 @@ class NotPrimaryOnce final : public server::ReplicationPolicy {
   StatusOr<server::WriteRoute> RouteWrite(std::string_view) override {
     if (routed_.fetch_add(1) == 0) {
       on_refuse_();
-      return FailedPrecondition("not the primary of shard 0 in map version " + std::to_string(new_version_) +
-                                " (its primary is a)");
+      return Status(StatusCode::kFailedPrecondition, "refused for the test", Reason::kNotPrimary, new_version_);
     }
     server::WriteRoute route;
     route.map_version = new_version_;
@@ -476,12 +441,10 @@ TEST(NotPrimaryRetryTest, AWriteRefusedAsNotThePrimaryIsRetriedOnTheNamedMap) {
   const auto dir = std::filesystem::path(::testing::TempDir()) / ("rkv_not_primary_" + std::to_string(::getpid()));
   std::filesystem::remove_all(dir);
   FakeCoordinator fake;
-  CoordinatorConfig config;
-  config.expected_servers = 1;
-  config.shard_count = 1;
-  config.heartbeat_interval = std::chrono::seconds(60);
-  config.heartbeat_timeout = std::chrono::seconds(600);
-  auto state = CoordinatorState::Open(config, std::make_unique<MemoryStore>(std::make_shared<MemoryStoreData>()));
+  testing::InProcessCoordinatorOptions coordinator_options;
+  coordinator_options.servers = 1;
+  coordinator_options.shards = 1;
+  auto state = testing::OpenInProcessState(coordinator_options);
   ASSERT_TRUE(state.ok()) << state.status();
 
   v1::ClusterMap newer;  // what the coordinator serves once the server refused

@@ -11,20 +11,18 @@
 #include "proto/region_descriptor.h"
 #include "proto/table_params.h"
 #include "proto/validation.h"
-#include "coordinator/coordinator_service.h"
-#include "coordinator/test_util.h"
 #include "server/map_policy.h"
+#include "tests/in_process_coordinator.h"
+#include "tests/temp_dir.h"
 
 namespace rkv::server {
 namespace {
 
-using coordinator::CoordinatorConfig;
 using coordinator::CoordinatorServer;
-using coordinator::CoordinatorState;
 using coordinator::testing::MakeJoin;
-using coordinator::testing::MemoryStore;
 using coordinator::testing::MemoryStoreData;
-using coordinator::testing::TempDir;
+using rkv::testing::TempDir;
+using rkv::testing::WaitFor;
 
 constexpr char kToken[] = "membership-test-token";
 // Upper bound on waiting for something asynchronous that must happen; the
@@ -38,14 +36,13 @@ std::unique_ptr<CoordinatorServer> StartCoordinator(
     uint32_t servers, const std::string& listen = "127.0.0.1:0",
     std::chrono::milliseconds heartbeat_interval = std::chrono::milliseconds(10),
     std::shared_ptr<MemoryStoreData> data = std::make_shared<MemoryStoreData>()) {
-  CoordinatorConfig config;
-  config.expected_servers = servers;
-  config.shard_count = 4;
-  config.heartbeat_interval = heartbeat_interval;
-  config.heartbeat_timeout = std::chrono::milliseconds(120'000);  // no expiry during a test
-  auto state = CoordinatorState::Open(config, std::make_unique<MemoryStore>(std::move(data)));
-  EXPECT_TRUE(state.ok()) << state.status();
-  auto server = CoordinatorServer::Start(listen, kToken, std::move(state).value());
+  rkv::testing::InProcessCoordinatorOptions options;
+  options.servers = servers;
+  options.shards = 4;
+  options.heartbeat_interval = heartbeat_interval;
+  options.heartbeat_timeout = std::chrono::milliseconds(120'000);  // no expiry during a test
+  options.data = std::move(data);
+  auto server = rkv::testing::StartInProcessCoordinator(options, kToken, listen);
   EXPECT_TRUE(server.ok()) << server.status();
   return server.ok() ? std::move(server).value() : nullptr;
 }
@@ -82,17 +79,6 @@ const v1::ServerInfo* Find(const v1::ClusterMap& map, const std::string& id) {
   return nullptr;
 }
 
-// Waits until `pred` holds; false if it never does within kPatience.
-template <typename Pred>
-bool Eventually(Pred pred) {
-  const auto give_up = std::chrono::steady_clock::now() + kPatience;
-  while (!pred()) {
-    if (std::chrono::steady_clock::now() > give_up) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  return true;
-}
-
 // An address where nothing listens (a server was there a moment ago).
 std::string ClosedAddress() {
   auto probe = StartCoordinator(1);
@@ -122,13 +108,14 @@ TEST(MembershipTest, JoinsHeartbeatsWithStatsAndLeaves) {
   EXPECT_EQ(me->index().rkey(), options.self.index.rkey);
   EXPECT_EQ(me->table().hash_seed(), options.self.table.hash_seed);
 
-  ASSERT_TRUE(Eventually([&] {
+  ASSERT_TRUE(WaitFor("the stats in the map", [&] {
     const v1::ClusterMap now = coordinator->state()->Map();
     const v1::ServerInfo* s = Find(now, "s-00000001");
     return s->keys() == 42 && s->heap_bytes_used() == 640;
   }));
   keys = 43;
-  ASSERT_TRUE(Eventually([&] { return Find(coordinator->state()->Map(), "s-00000001")->keys() == 43; }));
+  ASSERT_TRUE(
+      WaitFor("the new key count", [&] { return Find(coordinator->state()->Map(), "s-00000001")->keys() == 43; }));
 
   membership.Stop();
   EXPECT_FALSE(membership.connected());
@@ -179,11 +166,12 @@ TEST(MembershipTest, RejoinsWhenTheCoordinatorMarkedItDown) {
   down.set_server_id("s-00000001");
   down.set_epoch(3);
   ASSERT_TRUE(coordinator->state()->Leave(down).ok());
-  ASSERT_TRUE(Eventually([&] { return Find(coordinator->state()->Map(), "s-00000001")->state() == v1::UP; }));
+  ASSERT_TRUE(
+      WaitFor("the rejoin", [&] { return Find(coordinator->state()->Map(), "s-00000001")->state() == v1::UP; }));
   EXPECT_EQ(coordinator->state()->version(), joined_version + 2);  // DOWN, then UP
   // A second server completes the cluster; the first learns its shards.
   ASSERT_TRUE(coordinator->state()->Join(MakeJoin("s-00000002", 1, 2)).ok());
-  ASSERT_TRUE(Eventually([&] { return membership.shards() == std::vector<uint32_t>{0, 2}; }));
+  ASSERT_TRUE(WaitFor("the shards", [&] { return membership.shards() == std::vector<uint32_t>{0, 2}; }));
   EXPECT_EQ(membership.map_version(), coordinator->state()->version());
 }
 
@@ -663,7 +651,7 @@ TEST(MembershipLeaseTest, FailedOrRefusedHeartbeatsLetTheLeaseRunOutAndAGrantRen
   ASSERT_TRUE(membership.Start().ok());
   MapPolicy policy(&membership);
   // No heartbeat gets through: the Join's lease runs out.
-  ASSERT_TRUE(Eventually([&] { return !policy.CheckLease().ok(); }));
+  ASSERT_TRUE(WaitFor("the lease to run out", [&] { return !policy.CheckLease().ok(); }));
   Status s = policy.CheckLease();
   EXPECT_EQ(s.code(), StatusCode::kUnavailable);
   EXPECT_NE(s.message().find("lease on the cluster map expired"), std::string::npos) << s;
@@ -673,17 +661,17 @@ TEST(MembershipLeaseTest, FailedOrRefusedHeartbeatsLetTheLeaseRunOutAndAGrantRen
                           grpc::Status(grpc::StatusCode::NOT_FOUND, "unknown server"));
   fake.service.SetLease(600'000);
   const int seen = fake.service.heartbeats();
-  ASSERT_TRUE(Eventually([&] { return fake.service.heartbeats() >= seen + 3; }));
+  ASSERT_TRUE(WaitFor("three more heartbeats", [&] { return fake.service.heartbeats() >= seen + 3; }));
   EXPECT_EQ(policy.CheckLease().code(), StatusCode::kUnavailable);
 
   // An answered heartbeat grants a lease again.
   fake.service.SetAnswers(grpc::Status::OK, grpc::Status::OK);
-  ASSERT_TRUE(Eventually([&] { return policy.CheckLease().ok(); }));
+  ASSERT_TRUE(WaitFor("a renewed lease", [&] { return policy.CheckLease().ok(); }));
   EXPECT_TRUE(membership.lease().enabled);
 
   // A coordinator that grants none (lease_ms 0) turns the check off.
   fake.service.SetLease(0);
-  ASSERT_TRUE(Eventually([&] { return !membership.lease().enabled; }));
+  ASSERT_TRUE(WaitFor("leases turned off", [&] { return !membership.lease().enabled; }));
   EXPECT_TRUE(policy.CheckLease().ok());
 }
 
