@@ -29,6 +29,7 @@
 #include "client/control_client.h"
 #include "client/lease_keeper.h"
 #include "client/location_cache.h"
+#include "client/refusal.h"
 #include "client/routes.h"
 #include "client/server_connection.h"
 #include "common/clock.h"
@@ -61,9 +62,6 @@ constexpr char kDefaultServer[] = "127.0.0.1:7700";
 // The longest wait between two attempts of a call.
 constexpr std::chrono::milliseconds kBackoffMax{100};
 
-// How WithServer reports keys of one call that a newer map gives to
-// several servers (MultiPut groups them again).
-constexpr std::string_view kKeysMoved = "the keys of this call moved to several servers";
 
 // Connect errors worth retrying: the server is down, restarting, or was
 // between accept and epoch publication.
@@ -340,9 +338,9 @@ class Client::Impl {
   // A client of a coordinator uses a server only under a lease (§8.4) on
   // the table the call routes by that does not exclude it (LeaseKeeper::
   // Check, before connecting and again after a fresh connect): without
-  // one the call waits and retries like the above. A write refused with
-  // "not the primary of shard S in map version V" is retried after a
-  // refetch (NotPrimary).
+  // one the call waits and retries like the above. A write refused with a
+  // reason that says nothing was applied is retried after a refetch of at
+  // least the map version the refusal names (MayResend).
   template <typename Fn>
   Status WithServer(std::shared_ptr<Routes> routes, size_t index, Deadline deadline, Fn&& fn,
                     size_t slot = ConnectionPool::kAnySlot, std::span<const std::string_view> keys = {}) {
@@ -374,11 +372,9 @@ class Client::Impl {
           pool->NoteAttempt();
           s = fn(lease.conn());
           if (s.ok()) [[likely]] return s;
-          if (cluster() && NotPrimary(s, &a.min_version)) [[unlikely]] {
-            // Safe to resend: the server refused the write before writing
-            // anything (MapPolicy::RouteWrite in server/map_policy.cc runs
-            // first in Applier::ApplyPut / ApplyDelete, server/apply.cc,
-            // which then leaves the request out of its replay cache).
+          if (cluster() && MayResend(s, &a.min_version)) [[unlikely]] {
+            // The server wrote nothing for the request: docs/design.md §5.6
+            // gives the argument (client/refusal.h decides).
             a.last = std::move(s);
             a.last_from_op = false;
             // A refusal that names a map this client already holds (a
@@ -426,14 +422,10 @@ class Client::Impl {
   // remembers nothing: UNAVAILABLE, outcome unknown. Nor is it sent to
   // another server (the key's shard moved there in a failover) once sent.
   //
-  // A write refused as "not the primary of shard S in map version V" is
-  // marked unsent, so that the call may send it to the new primary: the
-  // refusal comes from the incarnation every earlier send of it reached
-  // (see above), which wrote nothing for it (MapPolicy::RouteWrite,
-  // server/map_policy.cc, runs before anything is written in Applier::
-  // ApplyPut / ApplyDelete, server/apply.cc) and would have answered an
-  // earlier send it applied from its replay cache (Applier::ApplyOnce
-  // checks the cache first), not with this refusal.
+  // A write refused with a reason that says nothing was applied
+  // (DecideOnRefusal, client/refusal.h) is marked unsent, so that the call
+  // may send it to the new primary; docs/design.md §5.6 gives the argument
+  // for why that resend is safe.
   Status WriteAttempt(ServerConnection& conn, PendingWrite& w, std::string_view key, std::string_view value,
                       Deadline deadline, client::WriteResult* result) {
     const uint64_t epoch = conn.accept().epoch;
@@ -448,7 +440,7 @@ class Client::Impl {
     }
     if (!r.ok()) return r.status();
     uint64_t named_version = 0;
-    if (cluster() && NotPrimary(r->status, &named_version)) [[unlikely]] {
+    if (cluster() && MayResend(r->status, &named_version)) [[unlikely]] {
       w.sent = false;  // applied nowhere (see above)
       return r->status;  // WithServer refetches and retries
     }
@@ -460,7 +452,8 @@ class Client::Impl {
   // request was sent (it may or may not have been applied).
   static Status WriteFailed(const PendingWrite& w, Status s) {
     if (!w.sent || w.outcome_reported) return s;
-    return Status(s.code(), s.message() + " (the request was sent and its reply lost: outcome unknown)");
+    return Status(s.code(), s.message() + " (the request was sent and its reply lost: outcome unknown)",
+                  Reason::kOutcomeUnknown, s.map_version());
   }
 
   // Whether `w` may be sent on `conn` (WriteAttempt's rule): not once sent
@@ -468,16 +461,19 @@ class Client::Impl {
   static Status CheckResend(const ServerConnection& conn, PendingWrite& w) {
     if (w.sent && conn.address() != w.sent_address) [[unlikely]] {
       w.outcome_reported = true;
-      return Unavailable(std::string(w.op == protocol::Op::kDelete ? "DELETE" : "PUT") +
-                         " outcome unknown: its reply from " + w.sent_address +
-                         " was lost and its shard is now served elsewhere; not resent");
+      return Status(StatusCode::kUnavailable,
+                    std::string(w.op == protocol::Op::kDelete ? "DELETE" : "PUT") + " outcome unknown: its reply from " +
+                        w.sent_address + " was lost and its shard is now served elsewhere; not resent",
+                    Reason::kOutcomeUnknown);
     }
     if (w.sent && conn.accept().epoch != w.sent_epoch) [[unlikely]] {
       w.outcome_reported = true;
-      return Unavailable(std::string(w.op == protocol::Op::kDelete ? "DELETE" : "PUT") +
-                         " outcome unknown: its reply was lost and the server restarted (epoch " +
-                         to_string(w.sent_epoch) + " -> " + to_string(conn.accept().epoch) +
-                         "), so it cannot tell whether it applied the request; not resent");
+      return Status(StatusCode::kUnavailable,
+                    std::string(w.op == protocol::Op::kDelete ? "DELETE" : "PUT") +
+                        " outcome unknown: its reply was lost and the server restarted (epoch " +
+                        to_string(w.sent_epoch) + " -> " + to_string(conn.accept().epoch) +
+                        "), so it cannot tell whether it applied the request; not resent",
+                    Reason::kOutcomeUnknown);
     }
     return Status::Ok();
   }
@@ -499,9 +495,9 @@ class Client::Impl {
   // rules: an item that may not be resent here, or is over this
   // connection's limits, is done with its error; one answered is done with
   // the reply. Returns OK when every item is done; the connection's error
-  // when it broke (WithServer retries the rest); a "not the primary"
-  // refusal when one came (those items are marked unsent, and WithServer
-  // refetches and retries).
+  // when it broke (WithServer retries the rest); a refusal that lets the
+  // items be resent when one came (MayResend: those items are marked
+  // unsent, and WithServer refetches and retries).
   Status BatchAttempt(ServerConnection& conn, std::span<BatchItem* const> items, Deadline deadline) {
     const uint64_t epoch = conn.accept().epoch;
     std::vector<client::WriteOp> ops;
@@ -542,7 +538,7 @@ class Client::Impl {
       }
       if (!o.replied) continue;
       uint64_t named_version = 0;
-      if (cluster() && NotPrimary(o.result.status, &named_version)) [[unlikely]] {
+      if (cluster() && MayResend(o.result.status, &named_version)) [[unlikely]] {
         item.write.sent = false;  // applied nowhere (WriteAttempt)
         if (refused.ok()) refused = o.result.status;
         continue;
@@ -580,8 +576,7 @@ class Client::Impl {
         const Status s = WithServer(
             routes, owner, deadline, [&](ServerConnection& conn) { return BatchAttempt(conn, group, deadline); },
             ConnectionPool::kAnySlot, keys);
-        if (!s.ok() && s.code() == StatusCode::kUnavailable && s.message().find(kKeysMoved) != std::string::npos &&
-            Clock::now() < deadline) {
+        if (client::KeysMoved(s) && Clock::now() < deadline) {
           regroup = true;  // its items stay to be grouped by the newest map
           continue;
         }
@@ -792,8 +787,10 @@ class Client::Impl {
       const size_t owner = table.OwnerIndexOf(a.keys[0]);
       for (std::string_view k : a.keys.subspan(1)) {
         if (table.OwnerIndexOf(k) != owner) {
-          return Unavailable(std::string(kKeysMoved) + " in cluster map version " + to_string(table.version()) +
-                             " (last error: " + a.last.ToString() + ")");
+          return Status(StatusCode::kUnavailable,
+                        "the keys of this call moved to several servers in cluster map version " +
+                            to_string(table.version()) + " (last error: " + a.last.ToString() + ")",
+                        Reason::kKeysMoved, table.version());
         }
       }
       e = &table.servers()[owner];
@@ -817,12 +814,13 @@ class Client::Impl {
     return leases_->Check(a.routes->table().version(), a.server->server_id, deadline);
   }
 
-  // Whether `s` is a server's "not the primary" refusal (IsNotPrimary);
-  // raises *min_version to the map version it names.
-  static bool NotPrimary(const Status& s, uint64_t* min_version) {
-    uint64_t named = 0;
-    if (!client::IsNotPrimary(s, &named)) return false;
-    *min_version = std::max(*min_version, named);
+  // Whether `s`, a server's answer to a write, lets the call resend it
+  // (client::DecideOnRefusal); raises *min_version to the map version it
+  // names.
+  static bool MayResend(const Status& s, uint64_t* min_version) {
+    const client::RefusalDecision d = client::DecideOnRefusal(s);
+    if (!d.resend) return false;
+    *min_version = std::max(*min_version, d.min_map_version);
     return true;
   }
 

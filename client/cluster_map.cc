@@ -175,24 +175,4 @@ bool MapHolder::InstallIfNewer(std::shared_ptr<const RoutingTable> table) {
   return true;
 }
 
-bool IsNotPrimary(const Status& s, uint64_t* map_version) {
-  *map_version = 0;
-  if (s.code() != StatusCode::kFailedPrecondition) return false;
-  const std::string& m = s.message();
-  constexpr std::string_view kWhat = "not the primary of shard ";
-  const size_t what = m.find(kWhat);
-  if (what == std::string::npos) return false;
-  constexpr std::string_view kVersion = " in map version ";
-  const size_t at = m.find(kVersion, what + kWhat.size());
-  if (at == std::string::npos) return true;
-  uint64_t v = 0;
-  for (size_t i = at + kVersion.size(); i < m.size() && m[i] >= '0' && m[i] <= '9'; ++i) {
-    const uint64_t digit = static_cast<uint64_t>(m[i] - '0');
-    if (v > (UINT64_MAX - digit) / 10) return true;  // not a version: names none
-    v = v * 10 + digit;
-  }
-  *map_version = v;
-  return true;
-}
-
 }  // namespace rkv::client

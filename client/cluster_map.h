@@ -168,12 +168,6 @@ enum class EpochRelation {
 };
 EpochRelation CompareEpoch(uint64_t map_epoch, uint64_t server_epoch);
 
-// Whether `s` is a server's refusal of a write it is not the primary for
-// (FAILED_PRECONDITION "not the primary of shard S in map version V ...",
-// server/map_policy.cc's RouteWrite); if so, *map_version is V, or 0 when
-// the message names no version.
-bool IsNotPrimary(const Status& s, uint64_t* map_version);
-
 // Publishes the newest routing table.
 class MapHolder {
  public:

@@ -187,10 +187,7 @@ void ServerConnection::HandleReceive(uint64_t index, uint32_t byte_len) {
     WriteOutcome& outcome = batch_[request.item];
     outcome.replied = true;
     outcome.result.version = reply->version;
-    if (reply->status_code != 0) {
-      outcome.result.status =
-          Status(static_cast<StatusCode>(reply->status_code), std::string(reply->message));
-    }
+    if (reply->status_code != 0) outcome.result.status = ReplyStatus(*reply);
     ++batch_replied_;
   }
   credits_ = std::min<uint64_t>(uint64_t{credits_} + reply->credits, max_credits_);

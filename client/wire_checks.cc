@@ -114,10 +114,21 @@ StatusOr<protocol::ReplyMsg> ParseReply(std::span<const uint8_t> data) {
   if (!IsValidStatusCode(r.status_code)) {
     return InvalidArgument("reply has unknown status code " + to_string(r.status_code));
   }
+  if (!IsValidReason(r.reason)) return InvalidArgument("reply has unknown reason " + to_string(r.reason));
+  if (r.status_code == 0 && r.reason != 0) {
+    return InvalidArgument("OK reply carries reason " + std::string(ReasonName(static_cast<Reason>(r.reason))));
+  }
+  if (r.reserved != 0) return InvalidArgument("reply reserved byte is not zero");
   if (std::memchr(r.message, '\0', sizeof(r.message)) == nullptr) {
     return InvalidArgument("reply message is not NUL-terminated");
   }
   return r;
+}
+
+Status ReplyStatus(const protocol::ReplyMsg& reply) {
+  if (reply.status_code == 0) return Status::Ok();
+  return Status(static_cast<StatusCode>(reply.status_code), std::string(reply.message),
+                static_cast<Reason>(reply.reason), reply.map_version);
 }
 
 }  // namespace rkv::client

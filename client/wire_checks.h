@@ -43,8 +43,14 @@ uint64_t MaxBlockBytes(const protocol::AcceptData& accept);
 Status CheckTableHeader(const layout::TableHeader& header, const protocol::AcceptData& accept);
 
 // Parses a reply message of `data.size()` received bytes: exact size, a
-// known status code, a NUL-terminated message.
+// known status code, a known reason (none on success), zero reserved
+// bytes, a NUL-terminated message.
 StatusOr<protocol::ReplyMsg> ParseReply(std::span<const uint8_t> data);
+
+// The Status a parsed reply stands for: OK, or its code and message with
+// its typed reason and map version (what the client decides on,
+// client/refusal.h).
+Status ReplyStatus(const protocol::ReplyMsg& reply);
 
 // Whether the block a slot word names is one the client may READ: a
 // non-zero length no larger than `max_block` (MaxBlockBytes), lying wholly

@@ -174,5 +174,38 @@ TEST(ParseReplyTest, RejectsBadReplies) {
   EXPECT_FALSE(ParseReply(ReplyBytes(r)).ok());
 }
 
+TEST(ParseReplyTest, ARefusalCarriesItsReasonAndMapVersion) {
+  protocol::ReplyMsg r{};
+  r.request_id = 9;
+  r.status_code = static_cast<int32_t>(StatusCode::kFailedPrecondition);
+  r.reason = static_cast<uint8_t>(Reason::kHandover);
+  r.map_version = 77;
+  std::strcpy(r.message, "any words");
+  auto parsed = ParseReply(ReplyBytes(r));
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  const Status s = ReplyStatus(*parsed);
+  EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(s.reason(), Reason::kHandover);
+  EXPECT_EQ(s.map_version(), 77u);
+  EXPECT_EQ(s.message(), "any words");
+}
+
+TEST(ParseReplyTest, RejectsAnUnknownReasonAReasonOnSuccessAndReservedBytes) {
+  protocol::ReplyMsg r{};
+  r.status_code = static_cast<int32_t>(StatusCode::kUnavailable);
+  r.reason = kMaxReason + 1;
+  EXPECT_FALSE(ParseReply(ReplyBytes(r)).ok());
+  r.reason = 255;
+  EXPECT_FALSE(ParseReply(ReplyBytes(r)).ok());
+  r.reason = static_cast<uint8_t>(Reason::kOutcomeUnknown);
+  EXPECT_TRUE(ParseReply(ReplyBytes(r)).ok());
+  r.status_code = 0;  // an OK reply refuses nothing
+  EXPECT_FALSE(ParseReply(ReplyBytes(r)).ok());
+  r.reason = 0;
+  EXPECT_TRUE(ParseReply(ReplyBytes(r)).ok());
+  r.reserved = 1;
+  EXPECT_FALSE(ParseReply(ReplyBytes(r)).ok());
+}
+
 }  // namespace
 }  // namespace rkv::client

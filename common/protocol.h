@@ -24,17 +24,24 @@
 //   answers a request id it has answered before with that reply again,
 //   without applying it twice; a client may therefore resend a request
 //   whose reply was lost, with the same id, on another connection to the
-//   same server incarnation (epoch). Version 2 introduced this: version 1
-//   clients numbered requests per connection and are refused.
+//   same server incarnation (epoch).
+// Refusals: a reply that is not OK carries a typed Refusal and, where the
+//   refusal is about a cluster map, that map's version in its own field;
+//   whether a write may be resent is decided from these fields alone
+//   (docs/design.md §5.6), never from ReplyMsg::message, which is for people.
 // Replication (server to server, docs/design.md "Replication"): a primary
 //   connects to each backup of its shards like a client, with a
 //   PeerConnectData (magic kPeerConnectMagic) that names it by
 //   fingerprint and epoch, and forwards each write as kReplicatePut /
 //   kReplicateDelete: the record carries the primary's version (non-zero)
-//   and RequestMsg::request_id the primary's map version. A client
+//   and RequestMsg::map_version the primary's map version. A client
 //   connection may send only kPut / kDelete, a peer connection only the
-//   replica ops. Old servers refuse the peer magic at the handshake, so the
-//   protocol version is unchanged.
+//   replica ops.
+// Versions: 2 made request ids unique per client (version 1 clients
+//   numbered them per connection); 3 gave replies a typed refusal and a map
+//   version, requests a map version field, and the peer connect data a
+//   fingerprint field of its own. A server refuses every other version at
+//   the handshake, naming both.
 #pragma once
 
 #include <cstddef>
@@ -45,7 +52,7 @@ namespace rkv::protocol {
 inline constexpr uint32_t kConnectMagic = 0x43564B52;  // "RKVC"
 inline constexpr uint32_t kAcceptMagic = 0x41564B52;   // "RKVA"
 inline constexpr uint32_t kPeerConnectMagic = 0x50564B52;  // "RKVP"
-inline constexpr uint16_t kProtocolVersion = 2;
+inline constexpr uint16_t kProtocolVersion = 3;
 
 inline constexpr size_t kMaxConnectPrivateData = 56;
 inline constexpr size_t kMaxAcceptPrivateData = 196;
@@ -63,16 +70,26 @@ struct ConnectRequestData {
 };
 static_assert(sizeof(ConnectRequestData) <= kMaxConnectPrivateData);
 
-// The connect private data of a replication connection: a
-// ConnectRequestData whose magic is kPeerConnectMagic and whose client_id
-// is PeerFingerprint(sender's server id) (server/replication.h), then the
-// sender's epoch. The receiving server accepts it only from a server of its
-// current cluster map with that fingerprint and epoch.
+// The connect private data of a replication connection. Its first 16
+// bytes and its token digest are laid out as ConnectRequestData's, so that
+// the server reads magic and versions the same way for both; the sender's
+// identity is in fields of its own. The receiving server accepts it only
+// from a server of its current cluster map with that fingerprint and
+// epoch.
 struct PeerConnectData {
-  ConnectRequestData request;
-  uint64_t sender_epoch;  // >= 1
+  uint32_t magic;               // kPeerConnectMagic
+  uint16_t protocol_version;    // kProtocolVersion
+  uint16_t layout_version;      // layout::kLayoutVersion
+  uint64_t sender_fingerprint;  // PeerFingerprint(sender's server id),
+                                // server/replication.h
+  uint8_t token_digest[kTokenDigestBytes];  // TokenDigest(token)
+  uint64_t sender_epoch;        // >= 1
 };
 static_assert(sizeof(PeerConnectData) <= kMaxConnectPrivateData);
+static_assert(offsetof(PeerConnectData, magic) == offsetof(ConnectRequestData, magic) &&
+              offsetof(PeerConnectData, protocol_version) == offsetof(ConnectRequestData, protocol_version) &&
+              offsetof(PeerConnectData, layout_version) == offsetof(ConnectRequestData, layout_version) &&
+              offsetof(PeerConnectData, token_digest) == offsetof(ConnectRequestData, token_digest));
 
 struct RegionDescriptor {
   uint64_t addr;    // remote virtual address of the first byte
@@ -99,26 +116,35 @@ static_assert(sizeof(AcceptData) <= kMaxAcceptPrivateData);
 
 // kPut / kDelete: a client's write (record version 0). kReplicatePut /
 // kReplicateDelete: a primary's forward of a write it applies (record
-// version = the primary's, non-zero; request_id = the primary's map
-// version); only on a peer connection.
+// version = the primary's, non-zero); only on a peer connection.
 enum class Op : uint8_t { kPut = 1, kDelete = 2, kReplicatePut = 3, kReplicateDelete = 4 };
 
 struct RequestMsg {
   uint8_t op;            // Op
   uint8_t reserved[3];   // 0
   uint32_t length;       // bytes of the record in the ring (block length)
-  uint64_t request_id;   // unique per client_id (replica ops: the sender's
-                         // map version); echoed in the reply
+  uint64_t request_id;   // client ops: unique per client_id; replica ops: the
+                         // sender's own sequence; echoed in the reply
   uint64_t ring_offset;  // 64-byte aligned offset of the record in the ring
+  uint64_t map_version;  // replica ops: the cluster map version the primary
+                         // routed the write by (>= 1); client ops: 0
 };
-static_assert(sizeof(RequestMsg) == 24);
+static_assert(sizeof(RequestMsg) == 32);
 
 struct ReplyMsg {
   uint64_t request_id;
-  int32_t status_code;  // StatusCode
-  uint32_t credits;     // request credits returned (normally 1)
-  uint64_t version;     // the key's new version (PUT) or the deleted one
-  char message[96];     // NUL-terminated error text when status_code != 0
+  int32_t status_code;   // StatusCode
+  uint16_t credits;      // request credits returned (normally 1; at most
+                         // AcceptData::request_credits, itself <= 128)
+  uint8_t reason;        // rkv::Reason (client/include/rkv/status.h): why
+                         // a request was refused, for code to decide on;
+                         // kNone when status_code is 0 or the refusal
+                         // needs no decision
+  uint8_t reserved;      // 0
+  uint64_t version;      // the key's new version (PUT) or the deleted one
+  uint64_t map_version;  // the cluster map version the refusal speaks of
+                         // (0: none, or "this server has no map")
+  char message[88];      // NUL-terminated error text when status_code != 0
 };
 static_assert(sizeof(ReplyMsg) == 120);
 

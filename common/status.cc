@@ -30,19 +30,33 @@ std::string_view StatusCodeName(StatusCode code) {
 
 bool IsValidStatusCode(int32_t raw) { return raw >= 0 && raw <= 16; }
 
+std::string_view ReasonName(Reason reason) {
+  switch (reason) {
+    case Reason::kNone: return "NONE";
+    case Reason::kNotPrimary: return "NOT_PRIMARY";
+    case Reason::kHandover: return "HANDOVER";
+    case Reason::kNoLease: return "NO_LEASE";
+    case Reason::kOutcomeUnknown: return "OUTCOME_UNKNOWN";
+    case Reason::kKeysMoved: return "KEYS_MOVED";
+  }
+  return "UNKNOWN";
+}
+
+bool IsValidReason(uint8_t raw) { return raw <= kMaxReason; }
+
 std::string Status::ToString() const {
   if (ok()) return "OK";
   std::string out(StatusCodeName(code_));
-  if (message_) {
+  if (!message().empty()) {
     out += ": ";
-    out += *message_;
+    out += message();
   }
   return out;
 }
 
 Status Status::WithContext(std::string_view context) const {
   if (ok()) return *this;
-  return Status(code_, std::string(context) + ": " + message());
+  return Status(code_, std::string(context) + ": " + message(), reason(), map_version());
 }
 
 Status PosixError(std::string_view context, int err) {

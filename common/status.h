@@ -16,6 +16,10 @@ namespace rkv {
 // that arrive over the wire).
 RKV_EXPORT bool IsValidStatusCode(int32_t raw);
 
+// True when `raw` is one of the Reason values (used to validate reasons
+// that arrive over the wire).
+RKV_EXPORT bool IsValidReason(uint8_t raw);
+
 // A failed system call, keeping the call and errno:
 // PosixError("open(/data/x)", errno) -> "INTERNAL: open(/data/x): No such file".
 // ENOENT maps to NOT_FOUND, EACCES/EPERM to PERMISSION_DENIED, ETIMEDOUT to

@@ -67,5 +67,38 @@ TEST(StatusTest, Macros) {
   EXPECT_EQ(Doubled(NotFound("x")).status().code(), StatusCode::kNotFound);
 }
 
+
+TEST(StatusTest, ReasonAndMapVersionTravelWithTheStatus) {
+  const Status s(StatusCode::kFailedPrecondition, "refused", Reason::kNotPrimary, 42);
+  EXPECT_EQ(s.reason(), Reason::kNotPrimary);
+  EXPECT_EQ(s.map_version(), 42u);
+  // Context, copies and a new message keep what code decides on.
+  const Status named = s.WithContext("server s1");
+  EXPECT_EQ(named.message(), "server s1: refused");
+  EXPECT_EQ(named.reason(), Reason::kNotPrimary);
+  EXPECT_EQ(named.map_version(), 42u);
+  const Status copy = named;  // NOLINT: the copy is what is tested
+  EXPECT_EQ(copy.reason(), Reason::kNotPrimary);
+  const Status reworded = s.WithMessage("");
+  EXPECT_EQ(reworded.message(), "");
+  EXPECT_EQ(reworded.reason(), Reason::kNotPrimary);
+  EXPECT_EQ(reworded.map_version(), 42u);
+  EXPECT_EQ(reworded.ToString(), "FAILED_PRECONDITION");
+  // Plain errors and OK carry none.
+  EXPECT_EQ(NotFound("x").reason(), Reason::kNone);
+  EXPECT_EQ(Status::Ok().reason(), Reason::kNone);
+  EXPECT_EQ(Status::Ok().map_version(), 0u);
+}
+
+TEST(StatusTest, ReasonNamesAndWireValidation) {
+  for (uint8_t raw = 0; raw <= kMaxReason; ++raw) {
+    EXPECT_TRUE(IsValidReason(raw));
+    EXPECT_NE(ReasonName(static_cast<Reason>(raw)), "UNKNOWN") << int{raw};
+  }
+  EXPECT_FALSE(IsValidReason(kMaxReason + 1));
+  EXPECT_FALSE(IsValidReason(255));
+  EXPECT_EQ(ReasonName(Reason::kOutcomeUnknown), "OUTCOME_UNKNOWN");
+}
+
 }  // namespace
 }  // namespace rkv

@@ -138,6 +138,9 @@ World& TheWorld() {
 void CheckReply(const protocol::ReplyMsg& r) {
   RKV_FUZZ_CHECK(r.credits == 1);
   RKV_FUZZ_CHECK(IsValidStatusCode(r.status_code));
+  RKV_FUZZ_CHECK(IsValidReason(r.reason));
+  RKV_FUZZ_CHECK(r.status_code != 0 || r.reason == 0);
+  RKV_FUZZ_CHECK(r.reserved == 0);
   RKV_FUZZ_CHECK(std::memchr(r.message, '\0', sizeof(r.message)) != nullptr);
 }
 

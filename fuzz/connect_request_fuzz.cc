@@ -31,16 +31,17 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   protocol::ConnectRequestData req{};
   RKV_FUZZ_CHECK(size >= sizeof(req));
   std::memcpy(&req, data, sizeof(req));
-  RKV_FUZZ_CHECK(r->client_id == req.client_id);
   if (r->role == server::ConnectRequest::Role::kPeer) {
     protocol::PeerConnectData peer{};
     RKV_FUZZ_CHECK(req.magic == protocol::kPeerConnectMagic);
     RKV_FUZZ_CHECK(size >= sizeof(peer));
     std::memcpy(&peer, data, sizeof(peer));
     RKV_FUZZ_CHECK(peer.sender_epoch != 0 && r->peer_epoch == peer.sender_epoch);
+    RKV_FUZZ_CHECK(r->peer_fingerprint == peer.sender_fingerprint && r->client_id == 0);
   } else {
     RKV_FUZZ_CHECK(req.magic == protocol::kConnectMagic);
-    RKV_FUZZ_CHECK(r->peer_epoch == 0);
+    RKV_FUZZ_CHECK(r->client_id == req.client_id);
+    RKV_FUZZ_CHECK(r->peer_epoch == 0 && r->peer_fingerprint == 0);
   }
   RKV_FUZZ_CHECK(req.protocol_version == protocol::kProtocolVersion);
   RKV_FUZZ_CHECK(req.layout_version == layout::kLayoutVersion);

@@ -140,6 +140,7 @@ Bytes Request(protocol::Op op, uint64_t offset, uint32_t length) {
   m.length = length;
   m.request_id = 1;
   m.ring_offset = offset;
+  if (op == protocol::Op::kReplicatePut || op == protocol::Op::kReplicateDelete) m.map_version = 1;
   Bytes out;
   Put(out, m);
   return out;
@@ -218,9 +219,13 @@ void Connect() {
   Bytes token;
   Put(token, v);
   Write("connect_request", "wrong_token", token);
+  const protocol::ConnectRequestData hello = ValidConnect();
   protocol::PeerConnectData peer{};
-  peer.request = ValidConnect();
-  peer.request.magic = protocol::kPeerConnectMagic;
+  peer.magic = protocol::kPeerConnectMagic;
+  peer.protocol_version = hello.protocol_version;
+  peer.layout_version = hello.layout_version;
+  peer.sender_fingerprint = 0x5EED;
+  std::memcpy(peer.token_digest, hello.token_digest, sizeof(peer.token_digest));
   peer.sender_epoch = 3;
   Bytes peer_valid;
   Put(peer_valid, peer);

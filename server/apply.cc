@@ -14,12 +14,15 @@
 
 namespace rkv::server {
 
-protocol::ReplyMsg MakeReply(uint64_t request_id, StatusCode code, uint64_t version, std::string_view message) {
+protocol::ReplyMsg MakeReply(uint64_t request_id, StatusCode code, uint64_t version, std::string_view message,
+                             Reason reason, uint64_t map_version) {
   protocol::ReplyMsg r{};
   r.request_id = request_id;
   r.status_code = static_cast<int32_t>(code);
   r.credits = 1;
   r.version = version;
+  r.map_version = map_version;
+  r.reason = static_cast<uint8_t>(reason);
   const size_t n = std::min(message.size(), sizeof(r.message) - 1);
   std::memcpy(r.message, message.data(), n);
   r.message[n] = '\0';
@@ -49,7 +52,7 @@ uint64_t Applier::max_block_bytes() const {
 
 protocol::ReplyMsg Applier::Error(uint64_t request_id, const Status& status) {
   if (status.code() != StatusCode::kNotFound) errors_.fetch_add(1, std::memory_order_relaxed);
-  return MakeReply(request_id, status.code(), 0, status.message());
+  return MakeReply(request_id, status.code(), 0, status.message(), status.reason(), status.map_version());
 }
 
 std::optional<protocol::ReplyMsg> Applier::Validate(std::span<const uint8_t> msg, std::span<const uint8_t> ring,
@@ -80,6 +83,13 @@ std::optional<protocol::ReplyMsg> Applier::Validate(std::span<const uint8_t> msg
   }
   if (req.reserved[0] != 0 || req.reserved[1] != 0 || req.reserved[2] != 0) {
     return Error(request_id, InvalidArgument("request reserved bytes are not zero"));
+  }
+  if (client_op && req.map_version != 0) {
+    return Error(request_id, InvalidArgument("a client's request carries map version " +
+                                             std::to_string(req.map_version) + ", expected 0"));
+  }
+  if (!client_op && req.map_version == 0) {
+    return Error(request_id, InvalidArgument("a replica op carries map version 0 (the primary's expected)"));
   }
   if (req.ring_offset % layout::kBlockAlign != 0) {
     return Error(request_id, InvalidArgument("ring_offset " + std::to_string(req.ring_offset) +
@@ -137,7 +147,7 @@ std::optional<protocol::ReplyMsg> Applier::Validate(std::span<const uint8_t> msg
   } else if (tombstone) {
     return Error(request_id, InvalidArgument("PUT record carries the tombstone flag"));
   }
-  *out = Request{request_id, op, r.key, r.value, r.version};
+  *out = Request{request_id, op, r.key, r.value, r.version, req.map_version};
   return std::nullopt;
 }
 
@@ -167,9 +177,11 @@ protocol::ReplyMsg Applier::ApplyOnce(uint64_t client_id, const Request& req, bo
         case RequestCache::Verdict::kForgotten:
           // Not remembered, so not applied again: it may be a retry of a
           // request applied long ago.
-          return Error(req.request_id, Aborted("request " + std::to_string(req.request_id) +
-                                               " is too old for the replay check: not applied; a retry's outcome "
-                                               "is unknown"));
+          return Error(req.request_id, Status(StatusCode::kAborted,
+                                              "request " + std::to_string(req.request_id) +
+                                                  " is too old for the replay check: not applied; a retry's "
+                                                  "outcome is unknown",
+                                              Reason::kOutcomeUnknown));
         case RequestCache::Verdict::kNew:
           break;
       }
@@ -237,8 +249,10 @@ Status Applier::Replicate(const WriteRoute& route, protocol::Op op, std::string_
         !reported.ok()) {
       LOG(ERROR) << "backup " << backup.server_id << " of shard " << route.shard
                  << " failed and the coordinator could not be told: " << reported;
-      return Unavailable("replication to backup " + backup.server_id + " failed and the coordinator could not be "
-                         "told: outcome unknown (" + reported.message() + ")");
+      return Status(StatusCode::kUnavailable,
+                    "outcome unknown: backup " + backup.server_id +
+                        " failed and the coordinator could not be told (" + reported.message() + ")",
+                    Reason::kOutcomeUnknown, route.map_version);
     }
   }
   return Status::Ok();
@@ -379,17 +393,18 @@ std::optional<protocol::ReplyMsg> Applier::RouteClientWrite(uint64_t request_id,
   }
   // A server without a lease (its heartbeats fail: the coordinator is away
   // or cut off) refuses at once, before anything is written or forwarded,
-  // in the words of a "not the primary" refusal: the client then knows
-  // that nothing was applied and retries (client/cluster_map.h,
-  // IsNotPrimary) within its deadline, instead of getting "outcome
-  // unknown" from the check before the publish (RefuseWithoutLease).
+  // with Reason::kNoLease: the client then knows that nothing was applied
+  // and may resend (docs/design.md §5.6) within its deadline, instead of
+  // getting "outcome unknown" from the check before the publish
+  // (RefuseWithoutLease).
   if (const Status lease = replication_.policy->CheckLease(); !lease.ok()) {
     lease_refusals_.fetch_add(1, std::memory_order_relaxed);
     *remember = false;
-    return Error(request_id, FailedPrecondition("not the primary of shard " + std::to_string(r->shard) +
-                                                " in map version " + std::to_string(r->map_version) +
-                                                " without a lease on the map; nothing applied (" +
-                                                lease.message() + ")"));
+    return Error(request_id, Status(StatusCode::kFailedPrecondition,
+                                    "no lease on map version " + std::to_string(r->map_version) +
+                                        ", nothing applied: not the primary of shard " + std::to_string(r->shard) +
+                                        " (" + lease.message() + ")",
+                                    Reason::kNoLease, r->map_version));
   }
   *route = std::move(*r);
   return std::nullopt;
@@ -401,7 +416,8 @@ std::optional<protocol::ReplyMsg> Applier::RefuseWithoutLease(uint64_t request_i
     lease_refusals_.fetch_add(1, std::memory_order_relaxed);
     LOG_EVERY_N(WARNING, 1000) << "refusing to acknowledge a client write: " << lease;
     *remember = false;  // nothing published here: a retry is judged afresh
-    return Error(request_id, Unavailable("lease expired: outcome unknown (" + lease.message() + ")"));
+    return Error(request_id, Status(StatusCode::kUnavailable, "lease expired: outcome unknown (" + lease.message() + ")",
+                                    Reason::kOutcomeUnknown, route.map_version));
   }
   // The lease covers the map this server holds now, which may be newer than
   // the route's (a freeze in the middle of this write, then a new grant):
@@ -423,8 +439,9 @@ std::optional<protocol::ReplyMsg> Applier::RefuseWithoutLease(uint64_t request_i
   }
   if (changed.ok()) return std::nullopt;
   *remember = false;
-  return Error(request_id, Unavailable("the map changed during the write: outcome unknown (" + changed.message() +
-                                       ")"));
+  return Error(request_id, Status(StatusCode::kUnavailable,
+                                  "map changed mid-write, outcome unknown: " + changed.message(),
+                                  Reason::kOutcomeUnknown, now.ok() ? now->map_version : route.map_version));
 }
 
 protocol::ReplyMsg Applier::DeleteLocal(uint64_t request_id, std::string_view key) {
@@ -452,7 +469,7 @@ protocol::ReplyMsg Applier::ApplyReplica(std::string_view sender_id, std::span<c
     return Error(req.request_id, FailedPrecondition("this server is not in a cluster: it accepts no replicas"));
   }
   // Judged before the table mutex: the policy may wait for a newer map.
-  if (Status s = replication_.policy->AcceptReplica(sender_id, req.key, req.request_id); !s.ok()) {
+  if (Status s = replication_.policy->AcceptReplica(sender_id, req.key, req.map_version); !s.ok()) {
     replica_refused_.fetch_add(1, std::memory_order_relaxed);
     return Error(req.request_id, s);
   }

@@ -60,16 +60,16 @@
 //     version, is forwarded to every backup of the route (Forwarder, in
 //     parallel, bounded by its timeout); each backup that fails is reported
 //     (ReportFailedBackup): an error from that fails the write with
-//     UNAVAILABLE ("outcome unknown") and nothing is published locally;
+//     UNAVAILABLE (Reason::kOutcomeUnknown) and nothing is published locally;
 //     then, just before the local durable write, CheckLease(): an expired
-//     lease makes the reply UNAVAILABLE ("lease expired: outcome unknown"),
+//     lease makes the reply UNAVAILABLE (Reason::kOutcomeUnknown),
 //     nothing published locally and the reply not remembered (the backups
 //     may hold the write: an unacknowledged write that may appear later);
 //     else the local durable write, publish and reply as above. A write
 //     with no backup to forward to, and the NOT_FOUND of a DELETE, are
 //     checked the same way. With a valid lease the current map must still
 //     route the key here, with no backup the write's route lacked (else
-//     UNAVAILABLE "the map changed during the write: outcome unknown").
+//     UNAVAILABLE, Reason::kOutcomeUnknown, naming the newer map).
 //     See docs/design.md, "Replication", for why the check sits there.
 //     Versions are reserved under the table mutex: each PUT's is above the
 //     store's high-water mark and above every version reserved before it
@@ -86,8 +86,8 @@
 //     other (each the other's backup) never wait for each other's locks.
 //   Backup (ApplyReplica, a peer's kReplicatePut / kReplicateDelete):
 //     validated like a client's record except that the version must be
-//     non-zero; AcceptReplica(sender, key, the request id as the sender's
-//     map version) must allow it (else its error is the reply); then, under
+//     non-zero; AcceptReplica(sender, key, the request's map version)
+//     must allow it (else its error is the reply); then, under
 //     the table mutex, a PUT is installed (durable write with the carried
 //     version, which raises the store's high-water mark to at least it, and
 //     publish) only when its version is newer than the key's, and a DELETE
@@ -297,6 +297,7 @@ class Applier {
     std::string_view key;
     std::string_view value;
     uint64_t version = 0;
+    uint64_t map_version = 0;  // replica ops: the primary's map version (>= 1)
   };
   // Checks the message and its record (see Validation; `from_peer` selects
   // which ops and versions are allowed). The error reply, or nullopt with
@@ -328,18 +329,16 @@ class Applier {
   // With a policy, before a client write of `key` writes or forwards
   // anything: sets *route and returns nullopt when RouteWrite routes it
   // here and CheckLease allows it; else the refusal, not to be remembered:
-  // RouteWrite's error, or (no lease, counted) FAILED_PRECONDITION "not the
-  // primary of shard S in map version V without a lease on the map;
-  // nothing applied", which the client retries. Without a policy: nullopt,
-  // *route left empty.
+  // RouteWrite's error, or (no lease, counted) FAILED_PRECONDITION with
+  // Reason::kNoLease and the route's map version (nothing applied), which
+  // the client resends. Without a policy: nullopt, *route left empty.
   std::optional<protocol::ReplyMsg> RouteClientWrite(uint64_t request_id, std::string_view key,
                                                      std::optional<WriteRoute>* route, bool* remember);
   // With a policy, just before a client write of `key` routed by `route`
   // is published: nullopt while CheckLease allows acknowledging it and the
   // current map still routes the key here with no backup `route` lacked;
-  // else the UNAVAILABLE reply ("lease expired: outcome unknown", counted,
-  // or "the map changed during the write: outcome unknown"), not to be
-  // remembered.
+  // else the UNAVAILABLE reply with Reason::kOutcomeUnknown (the lease
+  // expired, counted, or the map changed mid-write), not to be remembered.
   std::optional<protocol::ReplyMsg> RefuseWithoutLease(uint64_t request_id, std::string_view key,
                                                        const WriteRoute& route, bool* remember) REQUIRES(mu_);
   // The durable delete and unpublish of a DELETE; NOT_FOUND if absent.
@@ -403,6 +402,7 @@ class Applier {
 };
 
 // Fills a reply; `message` is cut to fit and NUL-terminated.
-protocol::ReplyMsg MakeReply(uint64_t request_id, StatusCode code, uint64_t version, std::string_view message);
+protocol::ReplyMsg MakeReply(uint64_t request_id, StatusCode code, uint64_t version, std::string_view message,
+                             Reason reason = Reason::kNone, uint64_t map_version = 0);
 
 }  // namespace rkv::server

@@ -179,12 +179,14 @@ std::vector<Status> DirectForwarder::Forward(const std::vector<ReplicaPeer>& bac
     protocol::RequestMsg m{};
     m.op = static_cast<uint8_t>(op);
     m.length = static_cast<uint32_t>(record.size());
-    m.request_id = map_version;
+    m.request_id = 1;
+    m.map_version = map_version;
     std::vector<uint8_t> msg(sizeof(m));
     std::memcpy(msg.data(), &m, sizeof(m));
     const protocol::ReplyMsg r = it->second->applier->ApplyReplica(self_, msg, ring);
     acks.push_back(r.status_code == 0 ? Status::Ok()
-                                      : Status(static_cast<StatusCode>(r.status_code), r.message));
+                                      : Status(static_cast<StatusCode>(r.status_code), r.message,
+                                               static_cast<Reason>(r.reason), r.map_version));
   }
   return acks;
 }

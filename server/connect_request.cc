@@ -15,7 +15,6 @@ StatusOr<ConnectRequest> ParseConnectRequest(std::span<const uint8_t> data, cons
   }
   std::memcpy(&req, data.data(), sizeof(req));
   ConnectRequest out;
-  out.client_id = req.client_id;
   if (req.magic == protocol::kPeerConnectMagic) {
     protocol::PeerConnectData peer{};
     if (data.size() < sizeof(peer)) {
@@ -25,9 +24,12 @@ StatusOr<ConnectRequest> ParseConnectRequest(std::span<const uint8_t> data, cons
     std::memcpy(&peer, data.data(), sizeof(peer));
     if (peer.sender_epoch == 0) return InvalidArgument("malformed replication connect request (epoch 0)");
     out.role = ConnectRequest::Role::kPeer;
+    out.peer_fingerprint = peer.sender_fingerprint;
     out.peer_epoch = peer.sender_epoch;
   } else if (req.magic != protocol::kConnectMagic) {
     return InvalidArgument("malformed connect request (bad magic)");
+  } else {
+    out.client_id = req.client_id;
   }
   if (req.protocol_version != protocol::kProtocolVersion || req.layout_version != layout::kLayoutVersion) {
     return FailedPrecondition("unsupported protocol/layout version " + std::to_string(req.protocol_version) + "/" +

@@ -20,10 +20,12 @@ namespace rkv::server {
 struct ConnectRequest {
   enum class Role { kClient, kPeer };
   Role role = Role::kClient;
-  // A client: its random id (the replay cache's name for it). A peer:
-  // PeerFingerprint of its server id (server/replication.h), which the
-  // server resolves against its cluster map before accepting.
+  // A client: its random id (the replay cache's name for it); 0 for a peer.
   uint64_t client_id = 0;
+  // A peer: PeerFingerprint of its server id (server/replication.h), which
+  // the server resolves against its cluster map before accepting; 0 for a
+  // client.
+  uint64_t peer_fingerprint = 0;
   uint64_t peer_epoch = 0;  // a peer's epoch (>= 1); 0 for a client
 };
 

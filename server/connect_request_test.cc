@@ -48,6 +48,18 @@ TEST(ConnectRequestTest, OnlyThePeerMagicClaimsAPeer) {
   EXPECT_FALSE(IsPeerConnectRequest({}));
 }
 
+TEST(ConnectRequestTest, AClientOfTheVersionBeforeTypedRefusalsIsRefusedNamingBothVersions) {
+  // Version 2 replies carried no reason: such a client would take a
+  // resendable refusal for the call's answer, so it is refused at once.
+  static_assert(protocol::kProtocolVersion == 3);
+  protocol::ConnectRequestData c = Valid("secret");
+  c.protocol_version = 2;
+  const auto r = ParseConnectRequest(Bytes(c), TokenDigest("secret"));
+  EXPECT_EQ(r.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(r.status().message().find("unsupported protocol/layout version 2/"), std::string::npos) << r.status();
+  EXPECT_NE(r.status().message().find("server speaks 3/"), std::string::npos) << r.status();
+}
+
 TEST(ConnectRequestTest, RefusesEachMalformation) {
   const Sha256Digest digest = TokenDigest("secret");
   auto short_data = ParseConnectRequest(Bytes(Valid("secret"), 20), digest);
@@ -68,10 +80,13 @@ TEST(ConnectRequestTest, RefusesEachMalformation) {
 }
 
 protocol::PeerConnectData Peer(std::string_view token, uint64_t fingerprint, uint64_t epoch) {
+  const protocol::ConnectRequestData hello = Valid(token);
   protocol::PeerConnectData p{};
-  p.request = Valid(token);
-  p.request.magic = protocol::kPeerConnectMagic;
-  p.request.client_id = fingerprint;
+  p.magic = protocol::kPeerConnectMagic;
+  p.protocol_version = hello.protocol_version;
+  p.layout_version = hello.layout_version;
+  p.sender_fingerprint = fingerprint;
+  std::memcpy(p.token_digest, hello.token_digest, sizeof(p.token_digest));
   p.sender_epoch = epoch;
   return p;
 }
@@ -87,7 +102,8 @@ TEST(ConnectRequestTest, APeerNamesItsFingerprintAndEpoch) {
   auto r = ParseConnectRequest(PeerBytes(Peer("secret", 0xF1F2, 9)), digest);
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->role, ConnectRequest::Role::kPeer);
-  EXPECT_EQ(r->client_id, 0xF1F2u);
+  EXPECT_EQ(r->peer_fingerprint, 0xF1F2u);
+  EXPECT_EQ(r->client_id, 0u);
   EXPECT_EQ(r->peer_epoch, 9u);
 }
 
@@ -102,7 +118,7 @@ TEST(ConnectRequestTest, RefusesAMalformedPeerRequest) {
   EXPECT_EQ(ParseConnectRequest(PeerBytes(Peer("other", 1, 9)), digest).status().code(),
             StatusCode::kUnauthenticated);
   protocol::PeerConnectData p = Peer("secret", 1, 9);
-  p.request.protocol_version += 1;
+  p.protocol_version += 1;
   EXPECT_EQ(ParseConnectRequest(PeerBytes(p), digest).status().code(), StatusCode::kFailedPrecondition);
 }
 

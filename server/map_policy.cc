@@ -90,31 +90,38 @@ StatusOr<WriteRoute> MapPolicy::RouteWrite(std::string_view key) {
   MapSource* const src = source();
   const std::shared_ptr<const v1::ClusterMap> map = src != nullptr ? src->map() : nullptr;
   // A server that has no role yet (no map, no assignment, or a map from
-  // before its restart) refuses in the words of a "not the primary"
-  // refusal, so that the client refetches and retries (nothing is applied:
-  // RouteWrite runs before anything is written; client/cluster_map.h,
-  // IsNotPrimary) instead of failing the call while the map is on its way.
+  // before its restart) refuses with Reason::kNotPrimary, so that the
+  // client refetches and resends (nothing is applied: RouteWrite runs
+  // before anything is written; docs/design.md §5.6) instead of failing the
+  // call while the map is on its way.
   if (map == nullptr) {
-    return FailedPrecondition("not the primary of shard (any) in map version 0: this server has no cluster map yet");
+    return Status(StatusCode::kFailedPrecondition,
+                  "not the primary of shard (any) in map version 0: this server has no cluster map yet",
+                  Reason::kNotPrimary, 0);
   }
   if (const Status s = CheckAssigned(*map, *src); !s.ok()) {
-    return FailedPrecondition("not the primary of shard (any) in " + VersionOf(*map) + ": " + s.message());
+    return Status(StatusCode::kFailedPrecondition, "not the primary of shard (any) in " + VersionOf(*map) + ": " + s.message(),
+                  Reason::kNotPrimary, map->version());
   }
   const uint32_t shard = ShardOf(key, map->shard_count());
   const std::vector<std::string_view> replicas = ReplicasOf(*map, shard);
   if (replicas.empty()) return Internal(VersionOf(*map) + " has no replica list for shard " + std::to_string(shard));
   if (replicas[0] != src->server_id()) {
-    return FailedPrecondition("not the primary of shard " + std::to_string(shard) + " in " + VersionOf(*map) +
-                              " (its primary is " + std::string(replicas[0]) + ")");
+    return Status(StatusCode::kFailedPrecondition,
+                  "not the primary of shard " + std::to_string(shard) + " in " + VersionOf(*map) + " (its primary is " +
+                      std::string(replicas[0]) + ")",
+                  Reason::kNotPrimary, map->version());
   }
   // During a handover neither the old primary (no longer first) nor the
   // new one accepts writes: a lease granted on a map that made the old one
   // the primary may still be valid. Nothing is applied, so the client
-  // retries (client/cluster_map.h, IsNotPrimary) until the coordinator
-  // clears handover_from.
+  // resends (Reason::kHandover) until the coordinator clears
+  // handover_from.
   if (const std::string_view from = HandoverFrom(*map, shard); !from.empty()) {
-    return FailedPrecondition("not the primary of shard " + std::to_string(shard) + " in " + VersionOf(*map) +
-                              " (handover from " + std::string(from) + "); nothing applied");
+    return Status(StatusCode::kFailedPrecondition,
+                  "not the primary of shard " + std::to_string(shard) + " in " + VersionOf(*map) + " (handover from " +
+                      std::string(from) + "); nothing applied",
+                  Reason::kHandover, map->version());
   }
   WriteRoute route;
   route.map_version = map->version();

@@ -60,14 +60,14 @@ class MapPolicy final : public ReplicationPolicy {
   // `source` must outlive the policy. A second call is ignored.
   void Attach(MapSource* source);
 
-  // FAILED_PRECONDITION "not the primary of shard (any) in map version V"
-  // without a map, with a map that assigns no shards yet, or with one that
-  // lists this server at another epoch (or not at all): the client retries
-  // it; FAILED_PRECONDITION naming the shard, the map version and the
-  // primary when this server is not the primary; the same, with
-  // "(handover from O); nothing applied", while the shard's handover_from
-  // is set (the role is passing to this server: no write until the
-  // coordinator clears it). The backups are every other server of the
+  // FAILED_PRECONDITION with Reason::kNotPrimary and the map version (0
+  // without a map) without a map, with a map that assigns no shards yet,
+  // or with one that lists this server at another epoch (or not at all),
+  // and when this server is not the primary (the message names the shard
+  // and its primary); Reason::kHandover while the shard's handover_from is
+  // set (the role is passing to this server: no write until the
+  // coordinator clears it). Nothing is written in either case, so the
+  // client may resend (docs/design.md §5.6). The backups are every other server of the
   // shard's replica list, in map order, then its syncing servers
   // (syncing_ids), DOWN ones included: only the coordinator takes one out
   // (ReportFailedBackup), so that a write acknowledged under a map is on

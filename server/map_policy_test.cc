@@ -270,11 +270,15 @@ TEST(MapPolicyTest, NoSourceOrNoMapOrNoAssignmentIsRefusedForARetry) {
   EXPECT_EQ(none.status().code(), StatusCode::kFailedPrecondition);
   EXPECT_TRUE(Contains(none.status(), "not the primary of shard")) << none.status();
   EXPECT_TRUE(Contains(none.status(), "no cluster map yet")) << none.status();
+  EXPECT_EQ(none.status().reason(), Reason::kNotPrimary);
+  EXPECT_EQ(none.status().map_version(), 0u);
 
   source.Install(MakeMap(2, {{"a", 11}}, {}, /*assigned=*/false));
   const StatusOr<WriteRoute> unassigned = policy.RouteWrite("k");
   EXPECT_EQ(unassigned.status().code(), StatusCode::kFailedPrecondition);
   EXPECT_TRUE(Contains(unassigned.status(), "map version 2 assigns no shards yet")) << unassigned.status();
+  EXPECT_EQ(unassigned.status().reason(), Reason::kNotPrimary);
+  EXPECT_EQ(unassigned.status().map_version(), 2u);
 }
 
 TEST(MapPolicyTest, AttachLateThenServes) {
@@ -363,6 +367,9 @@ TEST(MapPolicyTest, DuringAHandoverNeitherTheNewNorTheOldPrimaryTakesWrites) {
     const Status s = policy.RouteWrite(KeyOfShard(1)).status();
     EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition) << id;
     EXPECT_TRUE(Contains(s, "not the primary of shard 1 in map version 7")) << s;
+    // b is first but the role is still passing to it; c is no longer first.
+    EXPECT_EQ(s.reason(), id == "b" ? Reason::kHandover : Reason::kNotPrimary) << id;
+    EXPECT_EQ(s.map_version(), 7u) << id;
   }
   FakeMapSource source("b", 12);
   source.Install(m);
@@ -384,6 +391,8 @@ TEST(MapPolicyTest, ABackupRefusesClientWritesNamingShardVersionAndPrimary) {
   EXPECT_EQ(route.status().code(), StatusCode::kFailedPrecondition);
   EXPECT_TRUE(Contains(route.status(), "not the primary of shard 0 in map version 5 (its primary is a)"))
       << route.status();
+  EXPECT_EQ(route.status().reason(), Reason::kNotPrimary);
+  EXPECT_EQ(route.status().map_version(), 5u);
 }
 
 TEST(MapPolicyTest, ADownBackupIsStillRouted) {
@@ -429,6 +438,8 @@ TEST(MapPolicyTest, AMapThatDoesNotListThisIncarnationIsRefusedForARetry) {
   const StatusOr<WriteRoute> route = policy.RouteWrite(KeyOfShard(0));
   EXPECT_EQ(route.status().code(), StatusCode::kFailedPrecondition);
   EXPECT_TRUE(Contains(route.status(), "at epoch 11, not its epoch 21")) << route.status();
+  EXPECT_EQ(route.status().reason(), Reason::kNotPrimary);
+  EXPECT_EQ(route.status().map_version(), 5u);
   const Status accept = policy.AcceptReplica("b", KeyOfShard(1), 5);
   EXPECT_EQ(accept.code(), StatusCode::kFailedPrecondition);
   EXPECT_TRUE(Contains(accept, "map version 5")) << accept;

@@ -47,10 +47,10 @@ class ReplicationPolicy {
 
   // The route for a client's write of `key`: OK with the backups to forward
   // to when this server is the primary of the key's shard in the current
-  // map; FAILED_PRECONDITION ("not the primary of shard S in map version
-  // V") when it is not, so the client refetches the map and retries; the
-  // same, with "shard (any)", when this server has no role yet (no
-  // complete map, or one from before its restart).
+  // map; FAILED_PRECONDITION with Reason::kNotPrimary and the map version
+  // when it is not, or has no role yet (no complete map, or one from before
+  // its restart), so the client refetches the map and resends; with
+  // Reason::kHandover while the shard's primary role passes on.
   virtual StatusOr<WriteRoute> RouteWrite(std::string_view key) = 0;
 
   // A backup did not acknowledge a forwarded write of `shard` in time (or

@@ -223,6 +223,7 @@ TEST_F(ReplicationPathTest, AFailedBackupTheCoordinatorCannotBeToldOfFailsTheWri
   ASSERT_TRUE(put.ok()) << put.status();
   EXPECT_EQ(Code(*put), StatusCode::kUnavailable);
   EXPECT_NE(std::string(put->message).find("outcome unknown"), std::string::npos) << put->message;
+  EXPECT_EQ(put->reason, static_cast<uint8_t>(Reason::kOutcomeUnknown));
   EXPECT_EQ(Get(primary_, "k"), GetResult());
   EXPECT_EQ(primary_.server->Stats().puts, 0u);
 
@@ -370,6 +371,7 @@ TEST_F(ReplicationPathTest, AnExpiredLeaseRefusesToPublishWhatTheBackupsGot) {
   ASSERT_TRUE(put.ok()) << put.status();
   EXPECT_EQ(Code(*put), StatusCode::kUnavailable);
   EXPECT_NE(std::string(put->message).find("lease expired: outcome unknown"), std::string::npos) << put->message;
+  EXPECT_EQ(put->reason, static_cast<uint8_t>(Reason::kOutcomeUnknown));
   EXPECT_EQ(Get(primary_, "k"), GetResult());
   // Forwarded before the check: each backup holds the unacknowledged write.
   uint64_t forwarded_version = 0;
@@ -390,18 +392,22 @@ TEST_F(ReplicationPathTest, AnExpiredLeaseRefusesToPublishWhatTheBackupsGot) {
   ASSERT_TRUE(del.ok()) << del.status();
   EXPECT_EQ(Code(*del), StatusCode::kUnavailable);
   EXPECT_NE(std::string(del->message).find("lease expired"), std::string::npos) << del->message;
+  EXPECT_EQ(del->reason, static_cast<uint8_t>(Reason::kOutcomeUnknown));
   EXPECT_EQ(primary_.server->Stats().lease_refusals, 2u);
 
   // A lease already expired when the write arrives refuses it before
-  // anything is forwarded, as a "not the primary" refusal that says
-  // nothing was applied: the client retries it (client/cluster_map.h).
+  // anything is forwarded, with Reason::kNoLease, which says nothing was
+  // applied: the client resends it (client/refusal.h).
   primary_.policy.SetLeaseStatus(Unavailable("lease on the cluster map expired 5 ms ago"));
   const uint64_t forwarded_before = primary_.server->Stats().forwarded_writes;
   auto early = client->Send(protocol::Op::kPut, "k", "v0", 0, 4);
   ASSERT_TRUE(early.ok()) << early.status();
   EXPECT_EQ(Code(*early), StatusCode::kFailedPrecondition);
   EXPECT_NE(std::string(early->message).find("not the primary of shard"), std::string::npos) << early->message;
+  EXPECT_NE(std::string(early->message).find("no lease"), std::string::npos) << early->message;
   EXPECT_NE(std::string(early->message).find("nothing applied"), std::string::npos) << early->message;
+  EXPECT_EQ(early->reason, static_cast<uint8_t>(Reason::kNoLease));
+  EXPECT_NE(early->map_version, 0u);
   EXPECT_EQ(primary_.server->Stats().forwarded_writes, forwarded_before);
   EXPECT_EQ(primary_.server->Stats().lease_refusals, 3u);
 
@@ -451,9 +457,10 @@ TEST_F(ReplicationPathTest, AMapChangedDuringTheWriteRefusesToPublishIt) {
   auto put = client->Send(protocol::Op::kPut, "k", "v", 0, 2);
   ASSERT_TRUE(put.ok()) << put.status();
   EXPECT_EQ(Code(*put), StatusCode::kUnavailable);
-  EXPECT_NE(std::string(put->message).find("the map changed during the write: outcome unknown"), std::string::npos)
+  EXPECT_NE(std::string(put->message).find("map changed mid-write, outcome unknown: map version"), std::string::npos)
       << put->message;
   EXPECT_NE(std::string(put->message).find("s-newcomer"), std::string::npos) << put->message;
+  EXPECT_EQ(put->reason, static_cast<uint8_t>(Reason::kOutcomeUnknown));
   EXPECT_EQ(Get(primary_, "k"), GetResult());
 
   // A map that moved the shard away meanwhile.

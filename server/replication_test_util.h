@@ -170,10 +170,13 @@ class RawConnection {
   static StatusOr<std::unique_ptr<RawConnection>> ConnectAsPeer(transport::Transport* t, const std::string& address,
                                                                 std::string_view token, const std::string& id,
                                                                 uint64_t epoch) {
+    const protocol::ConnectRequestData hello = Hello(token);
     protocol::PeerConnectData p{};
-    p.request = Hello(token);
-    p.request.magic = protocol::kPeerConnectMagic;
-    p.request.client_id = PeerFingerprint(id);
+    p.magic = protocol::kPeerConnectMagic;
+    p.protocol_version = hello.protocol_version;
+    p.layout_version = hello.layout_version;
+    p.sender_fingerprint = PeerFingerprint(id);
+    std::memcpy(p.token_digest, hello.token_digest, sizeof(p.token_digest));
     p.sender_epoch = epoch;
     return Open(t, address, std::span(reinterpret_cast<const uint8_t*>(&p), sizeof(p)));
   }
@@ -181,10 +184,11 @@ class RawConnection {
   const protocol::AcceptData& accept() const { return accept_; }
 
   // Sends `op` for the record {key, value, version} (a tombstone for the
-  // delete ops) with `request_id`; `corrupt` flips a byte after the
-  // checksum was computed. Returns the reply.
+  // delete ops) with `id`: the request id of a client op, the sender's map
+  // version of a replica op (which also numbers it); `corrupt` flips a
+  // byte after the checksum was computed. Returns the reply.
   StatusOr<protocol::ReplyMsg> Send(protocol::Op op, std::string_view key, std::string_view value, uint64_t version,
-                                    uint64_t request_id, bool corrupt = false) {
+                                    uint64_t id, bool corrupt = false) {
     const bool tombstone = op == protocol::Op::kDelete || op == protocol::Op::kReplicateDelete;
     const uint64_t len =
         EncodeRecord(std::span(local_).subspan(kStage, kStageBytes), key, value, version,
@@ -193,8 +197,9 @@ class RawConnection {
     protocol::RequestMsg m{};
     m.op = static_cast<uint8_t>(op);
     m.length = static_cast<uint32_t>(len);
-    m.request_id = request_id;
+    m.request_id = id;
     m.ring_offset = 0;
+    if (op == protocol::Op::kReplicatePut || op == protocol::Op::kReplicateDelete) m.map_version = id;
     std::memcpy(local_.data() + kSendBuf, &m, sizeof(m));
     RKV_RETURN_IF_ERROR(conn_->PostWriteSend(transport::LocalBuf{mr_.get(), kStage, static_cast<uint32_t>(len)},
                                              transport::RemoteBuf{accept_.ring.addr, accept_.ring.rkey},
@@ -210,7 +215,7 @@ class RawConnection {
         protocol::ReplyMsg r;
         std::memcpy(&r, local_.data() + kRecvBuf, sizeof(r));
         RKV_RETURN_IF_ERROR(conn_->PostRecv(transport::LocalBuf{mr_.get(), kRecvBuf, 128}, kRecvWr));
-        if (r.request_id != request_id) return Internal("reply for another request");
+        if (r.request_id != id) return Internal("reply for another request");
         reply = r;
       }
     }

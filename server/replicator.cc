@@ -63,8 +63,10 @@ struct Replicator::Peer {
   Clock::time_point last_used{};
   bool reused = false;  // a request completed on it before
   uint64_t next_wr = 1;
+  uint64_t next_request_id = 1;  // this connection's request sequence
   // The request in flight.
   uint64_t send_wr = 0;
+  uint64_t request_id = 0;
   bool sent = false;
   std::optional<protocol::ReplyMsg> reply;
 
@@ -119,12 +121,12 @@ StatusOr<std::unique_ptr<Replicator::Peer>> Replicator::Open(const ReplicaPeer& 
   const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
   if (left.count() <= 0) return DeadlineExceeded("no time left to connect");
   protocol::PeerConnectData hello{};
-  hello.request.magic = protocol::kPeerConnectMagic;
-  hello.request.protocol_version = protocol::kProtocolVersion;
-  hello.request.layout_version = layout::kLayoutVersion;
-  hello.request.client_id = PeerFingerprint(options_.self_id);
+  hello.magic = protocol::kPeerConnectMagic;
+  hello.protocol_version = protocol::kProtocolVersion;
+  hello.layout_version = layout::kLayoutVersion;
+  hello.sender_fingerprint = PeerFingerprint(options_.self_id);
   const Sha256Digest digest = TokenDigest(options_.token);
-  std::memcpy(hello.request.token_digest, digest.data(), digest.size());
+  std::memcpy(hello.token_digest, digest.data(), digest.size());
   hello.sender_epoch = options_.self_epoch;
 
   auto peer = std::make_unique<Peer>();
@@ -175,8 +177,10 @@ Status Replicator::Post(Lane& lane, Peer& peer, uint64_t map_version, protocol::
   protocol::RequestMsg m{};
   m.op = static_cast<uint8_t>(op);
   m.length = length;
-  m.request_id = map_version;
+  m.request_id = peer.next_request_id++;
   m.ring_offset = 0;  // one request in flight: the whole ring is free
+  m.map_version = map_version;
+  peer.request_id = m.request_id;
   std::memcpy(peer.buffer.data() + kRequestOffset, &m, sizeof(m));
   peer.send_wr = peer.next_wr++;
   peer.sent = false;
@@ -196,7 +200,7 @@ StatusOr<Replicator::Peer*> Replicator::PostTo(Lane& lane, const ReplicaPeer& ba
   return peer;
 }
 
-Status Replicator::Wait(Peer& peer, uint64_t map_version, Clock::time_point deadline) {
+Status Replicator::Wait(Peer& peer, Clock::time_point deadline) {
   transport::Completion completions[4];
   while (!peer.sent || !peer.reply) {
     const Clock::time_point now = Clock::now();
@@ -217,12 +221,15 @@ Status Replicator::Wait(Peer& peer, uint64_t map_version, Clock::time_point dead
         }
         protocol::ReplyMsg r;
         std::memcpy(&r, peer.buffer.data() + kReplyOffset, sizeof(r));
-        if (r.request_id != map_version) {
+        if (r.request_id != peer.request_id) {
           return InvalidArgument("reply to request " + to_string(r.request_id) + ", expected " +
-                                 to_string(map_version));
+                                 to_string(peer.request_id));
         }
         if (!IsValidStatusCode(r.status_code)) {
           return InvalidArgument("reply has unknown status code " + to_string(r.status_code));
+        }
+        if (!IsValidReason(r.reason)) {
+          return InvalidArgument("reply has unknown reason " + to_string(r.reason));
         }
         if (std::memchr(r.message, '\0', sizeof(r.message)) == nullptr) {
           return InvalidArgument("reply message is not NUL-terminated");
@@ -238,7 +245,8 @@ Status Replicator::Wait(Peer& peer, uint64_t map_version, Clock::time_point dead
   }
   if (peer.reply->status_code != static_cast<int32_t>(StatusCode::kOk)) {
     return Status(static_cast<StatusCode>(peer.reply->status_code),
-                  "refused the write: " + std::string(peer.reply->message));
+                  "refused the write: " + std::string(peer.reply->message), static_cast<Reason>(peer.reply->reason),
+                  peer.reply->map_version);
   }
   return Status::Ok();
 }
@@ -312,7 +320,7 @@ std::vector<Status> Replicator::ForwardOn(Lane& lane, const std::vector<ReplicaP
   for (size_t i = 0; i < backups.size(); ++i) {
     Peer* peer = posted[i];
     if (peer == nullptr) continue;
-    Status s = Wait(*peer, map_version, deadline);
+    Status s = Wait(*peer, deadline);
     if (!s.ok() && !peer->reply && reused[i] && s.code() == StatusCode::kUnavailable) {
       // A connection that broke while idle: forwards are idempotent, so
       // resend once on a new one.
@@ -321,7 +329,7 @@ std::vector<Status> Replicator::ForwardOn(Lane& lane, const std::vector<ReplicaP
       StatusOr<Peer*> p = PostTo(lane, backups[i], map_version, op, length, deadline);
       if (p.ok()) {
         peer = *p;
-        s = Wait(*peer, map_version, deadline);
+        s = Wait(*peer, deadline);
       } else {
         s = p.status();
       }

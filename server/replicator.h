@@ -130,7 +130,7 @@ class Replicator final : public Forwarder {
   // Waits for the send completion and the reply of the request posted on
   // `peer`; OK when the backup acknowledged it. The caller holds the lane
   // that owns `peer`.
-  Status Wait(Peer& peer, uint64_t map_version, Clock::time_point deadline);
+  Status Wait(Peer& peer, Clock::time_point deadline);
 
   transport::Transport* const transport_;
   const ReplicatorOptions options_;

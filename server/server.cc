@@ -277,7 +277,7 @@ void Server::HandlePending(std::unique_ptr<transport::Connection> conn) {
     }
     // May refetch the map (bounded, about a second) for a peer that just
     // restarted: the accept thread waits that long at most.
-    std::optional<std::string> id = replication_->FindPeer(req.client_id, req.peer_epoch);
+    std::optional<std::string> id = replication_->FindPeer(req.peer_fingerprint, req.peer_epoch);
     if (!id) return Refuse(*conn, StatusCode::kPermissionDenied, "not a server of the current cluster map");
     peer_id = std::move(*id);
   }
@@ -473,7 +473,7 @@ void Server::SendReplies(Poller* p, std::vector<OwedReply>* owed) {
       if (reply.status_code == static_cast<int32_t>(StatusCode::kOk)) {
         // Applied and visible, but not known to be durable.
         reply = MakeReply(reply.request_id, StatusCode::kUnavailable, 0,
-                          "written but not synced (outcome unknown): " + synced.message());
+                          "written but not synced (outcome unknown): " + synced.message(), Reason::kOutcomeUnknown);
         std::memcpy(reply_bytes, &reply, sizeof(reply));
       }
     }

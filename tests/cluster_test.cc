@@ -333,7 +333,7 @@ TEST_F(ClusterTest, GetsNeverReachAServerCpu) {
 // such a key's value until a later PUT of the key is acknowledged; the key
 // then holds either that value or its last acknowledged one.
 bool OutcomeUnknown(const Status& s) {
-  return s.code() == StatusCode::kUnavailable && s.message().find("outcome unknown") != std::string::npos;
+  return s.code() == StatusCode::kUnavailable && s.reason() == Reason::kOutcomeUnknown;
 }
 
 struct UnknownPut {
@@ -363,7 +363,7 @@ void ExpectUnknownPutsExplained(const std::vector<UnknownPut>& unknown_puts, uin
     std::printf("[ load ] thread %d: put %s: %s\n", u.thread, u.key.c_str(), u.status.c_str());
     if (u.status.find(" was lost and ") != std::string::npos || u.status.find("reply lost") != std::string::npos) {
       EXPECT_LE(++died[u.thread], 1) << "a second PUT of one thread was lost to the one server death: " << u.status;
-    } else if (u.status.find("the map changed during the write") != std::string::npos) {
+    } else if (u.status.find("map changed mid-write") != std::string::npos) {
       const size_t at = u.status.find("map version ", u.status.find("outcome unknown"));
       ASSERT_NE(at, std::string::npos) << "the refusal names no map version: " << u.status;
       const size_t digits = at + std::strlen("map version ");

@@ -63,7 +63,7 @@ struct Ledger {
 };
 
 // A write refused as UNAVAILABLE may or may not have taken effect (for
-// one, "the map changed during the write: outcome unknown" when a balance
+// one, "map changed mid-write, outcome unknown: ..." when a balance
 // move takes the shard's primary role during it). A lone writer learns the
 // outcome by repeating the write, as a user would: a PUT of the same value
 // leaves the same state either way, and a repeated DELETE that finds

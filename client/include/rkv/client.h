@@ -31,7 +31,8 @@
 //                      unknown (see Retries).
 //   ABORTED            a resent PUT or DELETE the server could no longer
 //                      check for a replay: not applied by the resend, but
-//                      the first attempt's outcome is unknown.
+//                      the first attempt's outcome is unknown
+//                      (Reason::kOutcomeUnknown).
 //   DEADLINE_EXCEEDED  the server is reachable but the call could not
 //                      complete in time (the message says what kept failing).
 //   DATA_LOSS          the server's table is corrupt (a slot pointing

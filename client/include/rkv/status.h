@@ -51,18 +51,55 @@ enum class StatusCode : int32_t {
 // Returns the canonical upper-case name of `code`, e.g. "NOT_FOUND".
 RKV_EXPORT std::string_view StatusCodeName(StatusCode code);
 
+// Why an operation was refused, beside its code: a typed reason that code
+// decides on (whether a write may be resent, whether a batch must be
+// grouped again), where the message is for people and may be reworded.
+// An application may read it too: Reason::kOutcomeUnknown on a failed PUT
+// or DELETE says that the write may or may not have been applied. The
+// values travel on the wire: none is ever renumbered.
+enum class Reason : uint8_t {
+  kNone = 0,
+  // The server is not the primary of the key's shard in the cluster map
+  // version the status names (or has no role in any map yet): it refused
+  // before writing anything.
+  kNotPrimary = 1,
+  // The key's shard is being handed over between two primaries in the map
+  // version named: neither accepts writes, and nothing was written.
+  kHandover = 2,
+  // The server holds no lease on its cluster map and refused before
+  // writing anything.
+  kNoLease = 3,
+  // The write may or may not have been applied (a lease or map change
+  // during the write, a reply lost on its way, a backup failure the
+  // coordinator was not told of, a request too old for the replay check).
+  kOutcomeUnknown = 4,
+  // The keys of one call belong to several servers in a newer map. librkv
+  // groups them again itself; a caller sees it only if the deadline passes
+  // first.
+  kKeysMoved = 5,
+};
+inline constexpr uint8_t kMaxReason = static_cast<uint8_t>(Reason::kKeysMoved);
+
+// Returns the upper-case name of `reason`, e.g. "NOT_PRIMARY".
+RKV_EXPORT std::string_view ReasonName(Reason reason);
+
 // A success carries nothing but its code: creating, moving and destroying
 // an OK Status touch no string and call nothing (they run on every GET; the
-// message of a failure lives on the heap).
+// message and reason of a failure live on the heap).
+//
+// A failure may carry a typed Reason and the cluster map version that
+// reason speaks of; code decides on those, never on the message.
 class [[nodiscard]] RKV_EXPORT Status {
  public:
   Status() = default;
-  Status(StatusCode code, std::string message)
+  Status(StatusCode code, std::string message) : Status(code, std::move(message), Reason::kNone, 0) {}
+  Status(StatusCode code, std::string message, Reason reason, uint64_t map_version = 0)
       : code_(code),
-        message_(message.empty() ? nullptr : std::make_unique<const std::string>(std::move(message))) {}
+        rep_(message.empty() && reason == Reason::kNone && map_version == 0
+                 ? nullptr
+                 : std::make_unique<const Rep>(Rep{std::move(message), reason, map_version})) {}
   Status(const Status& other)
-      : code_(other.code_),
-        message_(other.message_ ? std::make_unique<const std::string>(*other.message_) : nullptr) {}
+      : code_(other.code_), rep_(other.rep_ ? std::make_unique<const Rep>(*other.rep_) : nullptr) {}
   Status& operator=(const Status& other) {
     if (this != &other) *this = Status(other);
     return *this;
@@ -75,25 +112,39 @@ class [[nodiscard]] RKV_EXPORT Status {
 
   bool ok() const { return code_ == StatusCode::kOk; }
   StatusCode code() const { return code_; }
-  const std::string& message() const { return message_ ? *message_ : EmptyMessage(); }
+  const std::string& message() const { return rep_ ? rep_->message : EmptyMessage(); }
+  // Why the operation was refused (Reason::kNone when no reason applies).
+  Reason reason() const { return rep_ ? rep_->reason : Reason::kNone; }
+  // The cluster map version reason() speaks of; 0 when none.
+  uint64_t map_version() const { return rep_ ? rep_->map_version : 0; }
 
   // "NOT_FOUND: key not found" or "OK".
   std::string ToString() const;
 
-  // Returns a copy with "context: " prepended to the message.
+  // Returns a copy with "context: " prepended to the message; the reason
+  // and map version are kept.
   Status WithContext(std::string_view context) const;
+
+  // Returns a copy with another message; the code, reason and map version
+  // are kept.
+  Status WithMessage(std::string message) const { return Status(code_, std::move(message), reason(), map_version()); }
 
   // Explicitly discards a status whose failure is acceptable at this point.
   void IgnoreError() const {}
 
  private:
+  struct Rep {
+    std::string message;
+    Reason reason = Reason::kNone;
+    uint64_t map_version = 0;
+  };
   static const std::string& EmptyMessage() {
     static const std::string empty;
     return empty;
   }
 
   StatusCode code_ = StatusCode::kOk;
-  std::unique_ptr<const std::string> message_;  // null when empty
+  std::unique_ptr<const Rep> rep_;  // null when there is no message, reason or map version
 };
 
 inline std::ostream& operator<<(std::ostream& os, const Status& s) {
