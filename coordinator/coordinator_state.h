@@ -4,6 +4,13 @@
 // either: which server gets which role is decided by the pure planners of
 // placement.h, which this class calls with its records and commits.
 //
+// The class is split by concern across files: coordinator_state.cc
+// (configuration, Open, roles to and from records, the map and its
+// watchers), coordinator_persistence.cc (loading the store, commits),
+// coordinator_membership.cc (Join, Heartbeat, Leave, expiry, Drain),
+// coordinator_failover.cc (fencing, leases, promotion, replica failures),
+// coordinator_rebalance.cc (the first assignment, catch-up, Rebalance).
+//
 // Rules:
 //   - Servers join in some order; when the expected_servers-th distinct id
 //     joins, every shard s is assigned to the (s mod N)-th server in join
