@@ -183,7 +183,8 @@ void TestClusterTest::TearDown() {
     std::printf("[ cluster ] the test failed; the processes' logs:\n%s\n", cluster_->Logs().c_str());
     std::fflush(stdout);
   }
-  cluster_.reset();
+  // The processes stop with the fixture, after the derived fixture's
+  // members (its clients) are gone.
 }
 
 }  // namespace rkv::testing

@@ -154,8 +154,9 @@ class TestCluster {
 
 // The fixture base of the cross-process suites. A suite starts its cluster
 // with StartCluster (in SetUp or in the test); when the test failed, the
-// processes' logs are printed at its end, so assertions need not carry
-// them.
+// processes' logs are printed at its end (TearDown), so assertions need not
+// carry them. The processes are killed when the fixture is destroyed, after
+// a derived fixture's own members (its clients).
 class TestClusterTest : public ::testing::Test {
  protected:
   // Starts a cluster with `options`; a fatal failure if it does not start
