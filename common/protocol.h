@@ -37,11 +37,9 @@
 //   and RequestMsg::map_version the primary's map version. A client
 //   connection may send only kPut / kDelete, a peer connection only the
 //   replica ops.
-// Versions: 2 made request ids unique per client (version 1 clients
-//   numbered them per connection); 3 gave replies a typed refusal and a map
-//   version, requests a map version field, and the peer connect data a
-//   fingerprint field of its own. A server refuses every other version at
-//   the handshake, naming both.
+// Versions: a server accepts kProtocolVersion only and refuses every other
+//   at the handshake, naming both (what each version changed:
+//   docs/design.md §5.6).
 #pragma once
 
 #include <cstddef>
