@@ -25,7 +25,7 @@
 #include "proto/grpc_server.h"
 #include "proto/rkv.grpc.pb.h"
 #include "rkv/client.h"
-#include "server/replication.h"
+#include "server/replication/replication.h"
 #include "server/server.h"
 #include "tests/in_process_coordinator.h"
 

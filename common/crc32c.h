@@ -1,5 +1,5 @@
 // CRC32C (Castagnoli), as used by iSCSI and ext4: the checksum of the records
-// a server keeps in RocksDB (server/store.h). Heap blocks use XXH64
+// a server keeps in RocksDB (server/store/store.h). Heap blocks use XXH64
 // (common/layout.h).
 //
 // Two implementations that give the same result: the SSE4.2 crc32

@@ -10,13 +10,13 @@
 // change to a struct or to the slot encoding bumps kLayoutVersion, and a
 // client refuses a table whose header carries another version.
 //
-// Thread safety / invariants (server side, see server/table.h):
+// Thread safety / invariants (server side, see server/table/table.h):
 //   - Slots are written only by the server, one aligned 8-byte store each,
 //     with release order, after the block they point to is complete.
 //   - A replace rewrites the key's slot word (old block -> new block) in one
 //     store, never delete-then-insert. A live key's slot moves only when
 //     the server relocates it within its neighbourhood to make room
-//     (server/table.h): the new slot is published before the old one is
+//     (server/table/table.h): the new slot is published before the old one is
 //     cleared, a key moves at most once per grace period, and a client
 //     confirms a miss with a second READ (docs/design.md, "Writing the
 //     table").

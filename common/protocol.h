@@ -20,7 +20,7 @@
 //   has arrived.
 // Request ids: a client numbers its PUT/DELETE requests uniquely per
 //   client_id, across all of its connections to a server. The server
-//   remembers its recent replies per client_id (server/request_cache.h) and
+//   remembers its recent replies per client_id (server/apply/request_cache.h) and
 //   answers a request id it has answered before with that reply again,
 //   without applying it twice; a client may therefore resend a request
 //   whose reply was lost, with the same id, on another connection to the
@@ -79,7 +79,7 @@ struct PeerConnectData {
   uint16_t protocol_version;    // kProtocolVersion
   uint16_t layout_version;      // layout::kLayoutVersion
   uint64_t sender_fingerprint;  // PeerFingerprint(sender's server id),
-                                // server/replication.h
+                                // server/replication/replication.h
   uint8_t token_digest[kTokenDigestBytes];  // TokenDigest(token)
   uint64_t sender_epoch;        // >= 1
 };

@@ -1,4 +1,4 @@
-// The server's apply path (server/apply.h): request messages a client
+// The server's apply path (server/apply/apply.h): request messages a client
 // SENDs and the staging-ring bytes it WRITEs, applied to a real Store
 // (RocksDB in a scratch directory, durability none), Table and Heap that
 // live for the whole run, so requests meet the state earlier ones left.
@@ -38,12 +38,12 @@
 #include "common/protocol.h"
 #include "common/record.h"
 #include "fuzz/fuzz_input.h"
-#include "server/apply.h"
-#include "server/heap.h"
-#include "server/replication.h"
-#include "server/replicator.h"
-#include "server/store.h"
-#include "server/table.h"
+#include "server/apply/apply.h"
+#include "server/table/heap.h"
+#include "server/replication/replication.h"
+#include "server/replication/replicator.h"
+#include "server/store/store.h"
+#include "server/table/table.h"
 
 namespace rkv::server {
 namespace {

@@ -11,7 +11,7 @@
 #include "proto/grpc_server.h"
 #include "proto/rkv.grpc.pb.h"
 #include "proto/validation.h"
-#include "server/apply.h"
+#include "server/apply/apply.h"
 
 namespace rkv::server {
 

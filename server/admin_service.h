@@ -50,7 +50,7 @@ struct AdminStats {
   uint64_t heap_bytes = 0;
   uint64_t heap_bytes_used = 0;
   uint64_t heap_bytes_quarantined = 0;
-  // Catch-up (server/catchup.h, server/replica_service.h).
+  // Catch-up (server/replication/catchup.h, server/replication/replica_service.h).
   uint64_t catchup_records_listed = 0;
   uint64_t catchup_values_fetched = 0;
   uint32_t syncing_shards = 0;

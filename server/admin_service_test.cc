@@ -15,8 +15,8 @@
 #include "common/mutex.h"
 #include "proto/auth.h"
 #include "proto/rkv.grpc.pb.h"
-#include "server/apply.h"
-#include "server/local_table_test_util.h"
+#include "server/apply/apply.h"
+#include "server/apply/local_table_test_util.h"
 
 namespace rkv::server {
 namespace {

@@ -22,7 +22,7 @@ struct ConnectRequest {
   Role role = Role::kClient;
   // A client: its random id (the replay cache's name for it); 0 for a peer.
   uint64_t client_id = 0;
-  // A peer: PeerFingerprint of its server id (server/replication.h), which
+  // A peer: PeerFingerprint of its server id (server/replication/replication.h), which
   // the server resolves against its cluster map before accepting; 0 for a
   // client.
   uint64_t peer_fingerprint = 0;

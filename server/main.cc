@@ -5,7 +5,7 @@
 // and serves the Admin service; the Join runs on its own thread, so the
 // data plane serves clients whether or not the coordinator is reachable.
 // It then follows the cluster map, from which its replication policy
-// (server/map_policy.h) reads this server's role in each shard: until a map
+// (server/replication/map_policy.h) reads this server's role in each shard: until a map
 // assigns the shards and lists this incarnation, writes are refused with
 // UNAVAILABLE.
 //
@@ -43,11 +43,11 @@
 #include "common/transport/factory.h"
 #include "common/transport/transport.h"
 #include "server/admin_service.h"
-#include "server/catchup.h"
-#include "server/map_policy.h"
+#include "server/replication/catchup.h"
+#include "server/replication/map_policy.h"
 #include "server/membership.h"
 #include "server/options.h"
-#include "server/replica_service.h"
+#include "server/replication/replica_service.h"
 #include "server/server.h"
 
 DEFINE_string(listen, "127.0.0.1:7700", "HOST:PORT to listen on; port 0 picks a free port (default 127.0.0.1:7700)");

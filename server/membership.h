@@ -1,6 +1,6 @@
 // A server's membership in the cluster: its stable identity, its Join with
 // the coordinator, the heartbeats that keep it UP, and the cluster map it
-// follows (the MapSource of the replication policy, server/map_policy.h).
+// follows (the MapSource of the replication policy, server/replication/map_policy.h).
 //
 // The data path never waits on the coordinator beyond the bounds it passes
 // in: Start blocks only the caller (at startup), the heartbeat and watch
@@ -20,7 +20,7 @@
 #include "common/status.h"
 #include "proto/rkv.pb.h"
 #include "proto/table_params.h"
-#include "server/map_source.h"
+#include "server/replication/map_source.h"
 
 namespace grpc {
 class ClientContext;

@@ -11,7 +11,7 @@
 #include "proto/region_descriptor.h"
 #include "proto/table_params.h"
 #include "proto/validation.h"
-#include "server/map_policy.h"
+#include "server/replication/map_policy.h"
 #include "tests/in_process_coordinator.h"
 #include "tests/temp_dir.h"
 

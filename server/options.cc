@@ -11,8 +11,8 @@
 #include "common/layout.h"
 #include "common/net_address.h"
 #include "common/transport/transport.h"
-#include "server/heap.h"
-#include "server/table.h"
+#include "server/table/heap.h"
+#include "server/table/table.h"
 
 namespace rkv::server {
 

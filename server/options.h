@@ -8,7 +8,7 @@
 #include <string_view>
 
 #include "common/status.h"
-#include "server/store.h"
+#include "server/store/store.h"
 
 namespace rkv::server {
 
@@ -52,7 +52,7 @@ struct ServerOptions {
   std::string token;                      // the raw token clients must present (its digest)
   uint64_t ring_bytes = 4ULL << 20;       // staging ring per connection
   // --durability=none only (0: unset, kDefaultWriteBackBytes): the
-  // store's write-back buffer (server/store.h) holds at most this many
+  // store's write-back buffer (server/store/store.h) holds at most this many
   // bytes of keys and values, and WriteBackKeys() keys, before a PUT waits
   // for room; its writer starts at half. What a crash of such a server
   // can lose.

@@ -13,7 +13,7 @@
 #include "common/token.h"
 #include "common/transport/transport.h"
 #include "server/connect_request.h"
-#include "server/rebuild.h"
+#include "server/table/rebuild.h"
 
 namespace rkv::server {
 

@@ -25,7 +25,7 @@
 //   whatever the number of connections. Each owns a transport PollGroup
 //   and serves the connections in it: it waits on the group, polls each
 //   connection the group reports, applies its requests in order
-//   (server/apply.h), re-posts each receive buffer before replying, and
+//   (server/apply/apply.h), re-posts each receive buffer before replying, and
 //   replies with a SEND. options.threads of them in all: they serve clients
 //   (the accept thread puts a new client in the group with the fewest
 //   connections), but for one, in a server with a replication policy, that
@@ -61,14 +61,14 @@
 #include "common/protocol.h"
 #include "common/status.h"
 #include "common/transport/transport.h"
-#include "server/apply.h"
-#include "server/heap.h"
-#include "server/mapped_memory.h"
+#include "server/apply/apply.h"
+#include "server/table/heap.h"
+#include "server/table/mapped_memory.h"
 #include "server/options.h"
-#include "server/replication.h"
-#include "server/replicator.h"
-#include "server/store.h"
-#include "server/table.h"
+#include "server/replication/replication.h"
+#include "server/replication/replicator.h"
+#include "server/store/store.h"
+#include "server/table/table.h"
 
 namespace rkv::server {
 
@@ -115,7 +115,7 @@ class Server {
   //
   // `replication`: null for a standalone server (no forwarding; every
   // replication connection refused). Otherwise the server replicates
-  // client writes as that policy says (server/apply.h, "Replication") and
+  // client writes as that policy says (server/apply/apply.h, "Replication") and
   // accepts replicas from the servers it names; `server_id` is then this
   // server's id in the cluster map (required: INVALID_ARGUMENT when empty),
   // which it presents to its backups. The policy must outlive the server.
@@ -147,7 +147,7 @@ class Server {
   uint64_t hash_seed() const { return hash_seed_; }
   uint64_t heap_bytes() const { return heap_region_.length; }
 
-  // The apply path, for catch-up (server/catchup.h, server/replica_service.h):
+  // The apply path, for catch-up (server/replication/catchup.h, server/replication/replica_service.h):
   // valid from Start until Shutdown, whose callers must stop using it first.
   Applier* applier() const { return applier_.get(); }
 

@@ -28,11 +28,11 @@
 
 #include "common/hash.h"
 #include "common/layout.h"
-#include "server/heap.h"
-#include "server/mapped_memory.h"
-#include "server/rebuild.h"
-#include "server/store.h"
-#include "server/table.h"
+#include "server/table/heap.h"
+#include "server/table/mapped_memory.h"
+#include "server/table/rebuild.h"
+#include "server/store/store.h"
+#include "server/table/table.h"
 
 DEFINE_uint64(keys, 1000000, "records in the store (default 1,000,000)");
 DEFINE_uint32(key_bytes, 16, "bytes per key, at least 8 (default 16)");

@@ -1,0 +1,408 @@
+// The PUT / DELETE apply path: turns one RequestMsg and the record it names
+// in a connection's staging ring into a durable write, a published slot and
+// a ReplyMsg.
+//
+// Validation (before any lock; a failure is an error reply, never a crash):
+//   - the message is exactly sizeof(RequestMsg), op is known, reserved is 0;
+//   - ring_offset is 64-byte aligned and [ring_offset, ring_offset + length)
+//     lies inside the ring;
+//   - length is at least a block header and at most the block of the
+//     largest allowed record;
+//   - the record is copied out of the ring first (the client may keep
+//     writing its ring: what is checked must be what is stored), then
+//     DecodeRecord must accept exactly those bytes, with
+//     RecordBytes <= length <= BlockBytes and version 0 (a replica op's
+//     record: a non-zero version);
+//   - key 1..max_key_bytes, value <= max_value_bytes;
+//   - DELETE carries the tombstone flag and an empty value, PUT no tombstone.
+// Bad framing is INVALID_ARGUMENT; a record whose checksum fails is DATA_LOSS.
+//
+// Apply (a client write holds the writes gate, shared, and its key's lock:
+// writes of different keys run in parallel, those of one key one at a time;
+// the store, table and heap under the table mutex, mu_; see Thread safety):
+//   PUT:    version = a reserved one: above the store's high-water mark
+//           and above every version reserved before (see Replication);
+//           store.Put (durable per --durability); table.Upsert (publishes
+//           the slot: the linearization point); reply. If the table or
+//           heap refuses after the store write, the store write is undone
+//           (the previous value restored, or the key deleted) so store
+//           and table agree, and the reply is RESOURCE_EXHAUSTED. When
+//           the heap is full only because of quarantined blocks, the apply
+//           waits (holding the table mutex: every writer waits, which is
+//           the back-pressure) until the oldest one is reusable — at most
+//           one grace period — and retries once.
+//   DELETE: NOT_FOUND if the table lacks the key; else store.Delete, then
+//           table.Delete; the reply carries the deleted version.
+// Acknowledged therefore means durable per --durability, and the slot is
+// published only after the durable write.
+//
+// Replays (server/apply/request_cache.h): before applying, the request's
+// (client id, request id) is looked up in the request cache under the cache
+// mutex. A request answered before gets its original reply again and
+// changes nothing (it is not forwarded again); one whose reply the cache had
+// to forget is refused with ABORTED (never applied a second time); one whose
+// twin (the same client and request id, e.g. the original of a retry) is
+// being applied right now waits until the twin is done and is then looked
+// up again; any other is marked in flight, applied without the cache mutex,
+// and its reply remembered (and the mark cleared, waking the twins) in one
+// step under the cache mutex. A retry arriving on another connection while
+// the original is being applied therefore waits and then finds the
+// original's reply. Requests refused by validation are not remembered (a
+// retry of one is validated, and refused, again), nor are those refused by
+// replication before anything was published locally (no route, a failed
+// backup the coordinator could not be told of, or an expired lease): a
+// retry of one (also one that waited for it) is applied afresh.
+//
+// Replication (docs/design.md, "Replication"), with a ReplicationPolicy:
+//   Primary (Apply, a client's kPut / kDelete): route = RouteWrite(key) (an
+//     error is the reply, nothing written); the version as above (a DELETE
+//     of an absent key stays a local NOT_FOUND); the record, with that
+//     version, is forwarded to every backup of the route (Forwarder, in
+//     parallel, bounded by its timeout); each backup that fails is reported
+//     (ReportFailedBackup): an error from that fails the write with
+//     UNAVAILABLE (Reason::kOutcomeUnknown) and nothing is published locally;
+//     then, just before the local durable write, CheckLease(): an expired
+//     lease makes the reply UNAVAILABLE (Reason::kOutcomeUnknown),
+//     nothing published locally and the reply not remembered (the backups
+//     may hold the write: an unacknowledged write that may appear later);
+//     else the local durable write, publish and reply as above. A write
+//     with no backup to forward to, and the NOT_FOUND of a DELETE, are
+//     checked the same way. With a valid lease the current map must still
+//     route the key here, with no backup the write's route lacked (else
+//     UNAVAILABLE, Reason::kOutcomeUnknown, naming the newer map).
+//     See docs/design.md, "Replication", for why the check sits there.
+//     Versions are reserved under the table mutex: each PUT's is above the
+//     store's high-water mark and above every version reserved before it
+//     (reserved_version_), so writes in flight together never share one,
+//     and a PUT forwarded and then failed leaves its version used: later
+//     PUTs get higher ones, so that the backups that may hold it never take
+//     a later write for a stale resend. Writes of one key are serialized by
+//     the key's lock, held from the route to the reply, so a key's versions
+//     rise in the order its writes are published and forwarded (a DELETE
+//     forwards the version it deletes, which no other client write of the
+//     key can change meanwhile); writes of other keys forward at the same
+//     time (the Forwarder takes concurrent calls). The table mutex is taken
+//     only around the local steps, so that two servers forwarding to each
+//     other (each the other's backup) never wait for each other's locks.
+//   Backup (ApplyReplica, a peer's kReplicatePut / kReplicateDelete):
+//     validated like a client's record except that the version must be
+//     non-zero; AcceptReplica(sender, key, the request's map version)
+//     must allow it (else its error is the reply); then, under
+//     the table mutex, a PUT is installed (durable write with the carried
+//     version, which raises the store's high-water mark to at least it, and
+//     publish) only when its version is newer than the key's, and a DELETE
+//     deletes the key only when the key's version is at most the carried
+//     one. A stale or repeated forward is acknowledged OK without a change,
+//     so resends and reordering are harmless. The reply carries the version
+//     the key now has (0: absent).
+//   A client connection that sends a replica op, and a peer connection that
+//   sends a client op, get PERMISSION_DENIED.
+//
+// Thread safety: Apply, ApplyReplica and the accessors are thread-safe;
+// Apply may run on several threads at once (the server's client pollers).
+// Locks, in the order they are taken (gate_turnstile_, taken and let go
+// just before writes_gate_, is described there):
+//   cache_mu_      the request cache and the in-flight marks; held briefly
+//                  and alone (never with another of these), never while
+//                  applying;
+//   writes_gate_   shared by every client write for its whole apply (route,
+//                  version, forward, publish); exclusive for SnapshotShard,
+//                  so that no client write is in flight while it reads. New
+//                  writes queue behind a waiting snapshot (gate_turnstile_),
+//                  so a stream of writes cannot starve it;
+//   key stripe     key_stripes_[hash of the key % kKeyStripes], held for a
+//                  client write's whole apply: two writes of one key (or of
+//                  two keys that share a stripe) never overlap;
+//   mu_            the Store, Table and Heap (which nobody else may use
+//                  while the Applier exists), the reserved version and the
+//                  catch-up tombstones; held for local steps only, never
+//                  while forwarding.
+// Replica installs and the fetcher's calls take mu_ alone. (The server
+// closes the Store only once no Apply can run; snapshot() does not use it.)
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <optional>
+#include <set>
+#include <span>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <unordered_set>
+#include <utility>
+#include <vector>
+
+#include "common/mutex.h"
+#include "common/protocol.h"
+#include "common/status.h"
+#include "server/table/heap.h"
+#include "server/replication/replication.h"
+#include "server/replication/replicator.h"
+#include "server/apply/request_cache.h"
+#include "server/store/store.h"
+#include "server/table/table.h"
+
+namespace rkv::server {
+
+struct ApplyLimits {
+  uint32_t max_key_bytes = 1024;
+  uint32_t max_value_bytes = 1024 * 1024;
+};
+
+// How an Applier replicates: both null (standalone: no forwarding, and
+// every replica op refused), or both set.
+struct ApplyReplication {
+  ReplicationPolicy* policy = nullptr;  // must outlive the Applier
+  Forwarder* forwarder = nullptr;       // must outlive the Applier
+};
+
+class Applier {
+ public:
+  // How long a replicated write whose lease expired while its backups were
+  // being waited for waits for the next grant before it is answered
+  // "outcome unknown" (ReplicationPolicy::AwaitLease).
+  static constexpr std::chrono::milliseconds kLeaseRenewalWait{1000};
+
+  // `replies`: what the request cache remembers (request_cache.h).
+  Applier(Store* store, Table* table, Heap* heap, ApplyLimits limits, RequestCacheLimits replies = {},
+          ApplyReplication replication = {});
+
+  Applier(const Applier&) = delete;
+  Applier& operator=(const Applier&) = delete;
+
+  // Validates and applies the request in `msg` (the bytes received) whose
+  // record lies in `ring` (the connection's staging ring), sent by the
+  // client that identified itself as `client_id` in its handshake; a
+  // replayed request gets its original reply (see Replays above). Always
+  // returns a reply with credits = 1 and the request id (0 if the message
+  // is too short to hold one).
+  protocol::ReplyMsg Apply(uint64_t client_id, std::span<const uint8_t> msg, std::span<const uint8_t> ring)
+      EXCLUDES(cache_mu_, writes_gate_, mu_);
+
+  // As Apply, for a request on a replication connection from the server
+  // `sender_id` (resolved at the handshake): only replica ops, installed as
+  // described under Replication above; never cached.
+  protocol::ReplyMsg ApplyReplica(std::string_view sender_id, std::span<const uint8_t> msg,
+                                  std::span<const uint8_t> ring) EXCLUDES(cache_mu_, writes_gate_, mu_);
+
+  struct Snapshot {
+    uint64_t puts = 0;            // PUTs applied (a client's, or installed replicas)
+    uint64_t deletes = 0;         // DELETEs applied (likewise)
+    uint64_t replays = 0;         // requests answered with a remembered reply
+    uint64_t request_errors = 0;  // replies other than OK and NOT_FOUND
+    uint64_t keys = 0;
+    uint64_t forwarded_writes = 0;  // client writes forwarded to at least one backup
+    uint64_t backup_failures = 0;   // backups that did not acknowledge a forward
+    uint64_t replica_writes = 0;    // forwarded writes this server installed as a backup
+    uint64_t replica_stale = 0;     // forwarded writes acknowledged without a change (not newer)
+    uint64_t replica_refused = 0;   // forwarded writes refused (validation or policy)
+    uint64_t lease_refusals = 0;    // client writes refused because the lease had expired
+    Heap::Stats heap;
+  };
+  Snapshot snapshot() const EXCLUDES(mu_);
+
+  // The store's SyncWrites (server/store/store.h, "Group commit"): makes every
+  // write applied so far durable. Without the mutexes; any thread.
+  Status SyncWrites() const { return syncer_->SyncWrites(); }
+
+  // The largest block a valid request may name.
+  uint64_t max_block_bytes() const;
+
+  // ---- Catch-up (docs/design.md, "Catch-up"; server/replication/catchup.h) ----
+  // One record of a shard as catch-up moves it.
+  struct ShardRecord {
+    std::string key;
+    uint64_t version = 0;
+    bool has_value = false;
+    std::string value;
+  };
+  // Primary: the snapshot of `shard` (keys k with ShardOf(k, shard_count)
+  // == shard), taken holding the writes gate exclusively (it waits for
+  // the client writes in flight to end), so that no client write is in
+  // flight and every later one is routed by a map at least as new as
+  // the one `check` saw. `check` runs first under that mutex (the caller
+  // verifies there that the fetcher is syncing the shard); its error is
+  // returned and nothing is read. Every record gets its version; those
+  // above `since_version` also their value. *snapshot_version: the highest
+  // version this server had reserved or installed (every record listed is
+  // at or below it, and every later client write's is above it). The store's read error, or OK.
+  Status SnapshotShard(uint32_t shard, uint32_t shard_count, uint64_t since_version,
+                       const std::function<Status()>& check, std::vector<ShardRecord>* out,
+                       uint64_t* snapshot_version) EXCLUDES(gate_turnstile_, writes_gate_, mu_);
+  // Primary: the records of `keys` with their values; absent keys left out.
+  std::vector<ShardRecord> ReadKeys(const std::vector<std::string>& keys) const EXCLUDES(mu_);
+  // Fetcher: from BeginSync to EndSync of `shard`, every forwarded DELETE
+  // of a key of the shard leaves a tombstone (key -> the deleted version,
+  // the highest one if several), and InstallFetched refuses records at or
+  // below it: a snapshot taken before the delete must not bring the key
+  // back. `shard_count` is the map's (the same for every shard synced).
+  void BeginSync(uint32_t shard, uint32_t shard_count) EXCLUDES(mu_);
+  void EndSync(uint32_t shard) EXCLUDES(mu_);
+  // Fetcher: the highest version held among the keys of `shard` (0: none).
+  StatusOr<uint64_t> ShardHighWater(uint32_t shard, uint32_t shard_count) const EXCLUDES(mu_);
+  // Fetcher: the version held for `key` (0: absent).
+  uint64_t HeldVersion(std::string_view key) const EXCLUDES(mu_);
+  enum class FetchedOutcome { kInstalled, kNotNewer, kDeletedMeanwhile };
+  // Fetcher: installs a record fetched from the primary by the replica
+  // rule (only when its version is above the key's and above its
+  // tombstone). INVALID_ARGUMENT for a record no write could have made (key
+  // not 1..max_key_bytes, value above max_value_bytes, version 0, no value):
+  // nothing installed; the durable write's error likewise.
+  StatusOr<FetchedOutcome> InstallFetched(const ShardRecord& record) EXCLUDES(mu_);
+  // Fetcher, after a complete snapshot: deletes every key of `shard` held
+  // at a version at or below `snapshot_version` that is not in `listed`
+  // (deleted on the primary while this server was away). The number
+  // deleted, or the first durable delete's error.
+  StatusOr<uint64_t> DeleteUnlisted(uint32_t shard, uint32_t shard_count, uint64_t snapshot_version,
+                                    const std::unordered_set<std::string>& listed) EXCLUDES(mu_);
+  // ---- Verifying replicas (server/apply/apply_digest.cc): what Admin's
+  // ShardChecksums and ListShard read. Each reads the table's records
+  // (every published slot) under the table mutex, so writes wait for the
+  // length of one pass over the index: what it returns is one consistent
+  // state of the shards, as of one instant between two writes.
+  struct ShardDigest {
+    uint32_t shard = 0;
+    uint64_t keys = 0;
+    uint64_t checksum = 0;     // sum mod 2^64 of RecordChecksum over the shard's records
+    uint64_t max_version = 0;  // 0 for an empty shard
+  };
+  // The digest of each shard in `shards`, in that order (a shard listed
+  // twice is digested twice), shards being ShardOf(key, shard_count). Every
+  // entry must be below shard_count, and shard_count above 0 (the caller
+  // validates). One pass over the table for all of them.
+  std::vector<ShardDigest> DigestShards(uint32_t shard_count, std::span<const uint32_t> shards) const
+      EXCLUDES(mu_);
+  struct ShardListing {
+    std::vector<std::pair<std::string, uint64_t>> records;  // (key, version), in table order
+    uint64_t snapshot_version = 0;  // the store's version high-water mark at the same instant
+  };
+  // The keys and versions of shard `shard` (< shard_count): a copy, taken
+  // in one pass under the table mutex, so its memory is the shard's keys.
+  ShardListing ListShard(uint32_t shard_count, uint32_t shard) const EXCLUDES(mu_);
+  // One record's share of a shard checksum: XXH64, seed 0, of key ||
+  // version as 8 little-endian bytes || value.
+  static uint64_t RecordChecksum(std::string_view key, uint64_t version, std::string_view value);
+
+ private:
+  // A request that passed validation; the views point into a buffer of
+  // the calling thread.
+  struct Request {
+    uint64_t request_id = 0;
+    protocol::Op op = protocol::Op::kPut;
+    std::string_view key;
+    std::string_view value;
+    uint64_t version = 0;
+    uint64_t map_version = 0;  // replica ops: the primary's map version (>= 1)
+  };
+  // Checks the message and its record (see Validation; `from_peer` selects
+  // which ops and versions are allowed). The error reply, or nullopt with
+  // *out filled.
+  std::optional<protocol::ReplyMsg> Validate(std::span<const uint8_t> msg, std::span<const uint8_t> ring,
+                                             bool from_peer, Request* out);
+  // Looks the request up in the cache (waiting while its twin is in
+  // flight), applies it when it is new and remembers its reply.
+  protocol::ReplyMsg ApplyOnce(uint64_t client_id, const Request& req, bool* remember)
+      EXCLUDES(cache_mu_, writes_gate_, mu_);
+  // Applies a client write under the writes gate and the key's lock.
+  protocol::ReplyMsg ApplyWrite(const Request& req, bool* remember) EXCLUDES(cache_mu_, writes_gate_, mu_);
+  // Both with the writes gate (shared) and the key's stripe held.
+  protocol::ReplyMsg ApplyPut(uint64_t request_id, std::string_view key, std::string_view value, bool* remember)
+      REQUIRES_SHARED(writes_gate_) EXCLUDES(mu_);
+  protocol::ReplyMsg ApplyDelete(uint64_t request_id, std::string_view key, bool* remember)
+      REQUIRES_SHARED(writes_gate_) EXCLUDES(mu_);
+  // A version for a client PUT: above the store's high-water mark and every
+  // version reserved before; recorded as reserved. 0 when the version space
+  // is exhausted (the PUT is then refused RESOURCE_EXHAUSTED).
+  uint64_t ReserveVersion() REQUIRES(mu_);
+  // Forwards the record {key, value, version} to every backup of `route` and
+  // reports the ones that fail: OK when the write may go on locally.
+  Status Replicate(const WriteRoute& route, protocol::Op op, std::string_view key, std::string_view value,
+                   uint64_t version) REQUIRES_SHARED(writes_gate_) EXCLUDES(mu_);
+  // The durable write and publish of a PUT with `version`.
+  protocol::ReplyMsg InstallPut(uint64_t request_id, std::string_view key, std::string_view value,
+                                uint64_t version) REQUIRES(mu_);
+  // With a policy, before a client write of `key` writes or forwards
+  // anything: sets *route and returns nullopt when RouteWrite routes it
+  // here and CheckLease allows it; else the refusal, not to be remembered:
+  // RouteWrite's error, or (no lease, counted) FAILED_PRECONDITION with
+  // Reason::kNoLease and the route's map version (nothing applied), which
+  // the client resends. Without a policy: nullopt, *route left empty.
+  std::optional<protocol::ReplyMsg> RouteClientWrite(uint64_t request_id, std::string_view key,
+                                                     std::optional<WriteRoute>* route, bool* remember);
+  // With a policy, just before a client write of `key` routed by `route`
+  // is published: nullopt while CheckLease allows acknowledging it and the
+  // current map still routes the key here with no backup `route` lacked;
+  // else the UNAVAILABLE reply with Reason::kOutcomeUnknown (the lease
+  // expired, counted, or the map changed mid-write), not to be remembered.
+  std::optional<protocol::ReplyMsg> RefuseWithoutLease(uint64_t request_id, std::string_view key,
+                                                       const WriteRoute& route, bool* remember) REQUIRES(mu_);
+  // The durable delete and unpublish of a DELETE; NOT_FOUND if absent.
+  protocol::ReplyMsg DeleteLocal(uint64_t request_id, std::string_view key) REQUIRES(mu_);
+  protocol::ReplyMsg InstallReplica(const Request& req) REQUIRES(mu_);
+  protocol::ReplyMsg Error(uint64_t request_id, const Status& status);
+
+  // Lock order: see Thread safety in the file comment.
+  //
+  // The request cache and the requests being applied, by (client id,
+  // request id): a request found here is not applied again until its twin
+  // is done (cache_done_ is signalled whenever one is).
+  Mutex cache_mu_;
+  RequestCache cache_ GUARDED_BY(cache_mu_);
+  std::set<std::pair<uint64_t, uint64_t>> in_flight_ GUARDED_BY(cache_mu_);
+  CondVar cache_done_;
+  // Taken briefly before writes_gate_ by every client write, and held by
+  // SnapshotShard while it waits for the gate: a waiting snapshot stops
+  // new writes from entering (std::shared_mutex may prefer readers, and a
+  // server under a steady write load always has one in flight).
+  Mutex gate_turnstile_ ACQUIRED_BEFORE(writes_gate_);
+  // Shared: a client write in flight (route to reply). Exclusive: no
+  // client write is in flight (SnapshotShard).
+  SharedMutex writes_gate_ ACQUIRED_BEFORE(mu_);
+  // Serializes the client writes of one key (a key uses
+  // key_stripes_[KeyStripe(key)]), taken after writes_gate_, before mu_.
+  static constexpr size_t kKeyStripes = 256;
+  static size_t KeyStripe(std::string_view key);
+  std::array<Mutex, kKeyStripes> key_stripes_;
+  // Guards the store, table and heap: held for a write's local steps only.
+  mutable Mutex mu_;
+  Store* const store_ PT_GUARDED_BY(mu_);
+  Store* const syncer_;  // store_, for SyncWrites only (thread-safe there)
+  Table* const table_ PT_GUARDED_BY(mu_);
+  Heap* const heap_ PT_GUARDED_BY(mu_);
+  // The highest version reserved for a client PUT (published, in flight,
+  // or forwarded and then failed, which the backups may hold): later PUTs
+  // get versions above it. In memory only: a restart relies on the store's
+  // high-water mark alone.
+  uint64_t reserved_version_ GUARDED_BY(mu_) = 0;
+  // Catch-up: per shard being synced, the forwarded deletes of its keys
+  // (key -> highest version deleted); see BeginSync.
+  std::map<uint32_t, std::unordered_map<std::string, uint64_t>> sync_tombstones_ GUARDED_BY(mu_);
+  uint32_t sync_shard_count_ GUARDED_BY(mu_) = 0;
+  // Records a forwarded delete of `key` at `version` when its shard is
+  // being synced.
+  void NoteSyncDelete(std::string_view key, uint64_t version) REQUIRES(mu_);
+  const ApplyLimits limits_;
+  const ApplyReplication replication_;
+
+  std::atomic<uint64_t> puts_{0};
+  std::atomic<uint64_t> deletes_{0};
+  std::atomic<uint64_t> replays_{0};
+  std::atomic<uint64_t> errors_{0};
+  std::atomic<uint64_t> forwarded_{0};
+  std::atomic<uint64_t> backup_failures_{0};
+  std::atomic<uint64_t> replica_writes_{0};
+  std::atomic<uint64_t> replica_stale_{0};
+  std::atomic<uint64_t> replica_refused_{0};
+  std::atomic<uint64_t> lease_refusals_{0};
+};
+
+// Fills a reply; `message` is cut to fit and NUL-terminated.
+protocol::ReplyMsg MakeReply(uint64_t request_id, StatusCode code, uint64_t version, std::string_view message,
+                             Reason reason = Reason::kNone, uint64_t map_version = 0);
+
+}  // namespace rkv::server

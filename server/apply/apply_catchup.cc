@@ -1,0 +1,152 @@
+// The catch-up half of the Applier (server/apply/apply.h, "Catch-up"): the
+// primary's snapshot of a shard and the fetcher's installs, deletes and
+// tombstones. See docs/design.md, "Catch-up".
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include <glog/logging.h>
+
+#include "common/hash.h"
+#include "common/record.h"
+#include "server/apply/apply.h"
+
+namespace rkv::server {
+
+Status Applier::SnapshotShard(uint32_t shard, uint32_t shard_count, uint64_t since_version,
+                              const std::function<Status()>& check, std::vector<ShardRecord>* out,
+                              uint64_t* snapshot_version) {
+  out->clear();
+  if (shard_count == 0 || shard >= shard_count) {
+    return InvalidArgument("shard " + std::to_string(shard) + " is not below shard_count " +
+                           std::to_string(shard_count));
+  }
+  // No client write is in flight while the writes gate is held
+  // exclusively: each one either published before this point (the
+  // snapshot has it) or routes after it, by a map that still lists the
+  // fetcher (`check` saw it there) and so forwards to it. The turnstile
+  // keeps new writes out while the gate drains.
+  MutexLock turnstile(gate_turnstile_);
+  WriterLock gate(writes_gate_);
+  RKV_RETURN_IF_ERROR(check());
+  MutexLock lock(mu_);
+  // Every version reserved so far belongs to a write that published (at or
+  // below the store's mark) or failed; none is in flight. Writes after
+  // this point reserve versions above it, so the fetcher's DeleteUnlisted
+  // (keys at or below it that were not listed) never removes one of them.
+  *snapshot_version = std::max(store_->version_high_water(), reserved_version_);
+  return store_->Scan([&](std::string_view key, uint64_t version, std::string_view value) {
+    if (ShardOf(key, shard_count) != shard) return Status::Ok();
+    ShardRecord r;
+    r.key.assign(key);
+    r.version = version;
+    if (version > since_version) {
+      r.has_value = true;
+      r.value.assign(value);
+    }
+    out->push_back(std::move(r));
+    return Status::Ok();
+  });
+}
+
+std::vector<Applier::ShardRecord> Applier::ReadKeys(const std::vector<std::string>& keys) const {
+  std::vector<ShardRecord> found;
+  MutexLock lock(mu_);
+  for (const std::string& key : keys) {
+    const std::optional<Table::Entry> e = table_->Lookup(key);
+    if (!e) continue;
+    const Table::Record rec = table_->RecordAt(e->slot);
+    found.push_back(ShardRecord{std::string(rec.key), rec.version, true, std::string(rec.value)});
+  }
+  return found;
+}
+
+void Applier::BeginSync(uint32_t shard, uint32_t shard_count) {
+  MutexLock lock(mu_);
+  sync_shard_count_ = shard_count;
+  sync_tombstones_[shard].clear();
+}
+
+void Applier::EndSync(uint32_t shard) {
+  MutexLock lock(mu_);
+  sync_tombstones_.erase(shard);
+}
+
+void Applier::NoteSyncDelete(std::string_view key, uint64_t version) {
+  if (sync_tombstones_.empty() || sync_shard_count_ == 0) return;
+  const auto it = sync_tombstones_.find(ShardOf(key, sync_shard_count_));
+  if (it == sync_tombstones_.end()) return;
+  uint64_t& deleted = it->second[std::string(key)];
+  deleted = std::max(deleted, version);
+}
+
+StatusOr<uint64_t> Applier::ShardHighWater(uint32_t shard, uint32_t shard_count) const {
+  uint64_t high = 0;
+  MutexLock lock(mu_);
+  RKV_RETURN_IF_ERROR(store_->Scan([&](std::string_view key, uint64_t version, std::string_view) {
+    if (ShardOf(key, shard_count) == shard) high = std::max(high, version);
+    return Status::Ok();
+  }));
+  return high;
+}
+
+uint64_t Applier::HeldVersion(std::string_view key) const {
+  MutexLock lock(mu_);
+  const std::optional<Table::Entry> e = table_->Lookup(key);
+  return e ? e->version : 0;
+}
+
+StatusOr<Applier::FetchedOutcome> Applier::InstallFetched(const ShardRecord& record) {
+  if (record.key.empty() || record.key.size() > limits_.max_key_bytes) {
+    return InvalidArgument("fetched record has a key of " + std::to_string(record.key.size()) +
+                           " bytes (1.." + std::to_string(limits_.max_key_bytes) + " allowed)");
+  }
+  const std::string where = "fetched record of key '" + PrintableKey(record.key) + "'";
+  if (record.version == 0) return InvalidArgument(where + " carries version 0");
+  if (!record.has_value) return InvalidArgument(where + " carries no value");
+  if (record.value.size() > limits_.max_value_bytes) {
+    return InvalidArgument(where + " has a value of " + std::to_string(record.value.size()) +
+                           " bytes, above max_value_bytes " + std::to_string(limits_.max_value_bytes));
+  }
+  MutexLock lock(mu_);
+  if (sync_shard_count_ != 0) {
+    const auto shard = sync_tombstones_.find(ShardOf(record.key, sync_shard_count_));
+    if (shard != sync_tombstones_.end()) {
+      const auto deleted = shard->second.find(record.key);
+      if (deleted != shard->second.end() && record.version <= deleted->second) {
+        return FetchedOutcome::kDeletedMeanwhile;
+      }
+    }
+  }
+  const std::optional<Table::Entry> current = table_->Lookup(record.key);
+  if (current && current->version >= record.version) return FetchedOutcome::kNotNewer;
+  if (!table_->PrepareInsert(record.key, Heap::Clock::now())) {
+    return ResourceExhausted("table full: no slot in the key's neighbourhood, even after moving keys (raise "
+                             "--max_keys)");
+  }
+  const protocol::ReplyMsg reply = InstallPut(0, record.key, record.value, record.version);
+  if (reply.status_code != static_cast<int32_t>(StatusCode::kOk)) {
+    return Status(static_cast<StatusCode>(reply.status_code), reply.message).WithContext(where);
+  }
+  return FetchedOutcome::kInstalled;
+}
+
+StatusOr<uint64_t> Applier::DeleteUnlisted(uint32_t shard, uint32_t shard_count, uint64_t snapshot_version,
+                                           const std::unordered_set<std::string>& listed) {
+  MutexLock lock(mu_);
+  std::vector<std::string> gone;
+  RKV_RETURN_IF_ERROR(store_->Scan([&](std::string_view key, uint64_t version, std::string_view) {
+    if (version <= snapshot_version && ShardOf(key, shard_count) == shard && listed.count(std::string(key)) == 0) {
+      gone.emplace_back(key);
+    }
+    return Status::Ok();
+  }));
+  for (const std::string& key : gone) {
+    if (Status s = store_->Delete(key); !s.ok()) return s.WithContext("durable delete of a key gone from the primary");
+    if (table_->Lookup(key)) (void)table_->Delete(key, Heap::Clock::now());
+    deletes_.fetch_add(1, std::memory_order_relaxed);
+  }
+  return static_cast<uint64_t>(gone.size());
+}
+
+}  // namespace rkv::server

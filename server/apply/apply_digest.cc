@@ -1,0 +1,89 @@
+// The Applier's read-only passes over its table for replica verification
+// (Admin.ShardChecksums and Admin.ListShard): see "Verifying replicas" in
+// server/apply/apply.h.
+#include <atomic>
+#include <cstring>
+#include <unordered_map>
+
+// The state on the stack: no allocation per record.
+#define XXH_STATIC_LINKING_ONLY
+#include <xxhash.h>
+
+#include "common/hash.h"
+#include "common/layout.h"
+#include "server/apply/apply.h"
+
+namespace rkv::server {
+namespace {
+
+// Calls fn(record) for every record the table's index references. The
+// caller holds the table mutex: no slot changes during the pass, so every
+// key is seen exactly once. The index is walked through the layout
+// contract (common/layout.h) from the header's address, as a client would.
+template <typename Fn>
+void ForEachRecord(const Table& table, Fn&& fn) {
+  const auto* index = reinterpret_cast<const uint8_t*>(&table.header());
+  const uint64_t buckets = table.bucket_count();
+  for (uint64_t b = 0; b < buckets; ++b) {
+    const auto* bucket = reinterpret_cast<const layout::Bucket*>(index + layout::BucketOffset(b));
+    for (size_t i = 0; i < layout::kSlotsPerBucket; ++i) {
+      // Only the apply path stores slots, under the mutex the caller holds.
+      const uint64_t slot =
+          std::atomic_ref<uint64_t>(const_cast<uint64_t&>(bucket->slots[i])).load(std::memory_order_relaxed);
+      if (slot != layout::kEmptySlot) fn(table.RecordAt(slot));
+    }
+  }
+}
+
+}  // namespace
+
+uint64_t Applier::RecordChecksum(std::string_view key, uint64_t version, std::string_view value) {
+  XXH64_state_t state;
+  XXH64_reset(&state, 0);
+  XXH64_update(&state, key.data(), key.size());
+  uint8_t le[8];
+  for (int i = 0; i < 8; ++i) le[i] = static_cast<uint8_t>(version >> (8 * i));
+  XXH64_update(&state, le, sizeof(le));
+  XXH64_update(&state, value.data(), value.size());
+  return XXH64_digest(&state);
+}
+
+std::vector<Applier::ShardDigest> Applier::DigestShards(uint32_t shard_count, std::span<const uint32_t> shards) const {
+  std::vector<ShardDigest> out(shards.size());
+  // shard -> the first entry of `out` for it; repeats are copied at the end.
+  std::unordered_map<uint32_t, size_t> wanted;
+  for (size_t i = 0; i < shards.size(); ++i) {
+    out[i].shard = shards[i];
+    wanted.emplace(shards[i], i);
+  }
+  if (shard_count == 0 || wanted.empty()) return out;
+  {
+    MutexLock lock(mu_);
+    ForEachRecord(*table_, [&](const Table::Record& r) {
+      const auto it = wanted.find(ShardOf(r.key, shard_count));
+      if (it == wanted.end()) return;
+      ShardDigest& d = out[it->second];
+      ++d.keys;
+      d.checksum += RecordChecksum(r.key, r.version, r.value);  // unsigned: wraps mod 2^64
+      if (r.version > d.max_version) d.max_version = r.version;
+    });
+  }
+  for (size_t i = 0; i < shards.size(); ++i) {
+    const size_t first = wanted.at(shards[i]);
+    if (first != i) out[i] = out[first];
+  }
+  return out;
+}
+
+Applier::ShardListing Applier::ListShard(uint32_t shard_count, uint32_t shard) const {
+  ShardListing out;
+  if (shard_count == 0 || shard >= shard_count) return out;
+  MutexLock lock(mu_);
+  ForEachRecord(*table_, [&](const Table::Record& r) {
+    if (ShardOf(r.key, shard_count) == shard) out.records.emplace_back(std::string(r.key), r.version);
+  });
+  out.snapshot_version = store_->version_high_water();
+  return out;
+}
+
+}  // namespace rkv::server

@@ -1,0 +1,408 @@
+#include "server/apply/apply.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <limits>
+#include <memory>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include "common/record.h"
+#include "server/apply/local_table_test_util.h"
+
+namespace rkv::server {
+namespace {
+
+using namespace std::chrono_literals;
+
+constexpr size_t kRingBytes = 64 * 1024;
+
+// An applier over a real store, table and heap, with one staging ring.
+class ApplyTest : public ::testing::Test {
+ protected:
+  void SetUp() override { Build(/*log2=*/6, /*heap_bytes=*/1 << 20, 100ms, ApplyLimits{64, 8192}); }
+  void TearDown() override {
+    applier_.reset();
+    local_.Close();
+  }
+
+  void Build(uint32_t log2, uint64_t heap_bytes, std::chrono::milliseconds grace, ApplyLimits limits,
+             RequestCacheLimits replies = {}) {
+    applier_.reset();
+    const Status opened = local_.Open("rkv_apply_test", log2, heap_bytes, grace);
+    ASSERT_TRUE(opened.ok()) << opened;
+    applier_ = std::make_unique<Applier>(local_.store.get(), local_.table.get(), local_.heap.get(), limits, replies);
+    ring_.assign(kRingBytes, 0);
+  }
+
+  // Writes a record at `offset` of the ring; returns its block length.
+  uint32_t Stage(uint64_t offset, std::string_view key, std::string_view value, uint16_t flags = 0,
+                 uint64_t version = 0) {
+    return static_cast<uint32_t>(EncodeRecord(std::span<uint8_t>(ring_).subspan(offset), key, value, version, flags));
+  }
+
+  static std::vector<uint8_t> Msg(protocol::Op op, uint64_t offset, uint32_t length, uint64_t id) {
+    protocol::RequestMsg m{};
+    m.op = static_cast<uint8_t>(op);
+    m.length = length;
+    m.request_id = id;
+    m.ring_offset = offset;
+    std::vector<uint8_t> out(sizeof(m));
+    std::memcpy(out.data(), &m, sizeof(m));
+    return out;
+  }
+
+  // Applies the request message `msg` (its record staged in the ring) as
+  // a request of client `client`.
+  protocol::ReplyMsg Apply(const std::vector<uint8_t>& msg, uint64_t client = kClient) {
+    return applier_->Apply(client, msg, ring_);
+  }
+
+  // Request id 0 picks a fresh one: every request of a client needs its own.
+  protocol::ReplyMsg Put(std::string_view key, std::string_view value, uint64_t id = 0, uint64_t offset = 0) {
+    const uint32_t len = Stage(offset, key, value);
+    return Apply(Msg(protocol::Op::kPut, offset, len, id != 0 ? id : next_id_++));
+  }
+  protocol::ReplyMsg Del(std::string_view key, uint64_t id = 0, uint64_t offset = 0) {
+    const uint32_t len = Stage(offset, key, "", layout::kBlockFlagTombstone);
+    return Apply(Msg(protocol::Op::kDelete, offset, len, id != 0 ? id : next_id_++));
+  }
+
+  std::optional<std::string> TableValue(std::string_view key) {
+    auto e = local_.table->Lookup(key);
+    if (!e) return std::nullopt;
+    return std::string(local_.table->RecordAt(e->slot).value);
+  }
+  std::optional<std::string> StoreValue(std::string_view key) {
+    auto v = local_.store->Get(key);
+    EXPECT_TRUE(v.ok()) << v.status();
+    if (!v.ok() || !v->has_value()) return std::nullopt;
+    return (*v)->value;
+  }
+
+  // The reply is an error with `code`, echoes `id`, returns a credit and
+  // says why; and nothing was stored.
+  void ExpectError(const protocol::ReplyMsg& r, StatusCode code, uint64_t id) {
+    EXPECT_EQ(r.status_code, static_cast<int32_t>(code)) << r.message;
+    EXPECT_EQ(r.request_id, id);
+    EXPECT_EQ(r.credits, 1u);
+    EXPECT_EQ(r.version, 0u);
+    const size_t len = strnlen(r.message, sizeof(r.message));
+    EXPECT_LT(len, sizeof(r.message));
+    EXPECT_GT(len, 0u);
+  }
+
+  testing::LocalTable local_;
+  std::unique_ptr<Applier> applier_;
+  std::vector<uint8_t> ring_;
+  uint64_t next_id_ = 1000;  // above the ids tests give explicitly
+  static constexpr uint64_t kClient = 0xC1;
+};
+
+TEST_F(ApplyTest, PutReplaceDelete) {
+  auto r = Put("key", "v1", 11);
+  EXPECT_EQ(r.status_code, 0) << r.message;
+  EXPECT_EQ(r.request_id, 11u);
+  EXPECT_EQ(r.credits, 1u);
+  EXPECT_EQ(r.version, 1u);
+  EXPECT_EQ(r.message[0], '\0');
+  EXPECT_EQ(TableValue("key"), "v1");
+  EXPECT_EQ(StoreValue("key"), "v1");
+
+  r = Put("key", "v2", 12, 128);
+  EXPECT_EQ(r.status_code, 0) << r.message;
+  EXPECT_EQ(r.version, 2u);
+  EXPECT_EQ(TableValue("key"), "v2");
+  EXPECT_EQ(StoreValue("key"), "v2");
+  EXPECT_EQ(local_.table->Lookup("key")->version, 2u);
+
+  r = Del("key", 13);
+  EXPECT_EQ(r.status_code, 0) << r.message;
+  EXPECT_EQ(r.version, 2u) << "a DELETE reply carries the deleted version";
+  EXPECT_FALSE(TableValue("key").has_value());
+  EXPECT_FALSE(StoreValue("key").has_value());
+
+  // Versions keep growing across the delete.
+  r = Put("key", "v3", 14);
+  EXPECT_EQ(r.version, 3u);
+
+  const auto snap = applier_->snapshot();
+  EXPECT_EQ(snap.puts, 3u);
+  EXPECT_EQ(snap.deletes, 1u);
+  EXPECT_EQ(snap.request_errors, 0u);
+  EXPECT_EQ(snap.keys, 1u);
+}
+
+TEST_F(ApplyTest, APutWhenEveryVersionIsTakenIsRefusedAndChangesNothing) {
+  ASSERT_EQ(Put("key", "v1", 11).status_code, 0);
+  // A record at the top of the version space (as a replica may install
+  // one): no version is left above it for a client PUT.
+  ASSERT_TRUE(local_.store->Put("top", "t", std::numeric_limits<uint64_t>::max()).ok());
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    // Refused, and not remembered: the same request again is refused the
+    // same way rather than answered with a version it never got.
+    const auto r = Put("key", "v2", 12);
+    ExpectError(r, StatusCode::kResourceExhausted, 12);
+    EXPECT_NE(std::string(r.message).find("exhausted"), std::string::npos) << r.message;
+  }
+  EXPECT_EQ(TableValue("key"), "v1");
+  EXPECT_EQ(StoreValue("key"), "v1");
+  EXPECT_EQ(local_.table->Lookup("key")->version, 1u);
+  EXPECT_EQ(applier_->snapshot().puts, 1u);
+}
+
+TEST_F(ApplyTest, DeleteOfAMissingKeyIsNotFound) {
+  auto r = Del("nothing", 5);
+  ExpectError(r, StatusCode::kNotFound, 5);
+  EXPECT_EQ(applier_->snapshot().request_errors, 0u);
+}
+
+TEST_F(ApplyTest, EmptyValueAndBinaryKey) {
+  const std::string key("\0k\xff", 3);
+  auto r = Put(key, "");
+  EXPECT_EQ(r.status_code, 0) << r.message;
+  EXPECT_EQ(TableValue(key), "");
+  EXPECT_EQ(StoreValue(key), "");
+}
+
+TEST_F(ApplyTest, MalformedMessagesGetClearErrors) {
+  const uint32_t len = Stage(0, "key", "value");
+  auto good = Msg(protocol::Op::kPut, 0, len, 77);
+
+  auto shorter = good;
+  shorter.resize(20);
+  ExpectError(Apply(shorter), StatusCode::kInvalidArgument, 77);
+  auto longer = good;
+  longer.push_back(0);
+  ExpectError(Apply(longer), StatusCode::kInvalidArgument, 77);
+  ExpectError(Apply(std::vector<uint8_t>(3, 0)), StatusCode::kInvalidArgument, 0);
+
+  auto m = good;
+  m[0] = 9;  // op
+  ExpectError(Apply(m), StatusCode::kInvalidArgument, 77);
+  m = good;
+  m[2] = 1;  // reserved
+  ExpectError(Apply(m), StatusCode::kInvalidArgument, 77);
+
+  ExpectError(Apply(Msg(protocol::Op::kPut, 32, len, 77)), StatusCode::kInvalidArgument, 77);  // unaligned
+  ExpectError(Apply(Msg(protocol::Op::kPut, kRingBytes, 64, 77)), StatusCode::kInvalidArgument, 77);
+  ExpectError(Apply(Msg(protocol::Op::kPut, kRingBytes - 64, 128, 77)), StatusCode::kInvalidArgument, 77);
+  ExpectError(Apply(Msg(protocol::Op::kPut, ~uint64_t{63}, 128, 77)), StatusCode::kInvalidArgument, 77);
+  ExpectError(Apply(Msg(protocol::Op::kPut, 0, 16, 77)), StatusCode::kInvalidArgument, 77);  // < header
+  ExpectError(Apply(Msg(protocol::Op::kPut, 0, 0xFFFFFFFF, 77)), StatusCode::kInvalidArgument, 77);
+  // Longer than the record's block (the next block's bytes would count).
+  ExpectError(Apply(Msg(protocol::Op::kPut, 0, len + 64, 77)), StatusCode::kInvalidArgument, 77);
+  // Shorter than the record.
+  ExpectError(Apply(Msg(protocol::Op::kPut, 0, 24, 77)), StatusCode::kInvalidArgument, 77);
+
+  EXPECT_FALSE(TableValue("key").has_value());
+  EXPECT_FALSE(StoreValue("key").has_value());
+  EXPECT_EQ(applier_->snapshot().request_errors, 13u);
+
+  // And the good one still works afterwards.
+  EXPECT_EQ(Apply(good).status_code, 0);
+  EXPECT_EQ(TableValue("key"), "value");
+}
+
+TEST_F(ApplyTest, BadRecordsGetClearErrors) {
+  // Checksum mismatch: DATA_LOSS.
+  uint32_t len = Stage(0, "key", "value");
+  ring_[30] ^= 0x40;
+  ExpectError(Apply(Msg(protocol::Op::kPut, 0, len, 1)), StatusCode::kDataLoss, 1);
+  // A record not yet (or half) written: zeros.
+  std::memset(ring_.data(), 0, 256);
+  ExpectError(Apply(Msg(protocol::Op::kPut, 0, 64, 2)), StatusCode::kInvalidArgument, 2);
+  // Version set by the client.
+  len = Stage(0, "key", "value", 0, 5);
+  ExpectError(Apply(Msg(protocol::Op::kPut, 0, len, 3)), StatusCode::kInvalidArgument, 3);
+  // Key and value limits (64 and 8192 in this fixture).
+  len = Stage(0, std::string(65, 'k'), "v");
+  ExpectError(Apply(Msg(protocol::Op::kPut, 0, len, 4)), StatusCode::kInvalidArgument, 4);
+  len = Stage(0, "k", std::string(8193, 'v'));
+  ExpectError(Apply(Msg(protocol::Op::kPut, 0, len, 5)), StatusCode::kInvalidArgument, 5);
+  // Tombstone rules.
+  len = Stage(0, "k", "v", layout::kBlockFlagTombstone);
+  ExpectError(Apply(Msg(protocol::Op::kPut, 0, len, 6)), StatusCode::kInvalidArgument, 6);
+  ExpectError(Apply(Msg(protocol::Op::kDelete, 0, len, 7)), StatusCode::kInvalidArgument, 7);  // has a value
+  len = Stage(0, "k", "");
+  ExpectError(Apply(Msg(protocol::Op::kDelete, 0, len, 8)), StatusCode::kInvalidArgument, 8);  // no tombstone
+  EXPECT_EQ(local_.table->size(), 0u);
+
+  // The largest allowed record is accepted.
+  len = Stage(0, std::string(64, 'k'), std::string(8192, 'v'));
+  EXPECT_EQ(Apply(Msg(protocol::Op::kPut, 0, len, 9)).status_code, 0);
+}
+
+TEST_F(ApplyTest, GarbageNeverCrashesOrChangesAnything) {
+  std::mt19937_64 rng(1234);
+  for (auto& b : ring_) b = static_cast<uint8_t>(rng());
+  for (int i = 0; i < 20000; ++i) {
+    protocol::RequestMsg m{};
+    m.op = static_cast<uint8_t>(1 + rng() % 2);
+    m.length = static_cast<uint32_t>(rng() % 4096);
+    m.request_id = i;
+    m.ring_offset = (rng() % (kRingBytes / 64 + 2)) * 64;
+    std::vector<uint8_t> msg(sizeof(m));
+    std::memcpy(msg.data(), &m, sizeof(m));
+    const auto r = Apply(msg);
+    ASSERT_NE(r.status_code, 0);
+    ASSERT_EQ(r.request_id, static_cast<uint64_t>(i));
+    ASSERT_EQ(r.credits, 1u);
+  }
+  EXPECT_EQ(local_.table->size(), 0u);
+  EXPECT_EQ(local_.store->version_high_water(), 0u);
+}
+
+TEST_F(ApplyTest, TableFullIsRefusedWithoutAStoreWrite) {
+  Build(/*log2=*/1, 1 << 20, 100ms, ApplyLimits{64, 8192});
+  int accepted = 0;
+  protocol::ReplyMsg r{};
+  for (int i = 0; i < 100; ++i) {
+    r = Put("k" + std::to_string(i), "v", i + 1);
+    if (r.status_code != 0) {
+      ExpectError(r, StatusCode::kResourceExhausted, i + 1);
+      EXPECT_FALSE(StoreValue("k" + std::to_string(i)).has_value());
+      break;
+    }
+    ++accepted;
+  }
+  EXPECT_EQ(r.status_code, static_cast<int32_t>(StatusCode::kResourceExhausted));
+  EXPECT_EQ(local_.table->size(), static_cast<uint64_t>(accepted));
+  EXPECT_EQ(local_.store->version_high_water(), static_cast<uint64_t>(accepted));
+}
+
+TEST_F(ApplyTest, HeapFullUndoesTheStoreWrite) {
+  // 4 KiB of heap, and a grace period long enough that nothing comes back.
+  Build(6, 4096, std::chrono::hours(1), ApplyLimits{64, 8192});
+  ASSERT_EQ(Put("old", std::string(1000, 'a')).status_code, 0);  // 1088 -> 1280 class
+  ASSERT_EQ(Put("other", std::string(1000, 'b')).status_code, 0);
+  // Replace: no room for a 3 KiB block.
+  auto r = Put("old", std::string(3000, 'c'), 3);
+  ExpectError(r, StatusCode::kResourceExhausted, 3);
+  EXPECT_EQ(TableValue("old"), std::string(1000, 'a'));
+  EXPECT_EQ(StoreValue("old"), std::string(1000, 'a')) << "the store must be restored";
+  EXPECT_EQ((*local_.store->Get("old"))->version, 1u);
+  // New key: removed from the store again.
+  r = Put("new", std::string(3000, 'd'), 4);
+  ExpectError(r, StatusCode::kResourceExhausted, 4);
+  EXPECT_FALSE(TableValue("new").has_value());
+  EXPECT_FALSE(StoreValue("new").has_value());
+  EXPECT_EQ(local_.table->size(), 2u);
+}
+
+TEST_F(ApplyTest, HeapFullOfQuarantineWaitsOneGracePeriod) {
+  // Room for exactly one 1280-byte block, and a short grace period.
+  Build(6, 1280, 20ms, ApplyLimits{64, 8192});
+  ASSERT_EQ(Put("k", std::string(1000, 'a')).status_code, 0);
+  ASSERT_EQ(Del("k").status_code, 0);  // the block goes into quarantine
+  EXPECT_EQ(local_.heap->stats().quarantined_bytes, 1280u);
+  // The next PUT finds the heap full, waits for the quarantine and succeeds.
+  auto r = Put("k2", std::string(1000, 'b'));
+  EXPECT_EQ(r.status_code, 0) << r.message;
+  EXPECT_EQ(TableValue("k2"), std::string(1000, 'b'));
+  EXPECT_EQ(local_.heap->stats().quarantined_bytes, 0u);
+}
+
+TEST_F(ApplyTest, AReplayedPutGetsTheOriginalReplyAndIsAppliedOnce) {
+  const auto first = Put("key", "v1", 21);
+  ASSERT_EQ(first.status_code, 0) << first.message;
+  ASSERT_EQ(first.version, 1u);
+  // The same request again (as a client resends it on a new connection,
+  // staged at another ring offset): the original reply, nothing applied.
+  const auto again = Put("key", "v1", 21, 256);
+  EXPECT_EQ(again.status_code, 0) << again.message;
+  EXPECT_EQ(again.request_id, 21u);
+  EXPECT_EQ(again.version, 1u);
+  EXPECT_EQ(again.credits, 1u);
+  EXPECT_EQ(local_.store->version_high_water(), 1u);
+  EXPECT_EQ((*local_.store->Get("key"))->version, 1u);
+  EXPECT_EQ(applier_->snapshot().puts, 1u);
+  EXPECT_EQ(applier_->snapshot().replays, 1u);
+  // A newer PUT of the key, then the old request once more: still its own
+  // reply, and the newer value stays.
+  ASSERT_EQ(Put("key", "v2", 22).version, 2u);
+  EXPECT_EQ(Put("key", "v1", 21).version, 1u);
+  EXPECT_EQ(TableValue("key"), "v2");
+  EXPECT_EQ(local_.store->version_high_water(), 2u);
+}
+
+TEST_F(ApplyTest, AReplayedDeleteGetsTheOriginalOk) {
+  ASSERT_EQ(Put("key", "v").status_code, 0);
+  const auto first = Del("key", 31);
+  ASSERT_EQ(first.status_code, 0) << first.message;
+  ASSERT_EQ(first.version, 1u);
+  const auto again = Del("key", 31);
+  EXPECT_EQ(again.status_code, 0) << again.message << " (a retried DELETE must not report NOT_FOUND)";
+  EXPECT_EQ(again.version, 1u);
+  EXPECT_EQ(applier_->snapshot().deletes, 1u);
+  // A new DELETE of the absent key is NOT_FOUND, as before.
+  EXPECT_EQ(Del("key", 32).status_code, static_cast<int32_t>(StatusCode::kNotFound));
+}
+
+TEST_F(ApplyTest, RequestIdsArePerClient) {
+  // Two clients may use the same request id: both are applied.
+  const uint32_t len = Stage(0, "key", "v");
+  const auto a = Apply(Msg(protocol::Op::kPut, 0, len, 5), /*client=*/1);
+  const auto b = Apply(Msg(protocol::Op::kPut, 0, len, 5), /*client=*/2);
+  ASSERT_EQ(a.status_code, 0) << a.message;
+  ASSERT_EQ(b.status_code, 0) << b.message;
+  EXPECT_EQ(a.version, 1u);
+  EXPECT_EQ(b.version, 2u);
+  EXPECT_EQ(applier_->snapshot().replays, 0u);
+}
+
+TEST_F(ApplyTest, ARequestRefusedByValidationIsNotRemembered) {
+  // A corrupt record is refused; the client's fixed resend of the same id
+  // is applied.
+  uint32_t len = Stage(0, "key", "value");
+  ring_[layout::RecordBytes(3, 5) - 1] ^= 0xFF;
+  ExpectError(Apply(Msg(protocol::Op::kPut, 0, len, 41)), StatusCode::kDataLoss, 41);
+  len = Stage(0, "key", "value");
+  const auto r = Apply(Msg(protocol::Op::kPut, 0, len, 41));
+  EXPECT_EQ(r.status_code, 0) << r.message;
+  EXPECT_EQ(r.version, 1u);
+}
+
+TEST_F(ApplyTest, AReplayWhoseReplyWasForgottenIsRefusedNotApplied) {
+  Build(6, 1 << 20, 100ms, ApplyLimits{64, 8192}, {.max_clients = 4, .requests_per_client = 2});
+  ASSERT_EQ(Put("a", "1", 1).version, 1u);
+  ASSERT_EQ(Put("b", "1", 2).version, 2u);
+  ASSERT_EQ(Put("c", "1", 3).version, 3u);  // forgets request 1
+  ExpectError(Put("a", "1", 1), StatusCode::kAborted, 1);
+  EXPECT_EQ(local_.store->version_high_water(), 3u);
+  EXPECT_EQ(Put("b", "1", 2).version, 2u);  // still remembered
+}
+
+TEST_F(ApplyTest, ConcurrentReplaysOfOneRequestApplyItOnce) {
+  // The same request from several connections at once (an original still
+  // being applied and its retries): one apply, one version for all.
+  constexpr int kThreads = 4;
+  std::vector<std::vector<uint8_t>> rings(kThreads, std::vector<uint8_t>(kRingBytes, 0));
+  std::vector<uint8_t> msg;
+  for (auto& ring : rings) {
+    const uint64_t len = EncodeRecord(std::span<uint8_t>(ring), "key", "v", 0, 0);
+    msg = Msg(protocol::Op::kPut, 0, static_cast<uint32_t>(len), 51);
+  }
+  std::vector<protocol::ReplyMsg> replies(kThreads);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kThreads; ++i) {
+    threads.emplace_back([&, i] { replies[i] = applier_->Apply(kClient, msg, rings[i]); });
+  }
+  for (auto& t : threads) t.join();
+  for (const auto& r : replies) {
+    EXPECT_EQ(r.status_code, 0) << r.message;
+    EXPECT_EQ(r.version, 1u);
+  }
+  EXPECT_EQ(applier_->snapshot().puts, 1u);
+  EXPECT_EQ(applier_->snapshot().replays, static_cast<uint64_t>(kThreads - 1));
+  EXPECT_EQ(local_.store->version_high_water(), 1u);
+}
+
+}  // namespace
+}  // namespace rkv::server

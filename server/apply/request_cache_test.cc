@@ -1,0 +1,99 @@
+#include "server/apply/request_cache.h"
+
+#include <cstring>
+#include <string>
+
+#include <gtest/gtest.h>
+
+namespace rkv::server {
+namespace {
+
+using Verdict = RequestCache::Verdict;
+
+protocol::ReplyMsg Reply(uint64_t request_id, uint64_t version, int32_t code = 0, const char* message = "") {
+  protocol::ReplyMsg r{};
+  r.request_id = request_id;
+  r.status_code = code;
+  r.credits = 1;
+  r.version = version;
+  std::strncpy(r.message, message, sizeof(r.message) - 1);
+  return r;
+}
+
+TEST(RequestCacheTest, AnsweredRequestsReplayTheirReply) {
+  RequestCache cache({.max_clients = 4, .requests_per_client = 4});
+  protocol::ReplyMsg got{};
+  EXPECT_EQ(cache.Check(7, 1, &got), Verdict::kNew);
+  cache.Insert(7, Reply(1, 10));
+  cache.Insert(7, Reply(2, 0, 5, "key not found"));
+  ASSERT_EQ(cache.Check(7, 1, &got), Verdict::kReplay);
+  EXPECT_EQ(got.request_id, 1u);
+  EXPECT_EQ(got.version, 10u);
+  ASSERT_EQ(cache.Check(7, 2, &got), Verdict::kReplay);
+  EXPECT_EQ(got.status_code, 5);
+  EXPECT_STREQ(got.message, "key not found");
+  EXPECT_EQ(cache.Check(7, 3, &got), Verdict::kNew);
+  // Request ids belong to their client.
+  EXPECT_EQ(cache.Check(8, 1, &got), Verdict::kNew);
+  EXPECT_EQ(cache.clients(), 1u);
+  EXPECT_EQ(cache.replies(), 2u);
+}
+
+TEST(RequestCacheTest, OutOfOrderIdsAreFoundAndGapsAreNew) {
+  RequestCache cache({.max_clients = 4, .requests_per_client = 8});
+  protocol::ReplyMsg got{};
+  cache.Insert(1, Reply(5, 50));
+  cache.Insert(1, Reply(3, 30));  // another connection's request arrived later
+  EXPECT_EQ(cache.Check(1, 3, &got), Verdict::kReplay);
+  EXPECT_EQ(got.version, 30u);
+  EXPECT_EQ(cache.Check(1, 4, &got), Verdict::kNew);  // below the newest, never seen
+}
+
+TEST(RequestCacheTest, APerClientBoundForgetsTheOldestAndRefusesItsRetry) {
+  RequestCache cache({.max_clients = 4, .requests_per_client = 3});
+  protocol::ReplyMsg got{};
+  for (uint64_t id = 1; id <= 5; ++id) cache.Insert(1, Reply(id, id * 10));
+  EXPECT_EQ(cache.replies(), 3u);
+  // 1 and 2 were forgotten: they might be retries, so not new.
+  EXPECT_EQ(cache.Check(1, 1, &got), Verdict::kForgotten);
+  EXPECT_EQ(cache.Check(1, 2, &got), Verdict::kForgotten);
+  for (uint64_t id = 3; id <= 5; ++id) {
+    ASSERT_EQ(cache.Check(1, id, &got), Verdict::kReplay) << id;
+    EXPECT_EQ(got.version, id * 10);
+  }
+  EXPECT_EQ(cache.Check(1, 6, &got), Verdict::kNew);
+}
+
+TEST(RequestCacheTest, TheLeastRecentlyActiveClientIsForgottenFirst) {
+  RequestCache cache({.max_clients = 2, .requests_per_client = 4});
+  protocol::ReplyMsg got{};
+  cache.Insert(1, Reply(1, 10));
+  cache.Insert(2, Reply(1, 20));
+  // Client 1 is active again (a lookup counts), so client 2 is the least
+  // recently active when client 3 arrives.
+  EXPECT_EQ(cache.Check(1, 1, &got), Verdict::kReplay);
+  cache.Insert(3, Reply(1, 30));
+  EXPECT_EQ(cache.clients(), 2u);
+  EXPECT_EQ(cache.replies(), 2u);
+  EXPECT_EQ(cache.Check(2, 1, &got), Verdict::kNew);
+  ASSERT_EQ(cache.Check(1, 1, &got), Verdict::kReplay);
+  EXPECT_EQ(got.version, 10u);
+  ASSERT_EQ(cache.Check(3, 1, &got), Verdict::kReplay);
+  EXPECT_EQ(got.version, 30u);
+}
+
+TEST(RequestCacheTest, MemoryStaysWithinTheBound) {
+  const RequestCacheLimits limits{.max_clients = 16, .requests_per_client = 100};
+  RequestCache cache(limits);
+  for (uint64_t client = 1; client <= 40; ++client) {
+    for (uint64_t id = 1; id <= 250; ++id) cache.Insert(client, Reply(id, id));
+  }
+  EXPECT_EQ(cache.clients(), 16u);
+  EXPECT_EQ(cache.replies(), 16u * 100u);
+  EXPECT_LE(cache.replies() * RequestCache::kBytesPerReply, RequestCache::MaxMemoryBytes(limits));
+  // The defaults, as documented: 1024 clients x 256 replies x 128 bytes.
+  EXPECT_EQ(RequestCache::MaxMemoryBytes(RequestCacheLimits{}), size_t{32} << 20);
+}
+
+}  // namespace
+}  // namespace rkv::server

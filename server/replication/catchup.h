@@ -1,0 +1,127 @@
+// The fetcher side of catch-up (docs/design.md, "Catch-up"): a server that
+// the map lists in a shard's syncing_ids fetches the shard from its primary
+// while the primary forwards every new write of it (server/replication/map_policy.h),
+// then reports that it caught up.
+//
+// A background thread follows the map (MapSource). For each shard whose
+// syncing_ids list this server (the map listing it at its own epoch), one
+// at a time, in shard order:
+//   1. BeginSync: forwarded deletes of the shard leave tombstones.
+//   2. since = the highest version held among the shard's keys (0: none).
+//   3. FetchShard(shard, map version, since) from the primary's Admin
+//      address. Each record with a value is installed by the replica rule
+//      (Applier::InstallFetched: newer version wins, never at or below a
+//      tombstone). A record without a value whose version is above the
+//      version held is a hole (a write missed at a version <= since); the
+//      holes are fetched with FetchKeys, kFetchKeysBatch at a time, and
+//      installed the same way.
+//   4. After the `done` chunk: every key of the shard held at a version at
+//      or below snapshot_version and not listed is deleted (deleted on the
+//      primary while this server was away).
+//   5. ReportCaughtUp(shard, primary, the map version fetched under).
+//      EndSync drops the tombstones.
+// Any error (a record that fails validation, the primary refusing or
+// unreachable, a stream without its `done` chunk) abandons that attempt:
+// nothing is reported, and the shard is tried again from step 1 after a
+// backoff (initial_backoff, doubling up to max_backoff), for as long as the
+// map lists this server as syncing it; so is a shard the coordinator
+// refused to move (primary changed, no longer syncing, or taken out and
+// added back since the fetch), against the primary the map then names.
+//
+// Thread safety: Start and Stop from one thread; stats() from any.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "common/mutex.h"
+#include "common/status.h"
+#include "proto/rkv.pb.h"
+#include "server/apply/apply.h"
+#include "server/replication/map_source.h"
+
+namespace grpc {
+class ClientContext;
+}  // namespace grpc
+
+namespace rkv::server {
+
+// Tells the coordinator that this server caught up on `shard`, fetched from
+// `primary_id` under map version `sync_map_version`
+// (Membership::ReportCaughtUp; a fake in tests).
+using CaughtUpReporter = std::function<StatusOr<v1::ReportCaughtUpResponse>(
+    uint32_t shard, const std::string& primary_id, uint64_t sync_map_version)>;
+
+struct CatchUpOptions {
+  std::string token;  // the cluster's token (its digest is sent)
+  // The longest one FetchShard stream may take, and one FetchKeys call.
+  std::chrono::milliseconds fetch_timeout{std::chrono::minutes(10)};
+  std::chrono::milliseconds keys_timeout{std::chrono::seconds(10)};
+  // Between failed attempts of one shard, doubling.
+  std::chrono::milliseconds initial_backoff{100};
+  std::chrono::milliseconds max_backoff{5000};
+};
+
+class CatchUp {
+ public:
+  static constexpr int kFetchKeysBatch = 1024;
+
+  // `source` and `applier` must outlive the CatchUp (and the applier be
+  // used until Stop returns). INVALID_ARGUMENT when one is missing or the
+  // token is empty.
+  static StatusOr<std::unique_ptr<CatchUp>> Create(MapSource* source, Applier* applier, CaughtUpReporter report,
+                                                   CatchUpOptions options);
+  ~CatchUp();  // Stop()
+  CatchUp(const CatchUp&) = delete;
+  CatchUp& operator=(const CatchUp&) = delete;
+
+  // Starts the thread. Call once.
+  void Start();
+  // Cancels a fetch in flight and joins the thread. Idempotent.
+  void Stop() EXCLUDES(mu_);
+
+  struct Stats {
+    uint64_t records_listed = 0;  // records received in FetchShard streams
+    uint64_t values_fetched = 0;  // values received (snapshot or FetchKeys) and installed
+    uint32_t syncing_shards = 0;  // shards the current map lists this server as syncing
+    uint64_t syncs_completed = 0;  // syncs reported caught up and accepted
+    uint64_t sync_failures = 0;    // attempts abandoned (then retried)
+  };
+  Stats stats() const;
+
+ private:
+  CatchUp(MapSource* source, Applier* applier, CaughtUpReporter report, CatchUpOptions options);
+
+  void Loop() EXCLUDES(mu_);
+  // One attempt at `shard` as `map` lists it: steps 1-4 above.
+  Status Sync(const v1::ClusterMap& map, uint32_t shard, const v1::ServerInfo& primary) EXCLUDES(mu_);
+  // Registers `ctx` as the call Stop cancels; false when stopping.
+  bool Track(grpc::ClientContext* ctx) EXCLUDES(mu_);
+  void Untrack() EXCLUDES(mu_);
+  bool stopping() const EXCLUDES(mu_);
+
+  MapSource* const source_;
+  Applier* const applier_;
+  const CaughtUpReporter report_;
+  const CatchUpOptions options_;
+  const std::string digest_hex_;
+
+  mutable Mutex mu_;
+  bool stopping_ GUARDED_BY(mu_) = false;
+  grpc::ClientContext* in_flight_ GUARDED_BY(mu_) = nullptr;
+  std::thread thread_;
+
+  std::atomic<uint64_t> records_listed_{0};
+  std::atomic<uint64_t> values_fetched_{0};
+  std::atomic<uint32_t> syncing_shards_{0};
+  std::atomic<uint64_t> syncs_completed_{0};
+  std::atomic<uint64_t> sync_failures_{0};
+};
+
+}  // namespace rkv::server

@@ -1,0 +1,565 @@
+// Catch-up end to end inside one process: a primary and a server catching
+// up on its shards, each a real store, table and applier; the primary's
+// forwards reach the other's apply path directly; the Replica service runs
+// on a real gRPC server; the map and the coordinator's ReportCaughtUp are
+// played by the test.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <grpcpp/create_channel.h>
+#include <grpcpp/security/credentials.h>
+
+#include "common/hash.h"
+#include "common/layout.h"
+#include "common/mutex.h"
+#include "common/record.h"
+#include "proto/auth.h"
+#include "proto/grpc_server.h"
+#include "proto/grpc_status.h"
+#include "proto/rkv.grpc.pb.h"
+#include "server/apply/apply.h"
+#include "server/replication/catchup.h"
+#include "server/apply/local_table_test_util.h"
+#include "server/replication/map_policy.h"
+#include "server/replication/replica_service.h"
+
+namespace rkv::server {
+namespace {
+
+using namespace std::chrono_literals;
+
+constexpr uint32_t kShards = 4;
+constexpr char kToken[] = "catch-up-test-token";
+// Generous: a loaded machine may be slow, and every wait is on a
+// condition.
+constexpr auto kDeadline = 120s;
+
+// The map both servers follow. Thread-safe.
+class MapBoard {
+ public:
+  std::shared_ptr<const v1::ClusterMap> map() const {
+    std::lock_guard lock(mu_);
+    return map_;
+  }
+  void Install(v1::ClusterMap m) {
+    {
+      std::lock_guard lock(mu_);
+      map_ = std::make_shared<const v1::ClusterMap>(std::move(m));
+    }
+    cv_.notify_all();
+  }
+  Status WaitForVersion(uint64_t version, std::chrono::milliseconds timeout) {
+    std::unique_lock lock(mu_);
+    if (cv_.wait_for(lock, timeout, [&] { return map_ != nullptr && map_->version() >= version; })) {
+      return Status::Ok();
+    }
+    return DeadlineExceeded("map version " + std::to_string(version) + " not learned");
+  }
+
+ private:
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::shared_ptr<const v1::ClusterMap> map_;
+};
+
+class BoardSource final : public MapSource {
+ public:
+  BoardSource(std::string id, uint64_t epoch, MapBoard* board) : id_(std::move(id)), epoch_(epoch), board_(board) {}
+  const std::string& server_id() const override { return id_; }
+  uint64_t epoch() const override { return epoch_; }
+  std::shared_ptr<const v1::ClusterMap> map() const override { return board_->map(); }
+  Status WaitForVersion(uint64_t version, std::chrono::milliseconds timeout) override {
+    return board_->WaitForVersion(version, timeout);
+  }
+  Status RefreshNow(std::chrono::milliseconds) override { return Status::Ok(); }
+  StatusOr<uint64_t> ReportReplicaFailure(std::string_view backup, const std::vector<uint32_t>&, std::string_view why,
+                                          std::chrono::milliseconds) override {
+    return Internal("unexpected report of " + std::string(backup) + ": " + std::string(why));
+  }
+  ServerLease lease() const override { return ServerLease{.enabled = false, .until = {}, .map_version = 0}; }
+
+ private:
+  const std::string id_;
+  const uint64_t epoch_;
+  MapBoard* const board_;
+};
+
+// One server's data: store, heap, table, applier, its map source and
+// replication policy.
+struct Node;
+
+// Delivers forwards to the apply path of the named node.
+class DirectForwarder final : public Forwarder {
+ public:
+  DirectForwarder(std::string self, std::map<std::string, Node*>* nodes) : self_(std::move(self)), nodes_(nodes) {}
+  std::vector<Status> Forward(const std::vector<ReplicaPeer>& backups, uint64_t map_version, protocol::Op op,
+                              std::span<const uint8_t> record) override;
+
+ private:
+  const std::string self_;
+  std::map<std::string, Node*>* const nodes_;
+};
+
+struct Node {
+  Node(const std::string& id, uint64_t epoch, MapBoard* board, std::map<std::string, Node*>* nodes)
+      : source(id, epoch, board), policy(&source), forwarder(id, nodes) {
+    const Status opened = local.Open("rkv_catchup_test_" + id, /*log2=*/10, /*heap_bytes=*/8 << 20, 10ms,
+                                     Durability::kNone);
+    EXPECT_TRUE(opened.ok()) << opened;
+    applier = std::make_unique<Applier>(local.store.get(), local.table.get(), local.heap.get(), ApplyLimits{64, 4096},
+                                        RequestCacheLimits{}, ApplyReplication{&policy, &forwarder});
+    (*nodes)[id] = this;
+  }
+  ~Node() {
+    applier.reset();
+    local.Close();
+  }
+
+  // A client's PUT / DELETE; the reply.
+  protocol::ReplyMsg Write(protocol::Op op, std::string_view key, std::string_view value) {
+    std::vector<uint8_t> ring(8192, 0);
+    const uint16_t flags = op == protocol::Op::kDelete ? layout::kBlockFlagTombstone : 0;
+    const uint64_t len = EncodeRecord(ring, key, value, 0, flags);
+    protocol::RequestMsg m{};
+    m.op = static_cast<uint8_t>(op);
+    m.length = static_cast<uint32_t>(len);
+    m.request_id = next_request.fetch_add(1);
+    m.ring_offset = 0;
+    std::vector<uint8_t> msg(sizeof(m));
+    std::memcpy(msg.data(), &m, sizeof(m));
+    return applier->Apply(/*client_id=*/7, msg, ring);
+  }
+  protocol::ReplyMsg Put(std::string_view key, std::string_view value) {
+    return Write(protocol::Op::kPut, key, value);
+  }
+  protocol::ReplyMsg Del(std::string_view key) { return Write(protocol::Op::kDelete, key, ""); }
+
+  // Every record held, with values: key -> (version, value).
+  std::map<std::string, std::pair<uint64_t, std::string>> Contents() {
+    std::map<std::string, std::pair<uint64_t, std::string>> all;
+    for (uint32_t shard = 0; shard < kShards; ++shard) {
+      std::vector<Applier::ShardRecord> records;
+      uint64_t unused = 0;
+      const Status s = applier->SnapshotShard(shard, kShards, 0, [] { return Status::Ok(); }, &records, &unused);
+      EXPECT_TRUE(s.ok()) << s;
+      for (Applier::ShardRecord& r : records) all[r.key] = {r.version, std::move(r.value)};
+    }
+    return all;
+  }
+
+  BoardSource source;
+  MapPolicy policy;
+  DirectForwarder forwarder;
+  testing::LocalTable local;
+  std::unique_ptr<Applier> applier;
+  std::atomic<uint64_t> next_request{1};
+};
+
+std::vector<Status> DirectForwarder::Forward(const std::vector<ReplicaPeer>& backups, uint64_t map_version,
+                                             protocol::Op op, std::span<const uint8_t> record) {
+  std::vector<Status> acks;
+  for (const ReplicaPeer& b : backups) {
+    const auto it = nodes_->find(b.server_id);
+    if (it == nodes_->end()) {
+      acks.push_back(Unavailable("no server " + b.server_id));
+      continue;
+    }
+    std::vector<uint8_t> ring(record.begin(), record.end());
+    ring.resize(layout::BlockBytes(layout::kMaxKeyBytesLimit, 0) + record.size());
+    protocol::RequestMsg m{};
+    m.op = static_cast<uint8_t>(op);
+    m.length = static_cast<uint32_t>(record.size());
+    m.request_id = 1;
+    m.map_version = map_version;
+    std::vector<uint8_t> msg(sizeof(m));
+    std::memcpy(msg.data(), &m, sizeof(m));
+    const protocol::ReplyMsg r = it->second->applier->ApplyReplica(self_, msg, ring);
+    acks.push_back(r.status_code == 0 ? Status::Ok()
+                                      : Status(static_cast<StatusCode>(r.status_code), r.message,
+                                               static_cast<Reason>(r.reason), r.map_version));
+  }
+  return acks;
+}
+
+// A map of servers p (epoch 1) and s (epoch 2), R = 1: p is the primary of
+// every shard; s is in `syncing` shards' syncing_ids, a backup of
+// `backup` shards.
+v1::ClusterMap MakeMap(uint64_t version, const std::string& p_admin, const std::set<uint32_t>& syncing,
+                       const std::set<uint32_t>& backup = {}) {
+  v1::ClusterMap m;
+  m.set_version(version);
+  m.set_shard_count(kShards);
+  m.set_expected_servers(2);
+  m.set_replication_factor(2);
+  for (const auto& [id, epoch] : std::vector<std::pair<std::string, uint64_t>>{{"p", 1}, {"s", 2}}) {
+    v1::ServerInfo* s = m.add_servers();
+    s->set_server_id(id);
+    s->set_epoch(epoch);
+    s->set_state(v1::UP);
+    s->set_data_address(id + ":1");
+    s->set_admin_address(id == "p" ? p_admin : "127.0.0.1:1");
+  }
+  for (uint32_t shard = 0; shard < kShards; ++shard) {
+    m.add_shard_owner("p");
+    m.mutable_servers(0)->add_shards(shard);
+    v1::ShardReplicas* r = m.add_shard_replicas();
+    r->add_server_ids("p");
+    if (backup.count(shard) != 0) {
+      r->add_server_ids("s");
+      m.mutable_servers(1)->add_backup_shards(shard);
+    }
+    if (syncing.count(shard) != 0) {
+      r->add_syncing_ids("s");
+      m.mutable_servers(1)->add_syncing_shards(shard);
+    }
+  }
+  return m;
+}
+
+std::set<uint32_t> AllShards() { return {0, 1, 2, 3}; }
+
+class CatchUpTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    p_ = std::make_unique<Node>("p", 1, &board_, &nodes_);
+    s_ = std::make_unique<Node>("s", 2, &board_, &nodes_);
+    auto created = ReplicaService::Create(kToken, p_->applier.get(), 64);
+    ASSERT_TRUE(created.ok()) << created.status();
+    service_ = std::move(*created);
+    auto started = control::StartGrpcServer("127.0.0.1:0", service_.get(), "replica service: ");
+    ASSERT_TRUE(started.ok()) << started.status();
+    grpc_ = std::move(started->server);
+    p_admin_ = started->address;
+  }
+  void TearDown() override {
+    if (catch_up_) catch_up_->Stop();
+    grpc_->Shutdown(std::chrono::system_clock::now() + 1s);
+    grpc_->Wait();
+  }
+
+  // The coordinator's side of ReportCaughtUp: moves s from syncing to the
+  // end of server_ids of the shard when p is still its primary and s still
+  // syncing it, in a new map version.
+  StatusOr<v1::ReportCaughtUpResponse> Report(uint32_t shard, const std::string& primary, uint64_t sync_map_version) {
+    std::lock_guard lock(report_mu_);
+    EXPECT_GT(sync_map_version, 0u);
+    EXPECT_LE(sync_map_version, board_.map()->version());
+    v1::ClusterMap m = *board_.map();
+    v1::ReportCaughtUpResponse answer;
+    v1::ShardReplicas* r = m.mutable_shard_replicas(static_cast<int>(shard));
+    const bool syncing = r->syncing_ids_size() == 1 && r->syncing_ids(0) == "s";
+    if (r->server_ids(0) != primary || !syncing || refusals_left_ > 0) {
+      --refusals_left_;
+      answer.set_map_version(m.version());
+      answer.add_refused_shards(shard);
+      return answer;
+    }
+    r->clear_syncing_ids();
+    r->add_server_ids("s");
+    m.set_version(m.version() + 1);
+    answer.set_map_version(m.version());
+    board_.Install(std::move(m));
+    reported_.push_back(shard);
+    return answer;
+  }
+
+  void StartCatchUp() {
+    CatchUpOptions options;
+    options.token = kToken;
+    options.initial_backoff = 10ms;
+    options.max_backoff = 200ms;
+    auto created = CatchUp::Create(
+        &s_->source, s_->applier.get(),
+        [this](uint32_t shard, const std::string& primary, uint64_t sync_map_version) {
+          return Report(shard, primary, sync_map_version);
+        },
+        options);
+    ASSERT_TRUE(created.ok()) << created.status();
+    catch_up_ = std::move(*created);
+    catch_up_->Start();
+  }
+
+  size_t Reported() {
+    std::lock_guard lock(report_mu_);
+    return reported_.size();
+  }
+  // Waits (generously) until every shard has been reported caught up.
+  void WaitAllCaughtUp() {
+    const auto until = std::chrono::steady_clock::now() + kDeadline;
+    while (Reported() < kShards && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(10ms);
+    ASSERT_EQ(Reported(), kShards);
+  }
+
+  MapBoard board_;
+  std::map<std::string, Node*> nodes_;
+  std::unique_ptr<Node> p_;
+  std::unique_ptr<Node> s_;
+  std::unique_ptr<ReplicaService> service_;
+  std::unique_ptr<grpc::Server> grpc_;
+  std::string p_admin_;
+  std::unique_ptr<CatchUp> catch_up_;
+  std::mutex report_mu_;
+  std::vector<uint32_t> reported_;
+  int refusals_left_ = 0;  // reports refused before any is accepted
+};
+
+std::string Key(int i) { return "key-" + std::to_string(i); }
+
+TEST_F(CatchUpTest, ASyncingServerReceivesEveryForwardedWrite) {
+  service_->Attach(&p_->source);
+  board_.Install(MakeMap(3, p_admin_, AllShards()));
+  for (int i = 0; i < 20; ++i) ASSERT_EQ(p_->Put(Key(i), "v" + std::to_string(i)).status_code, 0);
+  ASSERT_EQ(p_->Del(Key(3)).status_code, 0);
+  const auto held = s_->Contents();
+  EXPECT_EQ(held, p_->Contents());
+  EXPECT_EQ(held.size(), 19u);
+  EXPECT_EQ(p_->applier->snapshot().backup_failures, 0u);
+}
+
+TEST_F(CatchUpTest, AServerNotSyncingRefusesForwards) {
+  service_->Attach(&p_->source);
+  board_.Install(MakeMap(3, p_admin_, {}));
+  ASSERT_EQ(p_->Put(Key(1), "v").status_code, 0);
+  EXPECT_TRUE(s_->Contents().empty());
+  // A forward that names s anyway (a stale route) is refused.
+  std::vector<uint8_t> record(layout::BlockBytes(5, 1));
+  const uint64_t n = EncodeRecord(record, Key(1), "x", 99, 0);
+  const std::vector<Status> acks = p_->forwarder.Forward({ReplicaPeer{"s", 2, "s:1"}}, 3, protocol::Op::kReplicatePut,
+                                                         std::span(record.data(), n));
+  ASSERT_EQ(acks.size(), 1u);
+  EXPECT_EQ(acks[0].code(), StatusCode::kFailedPrecondition) << acks[0];
+  EXPECT_NE(acks[0].message().find("neither a backup of shard"), std::string::npos) << acks[0];
+}
+
+TEST_F(CatchUpTest, EveryAcknowledgedWriteEndsOnTheFetcherUnderConcurrentWrites) {
+  service_->Attach(&p_->source);
+  board_.Install(MakeMap(3, p_admin_, {}));
+  for (int i = 0; i < 400; ++i) ASSERT_EQ(p_->Put(Key(i), std::string(100, 'a' + i % 26)).status_code, 0);
+  // s starts catching up on every shard while clients keep writing.
+  board_.Install(MakeMap(4, p_admin_, AllShards()));
+  std::atomic<bool> stop{false};
+  std::atomic<int> acked{0};
+  std::thread writer([&] {
+    for (int round = 0; !stop.load(); ++round) {
+      const int i = round % 500;
+      const protocol::ReplyMsg r = round % 7 == 3 ? p_->Del(Key(i)) : p_->Put(Key(i), "w" + std::to_string(round));
+      ASSERT_TRUE(r.status_code == 0 || r.status_code == static_cast<int32_t>(StatusCode::kNotFound))
+          << r.status_code << " " << r.message;
+      acked.fetch_add(1);
+    }
+  });
+  StartCatchUp();
+  WaitAllCaughtUp();
+  // Some writes after the last report: s is a backup now.
+  const int before = acked.load();
+  const auto until = std::chrono::steady_clock::now() + kDeadline;
+  while (acked.load() < before + 50 && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(1ms);
+  stop = true;
+  writer.join();
+  const auto want = p_->Contents();
+  EXPECT_FALSE(want.empty());
+  EXPECT_EQ(s_->Contents(), want);
+  const CatchUp::Stats st = catch_up_->stats();
+  EXPECT_EQ(st.syncs_completed, kShards);
+  EXPECT_GT(st.records_listed, 0u);
+  // Served: every record listed, plus the holes sent by FetchKeys.
+  EXPECT_GE(service_->records_served(), st.records_listed);
+}
+
+TEST_F(CatchUpTest, ARejoiningServerFetchesOnlyNewerValuesAndDropsWhatWasDeleted) {
+  service_->Attach(&p_->source);
+  // s is a backup of every shard and gets every write.
+  board_.Install(MakeMap(3, p_admin_, {}, AllShards()));
+  for (int i = 0; i < 100; ++i) ASSERT_EQ(p_->Put(Key(i), "old").status_code, 0);
+  ASSERT_EQ(s_->Contents(), p_->Contents());
+  // s is taken out; meanwhile 10 keys are added, 5 overwritten, 5 deleted.
+  board_.Install(MakeMap(4, p_admin_, {}));
+  for (int i = 100; i < 110; ++i) ASSERT_EQ(p_->Put(Key(i), "new").status_code, 0);
+  for (int i = 0; i < 5; ++i) ASSERT_EQ(p_->Put(Key(i), "newer").status_code, 0);
+  for (int i = 5; i < 10; ++i) ASSERT_EQ(p_->Del(Key(i)).status_code, 0);
+  ASSERT_EQ(s_->Contents().size(), 100u);
+  // s syncs again.
+  board_.Install(MakeMap(5, p_admin_, AllShards()));
+  StartCatchUp();
+  WaitAllCaughtUp();
+  EXPECT_EQ(s_->Contents(), p_->Contents());
+  const CatchUp::Stats st = catch_up_->stats();
+  EXPECT_EQ(st.records_listed, 105u);  // 100 - 5 deleted + 10 added
+  EXPECT_EQ(st.values_fetched, 15u);   // only the versions above what s held
+  EXPECT_EQ(service_->records_served(), 105u);
+}
+
+TEST_F(CatchUpTest, AFailedAttemptIsRetriedAndItsHolesAreFetchedByKey) {
+  // The primary refuses every fetch until it has a map (not attached).
+  board_.Install(MakeMap(3, p_admin_, {}));
+  for (int i = 0; i < 50; ++i) ASSERT_EQ(p_->Put(Key(i), "early").status_code, 0);
+  board_.Install(MakeMap(4, p_admin_, AllShards()));
+  StartCatchUp();
+  const auto until = std::chrono::steady_clock::now() + kDeadline;
+  while (catch_up_->stats().sync_failures == 0 && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(5ms);
+  }
+  ASSERT_GT(catch_up_->stats().sync_failures, 0u);
+  EXPECT_EQ(Reported(), 0u);
+  // A write forwarded now gives s a version above every one it lacks: its
+  // next attempt asks values only above it, and fetches the rest as holes.
+  for (uint32_t shard = 0; shard < kShards; ++shard) {
+    std::string key;
+    for (int i = 1000;; ++i) {
+      if (ShardOf(Key(i), kShards) == shard) {
+        key = Key(i);
+        break;
+      }
+    }
+    ASSERT_EQ(p_->Put(key, "late").status_code, 0);
+  }
+  service_->Attach(&p_->source);
+  WaitAllCaughtUp();
+  EXPECT_EQ(s_->Contents(), p_->Contents());
+  EXPECT_EQ(catch_up_->stats().values_fetched, 50u);  // every early key, as a hole
+}
+
+TEST_F(CatchUpTest, AReportTheCoordinatorRefusesIsSyncedAgainWhileStillSyncing) {
+  service_->Attach(&p_->source);
+  board_.Install(MakeMap(3, p_admin_, {}));
+  for (int i = 0; i < 40; ++i) ASSERT_EQ(p_->Put(Key(i), "v").status_code, 0);
+  board_.Install(MakeMap(4, p_admin_, AllShards()));
+  refusals_left_ = 2;
+  StartCatchUp();
+  WaitAllCaughtUp();
+  EXPECT_EQ(s_->Contents(), p_->Contents());
+  const CatchUp::Stats st = catch_up_->stats();
+  EXPECT_EQ(st.syncs_completed, kShards);
+  EXPECT_EQ(st.sync_failures, 2u);
+  // The gauge follows the map: no shard is left to sync.
+  const auto until = std::chrono::steady_clock::now() + kDeadline;
+  while (catch_up_->stats().syncing_shards != 0 && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(5ms);
+  }
+  EXPECT_EQ(catch_up_->stats().syncing_shards, 0u);
+}
+
+TEST_F(CatchUpTest, AForwardedDeleteIsNotUndoneByAnOlderSnapshotRecord) {
+  board_.Install(MakeMap(3, p_admin_, {}));
+  ASSERT_EQ(p_->Put(Key(1), "v").status_code, 0);
+  const uint64_t version = p_->Contents().at(Key(1)).first;
+  board_.Install(MakeMap(4, p_admin_, AllShards()));
+  const uint32_t shard = ShardOf(Key(1), kShards);
+  s_->applier->BeginSync(shard, kShards);
+  // The delete reaches s (forwarded) before the snapshot record that still
+  // lists the key.
+  ASSERT_EQ(p_->Del(Key(1)).status_code, 0);
+  auto out = s_->applier->InstallFetched({Key(1), version, true, "v"});
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(*out, Applier::FetchedOutcome::kDeletedMeanwhile);
+  EXPECT_EQ(s_->applier->HeldVersion(Key(1)), 0u);
+  // A later write of the key (a higher version) is not held back.
+  out = s_->applier->InstallFetched({Key(1), version + 1, true, "again"});
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(*out, Applier::FetchedOutcome::kInstalled);
+  s_->applier->EndSync(shard);
+}
+
+TEST_F(CatchUpTest, AFetchedRecordThatFailsValidationIsNeverInstalled) {
+  const auto refused = [&](Applier::ShardRecord r, const std::string& why) {
+    const auto out = s_->applier->InstallFetched(r);
+    EXPECT_EQ(out.status().code(), StatusCode::kInvalidArgument) << why;
+    EXPECT_NE(out.status().message().find(why), std::string::npos) << out.status();
+    EXPECT_EQ(s_->applier->HeldVersion(r.key), 0u);
+  };
+  refused({"k", 0, true, "v"}, "carries version 0");
+  refused({std::string(65, 'k'), 3, true, "v"}, "key of 65 bytes");
+  refused({"k", 3, true, std::string(4097, 'v')}, "above max_value_bytes 4096");
+  refused({"k", 3, false, ""}, "carries no value");
+  refused({"", 3, true, "v"}, "key of 0 bytes");
+}
+
+TEST_F(CatchUpTest, FetchesFromServersThatAreNotSyncingOrWithoutTheTokenAreRefused) {
+  service_->Attach(&p_->source);
+  board_.Install(MakeMap(3, p_admin_, {1}));
+  const auto channel = grpc::CreateChannel(p_admin_, grpc::InsecureChannelCredentials());
+  const auto stub = v1::Replica::NewStub(channel);
+  const auto fetch = [&](const std::string& token, const std::string& id, uint64_t epoch, uint32_t shard) {
+    grpc::ClientContext ctx;
+    if (!token.empty()) control::AttachToken(&ctx, token);
+    ctx.set_deadline(std::chrono::system_clock::now() + kDeadline);
+    v1::FetchShardRequest req;
+    req.set_server_id(id);
+    req.set_epoch(epoch);
+    req.set_shard(shard);
+    req.set_map_version(3);
+    auto reader = stub->FetchShard(&ctx, req);
+    v1::ShardChunk chunk;
+    while (reader->Read(&chunk)) {
+    }
+    return control::FromGrpc(reader->Finish());
+  };
+  EXPECT_EQ(fetch("", "s", 2, 1).code(), StatusCode::kUnauthenticated);
+  EXPECT_EQ(fetch("wrong token", "s", 2, 1).code(), StatusCode::kUnauthenticated);
+  Status s = fetch(kToken, "s", 2, 0);  // not syncing shard 0
+  EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(s.message().find("server s is not syncing shard 0 in map version 3"), std::string::npos) << s;
+  s = fetch(kToken, "s", 9, 1);  // another incarnation
+  EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(s.message().find("listed at epoch 2, not 9"), std::string::npos) << s;
+  s = fetch(kToken, "x", 2, 1);
+  EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition) << s;
+  s = fetch(kToken, "s", 2, kShards);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s;
+  EXPECT_TRUE(fetch(kToken, "s", 2, 1).ok());
+  // FetchKeys: the same checks.
+  {
+    grpc::ClientContext ctx;
+    control::AttachToken(&ctx, kToken);
+    v1::FetchKeysRequest req;
+    req.set_server_id("s");
+    req.set_epoch(2);
+    req.set_shard(0);
+    v1::FetchKeysResponse resp;
+    s = control::FromGrpc(stub->FetchKeys(&ctx, req, &resp));
+    EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition) << s;
+  }
+  {
+    grpc::ClientContext ctx;
+    v1::FetchKeysRequest req;
+    req.set_server_id("s");
+    req.set_epoch(2);
+    req.set_shard(1);
+    v1::FetchKeysResponse resp;
+    EXPECT_EQ(control::FromGrpc(stub->FetchKeys(&ctx, req, &resp)).code(), StatusCode::kUnauthenticated);
+  }
+  // A server that is not the shard's primary refuses too.
+  BoardSource not_primary("s", 2, &board_);
+  auto other = ReplicaService::Create(kToken, s_->applier.get(), 64);
+  ASSERT_TRUE(other.ok());
+  (*other)->Attach(&not_primary);
+  auto started = control::StartGrpcServer("127.0.0.1:0", other->get(), "");
+  ASSERT_TRUE(started.ok()) << started.status();
+  const auto stub2 = v1::Replica::NewStub(grpc::CreateChannel(started->address, grpc::InsecureChannelCredentials()));
+  {
+    grpc::ClientContext ctx;
+    control::AttachToken(&ctx, kToken);
+    v1::FetchKeysRequest req;
+    req.set_server_id("s");
+    req.set_epoch(2);
+    req.set_shard(1);
+    v1::FetchKeysResponse resp;
+    s = control::FromGrpc(stub2->FetchKeys(&ctx, req, &resp));
+    EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition) << s;
+    EXPECT_NE(s.message().find("is not the primary of shard 1"), std::string::npos) << s;
+  }
+  started->server->Shutdown();
+}
+
+}  // namespace
+}  // namespace rkv::server

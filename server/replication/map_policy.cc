@@ -1,0 +1,252 @@
+#include "server/replication/map_policy.h"
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <glog/logging.h>
+
+#include "common/hash.h"
+#include "proto/rkv.pb.h"
+#include "proto/validation.h"
+
+namespace rkv::server {
+namespace {
+
+const v1::ServerInfo* FindServer(const v1::ClusterMap& map, std::string_view id) {
+  for (const v1::ServerInfo& s : map.servers()) {
+    if (s.server_id() == id) return &s;
+  }
+  return nullptr;
+}
+
+std::string VersionOf(const v1::ClusterMap& map) { return "map version " + std::to_string(map.version()); }
+
+// The servers holding `shard`, primary first: its replica list, or its
+// owner alone in a map without replica lists (R = 1). Requires a map that
+// assigns shards and shard < shard_count; empty if the map breaks that.
+std::vector<std::string_view> ReplicasOf(const v1::ClusterMap& map, uint32_t shard) {
+  std::vector<std::string_view> ids;
+  if (map.shard_replicas_size() > 0) {
+    if (shard < static_cast<uint32_t>(map.shard_replicas_size())) {
+      for (const std::string& id : map.shard_replicas(static_cast<int>(shard)).server_ids()) ids.push_back(id);
+    }
+  } else if (shard < static_cast<uint32_t>(map.shard_owner_size())) {
+    ids.push_back(map.shard_owner(static_cast<int>(shard)));
+  }
+  return ids;
+}
+
+// The servers catching up on `shard` (syncing_ids); empty in a map
+// without replica lists.
+std::vector<std::string_view> SyncingOf(const v1::ClusterMap& map, uint32_t shard) {
+  std::vector<std::string_view> ids;
+  if (shard < static_cast<uint32_t>(map.shard_replicas_size())) {
+    for (const std::string& id : map.shard_replicas(static_cast<int>(shard)).syncing_ids()) ids.push_back(id);
+  }
+  return ids;
+}
+
+// The old primary of `shard` while its role passes on; empty otherwise.
+std::string_view HandoverFrom(const v1::ClusterMap& map, uint32_t shard) {
+  if (shard >= static_cast<uint32_t>(map.shard_replicas_size())) return {};
+  return map.shard_replicas(static_cast<int>(shard)).handover_from();
+}
+
+// Why `map` cannot tell this server its role yet, or OK: it must assign
+// the shards and list this server at its own epoch.
+Status CheckAssigned(const v1::ClusterMap& map, const MapSource& self) {
+  if (map.shard_count() == 0 || map.shard_owner().empty()) {
+    return Status(StatusCode::kUnavailable, VersionOf(map) + " assigns no shards yet (" +
+                                                std::to_string(map.servers_size()) + " of " +
+                                                std::to_string(map.expected_servers()) + " servers joined)");
+  }
+  const v1::ServerInfo* me = FindServer(map, self.server_id());
+  if (me == nullptr) {
+    return Status(StatusCode::kUnavailable, VersionOf(map) + " does not list this server (" + self.server_id() + ")");
+  }
+  if (me->epoch() != self.epoch()) {
+    return Status(StatusCode::kUnavailable, VersionOf(map) + " lists this server (" + self.server_id() +
+                                                ") at epoch " + std::to_string(me->epoch()) + ", not its epoch " +
+                                                std::to_string(self.epoch()));
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+ServerLease LeaseFrom(std::chrono::steady_clock::time_point sent, uint32_t lease_ms, uint64_t map_version) {
+  if (lease_ms == 0) return ServerLease{.enabled = false, .until = {}, .map_version = map_version};
+  const auto length = std::chrono::microseconds(static_cast<int64_t>(lease_ms) * 990) - std::chrono::milliseconds(10);
+  return ServerLease{.enabled = true, .until = sent + length, .map_version = map_version};
+}
+
+void MapPolicy::Attach(MapSource* source) {
+  MapSource* expected = nullptr;
+  source_.compare_exchange_strong(expected, source, std::memory_order_release, std::memory_order_relaxed);
+}
+
+StatusOr<WriteRoute> MapPolicy::RouteWrite(std::string_view key) {
+  MapSource* const src = source();
+  const std::shared_ptr<const v1::ClusterMap> map = src != nullptr ? src->map() : nullptr;
+  // A server that has no role yet (no map, no assignment, or a map from
+  // before its restart) refuses with Reason::kNotPrimary, so that the
+  // client refetches and resends (nothing is applied: RouteWrite runs
+  // before anything is written; docs/design.md §5.6) instead of failing the
+  // call while the map is on its way.
+  if (map == nullptr) {
+    return Status(StatusCode::kFailedPrecondition,
+                  "not the primary of shard (any) in map version 0: this server has no cluster map yet",
+                  Reason::kNotPrimary, 0);
+  }
+  if (const Status s = CheckAssigned(*map, *src); !s.ok()) {
+    return Status(StatusCode::kFailedPrecondition, "not the primary of shard (any) in " + VersionOf(*map) + ": " + s.message(),
+                  Reason::kNotPrimary, map->version());
+  }
+  const uint32_t shard = ShardOf(key, map->shard_count());
+  const std::vector<std::string_view> replicas = ReplicasOf(*map, shard);
+  if (replicas.empty()) return Internal(VersionOf(*map) + " has no replica list for shard " + std::to_string(shard));
+  if (replicas[0] != src->server_id()) {
+    return Status(StatusCode::kFailedPrecondition,
+                  "not the primary of shard " + std::to_string(shard) + " in " + VersionOf(*map) + " (its primary is " +
+                      std::string(replicas[0]) + ")",
+                  Reason::kNotPrimary, map->version());
+  }
+  // During a handover neither the old primary (no longer first) nor the
+  // new one accepts writes: a lease granted on a map that made the old one
+  // the primary may still be valid. Nothing is applied, so the client
+  // resends (Reason::kHandover) until the coordinator clears
+  // handover_from.
+  if (const std::string_view from = HandoverFrom(*map, shard); !from.empty()) {
+    return Status(StatusCode::kFailedPrecondition,
+                  "not the primary of shard " + std::to_string(shard) + " in " + VersionOf(*map) + " (handover from " +
+                      std::string(from) + "); nothing applied",
+                  Reason::kHandover, map->version());
+  }
+  WriteRoute route;
+  route.map_version = map->version();
+  route.shard = shard;
+  // DOWN backups stay in the route: the forward to one fails and the
+  // primary reports it, so that the coordinator, not this server, decides
+  // that a write may be acknowledged without it. Syncing servers follow
+  // the backups and are forwarded to (and reported) exactly like them.
+  std::vector<std::string_view> targets(replicas.begin() + 1, replicas.end());
+  for (std::string_view id : SyncingOf(*map, shard)) targets.push_back(id);
+  for (std::string_view id : targets) {
+    const v1::ServerInfo* backup = FindServer(*map, id);
+    if (backup == nullptr) {
+      return Internal(VersionOf(*map) + " names backup " + std::string(id) + " of shard " + std::to_string(shard) +
+                      " but does not list it");
+    }
+    route.backups.push_back(ReplicaPeer{backup->server_id(), backup->epoch(), backup->data_address()});
+  }
+  return route;
+}
+
+Status MapPolicy::ReportFailedBackup(uint32_t shard, const ReplicaPeer& backup, std::string_view reason) {
+  MapSource* const src = source();
+  if (src == nullptr) return Unavailable("this server has not joined a cluster; no coordinator to report to");
+  StatusOr<uint64_t> version = src->ReportReplicaFailure(backup.server_id, {shard}, reason, kReportTimeout);
+  if (!version.ok()) return version.status();
+  // The watch stream normally brings the new map within moments; if it is
+  // broken, one fetch gets it.
+  Status learned = src->WaitForVersion(*version, kReportedMapWait / 2);
+  if (learned.code() == StatusCode::kDeadlineExceeded) {
+    const Status refreshed = src->RefreshNow(kReportedMapWait / 2);
+    learned = src->WaitForVersion(*version, std::chrono::milliseconds(0));
+    if (!learned.ok() && !refreshed.ok()) learned = refreshed;
+  }
+  return learned.WithContext("learning map version " + std::to_string(*version) + ", which took backup " +
+                             backup.server_id + " out of shard " + std::to_string(shard));
+}
+
+std::optional<std::string> MapPolicy::FindPeer(uint64_t fingerprint, uint64_t epoch) {
+  MapSource* const src = source();
+  if (src == nullptr) return std::nullopt;
+  const auto find = [&]() -> std::optional<std::string> {
+    const std::shared_ptr<const v1::ClusterMap> map = src->map();
+    if (map == nullptr) return std::nullopt;
+    for (const v1::ServerInfo& s : map->servers()) {
+      if (s.epoch() == epoch && PeerFingerprint(s.server_id()) == fingerprint) return s.server_id();
+    }
+    return std::nullopt;
+  };
+  if (std::optional<std::string> id = find()) return id;
+  // A peer that restarted joins before it sends replication traffic, so a
+  // newer map may name it.
+  if (const Status s = src->RefreshNow(kPeerRefreshTimeout); !s.ok()) {
+    VLOG(1) << "no peer with fingerprint " << fingerprint << " and epoch " << epoch
+            << " in the map, and refreshing it failed: " << s;
+    return std::nullopt;
+  }
+  return find();
+}
+
+Status MapPolicy::AcceptReplica(std::string_view sender_id, std::string_view key, uint64_t sender_map_version) {
+  MapSource* const src = source();
+  std::shared_ptr<const v1::ClusterMap> map = src != nullptr ? src->map() : nullptr;
+  if (src != nullptr && (map == nullptr || map->version() < sender_map_version)) {
+    // The primary may have learned a map change first; its forward is
+    // judged by a map at least as new as the one it was sent under.
+    (void)src->WaitForVersion(sender_map_version, kSenderMapWait);
+    map = src->map();
+  }
+  if (map == nullptr) return FailedPrecondition("map version 0: this server has no cluster map yet");
+  if (const Status s = CheckAssigned(*map, *src); !s.ok()) return FailedPrecondition(s.message());
+  const uint32_t shard = ShardOf(key, map->shard_count());
+  const std::vector<std::string_view> replicas = ReplicasOf(*map, shard);
+  if (replicas.empty()) {
+    return FailedPrecondition(VersionOf(*map) + " has no replica list for shard " + std::to_string(shard));
+  }
+  if (replicas[0] != sender_id) {
+    return FailedPrecondition(VersionOf(*map) + ": " + control::Printable(sender_id) + " is not the primary of shard " +
+                              std::to_string(shard) + " (its primary is " + std::string(replicas[0]) + ")");
+  }
+  for (size_t i = 1; i < replicas.size(); ++i) {
+    if (replicas[i] == src->server_id()) return Status::Ok();
+  }
+  for (std::string_view id : SyncingOf(*map, shard)) {
+    if (id == src->server_id()) return Status::Ok();
+  }
+  return FailedPrecondition(VersionOf(*map) + ": this server (" + src->server_id() +
+                            ") is neither a backup of shard " + std::to_string(shard) + " nor syncing it");
+}
+
+Status MapPolicy::CheckLease() {
+  MapSource* const src = source();
+  if (src == nullptr) return Unavailable("lease on the cluster map expired: this server has not joined a cluster");
+  const ServerLease lease = src->lease();
+  if (!lease.enabled) return Status::Ok();
+  auto now = std::chrono::steady_clock::now();
+  if (now < lease.until) {
+    const auto held_version = [src] {
+      const std::shared_ptr<const v1::ClusterMap> map = src->map();
+      return map != nullptr ? map->version() : 0;
+    };
+    uint64_t held = held_version();
+    if (held >= lease.map_version) return Status::Ok();
+    // The grant named a map this server has not installed yet (the watch
+    // delivers it within milliseconds, normally): wait for it rather than
+    // refuse a write that is only early. The Applier re-checks the route
+    // afterwards, against the newer map.
+    (void)src->WaitForVersion(lease.map_version, kLeaseMapWait);
+    held = held_version();
+    now = std::chrono::steady_clock::now();
+    if (held >= lease.map_version && now < lease.until) return Status::Ok();
+    if (now >= lease.until) {
+      return Unavailable("lease on the cluster map expired while waiting for map version " +
+                         std::to_string(lease.map_version));
+    }
+    return Unavailable("lease on the cluster map expired for map version " + std::to_string(held) +
+                       ": it was granted with version " + std::to_string(lease.map_version) +
+                       ", which this server has not learned yet");
+  }
+  if (lease.until == std::chrono::steady_clock::time_point{}) {
+    return Unavailable("lease on the cluster map expired: the coordinator has granted none yet");
+  }
+  const auto ago = std::chrono::duration_cast<std::chrono::milliseconds>(now - lease.until);
+  return Unavailable("lease on the cluster map expired " + std::to_string(ago.count()) +
+                     " ms ago (no heartbeat answered since)");
+}
+
+}  // namespace rkv::server

@@ -1,0 +1,83 @@
+// The Replica gRPC service of an rkv-server (catch-up, server to server;
+// docs/design.md, "Catch-up"), served beside Admin on --admin_listen and
+// answering only callers presenting the token digest.
+//
+// FetchShard(server S, epoch, shard s, map_version V, since_version):
+// waits up to kMapWait for a map >= V (DEADLINE_EXCEEDED otherwise), then,
+// under the Applier's primary mutex (Applier::SnapshotShard), checks in the
+// map it holds then that this server, at its epoch, is the primary of s and
+// that S, at that epoch, is among s's syncing servers (FAILED_PRECONDITION
+// naming which it is not), and takes the snapshot: every record of s with
+// its version, values only above since_version. It streams them in chunks
+// of at most kChunkRecords records and about kChunkBytes bytes, then a
+// `done` chunk with snapshot_version.
+//
+// FetchKeys(server S, epoch, shard s, keys): the same checks on the map
+// held now (no wait, no snapshot); each key must be 1..max_key_bytes and
+// of shard s, at most kMaxFetchKeys of them; the records of the keys held,
+// with values.
+//
+// Counts every record sent (records_served).
+//
+// Thread safety: the handlers run on gRPC's threads, concurrently.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "common/status.h"
+#include "proto/rkv.grpc.pb.h"
+#include "server/apply/apply.h"
+#include "server/replication/map_source.h"
+
+namespace rkv::server {
+
+class ReplicaService final : public v1::Replica::Service {
+ public:
+  static constexpr std::chrono::milliseconds kMapWait{2000};
+  static constexpr size_t kChunkRecords = 1024;
+  static constexpr size_t kChunkBytes = 1 << 20;
+  static constexpr int kMaxFetchKeys = 1024;
+
+  // `applier` must outlive the service; `max_key_bytes` is the server's
+  // limit. INVALID_ARGUMENT for an empty token or no applier. Until Attach,
+  // every call is refused with FAILED_PRECONDITION (no cluster map yet).
+  static StatusOr<std::unique_ptr<ReplicaService>> Create(const std::string& token, Applier* applier,
+                                                          uint32_t max_key_bytes);
+
+  // Gives the service the map it follows (the server's membership, known
+  // only after the Admin port is bound), which must outlive the service. A
+  // second call is ignored.
+  void Attach(MapSource* source);
+
+  grpc::Status FetchShard(grpc::ServerContext* context, const v1::FetchShardRequest* request,
+                          grpc::ServerWriter<v1::ShardChunk>* writer) override;
+  grpc::Status FetchKeys(grpc::ServerContext* context, const v1::FetchKeysRequest* request,
+                         v1::FetchKeysResponse* response) override;
+
+  // Records sent in FetchShard streams and FetchKeys answers.
+  uint64_t records_served() const { return records_served_.load(std::memory_order_relaxed); }
+
+ private:
+  ReplicaService(std::string digest_hex, Applier* applier, uint32_t max_key_bytes)
+      : digest_hex_(std::move(digest_hex)), applier_(applier), max_key_bytes_(max_key_bytes) {}
+
+  MapSource* source() const { return source_.load(std::memory_order_acquire); }
+
+  // OK when, in `map`, this server (at its epoch) is the primary of
+  // `shard` and `fetcher` (at `epoch`) is syncing it; FAILED_PRECONDITION
+  // saying what is not so otherwise.
+  Status CheckFetcher(const MapSource& source, const v1::ClusterMap* map, const std::string& fetcher,
+                      uint64_t epoch, uint32_t shard) const;
+
+  const std::string digest_hex_;
+  std::atomic<MapSource*> source_{nullptr};
+  Applier* const applier_;
+  const uint32_t max_key_bytes_;
+  std::atomic<uint64_t> records_served_{0};
+};
+
+}  // namespace rkv::server
