@@ -2,6 +2,25 @@
 // in a connection's staging ring into a durable write, a published slot and
 // a ReplyMsg.
 //
+// One class, the Applier, with four jobs over one table, each in a file of
+// its own (as RocksDB splits DBImpl): they share the Store, Table and Heap
+// under mu_, the version reservations and the counters, too much to give
+// each its own class.
+//   client writes with the replay cache    apply_client.cc: Apply, the
+//                                          writes gate and key stripes, the
+//                                          route and lease checks
+//   primary replication                    apply_replicate.cc: the versions
+//                                          of client PUTs, the forward to the
+//                                          backups
+//   backup install                         apply_backup.cc: ApplyReplica
+//   catch-up and verifying digests         apply_catchup.cc (SnapshotShard,
+//                                          the fetcher's installs),
+//                                          apply_digest.cc (DigestShards,
+//                                          ListShard)
+// What they share (validation, the local write and publish of a PUT,
+// replies, counters) is apply.cc. This comment holds the contract of all
+// four and the lock order, once.
+//
 // Validation (before any lock; a failure is an error reply, never a crash):
 //   - the message is exactly sizeof(RequestMsg), op is known, reserved is 0;
 //   - ring_offset is 64-byte aligned and [ring_offset, ring_offset + length)
@@ -299,11 +318,19 @@ class Applier {
     uint64_t version = 0;
     uint64_t map_version = 0;  // replica ops: the primary's map version (>= 1)
   };
+  // ---- Shared by the jobs (apply.cc) ----
   // Checks the message and its record (see Validation; `from_peer` selects
   // which ops and versions are allowed). The error reply, or nullopt with
   // *out filled.
   std::optional<protocol::ReplyMsg> Validate(std::span<const uint8_t> msg, std::span<const uint8_t> ring,
                                              bool from_peer, Request* out);
+  // The durable write and publish of a PUT with `version` (a client's, a
+  // backup's, a fetched record's).
+  protocol::ReplyMsg InstallPut(uint64_t request_id, std::string_view key, std::string_view value,
+                                uint64_t version) REQUIRES(mu_);
+  protocol::ReplyMsg Error(uint64_t request_id, const Status& status);
+
+  // ---- Client writes and the replay cache (apply_client.cc) ----
   // Looks the request up in the cache (waiting while its twin is in
   // flight), applies it when it is new and remembers its reply.
   protocol::ReplyMsg ApplyOnce(uint64_t client_id, const Request& req, bool* remember)
@@ -315,17 +342,6 @@ class Applier {
       REQUIRES_SHARED(writes_gate_) EXCLUDES(mu_);
   protocol::ReplyMsg ApplyDelete(uint64_t request_id, std::string_view key, bool* remember)
       REQUIRES_SHARED(writes_gate_) EXCLUDES(mu_);
-  // A version for a client PUT: above the store's high-water mark and every
-  // version reserved before; recorded as reserved. 0 when the version space
-  // is exhausted (the PUT is then refused RESOURCE_EXHAUSTED).
-  uint64_t ReserveVersion() REQUIRES(mu_);
-  // Forwards the record {key, value, version} to every backup of `route` and
-  // reports the ones that fail: OK when the write may go on locally.
-  Status Replicate(const WriteRoute& route, protocol::Op op, std::string_view key, std::string_view value,
-                   uint64_t version) REQUIRES_SHARED(writes_gate_) EXCLUDES(mu_);
-  // The durable write and publish of a PUT with `version`.
-  protocol::ReplyMsg InstallPut(uint64_t request_id, std::string_view key, std::string_view value,
-                                uint64_t version) REQUIRES(mu_);
   // With a policy, before a client write of `key` writes or forwards
   // anything: sets *route and returns nullopt when RouteWrite routes it
   // here and CheckLease allows it; else the refusal, not to be remembered:
@@ -343,8 +359,25 @@ class Applier {
                                                        const WriteRoute& route, bool* remember) REQUIRES(mu_);
   // The durable delete and unpublish of a DELETE; NOT_FOUND if absent.
   protocol::ReplyMsg DeleteLocal(uint64_t request_id, std::string_view key) REQUIRES(mu_);
+
+  // ---- Primary replication (apply_replicate.cc) ----
+  // A version for a client PUT: above the store's high-water mark and every
+  // version reserved before; recorded as reserved. 0 when the version space
+  // is exhausted (the PUT is then refused RESOURCE_EXHAUSTED).
+  uint64_t ReserveVersion() REQUIRES(mu_);
+  // Forwards the record {key, value, version} to every backup of `route` and
+  // reports the ones that fail: OK when the write may go on locally.
+  Status Replicate(const WriteRoute& route, protocol::Op op, std::string_view key, std::string_view value,
+                   uint64_t version) REQUIRES_SHARED(writes_gate_) EXCLUDES(mu_);
+
+  // ---- Backup install (apply_backup.cc) ----
+  // Installs a validated, accepted replica op by the replica rule.
   protocol::ReplyMsg InstallReplica(const Request& req) REQUIRES(mu_);
-  protocol::ReplyMsg Error(uint64_t request_id, const Status& status);
+
+  // ---- Catch-up (apply_catchup.cc) ----
+  // Records a forwarded delete of `key` at `version` when its shard is
+  // being synced.
+  void NoteSyncDelete(std::string_view key, uint64_t version) REQUIRES(mu_);
 
   // Lock order: see Thread safety in the file comment.
   //
@@ -383,9 +416,6 @@ class Applier {
   // (key -> highest version deleted); see BeginSync.
   std::map<uint32_t, std::unordered_map<std::string, uint64_t>> sync_tombstones_ GUARDED_BY(mu_);
   uint32_t sync_shard_count_ GUARDED_BY(mu_) = 0;
-  // Records a forwarded delete of `key` at `version` when its shard is
-  // being synced.
-  void NoteSyncDelete(std::string_view key, uint64_t version) REQUIRES(mu_);
   const ApplyLimits limits_;
   const ApplyReplication replication_;
 

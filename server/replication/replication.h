@@ -1,7 +1,7 @@
 // What the apply path needs to know about the cluster to replicate a write,
 // and who may send replication traffic: the boundary between the data path
-// (server/apply/apply.cc, server/replication/replicator.h) and the code that follows the
-// cluster map (server/membership.h).
+// (server/apply/apply_replicate.cc, server/replication/replicator.h) and the
+// code that follows the cluster map (server/membership.h).
 //
 // A primary forwards every PUT and DELETE of a key to the backups and the
 // syncing servers (catching up) of the key's shard in the current map

@@ -1,0 +1,243 @@
+// The Applier's first job (server/apply/apply.h, "Apply" and "Replays"): a
+// client's PUT or DELETE, applied once. The replay cache answers a request
+// seen before; the writes gate and the key's stripe order the writes; the
+// route and the lease are checked before anything is written and again just
+// before the publish, whose refusals are typed (Reason::kNoLease,
+// Reason::kOutcomeUnknown, with the map version). Forwarding to the
+// backups is apply_replicate.cc; the local write and publish, apply.cc.
+#include <algorithm>
+#include <optional>
+#include <string>
+#include <utility>
+
+#include <glog/logging.h>
+
+#include "common/hash.h"
+#include "server/apply/apply.h"
+
+namespace rkv::server {
+
+protocol::ReplyMsg Applier::Apply(uint64_t client_id, std::span<const uint8_t> msg, std::span<const uint8_t> ring) {
+  Request req;
+  if (std::optional<protocol::ReplyMsg> refused = Validate(msg, ring, /*from_peer=*/false, &req)) return *refused;
+  bool remember = true;
+  return ApplyOnce(client_id, req, &remember);
+}
+
+size_t Applier::KeyStripe(std::string_view key) {
+  // The shard hash is as good as any here: stripes only need to spread
+  // keys, and writes of one shard spread over all of them.
+  return static_cast<size_t>(ShardHash(key) % kKeyStripes);
+}
+
+protocol::ReplyMsg Applier::ApplyOnce(uint64_t client_id, const Request& req, bool* remember) {
+  const std::pair<uint64_t, uint64_t> name{client_id, req.request_id};
+  {
+    MutexLock lock(cache_mu_);
+    protocol::ReplyMsg reply{};
+    while (true) {
+      switch (cache_.Check(client_id, req.request_id, &reply)) {
+        case RequestCache::Verdict::kReplay:
+          replays_.fetch_add(1, std::memory_order_relaxed);
+          return reply;
+        case RequestCache::Verdict::kForgotten:
+          // Not remembered, so not applied again: it may be a retry of a
+          // request applied long ago.
+          return Error(req.request_id, Status(StatusCode::kAborted,
+                                              "request " + std::to_string(req.request_id) +
+                                                  " is too old for the replay check: not applied; a retry's "
+                                                  "outcome is unknown",
+                                              Reason::kOutcomeUnknown));
+        case RequestCache::Verdict::kNew:
+          break;
+      }
+      if (in_flight_.count(name) == 0) break;
+      // Its twin is being applied: wait for its end, then look again (its
+      // reply, or nothing if it was not to be remembered).
+      cache_done_.Wait(cache_mu_);
+    }
+    in_flight_.insert(name);
+  }
+  const protocol::ReplyMsg reply = ApplyWrite(req, remember);
+  {
+    MutexLock lock(cache_mu_);
+    if (*remember) cache_.Insert(client_id, reply);
+    in_flight_.erase(name);
+  }
+  cache_done_.NotifyAll();
+  return reply;
+}
+
+protocol::ReplyMsg Applier::ApplyWrite(const Request& req, bool* remember) {
+  {
+    // A snapshot waiting for the gate holds the turnstile: this write
+    // enters after it.
+    MutexLock turnstile(gate_turnstile_);
+  }
+  ReaderLock gate(writes_gate_);
+  MutexLock key_lock(key_stripes_[KeyStripe(req.key)]);
+  return req.op == protocol::Op::kDelete ? ApplyDelete(req.request_id, req.key, remember)
+                                         : ApplyPut(req.request_id, req.key, req.value, remember);
+}
+
+protocol::ReplyMsg Applier::ApplyPut(uint64_t request_id, std::string_view key, std::string_view value,
+                                     bool* remember) {
+  std::optional<WriteRoute> route;
+  if (auto refused = RouteClientWrite(request_id, key, &route, remember)) return *refused;
+  uint64_t version = 0;
+  {
+    MutexLock lock(mu_);
+    if (!table_->PrepareInsert(key, Heap::Clock::now())) {
+      // Refused before anything is written.
+      return Error(request_id, ResourceExhausted("table full: no slot in the key's neighbourhood, even after "
+                                                 "moving keys (raise --max_keys)"));
+    }
+    version = ReserveVersion();
+    if (version == 0) {
+      // Every version is taken (a replica arrived at the top of the
+      // space): refused before anything is written.
+      *remember = false;
+      return Error(request_id, ResourceExhausted("no version left above " +
+                                                 std::to_string(store_->version_high_water()) +
+                                                 ": the key space's versions are exhausted"));
+    }
+    if (!route) return InstallPut(request_id, key, value, version);
+    if (route->backups.empty()) {
+      if (std::optional<protocol::ReplyMsg> refused = RefuseWithoutLease(request_id, key, *route, remember)) {
+        return *refused;
+      }
+      return InstallPut(request_id, key, value, version);
+    }
+  }
+  // The table mutex is free while the backups are waited for. `version`
+  // is reserved (no other write takes it) and the key's lock is held (no
+  // other client write of the key passes this one); writes of other keys
+  // may publish meanwhile, with versions above or below this one.
+  const Status replicated = Replicate(*route, protocol::Op::kReplicatePut, key, value, version);
+  // A forward that outlasted the lease waits for the next grant (without
+  // the table mutex) rather than end "outcome unknown" below.
+  if (replicated.ok()) (void)replication_.policy->AwaitLease(kLeaseRenewalWait);
+  MutexLock lock(mu_);
+  if (!replicated.ok()) {
+    *remember = false;
+    return Error(request_id, replicated);
+  }
+  // The backups may hold it now; this server publishes and acknowledges it
+  // only under a valid lease.
+  if (std::optional<protocol::ReplyMsg> refused = RefuseWithoutLease(request_id, key, *route, remember)) {
+    return *refused;
+  }
+  // Exactly the version the backups hold. A replica installed here
+  // meanwhile (of another shard), or a client write of another key that
+  // reserved a later version, may have raised the high-water mark; Put
+  // keeps the larger one. The slot PrepareInsert found may have been taken
+  // meanwhile by a write of another key: then Upsert refuses and the store
+  // write is undone (InstallPut).
+  return InstallPut(request_id, key, value, version);
+}
+
+protocol::ReplyMsg Applier::ApplyDelete(uint64_t request_id, std::string_view key, bool* remember) {
+  std::optional<WriteRoute> route;
+  if (auto refused = RouteClientWrite(request_id, key, &route, remember)) return *refused;
+  uint64_t version = 0;
+  {
+    MutexLock lock(mu_);
+    const std::optional<Table::Entry> e = table_->Lookup(key);
+    if (!route) return e ? DeleteLocal(request_id, key) : Error(request_id, NotFound("key not found"));
+    // Even NOT_FOUND (local only: nothing to forward) is answered under a
+    // valid lease: without one, the shard may have moved and the key may
+    // exist on its new primary.
+    if (!e || route->backups.empty()) {
+      if (std::optional<protocol::ReplyMsg> refused = RefuseWithoutLease(request_id, key, *route, remember)) {
+        return *refused;
+      }
+      return e ? DeleteLocal(request_id, key) : Error(request_id, NotFound("key not found"));
+    }
+    version = e->version;
+  }
+  if (Status s = Replicate(*route, protocol::Op::kReplicateDelete, key, {}, version); !s.ok()) {
+    *remember = false;
+    return Error(request_id, s);
+  }
+  (void)replication_.policy->AwaitLease(kLeaseRenewalWait);  // as in ApplyPut
+  MutexLock lock(mu_);
+  if (std::optional<protocol::ReplyMsg> refused = RefuseWithoutLease(request_id, key, *route, remember)) {
+    return *refused;
+  }
+  return DeleteLocal(request_id, key);
+}
+
+std::optional<protocol::ReplyMsg> Applier::RouteClientWrite(uint64_t request_id, std::string_view key,
+                                                            std::optional<WriteRoute>* route, bool* remember) {
+  if (replication_.policy == nullptr) return std::nullopt;  // standalone: this server's alone
+  StatusOr<WriteRoute> r = replication_.policy->RouteWrite(key);
+  if (!r.ok()) {
+    *remember = false;  // nothing written: a retry is judged afresh
+    return Error(request_id, r.status());
+  }
+  // A server without a lease (its heartbeats fail: the coordinator is away
+  // or cut off) refuses at once, before anything is written or forwarded,
+  // with Reason::kNoLease: the client then knows that nothing was applied
+  // and may resend (docs/design.md §5.6) within its deadline, instead of
+  // getting "outcome unknown" from the check before the publish
+  // (RefuseWithoutLease).
+  if (const Status lease = replication_.policy->CheckLease(); !lease.ok()) {
+    lease_refusals_.fetch_add(1, std::memory_order_relaxed);
+    *remember = false;
+    return Error(request_id, Status(StatusCode::kFailedPrecondition,
+                                    "no lease on map version " + std::to_string(r->map_version) +
+                                        ", nothing applied: not the primary of shard " + std::to_string(r->shard) +
+                                        " (" + lease.message() + ")",
+                                    Reason::kNoLease, r->map_version));
+  }
+  *route = std::move(*r);
+  return std::nullopt;
+}
+
+std::optional<protocol::ReplyMsg> Applier::RefuseWithoutLease(uint64_t request_id, std::string_view key,
+                                                              const WriteRoute& route, bool* remember) {
+  if (const Status lease = replication_.policy->CheckLease(); !lease.ok()) {
+    lease_refusals_.fetch_add(1, std::memory_order_relaxed);
+    LOG_EVERY_N(WARNING, 1000) << "refusing to acknowledge a client write: " << lease;
+    *remember = false;  // nothing published here: a retry is judged afresh
+    return Error(request_id, Status(StatusCode::kUnavailable, "lease expired: outcome unknown (" + lease.message() + ")",
+                                    Reason::kOutcomeUnknown, route.map_version));
+  }
+  // The lease covers the map this server holds now, which may be newer than
+  // the route's (a freeze in the middle of this write, then a new grant):
+  // that map must still make this server the primary, with no backup the
+  // route did not have (one that may lack the write).
+  StatusOr<WriteRoute> now = replication_.policy->RouteWrite(key);
+  Status changed = now.status();
+  if (changed.ok()) {
+    for (const ReplicaPeer& b : now->backups) {
+      const bool routed = std::any_of(route.backups.begin(), route.backups.end(), [&](const ReplicaPeer& r) {
+        return r.server_id == b.server_id && r.epoch == b.epoch;
+      });
+      if (!routed) {
+        changed = FailedPrecondition("map version " + std::to_string(now->map_version) + " added backup " +
+                                     b.server_id + " to shard " + std::to_string(now->shard));
+        break;
+      }
+    }
+  }
+  if (changed.ok()) return std::nullopt;
+  *remember = false;
+  return Error(request_id, Status(StatusCode::kUnavailable,
+                                  "map changed mid-write, outcome unknown: " + changed.message(),
+                                  Reason::kOutcomeUnknown, now.ok() ? now->map_version : route.map_version));
+}
+
+protocol::ReplyMsg Applier::DeleteLocal(uint64_t request_id, std::string_view key) {
+  if (!table_->Lookup(key)) return Error(request_id, NotFound("key not found"));
+  if (Status s = store_->Delete(key); !s.ok()) {
+    LOG(ERROR) << "durable delete failed: " << s;
+    return Error(request_id, s.WithContext("durable delete failed"));
+  }
+  StatusOr<uint64_t> removed = table_->Delete(key, Heap::Clock::now());
+  if (!removed.ok()) return Error(request_id, removed.status());  // not reached: the key was found above
+  deletes_.fetch_add(1, std::memory_order_relaxed);
+  return MakeReply(request_id, StatusCode::kOk, *removed, "");
+}
+
+}  // namespace rkv::server
