@@ -9,6 +9,7 @@
 #include <chrono>
 
 #include "common/hash.h"
+#include "rkv/admin.h"
 #include "rkv/client.h"
 #include "tests/in_process_coordinator.h"
 
@@ -81,6 +82,32 @@ TEST_F(ClusterClientTest, OptionsNeedExactlyOneOfServerAndCoordinator) {
   EXPECT_EQ(Client::Connect(bad).status().code(), StatusCode::kInvalidArgument);
 }
 
+TEST_F(ClusterClientTest, AnAdminOfItsOwnNeedsACoordinatorAndSeesTheClientsMap) {
+  ClientOptions none = Options();
+  none.coordinator.clear();
+  auto refused = ClusterAdmin::Connect(none);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument) << refused.status();
+
+  JoinFake("a", 1);
+  JoinFake("b", 1);
+  auto admin = ClusterAdmin::Connect(Options());
+  ASSERT_TRUE(admin.ok()) << admin.status();
+  auto members = (*admin)->Members();
+  ASSERT_TRUE(members.ok()) << members.status();
+  ASSERT_EQ(members->size(), 2u);
+  auto cluster = (*admin)->client().Cluster();
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  ASSERT_EQ(cluster->members.size(), 2u);
+  for (size_t i = 0; i < 2; ++i) EXPECT_EQ((*members)[i].server_id, cluster->members[i].server_id);
+  // The coordinator's answer, named: no such server.
+  CallOptions quick;
+  quick.timeout = std::chrono::milliseconds(2000);
+  auto drain = (*admin)->Drain("zz", quick);
+  ASSERT_FALSE(drain.ok());
+  EXPECT_EQ(drain.status().code(), StatusCode::kNotFound) << drain.status();
+}
+
 TEST_F(ClusterClientTest, AnIncompleteClusterIsUnavailable) {
   JoinFake("a", 1);
   // Long enough for several answers on a loaded machine: the error is the
@@ -113,7 +140,8 @@ TEST_F(ClusterClientTest, FollowsTheMapAndNamesTheServerInErrors) {
   EXPECT_EQ(client.max_key_bytes(), 1024u);
   EXPECT_EQ(client.max_value_bytes(), 4096u);
 
-  auto members = client.Members();
+  ClusterAdmin admin(client);
+  auto members = admin.Members();
   ASSERT_TRUE(members.ok()) << members.status();
   ASSERT_EQ(members->size(), 2u);
   EXPECT_EQ((*members)[0].server_id, "a");
@@ -129,7 +157,7 @@ TEST_F(ClusterClientTest, FollowsTheMapAndNamesTheServerInErrors) {
   const uint64_t want = coord_->state()->version();
   EXPECT_TRUE(testing::WaitFor("the watch", [&] { return client.cluster_map_version() >= want; }));
   ASSERT_EQ(client.cluster_map_version(), want);
-  members = client.Members();
+  members = admin.Members();
   ASSERT_TRUE(members.ok());
   EXPECT_EQ((*members)[1].state, "DOWN");
 
@@ -174,8 +202,8 @@ TEST_F(ClusterClientTest, FollowsTheMapAndNamesTheServerInErrors) {
   EXPECT_EQ(deleted[2].code(), StatusCode::kInvalidArgument);
 
   // Stats: unknown ids are NOT_FOUND, an unreachable admin names the server.
-  EXPECT_EQ(client.ServerStats("zz", quick).status().code(), StatusCode::kNotFound);
-  auto stats = client.ServerStats("a", quick);
+  EXPECT_EQ(admin.ServerStats("zz", quick).status().code(), StatusCode::kNotFound);
+  auto stats = admin.ServerStats("a", quick);
   ASSERT_FALSE(stats.ok());
   EXPECT_NE(stats.status().message().find("server a (epoch 1"), std::string::npos) << stats.status();
 

@@ -7,7 +7,8 @@
 //
 // GETs are one-sided READs that never reach a server's CPU, so the servers
 // cannot say who read them; the client counts the attempts it ran on each
-// server (Client::AttemptsOn).
+// server (ClientTestPeer::AttemptsOn: this suite links librkv's internals,
+// rkv_client_internal, which it then uses in place of librkv).
 #include <algorithm>
 #include <chrono>
 #include <map>
@@ -18,6 +19,8 @@
 
 #include <gtest/gtest.h>
 
+#include "client/client_test_peer.h"
+#include "rkv/admin.h"
 #include "rkv/client.h"
 #include "tests/test_cluster.h"
 
@@ -75,7 +78,7 @@ class BackupReadTest : public TestClusterTest {
 
   std::map<std::string, uint64_t> Attempts() const {
     std::map<std::string, uint64_t> out;
-    for (const std::string& id : ids_) out[id] = client_->AttemptsOn(id);
+    for (const std::string& id : ids_) out[id] = ClientTestPeer::AttemptsOn(*client_, id);
     return out;
   }
 
@@ -166,7 +169,7 @@ TEST_F(BackupReadTest, ABackupThatDiesIsReadAroundOnThePrimary) {
   // backup is promoted; the keys read here are those of the other shards,
   // for which it is one backup of two.
   std::string victim;
-  auto members = client_->Members();
+  auto members = ClusterAdmin(*client_).Members();
   ASSERT_TRUE(members.ok()) << members.status();
   for (const MemberInfo& m : *members) {
     if (m.data_address == cluster().server(2).address()) victim = m.server_id;
@@ -182,7 +185,7 @@ TEST_F(BackupReadTest, ABackupThatDiesIsReadAroundOnThePrimary) {
   for (const std::string& key : keys) {
     for (int r = 0; r < kServers; ++r) ASSERT_TRUE(client_->Get(key, AnyReplica()).ok()) << key;
   }
-  ASSERT_GT(client_->AttemptsOn(victim), 0u);
+  ASSERT_GT(ClientTestPeer::AttemptsOn(*client_, victim), 0u);
 
   cluster().server(2).Kill9();
   // Every read still returns the acknowledged value: a turn that lands on

@@ -16,6 +16,7 @@
 
 #include <gtest/gtest.h>
 
+#include "rkv/admin.h"
 #include "rkv/client.h"
 #include "tests/test_cluster.h"
 
@@ -59,11 +60,12 @@ class ClusterTest : public TestClusterTest {
   // Per-server key counts from each server's Admin service.
   std::map<std::string, uint64_t> KeysPerServer(Client& client) {
     std::map<std::string, uint64_t> out;
-    auto members = client.Members();
+    ClusterAdmin admin(client);
+    auto members = admin.Members();
     EXPECT_TRUE(members.ok()) << members.status();
     if (!members.ok()) return out;
     for (const MemberInfo& m : *members) {
-      auto stats = client.ServerStats(m.server_id);
+      auto stats = admin.ServerStats(m.server_id);
       EXPECT_TRUE(stats.ok()) << m.server_id << ": " << stats.status();
       if (stats.ok()) out[m.server_id] = stats->keys;
     }
@@ -74,7 +76,7 @@ class ClusterTest : public TestClusterTest {
 TEST_F(ClusterTest, KeysSpreadOverEveryServer) {
   auto client = NewClient(2);
   ASSERT_NE(client, nullptr);
-  auto members = client->Members();
+  auto members = ClusterAdmin(*client).Members();
   ASSERT_TRUE(members.ok()) << members.status();
   ASSERT_EQ(members->size(), static_cast<size_t>(kServers));
   uint32_t shards = 0;
@@ -295,11 +297,12 @@ TEST_F(ClusterTest, GetsNeverReachAServerCpu) {
   for (int i = 0; i < n; ++i) {
     ASSERT_TRUE(client->Put("cpu-" + std::to_string(i), ValueFor("cpu", i)).ok());
   }
-  auto members = client->Members();
+  ClusterAdmin admin(*client);
+  auto members = admin.Members();
   ASSERT_TRUE(members.ok());
   std::map<std::string, ServerStatsInfo> before;
   for (const MemberInfo& m : *members) {
-    auto s = client->ServerStats(m.server_id);
+    auto s = admin.ServerStats(m.server_id);
     ASSERT_TRUE(s.ok()) << s.status();
     before[m.server_id] = *s;
   }
@@ -311,7 +314,7 @@ TEST_F(ClusterTest, GetsNeverReachAServerCpu) {
     }
   }
   for (const MemberInfo& m : *members) {
-    auto s = client->ServerStats(m.server_id);
+    auto s = admin.ServerStats(m.server_id);
     ASSERT_TRUE(s.ok()) << s.status();
     EXPECT_EQ(s->gets_served_by_cpu, 0u) << m.server_id;
     // The server CPU handled no request at all during the GET load.
@@ -551,7 +554,7 @@ TEST_F(CoordinatorRestartTest, ShorterThanTheLeaseUnderLoadIsInvisibleToTheDataP
       },
       std::chrono::seconds(10), std::chrono::milliseconds(100)))
       << refreshed;
-  auto members = client->Members();
+  auto members = ClusterAdmin(*client).Members();
   ASSERT_TRUE(members.ok());
   EXPECT_EQ(members->size(), static_cast<size_t>(kServers));
 }

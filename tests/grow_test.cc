@@ -24,6 +24,7 @@
 
 #include <gtest/gtest.h>
 
+#include "rkv/admin.h"
 #include "rkv/client.h"
 #include "tests/test_cluster.h"
 
@@ -299,7 +300,7 @@ TEST_F(GrowTest, RestartedServerFetchesOnlyWhatItMissed) {
       },
       &map))
       << "the restarted server did not get back every shard: " << Describe(map);
-  auto stats = client->ServerStats(victim);
+  auto stats = ClusterAdmin(*client).ServerStats(victim);
   ASSERT_TRUE(stats.ok()) << stats.status();
   // It missed `missed` new keys and missed/2 overwrites; it fetched those
   // values (perhaps a few more, from shards a failover re-assigned) but not

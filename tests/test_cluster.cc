@@ -5,6 +5,8 @@
 #include <cstdio>
 #include <utility>
 
+#include "rkv/admin.h"
+
 #if !defined(RKV_KVCTL_BIN)
 #error "RKV_KVCTL_BIN must name kvctl"
 #endif
@@ -136,7 +138,7 @@ CommandResult TestCluster::Kvctl(const std::vector<std::string>& args, const std
 std::string TestCluster::IdOf(Client& client, int i) const {
   const Status refreshed = client.RefreshClusterMap();
   EXPECT_TRUE(refreshed.ok()) << refreshed;
-  auto members = client.Members();
+  auto members = ClusterAdmin(client).Members();
   EXPECT_TRUE(members.ok()) << members.status();
   if (!members.ok()) return "";
   const std::string& address = servers_.at(static_cast<size_t>(i))->address();

@@ -18,6 +18,7 @@
 
 #include <gtest/gtest.h>
 
+#include "rkv/admin.h"
 #include "rkv/client.h"
 #include "server/store/store.h"
 #include "tests/test_cluster.h"
@@ -131,7 +132,7 @@ TEST_F(VerifyTest, ReplicasAgreeUnderLoadAndADivergedReplicaIsNamed) {
     const auto& ids = now.shards[*shard].replicas;
     const bool listed = !ids.empty() && ids[0] == primary_id;
     const uint32_t shards[] = {*shard};
-    return up && listed && client->ShardChecksums(primary_id, shards).ok();
+    return up && listed && ClusterAdmin(*client).ShardChecksums(primary_id, shards).ok();
   })) << primary_id << " did not come back as the primary of shard " << *shard;
 
   // verify finds the shard, and only it (a restarted server leaves the

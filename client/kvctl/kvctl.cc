@@ -20,6 +20,7 @@
 #include "client/kvctl/kvctl_util.h"
 #include "common/layout.h"
 #include "common/token.h"
+#include "rkv/admin.h"
 #include "rkv/client.h"
 
 DEFINE_string(server, "127.0.0.1:7700", "HOST:PORT of the rkv server's data plane (default 127.0.0.1:7700)");
@@ -210,7 +211,8 @@ class Progress {
 
 // `kvctl verify`: exit 0 when every replica of every shard agrees, 1 when
 // some disagree, 2 when a server or the coordinator could not be asked.
-int Verify(rkv::Client& client, const rkv::kvctl::VerifyOptions& opts, bool json) {
+int Verify(rkv::ClusterAdmin& admin, const rkv::kvctl::VerifyOptions& opts, bool json) {
+  rkv::Client& client = admin.client();
   rkv::CallOptions call;
   call.timeout = std::chrono::milliseconds(FLAGS_timeout);
   Progress progress(std::chrono::seconds(2));
@@ -220,9 +222,9 @@ int Verify(rkv::Client& client, const rkv::kvctl::VerifyOptions& opts, bool json
     return client.Cluster();
   };
   io.checksums = [&](const std::string& id, const std::vector<uint32_t>& shards) {
-    return client.ShardChecksums(id, shards, call);
+    return admin.ShardChecksums(id, shards, call);
   };
-  io.list = [&](const std::string& id, uint32_t shard) { return client.ListShard(id, shard, call); };
+  io.list = [&](const std::string& id, uint32_t shard) { return admin.ListShard(id, shard, call); };
   // Writes in flight settle within milliseconds; later rounds wait longer.
   io.pause = [](int round) { std::this_thread::sleep_for(std::chrono::milliseconds(200) * (round - 1)); };
   io.progress = [&](const std::string& line) { progress(line); };
@@ -235,7 +237,8 @@ int Verify(rkv::Client& client, const rkv::kvctl::VerifyOptions& opts, bool json
 
 // `kvctl drain SERVER_ID`: exit 0 once the server holds no role (or at
 // once with --nowait), 1 when --timeout ran out first, 2 on errors.
-int Drain(rkv::Client& client, const std::string& server_id, bool json) {
+int Drain(rkv::ClusterAdmin& admin, const std::string& server_id, bool json) {
+  rkv::Client& client = admin.client();
   gflags::CommandLineFlagInfo timeout_flag;
   const bool timeout_given = gflags::GetCommandLineFlagInfo("timeout", &timeout_flag) && !timeout_flag.is_default;
   const auto start = std::chrono::steady_clock::now();
@@ -247,7 +250,7 @@ int Drain(rkv::Client& client, const std::string& server_id, bool json) {
     c.timeout = std::clamp(left, std::chrono::milliseconds(1), std::chrono::milliseconds(5000));
     return c;
   };
-  auto accepted = client.Drain(server_id, call());
+  auto accepted = admin.Drain(server_id, call());
   if (!accepted.ok()) return Fail("drain", accepted.status());
   // Text progress goes to stdout; with --output=json stdout gets the one
   // final object and progress goes to stderr.
@@ -346,6 +349,8 @@ int Run(const rkv::kvctl::Invocation& inv) {
   options.timeout = std::chrono::milliseconds(FLAGS_timeout);
   auto client = rkv::Client::Connect(options);
   if (!client.ok()) return Fail(cmd, client.status());
+  // The administration commands work through the same connection.
+  rkv::ClusterAdmin admin(**client);
 
   switch (inv.command) {
     case rkv::kvctl::Command::kGet: {
@@ -372,7 +377,7 @@ int Run(const rkv::kvctl::Invocation& inv) {
       return kExitOk;
     }
     case rkv::kvctl::Command::kMembers: {
-      auto members = (*client)->Members();
+      auto members = admin.Members();
       if (!members.ok()) return Fail(cmd, members.status());
       const std::string out =
           json ? rkv::kvctl::FormatMembersJson(*members) : rkv::kvctl::FormatMembersText(*members);
@@ -398,15 +403,15 @@ int Run(const rkv::kvctl::Invocation& inv) {
       return kExitOk;
     }
     case rkv::kvctl::Command::kVerify:
-      return Verify(**client, verify, json);
+      return Verify(admin, verify, json);
     case rkv::kvctl::Command::kDrain:
-      return Drain(**client, inv.server_id, json);
+      return Drain(admin, inv.server_id, json);
     case rkv::kvctl::Command::kStats: {
       std::vector<std::string> ids;
       if (!inv.server_id.empty()) {
         ids.push_back(inv.server_id);
       } else {
-        auto members = (*client)->Members();
+        auto members = admin.Members();
         if (!members.ok()) return Fail(cmd, members.status());
         for (const auto& m : *members) ids.push_back(m.server_id);
       }
@@ -420,7 +425,7 @@ int Run(const rkv::kvctl::Invocation& inv) {
         const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
         rkv::CallOptions call;
         call.timeout = std::max(left, std::chrono::milliseconds(1));
-        auto s = (*client)->ServerStats(id, call);
+        auto s = admin.ServerStats(id, call);
         if (!s.ok()) {
           failures.push_back(s.status());
           continue;

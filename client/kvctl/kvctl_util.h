@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "rkv/admin.h"
 #include "rkv/client.h"
 
 namespace rkv::kvctl {

@@ -14,13 +14,20 @@ trap 'rm -rf "$scratch"' EXIT
 
 "$cmake" --install "$build" --component client --prefix "$scratch/prefix" > "$scratch/install.log"
 
-for f in include/rkv/client.h include/rkv/status.h bin/kvctl; do
+for f in include/rkv/client.h include/rkv/admin.h include/rkv/status.h bin/kvctl; do
   [ -e "$scratch/prefix/$f" ] || { echo "missing installed $f"; exit 1; }
 done
 # The public headers must reach no internal header.
 if grep -n '#include "common/' "$scratch/prefix/include/rkv/"*.h; then
   echo "an installed header includes an internal one"; exit 1
 fi
+# Nothing test-only is exported (client/client_test_peer.h stays inside).
+lib=$(find "$scratch/prefix" -name 'librkv.so.*' -type f | head -n 1)
+[ -n "$lib" ] || { echo "missing installed librkv.so"; exit 1; }
+if nm -DC --defined-only "$lib" | grep -E 'ClientTestPeer|AttemptsOn'; then
+  echo "librkv exports a test-only symbol"; exit 1
+fi
+nm -DC --defined-only "$lib" | grep -q 'rkv::ClusterAdmin::Members' || { echo "librkv lacks ClusterAdmin"; exit 1; }
 
 flags=""
 if [ -n "$sanitize" ]; then

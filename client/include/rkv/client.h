@@ -70,6 +70,10 @@
 // Thread safety: a Client is thread-safe. Concurrent calls share a pool of
 // ClientOptions::connections connections; each call takes a free one (or
 // waits for one), so up to that many calls run in parallel.
+//
+// The cluster's administration (its members, a server's counters, shard
+// checksums and listings, draining a server) is rkv/admin.h's ClusterAdmin,
+// which works through a Client's coordinator connection.
 #pragma once
 
 #include <chrono>
@@ -176,7 +180,7 @@ struct MemberInfo {
   std::string zone;            // failure domain; empty when unlabelled
   uint32_t backup_shards = 0;  // shards it holds as a backup
   uint32_t syncing_shards = 0; // shards it is catching up on (not yet a replica)
-  bool draining = false;       // being drained (Client::Drain): its roles move away
+  bool draining = false;       // being drained (ClusterAdmin::Drain): its roles move away
 };
 
 // The servers holding one shard: its primary (which serves every call for
@@ -203,68 +207,8 @@ struct ClusterInfo {
   std::vector<ShardInfo> shards;    // shards[s].shard == s
 };
 
-// A server's counters, from its Admin service.
-struct ServerStatsInfo {
-  std::string server_id;
-  uint64_t epoch = 0;
-  uint64_t keys = 0;
-  uint64_t puts = 0;
-  uint64_t deletes = 0;
-  uint64_t request_errors = 0;
-  uint64_t connections = 0;
-  uint64_t gets_served_by_cpu = 0;  // 0: GETs are one-sided reads
-  uint64_t heap_bytes = 0;
-  uint64_t heap_bytes_used = 0;
-  uint64_t heap_bytes_quarantined = 0;
-  // Catch-up (docs/design.md §5.8), since the server started.
-  uint64_t catchup_records_listed = 0;   // records listed to it by primaries
-  uint64_t catchup_values_fetched = 0;   // values it fetched and installed
-  uint32_t syncing_shards = 0;           // shards it is catching up on now
-  uint64_t catchup_records_served = 0;   // records it listed to others
-  // Connection scale: the server's data-plane polling threads (fixed,
-  // whatever the number of connections), and the server memory each
-  // connection costs beside the transport's.
-  uint32_t polling_threads = 0;
-  uint64_t bytes_per_connection = 0;
-  // --durability=none: acknowledged writes the server holds in memory only
-  // (its store's write-back buffer; a crash of that server loses them).
-  uint64_t store_unwritten_writes = 0;
-  uint64_t store_unwritten_bytes = 0;
-};
-
-// One shard's digest on one server (Client::ShardChecksums): its records'
-// count, the sum mod 2^64 of XXH64(key || version as 8 little-endian bytes
-// || value) over them, and their highest version (0 when none).
-struct ShardChecksumInfo {
-  uint32_t shard = 0;
-  uint64_t keys = 0;
-  uint64_t checksum = 0;
-  uint64_t max_version = 0;
-};
-
-// A server's answer to Client::ShardChecksums.
-struct ServerShardChecksums {
-  std::string server_id;
-  uint64_t map_version = 0;  // the cluster map the server held when it answered
-  std::vector<ShardChecksumInfo> shards;  // ascending
-};
-
-// One shard's keys and versions on one server (Client::ListShard).
-struct ShardKeyVersion {
-  std::string key;
-  uint64_t version = 0;
-};
-struct ShardListingInfo {
-  std::string server_id;
-  std::vector<ShardKeyVersion> records;  // in the server's table order
-  uint64_t snapshot_version = 0;  // the server's highest version when it listed
-};
-
-// The coordinator's answer to Client::Drain.
-struct DrainInfo {
-  uint64_t map_version = 0;
-  uint32_t roles_to_move = 0;  // primaries + backups + syncing still on the server
-};
+class ClusterAdmin;     // rkv/admin.h
+class ClientTestPeer;   // tests only; not part of librkv's API
 
 class RKV_EXPORT Client {
  public:
@@ -366,15 +310,6 @@ class RKV_EXPORT Client {
   // Delete would return it (NOT_FOUND for an absent key).
   std::vector<Status> MultiDelete(std::span<const std::string> keys, const CallOptions& call = {});
 
-  // Attempts this client has run on server `server_id` (a client of one
-  // server: its address): one per attempt of a Get, Put or Delete and per
-  // attempt of a MultiGet group that had a connection to it (an attempt
-  // that could not connect is not counted), since the client first used that
-  // server's current incarnation (a restarted server counts from 0). 0 for
-  // a server not used yet or not in the cached map. Shows how
-  // ReadFrom::kAnyReplica spreads reads; thread-safe.
-  uint64_t AttemptsOn(std::string_view server_id) const;
-
   // The location cache's size and use since Connect (per key looked up by
   // Get or MultiGet: hits + misses + fallbacks). All zero, enabled false,
   // when ClientOptions::location_cache_bytes is 0. Thread-safe.
@@ -390,47 +325,27 @@ class RKV_EXPORT Client {
   std::string transport_name() const;
   std::string transport_reason() const;
 
-  // ---- Cluster mode. In single-server mode these report 0 / false or
-  // fail with FAILED_PRECONDITION. All are thread-safe.
+  // ---- Cluster mode: the map this client routes by. In single-server
+  // mode these report 0 / false or fail with FAILED_PRECONDITION. All are
+  // thread-safe.
 
   bool cluster_mode() const;
   // Version of the cached cluster map.
   uint64_t cluster_map_version() const;
-  // The servers of the cached map, in join order.
-  StatusOr<std::vector<MemberInfo>> Members() const;
   // The cached map's servers and every shard's replica set, all from one
   // map version.
   StatusOr<ClusterInfo> Cluster() const;
   // The shard `key` belongs to (the same in every map version: the shard
   // count is fixed for the life of a cluster).
   StatusOr<uint32_t> ShardOfKey(std::string_view key) const;
-  // The Admin Stats of server `server_id` (NOT_FOUND when the cached map
-  // has no such server; the RPC's error, prefixed with the server,
-  // otherwise).
-  StatusOr<ServerStatsInfo> ServerStats(std::string_view server_id, const CallOptions& call = {});
   // Fetches the map from the coordinator now and installs it when newer
   // (the watch thread does this by itself; for callers that must not wait
   // for it). The coordinator's error when it cannot be reached.
   Status RefreshClusterMap(const CallOptions& call = {});
 
-  // ---- Cluster operations (kvctl verify and drain). FAILED_PRECONDITION
-  // in single-server mode; NOT_FOUND for a server the cached map does not
-  // list; otherwise the RPC's error, prefixed with the server.
-  // The digests of `shards` (empty: every shard the server holds a role
-  // in) over the records the server holds, each from one consistent state
-  // of its table. INVALID_ARGUMENT for a shard not below the shard count.
-  StatusOr<ServerShardChecksums> ShardChecksums(std::string_view server_id, std::span<const uint32_t> shards,
-                                                const CallOptions& call = {});
-  // Every key of `shard` the server holds, with its version (no values).
-  StatusOr<ShardListingInfo> ListShard(std::string_view server_id, uint32_t shard, const CallOptions& call = {});
-  // Asks the coordinator to drain `server_id`: it takes no new role and
-  // each of its roles moves to another server (the map shows the
-  // progress). The coordinator's error otherwise (NOT_FOUND for a server
-  // it does not know, FAILED_PRECONDITION when no other server can take
-  // its roles), prefixed with the coordinator.
-  StatusOr<DrainInfo> Drain(std::string_view server_id, const CallOptions& call = {});
-
  private:
+  friend class ClusterAdmin;
+  friend class ClientTestPeer;
   class Impl;
   explicit Client(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;

@@ -1,4 +1,7 @@
-// Connects to a port where nothing listens: expects a clean UNAVAILABLE.
+// Connects to a port where nothing listens: expects a clean UNAVAILABLE,
+// from the data API (rkv/client.h) and from the administration
+// (rkv/admin.h).
+#include <rkv/admin.h>
 #include <rkv/client.h>
 
 #include <iostream>
@@ -17,6 +20,19 @@ int main() {
   std::cout << "Connect: " << client.status() << "\n";
   if (client.status().code() != rkv::StatusCode::kUnavailable) {
     std::cerr << "expected UNAVAILABLE, got " << rkv::StatusCodeName(client.status().code()) << "\n";
+    return 1;
+  }
+
+  options.server.clear();
+  options.coordinator = "127.0.0.1:1";
+  auto admin = rkv::ClusterAdmin::Connect(options);
+  if (admin.ok()) {
+    std::cerr << "an admin connected to a coordinator where nothing listens\n";
+    return 1;
+  }
+  std::cout << "ClusterAdmin::Connect: " << admin.status() << "\n";
+  if (admin.status().code() != rkv::StatusCode::kUnavailable) {
+    std::cerr << "expected UNAVAILABLE, got " << rkv::StatusCodeName(admin.status().code()) << "\n";
     return 1;
   }
   return 0;

@@ -1,0 +1,133 @@
+// ClusterAdmin (rkv/admin.h): the cluster's administration over a Client's
+// cached map and coordinator connection (Client::Impl, client_impl.h).
+// Each call finds the server in the cached map and calls its Admin
+// service (or the coordinator) through ControlClient.
+#include "rkv/admin.h"
+
+#include <utility>
+
+#include "client/client_impl.h"
+#include "proto/validation.h"
+
+namespace rkv {
+
+using client::Deadline;
+using client::ServerEntry;
+using std::to_string;
+
+namespace {
+
+Status NeedsCoordinator(std::string_view what) {
+  return FailedPrecondition(std::string(what) + " needs a client connected through a coordinator");
+}
+
+}  // namespace
+
+StatusOr<ServerEntry> Client::Impl::AdminOf(std::string_view server_id) {
+  const auto routes = Routing();
+  const ServerEntry* e = routes->table().Find(server_id);
+  if (e == nullptr) {
+    return NotFound("no server '" + control::Printable(server_id) + "' in cluster map version " +
+                    to_string(routes->table().version()));
+  }
+  return *e;
+}
+
+StatusOr<std::unique_ptr<ClusterAdmin>> ClusterAdmin::Connect(const ClientOptions& options) {
+  if (options.coordinator.empty()) return InvalidArgument("ClusterAdmin needs ClientOptions.coordinator");
+  RKV_ASSIGN_OR_RETURN(std::unique_ptr<Client> client, Client::Connect(options));
+  return std::unique_ptr<ClusterAdmin>(new ClusterAdmin(std::move(client)));
+}
+
+ClusterAdmin::ClusterAdmin(Client& client) : client_(&client) {}
+ClusterAdmin::ClusterAdmin(std::unique_ptr<Client> owned) : owned_(std::move(owned)), client_(owned_.get()) {}
+ClusterAdmin::~ClusterAdmin() = default;
+
+StatusOr<std::vector<MemberInfo>> ClusterAdmin::Members() const {
+  Client::Impl& impl = *client_->impl_;
+  if (!impl.cluster()) return NeedsCoordinator("Members");
+  const auto routes = impl.Routing();
+  std::vector<MemberInfo> out;
+  out.reserve(routes->table().servers().size());
+  for (const ServerEntry& e : routes->table().servers()) out.push_back(Client::Impl::ToMember(e));
+  return out;
+}
+
+StatusOr<ServerStatsInfo> ClusterAdmin::ServerStats(std::string_view server_id, const CallOptions& call) {
+  Client::Impl& impl = *client_->impl_;
+  if (!impl.cluster()) return NeedsCoordinator("ServerStats");
+  RKV_ASSIGN_OR_RETURN(const ServerEntry e, impl.AdminOf(server_id));
+  auto r = impl.control().Stats(e.admin_address, impl.DeadlineOf(call));
+  if (!r.ok()) return r.status().WithContext(e.Describe());
+  if (r->server_id() != e.server_id) {
+    return FailedPrecondition(e.Describe() + ": the admin service at " + e.admin_address +
+                              " answered as server '" + control::Printable(r->server_id()) + "'");
+  }
+  ServerStatsInfo out;
+  out.server_id = r->server_id();
+  out.epoch = r->epoch();
+  out.keys = r->keys();
+  out.puts = r->puts();
+  out.deletes = r->deletes();
+  out.request_errors = r->request_errors();
+  out.connections = r->connections();
+  out.gets_served_by_cpu = r->gets_served_by_cpu();
+  out.heap_bytes = r->heap_bytes();
+  out.heap_bytes_used = r->heap_bytes_used();
+  out.heap_bytes_quarantined = r->heap_bytes_quarantined();
+  out.catchup_records_listed = r->catchup_records_listed();
+  out.catchup_values_fetched = r->catchup_values_fetched();
+  out.syncing_shards = r->syncing_shards();
+  out.catchup_records_served = r->catchup_records_served();
+  out.polling_threads = r->polling_threads();
+  out.bytes_per_connection = r->bytes_per_connection();
+  out.store_unwritten_writes = r->store_unwritten_writes();
+  out.store_unwritten_bytes = r->store_unwritten_bytes();
+  return out;
+}
+
+StatusOr<ServerShardChecksums> ClusterAdmin::ShardChecksums(std::string_view server_id,
+                                                            std::span<const uint32_t> shards,
+                                                            const CallOptions& call) {
+  Client::Impl& impl = *client_->impl_;
+  if (!impl.cluster()) return NeedsCoordinator("ShardChecksums");
+  RKV_ASSIGN_OR_RETURN(const ServerEntry entry, impl.AdminOf(server_id));
+  auto r = impl.control().ShardChecksums(entry.admin_address, std::vector<uint32_t>(shards.begin(), shards.end()),
+                                         impl.DeadlineOf(call));
+  if (!r.ok()) return r.status().WithContext(entry.Describe());
+  ServerShardChecksums out;
+  out.server_id = entry.server_id;
+  out.map_version = r->map_version();
+  out.shards.reserve(r->shards_size());
+  for (const v1::ShardChecksum& c : r->shards()) {
+    out.shards.push_back(ShardChecksumInfo{c.shard(), c.keys(), c.checksum(), c.max_version()});
+  }
+  return out;
+}
+
+StatusOr<ShardListingInfo> ClusterAdmin::ListShard(std::string_view server_id, uint32_t shard,
+                                                   const CallOptions& call) {
+  Client::Impl& impl = *client_->impl_;
+  if (!impl.cluster()) return NeedsCoordinator("ListShard");
+  RKV_ASSIGN_OR_RETURN(const ServerEntry entry, impl.AdminOf(server_id));
+  auto r = impl.control().ListShard(entry.admin_address, shard, impl.DeadlineOf(call));
+  if (!r.ok()) return r.status().WithContext(entry.Describe());
+  ShardListingInfo out;
+  out.server_id = entry.server_id;
+  out.snapshot_version = r->snapshot_version();
+  out.records.reserve(r->records_size());
+  for (v1::ShardRecord& rec : *r->mutable_records()) {
+    out.records.push_back(ShardKeyVersion{std::move(*rec.mutable_key()), rec.version()});
+  }
+  return out;
+}
+
+StatusOr<DrainInfo> ClusterAdmin::Drain(std::string_view server_id, const CallOptions& call) {
+  Client::Impl& impl = *client_->impl_;
+  if (!impl.cluster()) return NeedsCoordinator("Drain");
+  auto r = impl.control().Drain(std::string(server_id), impl.DeadlineOf(call));
+  if (!r.ok()) return r.status();
+  return DrainInfo{r->map_version(), r->roles_to_move()};
+}
+
+}  // namespace rkv

@@ -1,0 +1,148 @@
+// librkv's administration of an rkv cluster: what `kvctl members`,
+// `stats`, `verify` and `drain` do, for programs that do the same.
+//
+// A ClusterAdmin works through a Client connected to the coordinator
+// (ClientOptions::coordinator): it reads that client's cached cluster map
+// (Client::Cluster, kept current by its watch) to find each server's Admin
+// service, and uses its coordinator connection. One connection serves both
+// a program's data calls and its administration:
+//   auto client = rkv::Client::Connect(options);   // options.coordinator set
+//   if (!client.ok()) return client.status();
+//   rkv::ClusterAdmin admin(**client);
+//   auto members = admin.Members();
+//   auto stats = admin.ServerStats((*members)[0].server_id);
+// or, for a program that only administers, ClusterAdmin::Connect(options).
+//
+// Errors: FAILED_PRECONDITION for a client of one server (no map, no
+// coordinator); NOT_FOUND for a server the cached map does not list;
+// otherwise the RPC's error, prefixed with the server ("server ID (epoch
+// E, HOST:PORT): ") or with the coordinator.
+//
+// Thread safety: a ClusterAdmin is thread-safe, as its Client is.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "rkv/client.h"
+#include "rkv/status.h"
+
+namespace rkv {
+
+// A server's counters, from its Admin service.
+struct ServerStatsInfo {
+  std::string server_id;
+  uint64_t epoch = 0;
+  uint64_t keys = 0;
+  uint64_t puts = 0;
+  uint64_t deletes = 0;
+  uint64_t request_errors = 0;
+  uint64_t connections = 0;
+  uint64_t gets_served_by_cpu = 0;  // 0: GETs are one-sided reads
+  uint64_t heap_bytes = 0;
+  uint64_t heap_bytes_used = 0;
+  uint64_t heap_bytes_quarantined = 0;
+  // Catch-up (docs/design.md §5.8), since the server started.
+  uint64_t catchup_records_listed = 0;   // records listed to it by primaries
+  uint64_t catchup_values_fetched = 0;   // values it fetched and installed
+  uint32_t syncing_shards = 0;           // shards it is catching up on now
+  uint64_t catchup_records_served = 0;   // records it listed to others
+  // Connection scale: the server's data-plane polling threads (fixed,
+  // whatever the number of connections), and the server memory each
+  // connection costs beside the transport's.
+  uint32_t polling_threads = 0;
+  uint64_t bytes_per_connection = 0;
+  // --durability=none: acknowledged writes the server holds in memory only
+  // (its store's write-back buffer; a crash of that server loses them).
+  uint64_t store_unwritten_writes = 0;
+  uint64_t store_unwritten_bytes = 0;
+};
+
+// One shard's digest on one server (ClusterAdmin::ShardChecksums): its records'
+// count, the sum mod 2^64 of XXH64(key || version as 8 little-endian bytes
+// || value) over them, and their highest version (0 when none).
+struct ShardChecksumInfo {
+  uint32_t shard = 0;
+  uint64_t keys = 0;
+  uint64_t checksum = 0;
+  uint64_t max_version = 0;
+};
+
+// A server's answer to ClusterAdmin::ShardChecksums.
+struct ServerShardChecksums {
+  std::string server_id;
+  uint64_t map_version = 0;  // the cluster map the server held when it answered
+  std::vector<ShardChecksumInfo> shards;  // ascending
+};
+
+// One shard's keys and versions on one server (ClusterAdmin::ListShard).
+struct ShardKeyVersion {
+  std::string key;
+  uint64_t version = 0;
+};
+struct ShardListingInfo {
+  std::string server_id;
+  std::vector<ShardKeyVersion> records;  // in the server's table order
+  uint64_t snapshot_version = 0;  // the server's highest version when it listed
+};
+
+// The coordinator's answer to ClusterAdmin::Drain.
+struct DrainInfo {
+  uint64_t map_version = 0;
+  uint32_t roles_to_move = 0;  // primaries + backups + syncing still on the server
+};
+
+class RKV_EXPORT ClusterAdmin {
+ public:
+  // Connects a Client for administration only (Client::Connect's errors;
+  // INVALID_ARGUMENT when options.coordinator is empty) and owns it.
+  static StatusOr<std::unique_ptr<ClusterAdmin>> Connect(const ClientOptions& options);
+
+  // Administers through `client`, which must outlive this object. Every
+  // call fails with FAILED_PRECONDITION when `client` is a client of one
+  // server.
+  explicit ClusterAdmin(Client& client);
+
+  ~ClusterAdmin();
+  ClusterAdmin(const ClusterAdmin&) = delete;
+  ClusterAdmin& operator=(const ClusterAdmin&) = delete;
+
+  // The client it works through (its own after Connect).
+  Client& client() const { return *client_; }
+
+  // The servers of the client's cached map, in join order.
+  StatusOr<std::vector<MemberInfo>> Members() const;
+
+  // The Admin Stats of server `server_id`.
+  StatusOr<ServerStatsInfo> ServerStats(std::string_view server_id, const CallOptions& call = {});
+
+  // ---- kvctl verify. Both read one consistent state of the server's
+  // table each.
+  // The digests of `shards` (empty: every shard the server holds a role
+  // in) over the records the server holds. INVALID_ARGUMENT for a shard
+  // not below the shard count.
+  StatusOr<ServerShardChecksums> ShardChecksums(std::string_view server_id, std::span<const uint32_t> shards,
+                                                const CallOptions& call = {});
+  // Every key of `shard` the server holds, with its version (no values).
+  StatusOr<ShardListingInfo> ListShard(std::string_view server_id, uint32_t shard, const CallOptions& call = {});
+
+  // ---- kvctl drain.
+  // Asks the coordinator to drain `server_id`: it takes no new role and
+  // each of its roles moves to another server (the map shows the
+  // progress). The coordinator's error otherwise (NOT_FOUND for a server
+  // it does not know, FAILED_PRECONDITION when no other server can take
+  // its roles), prefixed with the coordinator.
+  StatusOr<DrainInfo> Drain(std::string_view server_id, const CallOptions& call = {});
+
+ private:
+  explicit ClusterAdmin(std::unique_ptr<Client> owned);
+
+  std::unique_ptr<Client> owned_;  // set by Connect
+  Client* const client_;
+};
+
+}  // namespace rkv
