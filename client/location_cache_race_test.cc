@@ -30,6 +30,7 @@
 #include "common/transport/factory.h"
 #include "rkv/client.h"
 #include "server/server.h"
+#include "tests/wait_for.h"
 
 namespace rkv {
 namespace {
@@ -135,15 +136,16 @@ TEST(LocationCacheRaceTest, CachedGetsNeverReturnAnOlderValue) {
         } else {
           const std::string value = std::to_string(n) + ":" + std::string(rng() % 4000, 'v');
           // A neighbourhood with one free slot can be wanted by two hot
-          // keys at once: the one refused (table full) tries again once
-          // the other's next DELETE frees it (until the deadline below,
-          // which only bounds a hang).
-          const auto give_up = std::chrono::steady_clock::now() + 60s;
-          do {
-            s = writer->Put(h.key, value).status();
-            if (s.code() != StatusCode::kResourceExhausted) break;
-            std::this_thread::sleep_for(1ms);
-          } while (std::chrono::steady_clock::now() < give_up);
+          // keys at once: the one refused (table full) tries again until
+          // the other's next DELETE frees it. A write still refused at the
+          // deadline (a hang) is reported below with its status.
+          testing::WaitFor(
+              "room for " + h.key,
+              [&] {
+                s = writer->Put(h.key, value).status();
+                return s.code() != StatusCode::kResourceExhausted;
+              },
+              60s, 1ms);
           written.fetch_add(value.size(), std::memory_order_relaxed);
         }
         if (!s.ok()) {

@@ -21,6 +21,8 @@ TEST(ClockTest, SteadyNowIsTheSteadyClock) {
 
 TEST(ClockTest, SteadyNowAdvances) {
   const auto a = SteadyNow();
+  // The sleep is the test's input: sleep_for blocks at least this long by
+  // the steady clock, so SteadyNow must show at least as much.
   std::this_thread::sleep_for(std::chrono::milliseconds(2));
   EXPECT_GE(SteadyNow() - a, std::chrono::milliseconds(2));
 }

@@ -2,16 +2,12 @@
 // in-memory StateStore that can be told to fail, and valid join requests.
 #pragma once
 
-#include <stdlib.h>
-
 #include <chrono>
-#include <filesystem>
 #include <functional>
 #include <map>
 #include <memory>
 #include <optional>
 #include <string>
-#include <system_error>
 #include <vector>
 
 #include "common/layout.h"
@@ -19,28 +15,12 @@
 #include "proto/rkv.pb.h"
 #include "coordinator/coordinator_state.h"
 #include "coordinator/state_store.h"
+#include "tests/temp_dir.h"
 
 namespace rkv::coordinator::testing {
 
-// A fresh directory under the system temp dir, removed on destruction.
-class TempDir {
- public:
-  TempDir() {
-    std::string pattern = (std::filesystem::temp_directory_path() / "rkv-coord-XXXXXX").string();
-    if (::mkdtemp(pattern.data()) == nullptr) std::abort();
-    path_ = pattern;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
+// The tests' one temp dir.
+using rkv::testing::TempDir;
 
 // A steady clock that moves only when told to.
 class FakeClock {

@@ -28,6 +28,7 @@
 
 #include "rkv/client.h"
 #include "tests/server_process.h"
+#include "tests/wait_for.h"
 
 namespace rkv::testing {
 namespace {
@@ -226,6 +227,7 @@ TEST_F(FullDiskTest, PutsRecoverWithoutRestartOnceTheFileSystemGrows) {
   for (int j = 0; j < 5; ++j) {
     StatusOr<uint64_t> v = client->Put("while-full-" + std::to_string(j), ValueFor(j));
     EXPECT_EQ(v.status().code(), StatusCode::kResourceExhausted) << v.status();
+    // Spread over time on purpose: the refusal holds, not just at one moment.
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   EXPECT_EQ(client->Delete("key0").code(), StatusCode::kResourceExhausted);
@@ -234,16 +236,16 @@ TEST_F(FullDiskTest, PutsRecoverWithoutRestartOnceTheFileSystemGrows) {
   // Grow the file system: PUTs succeed again, the same process serving.
   ASSERT_EQ(::mount("tmpfs", data_dir_.c_str(), "tmpfs", MS_REMOUNT, SizeOption(kGrownFsBytes).c_str()), 0)
       << "growing the tmpfs: " << std::strerror(errno);
-  const auto deadline = std::chrono::steady_clock::now() + kRecoveryDeadline;
   StatusOr<uint64_t> v = ResourceExhausted("not tried");
   const std::string key = "key" + std::to_string(i);
-  while (!v.ok() && std::chrono::steady_clock::now() < deadline) {
-    v = client->Put(key, ValueFor(i));
-    if (!v.ok()) {
-      ASSERT_EQ(v.status().code(), StatusCode::kResourceExhausted) << v.status();
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
-  }
+  // Refused as full until the server sees the room, and never otherwise.
+  WaitFor(
+      "a PUT accepted after the file system grew",
+      [&] {
+        v = client->Put(key, ValueFor(i));
+        return v.status().code() != StatusCode::kResourceExhausted;
+      },
+      kRecoveryDeadline, std::chrono::milliseconds(50));
   ASSERT_TRUE(v.ok()) << "PUTs still refused after the file system grew: " << v.status() << "\nserver log:\n"
                       << server_->Log();
   acked[key] = {ValueFor(i), *v};

@@ -42,6 +42,7 @@
 #include "common/transport/transport.h"
 #include "rkv/client.h"
 #include "tests/server_process.h"
+#include "tests/wait_for.h"
 
 namespace rkv::testing {
 namespace {
@@ -404,15 +405,15 @@ class HostileClientTest : public ::testing::Test {
 
   // Waits (up to the hang bound) for the server's log to contain `text`.
   bool WaitForLog(const std::string& text) const {
-    const auto deadline = Clock::now() + kHang;
-    while (Clock::now() < deadline) {
-      std::ifstream in(dir_.path() + "/data.log");
-      std::stringstream log;
-      log << in.rdbuf();
-      if (log.str().find(text) != std::string::npos) return true;
-      std::this_thread::sleep_for(20ms);
-    }
-    return false;
+    return static_cast<bool>(WaitFor(
+        "the server to log \"" + text + "\"",
+        [&] {
+          std::ifstream in(dir_.path() + "/data.log");
+          std::stringstream log;
+          log << in.rdbuf();
+          return log.str().find(text) != std::string::npos;
+        },
+        kHang));
   }
 
   // The server process's resident set, in KiB ("VmRSS" or "VmHWM").
@@ -612,7 +613,7 @@ TEST_F(HostileClientTest, TheServerAndAGoodClientSurviveEveryClass) {
          const auto deadline = Clock::now() + kHang;
          for (size_t i = 0; i < sizeof h && !raw.ClosedByPeer() && Clock::now() < deadline; i = (i + 1) % sizeof h) {
            raw.Send(p + i, 1);
-           std::this_thread::sleep_for(50ms);
+           std::this_thread::sleep_for(50ms);  // the attack: one byte at a time, slowly
          }
          return raw.ClosedByPeer() ? std::string() : std::string("never closed");
        }},
@@ -716,9 +717,9 @@ TEST_F(HostileClientTest, TheServerAndAGoodClientSurviveEveryClass) {
     if (result.empty() && ::kill(server_->pid(), 0) != 0) result = "the server died";
     // The good client made progress without an error.
     const uint64_t ops = good.ops();
-    const auto deadline = Clock::now() + kHang;
-    while (result.empty() && good.ops() < ops + 4 && Clock::now() < deadline) std::this_thread::sleep_for(10ms);
-    if (result.empty() && good.ops() < ops + 4) result = "the good client made no progress";
+    if (result.empty() && !WaitFor("the good client's progress", [&] { return good.ops() >= ops + 4; }, kHang)) {
+      result = "the good client made no progress";
+    }
     for (const std::string& e : good.TakeErrors()) {
       if (result.empty()) result = "good client error: " + e;
     }

@@ -22,6 +22,7 @@
 #include "rkv/client.h"
 #include "tests/run_command.h"
 #include "tests/server_process.h"
+#include "tests/wait_for.h"
 
 namespace rkv::testing {
 namespace {
@@ -412,10 +413,8 @@ TEST_F(ServerTest, Kill9UnderLoadKeepsEveryAcknowledgedPut) {
       last_acked = i;
     }
   });
-  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-  while (last_acked.load() < Scaled(500, 20) && std::chrono::steady_clock::now() < until) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
+  // Load before the kill (the check below needs at least one acknowledged PUT).
+  WaitFor("PUTs acknowledged before the kill", [&] { return last_acked.load() >= Scaled(500, 20); });
   server_->Kill9();
   stop = true;
   writer.join();
@@ -606,8 +605,7 @@ TEST_F(SmallServerTest, FullHeapRefusesThePutAndKeepsWhatIsStored) {
   EXPECT_TRUE(*got == big + "0");
   // Freed space comes back once its grace period has passed.
   for (int i = 0; i < stored; ++i) ASSERT_TRUE(client->Delete("big-" + std::to_string(i)).ok());
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
-  EXPECT_TRUE(client->Put("after-free", big).ok());
+  EXPECT_TRUE(WaitFor("the freed space", [&] { return client->Put("after-free", big).ok(); }));
 }
 
 }  // namespace

@@ -1,6 +1,8 @@
 // Waiting on a condition instead of sleeping, for every test that waits for
-// something asynchronous: the cross-process suites (tests/test_cluster.h)
-// and the in-process control-plane tests (tests/in_process_coordinator.h).
+// something asynchronous: the cross-process suites (tests/test_cluster.h),
+// the in-process control-plane tests (tests/in_process_coordinator.h) and
+// the unit tests of every layer (a test file may include it; library code
+// may not: cmake/layers.txt).
 //
 // A deadline bounds a hang; it is never a claim on speed: a test must not
 // pass or fail because a machine is fast or slow, only hang for at most

@@ -390,7 +390,7 @@ TEST_P(PollGroupTest, WakeEndsAWaitFromAnotherThread) {
   std::atomic<bool> returned{false};
   std::thread waker([&] {
     // Wakes until the Wait returned: a Wake before the Wait began is
-    // spent by that Wait.
+    // spent by that Wait. The sleep paces the Wakes; it waits for nothing.
     while (!returned.load()) {
       group_->Wake();
       std::this_thread::sleep_for(5ms);

@@ -763,7 +763,8 @@ TEST_F(TcpTransportTest, AnIdleGroupMemberIsClosed) {
   Buffer local = MakeBuffer(*client_, 64, kLocalWrite);
   std::atomic<bool> stop{false};
   std::thread reader([&] {
-    // READs keep the busy member's peer sending frames.
+    // READs keep the busy member's peer sending frames, paced by the
+    // sleep: a frame every few ms, far inside the idle timeout.
     while (!stop.load()) {
       const ReadOp op{local.At(0, 64), table.Remote(), 1, true};
       if (!busy.client->PostReads({&op, 1}).ok() || !PollOne(*busy.client).status.ok()) return;
