@@ -15,6 +15,8 @@
 
 #include "common/transport/factory.h"
 #include "common/transport/fault/fault_transport.h"
+#include "client/client_test_peer.h"
+#include "rkv/admin.h"
 #include "rkv/client.h"
 #include "server/server.h"
 #include "tests/wait_for.h"
@@ -184,6 +186,24 @@ TEST_F(ClientRetryTest, AfterAServerRestartTheOutcomeIsUnknownAndNothingIsResent
   ASSERT_TRUE(got.ok()) << got.status();
   EXPECT_EQ(got->value, "v2");
   EXPECT_EQ(got->version, 2u);
+}
+
+// A client of one server has no cluster to administer; its attempts are
+// counted under the server's address.
+TEST_F(ClientRetryTest, AClientOfOneServerHasNoAdminAndCountsItsAttemptsByAddress) {
+  Connect();
+  ClusterAdmin admin(*client_);
+  EXPECT_EQ(admin.Members().status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(admin.ServerStats("s").status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(admin.ShardChecksums("s", {}).status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(admin.ListShard("s", 0).status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(admin.Drain("s").status().code(), StatusCode::kFailedPrecondition);
+
+  const uint64_t before = ClientTestPeer::AttemptsOn(*client_, server_->address());
+  ASSERT_EQ(VersionOf(client_->Put("k", "v")), 1u);
+  ASSERT_TRUE(client_->Get("k").ok());
+  EXPECT_EQ(ClientTestPeer::AttemptsOn(*client_, server_->address()), before + 2);
+  EXPECT_EQ(ClientTestPeer::AttemptsOn(*client_, "127.0.0.1:1"), 0u);
 }
 
 }  // namespace
