@@ -6,9 +6,8 @@
 // the connection's authenticated handshake (ConnectRequestData::client_id,
 // random per client instance) and request ids are unique per client id
 // across all of its connections (common/protocol.h). The cache lives in
-// memory only: a restarted server (new epoch) remembers nothing, which is
-// why a client never resends a request to an incarnation other than the one
-// it sent it to (docs/design.md, "Retries").
+// memory only: a restarted server (new epoch) remembers nothing (what the
+// client does about that: docs/design.md §5.6).
 //
 // Bounds (RequestCacheLimits): at most `requests_per_client` replies per
 // client, the oldest inserted forgotten first, and at most `max_clients`
@@ -30,14 +29,12 @@
 //               requests of the same client were answered before it
 //               arrived.
 // A client forgotten by the LRU bound is forgotten entirely: its next
-// request is kNew whatever its id. Exactly-once therefore holds while a
-// client is among the `max_clients` most recently active ones and its
-// retry comes within `requests_per_client` of its newer requests.
+// request is kNew whatever its id. (The exactly-once guarantee these bounds
+// give: docs/design.md §5.6.)
 //
-// Thread safety: none; the owner serializes every call (the Applier calls
-// it under a mutex of its own, and marks a request in flight from its check
-// to its insert, so that a retry that arrives while the original is being
-// applied waits for it, then finds its reply).
+// Thread safety: none; the owner serializes every call (the Applier: under
+// cache_mu_, server/apply/apply.h, where a request is also marked in flight
+// from its check to its insert).
 //
 // Invariants: lru_ and index_ hold the same clients; every client's ids and
 // replies have the same size, at most requests_per_client; ids[i] ==

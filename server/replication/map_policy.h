@@ -19,9 +19,8 @@
 //
 // A promoted backup needs nothing of its own here: once the map names this
 // server (at its epoch) first in a shard's replica list, RouteWrite routes
-// the shard's writes to it; the versions it then assigns continue above
-// every version it installed as a backup (each raised its store's
-// high-water mark, server/store/store.h).
+// the shard's writes to it (why its versions stay above what it received:
+// docs/design.md §5.7, "A promoted backup").
 #pragma once
 
 #include <atomic>
