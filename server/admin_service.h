@@ -6,9 +6,9 @@
 // ShardChecksums: for each requested shard (none: every shard the server's
 // current map gives it a role in, as primary, backup or syncing server),
 // the digest of the records its table holds (Applier::DigestShards: one
-// consistent state, taken under the table mutex), with the version of the
+// consistent state, taken under Applier::table_mu_), with the version of the
 // map it held. ListShard: the shard's (key, version) pairs, copied under
-// the table mutex, then streamed in chunks (kListChunkRecords,
+// Applier::table_mu_, then streamed in chunks (kListChunkRecords,
 // kListChunkBytes), then a `done` chunk with the store's version high-water mark.
 // Both: INVALID_ARGUMENT for a shard not below the map's shard_count,
 // FAILED_PRECONDITION when the server holds no map yet (or was started

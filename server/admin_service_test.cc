@@ -125,7 +125,7 @@ class ShardHost {
     local_.Close();
   }
 
-  // Through the apply path, under its table mutex, as a server writes
+  // Through the apply path, under its table_mu_, as a server writes
   // (the Admin service's threads read the table under that mutex).
   void Put(const std::string& key, const std::string& value, uint64_t version) {
     Applier::ShardRecord record;

@@ -31,10 +31,10 @@
 //   connections), but for one, in a server with a replication policy, that
 //   serves the replication connections of other servers (so such a server
 //   runs two with threads = 1), so that a poller waiting on its backups
-//   (holding the primary mutex) never holds up the backup writes another
-//   server forwards here, which could otherwise wait on each other across
-//   two servers. A client's requests go to Applier::Apply, a peer's to
-//   Applier::ApplyReplica. A broken connection (Poll error or an error
+//   (holding the Applier's writes_gate_, shared, and its key's stripe)
+//   never holds up the backup writes another server forwards here, which
+//   could otherwise wait on each other across two servers. A client's
+//   requests go to Applier::Apply, a peer's to Applier::ApplyReplica. A broken connection (Poll error or an error
 //   completion) is logged and destroyed by its poller, which releases its
 //   queue pair, registrations and ring.
 //

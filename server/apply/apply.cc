@@ -205,7 +205,7 @@ Applier::Snapshot Applier::snapshot() const {
   s.replica_stale = replica_stale_.load(std::memory_order_relaxed);
   s.replica_refused = replica_refused_.load(std::memory_order_relaxed);
   s.lease_refusals = lease_refusals_.load(std::memory_order_relaxed);
-  MutexLock lock(mu_);
+  MutexLock lock(table_mu_);
   s.keys = table_->size();
   s.heap = heap_->stats();
   return s;

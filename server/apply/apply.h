@@ -4,10 +4,10 @@
 //
 // One class, the Applier, with four jobs over one table, each in a file of
 // its own (as RocksDB splits DBImpl): they share the Store, Table and Heap
-// under mu_, the version reservations and the counters, too much to give
+// under table_mu_, the version reservations and the counters, too much to give
 // each its own class.
 //   client writes with the replay cache    apply_client.cc: Apply, the
-//                                          writes gate and key stripes, the
+//                                          writes_gate_ and key_stripes_, the
 //                                          route and lease checks
 //   primary replication                    apply_replicate.cc: the versions
 //                                          of client PUTs, the forward to the
@@ -36,9 +36,9 @@
 //   - DELETE carries the tombstone flag and an empty value, PUT no tombstone.
 // Bad framing is INVALID_ARGUMENT; a record whose checksum fails is DATA_LOSS.
 //
-// Apply (a client write holds the writes gate, shared, and its key's lock:
+// Apply (a client write holds writes_gate_, shared, and its key's stripe:
 // writes of different keys run in parallel, those of one key one at a time;
-// the store, table and heap under the table mutex, mu_; see Thread safety):
+// the store, table and heap under table_mu_; see Thread safety):
 //   PUT:    version = a reserved one: above the store's high-water mark
 //           and above every version reserved before (see Replication);
 //           store.Put (durable per --durability); table.Upsert (publishes
@@ -47,7 +47,7 @@
 //           (the previous value restored, or the key deleted) so store
 //           and table agree, and the reply is RESOURCE_EXHAUSTED. When
 //           the heap is full only because of quarantined blocks, the apply
-//           waits (holding the table mutex: every writer waits, which is
+//           waits (holding table_mu_: every writer waits, which is
 //           the back-pressure) until the oldest one is reusable — at most
 //           one grace period — and retries once.
 //   DELETE: NOT_FOUND if the table lacks the key; else store.Delete, then
@@ -62,9 +62,9 @@
 // to forget is refused with ABORTED (never applied a second time); one whose
 // twin (the same client and request id, e.g. the original of a retry) is
 // being applied right now waits until the twin is done and is then looked
-// up again; any other is marked in flight, applied without the cache mutex,
+// up again; any other is marked in flight, applied without cache_mu_,
 // and its reply remembered (and the mark cleared, waking the twins) in one
-// step under the cache mutex. A retry arriving on another connection while
+// step under cache_mu_. A retry arriving on another connection while
 // the original is being applied therefore waits and then finds the
 // original's reply. Requests refused by validation are not remembered (a
 // retry of one is validated, and refused, again), nor are those refused by
@@ -90,24 +90,24 @@
 //     route the key here, with no backup the write's route lacked (else
 //     UNAVAILABLE, Reason::kOutcomeUnknown, naming the newer map).
 //     See docs/design.md, "Replication", for why the check sits there.
-//     Versions are reserved under the table mutex: each PUT's is above the
+//     Versions are reserved under table_mu_: each PUT's is above the
 //     store's high-water mark and above every version reserved before it
 //     (reserved_version_), so writes in flight together never share one,
 //     and a PUT forwarded and then failed leaves its version used: later
 //     PUTs get higher ones, so that the backups that may hold it never take
 //     a later write for a stale resend. Writes of one key are serialized by
-//     the key's lock, held from the route to the reply, so a key's versions
+//     the key's stripe, held from the route to the reply, so a key's versions
 //     rise in the order its writes are published and forwarded (a DELETE
 //     forwards the version it deletes, which no other client write of the
 //     key can change meanwhile); writes of other keys forward at the same
-//     time (the Forwarder takes concurrent calls). The table mutex is taken
+//     time (the Forwarder takes concurrent calls). table_mu_ is taken
 //     only around the local steps, so that two servers forwarding to each
 //     other (each the other's backup) never wait for each other's locks.
 //   Backup (ApplyReplica, a peer's kReplicatePut / kReplicateDelete):
 //     validated like a client's record except that the version must be
 //     non-zero; AcceptReplica(sender, key, the request's map version)
 //     must allow it (else its error is the reply); then, under
-//     the table mutex, a PUT is installed (durable write with the carried
+//     table_mu_, a PUT is installed (durable write with the carried
 //     version, which raises the store's high-water mark to at least it, and
 //     publish) only when its version is newer than the key's, and a DELETE
 //     deletes the key only when the key's version is at most the carried
@@ -129,14 +129,15 @@
 //                  so that no client write is in flight while it reads. New
 //                  writes queue behind a waiting snapshot (gate_turnstile_),
 //                  so a stream of writes cannot starve it;
-//   key stripe     key_stripes_[hash of the key % kKeyStripes], held for a
-//                  client write's whole apply: two writes of one key (or of
-//                  two keys that share a stripe) never overlap;
-//   mu_            the Store, Table and Heap (which nobody else may use
+//   key_stripes_   the key's stripe, key_stripes_[hash of the key %
+//                  kKeyStripes], held for a client write's whole apply: two
+//                  writes of one key (or of two keys that share a stripe)
+//                  never overlap;
+//   table_mu_      the Store, Table and Heap (which nobody else may use
 //                  while the Applier exists), the reserved version and the
 //                  catch-up tombstones; held for local steps only, never
 //                  while forwarding.
-// Replica installs and the fetcher's calls take mu_ alone. (The server
+// Replica installs and the fetcher's calls take table_mu_ alone. (The server
 // closes the Store only once no Apply can run; snapshot() does not use it.)
 #pragma once
 
@@ -201,13 +202,13 @@ class Applier {
   // returns a reply with credits = 1 and the request id (0 if the message
   // is too short to hold one).
   protocol::ReplyMsg Apply(uint64_t client_id, std::span<const uint8_t> msg, std::span<const uint8_t> ring)
-      EXCLUDES(cache_mu_, writes_gate_, mu_);
+      EXCLUDES(cache_mu_, writes_gate_, table_mu_);
 
   // As Apply, for a request on a replication connection from the server
   // `sender_id` (resolved at the handshake): only replica ops, installed as
   // described under Replication above; never cached.
   protocol::ReplyMsg ApplyReplica(std::string_view sender_id, std::span<const uint8_t> msg,
-                                  std::span<const uint8_t> ring) EXCLUDES(cache_mu_, writes_gate_, mu_);
+                                  std::span<const uint8_t> ring) EXCLUDES(cache_mu_, writes_gate_, table_mu_);
 
   struct Snapshot {
     uint64_t puts = 0;            // PUTs applied (a client's, or installed replicas)
@@ -223,7 +224,7 @@ class Applier {
     uint64_t lease_refusals = 0;    // client writes refused because the lease had expired
     Heap::Stats heap;
   };
-  Snapshot snapshot() const EXCLUDES(mu_);
+  Snapshot snapshot() const EXCLUDES(table_mu_);
 
   // The store's SyncWrites (server/store/store.h, "Group commit"): makes every
   // write applied so far durable. Without the mutexes; any thread.
@@ -241,7 +242,7 @@ class Applier {
     std::string value;
   };
   // Primary: the snapshot of `shard` (keys k with ShardOf(k, shard_count)
-  // == shard), taken holding the writes gate exclusively (it waits for
+  // == shard), taken holding writes_gate_ exclusively (it waits for
   // the client writes in flight to end), so that no client write is in
   // flight and every later one is routed by a map at least as new as
   // the one `check` saw. `check` runs first under that mutex (the caller
@@ -252,36 +253,36 @@ class Applier {
   // at or below it, and every later client write's is above it). The store's read error, or OK.
   Status SnapshotShard(uint32_t shard, uint32_t shard_count, uint64_t since_version,
                        const std::function<Status()>& check, std::vector<ShardRecord>* out,
-                       uint64_t* snapshot_version) EXCLUDES(gate_turnstile_, writes_gate_, mu_);
+                       uint64_t* snapshot_version) EXCLUDES(gate_turnstile_, writes_gate_, table_mu_);
   // Primary: the records of `keys` with their values; absent keys left out.
-  std::vector<ShardRecord> ReadKeys(const std::vector<std::string>& keys) const EXCLUDES(mu_);
+  std::vector<ShardRecord> ReadKeys(const std::vector<std::string>& keys) const EXCLUDES(table_mu_);
   // Fetcher: from BeginSync to EndSync of `shard`, every forwarded DELETE
   // of a key of the shard leaves a tombstone (key -> the deleted version,
   // the highest one if several), and InstallFetched refuses records at or
   // below it: a snapshot taken before the delete must not bring the key
   // back. `shard_count` is the map's (the same for every shard synced).
-  void BeginSync(uint32_t shard, uint32_t shard_count) EXCLUDES(mu_);
-  void EndSync(uint32_t shard) EXCLUDES(mu_);
+  void BeginSync(uint32_t shard, uint32_t shard_count) EXCLUDES(table_mu_);
+  void EndSync(uint32_t shard) EXCLUDES(table_mu_);
   // Fetcher: the highest version held among the keys of `shard` (0: none).
-  StatusOr<uint64_t> ShardHighWater(uint32_t shard, uint32_t shard_count) const EXCLUDES(mu_);
+  StatusOr<uint64_t> ShardHighWater(uint32_t shard, uint32_t shard_count) const EXCLUDES(table_mu_);
   // Fetcher: the version held for `key` (0: absent).
-  uint64_t HeldVersion(std::string_view key) const EXCLUDES(mu_);
+  uint64_t HeldVersion(std::string_view key) const EXCLUDES(table_mu_);
   enum class FetchedOutcome { kInstalled, kNotNewer, kDeletedMeanwhile };
   // Fetcher: installs a record fetched from the primary by the replica
   // rule (only when its version is above the key's and above its
   // tombstone). INVALID_ARGUMENT for a record no write could have made (key
   // not 1..max_key_bytes, value above max_value_bytes, version 0, no value):
   // nothing installed; the durable write's error likewise.
-  StatusOr<FetchedOutcome> InstallFetched(const ShardRecord& record) EXCLUDES(mu_);
+  StatusOr<FetchedOutcome> InstallFetched(const ShardRecord& record) EXCLUDES(table_mu_);
   // Fetcher, after a complete snapshot: deletes every key of `shard` held
   // at a version at or below `snapshot_version` that is not in `listed`
   // (deleted on the primary while this server was away). The number
   // deleted, or the first durable delete's error.
   StatusOr<uint64_t> DeleteUnlisted(uint32_t shard, uint32_t shard_count, uint64_t snapshot_version,
-                                    const std::unordered_set<std::string>& listed) EXCLUDES(mu_);
+                                    const std::unordered_set<std::string>& listed) EXCLUDES(table_mu_);
   // ---- Verifying replicas (server/apply/apply_digest.cc): what Admin's
   // ShardChecksums and ListShard read. Each reads the table's records
-  // (every published slot) under the table mutex, so writes wait for the
+  // (every published slot) under table_mu_, so writes wait for the
   // length of one pass over the index: what it returns is one consistent
   // state of the shards, as of one instant between two writes.
   struct ShardDigest {
@@ -295,14 +296,14 @@ class Applier {
   // entry must be below shard_count, and shard_count above 0 (the caller
   // validates). One pass over the table for all of them.
   std::vector<ShardDigest> DigestShards(uint32_t shard_count, std::span<const uint32_t> shards) const
-      EXCLUDES(mu_);
+      EXCLUDES(table_mu_);
   struct ShardListing {
     std::vector<std::pair<std::string, uint64_t>> records;  // (key, version), in table order
     uint64_t snapshot_version = 0;  // the store's version high-water mark at the same instant
   };
   // The keys and versions of shard `shard` (< shard_count): a copy, taken
-  // in one pass under the table mutex, so its memory is the shard's keys.
-  ShardListing ListShard(uint32_t shard_count, uint32_t shard) const EXCLUDES(mu_);
+  // in one pass under table_mu_, so its memory is the shard's keys.
+  ShardListing ListShard(uint32_t shard_count, uint32_t shard) const EXCLUDES(table_mu_);
   // One record's share of a shard checksum: XXH64, seed 0, of key ||
   // version as 8 little-endian bytes || value.
   static uint64_t RecordChecksum(std::string_view key, uint64_t version, std::string_view value);
@@ -327,21 +328,21 @@ class Applier {
   // The durable write and publish of a PUT with `version` (a client's, a
   // backup's, a fetched record's).
   protocol::ReplyMsg InstallPut(uint64_t request_id, std::string_view key, std::string_view value,
-                                uint64_t version) REQUIRES(mu_);
+                                uint64_t version) REQUIRES(table_mu_);
   protocol::ReplyMsg Error(uint64_t request_id, const Status& status);
 
   // ---- Client writes and the replay cache (apply_client.cc) ----
   // Looks the request up in the cache (waiting while its twin is in
   // flight), applies it when it is new and remembers its reply.
   protocol::ReplyMsg ApplyOnce(uint64_t client_id, const Request& req, bool* remember)
-      EXCLUDES(cache_mu_, writes_gate_, mu_);
-  // Applies a client write under the writes gate and the key's lock.
-  protocol::ReplyMsg ApplyWrite(const Request& req, bool* remember) EXCLUDES(cache_mu_, writes_gate_, mu_);
-  // Both with the writes gate (shared) and the key's stripe held.
+      EXCLUDES(cache_mu_, writes_gate_, table_mu_);
+  // Applies a client write under writes_gate_ and the key's stripe.
+  protocol::ReplyMsg ApplyWrite(const Request& req, bool* remember) EXCLUDES(cache_mu_, writes_gate_, table_mu_);
+  // Both with writes_gate_ (shared) and the key's stripe held.
   protocol::ReplyMsg ApplyPut(uint64_t request_id, std::string_view key, std::string_view value, bool* remember)
-      REQUIRES_SHARED(writes_gate_) EXCLUDES(mu_);
+      REQUIRES_SHARED(writes_gate_) EXCLUDES(table_mu_);
   protocol::ReplyMsg ApplyDelete(uint64_t request_id, std::string_view key, bool* remember)
-      REQUIRES_SHARED(writes_gate_) EXCLUDES(mu_);
+      REQUIRES_SHARED(writes_gate_) EXCLUDES(table_mu_);
   // With a policy, before a client write of `key` writes or forwards
   // anything: sets *route and returns nullopt when RouteWrite routes it
   // here and CheckLease allows it; else the refusal, not to be remembered:
@@ -356,28 +357,28 @@ class Applier {
   // else the UNAVAILABLE reply with Reason::kOutcomeUnknown (the lease
   // expired, counted, or the map changed mid-write), not to be remembered.
   std::optional<protocol::ReplyMsg> RefuseWithoutLease(uint64_t request_id, std::string_view key,
-                                                       const WriteRoute& route, bool* remember) REQUIRES(mu_);
+                                                       const WriteRoute& route, bool* remember) REQUIRES(table_mu_);
   // The durable delete and unpublish of a DELETE; NOT_FOUND if absent.
-  protocol::ReplyMsg DeleteLocal(uint64_t request_id, std::string_view key) REQUIRES(mu_);
+  protocol::ReplyMsg DeleteLocal(uint64_t request_id, std::string_view key) REQUIRES(table_mu_);
 
   // ---- Primary replication (apply_replicate.cc) ----
   // A version for a client PUT: above the store's high-water mark and every
   // version reserved before; recorded as reserved. 0 when the version space
   // is exhausted (the PUT is then refused RESOURCE_EXHAUSTED).
-  uint64_t ReserveVersion() REQUIRES(mu_);
+  uint64_t ReserveVersion() REQUIRES(table_mu_);
   // Forwards the record {key, value, version} to every backup of `route` and
   // reports the ones that fail: OK when the write may go on locally.
   Status Replicate(const WriteRoute& route, protocol::Op op, std::string_view key, std::string_view value,
-                   uint64_t version) REQUIRES_SHARED(writes_gate_) EXCLUDES(mu_);
+                   uint64_t version) REQUIRES_SHARED(writes_gate_) EXCLUDES(table_mu_);
 
   // ---- Backup install (apply_backup.cc) ----
   // Installs a validated, accepted replica op by the replica rule.
-  protocol::ReplyMsg InstallReplica(const Request& req) REQUIRES(mu_);
+  protocol::ReplyMsg InstallReplica(const Request& req) REQUIRES(table_mu_);
 
   // ---- Catch-up (apply_catchup.cc) ----
   // Records a forwarded delete of `key` at `version` when its shard is
   // being synced.
-  void NoteSyncDelete(std::string_view key, uint64_t version) REQUIRES(mu_);
+  void NoteSyncDelete(std::string_view key, uint64_t version) REQUIRES(table_mu_);
 
   // Lock order: see Thread safety in the file comment.
   //
@@ -395,27 +396,27 @@ class Applier {
   Mutex gate_turnstile_ ACQUIRED_BEFORE(writes_gate_);
   // Shared: a client write in flight (route to reply). Exclusive: no
   // client write is in flight (SnapshotShard).
-  SharedMutex writes_gate_ ACQUIRED_BEFORE(mu_);
+  SharedMutex writes_gate_ ACQUIRED_BEFORE(table_mu_);
   // Serializes the client writes of one key (a key uses
-  // key_stripes_[KeyStripe(key)]), taken after writes_gate_, before mu_.
+  // key_stripes_[KeyStripe(key)]), taken after writes_gate_, before table_mu_.
   static constexpr size_t kKeyStripes = 256;
   static size_t KeyStripe(std::string_view key);
   std::array<Mutex, kKeyStripes> key_stripes_;
   // Guards the store, table and heap: held for a write's local steps only.
-  mutable Mutex mu_;
-  Store* const store_ PT_GUARDED_BY(mu_);
+  mutable Mutex table_mu_;
+  Store* const store_ PT_GUARDED_BY(table_mu_);
   Store* const syncer_;  // store_, for SyncWrites only (thread-safe there)
-  Table* const table_ PT_GUARDED_BY(mu_);
-  Heap* const heap_ PT_GUARDED_BY(mu_);
+  Table* const table_ PT_GUARDED_BY(table_mu_);
+  Heap* const heap_ PT_GUARDED_BY(table_mu_);
   // The highest version reserved for a client PUT (published, in flight,
   // or forwarded and then failed, which the backups may hold): later PUTs
   // get versions above it. In memory only: a restart relies on the store's
   // high-water mark alone.
-  uint64_t reserved_version_ GUARDED_BY(mu_) = 0;
+  uint64_t reserved_version_ GUARDED_BY(table_mu_) = 0;
   // Catch-up: per shard being synced, the forwarded deletes of its keys
   // (key -> highest version deleted); see BeginSync.
-  std::map<uint32_t, std::unordered_map<std::string, uint64_t>> sync_tombstones_ GUARDED_BY(mu_);
-  uint32_t sync_shard_count_ GUARDED_BY(mu_) = 0;
+  std::map<uint32_t, std::unordered_map<std::string, uint64_t>> sync_tombstones_ GUARDED_BY(table_mu_);
+  uint32_t sync_shard_count_ GUARDED_BY(table_mu_) = 0;
   const ApplyLimits limits_;
   const ApplyReplication replication_;
 

@@ -22,12 +22,12 @@ protocol::ReplyMsg Applier::ApplyReplica(std::string_view sender_id, std::span<c
     replica_refused_.fetch_add(1, std::memory_order_relaxed);
     return Error(req.request_id, FailedPrecondition("this server is not in a cluster: it accepts no replicas"));
   }
-  // Judged before the table mutex: the policy may wait for a newer map.
+  // Judged before table_mu_: the policy may wait for a newer map.
   if (Status s = replication_.policy->AcceptReplica(sender_id, req.key, req.map_version); !s.ok()) {
     replica_refused_.fetch_add(1, std::memory_order_relaxed);
     return Error(req.request_id, s);
   }
-  MutexLock lock(mu_);
+  MutexLock lock(table_mu_);
   return InstallReplica(req);
 }
 

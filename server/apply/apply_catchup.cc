@@ -21,7 +21,7 @@ Status Applier::SnapshotShard(uint32_t shard, uint32_t shard_count, uint64_t sin
     return InvalidArgument("shard " + std::to_string(shard) + " is not below shard_count " +
                            std::to_string(shard_count));
   }
-  // No client write is in flight while the writes gate is held
+  // No client write is in flight while writes_gate_ is held
   // exclusively: each one either published before this point (the
   // snapshot has it) or routes after it, by a map that still lists the
   // fetcher (`check` saw it there) and so forwards to it. The turnstile
@@ -29,7 +29,7 @@ Status Applier::SnapshotShard(uint32_t shard, uint32_t shard_count, uint64_t sin
   MutexLock turnstile(gate_turnstile_);
   WriterLock gate(writes_gate_);
   RKV_RETURN_IF_ERROR(check());
-  MutexLock lock(mu_);
+  MutexLock lock(table_mu_);
   // Every version reserved so far belongs to a write that published (at or
   // below the store's mark) or failed; none is in flight. Writes after
   // this point reserve versions above it, so the fetcher's DeleteUnlisted
@@ -51,7 +51,7 @@ Status Applier::SnapshotShard(uint32_t shard, uint32_t shard_count, uint64_t sin
 
 std::vector<Applier::ShardRecord> Applier::ReadKeys(const std::vector<std::string>& keys) const {
   std::vector<ShardRecord> found;
-  MutexLock lock(mu_);
+  MutexLock lock(table_mu_);
   for (const std::string& key : keys) {
     const std::optional<Table::Entry> e = table_->Lookup(key);
     if (!e) continue;
@@ -62,13 +62,13 @@ std::vector<Applier::ShardRecord> Applier::ReadKeys(const std::vector<std::strin
 }
 
 void Applier::BeginSync(uint32_t shard, uint32_t shard_count) {
-  MutexLock lock(mu_);
+  MutexLock lock(table_mu_);
   sync_shard_count_ = shard_count;
   sync_tombstones_[shard].clear();
 }
 
 void Applier::EndSync(uint32_t shard) {
-  MutexLock lock(mu_);
+  MutexLock lock(table_mu_);
   sync_tombstones_.erase(shard);
 }
 
@@ -82,7 +82,7 @@ void Applier::NoteSyncDelete(std::string_view key, uint64_t version) {
 
 StatusOr<uint64_t> Applier::ShardHighWater(uint32_t shard, uint32_t shard_count) const {
   uint64_t high = 0;
-  MutexLock lock(mu_);
+  MutexLock lock(table_mu_);
   RKV_RETURN_IF_ERROR(store_->Scan([&](std::string_view key, uint64_t version, std::string_view) {
     if (ShardOf(key, shard_count) == shard) high = std::max(high, version);
     return Status::Ok();
@@ -91,7 +91,7 @@ StatusOr<uint64_t> Applier::ShardHighWater(uint32_t shard, uint32_t shard_count)
 }
 
 uint64_t Applier::HeldVersion(std::string_view key) const {
-  MutexLock lock(mu_);
+  MutexLock lock(table_mu_);
   const std::optional<Table::Entry> e = table_->Lookup(key);
   return e ? e->version : 0;
 }
@@ -108,7 +108,7 @@ StatusOr<Applier::FetchedOutcome> Applier::InstallFetched(const ShardRecord& rec
     return InvalidArgument(where + " has a value of " + std::to_string(record.value.size()) +
                            " bytes, above max_value_bytes " + std::to_string(limits_.max_value_bytes));
   }
-  MutexLock lock(mu_);
+  MutexLock lock(table_mu_);
   if (sync_shard_count_ != 0) {
     const auto shard = sync_tombstones_.find(ShardOf(record.key, sync_shard_count_));
     if (shard != sync_tombstones_.end()) {
@@ -133,7 +133,7 @@ StatusOr<Applier::FetchedOutcome> Applier::InstallFetched(const ShardRecord& rec
 
 StatusOr<uint64_t> Applier::DeleteUnlisted(uint32_t shard, uint32_t shard_count, uint64_t snapshot_version,
                                            const std::unordered_set<std::string>& listed) {
-  MutexLock lock(mu_);
+  MutexLock lock(table_mu_);
   std::vector<std::string> gone;
   RKV_RETURN_IF_ERROR(store_->Scan([&](std::string_view key, uint64_t version, std::string_view) {
     if (version <= snapshot_version && ShardOf(key, shard_count) == shard && listed.count(std::string(key)) == 0) {

@@ -1,6 +1,6 @@
 // The Applier's first job (server/apply/apply.h, "Apply" and "Replays"): a
 // client's PUT or DELETE, applied once. The replay cache answers a request
-// seen before; the writes gate and the key's stripe order the writes; the
+// seen before; writes_gate_ and the key's stripe order the writes; the
 // route and the lease are checked before anything is written and again just
 // before the publish, whose refusals are typed (Reason::kNoLease,
 // Reason::kOutcomeUnknown, with the map version). Forwarding to the
@@ -86,7 +86,7 @@ protocol::ReplyMsg Applier::ApplyPut(uint64_t request_id, std::string_view key, 
   if (auto refused = RouteClientWrite(request_id, key, &route, remember)) return *refused;
   uint64_t version = 0;
   {
-    MutexLock lock(mu_);
+    MutexLock lock(table_mu_);
     if (!table_->PrepareInsert(key, Heap::Clock::now())) {
       // Refused before anything is written.
       return Error(request_id, ResourceExhausted("table full: no slot in the key's neighbourhood, even after "
@@ -109,15 +109,15 @@ protocol::ReplyMsg Applier::ApplyPut(uint64_t request_id, std::string_view key, 
       return InstallPut(request_id, key, value, version);
     }
   }
-  // The table mutex is free while the backups are waited for. `version`
-  // is reserved (no other write takes it) and the key's lock is held (no
+  // table_mu_ is free while the backups are waited for. `version`
+  // is reserved (no other write takes it) and the key's stripe is held (no
   // other client write of the key passes this one); writes of other keys
   // may publish meanwhile, with versions above or below this one.
   const Status replicated = Replicate(*route, protocol::Op::kReplicatePut, key, value, version);
   // A forward that outlasted the lease waits for the next grant (without
-  // the table mutex) rather than end "outcome unknown" below.
+  // table_mu_) rather than end "outcome unknown" below.
   if (replicated.ok()) (void)replication_.policy->AwaitLease(kLeaseRenewalWait);
-  MutexLock lock(mu_);
+  MutexLock lock(table_mu_);
   if (!replicated.ok()) {
     *remember = false;
     return Error(request_id, replicated);
@@ -141,7 +141,7 @@ protocol::ReplyMsg Applier::ApplyDelete(uint64_t request_id, std::string_view ke
   if (auto refused = RouteClientWrite(request_id, key, &route, remember)) return *refused;
   uint64_t version = 0;
   {
-    MutexLock lock(mu_);
+    MutexLock lock(table_mu_);
     const std::optional<Table::Entry> e = table_->Lookup(key);
     if (!route) return e ? DeleteLocal(request_id, key) : Error(request_id, NotFound("key not found"));
     // Even NOT_FOUND (local only: nothing to forward) is answered under a
@@ -160,7 +160,7 @@ protocol::ReplyMsg Applier::ApplyDelete(uint64_t request_id, std::string_view ke
     return Error(request_id, s);
   }
   (void)replication_.policy->AwaitLease(kLeaseRenewalWait);  // as in ApplyPut
-  MutexLock lock(mu_);
+  MutexLock lock(table_mu_);
   if (std::optional<protocol::ReplyMsg> refused = RefuseWithoutLease(request_id, key, *route, remember)) {
     return *refused;
   }

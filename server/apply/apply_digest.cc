@@ -17,7 +17,7 @@ namespace rkv::server {
 namespace {
 
 // Calls fn(record) for every record the table's index references. The
-// caller holds the table mutex: no slot changes during the pass, so every
+// caller holds table_mu_: no slot changes during the pass, so every
 // key is seen exactly once. The index is walked through the layout
 // contract (common/layout.h) from the header's address, as a client would.
 template <typename Fn>
@@ -58,7 +58,7 @@ std::vector<Applier::ShardDigest> Applier::DigestShards(uint32_t shard_count, st
   }
   if (shard_count == 0 || wanted.empty()) return out;
   {
-    MutexLock lock(mu_);
+    MutexLock lock(table_mu_);
     ForEachRecord(*table_, [&](const Table::Record& r) {
       const auto it = wanted.find(ShardOf(r.key, shard_count));
       if (it == wanted.end()) return;
@@ -78,7 +78,7 @@ std::vector<Applier::ShardDigest> Applier::DigestShards(uint32_t shard_count, st
 Applier::ShardListing Applier::ListShard(uint32_t shard_count, uint32_t shard) const {
   ShardListing out;
   if (shard_count == 0 || shard >= shard_count) return out;
-  MutexLock lock(mu_);
+  MutexLock lock(table_mu_);
   ForEachRecord(*table_, [&](const Table::Record& r) {
     if (ShardOf(r.key, shard_count) == shard) out.records.emplace_back(std::string(r.key), r.version);
   });

@@ -106,8 +106,9 @@ grpc::Status ReplicaService::FetchShard(grpc::ServerContext* context, const v1::
     }
     shard_count = now->shard_count();
   }
-  // The map is read again under the primary mutex: the one that routes
-  // every write after the snapshot must list the fetcher.
+  // The map is read again holding the Applier's writes_gate_ exclusively:
+  // the one that routes every write after the snapshot must list the
+  // fetcher.
   const Status taken = applier_->SnapshotShard(
       request->shard(), shard_count, request->since_version(),
       [&] {

@@ -4,8 +4,8 @@
 //
 // FetchShard(server S, epoch, shard s, map_version V, since_version):
 // waits up to kMapWait for a map >= V (DEADLINE_EXCEEDED otherwise), then,
-// under the Applier's primary mutex (Applier::SnapshotShard), checks in the
-// map it holds then that this server, at its epoch, is the primary of s and
+// holding the Applier's writes_gate_ exclusively (Applier::SnapshotShard),
+// checks in the map it holds then that this server, at its epoch, is the primary of s and
 // that S, at that epoch, is among s's syncing servers (FAILED_PRECONDITION
 // naming which it is not), and takes the snapshot: every record of s with
 // its version, values only above since_version. It streams them in chunks

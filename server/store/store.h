@@ -78,7 +78,7 @@
 //
 // Thread safety: not thread-safe but for SyncWrites. Put, Delete,
 // NextVersion, Get, Scan and Flush are called under one external lock (the
-// apply mutex), or before writes start (the rebuild's Scan); SyncWrites
+// Applier's table_mu_), or before writes start (the rebuild's Scan); SyncWrites
 // from any thread, also while a write runs. The background writer is
 // internal. Recovery may close and reopen the database inside a Put or
 // Delete; Get and Scan are UNAVAILABLE while a reopen has failed.
@@ -300,7 +300,7 @@ class Store {
   // Group commit. writes_made_ counts the deferred writes that returned
   // (stored after each, release), writes_synced_ those an fsync covered.
   // sync_mu_ is held across each fsync, and by Reopen across the swap of
-  // db_ (SyncWrites uses db_ without the apply mutex).
+  // db_ (SyncWrites uses db_ without Applier::table_mu_).
   std::atomic<uint64_t> writes_made_{0};
   Mutex sync_mu_;
   uint64_t writes_synced_ GUARDED_BY(sync_mu_) = 0;

@@ -741,7 +741,7 @@ TEST_F(StoreGroupCommitTest, WithoutDeferredSyncEveryWriteIsSyncedAsItReturns) {
 TEST_F(StoreGroupCommitTest, ConcurrentCallersEachFindTheirWritesSynced) {
   auto store = OpenTracked(/*deferred=*/true);
   ASSERT_NE(store, nullptr);
-  // As the server's pollers do: write under the apply mutex, sync outside
+  // As the server's pollers do: write under Applier::table_mu_, sync outside
   // it, and only then count the write acknowledged.
   Mutex apply_mu;
   constexpr int kThreads = 4;

@@ -77,7 +77,7 @@ layout::Bucket* Table::bucket(uint64_t b) const {
 }
 
 uint64_t Table::LoadSlot(const uint64_t& word) {
-  // Only the apply thread (holding the apply mutex) stores slots, so a
+  // Only the apply thread (holding Applier::table_mu_) stores slots, so a
   // relaxed load sees its own last store.
   return std::atomic_ref<uint64_t>(const_cast<uint64_t&>(word)).load(std::memory_order_relaxed);
 }

@@ -50,7 +50,7 @@
 // Before ServeReaders (rebuild on start) moves are unrestricted.
 //
 // Thread safety: not thread-safe; mutations and Lookup are called under the
-// apply mutex (server/apply/apply.h). Remote readers need no lock: see above.
+// Applier's table_mu_ (server/apply/apply.h). Remote readers need no lock: see above.
 #pragma once
 
 #include <chrono>
