@@ -23,6 +23,7 @@
 #include "common/token.h"
 #include "common/transport/factory.h"
 #include "common/transport/transport.h"
+#include "tests/wait_for.h"
 
 namespace rkv::server {
 namespace {
@@ -218,16 +219,6 @@ class ServerE2ETest : public ::testing::Test {
     return c.ok() ? std::move(c).value() : nullptr;
   }
 
-  // Waits (bounded) until `pred` holds.
-  template <typename Pred>
-  bool Eventually(Pred pred) {
-    for (int i = 0; i < 500; ++i) {
-      if (pred()) return true;
-      std::this_thread::sleep_for(10ms);
-    }
-    return pred();
-  }
-
   std::filesystem::path dir_;
   ServerOptions options_;
   std::unique_ptr<transport::Transport> server_transport_;
@@ -398,7 +389,7 @@ TEST_F(ServerE2ETest, ConnectionsBeyondTheLimitAreRefused) {
   // Once the first leaves, its slot is reclaimed.
   first->conn().Disconnect();
   first.reset();
-  ASSERT_TRUE(Eventually([&] { return server_->Stats().connections == 0; }));
+  ASSERT_TRUE(rkv::testing::WaitFor("no connection left", [&] { return server_->Stats().connections == 0; }));
   auto third = MustConnect();
   EXPECT_NE(third, nullptr);
 }

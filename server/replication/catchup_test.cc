@@ -32,6 +32,7 @@
 #include "server/apply/local_table_test_util.h"
 #include "server/replication/map_policy.h"
 #include "server/replication/replica_service.h"
+#include "tests/wait_for.h"
 
 namespace rkv::server {
 namespace {
@@ -295,8 +296,7 @@ class CatchUpTest : public ::testing::Test {
   }
   // Waits (generously) until every shard has been reported caught up.
   void WaitAllCaughtUp() {
-    const auto until = std::chrono::steady_clock::now() + kDeadline;
-    while (Reported() < kShards && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(10ms);
+    ASSERT_TRUE(rkv::testing::WaitFor("every shard reported caught up", [&] { return Reported() >= kShards; }, kDeadline));
     ASSERT_EQ(Reported(), kShards);
   }
 
@@ -362,8 +362,7 @@ TEST_F(CatchUpTest, EveryAcknowledgedWriteEndsOnTheFetcherUnderConcurrentWrites)
   WaitAllCaughtUp();
   // Some writes after the last report: s is a backup now.
   const int before = acked.load();
-  const auto until = std::chrono::steady_clock::now() + kDeadline;
-  while (acked.load() < before + 50 && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(1ms);
+  rkv::testing::WaitFor("writes after the last report", [&] { return acked.load() >= before + 50; }, kDeadline);
   stop = true;
   writer.join();
   const auto want = p_->Contents();
@@ -405,11 +404,7 @@ TEST_F(CatchUpTest, AFailedAttemptIsRetriedAndItsHolesAreFetchedByKey) {
   for (int i = 0; i < 50; ++i) ASSERT_EQ(p_->Put(Key(i), "early").status_code, 0);
   board_.Install(MakeMap(4, p_admin_, AllShards()));
   StartCatchUp();
-  const auto until = std::chrono::steady_clock::now() + kDeadline;
-  while (catch_up_->stats().sync_failures == 0 && std::chrono::steady_clock::now() < until) {
-    std::this_thread::sleep_for(5ms);
-  }
-  ASSERT_GT(catch_up_->stats().sync_failures, 0u);
+  ASSERT_TRUE(rkv::testing::WaitFor("a failed attempt", [&] { return catch_up_->stats().sync_failures > 0; }, kDeadline));
   EXPECT_EQ(Reported(), 0u);
   // A write forwarded now gives s a version above every one it lacks: its
   // next attempt asks values only above it, and fetches the rest as holes.
@@ -442,11 +437,8 @@ TEST_F(CatchUpTest, AReportTheCoordinatorRefusesIsSyncedAgainWhileStillSyncing) 
   EXPECT_EQ(st.syncs_completed, kShards);
   EXPECT_EQ(st.sync_failures, 2u);
   // The gauge follows the map: no shard is left to sync.
-  const auto until = std::chrono::steady_clock::now() + kDeadline;
-  while (catch_up_->stats().syncing_shards != 0 && std::chrono::steady_clock::now() < until) {
-    std::this_thread::sleep_for(5ms);
-  }
-  EXPECT_EQ(catch_up_->stats().syncing_shards, 0u);
+  EXPECT_TRUE(rkv::testing::WaitFor("no shard left to sync", [&] { return catch_up_->stats().syncing_shards == 0; },
+                               kDeadline));
 }
 
 TEST_F(CatchUpTest, AForwardedDeleteIsNotUndoneByAnOlderSnapshotRecord) {

@@ -19,6 +19,7 @@
 #include "common/transport/factory.h"
 #include "server/replication/replication_test_util.h"
 #include "server/server.h"
+#include "tests/wait_for.h"
 
 namespace rkv::server {
 namespace {
@@ -140,22 +141,19 @@ TEST_F(ReplicatorTest, ForwardsFromSeveralThreadsAreInFlightAtOnceOnTheirOwnConn
   std::atomic<bool> second_connection_seen{false};
   policy_.SetAcceptHook([&](std::string_view key) {
     if (key != "first") return;
-    // A hang guard only: a second handshake comes at once when it can.
-    const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-    while (policy_.peers_looked_up() < 2 && std::chrono::steady_clock::now() < give_up) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
-    second_connection_seen = policy_.peers_looked_up() >= 2;
+    // The deadline is a hang guard only: a second handshake comes at once
+    // when it can.
+    second_connection_seen = static_cast<bool>(rkv::testing::WaitFor(
+        "a second handshake", [&] { return policy_.peers_looked_up() >= 2; }, std::chrono::seconds(30),
+        std::chrono::milliseconds(1)));
   });
   std::vector<std::vector<Status>> acks(kThreads + 1);
   std::thread first([&] {
     acks[0] = replicator_->Forward({Backup()}, 7, protocol::Op::kReplicatePut, Record("first", "v", 1));
   });
   // The first forward's connection is open once its handshake was judged.
-  for (int i = 0; i < 30'000 && policy_.peers_looked_up() < 1; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  ASSERT_GE(policy_.peers_looked_up(), 1) << "the first forward never connected";
+  ASSERT_TRUE(rkv::testing::WaitFor("the first forward's handshake", [&] { return policy_.peers_looked_up() >= 1; }))
+      << "the first forward never connected";
   std::vector<std::thread> others;
   for (int t = 1; t <= kThreads; ++t) {
     others.emplace_back([&, t] {

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "common/mutex.h"
+#include "tests/wait_for.h"
 
 namespace rkv::server {
 namespace {
@@ -353,13 +354,14 @@ TEST_P(StoreFullDiskTest, WritesFailWhileFullAndRecoverWithoutLosingAcknowledged
 
     fs->wal_full = false;
     fs->sst_full = false;
-    // Writes succeed again once recovery has been retried; the deadline only
-    // bounds a hang.
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-    do {
-      s = put();
-      if (!s.ok()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    } while (!s.ok() && std::chrono::steady_clock::now() < deadline);
+    // Writes succeed again once recovery has been retried.
+    rkv::testing::WaitFor(
+        "a write after the recovery",
+        [&] {
+          s = put();
+          return s.ok();
+        },
+        std::chrono::seconds(60), std::chrono::milliseconds(1));
     ASSERT_TRUE(s.ok()) << s;
     EXPECT_FALSE(store->in_error_state());
     for (int i = 0; i < 20; ++i) ASSERT_TRUE(put().ok());
@@ -435,22 +437,11 @@ class GatedWalFile : public rocksdb::FSWritableFileOwnerWrapper {
   void Pass() {
     if (!fs_->closed.load()) return;
     fs_->waiting.fetch_add(1);
-    while (fs_->closed.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    rkv::testing::WaitFor("the WAL's gate to open", [&] { return !fs_->closed.load(); });
     fs_->waiting.fetch_sub(1);
   }
   GatedWalFileSystem* fs_;
 };
-
-// Waits (bounded only against a hang) until `done` holds.
-template <typename Pred>
-bool Eventually(Pred done) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  while (!done()) {
-    if (std::chrono::steady_clock::now() > deadline) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  return true;
-}
 
 class StoreBackgroundTest : public StoreTest {
  protected:
@@ -536,7 +527,7 @@ TEST_F(StoreBackgroundTest, FullQueueHoldsTheWriterBack) {
   fs->closed = true;
   ASSERT_TRUE(store->Put("a", "1", store->NextVersion()).ok());
   // The writer is now held inside its write of "a" (alone, or with "b").
-  ASSERT_TRUE(Eventually([&] { return fs->waiting.load() > 0; }));
+  ASSERT_TRUE(rkv::testing::WaitFor("the writer held at the gate", [&] { return fs->waiting.load() > 0; }));
   ASSERT_TRUE(store->Put("b", "2", store->NextVersion()).ok());
   // Two writes are queued (one being written counts until it is): the
   // third waits for room while the writer cannot make progress.
@@ -546,6 +537,7 @@ TEST_F(StoreBackgroundTest, FullQueueHoldsTheWriterBack) {
     third = store->Put("c", "3", 3);
     third_returned = true;
   });
+  // Time for a wrong third write to return; it cannot make a correct store fail.
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
   EXPECT_FALSE(third_returned.load()) << "a write was queued beyond background_queue";
   fs->closed = false;
@@ -582,7 +574,7 @@ TEST_F(StoreBackgroundTest, FailedWritesAreRefusedRetriedAndNeverLost) {
   EXPECT_EQ(store->Get("queued").status().code(), StatusCode::kResourceExhausted);
 
   fs->wal_full = false;
-  ASSERT_TRUE(Eventually([&] { return store->Flush().ok(); }));
+  ASSERT_TRUE(rkv::testing::WaitFor("a flush after the disk has room", [&] { return store->Flush().ok(); }));
   EXPECT_FALSE(store->in_error_state());
   auto queued = store->Get("queued");
   ASSERT_TRUE(queued.ok() && queued->has_value()) << queued.status();
@@ -819,10 +811,11 @@ TEST_F(StoreWriteBackTest, TheWriterStartsAtHalfTheBufferWithoutAFlush) {
   ASSERT_NE(store, nullptr);
   const uint64_t at_open = fs_->appended.load();
   for (int i = 0; i < 3; ++i) ASSERT_TRUE(store->Put("k" + std::to_string(i), "v", store->NextVersion()).ok());
+  // Time for a wrong write below the trigger to land; it cannot make a correct store fail.
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
   EXPECT_EQ(fs_->appended.load(), at_open) << "written below the trigger";
   ASSERT_TRUE(store->Put("k3", "v", store->NextVersion()).ok());  // 4 of 8 keys
-  EXPECT_TRUE(Eventually([&] { return fs_->appended.load() > at_open; }));
+  EXPECT_TRUE(rkv::testing::WaitFor("the writer's first write", [&] { return fs_->appended.load() > at_open; }));
   EXPECT_EQ(ScanAll(*store).size(), 4u);
 }
 
