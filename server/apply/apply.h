@@ -55,24 +55,24 @@
 // Acknowledged therefore means durable per --durability, and the slot is
 // published only after the durable write.
 //
-// Replays (server/apply/request_cache.h): before applying, the request's
-// (client id, request id) is looked up in the request cache under the cache
-// mutex. A request answered before gets its original reply again and
-// changes nothing (it is not forwarded again); one whose reply the cache had
+// Replays (server/apply/request_cache.h; why each case is safe:
+// docs/design.md §5.6): before applying, the request's (client id, request
+// id) is looked up in the request cache under cache_mu_. A request
+// answered before gets its original reply again and changes nothing (it
+// is not forwarded again); one whose reply the cache had
 // to forget is refused with ABORTED (never applied a second time); one whose
 // twin (the same client and request id, e.g. the original of a retry) is
 // being applied right now waits until the twin is done and is then looked
 // up again; any other is marked in flight, applied without cache_mu_,
 // and its reply remembered (and the mark cleared, waking the twins) in one
-// step under cache_mu_. A retry arriving on another connection while
-// the original is being applied therefore waits and then finds the
-// original's reply. Requests refused by validation are not remembered (a
+// step under cache_mu_. Requests refused by validation are not remembered (a
 // retry of one is validated, and refused, again), nor are those refused by
 // replication before anything was published locally (no route, a failed
 // backup the coordinator could not be told of, or an expired lease): a
 // retry of one (also one that waited for it) is applied afresh.
 //
-// Replication (docs/design.md, "Replication"), with a ReplicationPolicy:
+// Replication (docs/design.md §5.7, which argues each step), with a
+// ReplicationPolicy:
 //   Primary (Apply, a client's kPut / kDelete): route = RouteWrite(key) (an
 //     error is the reply, nothing written); the version as above (a DELETE
 //     of an absent key stays a local NOT_FOUND); the record, with that
@@ -89,20 +89,17 @@
 //     checked the same way. With a valid lease the current map must still
 //     route the key here, with no backup the write's route lacked (else
 //     UNAVAILABLE, Reason::kOutcomeUnknown, naming the newer map).
-//     See docs/design.md, "Replication", for why the check sits there.
 //     Versions are reserved under table_mu_: each PUT's is above the
 //     store's high-water mark and above every version reserved before it
 //     (reserved_version_), so writes in flight together never share one,
 //     and a PUT forwarded and then failed leaves its version used: later
-//     PUTs get higher ones, so that the backups that may hold it never take
-//     a later write for a stale resend. Writes of one key are serialized by
+//     PUTs get higher ones. Writes of one key are serialized by
 //     the key's stripe, held from the route to the reply, so a key's versions
 //     rise in the order its writes are published and forwarded (a DELETE
 //     forwards the version it deletes, which no other client write of the
 //     key can change meanwhile); writes of other keys forward at the same
 //     time (the Forwarder takes concurrent calls). table_mu_ is taken
-//     only around the local steps, so that two servers forwarding to each
-//     other (each the other's backup) never wait for each other's locks.
+//     only around the local steps, never while forwarding.
 //   Backup (ApplyReplica, a peer's kReplicatePut / kReplicateDelete):
 //     validated like a client's record except that the version must be
 //     non-zero; AcceptReplica(sender, key, the request's map version)
