@@ -501,7 +501,7 @@ TEST(NotPrimaryRetryTest, AWriteRefusedAsNotThePrimaryIsRetriedOnTheNamedMap) {
     auto put = (*c)->Put("k", "v");
     ASSERT_TRUE(put.ok()) << put.status();
     // Refused once, then applied: routed before forwarding and again after
-    // the lease check that precedes the publish (server/apply.cc).
+    // the lease check that precedes the publish (server/apply/apply_client.cc).
     EXPECT_EQ(refusing->routed(), 3);
     EXPECT_EQ((*c)->cluster_map_version(), newer.version());
     auto get = (*c)->Get("k");

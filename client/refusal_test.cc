@@ -26,7 +26,7 @@ struct Refusal {
   bool resend;          // what the client must decide
 };
 
-// What servers send (server/map_policy.cc RouteWrite, server/apply.cc,
+// What servers send (server/replication/map_policy.cc RouteWrite, server/apply/,
 // server/server.cc), with their messages of today.
 std::vector<Refusal> ServerRefusals() {
   return {

@@ -292,7 +292,7 @@ Status ServerConnection::LookupBatch(std::span<const std::string_view> keys,
 // after the first completed and done within the lease from the first one's
 // post: one READ of a neighbourhood is not atomic, and a key the server
 // moved between two of its buckets while it ran can be missed; the server
-// does not move a key again within a grace period (server/table.h), so the
+// does not move a key again within a grace period (server/table/table.h), so the
 // second READ sees it.
 [[gnu::always_inline]] inline bool ServerConnection::SettleRound(std::span<const std::string_view> keys,
                                                                  std::span<LookupResult> results,

@@ -151,6 +151,11 @@ do_start() {
   if [ ! -s "${state}/token" ]; then
     (umask 077 && head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n' > "${state}/token")
   fi
+  # The servers' own credential for replication and catch-up: no client
+  # holds it, so no client can forge a primary's writes.
+  if [ ! -s "${state}/cluster_token" ]; then
+    (umask 077 && head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n' > "${state}/cluster_token")
+  fi
 
   if [ -z "$(pid_of coordinator)" ]; then
     mkdir -p "${state}/coordinator"
@@ -166,8 +171,8 @@ do_start() {
     [ -z "$(pid_of "${name}")" ] || continue
     mkdir -p "${state}/${name}"
     "${server_bin}" --listen="${host}:$((base_port + i - 1))" --data_dir="${state}/${name}" \
-      --token_file="${state}/token" --coordinator="${host}:${coordinator_port}" \
-      --transport=auto --memory=256M \
+      --token_file="${state}/token" --cluster_token_file="${state}/cluster_token" \
+      --coordinator="${host}:${coordinator_port}" --transport=auto --memory=256M \
       > "${state}/${name}.out" 2>> "${state}/${name}.log" &
     echo $! > "${state}/${name}.pid"
     started=$((started + 1))

@@ -8,7 +8,8 @@
 
 namespace rkv::server {
 
-StatusOr<ConnectRequest> ParseConnectRequest(std::span<const uint8_t> data, const Sha256Digest& token_digest) {
+StatusOr<ConnectRequest> ParseConnectRequest(std::span<const uint8_t> data, const Sha256Digest& client_digest,
+                                             const Sha256Digest& cluster_digest) {
   protocol::ConnectRequestData req{};
   if (data.size() < sizeof(req)) {
     return InvalidArgument("malformed connect request (" + std::to_string(data.size()) + " bytes)");
@@ -38,7 +39,11 @@ StatusOr<ConnectRequest> ParseConnectRequest(std::span<const uint8_t> data, cons
                               std::to_string(layout::kLayoutVersion) + ")");
   }
   static_assert(sizeof(req.token_digest) == std::tuple_size_v<Sha256Digest>);
-  if (!DigestEqual(req.token_digest, token_digest.data(), token_digest.size())) {
+  if (out.role == ConnectRequest::Role::kPeer) {
+    if (!DigestEqual(req.token_digest, cluster_digest.data(), cluster_digest.size())) {
+      return Unauthenticated("invalid cluster credential: replication connections are for servers");
+    }
+  } else if (!DigestEqual(req.token_digest, client_digest.data(), client_digest.size())) {
     return Unauthenticated("invalid token");
   }
   return out;

@@ -33,12 +33,24 @@ struct ConnectRequest {
 // the struct) and checks it: the magic (kConnectMagic for a client,
 // kPeerConnectMagic for a peer server), protocol and layout versions, for
 // a peer a whole PeerConnectData with a non-zero epoch, and a token digest
-// equal to `token_digest` (compared in constant time). INVALID_ARGUMENT for
-// data too short, a bad magic or a zero peer epoch, FAILED_PRECONDITION for
-// another protocol or layout version, UNAUTHENTICATED for a wrong token;
-// each message is the reason the server sends back in its refusal. Whether
-// a peer is a server of the cluster map is the caller's check.
-StatusOr<ConnectRequest> ParseConnectRequest(std::span<const uint8_t> data, const Sha256Digest& token_digest);
+// (compared in constant time) equal to `client_digest` for a client and to
+// `cluster_digest` for a peer server: only a holder of the cluster
+// credential may open a replication connection, so a client credential
+// cannot forge a primary's forward (docs/design.md §10). INVALID_ARGUMENT
+// for data too short, a bad magic or a zero peer epoch, FAILED_PRECONDITION
+// for another protocol or layout version, UNAUTHENTICATED for a wrong
+// token or cluster credential; each message is the reason the server sends
+// back in its refusal. Whether a peer is a server of the cluster map is
+// the caller's check.
+StatusOr<ConnectRequest> ParseConnectRequest(std::span<const uint8_t> data, const Sha256Digest& client_digest,
+                                             const Sha256Digest& cluster_digest);
+
+// The same with one credential for both roles (a server without a cluster
+// credential of its own).
+inline StatusOr<ConnectRequest> ParseConnectRequest(std::span<const uint8_t> data,
+                                                    const Sha256Digest& token_digest) {
+  return ParseConnectRequest(data, token_digest, token_digest);
+}
 
 // Whether `data` claims to be a peer server's request (its magic), checking
 // nothing else: where a request is placed, before ParseConnectRequest

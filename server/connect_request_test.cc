@@ -122,5 +122,22 @@ TEST(ConnectRequestTest, RefusesAMalformedPeerRequest) {
   EXPECT_EQ(ParseConnectRequest(PeerBytes(p), digest).status().code(), StatusCode::kFailedPrecondition);
 }
 
+TEST(ConnectRequestTest, OnlyTheClusterCredentialOpensAReplicationConnection) {
+  const Sha256Digest client = TokenDigest("client-secret");
+  const Sha256Digest cluster = TokenDigest("cluster-secret");
+  // A client's credential opens a client connection, not a peer's: its
+  // holder cannot forge a primary's forward with a version of its choosing.
+  auto forged = ParseConnectRequest(PeerBytes(Peer("client-secret", 0xF1F2, 9)), client, cluster);
+  EXPECT_EQ(forged.status().code(), StatusCode::kUnauthenticated) << forged.status();
+  EXPECT_NE(forged.status().message().find("cluster credential"), std::string::npos) << forged.status();
+  auto peer = ParseConnectRequest(PeerBytes(Peer("cluster-secret", 0xF1F2, 9)), client, cluster);
+  ASSERT_TRUE(peer.ok()) << peer.status();
+  EXPECT_EQ(peer->role, ConnectRequest::Role::kPeer);
+  // And the cluster credential is not a client's.
+  EXPECT_EQ(ParseConnectRequest(Bytes(Valid("cluster-secret")), client, cluster).status().code(),
+            StatusCode::kUnauthenticated);
+  EXPECT_TRUE(ParseConnectRequest(Bytes(Valid("client-secret")), client, cluster).ok());
+}
+
 }  // namespace
 }  // namespace rkv::server

@@ -68,6 +68,10 @@ DEFINE_uint32(threads, 0, "polling threads serving the data plane's connections,
 DEFINE_uint32(max_value_bytes, 1048576, "largest value in bytes (default 1048576; at most 4063232)");
 DEFINE_uint32(max_key_bytes, 1024, "largest key in bytes (default 1024; at most 65535)");
 DEFINE_string(token_file, "", "file holding the token clients must present (required)");
+DEFINE_string(cluster_token_file, "", "file holding the cluster credential the servers of a cluster present to "
+                                      "each other (replication connections and the Replica service); every server "
+                                      "of the cluster must be given the same one and no client may hold it "
+                                      "(default: none; the client token then serves both, with a warning)");
 DEFINE_string(transport, "auto", "auto | tcp | verbs; auto picks verbs when an RDMA port is active (default auto)");
 DEFINE_int32(gid_index, -1, "verbs: RoCE GID index, -1 picks one (default -1)");
 DEFINE_string(ring_bytes, "4M", "staging ring per connection in bytes, >= 2x the largest block; suffixes K, M, G (default 4M)");
@@ -234,6 +238,16 @@ int main(int argc, char** argv) {
   if (!token.ok()) return BadFlag("--token_file: " + token.status().ToString());
   o.token = *token;
   o.token.shrink_to_fit();
+  if (!FLAGS_cluster_token_file.empty()) {
+    auto cluster_token = rkv::ReadTokenFile(FLAGS_cluster_token_file);
+    if (!cluster_token.ok()) return BadFlag("--cluster_token_file: " + cluster_token.status().ToString());
+    if (*cluster_token == o.token) {
+      return BadFlag("--cluster_token_file holds the client token: the cluster credential must be one no client "
+                     "holds");
+    }
+    o.cluster_token = *cluster_token;
+    o.cluster_token.shrink_to_fit();
+  }
   if (rkv::Status s = rkv::server::ValidateOptions(o); !s.ok()) return BadFlag(s.message());
   rkv::server::ControlOptions control;
   control.coordinator = FLAGS_coordinator;
@@ -287,6 +301,11 @@ int main(int argc, char** argv) {
   // the membership it reads is attached once the server has an identity.
   std::optional<rkv::server::MapPolicy> policy;
   if (!control.coordinator.empty()) policy.emplace();
+  if (!control.coordinator.empty() && o.cluster_token.empty()) {
+    LOG(WARNING) << "no --cluster_token_file: the client token is also the cluster credential, so any client can "
+                    "open a replication connection and forge a primary's writes; give the servers a credential "
+                    "of their own (docs/design.md §10)";
+  }
   // The server's id: its backups know it by it (replication handshake), and
   // the control plane announces it.
   std::string server_id;
@@ -326,7 +345,7 @@ int main(int argc, char** argv) {
   // Where the Admin service reads the fetcher's counters (set once it runs).
   std::shared_ptr<std::atomic<rkv::server::CatchUp*>> catch_up_counters;
   if (!control.coordinator.empty() && !admin_listen.empty()) {
-    auto created = rkv::server::ReplicaService::Create(o.token, srv->applier(), o.max_key_bytes);
+    auto created = rkv::server::ReplicaService::Create(rkv::server::ClusterToken(o), srv->applier(), o.max_key_bytes);
     if (!created.ok()) return fail("creating the Replica service failed: " + created.status().ToString());
     replica_service = std::move(*created);
   }
@@ -431,7 +450,7 @@ int main(int argc, char** argv) {
       replica_service->Attach(membership.get());
       rkv::server::Membership* const mem = membership.get();
       rkv::server::CatchUpOptions c;
-      c.token = o.token;
+      c.token = rkv::server::ClusterToken(o);
       auto created = rkv::server::CatchUp::Create(
           mem, srv->applier(),
           [mem](uint32_t shard, const std::string& primary_id, uint64_t sync_map_version) {

@@ -49,6 +49,8 @@ const char* PollModeName(PollMode mode) {
 
 uint64_t MaxBlockBytes(const ServerOptions& o) { return layout::BlockBytes(o.max_key_bytes, o.max_value_bytes); }
 
+const std::string& ClusterToken(const ServerOptions& o) { return o.cluster_token.empty() ? o.token : o.cluster_token; }
+
 Status ValidateOptions(const ServerOptions& o) {
   std::string host;
   uint16_t port = 0;

@@ -50,6 +50,11 @@ struct ServerOptions {
   uint32_t max_value_bytes = 1U << 20;
   uint32_t max_key_bytes = 1024;
   std::string token;                      // the raw token clients must present (its digest)
+  // The cluster credential: what servers present to each other (replication
+  // connections, the Replica service). Empty: `token`, one credential for
+  // every role, with which any client can forge a primary's forward
+  // (docs/design.md §10). ClusterToken() gives the one in force.
+  std::string cluster_token;
   uint64_t ring_bytes = 4ULL << 20;       // staging ring per connection
   // --durability=none only (0: unset, kDefaultWriteBackBytes): the
   // store's write-back buffer (server/store/store.h) holds at most this many
@@ -152,6 +157,10 @@ inline constexpr size_t kMaxZoneBytes = 64;  // == control::kMaxZoneBytes
 
 // The block of the largest record the options allow.
 uint64_t MaxBlockBytes(const ServerOptions& o);
+
+// The cluster credential in force: `cluster_token`, or `token` when none
+// was given.
+const std::string& ClusterToken(const ServerOptions& o);
 
 // Checks every option; INVALID_ARGUMENT with a one-line reason naming the
 // flag otherwise (e.g. "--ring_bytes 65536 is below twice the largest block

@@ -157,7 +157,7 @@ Status Server::Init() {
     ReplicatorOptions r;
     r.self_id = server_id_;
     r.self_epoch = epoch_;
-    r.token = options_.token;
+    r.token = ClusterToken(options_);
     r.timeout = std::chrono::milliseconds(options_.replication_timeout_ms);
     r.max_record_bytes = MaxBlockBytes(options_);
     // One lane per client poller (StartPollers gives the peers one of the
@@ -266,7 +266,8 @@ void Server::Refuse(transport::Connection& conn, StatusCode code, const std::str
 
 void Server::HandlePending(std::unique_ptr<transport::Connection> conn) {
   // Validate the connect request before anything is allocated for it.
-  const StatusOr<ConnectRequest> parsed = ParseConnectRequest(conn->peer_private_data(), TokenDigest(options_.token));
+  const StatusOr<ConnectRequest> parsed =
+      ParseConnectRequest(conn->peer_private_data(), TokenDigest(options_.token), TokenDigest(ClusterToken(options_)));
   if (!parsed.ok()) return Refuse(*conn, parsed.status().code(), parsed.status().message());
   const ConnectRequest& req = *parsed;
   std::string peer_id;

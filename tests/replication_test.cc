@@ -17,10 +17,20 @@
 #include <thread>
 #include <vector>
 
+#include <cstring>
+#include <span>
+
 #include <gtest/gtest.h>
 
+#include "common/layout.h"
+#include "common/protocol.h"
+#include "common/token.h"
+#include "common/transport/factory.h"
+#include "common/transport/transport.h"
 #include "rkv/client.h"
+#include "server/replication/replication.h"
 #include "tests/test_cluster.h"
+#include "tests/wait_for.h"
 
 namespace rkv::testing {
 namespace {
@@ -95,6 +105,69 @@ TEST_F(ReplicationTest, EveryAcknowledgedWriteIsOnEveryReplicaWithItsVersion) {
   }
   auto r = Kvctl({"shards"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
+}
+
+// A client credential cannot open a replication connection: the forgery it
+// once allowed (a primary's forward in its name, with a version of the
+// forger's choosing, which the backup kept and a later failover served) is
+// refused at the handshake, on the transport under test, and every replica
+// keeps what the real primary wrote.
+TEST_F(ReplicationTest, AClientCredentialCannotForgeAPrimarysForward) {
+  ASSERT_NO_FATAL_FAILURE(StartCluster(3));
+  auto client = ClusterClient();
+  ASSERT_NE(client, nullptr);
+  // A cluster that just started may still move roles (a slow machine's
+  // late heartbeats): the write is repeated until acknowledged, as a user
+  // would (the same value either way).
+  StatusOr<uint64_t> written = Unavailable("not written yet");
+  ASSERT_TRUE(WaitFor("the write acknowledged", [&] {
+    written = client->Put("forged", "real");
+    return written.ok();
+  })) << written.status();
+
+  auto kind = transport::ResolveKind(TestTransport(), nullptr);
+  ASSERT_TRUE(kind.ok()) << kind.status();
+  auto t = transport::CreateTransport(*kind, transport::Options{});
+  ASSERT_TRUE(t.ok()) << t.status();
+  const std::string primary_id = cluster().IdOf(*client, 0);
+  ASSERT_FALSE(primary_id.empty());
+  for (const std::string& token : {cluster().token(), std::string("a guess")}) {
+    // Everything a forger can know: the primary's id (its fingerprint) from
+    // the map, any epoch, and the client token.
+    protocol::PeerConnectData hello{};
+    hello.magic = protocol::kPeerConnectMagic;
+    hello.protocol_version = protocol::kProtocolVersion;
+    hello.layout_version = layout::kLayoutVersion;
+    hello.sender_fingerprint = server::PeerFingerprint(primary_id);
+    const Sha256Digest digest = TokenDigest(token);
+    std::memcpy(hello.token_digest, digest.data(), digest.size());
+    hello.sender_epoch = 1;
+    for (int s = 1; s < kServers; ++s) {
+      auto conn = (*t)->Connect(cluster().server(s).address(),
+                                std::span(reinterpret_cast<const uint8_t*>(&hello), sizeof(hello)),
+                                std::chrono::milliseconds(30000));
+      ASSERT_FALSE(conn.ok()) << "server " << s << " accepted a replication connection with a client's credential";
+      // A refused connect is PERMISSION_DENIED, the server's reason in its
+      // text (UNAUTHENTICATED: the credential, before any map lookup).
+      EXPECT_EQ(conn.status().code(), StatusCode::kPermissionDenied) << conn.status();
+      EXPECT_NE(conn.status().message().find("invalid cluster credential"), std::string::npos) << conn.status();
+    }
+  }
+  auto read = client->GetVersioned("forged");
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_EQ(read->value, "real");
+  EXPECT_EQ(read->version, *written);
+  // Every replica holds the real write (one a slow machine took out of the
+  // shard after the write may hold nothing), never another version.
+  for (int s = 0; s < kServers; ++s) {
+    auto direct = DirectClient(s);
+    ASSERT_NE(direct, nullptr);
+    auto got = direct->GetVersioned("forged");
+    if (got.status().code() == StatusCode::kNotFound) continue;
+    ASSERT_TRUE(got.ok()) << "server " << s << ": " << got.status();
+    EXPECT_EQ(got->value, "real") << "server " << s;
+    EXPECT_EQ(got->version, *written) << "server " << s;
+  }
 }
 
 TEST_F(ReplicationTest, WithTwoReplicasEveryKeyIsOnExactlyTwoServers) {

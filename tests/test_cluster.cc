@@ -16,8 +16,9 @@ namespace rkv::testing {
 int Scaled(int n, int minimum) { return std::max(minimum, static_cast<int>(std::lround(n * TestScale()))); }
 
 TestCluster::TestCluster(TestClusterOptions options)
-    : options_(std::move(options)), token_file_(dir_.path() + "/token") {
+    : options_(std::move(options)), token_file_(dir_.path() + "/token"), cluster_token_file_(dir_.path() + "/cluster_token") {
   WriteFile(token_file_, options_.token + "\n");
+  if (!options_.cluster_token.empty()) WriteFile(cluster_token_file_, options_.cluster_token + "\n");
 }
 
 TestCluster::~TestCluster() = default;  // each ServerProcess SIGKILLs its process
@@ -76,6 +77,7 @@ std::vector<std::string> TestCluster::ServerFlags(int i) const {
   const TestClusterOptions& o = options_;
   std::vector<std::string> flags;
   if (o.coordinator) flags.push_back("--coordinator=" + coordinator_address());
+  if (o.coordinator && !o.cluster_token.empty()) flags.push_back("--cluster_token_file=" + cluster_token_file_);
   flags.push_back("--memory=" + std::to_string(o.server_memory));
   flags.push_back("--max_keys=" + std::to_string(o.max_keys));
   if (!o.durability.empty()) flags.push_back("--durability=" + o.durability);

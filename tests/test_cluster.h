@@ -63,6 +63,9 @@ struct TestClusterOptions {
   std::string zone_prefix;
   std::vector<std::string> server_flags;  // more, after those
   std::string token = "rkv-test-token";
+  // The servers' cluster credential (--cluster_token_file), which no client
+  // holds; empty: none, the servers use the client token for both roles.
+  std::string cluster_token = "rkv-test-cluster-credential";
 };
 
 // What a client of the cluster is made with (the rest from the cluster).
@@ -94,6 +97,7 @@ class TestCluster {
   const std::string& dir() const { return dir_.path(); }
   const std::string& token() const { return options_.token; }
   const std::string& token_file() const { return token_file_; }
+  const std::string& cluster_token() const { return options_.cluster_token; }
 
   // The coordinator's process (made on first use: Start, Kill9, Terminate,
   // Freeze, Continue, Restart, Wipe, Log). Its flags are read from
@@ -148,6 +152,7 @@ class TestCluster {
   TestClusterOptions options_;
   TempDir dir_;
   std::string token_file_;
+  std::string cluster_token_file_;
   std::unique_ptr<ServerProcess> coordinator_;
   std::vector<std::unique_ptr<ServerProcess>> servers_;
 };

@@ -1,6 +1,7 @@
 // The Replica gRPC service of an rkv-server (catch-up, server to server;
 // docs/design.md, "Catch-up"), served beside Admin on --admin_listen and
-// answering only callers presenting the token digest.
+// answering only callers presenting the cluster credential's digest
+// (ClusterToken, server/options.h), which no client holds.
 //
 // FetchShard(server S, epoch, shard s, map_version V, since_version):
 // waits up to kMapWait for a map >= V (DEADLINE_EXCEEDED otherwise), then,

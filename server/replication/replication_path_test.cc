@@ -27,7 +27,9 @@ namespace {
 using testing::FakePolicy;
 using testing::RawConnection;
 
-constexpr char kReplicationToken[] = "replication-token";
+constexpr char kClientToken[] = "replication-token";
+// The servers' own credential: what a replication connection must present.
+constexpr char kClusterToken[] = "replication-cluster-credential";
 constexpr char kPrimary[] = "s-primary";
 constexpr char kTester[] = "s-tester";  // a peer played by the test
 constexpr uint64_t kTesterEpoch = 1;
@@ -77,7 +79,8 @@ class ReplicationPathTest : public ::testing::Test {
     o.data_dir = n.dir.string();
     o.memory_bytes = 8 << 20;
     o.max_keys = 1000;
-    o.token = kReplicationToken;
+    o.token = kClientToken;
+    o.cluster_token = kClusterToken;
     o.ring_bytes = 4 << 20;
     // Generous: a test must never fail because the machine is slow.
     o.replication_timeout_ms = 30'000;
@@ -107,12 +110,12 @@ class ReplicationPathTest : public ::testing::Test {
   }
 
   std::unique_ptr<RawConnection> Client(const Node& n) {
-    auto c = RawConnection::Connect(transport_.get(), n.server->address(), kReplicationToken);
+    auto c = RawConnection::Connect(transport_.get(), n.server->address(), kClientToken);
     EXPECT_TRUE(c.ok()) << c.status();
     return c.ok() ? std::move(c).value() : nullptr;
   }
   std::unique_ptr<RawConnection> Peer(const Node& n) {
-    auto c = RawConnection::ConnectAsPeer(transport_.get(), n.server->address(), kReplicationToken, kTester, kTesterEpoch);
+    auto c = RawConnection::ConnectAsPeer(transport_.get(), n.server->address(), kClusterToken, kTester, kTesterEpoch);
     EXPECT_TRUE(c.ok()) << c.status();
     return c.ok() ? std::move(c).value() : nullptr;
   }
@@ -270,13 +273,13 @@ TEST_F(ReplicationPathTest, AReplayedClientRequestIsNotForwardedAgain) {
 
 TEST_F(ReplicationPathTest, APeerNotInTheMapIsRefusedAtTheHandshake) {
   auto stranger =
-      RawConnection::ConnectAsPeer(transport_.get(), backups_[0].server->address(), kReplicationToken, "s-stranger", 1);
+      RawConnection::ConnectAsPeer(transport_.get(), backups_[0].server->address(), kClusterToken, "s-stranger", 1);
   ASSERT_FALSE(stranger.ok());
   EXPECT_EQ(stranger.status().code(), StatusCode::kPermissionDenied);
   EXPECT_NE(stranger.status().message().find("not a server of the current cluster map"), std::string::npos)
       << stranger.status();
   // A known server id with another epoch is another incarnation.
-  auto old = RawConnection::ConnectAsPeer(transport_.get(), backups_[0].server->address(), kReplicationToken, kTester, 2);
+  auto old = RawConnection::ConnectAsPeer(transport_.get(), backups_[0].server->address(), kClusterToken, kTester, 2);
   EXPECT_EQ(old.status().code(), StatusCode::kPermissionDenied);
 }
 
@@ -286,10 +289,34 @@ TEST_F(ReplicationPathTest, AStandaloneServerRefusesEveryPeer) {
   standalone.dir = base_ / standalone.id;
   auto s = Server::Start(Options(standalone), transport_.get());
   ASSERT_TRUE(s.ok()) << s.status();
-  auto peer = RawConnection::ConnectAsPeer(transport_.get(), (*s)->address(), kReplicationToken, kTester, kTesterEpoch);
+  auto peer = RawConnection::ConnectAsPeer(transport_.get(), (*s)->address(), kClusterToken, kTester, kTesterEpoch);
   ASSERT_FALSE(peer.ok());
   EXPECT_EQ(peer.status().code(), StatusCode::kPermissionDenied);
   EXPECT_NE(peer.status().message().find("not in a cluster"), std::string::npos) << peer.status();
+}
+
+// The forgery a client credential once allowed: a replication connection
+// in a primary's name (its fingerprint and epoch are public in the map),
+// then a forward with a version of the forger's choosing, which the
+// backup would install and a later real write of the key would not
+// replace. Only the cluster credential opens a replication connection.
+TEST_F(ReplicationPathTest, AClientCredentialCannotForgeAPrimarysForward) {
+  auto forger = RawConnection::ConnectAsPeer(transport_.get(), backups_[0].server->address(), kClientToken, kTester,
+                                             kTesterEpoch);
+  ASSERT_FALSE(forger.ok());
+  // A refused connect is PERMISSION_DENIED, the server's reason in its text.
+  EXPECT_EQ(forger.status().code(), StatusCode::kPermissionDenied) << forger.status();
+  EXPECT_NE(forger.status().message().find("invalid cluster credential"), std::string::npos) << forger.status();
+  EXPECT_EQ(Get(backups_[0], "k"), GetResult());
+  EXPECT_EQ(backups_[0].server->Stats().replica_writes, 0u);
+  // A real write of the key then reaches every replica with the primary's
+  // version.
+  auto client = Client(primary_);
+  ASSERT_NE(client, nullptr);
+  auto put = client->Send(protocol::Op::kPut, "k", "real", 0, 1);
+  ASSERT_TRUE(put.ok()) << put.status();
+  ASSERT_EQ(Code(*put), StatusCode::kOk) << put->message;
+  for (Node& b : backups_) EXPECT_EQ(Get(b, "k"), GetResult(std::make_pair(std::string("real"), put->version))) << b.id;
 }
 
 TEST_F(ReplicationPathTest, OpsOfTheOtherRoleAreRefused) {
@@ -524,7 +551,7 @@ TEST_F(ReplicationPathTest, TwoServersThatAreEachOthersBackupsWriteConcurrently)
   constexpr int kWrites = 40;
   std::vector<std::string> failures[2];
   const auto writer = [&](Node& n, std::vector<std::string>* failed) {
-    auto c = RawConnection::Connect(transport_.get(), n.server->address(), kReplicationToken);
+    auto c = RawConnection::Connect(transport_.get(), n.server->address(), kClientToken);
     if (!c.ok()) {
       failed->push_back(c.status().ToString());
       return;
@@ -574,7 +601,7 @@ TEST_F(ReplicationPathTest, WritesOnSeveralPollersReachEveryBackupWithTheirVersi
   std::vector<std::thread> writers;
   for (int c = 0; c < kClients; ++c) {
     writers.emplace_back([&, c] {
-      auto conn = RawConnection::Connect(transport_.get(), primary_.server->address(), kReplicationToken);
+      auto conn = RawConnection::Connect(transport_.get(), primary_.server->address(), kClientToken);
       if (!conn.ok()) {
         failures[c].push_back(conn.status().ToString());
         return;

@@ -3,7 +3,7 @@
 
 Scans the backquoted spans of docs/*.md and README.md. A span that reads as
 a code name is checked against the tree:
-  - a path (`server/table.h`, `server/table.{h,cc}`, `tests/layering/`):
+  - a path (`server/table/table.h`, `server/table/table.{h,cc}`, `tests/layering/`):
     the file or folder exists; a bare file name (`tcp_frame.h`) exists in
     some folder;
   - a qualified name (`Server::Start`, `Admin.ListShard`), a call
@@ -80,7 +80,7 @@ def source_words(root):
 
 
 def expand_braces(path):
-    """server/table.{h,cc} -> server/table.h, server/table.cc."""
+    """server/table/table.{h,cc} -> server/table/table.h, server/table/table.cc."""
     m = re.search(r"\{([^{}]*)\}", path)
     if not m:
         return [path]
