@@ -66,23 +66,15 @@ StatusOr<ServerStatsInfo> ClusterAdmin::ServerStats(std::string_view server_id, 
   ServerStatsInfo out;
   out.server_id = r->server_id();
   out.epoch = r->epoch();
-  out.keys = r->keys();
-  out.puts = r->puts();
-  out.deletes = r->deletes();
-  out.request_errors = r->request_errors();
-  out.connections = r->connections();
-  out.gets_served_by_cpu = r->gets_served_by_cpu();
-  out.heap_bytes = r->heap_bytes();
-  out.heap_bytes_used = r->heap_bytes_used();
-  out.heap_bytes_quarantined = r->heap_bytes_quarantined();
-  out.catchup_records_listed = r->catchup_records_listed();
-  out.catchup_values_fetched = r->catchup_values_fetched();
-  out.syncing_shards = r->syncing_shards();
-  out.catchup_records_served = r->catchup_records_served();
-  out.polling_threads = r->polling_threads();
-  out.bytes_per_connection = r->bytes_per_connection();
-  out.store_unwritten_writes = r->store_unwritten_writes();
-  out.store_unwritten_bytes = r->store_unwritten_bytes();
+  out.counters.reserve(r->counters_size());
+  for (v1::Counter& c : *r->mutable_counters()) {
+    // A name is what callers find a counter by: one per server, never empty.
+    if (c.name().empty() || out.Find(c.name())) {
+      return InvalidArgument(e.Describe() + ": malformed Stats: counter '" + control::Printable(c.name()) +
+                             "' is empty or listed twice");
+    }
+    out.counters.push_back(StatCounter{std::move(*c.mutable_name()), c.value(), std::move(*c.mutable_help())});
+  }
   return out;
 }
 

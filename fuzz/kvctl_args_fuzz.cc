@@ -200,7 +200,8 @@ void CheckListings(const std::vector<std::string>& fields) {
     ServerStatsInfo s;
     s.server_id = m.server_id;
     s.epoch = m.epoch;
-    s.heap_bytes = m.heap_bytes;
+    s.counters.push_back(StatCounter{"heap_bytes", m.heap_bytes, ""});
+    s.counters.push_back(StatCounter{m.state, m.epoch, m.zone});  // a name kvctl does not know
     stats.push_back(s);
   }
   const std::string members_json = FormatMembersJson(members);

@@ -34,23 +34,13 @@ class AdminServer::Service final : public v1::Admin::Service {
     const AdminStats st = stats_();
     response->set_server_id(st.server_id);
     response->set_epoch(st.epoch);
-    response->set_keys(st.keys);
-    response->set_puts(st.puts);
-    response->set_deletes(st.deletes);
-    response->set_request_errors(st.request_errors);
-    response->set_connections(st.connections);
-    response->set_gets_served_by_cpu(st.gets_served_by_cpu);
-    response->set_heap_bytes(st.heap_bytes);
-    response->set_heap_bytes_used(st.heap_bytes_used);
-    response->set_heap_bytes_quarantined(st.heap_bytes_quarantined);
-    response->set_catchup_records_listed(st.catchup_records_listed);
-    response->set_catchup_values_fetched(st.catchup_values_fetched);
-    response->set_syncing_shards(st.syncing_shards);
-    response->set_catchup_records_served(st.catchup_records_served);
-    response->set_polling_threads(st.polling_threads);
-    response->set_bytes_per_connection(st.bytes_per_connection);
-    response->set_store_unwritten_writes(st.store_unwritten_writes);
-    response->set_store_unwritten_bytes(st.store_unwritten_bytes);
+    response->mutable_counters()->Reserve(static_cast<int>(st.counters.size()));
+    for (const AdminCounter& c : st.counters) {
+      v1::Counter* out = response->add_counters();
+      out->set_name(std::string(c.name));
+      out->set_value(c.value);
+      out->set_help(std::string(c.help));
+    }
     return grpc::Status::OK;
   }
 
@@ -153,6 +143,41 @@ std::vector<uint32_t> AdminServer::ShardsHeldBy(const v1::ClusterMap& map, std::
     if (held) out.push_back(static_cast<uint32_t>(s));
   }
   return out;
+}
+
+std::vector<AdminCounter> ServerCounters(const CounterSources& s) {
+  const ServerStats& st = s.server;
+  return {
+      {"keys", st.keys, "records in the table"},
+      {"puts", st.puts, "PUTs applied since start"},
+      {"deletes", st.deletes, "DELETEs applied since start"},
+      {"request_errors", st.request_errors, "error replies since start (NOT_FOUND excluded)"},
+      {"connections", st.connections, "data-plane connections open now"},
+      {"gets_served_by_cpu", st.gets_served_by_cpu, "GETs the server CPU served: always 0, GETs are one-sided READs"},
+      {"heap_bytes_used", st.heap_bytes_used, "heap bytes holding records"},
+      {"heap_bytes_quarantined", st.heap_bytes_quarantined, "heap bytes freed but not yet reusable (grace period)"},
+      {"heap_bytes", s.heap_bytes, "heap size in bytes"},
+      {"polling_threads", st.polling_threads, "data-plane polling threads (fixed, whatever the connections)"},
+      {"bytes_per_connection", st.connection_cost.total(),
+       "server memory one connection costs in bytes, beside the transport's"},
+      {"store_unwritten_writes", st.store_unwritten_writes,
+       "--durability=none: acknowledged writes not yet in RocksDB (a crash loses them)"},
+      {"store_unwritten_bytes", st.store_unwritten_bytes, "--durability=none: their bytes"},
+      {"catchup_records_listed", s.catch_up.records_listed, "catch-up: records received in FetchShard streams"},
+      {"catchup_values_fetched", s.catch_up.values_fetched, "catch-up: values received and installed"},
+      {"syncing_shards", s.catch_up.syncing_shards, "shards this server is catching up on now"},
+      {"catchup_syncs_completed", s.catch_up.syncs_completed, "catch-up: syncs reported caught up and accepted"},
+      {"catchup_sync_failures", s.catch_up.sync_failures, "catch-up: sync attempts abandoned (then retried)"},
+      {"catchup_records_served", s.catchup_records_served, "catch-up: records this server sent as a primary"},
+      {"connections_accepted", st.connections_accepted, "data-plane connections accepted since start"},
+      {"connections_rejected", st.connections_rejected, "data-plane connections refused since start"},
+      {"forwarded_writes", st.forwarded_writes, "writes forwarded to backups as a primary"},
+      {"backup_failures", st.backup_failures, "backups that did not acknowledge a forwarded write"},
+      {"replica_writes", st.replica_writes, "forwarded writes installed as a backup"},
+      {"replica_stale", st.replica_stale, "forwarded writes acknowledged without a change (not newer)"},
+      {"replica_refused", st.replica_refused, "forwarded writes refused as a backup (validation or policy)"},
+      {"lease_refusals", st.lease_refusals, "client writes refused because the lease had expired"},
+  };
 }
 
 StatusOr<std::unique_ptr<AdminServer>> AdminServer::Start(const std::string& listen, const std::string& token,

@@ -29,6 +29,8 @@
 
 #include "common/status.h"
 #include "proto/rkv.pb.h"
+#include "server/replication/catchup.h"
+#include "server/server.h"
 
 namespace grpc {
 class Server;
@@ -37,31 +39,35 @@ class Service;
 
 namespace rkv::server {
 
+// One counter of the Admin Stats: a stable snake_case name (what kvctl
+// and ClusterAdmin's users read it by), its value, and one line of help
+// (what it counts, in which unit). Names and help are static strings.
+struct AdminCounter {
+  std::string_view name;
+  uint64_t value = 0;
+  std::string_view help;
+};
+
 struct AdminStats {
   std::string server_id;
   uint64_t epoch = 0;
   bool serving = false;  // Health: true once the data plane accepts clients
-  uint64_t keys = 0;
-  uint64_t puts = 0;
-  uint64_t deletes = 0;
-  uint64_t request_errors = 0;
-  uint64_t connections = 0;
-  uint64_t gets_served_by_cpu = 0;
-  uint64_t heap_bytes = 0;
-  uint64_t heap_bytes_used = 0;
-  uint64_t heap_bytes_quarantined = 0;
-  // Catch-up (server/replication/catchup.h, server/replication/replica_service.h).
-  uint64_t catchup_records_listed = 0;
-  uint64_t catchup_values_fetched = 0;
-  uint32_t syncing_shards = 0;
-  uint64_t catchup_records_served = 0;
-  // Connection scale (ServerStats).
-  uint32_t polling_threads = 0;
-  uint64_t bytes_per_connection = 0;
-  // --durability=none's write-back buffer (ServerStats).
-  uint64_t store_unwritten_writes = 0;
-  uint64_t store_unwritten_bytes = 0;
+  std::vector<AdminCounter> counters;  // Stats, in this order
 };
+
+// What a server's counters are read from (ServerCounters).
+struct CounterSources {
+  ServerStats server;
+  uint64_t heap_bytes = 0;
+  CatchUp::Stats catch_up;  // zero until the fetcher runs
+  uint64_t catchup_records_served = 0;  // ReplicaService::records_served
+};
+
+// The counters of a server's Admin Stats: the one list of their names,
+// values and help, which the Admin service sends, ClusterAdmin returns
+// and kvctl prints. A new counter is one line here; a name, once
+// released, keeps its meaning.
+std::vector<AdminCounter> ServerCounters(const CounterSources& s);
 
 class Applier;
 

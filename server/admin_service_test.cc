@@ -30,16 +30,7 @@ TEST(AdminServiceTest, ServesHealthAndStatsOnlyWithTheToken) {
     s.server_id = "s-0000abcd";
     s.epoch = 12;
     s.serving = true;
-    s.keys = 3;
-    s.puts = puts.load();
-    s.deletes = 2;
-    s.request_errors = 1;
-    s.connections = 4;
-    s.heap_bytes = 1 << 20;
-    s.heap_bytes_used = 640;
-    s.heap_bytes_quarantined = 128;
-    s.store_unwritten_writes = 7;
-    s.store_unwritten_bytes = 7168;
+    s.counters = {{"keys", 3, "records"}, {"puts", puts.load(), "PUTs"}, {"store_unwritten_bytes", 7168, "bytes"}};
     return s;
   });
   ASSERT_TRUE(admin.ok()) << admin.status();
@@ -70,20 +61,62 @@ TEST(AdminServiceTest, ServesHealthAndStatsOnlyWithTheToken) {
   puts = 6;  // read at call time
   v1::StatsResponse stats;
   ASSERT_TRUE(stub->Stats(ctx(kToken).get(), v1::StatsRequest(), &stats).ok());
-  EXPECT_EQ(stats.puts(), 6u);
-  EXPECT_EQ(stats.keys(), 3u);
-  EXPECT_EQ(stats.deletes(), 2u);
-  EXPECT_EQ(stats.request_errors(), 1u);
-  EXPECT_EQ(stats.connections(), 4u);
-  EXPECT_EQ(stats.gets_served_by_cpu(), 0u);
-  EXPECT_EQ(stats.heap_bytes(), 1u << 20);
-  EXPECT_EQ(stats.heap_bytes_used(), 640u);
-  EXPECT_EQ(stats.heap_bytes_quarantined(), 128u);
-  EXPECT_EQ(stats.store_unwritten_writes(), 7u);
-  EXPECT_EQ(stats.store_unwritten_bytes(), 7168u);
+  EXPECT_EQ(stats.server_id(), "s-0000abcd");
+  EXPECT_EQ(stats.epoch(), 12u);
+  // The counters as listed, in order, with their help.
+  ASSERT_EQ(stats.counters_size(), 3);
+  EXPECT_EQ(stats.counters(0).name(), "keys");
+  EXPECT_EQ(stats.counters(0).value(), 3u);
+  EXPECT_EQ(stats.counters(0).help(), "records");
+  EXPECT_EQ(stats.counters(1).name(), "puts");
+  EXPECT_EQ(stats.counters(1).value(), 6u);
+  EXPECT_EQ(stats.counters(2).name(), "store_unwritten_bytes");
+  EXPECT_EQ(stats.counters(2).value(), 7168u);
 
   (*admin)->Shutdown();
   (*admin)->Shutdown();  // idempotent
+}
+
+// The one list of a server's counters: every name snake_case and listed
+// once, every counter with its help, each value read from its source.
+TEST(AdminServiceTest, ServerCountersNameEachSourceOnce) {
+  CounterSources sources;
+  sources.server.keys = 11;
+  sources.server.puts = 12;
+  sources.server.connection_cost.ring_bytes = 4096;
+  sources.server.connection_cost.message_bytes = 512;
+  sources.server.lease_refusals = 13;
+  sources.server.store_unwritten_bytes = 14;
+  sources.heap_bytes = 15;
+  sources.catch_up.values_fetched = 16;
+  sources.catchup_records_served = 17;
+  const std::vector<AdminCounter> counters = ServerCounters(sources);
+  std::map<std::string, uint64_t> values;
+  for (const AdminCounter& c : counters) {
+    EXPECT_FALSE(c.name.empty());
+    EXPECT_TRUE(std::all_of(c.name.begin(), c.name.end(),
+                            [](char ch) { return (ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9') || ch == '_'; }))
+        << c.name;
+    EXPECT_FALSE(c.help.empty()) << c.name;
+    EXPECT_TRUE(values.emplace(std::string(c.name), c.value).second) << c.name << " is listed twice";
+  }
+  EXPECT_EQ(values["keys"], 11u);
+  EXPECT_EQ(values["puts"], 12u);
+  EXPECT_EQ(values["bytes_per_connection"], 4608u);
+  EXPECT_EQ(values["lease_refusals"], 13u);
+  EXPECT_EQ(values["store_unwritten_bytes"], 14u);
+  EXPECT_EQ(values["heap_bytes"], 15u);
+  EXPECT_EQ(values["catchup_values_fetched"], 16u);
+  EXPECT_EQ(values["catchup_records_served"], 17u);
+  EXPECT_EQ(values["gets_served_by_cpu"], 0u);
+  // The names kvctl's text table shows (client/kvctl/kvctl_util.cc) are all
+  // there, first and in kvctl --output=json's order of old.
+  const std::vector<std::string> first = {"keys", "puts", "deletes", "request_errors", "connections",
+                                          "gets_served_by_cpu", "heap_bytes_used", "heap_bytes_quarantined",
+                                          "heap_bytes", "polling_threads", "bytes_per_connection",
+                                          "store_unwritten_writes", "store_unwritten_bytes"};
+  ASSERT_GE(counters.size(), first.size());
+  for (size_t i = 0; i < first.size(); ++i) EXPECT_EQ(counters[i].name, first[i]);
 }
 
 TEST(AdminServiceTest, BadStartArgumentsAreRefused) {

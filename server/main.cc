@@ -372,31 +372,18 @@ int main(int argc, char** argv) {
     rkv::server::ReplicaService* const replica = replica_service.get();
     auto started = rkv::server::AdminServer::Start(admin_listen, o.token, [srv, server_id, epoch, catch_up_stats,
                                                                            replica] {
-      const rkv::server::ServerStats st = srv->Stats();
+      rkv::server::CounterSources sources;
+      sources.server = srv->Stats();
+      sources.heap_bytes = srv->heap_bytes();
+      if (const rkv::server::CatchUp* c = catch_up_stats->load(std::memory_order_acquire)) {
+        sources.catch_up = c->stats();
+      }
+      if (replica != nullptr) sources.catchup_records_served = replica->records_served();
       rkv::server::AdminStats a;
       a.server_id = server_id;
       a.epoch = epoch;
       a.serving = true;  // the data plane listens for as long as the Admin service runs
-      a.keys = st.keys;
-      a.puts = st.puts;
-      a.deletes = st.deletes;
-      a.request_errors = st.request_errors;
-      a.connections = st.connections;
-      a.gets_served_by_cpu = st.gets_served_by_cpu;
-      a.heap_bytes = srv->heap_bytes();
-      a.heap_bytes_used = st.heap_bytes_used;
-      a.heap_bytes_quarantined = st.heap_bytes_quarantined;
-      a.polling_threads = static_cast<uint32_t>(st.polling_threads);
-      a.bytes_per_connection = st.connection_cost.total();
-      a.store_unwritten_writes = st.store_unwritten_writes;
-      a.store_unwritten_bytes = st.store_unwritten_bytes;
-      if (const rkv::server::CatchUp* c = catch_up_stats->load(std::memory_order_acquire)) {
-        const rkv::server::CatchUp::Stats cs = c->stats();
-        a.catchup_records_listed = cs.records_listed;
-        a.catchup_values_fetched = cs.values_fetched;
-        a.syncing_shards = cs.syncing_shards;
-      }
-      if (replica != nullptr) a.catchup_records_served = replica->records_served();
+      a.counters = rkv::server::ServerCounters(sources);
       return a;
     }, AdminShardsOf(srv, &map_source, server_id), also);
     catch_up_counters = std::move(catch_up_stats);

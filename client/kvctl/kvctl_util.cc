@@ -7,6 +7,7 @@
 #include <functional>
 #include <iterator>
 #include <map>
+#include <optional>
 
 namespace rkv::kvctl {
 
@@ -373,15 +374,43 @@ std::string FormatMembersJson(const std::vector<MemberInfo>& members) {
   return out + "]\n";
 }
 
+namespace {
+
+// The text table's columns after SERVER and EPOCH: a label and the
+// counter it shows (ServerStatsInfo::counters, by name).
+struct StatsColumn {
+  const char* label;
+  const char* counter;
+  bool bytes;  // shown with FormatBytes
+};
+constexpr StatsColumn kStatsColumns[] = {
+    {"KEYS", "keys", false},
+    {"PUTS", "puts", false},
+    {"DELETES", "deletes", false},
+    {"ERRORS", "request_errors", false},
+    {"CONNECTIONS", "connections", false},
+    {"GETS_BY_CPU", "gets_served_by_cpu", false},
+    {"HEAP_USED", "heap_bytes_used", true},
+    {"HEAP_QUARANTINED", "heap_bytes_quarantined", true},
+    {"HEAP_TOTAL", "heap_bytes", true},
+    {"THREADS", "polling_threads", false},
+    {"PER_CONNECTION", "bytes_per_connection", true},
+    {"UNWRITTEN", "store_unwritten_bytes", true},
+};
+
+}  // namespace
+
 std::string FormatStatsText(const std::vector<ServerStatsInfo>& stats) {
   std::vector<std::vector<std::string>> rows;
-  rows.push_back({"SERVER", "EPOCH", "KEYS", "PUTS", "DELETES", "ERRORS", "CONNECTIONS", "GETS_BY_CPU",
-                  "HEAP_USED", "HEAP_QUARANTINED", "HEAP_TOTAL", "THREADS", "PER_CONNECTION", "UNWRITTEN"});
+  rows.push_back({"SERVER", "EPOCH"});
+  for (const StatsColumn& c : kStatsColumns) rows[0].push_back(c.label);
   for (const ServerStatsInfo& s : stats) {
-    rows.push_back({s.server_id, U(s.epoch), U(s.keys), U(s.puts), U(s.deletes), U(s.request_errors),
-                    U(s.connections), U(s.gets_served_by_cpu), FormatBytes(s.heap_bytes_used),
-                    FormatBytes(s.heap_bytes_quarantined), FormatBytes(s.heap_bytes), U(s.polling_threads),
-                    FormatBytes(s.bytes_per_connection), FormatBytes(s.store_unwritten_bytes)});
+    std::vector<std::string> row = {s.server_id, U(s.epoch)};
+    for (const StatsColumn& c : kStatsColumns) {
+      const std::optional<uint64_t> v = s.Find(c.counter);
+      row.push_back(!v ? "-" : c.bytes ? FormatBytes(*v) : U(*v));
+    }
+    rows.push_back(std::move(row));
   }
   return Columns(rows);
 }
@@ -391,14 +420,9 @@ std::string FormatStatsJson(const std::vector<ServerStatsInfo>& stats) {
   for (size_t i = 0; i < stats.size(); ++i) {
     const ServerStatsInfo& s = stats[i];
     if (i > 0) out += ",";
-    out += "{\"server_id\":" + JsonQuote(s.server_id) + ",\"epoch\":" + U(s.epoch) + ",\"keys\":" + U(s.keys) +
-           ",\"puts\":" + U(s.puts) + ",\"deletes\":" + U(s.deletes) + ",\"request_errors\":" +
-           U(s.request_errors) + ",\"connections\":" + U(s.connections) + ",\"gets_served_by_cpu\":" +
-           U(s.gets_served_by_cpu) + ",\"heap_bytes_used\":" + U(s.heap_bytes_used) +
-           ",\"heap_bytes_quarantined\":" + U(s.heap_bytes_quarantined) + ",\"heap_bytes\":" + U(s.heap_bytes) +
-           ",\"polling_threads\":" + U(s.polling_threads) + ",\"bytes_per_connection\":" +
-           U(s.bytes_per_connection) + ",\"store_unwritten_writes\":" + U(s.store_unwritten_writes) +
-           ",\"store_unwritten_bytes\":" + U(s.store_unwritten_bytes) + "}";
+    out += "{\"server_id\":" + JsonQuote(s.server_id) + ",\"epoch\":" + U(s.epoch);
+    for (const StatCounter& c : s.counters) out += "," + JsonQuote(c.name) + ":" + U(c.value);
+    out += "}";
   }
   return out + "]\n";
 }

@@ -97,7 +97,13 @@ uint32_t UnderReplicatedShards(const ClusterInfo& cluster);
 std::string FormatWhereText(const ClusterInfo& cluster, uint32_t shard);
 std::string FormatWhereJson(const ClusterInfo& cluster, std::string_view key, uint32_t shard);
 
-// `kvctl stats`: same shapes, with the ServerStatsInfo fields.
+// `kvctl stats`. Text: a table of the counters an operator watches
+// (SERVER, EPOCH, KEYS, PUTS, DELETES, ERRORS, CONNECTIONS, GETS_BY_CPU,
+// HEAP_USED, HEAP_QUARANTINED, HEAP_TOTAL, THREADS, PER_CONNECTION,
+// UNWRITTEN; byte counts in FormatBytes' units, "-" for a counter the
+// server lacks). JSON: one object per server, {"server_id", "epoch", then
+// every counter the server sent, by its name, in its order}, so a new
+// counter of the server shows here with no change to kvctl.
 std::string FormatStatsText(const std::vector<ServerStatsInfo>& stats);
 std::string FormatStatsJson(const std::vector<ServerStatsInfo>& stats);
 

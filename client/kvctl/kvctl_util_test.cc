@@ -263,23 +263,28 @@ TEST(ClusterFormatTest, FormatsStats) {
   ServerStatsInfo s;
   s.server_id = "s-1";
   s.epoch = 2;
-  s.keys = 3;
-  s.puts = 4;
-  s.deletes = 1;
-  s.request_errors = 0;
-  s.connections = 2;
-  s.heap_bytes = 4096;
-  s.heap_bytes_used = 128;
-  s.heap_bytes_quarantined = 64;
-  s.polling_threads = 3;
-  s.bytes_per_connection = 2048;
-  s.store_unwritten_writes = 5;
-  s.store_unwritten_bytes = 5120;
+  s.counters = {{"keys", 3, "records"},
+                {"puts", 4, ""},
+                {"deletes", 1, ""},
+                {"request_errors", 0, ""},
+                {"connections", 2, ""},
+                {"gets_served_by_cpu", 0, ""},
+                {"heap_bytes_used", 128, ""},
+                {"heap_bytes_quarantined", 64, ""},
+                {"heap_bytes", 4096, ""},
+                {"polling_threads", 3, ""},
+                {"bytes_per_connection", 2048, ""},
+                {"store_unwritten_writes", 5, ""},
+                {"store_unwritten_bytes", 5120, ""},
+                {"a_new_counter", 9, "kvctl knows nothing of it"}};
+  // JSON: every counter the server sent, by name, in its order.
   EXPECT_EQ(FormatStatsJson({s}),
             "[{\"server_id\":\"s-1\",\"epoch\":2,\"keys\":3,\"puts\":4,\"deletes\":1,\"request_errors\":0,"
             "\"connections\":2,\"gets_served_by_cpu\":0,\"heap_bytes_used\":128,\"heap_bytes_quarantined\":64,"
             "\"heap_bytes\":4096,\"polling_threads\":3,\"bytes_per_connection\":2048,"
-            "\"store_unwritten_writes\":5,\"store_unwritten_bytes\":5120}]\n");
+            "\"store_unwritten_writes\":5,\"store_unwritten_bytes\":5120,\"a_new_counter\":9}]\n");
+  EXPECT_EQ(s.Find("a_new_counter"), std::optional<uint64_t>(9));
+  EXPECT_EQ(s.Find("absent"), std::nullopt);
   const std::string text = FormatStatsText({s});
   EXPECT_EQ(text.substr(0, text.find('\n')),
             "SERVER  EPOCH  KEYS  PUTS  DELETES  ERRORS  CONNECTIONS  GETS_BY_CPU  HEAP_USED  HEAP_QUARANTINED  "
@@ -287,6 +292,14 @@ TEST(ClusterFormatTest, FormatsStats) {
   EXPECT_NE(text.find("s-1     2      3     4     1        0       2            0            128 B      64 B"),
             std::string::npos)
       << text;
+  EXPECT_NE(text.find("4.0 KiB     3        2.0 KiB         5.0 KiB"), std::string::npos) << text;
+  // A server without some counter (an older one) shows "-" there.
+  ServerStatsInfo old;
+  old.server_id = "s-2";
+  old.counters = {{"keys", 7, ""}};
+  const std::string partial = FormatStatsText({old});
+  EXPECT_NE(partial.find("s-2     0      7     -     -"), std::string::npos) << partial;
+  EXPECT_EQ(FormatStatsJson({old}), "[{\"server_id\":\"s-2\",\"epoch\":0,\"keys\":7}]\n");
 }
 
 TEST(ParseInvocationTest, VerifyAndDrain) {

@@ -23,6 +23,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -33,38 +34,42 @@
 
 namespace rkv {
 
+// One counter of a server (ClusterAdmin::ServerStats). `name` is stable:
+// snake_case, listed once per server, and its meaning never changes once
+// released (a server may add counters; an older server lacks the newer
+// ones). The list is the server's (ServerCounters in rkv-server's Admin
+// service); `kvctl --output=json stats` prints every counter by name.
+// Among them: keys, puts, deletes, request_errors, connections,
+// gets_served_by_cpu (always 0: GETs are one-sided reads), heap_bytes,
+// heap_bytes_used, heap_bytes_quarantined, polling_threads,
+// bytes_per_connection, store_unwritten_writes and store_unwritten_bytes
+// (--durability=none's exposure), the catch-up and replication counters.
+struct StatCounter {
+  std::string name;
+  uint64_t value = 0;
+  std::string help;  // one line for people: what it counts, its unit
+};
+
 // A server's counters, from its Admin service.
 struct ServerStatsInfo {
   std::string server_id;
   uint64_t epoch = 0;
-  uint64_t keys = 0;
-  uint64_t puts = 0;
-  uint64_t deletes = 0;
-  uint64_t request_errors = 0;
-  uint64_t connections = 0;
-  uint64_t gets_served_by_cpu = 0;  // 0: GETs are one-sided reads
-  uint64_t heap_bytes = 0;
-  uint64_t heap_bytes_used = 0;
-  uint64_t heap_bytes_quarantined = 0;
-  // Catch-up (docs/design.md §5.8), since the server started.
-  uint64_t catchup_records_listed = 0;   // records listed to it by primaries
-  uint64_t catchup_values_fetched = 0;   // values it fetched and installed
-  uint32_t syncing_shards = 0;           // shards it is catching up on now
-  uint64_t catchup_records_served = 0;   // records it listed to others
-  // Connection scale: the server's data-plane polling threads (fixed,
-  // whatever the number of connections), and the server memory each
-  // connection costs beside the transport's.
-  uint32_t polling_threads = 0;
-  uint64_t bytes_per_connection = 0;
-  // --durability=none: acknowledged writes the server holds in memory only
-  // (its store's write-back buffer; a crash of that server loses them).
-  uint64_t store_unwritten_writes = 0;
-  uint64_t store_unwritten_bytes = 0;
+  std::vector<StatCounter> counters;  // in the server's order
+
+  // The value of the counter named `name`; nullopt when the server has no
+  // counter of that name.
+  std::optional<uint64_t> Find(std::string_view name) const {
+    for (const StatCounter& c : counters) {
+      if (c.name == name) return c.value;
+    }
+    return std::nullopt;
+  }
 };
 
-// One shard's digest on one server (ClusterAdmin::ShardChecksums): its records'
-// count, the sum mod 2^64 of XXH64(key || version as 8 little-endian bytes
-// || value) over them, and their highest version (0 when none).
+// One shard's digest on one server (ClusterAdmin::ShardChecksums): its
+// records' count, the sum mod 2^64 of XXH64(key || version as 8
+// little-endian bytes || value) over them, and their highest version (0
+// when none).
 struct ShardChecksumInfo {
   uint32_t shard = 0;
   uint64_t keys = 0;
