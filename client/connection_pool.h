@@ -52,7 +52,7 @@ class ConnectionPool {
   uint64_t map_epoch() const { return map_epoch_; }
   size_t size() const { return slots_.size(); }
 
-  // Counts one attempt of a call on this server (Client::AttemptsOn).
+  // Counts one attempt of a call on this server (ClientTestPeer::AttemptsOn).
   // Relaxed: a statistic, ordered with nothing.
   void NoteAttempt() { attempts_.fetch_add(1, std::memory_order_relaxed); }
   uint64_t attempts() const { return attempts_.load(std::memory_order_relaxed); }

@@ -122,7 +122,10 @@ class RKV_EXPORT ClusterAdmin {
   // The servers of the client's cached map, in join order.
   StatusOr<std::vector<MemberInfo>> Members() const;
 
-  // The Admin Stats of server `server_id`.
+  // The Admin Stats of server `server_id`: its counters, as it lists
+  // them. FAILED_PRECONDITION when the service at its admin address
+  // answers as another server; INVALID_ARGUMENT for an answer with a
+  // counter whose name is empty or listed twice.
   StatusOr<ServerStatsInfo> ServerStats(std::string_view server_id, const CallOptions& call = {});
 
   // ---- kvctl verify. Both read one consistent state of the server's
