@@ -405,7 +405,7 @@ class HostileClientTest : public ::testing::Test {
 
   // Waits (up to the hang bound) for the server's log to contain `text`.
   bool WaitForLog(const std::string& text) const {
-    return static_cast<bool>(WaitFor(
+    return static_cast<bool>(::rkv::testing::WaitFor(
         "the server to log \"" + text + "\"",
         [&] {
           std::ifstream in(dir_.path() + "/data.log");
@@ -717,7 +717,8 @@ TEST_F(HostileClientTest, TheServerAndAGoodClientSurviveEveryClass) {
     if (result.empty() && ::kill(server_->pid(), 0) != 0) result = "the server died";
     // The good client made progress without an error.
     const uint64_t ops = good.ops();
-    if (result.empty() && !WaitFor("the good client's progress", [&] { return good.ops() >= ops + 4; }, kHang)) {
+    if (result.empty() &&
+        !::rkv::testing::WaitFor("the good client's progress", [&] { return good.ops() >= ops + 4; }, kHang)) {
       result = "the good client made no progress";
     }
     for (const std::string& e : good.TakeErrors()) {
