@@ -19,6 +19,4 @@ RefusalDecision DecideOnRefusal(const Status& answer) {
 
 bool KeysMoved(const Status& s) { return !s.ok() && s.reason() == Reason::kKeysMoved; }
 
-bool OutcomeUnknown(const Status& s) { return !s.ok() && s.reason() == Reason::kOutcomeUnknown; }
-
 }  // namespace rkv::client

@@ -34,8 +34,4 @@ RefusalDecision DecideOnRefusal(const Status& answer);
 // (Reason::kKeysMoved): a batch call groups them again by the newest map.
 bool KeysMoved(const Status& s);
 
-// Whether `s` says that a write may or may not have been applied
-// (Reason::kOutcomeUnknown).
-bool OutcomeUnknown(const Status& s);
-
 }  // namespace rkv::client
