@@ -292,19 +292,49 @@ Status Membership::HeartbeatOnce() {
   v1::HeartbeatResponse resp;
   const auto sent = std::chrono::steady_clock::now();
   RKV_RETURN_IF_ERROR(control::FromGrpc(rpc_->stub->Heartbeat(&ctx, req, &resp)));
-  // Granted even if the map fetch below fails: the coordinator answered.
   Grant(sent, resp.lease_ms(), resp.map_version());
-  uint64_t installed = 0;
-  uint64_t reported = 0;
+  // A version this server has not installed: the watch stream is behind
+  // (or broken); the fetch thread brings it if the stream does not.
+  bool wanted = false;
   {
     MutexLock lock(mu_);
-    installed = map_ != nullptr ? map_->version() : 0;
-    reported = map_version_;
+    if (resp.map_version() > fetch_wanted_) fetch_wanted_ = resp.map_version();
+    wanted = FetchWantedLocked();
   }
-  // A version this server has not installed: the watch stream is behind
-  // (or broken), so fetch the map now.
-  if (resp.map_version() != reported || resp.map_version() > installed) return FetchMap(options_.rpc_timeout);
+  if (wanted) fetch_cv_.NotifyAll();
   return Status::Ok();
+}
+
+bool Membership::FetchWantedLocked() const {
+  return fetch_wanted_ > (map_ != nullptr ? map_->version() : 0);
+}
+
+void Membership::FetchLoop() {
+  for (;;) {
+    std::chrono::milliseconds grace;
+    {
+      MutexLock lock(mu_);
+      fetch_cv_.Wait(mu_, [&] {
+        mu_.AssertHeld();
+        return stopping_ || FetchWantedLocked();
+      });
+      if (stopping_) return;
+      grace = heartbeat_interval_;
+      // The stream normally brings the map within moments of the change;
+      // a write that waits for it (MapPolicy::CheckLease) waits at most
+      // this grace plus one fetch.
+      map_cv_.WaitFor(mu_, std::min(grace, kFetchGrace), [&] {
+        mu_.AssertHeld();
+        return stopping_ || !FetchWantedLocked();
+      });
+      if (stopping_) return;
+      if (!FetchWantedLocked()) continue;
+    }
+    if (const Status s = FetchMap(options_.rpc_timeout); !s.ok()) {
+      VLOG(1) << "fetching the cluster map failed (" << s << "); trying again in " << grace.count() << " ms";
+      if (!SleepFor(grace)) return;
+    }
+  }
 }
 
 void Membership::NoteReachable(bool reachable, const Status& why) {
@@ -364,6 +394,7 @@ Status Membership::Start() {
   }
   heartbeat_thread_ = std::thread([this] { HeartbeatLoop(); });
   watch_thread_ = std::thread([this] { WatchLoop(); });
+  fetch_thread_ = std::thread([this] { FetchLoop(); });
   return Status::Ok();
 }
 
@@ -460,8 +491,10 @@ void Membership::Stop() {
   }
   stop_cv_.NotifyAll();
   map_cv_.NotifyAll();
+  fetch_cv_.NotifyAll();
   if (heartbeat_thread_.joinable()) heartbeat_thread_.join();
   if (watch_thread_.joinable()) watch_thread_.join();
+  if (fetch_thread_.joinable()) fetch_thread_.join();
   if (joined) SendLeave();
 }
 

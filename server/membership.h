@@ -86,10 +86,15 @@ Status CheckReplicaLists(const v1::ClusterMap& map);
 // stream open (restarted with backoff when it breaks, e.g. across a
 // coordinator restart) and installs every map it receives that passes
 // ValidateClusterMap and CheckReplicaLists and is newer than the one
-// installed; a map that fails them is logged and ignored. The heartbeat
-// thread also fetches the map when a heartbeat reports a version this
-// server has not installed, so a stalled stream delays a map by at most a
-// heartbeat interval.
+// installed; a map that fails them is logged and ignored. When a heartbeat
+// reports a version this server has not installed, a third thread, the
+// fetch thread, gives the stream kFetchGrace (50 ms) to bring it and
+// otherwise fetches the map (GetClusterMap), so a stalled stream delays a
+// map by at most a heartbeat interval and a fetch. The heartbeat thread never
+// fetches: a heartbeat is this server's liveness, and a map fetch that is
+// slow (a coordinator busy with many map changes, a loaded machine) must
+// not delay the next one, or the coordinator declares a live server DOWN,
+// and each such false DOWN changes the map again.
 //
 // Leases: each successful Join or Heartbeat grants this server a lease
 // (LeaseFrom: from the steady time the request was sent, with the
@@ -107,6 +112,10 @@ Status CheckReplicaLists(const v1::ClusterMap& map);
 // is at least the installed map's version.
 class Membership final : public MapSource {
  public:
+  // How long the fetch thread lets the watch stream bring a version a
+  // heartbeat reported before fetching it.
+  static constexpr std::chrono::milliseconds kFetchGrace{50};
+
   explicit Membership(MembershipOptions options);
   ~Membership() override;  // Stop()
   Membership(const Membership&) = delete;
@@ -120,7 +129,7 @@ class Membership final : public MapSource {
   // any call). CANCELLED when Stop is called meanwhile. Call once.
   Status Start() EXCLUDES(stop_mu_, mu_);
 
-  // Stops the heartbeat and watch threads (cancelling the stream), wakes
+  // Stops the heartbeat, watch and fetch threads (cancelling the stream), wakes
   // every WaitForVersion, then sends Leave (bounded by 2 s; a failure is
   // only logged) if the server had joined. Afterwards map() keeps the last
   // map, and the calls that would reach the coordinator return CANCELLED at
@@ -172,6 +181,12 @@ class Membership final : public MapSource {
   StatusOr<bool> InstallMap(const v1::ClusterMap& map, std::string_view from) EXCLUDES(mu_);
   void HeartbeatLoop() EXCLUDES(mu_);
   void WatchLoop() EXCLUDES(mu_);
+  // Fetches the map when a heartbeat reported a version the watch stream
+  // has not brought within a heartbeat interval.
+  void FetchLoop() EXCLUDES(mu_);
+  // The fetch thread's work: the installed map is older than the version
+  // a heartbeat reported.
+  bool FetchWantedLocked() const REQUIRES(mu_);
   // Sleeps `d` unless Stop is called; false when stopping.
   bool SleepFor(std::chrono::milliseconds d) EXCLUDES(mu_);
   // One report to the coordinator: `call(context, response)` with the
@@ -203,6 +218,10 @@ class Membership final : public MapSource {
   ServerLease lease_ GUARDED_BY(mu_);  // expired until the first grant
   uint32_t lease_ms_ GUARDED_BY(mu_) = 0;  // the last grant's length (0: none)
   CondVar map_cv_;  // signalled when map_ changes or stopping_ becomes true
+  // The newest map version a heartbeat reported; the fetch thread brings
+  // the map up to it if the watch stream does not.
+  uint64_t fetch_wanted_ GUARDED_BY(mu_) = 0;
+  CondVar fetch_cv_;  // signalled when fetch_wanted_ grows or stopping_ becomes true
   // The open watch stream's context, for Stop to cancel; null between
   // streams.
   grpc::ClientContext* watch_context_ GUARDED_BY(mu_) = nullptr;
@@ -213,6 +232,7 @@ class Membership final : public MapSource {
   Mutex stop_mu_ ACQUIRED_BEFORE(mu_);
   std::thread heartbeat_thread_ GUARDED_BY(stop_mu_);
   std::thread watch_thread_ GUARDED_BY(stop_mu_);
+  std::thread fetch_thread_ GUARDED_BY(stop_mu_);
   bool stopped_ GUARDED_BY(stop_mu_) = false;
 };
 

@@ -25,6 +25,10 @@ namespace rkv::testing {
 namespace {
 
 constexpr int kServers = 3;
+// 1024 shards (the coordinator's default) on the host; fewer at a smaller
+// $RKV_TEST_SCALE, since a restarted server catches up shard by shard, a
+// map change each, and each costs more on a slow CPU.
+uint32_t Shards() { return static_cast<uint32_t>(Scaled(1024, 128)); }
 
 std::string ValueFor(const std::string& key, uint64_t generation) {
   std::mt19937_64 rng(std::hash<std::string>()(key) ^ generation);
@@ -41,7 +45,14 @@ class ClusterTest : public TestClusterTest {
   virtual TestClusterOptions Options() const {
     TestClusterOptions o;
     o.servers = kServers;
-    o.shards = 1024;
+    o.shards = Shards();
+    // A slow CPU (sanitizers, the emulated guest) stretches every step;
+    // the heartbeat and replication timeouts stretch with it, so that a
+    // live server is not declared DOWN, nor a live backup failed, for
+    // being slow: each such false failure changes the map and starts a
+    // catch-up, which slows everything further.
+    o.heartbeat_timeout_ms = SlowCpuMs(2000);
+    o.server_flags.push_back("--replication_timeout_ms=" + std::to_string(SlowCpuMs(1000)));
     o.server_memory = uint64_t{128} << 20;
     o.max_keys = 131072;
     o.zone_prefix = "zone ";
@@ -86,7 +97,7 @@ TEST_F(ClusterTest, KeysSpreadOverEveryServer) {
     EXPECT_EQ(m.transport, TestTransport());
     shards += m.shards;
   }
-  EXPECT_EQ(shards, 1024u);
+  EXPECT_EQ(shards, Shards());
 
   const int n = Scaled(50000, 3000);
   for (int i = 0; i < n; ++i) {
@@ -155,9 +166,9 @@ TEST_F(ClusterTest, KvctlShowsReplicaSetsAndWhereAKeyLives) {
   // Three servers and the default R: every server holds every shard, one
   // third of them as the primary.
   EXPECT_EQ(cluster->replication_factor, 3u);
-  ASSERT_EQ(cluster->shards.size(), 1024u);
+  ASSERT_EQ(cluster->shards.size(), Shards());
   for (const MemberInfo& m : cluster->members) {
-    EXPECT_EQ(m.shards + m.backup_shards, 1024u) << m.server_id;
+    EXPECT_EQ(m.shards + m.backup_shards, Shards()) << m.server_id;
   }
   std::map<std::string, std::string> zone_of;
   for (const MemberInfo& m : cluster->members) {
@@ -176,15 +187,16 @@ TEST_F(ClusterTest, KvctlShowsReplicaSetsAndWhereAKeyLives) {
   auto r = Kvctl({"shards"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const std::vector<std::string> lines = Lines(r.out);
-  ASSERT_EQ(lines.size(), 1024u + 2) << r.out.substr(0, 400);
-  EXPECT_EQ(lines.back(), "1024 shards, R=3, 0 with fewer than 3 replicas");
+  ASSERT_EQ(lines.size(), Shards() + 2) << r.out.substr(0, 400);
+  EXPECT_EQ(lines.back(), std::to_string(Shards()) + " shards, R=3, 0 with fewer than 3 replicas");
   const ShardInfo& s7 = cluster->shards[7];
   EXPECT_EQ(lines[1 + 7].substr(0, 1), "7");
   EXPECT_NE(lines[1 + 7].find(s7.replicas[0]), std::string::npos) << lines[1 + 7];
   EXPECT_NE(lines[1 + 7].find(s7.replicas[1] + "," + s7.replicas[2]), std::string::npos) << lines[1 + 7];
   r = Kvctl({"--output=json", "shards"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_NE(r.out.find("\"shard_count\":1024,\"replication_factor\":3,\"under_replicated\":0"), std::string::npos)
+  EXPECT_NE(r.out.find("\"shard_count\":" + std::to_string(Shards()) + ",\"replication_factor\":3,\"under_replicated\":0"),
+            std::string::npos)
       << r.out.substr(0, 200);
 
   // where: the key's shard, its primary (which serves the key) and backups.
@@ -208,7 +220,7 @@ TEST_F(ClusterTest, KvctlShowsReplicaSetsAndWhereAKeyLives) {
   }
   const std::vector<std::string>& replicas = cluster->shards[*shard].replicas;
   ASSERT_EQ(where.size(), 2 + replicas.size()) << r.out;
-  EXPECT_EQ(where[0].find("shard " + std::to_string(*shard) + " of 1024"), 0u) << r.out;
+  EXPECT_EQ(where[0].find("shard " + std::to_string(*shard) + " of " + std::to_string(Shards())), 0u) << r.out;
   for (size_t k = 0; k < replicas.size(); ++k) {
     const std::string& row = where[2 + k];
     EXPECT_EQ(row.find(replicas[k]), 0u) << r.out;
@@ -358,7 +370,11 @@ struct UnknownPut {
 //    the reply names;
 //  - the primary's lease expired under the PUT (a heartbeat stalled on a
 //    loaded machine): once per expiry; all of these together are bounded
-//    by the number of map changes, since each expiry ends with a new grant.
+//    by the number of map changes, since each expiry ends with a new grant;
+//  - a backup failed under the PUT and the primary could not get the
+//    coordinator to take it out of the shard (the report or the map that
+//    answers it late on a loaded machine): counted with the expiries,
+//    since each such failure ends with a map that drops the backup.
 // Anything else is a failure. Adds a failure for each PUT past its bound.
 void ExpectUnknownPutsExplained(const std::vector<UnknownPut>& unknown_puts, uint64_t map_changes) {
   std::map<int, int> died;
@@ -375,13 +391,14 @@ void ExpectUnknownPutsExplained(const std::vector<UnknownPut>& unknown_puts, uin
       const std::string version = u.status.substr(digits, u.status.find_first_not_of("0123456789", digits) - digits);
       EXPECT_TRUE(map_versions.insert({u.thread, version}).second)
           << "a second PUT of one thread was lost to map version " << version << ": " << u.status;
-    } else if (u.status.find("lease expired") != std::string::npos) {
+    } else if (u.status.find("lease expired") != std::string::npos ||
+               u.status.find("the coordinator could not be told") != std::string::npos) {
       ++lease;
     } else {
       ADD_FAILURE() << "a PUT's outcome is unknown for no documented cause: " << u.status;
     }
   }
-  EXPECT_LE(static_cast<uint64_t>(lease), 2 * map_changes) << "PUTs lost to lease expiries";
+  EXPECT_LE(static_cast<uint64_t>(lease), 2 * map_changes) << "PUTs lost to lease expiries and unreported backups";
 }
 
 // Acknowledged PUTs the load gets before a disruption, and again after it.

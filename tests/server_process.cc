@@ -42,6 +42,11 @@ double TestScale() {
   return v > 0 ? v : 1.0;
 }
 
+int SlowCpuMs(int ms) {
+  const double stretch = std::clamp(1.0 / TestScale(), 1.0, 4.0);
+  return static_cast<int>(std::lround(ms * stretch));
+}
+
 int SuiteCount(const char* env, int n, int minimum) {
   const char* s = std::getenv(env);
   if (s == nullptr || *s == '\0') {

@@ -23,6 +23,11 @@ std::string TestHost();
 // A scale factor for loads: 1 on the host, smaller in the emulated guest
 // ($RKV_TEST_SCALE, a positive float).
 double TestScale();
+// A timeout of `ms` on a fast CPU, for a CPU that $RKV_TEST_SCALE says is
+// slow: ms / TestScale(), at most 4 * ms, never below ms. For the failure
+// detectors a suite runs with (heartbeat, replication timeouts), where a
+// step that takes longer on a slow CPU must not read as a failure.
+int SlowCpuMs(int ms);
 // How many rounds a suite runs: $`env` when set (a positive integer; any
 // other text fails the calling test and counts as `minimum`), else
 // max(minimum, round(n * TestScale())). Lets a sanitizer build run fewer.
