@@ -7,6 +7,12 @@
 # stays for a look (or `<target>_fuzz -merge=1 fuzz/corpus/<target> DIR`).
 #
 # Usage: deploy/fuzz.sh [SECONDS_PER_TARGET]   (default 20)
+#        deploy/fuzz.sh --ci
+# The first explores: each target for that long, from a seed of libFuzzer's
+# choosing, so two runs differ. --ci repeats itself: each target runs the
+# number of inputs fuzz/ci_runs.txt gives it with a fixed -seed
+# ($RKV_FUZZ_SEED, default 1), so a dry run of CI's fuzz stage tries the
+# same inputs as CI did (a hang still ends after 600 s a target).
 # Environment: RKV_FUZZ_TARGETS="record apply" runs only those targets;
 #              RKV_FUZZ_JOBS=N runs N targets at a time (default: 2, or 1
 #              on a one-core machine).
@@ -18,10 +24,20 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+usage() { echo "usage: deploy/fuzz.sh [SECONDS_PER_TARGET | --ci]" >&2; exit 2; }
+[ $# -le 1 ] || usage
+ci=0
 secs="${1:-20}"
-if ! [[ "$secs" =~ ^[1-9][0-9]*$ ]]; then
-  echo "usage: deploy/fuzz.sh [SECONDS_PER_TARGET]" >&2
-  exit 2
+seed="${RKV_FUZZ_SEED:-1}"
+if [ "$secs" = "--ci" ]; then
+  ci=1
+  secs=600
+  if ! [[ "$seed" =~ ^[1-9][0-9]{0,8}$ ]]; then
+    echo "deploy/fuzz.sh: RKV_FUZZ_SEED must be a whole number from 1 to 999999999, not '$seed'" >&2
+    exit 2
+  fi
+elif ! [[ "$secs" =~ ^[1-9][0-9]*$ ]]; then
+  usage
 fi
 cores="$(nproc 2>/dev/null || echo 1)"
 jobs="${RKV_FUZZ_JOBS:-$(( cores >= 2 ? 2 : 1 ))}"
@@ -42,6 +58,26 @@ else
   done
 fi
 
+# --ci: each target's run count from fuzz/ci_runs.txt, checked before
+# anything runs (a target without a count, or a count that is not a number,
+# stops the stage with the line to fix).
+declare -A ci_runs=()
+if [ "$ci" = 1 ]; then
+  while read -r name count rest; do
+    case "$name" in ''|'#'*) continue ;; esac
+    if ! [[ "$count" =~ ^[1-9][0-9]*$ ]] || [ -n "$rest" ]; then
+      echo "deploy/fuzz.sh: fuzz/ci_runs.txt: expected 'TARGET RUNS', not '$name $count $rest'" >&2
+      exit 2
+    fi
+    ci_runs[$name]="$count"
+  done < fuzz/ci_runs.txt
+  for t in "${targets[@]}"; do
+    if [ -z "${ci_runs[$t]:-}" ]; then
+      echo "deploy/fuzz.sh: fuzz/ci_runs.txt gives no run count for target '$t'" >&2
+      exit 2
+    fi
+  done
+fi
 runs="build/fuzz/runs"
 mkdir -p "$runs"
 
@@ -53,19 +89,25 @@ run_one() {
   mkdir -p "$dir/corpus" "$dir/artifacts"
   cp -r "fuzz/corpus/$t/." "$dir/corpus/"
   if [ -d "fuzz/regressions/$t" ]; then cp -r "fuzz/regressions/$t/." "$dir/corpus/"; fi
-  local rc=0
+  local rc=0 fixed=() norandom=()
+  if [ "$ci" = 1 ]; then fixed=(-seed="$seed" -runs="$2" -reload=0); norandom=(setarch -R); fi
   # -timeout: one input may take at most 30 s (the harnesses bound their
   # own waits below that); -rss_limit_mb: 2 GiB, ASan included.
   ASAN_OPTIONS="detect_leaks=1:abort_on_error=0" UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1" \
-    "build/fuzz/fuzz/${t}_fuzz" -max_total_time="$secs" -timeout=30 -rss_limit_mb=2048 \
-    -artifact_prefix="$dir/artifacts/" -print_final_stats=1 "$dir/corpus" >"$dir/log" 2>&1 || rc=$?
+    "${norandom[@]}" "build/fuzz/fuzz/${t}_fuzz" -max_total_time="$secs" -timeout=30 -rss_limit_mb=2048 \
+    -artifact_prefix="$dir/artifacts/" -print_final_stats=1 "${fixed[@]}" "$dir/corpus" >"$dir/log" 2>&1 || rc=$?
   echo "$rc" >"$dir/rc"
 }
 export -f run_one
-export runs secs
+export runs secs ci seed
 
-echo "fuzz: ${#targets[@]} targets, ${secs} s each, ${jobs} at a time"
-printf '%s\n' "${targets[@]}" | xargs -P "$jobs" -I{} bash -c 'run_one "$1"' _ {}
+if [ "$ci" = 1 ]; then
+  echo "fuzz: ${#targets[@]} targets, the run counts of fuzz/ci_runs.txt, -seed=${seed}, ${jobs} at a time"
+else
+  echo "fuzz: ${#targets[@]} targets, ${secs} s each, ${jobs} at a time"
+fi
+for t in "${targets[@]}"; do printf '%s %s\n' "$t" "${ci_runs[$t]:-0}"; done |
+  xargs -P "$jobs" -L 1 bash -c 'run_one "$1" "$2"' _
 
 failed=0
 printf '%-16s %12s %10s %8s  %s\n' target executions exec/s corpus result

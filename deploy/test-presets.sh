@@ -16,8 +16,9 @@
 #                  the same code at the same -O3, in fewer, larger
 #                  translation units; that each file also compiles alone
 #                  is checked by the release preset, which never merges
-#   fuzz           every libFuzzer target for a bounded time (deploy/fuzz.sh,
-#                  $RKV_FUZZ_SECONDS per target, default 15)
+#   fuzz           every libFuzzer target for the run count of
+#                  fuzz/ci_runs.txt with a fixed seed (deploy/fuzz.sh --ci),
+#                  so that a dry run repeats it
 # The sanitizer builds run the cross-process suites at smaller loads (the
 # release run of deploy/test.sh runs them in full): RKV_TEST_SCALE 0.25 (the
 # loads of the grow, replication, failover, cluster and integration suites;
@@ -71,7 +72,7 @@ if stage_step "dependencies" deploy/install-deps.sh; then
       fuzz)
         # Configured here so that RKV_DEBUG_INFO applies (deploy/build.sh);
         # deploy/fuzz.sh then builds in the existing directory.
-        fuzz() { deploy/build.sh fuzz --configure-only && deploy/fuzz.sh "${RKV_FUZZ_SECONDS:-15}"; }
+        fuzz() { deploy/build.sh fuzz --configure-only && deploy/fuzz.sh --ci; }
         stage_step "fuzz" fuzz
         ;;
     esac
