@@ -89,13 +89,22 @@ run_one() {
   mkdir -p "$dir/corpus" "$dir/artifacts"
   cp -r "fuzz/corpus/$t/." "$dir/corpus/"
   if [ -d "fuzz/regressions/$t" ]; then cp -r "fuzz/regressions/$t/." "$dir/corpus/"; fi
-  local rc=0 fixed=() norandom=()
-  if [ "$ci" = 1 ]; then fixed=(-seed="$seed" -runs="$2" -reload=0); norandom=(setarch -R); fi
+  local rc=0 fixed=() norandom=() clean_env=()
+  # --ci: a fixed seed and count, no corpus reload, no address randomisation
+  # and an environment of nothing but PATH, so that every address the target
+  # compares (libFuzzer keeps compared values and mutates with them) is the
+  # same in every run of the same build, wherever it runs (the stack's
+  # place depends on the environment's size).
+  if [ "$ci" = 1 ]; then
+    fixed=(-seed="$seed" -runs="$2" -reload=0)
+    norandom=(setarch -R)
+    clean_env=(-i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin)
+  fi
   # -timeout: one input may take at most 30 s (the harnesses bound their
   # own waits below that); -rss_limit_mb: 2 GiB, ASan included.
-  ASAN_OPTIONS="detect_leaks=1:abort_on_error=0" UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1" \
-    "${norandom[@]}" "build/fuzz/fuzz/${t}_fuzz" -max_total_time="$secs" -timeout=30 -rss_limit_mb=2048 \
-    -artifact_prefix="$dir/artifacts/" -print_final_stats=1 "${fixed[@]}" "$dir/corpus" >"$dir/log" 2>&1 || rc=$?
+  "${norandom[@]}" env "${clean_env[@]}" ASAN_OPTIONS="detect_leaks=1:abort_on_error=0" \
+    UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1" "build/fuzz/fuzz/${t}_fuzz" -max_total_time="$secs" \
+    -timeout=30 -rss_limit_mb=2048 -artifact_prefix="$dir/artifacts/" -print_final_stats=1 "${fixed[@]}" "$dir/corpus" >"$dir/log" 2>&1 || rc=$?
   echo "$rc" >"$dir/rc"
 }
 export -f run_one
