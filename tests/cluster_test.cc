@@ -99,7 +99,7 @@ TEST_F(ClusterTest, KeysSpreadOverEveryServer) {
   }
   EXPECT_EQ(shards, Shards());
 
-  const int n = Scaled(50000, 3000);
+  const int n = Scaled(20000, 2000);
   for (int i = 0; i < n; ++i) {
     const std::string key = "spread-" + std::to_string(i);
     auto v = client->Put(key, ValueFor(key, 1));
