@@ -75,13 +75,7 @@ StatusOr<v1::JoinResponse> CoordinatorState::Join(const v1::JoinRequest& r) {
       if (s.info.state() == v1::UP) {
         // A retried Join (its reply was lost): nothing changes.
         servers_[index].last_heartbeat = now;
-        v1::JoinResponse resp;
-        resp.set_map_version(version_);
-        *resp.mutable_shards() = s.info.shards();
-        resp.set_heartbeat_interval_ms(static_cast<uint32_t>(config_.heartbeat_interval.count()));
-        resp.set_heartbeat_timeout_ms(static_cast<uint32_t>(config_.heartbeat_timeout.count()));
-        resp.set_lease_ms(static_cast<uint32_t>(config_.lease.count()));
-        return resp;
+        return JoinReplyLocked(s.info);
       }
       what = "is UP again (rejoined with the same epoch)";
     } else {
@@ -155,9 +149,13 @@ StatusOr<v1::JoinResponse> CoordinatorState::Join(const v1::JoinRequest& r) {
     LOG(INFO) << "assigned " << config_.shard_count << " shards round robin over " << servers_.size()
               << " servers, " << replicas_ << " replicas each; map version " << version_;
   }
+  return JoinReplyLocked(s.info);
+}
+
+v1::JoinResponse CoordinatorState::JoinReplyLocked(const v1::ServerInfo& info) const {
   v1::JoinResponse resp;
   resp.set_map_version(version_);
-  *resp.mutable_shards() = s.info.shards();
+  *resp.mutable_shards() = info.shards();
   resp.set_heartbeat_interval_ms(static_cast<uint32_t>(config_.heartbeat_interval.count()));
   resp.set_heartbeat_timeout_ms(static_cast<uint32_t>(config_.heartbeat_timeout.count()));
   resp.set_lease_ms(static_cast<uint32_t>(config_.lease.count()));

@@ -287,6 +287,9 @@ class CoordinatorState {
     return static_cast<size_t>(info.shards_size() + info.backup_shards_size() + info.syncing_shards_size());
   }
   v1::ClusterMap MapLocked() const REQUIRES(mu_);
+  // What a joined server is told: the map version, its shards (`info`'s),
+  // the heartbeat interval and timeout and the lease.
+  v1::JoinResponse JoinReplyLocked(const v1::ServerInfo& info) const REQUIRES(mu_);
   int FindLocked(const std::string& id) const REQUIRES(mu_);
   static std::string Describe(const v1::ServerInfo& info);
 
