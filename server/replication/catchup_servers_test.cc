@@ -21,6 +21,7 @@
 #include "common/transport/factory.h"
 #include "proto/grpc_server.h"
 #include "server/replication/catchup.h"
+#include "server/replication/map_board_test_util.h"
 #include "server/replication/map_policy.h"
 #include "server/replication/replica_service.h"
 #include "server/replication/replication_test_util.h"
@@ -30,65 +31,19 @@ namespace rkv::server {
 namespace {
 
 using namespace std::chrono_literals;
+using testing::BoardSource;
+using testing::MapBoard;
 using testing::RawConnection;
 
 constexpr uint32_t kShards = 4;
 constexpr char kToken[] = "catch-up-servers-token";
 constexpr auto kDeadline = 120s;
 
-class Board final {
- public:
-  std::shared_ptr<const v1::ClusterMap> map() const {
-    std::lock_guard lock(mu_);
-    return map_;
-  }
-  void Install(v1::ClusterMap m) {
-    {
-      std::lock_guard lock(mu_);
-      map_ = std::make_shared<const v1::ClusterMap>(std::move(m));
-    }
-    cv_.notify_all();
-  }
-  Status WaitForVersion(uint64_t version, std::chrono::milliseconds timeout) {
-    std::unique_lock lock(mu_);
-    if (cv_.wait_for(lock, timeout, [&] { return map_ != nullptr && map_->version() >= version; })) return Status::Ok();
-    return DeadlineExceeded("map version " + std::to_string(version) + " not learned");
-  }
-
- private:
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  std::shared_ptr<const v1::ClusterMap> map_;
-};
-
-class Source final : public MapSource {
- public:
-  Source(std::string id, uint64_t epoch, Board* board) : id_(std::move(id)), epoch_(epoch), board_(board) {}
-  const std::string& server_id() const override { return id_; }
-  uint64_t epoch() const override { return epoch_; }
-  std::shared_ptr<const v1::ClusterMap> map() const override { return board_->map(); }
-  Status WaitForVersion(uint64_t version, std::chrono::milliseconds timeout) override {
-    return board_->WaitForVersion(version, timeout);
-  }
-  Status RefreshNow(std::chrono::milliseconds) override { return Status::Ok(); }
-  StatusOr<uint64_t> ReportReplicaFailure(std::string_view backup, const std::vector<uint32_t>&, std::string_view why,
-                                          std::chrono::milliseconds) override {
-    ADD_FAILURE() << "backup " << backup << " reported: " << why;
-    return Internal("no failures expected");
-  }
-  ServerLease lease() const override { return ServerLease{.enabled = false, .until = {}, .map_version = 0}; }
-
- private:
-  const std::string id_;
-  const uint64_t epoch_;
-  Board* const board_;
-};
-
 struct Node {
   std::string id;
   std::filesystem::path dir;
   MapPolicy policy;
-  std::unique_ptr<Source> source;
+  std::unique_ptr<BoardSource> source;
   std::unique_ptr<Server> server;
 };
 
@@ -116,7 +71,7 @@ class CatchUpServersTest : public ::testing::Test {
       auto started = Server::Start(o, transport_.get(), &n->policy, n->id);
       ASSERT_TRUE(started.ok()) << started.status();
       n->server = std::move(started).value();
-      n->source = std::make_unique<Source>(n->id, n->server->epoch(), &board_);
+      n->source = std::make_unique<BoardSource>(n->id, n->server->epoch(), &board_);
       n->policy.Attach(n->source.get());
     }
     auto service = ReplicaService::Create(kToken, p_.server->applier(), 1024);
@@ -133,6 +88,10 @@ class CatchUpServersTest : public ::testing::Test {
     if (grpc_) grpc_->Shutdown(std::chrono::system_clock::now() + 1s);
     for (Node* n : {&s_, &p_}) {
       if (n->server) n->server->Shutdown();
+      // No backup fails here: a report would mean a forward went wrong.
+      if (n->source) {
+        EXPECT_EQ(n->source->reports(), 0) << n->id << " reported a replica failure";
+      }
     }
     std::filesystem::remove_all(base_);
   }
@@ -183,7 +142,7 @@ class CatchUpServersTest : public ::testing::Test {
 
   std::filesystem::path base_;
   std::unique_ptr<transport::Transport> transport_;
-  Board board_;
+  MapBoard board_;
   Node p_;
   Node s_;
   std::unique_ptr<ReplicaService> service_;

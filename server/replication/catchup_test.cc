@@ -29,6 +29,7 @@
 #include "proto/rkv.grpc.pb.h"
 #include "server/apply/apply.h"
 #include "server/replication/catchup.h"
+#include "server/replication/map_board_test_util.h"
 #include "server/apply/local_table_test_util.h"
 #include "server/replication/map_policy.h"
 #include "server/replication/replica_service.h"
@@ -38,62 +39,14 @@ namespace rkv::server {
 namespace {
 
 using namespace std::chrono_literals;
+using testing::BoardSource;
+using testing::MapBoard;
 
 constexpr uint32_t kShards = 4;
 constexpr char kToken[] = "catch-up-test-token";
 // Generous: a loaded machine may be slow, and every wait is on a
 // condition.
 constexpr auto kDeadline = 120s;
-
-// The map both servers follow. Thread-safe.
-class MapBoard {
- public:
-  std::shared_ptr<const v1::ClusterMap> map() const {
-    std::lock_guard lock(mu_);
-    return map_;
-  }
-  void Install(v1::ClusterMap m) {
-    {
-      std::lock_guard lock(mu_);
-      map_ = std::make_shared<const v1::ClusterMap>(std::move(m));
-    }
-    cv_.notify_all();
-  }
-  Status WaitForVersion(uint64_t version, std::chrono::milliseconds timeout) {
-    std::unique_lock lock(mu_);
-    if (cv_.wait_for(lock, timeout, [&] { return map_ != nullptr && map_->version() >= version; })) {
-      return Status::Ok();
-    }
-    return DeadlineExceeded("map version " + std::to_string(version) + " not learned");
-  }
-
- private:
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  std::shared_ptr<const v1::ClusterMap> map_;
-};
-
-class BoardSource final : public MapSource {
- public:
-  BoardSource(std::string id, uint64_t epoch, MapBoard* board) : id_(std::move(id)), epoch_(epoch), board_(board) {}
-  const std::string& server_id() const override { return id_; }
-  uint64_t epoch() const override { return epoch_; }
-  std::shared_ptr<const v1::ClusterMap> map() const override { return board_->map(); }
-  Status WaitForVersion(uint64_t version, std::chrono::milliseconds timeout) override {
-    return board_->WaitForVersion(version, timeout);
-  }
-  Status RefreshNow(std::chrono::milliseconds) override { return Status::Ok(); }
-  StatusOr<uint64_t> ReportReplicaFailure(std::string_view backup, const std::vector<uint32_t>&, std::string_view why,
-                                          std::chrono::milliseconds) override {
-    return Internal("unexpected report of " + std::string(backup) + ": " + std::string(why));
-  }
-  ServerLease lease() const override { return ServerLease{.enabled = false, .until = {}, .map_version = 0}; }
-
- private:
-  const std::string id_;
-  const uint64_t epoch_;
-  MapBoard* const board_;
-};
 
 // One server's data: store, heap, table, applier, its map source and
 // replication policy.
