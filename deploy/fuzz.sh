@@ -104,7 +104,8 @@ run_one() {
   # own waits below that); -rss_limit_mb: 2 GiB, ASan included.
   "${norandom[@]}" env "${clean_env[@]}" ASAN_OPTIONS="detect_leaks=1:abort_on_error=0" \
     UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1" "build/fuzz/fuzz/${t}_fuzz" -max_total_time="$secs" \
-    -timeout=30 -rss_limit_mb=2048 -artifact_prefix="$dir/artifacts/" -print_final_stats=1 "${fixed[@]}" "$dir/corpus" >"$dir/log" 2>&1 || rc=$?
+    -timeout=30 -rss_limit_mb=2048 -artifact_prefix="$dir/artifacts/" -print_final_stats=1 "${fixed[@]}" \
+    "$dir/corpus" >"$dir/log" 2>&1 || rc=$?
   echo "$rc" >"$dir/rc"
 }
 export -f run_one
