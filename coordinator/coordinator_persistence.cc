@@ -15,11 +15,33 @@ namespace rkv::coordinator {
 
 using std::chrono::steady_clock;
 
+Status CoordinatorState::Reload(bool quiet) {
+  MutexLock lock(mu_);
+  RKV_RETURN_IF_ERROR(LoadLocked(quiet));
+  changed_cv_.NotifyAll();
+  return Status::Ok();
+}
+
 Status CoordinatorState::Load() {
   MutexLock lock(mu_);
+  return LoadLocked(/*quiet=*/false);
+}
+
+Status CoordinatorState::LoadLocked(bool quiet) {
   RKV_ASSIGN_OR_RETURN(StateStore::Snapshot snap, store_->Load());
+  // What memory alone knew belongs to the state loaded before (a reload).
+  servers_.clear();
+  version_ = 0;
+  assigned_ = false;
+  expected_servers_ = config_.expected_servers;
+  fenced_since_.clear();
+  down_since_.clear();
+  syncing_since_.clear();
+  reported_at_.clear();
+  handover_since_.clear();
   if (!snap.meta.has_value()) {
     if (!snap.servers.empty()) return DataLoss("the store holds servers but no meta record");
+    PublishLeaseLocked();
     return Status::Ok();
   }
   const v1::store::StoredMeta& meta = *snap.meta;
@@ -82,19 +104,22 @@ Status CoordinatorState::Load() {
   if (Status s = control::ValidateClusterMap(MapLocked()); !s.ok()) {
     return DataLoss("the stored cluster map is inconsistent: " + s.message());
   }
-  LOG(INFO) << "loaded cluster map version " << version_ << ": " << n << " of " << expected_servers_
-            << " servers, " << config_.shard_count << " shards" << (assigned_ ? " assigned" : " not assigned yet")
-            << ", " << replicas_ << " replicas per shard";
+  LOG_IF(INFO, !quiet) << "loaded cluster map version " << version_ << ": " << n << " of " << expected_servers_
+                       << " servers, " << config_.shard_count << " shards"
+                       << (assigned_ ? " assigned" : " not assigned yet") << ", " << replicas_
+                       << " replicas per shard";
   for (const Server& s : servers_) {
-    LOG(INFO) << Describe(s.info) << " is " << v1::ServerState_Name(s.info.state()) << " (as stored)"
-              << (s.info.draining() ? ", draining" : "");
+    LOG_IF(INFO, !quiet) << Describe(s.info) << " is " << v1::ServerState_Name(s.info.state()) << " (as stored)"
+                         << (s.info.draining() ? ", draining" : "");
     if (s.info.state() == v1::DOWN) down_since_[s.info.server_id()] = now;
     for (uint32_t shard : s.info.syncing_shards()) syncing_since_[{shard, s.info.server_id()}] = version_;
   }
   PublishLeaseLocked();
   // Whatever leases the previous coordinator granted, none outlives a
   // fence counted from now.
-  for (size_t i = 0; i < servers_.size(); ++i) FenceLocked(i, "it is DOWN at the coordinator's start");
+  if (!quiet) {
+    for (size_t i = 0; i < servers_.size(); ++i) FenceLocked(i, "it is DOWN at the coordinator's start");
+  }
   return Status::Ok();
 }
 

@@ -16,12 +16,23 @@ namespace rkv::coordinator {
 using control::CheckToken;
 using control::ToGrpc;
 
-CoordinatorService::CoordinatorService(CoordinatorState* state, std::string token_digest_hex)
-    : state_(state), token_digest_hex_(std::move(token_digest_hex)) {}
+CoordinatorService::CoordinatorService(CoordinatorState* state, std::string token_digest_hex,
+                                       const LeaderGate* gate)
+    : state_(state), gate_(gate), token_digest_hex_(std::move(token_digest_hex)) {}
+
+grpc::Status CoordinatorService::CheckLeader(grpc::ServerContext* context) const {
+  if (gate_ == nullptr) return grpc::Status::OK;
+  std::string leader;
+  Status s = gate_->CheckLeading(&leader);
+  if (s.ok()) return grpc::Status::OK;
+  if (!leader.empty()) context->AddTrailingMetadata(kLeaderMetadataKey, leader);
+  return ToGrpc(s);
+}
 
 grpc::Status CoordinatorService::Join(grpc::ServerContext* context, const v1::JoinRequest* request,
                                       v1::JoinResponse* response) {
   if (grpc::Status s = CheckToken(context, token_digest_hex_); !s.ok()) return s;
+  if (grpc::Status s = CheckLeader(context); !s.ok()) return s;
   auto result = state_->Join(*request);
   if (!result.ok()) {
     LOG(WARNING) << "Join from " << context->peer() << " refused: " << result.status();
@@ -34,8 +45,12 @@ grpc::Status CoordinatorService::Join(grpc::ServerContext* context, const v1::Jo
 grpc::Status CoordinatorService::Heartbeat(grpc::ServerContext* context, const v1::HeartbeatRequest* request,
                                            v1::HeartbeatResponse* response) {
   if (grpc::Status s = CheckToken(context, token_digest_hex_); !s.ok()) return s;
+  if (grpc::Status s = CheckLeader(context); !s.ok()) return s;
   auto result = state_->Heartbeat(*request);
   if (!result.ok()) return ToGrpc(result.status());
+  // The answer grants the server a lease: only a coordinator that still
+  // leads once it has the answer may send it (docs/design.md section 8.8).
+  if (grpc::Status s = CheckLeader(context); !s.ok()) return s;
   *response = std::move(result).value();
   return grpc::Status::OK;
 }
@@ -43,6 +58,7 @@ grpc::Status CoordinatorService::Heartbeat(grpc::ServerContext* context, const v
 grpc::Status CoordinatorService::Leave(grpc::ServerContext* context, const v1::LeaveRequest* request,
                                        v1::LeaveResponse*) {
   if (grpc::Status s = CheckToken(context, token_digest_hex_); !s.ok()) return s;
+  if (grpc::Status s = CheckLeader(context); !s.ok()) return s;
   return ToGrpc(state_->Leave(*request));
 }
 
@@ -50,6 +66,7 @@ grpc::Status CoordinatorService::ReportReplicaFailure(grpc::ServerContext* conte
                                                       const v1::ReportReplicaFailureRequest* request,
                                                       v1::ReportReplicaFailureResponse* response) {
   if (grpc::Status s = CheckToken(context, token_digest_hex_); !s.ok()) return s;
+  if (grpc::Status s = CheckLeader(context); !s.ok()) return s;
   auto result = state_->ReportReplicaFailure(*request);
   if (!result.ok()) {
     LOG(WARNING) << "ReportReplicaFailure from " << context->peer() << " refused: " << result.status();
@@ -62,6 +79,7 @@ grpc::Status CoordinatorService::ReportReplicaFailure(grpc::ServerContext* conte
 grpc::Status CoordinatorService::ReportCaughtUp(grpc::ServerContext* context, const v1::ReportCaughtUpRequest* request,
                                                 v1::ReportCaughtUpResponse* response) {
   if (grpc::Status s = CheckToken(context, token_digest_hex_); !s.ok()) return s;
+  if (grpc::Status s = CheckLeader(context); !s.ok()) return s;
   auto result = state_->ReportCaughtUp(*request);
   if (!result.ok()) {
     LOG(WARNING) << "ReportCaughtUp from " << context->peer() << " refused: " << result.status();
@@ -74,6 +92,7 @@ grpc::Status CoordinatorService::ReportCaughtUp(grpc::ServerContext* context, co
 grpc::Status CoordinatorService::Drain(grpc::ServerContext* context, const v1::DrainRequest* request,
                                        v1::DrainResponse* response) {
   if (grpc::Status s = CheckToken(context, token_digest_hex_); !s.ok()) return s;
+  if (grpc::Status s = CheckLeader(context); !s.ok()) return s;
   auto result = state_->Drain(*request);
   if (!result.ok()) {
     LOG(WARNING) << "Drain from " << context->peer() << " refused: " << result.status();
@@ -86,11 +105,14 @@ grpc::Status CoordinatorService::Drain(grpc::ServerContext* context, const v1::D
 grpc::Status CoordinatorService::RenewLease(grpc::ServerContext* context, const v1::RenewLeaseRequest*,
                                             v1::RenewLeaseResponse* response) {
   if (grpc::Status s = CheckToken(context, token_digest_hex_); !s.ok()) return s;
+  if (grpc::Status s = CheckLeader(context); !s.ok()) return s;
   LeaseView view = state_->Lease();
   response->set_map_version(view.map_version);
   response->set_lease_ms(static_cast<uint32_t>(state_->config().lease.count()));
   for (std::string& id : view.excluded_servers) response->add_excluded_servers(std::move(id));
-  return grpc::Status::OK;
+  // As for Heartbeat: the lease is granted only by a coordinator that
+  // still leads once the answer is made.
+  return CheckLeader(context);
 }
 
 grpc::Status CoordinatorService::GetClusterMap(grpc::ServerContext* context, const v1::GetClusterMapRequest*,
@@ -118,13 +140,16 @@ grpc::Status CoordinatorService::WatchClusterMap(grpc::ServerContext* context,
 
 StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(const std::string& listen,
                                                                       const std::string& token,
-                                                                      std::unique_ptr<CoordinatorState> state) {
+                                                                      std::unique_ptr<CoordinatorState> state,
+                                                                      const LeaderGate* gate) {
   RKV_RETURN_IF_ERROR(control::ValidateHostPort(listen, /*allow_port_zero=*/true).WithContext("--listen"));
   if (token.empty()) return InvalidArgument("the token is empty");
   if (state == nullptr) return InvalidArgument("no coordinator state");
   std::unique_ptr<CoordinatorServer> server(new CoordinatorServer());
   server->state_ = std::move(state);
-  server->service_ = std::make_unique<CoordinatorService>(server->state_.get(), control::TokenDigestHex(token));
+  server->gate_ = gate;
+  server->service_ =
+      std::make_unique<CoordinatorService>(server->state_.get(), control::TokenDigestHex(token), gate);
 
   RKV_ASSIGN_OR_RETURN(control::StartedGrpcServer started,
                        control::StartGrpcServer(listen, server->service_.get(), ""));
@@ -152,6 +177,10 @@ void CoordinatorServer::ExpiryLoop() {
       }
       if (stopping_) return;
     }
+    // A standby watches; the leader acts (and its commits are conditioned
+    // on its leadership in etcd, so one that lost it commits nothing).
+    std::string leader;
+    if (gate_ != nullptr && !gate_->CheckLeading(&leader).ok()) continue;
     if (auto expired = state_->ExpireHeartbeats(); !expired.ok()) {
       LOG(ERROR) << "cannot record a server as DOWN: " << expired.status() << "; retrying";
     }

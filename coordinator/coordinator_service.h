@@ -27,10 +27,29 @@
 
 namespace rkv::coordinator {
 
+// Whether this coordinator leads the cluster now (several coordinators
+// sharing etcd, coordinator/leadership.h). Without a gate a coordinator
+// always leads (the embedded store: it is the only one).
+class LeaderGate {
+ public:
+  virtual ~LeaderGate() = default;
+  // OK while this coordinator leads; otherwise UNAVAILABLE "not the
+  // leader; the leader is HOST:PORT" (or why none is known), with
+  // `*leader` set to the leader's address ("" when none is known).
+  virtual Status CheckLeading(std::string* leader) const = 0;
+};
+
+// The trailing metadata key that names the leader in a "not the leader"
+// answer (absent when no leader is known).
+inline constexpr char kLeaderMetadataKey[] = "rkv-leader";
+
 class CoordinatorService final : public v1::Coordinator::Service {
  public:
-  // `state` must outlive the service.
-  CoordinatorService(CoordinatorState* state, std::string token_digest_hex);
+  // `state` (and `gate`, when not null) must outlive the service. Calls
+  // that change or vouch for the cluster's state (Join, Heartbeat, Leave,
+  // the reports, Drain, RenewLease) are answered only while `gate` says
+  // this coordinator leads; the map is answered by every coordinator.
+  CoordinatorService(CoordinatorState* state, std::string token_digest_hex, const LeaderGate* gate = nullptr);
 
   grpc::Status Join(grpc::ServerContext* context, const v1::JoinRequest* request, v1::JoinResponse* response) override;
   grpc::Status Heartbeat(grpc::ServerContext* context, const v1::HeartbeatRequest* request,
@@ -54,7 +73,12 @@ class CoordinatorService final : public v1::Coordinator::Service {
   static constexpr std::chrono::milliseconds kWatchPoll{100};
 
  private:
+  // OK while this coordinator leads; otherwise the "not the leader"
+  // answer, with the leader in the trailing metadata.
+  grpc::Status CheckLeader(grpc::ServerContext* context) const;
+
   CoordinatorState* const state_;
+  const LeaderGate* const gate_;
   const std::string token_digest_hex_;
 };
 
@@ -63,8 +87,11 @@ class CoordinatorServer {
   // Serves `state` on `listen` (HOST:PORT; port 0 picks a free one) for
   // clients presenting `token`. UNAVAILABLE when the address cannot be
   // bound, INVALID_ARGUMENT for a malformed address or an empty token.
+  // With a `gate` (which must outlive the server), the expiry thread acts
+  // only while the gate says this coordinator leads.
   static StatusOr<std::unique_ptr<CoordinatorServer>> Start(const std::string& listen, const std::string& token,
-                                                            std::unique_ptr<CoordinatorState> state);
+                                                            std::unique_ptr<CoordinatorState> state,
+                                                            const LeaderGate* gate = nullptr);
 
   ~CoordinatorServer();
   CoordinatorServer(const CoordinatorServer&) = delete;
@@ -88,6 +115,7 @@ class CoordinatorServer {
   void ExpiryLoop() EXCLUDES(mu_);
 
   std::unique_ptr<CoordinatorState> state_;
+  const LeaderGate* gate_ = nullptr;
   std::unique_ptr<CoordinatorService> service_;
   std::unique_ptr<grpc::Server> server_;
   std::string address_;

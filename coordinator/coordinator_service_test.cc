@@ -354,5 +354,127 @@ TEST_F(CoordinatorServiceTest, ANewServerSyncsReportsCaughtUpAndDrains) {
   EXPECT_EQ(stub_->Drain(Ctx().get(), drain, &drained).error_code(), grpc::StatusCode::NOT_FOUND);
 }
 
+
+// A gate that a test opens and shuts, naming a leader when shut.
+class TestGate final : public LeaderGate {
+ public:
+  Status CheckLeading(std::string* leader) const override EXCLUDES(mu_) {
+    MutexLock lock(mu_);
+    *leader = leader_;
+    if (leading_) return Status::Ok();
+    return Unavailable(leader_.empty() ? "not the leader; no leader elected yet (test)"
+                                       : "not the leader; the leader is " + leader_);
+  }
+  void Set(bool leading, const std::string& leader) EXCLUDES(mu_) {
+    MutexLock lock(mu_);
+    leading_ = leading;
+    leader_ = leader;
+  }
+
+ private:
+  mutable Mutex mu_;
+  bool leading_ GUARDED_BY(mu_) = false;
+  std::string leader_ GUARDED_BY(mu_);
+};
+
+TEST(CoordinatorServiceGateTest, AStandbyServesTheMapAndSendsEverythingElseToTheLeader) {
+  CoordinatorConfig config;
+  config.expected_servers = 1;
+  config.shard_count = 4;
+  config.heartbeat_timeout = std::chrono::seconds(600);
+  auto data = std::make_shared<MemoryStoreData>();
+  auto state = CoordinatorState::Open(config, std::make_unique<MemoryStore>(data));
+  ASSERT_TRUE(state.ok()) << state.status();
+  TestGate gate;
+  gate.Set(false, "10.0.0.9:7600");
+  auto server = CoordinatorServer::Start("127.0.0.1:0", kToken, std::move(state).value(), &gate);
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto stub = v1::Coordinator::NewStub(grpc::CreateChannel((*server)->address(), grpc::InsecureChannelCredentials()));
+  const auto ctx = [] {
+    auto c = std::make_unique<grpc::ClientContext>();
+    control::AttachToken(c.get(), kToken);
+    c->set_deadline(std::chrono::system_clock::now() + kCallDeadline);
+    return c;
+  };
+  const auto leader_of = [](const grpc::ClientContext& c) {
+    const auto& md = c.GetServerTrailingMetadata();
+    auto it = md.find(kLeaderMetadataKey);
+    return it == md.end() ? std::string() : std::string(it->second.data(), it->second.size());
+  };
+
+  // Standby: the map is answered, every other call is redirected.
+  v1::ClusterMap map;
+  EXPECT_TRUE(stub->GetClusterMap(ctx().get(), v1::GetClusterMapRequest(), &map).ok());
+  {
+    auto c = ctx();
+    v1::JoinResponse joined;
+    grpc::Status s = stub->Join(c.get(), MakeJoin("a", 1), &joined);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE);
+    EXPECT_EQ(s.error_message(), "not the leader; the leader is 10.0.0.9:7600");
+    EXPECT_EQ(leader_of(*c), "10.0.0.9:7600");
+  }
+  {
+    auto c = ctx();
+    v1::RenewLeaseResponse lease;
+    EXPECT_EQ(stub->RenewLease(c.get(), v1::RenewLeaseRequest(), &lease).error_code(), grpc::StatusCode::UNAVAILABLE);
+    EXPECT_EQ(leader_of(*c), "10.0.0.9:7600");
+  }
+  {
+    auto c = ctx();
+    v1::HeartbeatRequest hb;
+    hb.set_server_id("a");
+    hb.set_epoch(1);
+    v1::HeartbeatResponse answer;
+    EXPECT_EQ(stub->Heartbeat(c.get(), hb, &answer).error_code(), grpc::StatusCode::UNAVAILABLE);
+    v1::DrainRequest drain;
+    drain.set_server_id("a");
+    v1::DrainResponse drained;
+    EXPECT_EQ(stub->Drain(ctx().get(), drain, &drained).error_code(), grpc::StatusCode::UNAVAILABLE);
+  }
+  EXPECT_EQ(data->commits(), 0) << "a standby committed something";
+
+  // No leader known: refused without the metadata.
+  gate.Set(false, "");
+  {
+    auto c = ctx();
+    v1::JoinResponse joined;
+    grpc::Status s = stub->Join(c.get(), MakeJoin("a", 1), &joined);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE);
+    EXPECT_EQ(leader_of(*c), "");
+  }
+
+  // Leading: the same calls are answered.
+  gate.Set(true, "");
+  v1::JoinResponse joined;
+  ASSERT_TRUE(stub->Join(ctx().get(), MakeJoin("a", 1), &joined).ok());
+  v1::RenewLeaseResponse lease;
+  EXPECT_TRUE(stub->RenewLease(ctx().get(), v1::RenewLeaseRequest(), &lease).ok());
+  EXPECT_EQ(data->commits(), 1);
+}
+
+TEST(CoordinatorServiceGateTest, AReloadFollowsTheStoreAndWakesWatchers) {
+  CoordinatorConfig config;
+  config.expected_servers = 1;
+  config.shard_count = 4;
+  config.heartbeat_timeout = std::chrono::seconds(600);
+  auto data = std::make_shared<MemoryStoreData>();
+  // The leader writes through its own state; the standby reads the same
+  // records through another.
+  auto leader = CoordinatorState::Open(config, std::make_unique<MemoryStore>(data));
+  auto standby = CoordinatorState::Open(config, std::make_unique<MemoryStore>(data));
+  ASSERT_TRUE(leader.ok() && standby.ok());
+  ASSERT_TRUE((*leader)->Join(MakeJoin("a", 1)).ok());
+  EXPECT_EQ((*standby)->version(), 0u);
+  std::thread waiter([&] {
+    auto next = (*standby)->WaitForChange(0, std::chrono::seconds(60));
+    ASSERT_TRUE(next.ok());
+    ASSERT_TRUE(next->has_value());
+    EXPECT_EQ((*next)->version(), 1u);
+  });
+  ASSERT_TRUE((*standby)->Reload(/*quiet=*/true).ok());
+  waiter.join();
+  EXPECT_EQ((*standby)->Map().SerializeAsString(), (*leader)->Map().SerializeAsString());
+}
+
 }  // namespace
 }  // namespace rkv::coordinator

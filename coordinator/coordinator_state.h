@@ -151,6 +151,18 @@ class CoordinatorState {
                                                           std::unique_ptr<StateStore> store,
                                                           Clock clock = std::chrono::steady_clock::now);
 
+  // Loads the state again from the store, as Open does (and with the same
+  // errors), replacing everything held in memory: timers and fences start
+  // again from now, as after a restart, and WaitForChange callers wake.
+  // What a standby coordinator does when the shared store changes
+  // (`quiet`: no log line per server, and no fence, since a standby grants
+  // no lease and promotes nothing), and what a coordinator that has just
+  // been elected leader does before it acts (not quiet: the fences of DOWN
+  // primaries count from now, which covers every lease an earlier leader
+  // granted; docs/design.md section 8.8). On an error the state in memory
+  // is not to be used until a Reload succeeds.
+  Status Reload(bool quiet) EXCLUDES(mu_, lease_mu_);
+
   CoordinatorState(const CoordinatorState&) = delete;
   CoordinatorState& operator=(const CoordinatorState&) = delete;
 
@@ -260,6 +272,7 @@ class CoordinatorState {
 
   CoordinatorState(const CoordinatorConfig& config, std::unique_ptr<StateStore> store, Clock clock);
   Status Load() EXCLUDES(mu_, lease_mu_);
+  Status LoadLocked(bool quiet) REQUIRES(mu_) EXCLUDES(lease_mu_);
   // Commits `next` (servers in join order) with version_ + 1, writing the
   // records of `changed` (indices into next), then makes it current and
   // publishes the lease view.
