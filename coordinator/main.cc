@@ -1,12 +1,15 @@
 // rkv-coordinator: membership, shard assignment, replica sets, leases, failover and the cluster map, with
-// its state in RocksDB. See coordinator/coordinator_state.h.
+// its state in RocksDB (--data_dir: the only coordinator) or in etcd (--etcd: one of several, one of which
+// leads; coordinator/etcd_coordinator.h). See coordinator/coordinator_state.h.
 //
 // Exit codes: 0 after SIGTERM/SIGINT and a clean shutdown; 1 when it
-// cannot start (data dir, token file, listen address); 2 for a bad flag.
+// cannot start (data dir, etcd, token file, listen address); 2 for a bad flag.
 
 #include <csignal>
 #include <iostream>
+#include <sstream>
 #include <string>
+#include <vector>
 
 #include <gflags/gflags.h>
 #include <glog/logging.h>
@@ -16,10 +19,26 @@
 #include "proto/validation.h"
 #include "coordinator/coordinator_service.h"
 #include "coordinator/coordinator_state.h"
+#include "coordinator/etcd_coordinator.h"
 #include "coordinator/state_store.h"
 
 DEFINE_string(listen, "127.0.0.1:7600", "HOST:PORT to serve gRPC on; port 0 picks a free port (default 127.0.0.1:7600)");
-DEFINE_string(data_dir, "", "directory of the coordinator's RocksDB state, created if missing (required)");
+DEFINE_string(data_dir, "",
+              "directory of the coordinator's RocksDB state, created if missing (this or --etcd is required; a "
+              "coordinator with a data dir is the cluster's only one)");
+DEFINE_string(etcd, "",
+              "HOST:PORT[,HOST:PORT...] of an etcd v3 cluster (3.4 or later) that keeps the cluster's state; any "
+              "number of coordinators share it, one leads and the others stand by (instead of --data_dir)");
+DEFINE_string(etcd_prefix, "/rkv/default/",
+              "with --etcd: the key prefix of this cluster's state, starting and ending with '/' (default "
+              "/rkv/default/)");
+DEFINE_string(advertise, "",
+              "with --etcd: HOST:PORT at which servers and clients reach this coordinator, published when it "
+              "leads (default: the address --listen bound)");
+DEFINE_uint32(election_ttl_s, 2,
+              "with --etcd: the leader's etcd lease in seconds, 1..60; a leader that dies is replaced within "
+              "about this long (default 2, etcd's minimum with its default timing)");
+DEFINE_uint32(etcd_wait_s, 30, "with --etcd: seconds to wait for etcd to answer at start-up (default 30)");
 DEFINE_string(token_file, "", "file holding the token every server and client must present (required)");
 DEFINE_uint32(shards, 1024, "number of shards, 1..65536; fixed for the life of the data dir (default 1024)");
 DEFINE_uint32(servers, 3,
@@ -55,11 +74,46 @@ int CannotStart(const rkv::Status& status) {
 
 int main(int argc, char** argv) {
   FLAGS_logtostderr = true;
-  gflags::SetUsageMessage("rkv-coordinator --data_dir=DIR --token_file=FILE [--listen=HOST:PORT] [--servers=N] [--replicas=R] [--lease_ms=MS] [--replace_after_ms=MS] ...");
+  gflags::SetUsageMessage("rkv-coordinator (--data_dir=DIR | --etcd=HOST:PORT,... [--etcd_prefix=/P/]) --token_file=FILE [--listen=HOST:PORT] [--servers=N] [--replicas=R] [--lease_ms=MS] [--replace_after_ms=MS] ...");
   gflags::ParseCommandLineFlags(&argc, &argv, true);
   google::InitGoogleLogging(argv[0]);
   if (argc > 1) return BadFlag(std::string("unexpected argument '") + argv[1] + "'");
-  if (FLAGS_data_dir.empty()) return BadFlag("--data_dir is required");
+  const bool use_etcd = !FLAGS_etcd.empty();
+  if (FLAGS_data_dir.empty() && !use_etcd) return BadFlag("--data_dir or --etcd is required");
+  if (!FLAGS_data_dir.empty() && use_etcd) {
+    return BadFlag("--data_dir and --etcd are exclusive: the cluster's state lives in one of them (a data dir for "
+                   "a single coordinator, etcd for several)");
+  }
+  if (!use_etcd) {
+    for (const char* flag : {"etcd_prefix", "advertise", "election_ttl_s", "etcd_wait_s"}) {
+      gflags::CommandLineFlagInfo info;
+      if (gflags::GetCommandLineFlagInfo(flag, &info) && !info.is_default) {
+        return BadFlag(std::string("--") + flag + " applies only with --etcd");
+      }
+    }
+  }
+  std::vector<std::string> etcd_endpoints;
+  if (use_etcd) {
+    std::stringstream list(FLAGS_etcd);
+    for (std::string endpoint; std::getline(list, endpoint, ',');) {
+      if (rkv::Status s = rkv::control::ValidateHostPort(endpoint, /*allow_port_zero=*/false); !s.ok()) {
+        return BadFlag("--etcd: '" + endpoint + "': " + s.message());
+      }
+      etcd_endpoints.push_back(endpoint);
+    }
+    if (rkv::Status s = rkv::coordinator::ValidateEtcdPrefix(FLAGS_etcd_prefix); !s.ok()) return BadFlag(s.message());
+    if (FLAGS_election_ttl_s < 1 || FLAGS_election_ttl_s > 60) {
+      return BadFlag("--election_ttl_s " + std::to_string(FLAGS_election_ttl_s) + " is outside [1, 60]");
+    }
+    if (!FLAGS_advertise.empty()) {
+      if (rkv::Status s = rkv::control::ValidateHostPort(FLAGS_advertise, /*allow_port_zero=*/false); !s.ok()) {
+        return BadFlag("--advertise: " + s.message());
+      }
+    } else if (FLAGS_listen.starts_with("0.0.0.0:") || FLAGS_listen.starts_with("[::]:")) {
+      return BadFlag("--advertise is required with --etcd when --listen binds every interface: servers and clients "
+                     "need an address they can reach");
+    }
+  }
   if (FLAGS_token_file.empty()) return BadFlag("--token_file is required");
   if (rkv::Status s = rkv::control::ValidateHostPort(FLAGS_listen, /*allow_port_zero=*/true); !s.ok()) {
     return BadFlag("--listen: " + s.message());
@@ -89,12 +143,28 @@ int main(int argc, char** argv) {
   sigaddset(&signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
-  auto store = rkv::coordinator::OpenRocksDbStateStore(FLAGS_data_dir);
-  if (!store.ok()) return CannotStart(store.status());
-  auto state = rkv::coordinator::CoordinatorState::Open(config, std::move(store).value());
-  if (!state.ok()) return CannotStart(state.status());
-  auto server = rkv::coordinator::CoordinatorServer::Start(FLAGS_listen, *token, std::move(state).value());
+  std::unique_ptr<rkv::coordinator::EtcdCoordinator> shared;
+  std::unique_ptr<rkv::coordinator::CoordinatorState> state;
+  if (use_etcd) {
+    rkv::coordinator::EtcdCoordinatorOptions options;
+    options.endpoints = etcd_endpoints;
+    options.prefix = FLAGS_etcd_prefix;
+    options.election_ttl_s = FLAGS_election_ttl_s;
+    options.connect_wait = std::chrono::seconds(FLAGS_etcd_wait_s);
+    auto opened = rkv::coordinator::EtcdCoordinator::Open(config, std::move(options));
+    if (!opened.ok()) return CannotStart(opened.status());
+    shared = std::move(opened).value();
+    state = shared->TakeState();
+  } else {
+    auto store = rkv::coordinator::OpenRocksDbStateStore(FLAGS_data_dir);
+    if (!store.ok()) return CannotStart(store.status());
+    auto opened = rkv::coordinator::CoordinatorState::Open(config, std::move(store).value());
+    if (!opened.ok()) return CannotStart(opened.status());
+    state = std::move(opened).value();
+  }
+  auto server = rkv::coordinator::CoordinatorServer::Start(FLAGS_listen, *token, std::move(state), shared.get());
   if (!server.ok()) return CannotStart(server.status());
+  if (shared != nullptr) shared->StartCampaign(FLAGS_advertise.empty() ? (*server)->address() : FLAGS_advertise);
 
   std::cout << "rkv-coordinator listening on " << (*server)->address() << std::endl;  // flushed
   LOG(INFO) << "rkv-coordinator serving on " << (*server)->address() << ": " << config.expected_servers
@@ -106,6 +176,8 @@ int main(int argc, char** argv) {
   int signal_number = 0;
   sigwait(&signals, &signal_number);
   LOG(INFO) << "signal " << signal_number << ": shutting down";
+  // A leader resigns first, so that a standby takes over at once.
+  if (shared != nullptr) shared->Stop();
   (*server)->Shutdown();
   LOG(INFO) << "rkv-coordinator stopped";
   return 0;

@@ -17,6 +17,9 @@ PACKAGES=(
   memcached libmemcached-dev libhiredis-dev redis-server redis-tools
   qemu-system-x86 busybox-static cpio kmod iproute2
   clang libclang-rt-14-dev
+  # etcd (the coordinator's state and leader election): the server and
+  # etcdctl for tests and deployments, the .proto files rkv_etcd builds from
+  etcd-server etcd-client golang-etcd-server-dev
 )
 
 missing=()

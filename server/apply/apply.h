@@ -182,8 +182,11 @@ class Applier {
  public:
   // How long a replicated write whose lease expired while its backups were
   // being waited for waits for the next grant before it is answered
-  // "outcome unknown" (ReplicationPolicy::AwaitLease).
-  static constexpr std::chrono::milliseconds kLeaseRenewalWait{1000};
+  // "outcome unknown" (ReplicationPolicy::AwaitLease). Long enough to span
+  // a change of the leading coordinator (docs/design.md §8.8: about the
+  // election TTL, 2 s, plus etcd's expiry granularity, less the lease the
+  // server still held), so that a write caught by one is acknowledged.
+  static constexpr std::chrono::milliseconds kLeaseRenewalWait{3000};
 
   // `replies`: what the request cache remembers (request_cache.h).
   Applier(Store* store, Table* table, Heap* heap, ApplyLimits limits, RequestCacheLimits replies = {},
