@@ -17,6 +17,7 @@
 #include "common/net_address.h"
 #include "common/token.h"
 #include "common/transport/factory.h"
+#include "proto/coordinator_set.h"
 #include "proto/validation.h"
 
 namespace rkv {
@@ -85,7 +86,9 @@ Status Client::Impl::InitServer(transport::Kind kind, std::string reason) {
 Status Client::Impl::InitCluster(std::optional<transport::Kind> fixed_kind, std::string reason) {
   fixed_kind_ = fixed_kind;
   transport_reason_ = std::move(reason);
-  control_ = std::make_unique<client::ControlClient>(options_.coordinator, options_.token, &holder_);
+  RKV_ASSIGN_OR_RETURN(std::unique_ptr<control::CoordinatorSet> coordinators,
+                       control::CoordinatorSet::Create(options_.coordinator, options_.token));
+  control_ = std::make_unique<client::ControlClient>(std::move(coordinators), options_.token, &holder_);
   const Deadline deadline = Clock::now() + options_.timeout;
   std::chrono::milliseconds backoff(10);
   // The last answer that was not a timeout (an incomplete cluster, say):
@@ -202,7 +205,7 @@ StatusOr<std::unique_ptr<Client>> Client::Connect(const ClientOptions& options) 
 
   ClientOptions effective = options;
   if (cluster) {
-    RKV_RETURN_IF_ERROR(control::ValidateHostPort(options.coordinator).WithContext("ClientOptions.coordinator"));
+    RKV_RETURN_IF_ERROR(control::ParseCoordinatorList(options.coordinator).status().WithContext("ClientOptions.coordinator"));
     effective.server.clear();
     auto impl = std::make_unique<Impl>(effective);
     std::optional<transport::Kind> fixed;

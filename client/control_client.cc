@@ -16,8 +16,8 @@ namespace {
 
 std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address) {
   grpc::ChannelArguments args;
-  // Reconnect quickly once a restarted peer is back (gRPC's default backoff
-  // grows to minutes).
+  // Reconnect quickly once a restarted server is back (gRPC's default
+  // backoff grows to minutes).
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   // GRPC_ARG_MIN_RECONNECT_BACKOFF_MS stays at its default: gRPC uses it as
   // the least time one connection attempt (TCP + HTTP/2 handshake) is given,
@@ -28,12 +28,9 @@ std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address) {
 
 }  // namespace
 
-ControlClient::ControlClient(std::string coordinator, const std::string& token, MapHolder* holder)
-    : coordinator_(std::move(coordinator)),
-      digest_hex_(control::TokenDigestHex(token)),
-      holder_(holder),
-      channel_(MakeChannel(coordinator_)),
-      stub_(v1::Coordinator::NewStub(channel_)) {}
+ControlClient::ControlClient(std::unique_ptr<control::CoordinatorSet> coordinators, const std::string& token,
+                             MapHolder* holder)
+    : coordinators_(std::move(coordinators)), digest_hex_(control::TokenDigestHex(token)), holder_(holder) {}
 
 ControlClient::~ControlClient() {
   {
@@ -46,17 +43,18 @@ ControlClient::~ControlClient() {
 }
 
 StatusOr<std::shared_ptr<const RoutingTable>> ControlClient::Fetch(Deadline deadline) {
-  grpc::ClientContext context;
-  control::AttachTokenDigest(&context, digest_hex_);
-  context.set_deadline(std::chrono::system_clock::now() +
-                       std::max<Clock::duration>(deadline - Clock::now(), std::chrono::milliseconds(1)));
   v1::ClusterMap map;
-  const grpc::Status rpc = stub_->GetClusterMap(&context, v1::GetClusterMapRequest(), &map);
-  if (!rpc.ok()) return control::FromGrpc(rpc).WithContext("coordinator " + coordinator_ + ": GetClusterMap");
+  std::string from;
+  RKV_RETURN_IF_ERROR(coordinators_->CallAny(
+      "GetClusterMap", deadline,
+      [&](v1::Coordinator::Stub& stub, grpc::ClientContext* context) {
+        return stub.GetClusterMap(context, v1::GetClusterMapRequest(), &map);
+      },
+      &from));
   auto table = RoutingTable::Build(map);
-  if (!table.ok()) return table.status().WithContext("coordinator " + coordinator_);
+  if (!table.ok()) return table.status().WithContext("coordinator " + from);
   if (holder_->InstallIfNewer(*table)) {
-    VLOG(1) << "rkv: installed cluster map version " << (*table)->version() << " (fetched)";
+    VLOG(1) << "rkv: installed cluster map version " << (*table)->version() << " (fetched from " << from << ")";
   }
   return table;
 }
@@ -95,7 +93,29 @@ void ControlClient::StartWatch() {
 
 void ControlClient::WatchLoop() {
   std::chrono::milliseconds backoff = kWatchBackoffMin;
+  // Waits until `until`, or until the destructor sets stopping_; false
+  // when stopping.
+  const auto wait = [this](Clock::time_point until) {
+    MutexLock lock(watch_mu_);
+    while (!stopping_ && watch_cv_.WaitUntil(watch_mu_, until)) {
+    }
+    return !stopping_;
+  };
   while (true) {
+    {
+      MutexLock lock(watch_mu_);
+      if (stopping_) return;
+    }
+    // A coordinator that is connected, any of them (every one serves the
+    // map). Waiting for the connection drives it, so a coordinator that
+    // comes back is used at once.
+    const auto connect_until = Clock::now() + kWatchConnectWait;
+    StatusOr<control::CoordinatorSet::Target> target = coordinators_->ConnectAny(connect_until);
+    if (!target.ok()) {
+      VLOG(2) << "rkv: map watch: " << target.status();
+      if (!wait(connect_until)) return;
+      continue;
+    }
     grpc::ClientContext context;
     control::AttachTokenDigest(&context, digest_hex_);
     {
@@ -106,18 +126,21 @@ void ControlClient::WatchLoop() {
     v1::WatchClusterMapRequest request;
     const auto current = holder_->Current();
     request.set_known_version(current ? current->version() : 0);
-    std::unique_ptr<grpc::ClientReader<v1::ClusterMap>> reader = stub_->WatchClusterMap(&context, request);
+    const auto opened = Clock::now();
+    std::unique_ptr<grpc::ClientReader<v1::ClusterMap>> reader = target->stub->WatchClusterMap(&context, request);
     v1::ClusterMap map;
     bool got_any = false;
     while (reader->Read(&map)) {
       got_any = true;
+      coordinators_->NoteAnswered(target->index);
       auto table = RoutingTable::Build(map);
       if (!table.ok()) {
-        LOG(WARNING) << "rkv: coordinator " << coordinator_ << " sent an unusable map: " << table.status();
+        LOG(WARNING) << "rkv: coordinator " << target->address << " sent an unusable map: " << table.status();
         continue;
       }
       if (holder_->InstallIfNewer(*table)) {
-        VLOG(1) << "rkv: installed cluster map version " << (*table)->version() << " (watch)";
+        VLOG(1) << "rkv: installed cluster map version " << (*table)->version() << " (watch of "
+                << target->address << ")";
       }
     }
     const grpc::Status end = reader->Finish();
@@ -126,31 +149,24 @@ void ControlClient::WatchLoop() {
       watch_context_ = nullptr;
       if (stopping_) return;
     }
-    VLOG(1) << "rkv: watch of coordinator " << coordinator_ << " ended: " << control::FromGrpc(end)
+    // The next stream starts elsewhere when there is another coordinator.
+    coordinators_->NoteBroken(target->index);
+    if (got_any || Clock::now() - opened >= kWatchBackoffMax) backoff = kWatchBackoffMin;
+    VLOG(1) << "rkv: watch of coordinator " << target->address << " ended: " << control::FromGrpc(end)
             << "; reconnecting in " << backoff.count() << " ms";
-    if (got_any) backoff = kWatchBackoffMin;
-    {
-      // Waits out the backoff, or until the destructor sets stopping_.
-      MutexLock lock(watch_mu_);
-      const auto until = std::chrono::steady_clock::now() + backoff;
-      while (!stopping_ && watch_cv_.WaitUntil(watch_mu_, until)) {
-      }
-      if (stopping_) return;
-    }
+    if (!wait(Clock::now() + backoff)) return;
     backoff = std::min(backoff * 2, kWatchBackoffMax);
   }
 }
 
 StatusOr<v1::RenewLeaseResponse> ControlClient::RenewLease(uint64_t map_version, Deadline deadline) {
-  grpc::ClientContext context;
-  control::AttachTokenDigest(&context, digest_hex_);
-  context.set_deadline(std::chrono::system_clock::now() +
-                       std::max<Clock::duration>(deadline - Clock::now(), std::chrono::milliseconds(1)));
   v1::RenewLeaseRequest request;
   request.set_map_version(map_version);
   v1::RenewLeaseResponse response;
-  const grpc::Status rpc = stub_->RenewLease(&context, request, &response);
-  if (!rpc.ok()) return control::FromGrpc(rpc).WithContext("coordinator " + coordinator_ + ": RenewLease");
+  RKV_RETURN_IF_ERROR(coordinators_->CallLeader(
+      "RenewLease", deadline, [&](v1::Coordinator::Stub& stub, grpc::ClientContext* context) {
+        return stub.RenewLease(context, request, &response);
+      }));
   return response;
 }
 
@@ -218,16 +234,14 @@ StatusOr<v1::ShardChunk> ControlClient::ListShard(const std::string& admin_addre
 }
 
 StatusOr<v1::DrainResponse> ControlClient::Drain(const std::string& server_id, Deadline deadline) {
-  grpc::ClientContext context;
-  Prepare(&context, digest_hex_, deadline);
   v1::DrainRequest request;
   request.set_server_id(server_id);
   v1::DrainResponse response;
-  const grpc::Status rpc = stub_->Drain(&context, request, &response);
-  if (!rpc.ok()) {
-    return control::FromGrpc(rpc).WithContext("coordinator " + coordinator_ + ": Drain " +
-                                              control::Printable(server_id));
-  }
+  RKV_RETURN_IF_ERROR(coordinators_->CallLeader(
+      "Drain " + control::Printable(server_id), deadline,
+      [&](v1::Coordinator::Stub& stub, grpc::ClientContext* context) {
+        return stub.Drain(context, request, &response);
+      }));
   return response;
 }
 

@@ -1,11 +1,13 @@
-// ControlClient: librkv's side of the control plane. Fetches the cluster
-// map from the coordinator (GetClusterMap), follows it with a watch thread
-// (WatchClusterMap, reconnecting with backoff while the coordinator is
-// down), renews leases for a LeaseKeeper (RenewLease) and calls a server's
-// Admin service. Every RPC carries the token
-// digest (proto/auth.h). Maps are validated and indexed (RoutingTable)
-// before they are published to the MapHolder; a malformed or incomplete
-// map is never installed.
+// ControlClient: librkv's side of the control plane. Reaches the cluster's
+// coordinators through a CoordinatorSet (proto/coordinator_set.h: one or
+// several, the leader found and followed): fetches the cluster map from any
+// of them (GetClusterMap), follows it with a watch thread (WatchClusterMap
+// on a coordinator that is connected, moving to another when its stream
+// breaks), renews leases for a LeaseKeeper (RenewLease, the leader's) and
+// calls a server's Admin service. Every RPC carries the token digest
+// (proto/auth.h). Maps are validated and indexed (RoutingTable) before they
+// are published to the MapHolder; a malformed or incomplete map is never
+// installed.
 //
 // Thread safety: all methods are thread-safe. The destructor stops the
 // watch thread (cancelling its stream) and joins it.
@@ -25,6 +27,7 @@
 #include "common/mutex.h"
 #include "common/status.h"
 #include "common/thread_annotations.h"
+#include "proto/coordinator_set.h"
 #include "proto/rkv.grpc.pb.h"
 
 namespace rkv::client {
@@ -33,23 +36,30 @@ class ControlClient {
  public:
   // Refetches triggered by data-plane failures happen at most this often.
   static constexpr std::chrono::milliseconds kMinRefetchInterval{100};
-  // Watch reconnect backoff bounds.
+  // Watch reconnect backoff bounds: a stream that ends at once (refused)
+  // is reopened after a backoff that doubles; one that had brought a map,
+  // or had been open for kWatchBackoffMax, after kWatchBackoffMin.
   static constexpr std::chrono::milliseconds kWatchBackoffMin{100};
   static constexpr std::chrono::milliseconds kWatchBackoffMax{2000};
+  // How long the watch thread waits for a connected coordinator at a time
+  // (then it checks whether it is stopping, and waits again).
+  static constexpr std::chrono::milliseconds kWatchConnectWait{250};
 
-  // `coordinator` is "HOST:PORT"; `holder` must outlive this object.
-  ControlClient(std::string coordinator, const std::string& token, MapHolder* holder);
+  // `coordinators` reaches the cluster's coordinators (with the token);
+  // `holder` must outlive this object.
+  ControlClient(std::unique_ptr<control::CoordinatorSet> coordinators, const std::string& token, MapHolder* holder);
   ~ControlClient();
   ControlClient(const ControlClient&) = delete;
   ControlClient& operator=(const ControlClient&) = delete;
 
-  const std::string& coordinator() const { return coordinator_; }
+  // The coordinators ("A,B,C"), for messages.
+  const std::string& coordinators() const { return coordinators_->list(); }
 
-  // One GetClusterMap; installs the map when it is newer. Returns the
-  // routing table built from the fetched map. Errors: the RPC's status
-  // with "coordinator HOST:PORT" prepended, INVALID_ARGUMENT for a
-  // malformed map, UNAVAILABLE "cluster has K of N servers" for an
-  // incomplete one.
+  // One GetClusterMap from any coordinator; installs the map when it is
+  // newer. Returns the routing table built from the fetched map. Errors:
+  // the RPC's status naming the coordinators tried ("coordinator
+  // HOST:PORT: GetClusterMap: ..."), INVALID_ARGUMENT for a malformed map,
+  // UNAVAILABLE "cluster has K of N servers" for an incomplete one.
   StatusOr<std::shared_ptr<const RoutingTable>> Fetch(Deadline deadline);
 
   // Fetch, unless one was attempted less than kMinRefetchInterval ago (or
@@ -61,7 +71,7 @@ class ControlClient {
   // Starts the watch thread (once).
   void StartWatch() EXCLUDES(watch_mu_);
 
-  // One RenewLease for `map_version` (LeaseKeeper): the coordinator's
+  // One RenewLease for `map_version` (LeaseKeeper) from the leader: its
   // answer, or the RPC's status with "coordinator HOST:PORT: RenewLease"
   // prepended (UNIMPLEMENTED from a coordinator older than leases).
   StatusOr<v1::RenewLeaseResponse> RenewLease(uint64_t map_version, Deadline deadline);
@@ -76,8 +86,8 @@ class ControlClient {
   // records in one chunk, with the last chunk's done and snapshot_version.
   // UNAVAILABLE when the stream ended without its done chunk.
   StatusOr<v1::ShardChunk> ListShard(const std::string& admin_address, uint32_t shard, Deadline deadline);
-  // Coordinator.Drain of `server_id`; errors prefixed "coordinator
-  // HOST:PORT: Drain SERVER_ID".
+  // Coordinator.Drain of `server_id` by the leader; errors prefixed
+  // "coordinator HOST:PORT: Drain SERVER_ID".
   StatusOr<v1::DrainResponse> Drain(const std::string& server_id, Deadline deadline);
 
  private:
@@ -85,11 +95,9 @@ class ControlClient {
   bool RefetchLocked(Deadline deadline) REQUIRES(refetch_mu_);
   void WatchLoop() EXCLUDES(watch_mu_);
 
-  const std::string coordinator_;
+  const std::unique_ptr<control::CoordinatorSet> coordinators_;
   const std::string digest_hex_;
   MapHolder* const holder_;
-  std::shared_ptr<grpc::Channel> channel_;
-  std::unique_ptr<v1::Coordinator::Stub> stub_;
 
   Mutex refetch_mu_;  // held by the one thread refetching
   Clock::time_point last_refetch_ GUARDED_BY(refetch_mu_){};

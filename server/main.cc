@@ -90,7 +90,9 @@ DEFINE_uint32(grace_period_ms, 100, "heap quarantine in milliseconds before a re
 DEFINE_uint32(replication_timeout_ms, 1000, "how long a primary waits for a backup to acknowledge a forwarded "
               "write before it reports the backup to the coordinator, which takes it out of the shard's "
               "replica set, 1..60000 (default 1000)");
-DEFINE_string(coordinator, "", "HOST:PORT of rkv-coordinator to join; empty runs standalone (default empty)");
+DEFINE_string(coordinator, "", "HOST:PORT of rkv-coordinator to join, or a comma-separated list of the "
+              "cluster's coordinators (A,B,C: the server joins the leader and follows it when it changes); "
+              "empty runs standalone (default empty)");
 DEFINE_string(admin_listen, "", "HOST:PORT of the Admin gRPC service, port 0 picks a free one; default: none when "
                                 "standalone, the --listen host with port 0 with --coordinator");
 DEFINE_string(advertise_address, "", "HOST:PORT clients should use for the data plane (default: the address "
@@ -468,7 +470,7 @@ int main(int argc, char** argv) {
     LOG(INFO) << "received signal " << sig << ", shutting down";
   } else {
     const rkv::Status why = join->error();
-    std::cerr << "rkv-server: the coordinator at " << control.coordinator << " refused this server: " << why
+    std::cerr << "rkv-server: the coordinator (" << control.coordinator << ") refused this server: " << why
               << std::endl;
     rc = 1;
   }

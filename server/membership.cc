@@ -13,11 +13,9 @@
 #include <system_error>
 
 #include <glog/logging.h>
-#include <grpcpp/create_channel.h>
-#include <grpcpp/security/credentials.h>
-#include <grpcpp/support/channel_arguments.h>
 
 #include "proto/auth.h"
+#include "proto/coordinator_set.h"
 #include "proto/grpc_status.h"
 #include "proto/region_descriptor.h"
 #include "proto/rkv.grpc.pb.h"
@@ -32,9 +30,9 @@ constexpr auto kLeaveTimeout = std::chrono::seconds(2);
 // (Printable appends "..." to what it cuts).
 constexpr size_t kMaxReasonBytes = 200 - 3;
 
-// A gRPC deadline `d` from now, at least a millisecond.
-std::chrono::system_clock::time_point DeadlineIn(std::chrono::steady_clock::duration d) {
-  return std::chrono::system_clock::now() + std::max<std::chrono::steady_clock::duration>(d, std::chrono::milliseconds(1));
+// A deadline `d` from now.
+control::CoordinatorSet::Deadline DeadlineIn(std::chrono::steady_clock::duration d) {
+  return std::chrono::steady_clock::now() + d;
 }
 
 Status WriteFileDurably(const std::string& dir, const std::string& name, const std::string& content) {
@@ -181,36 +179,36 @@ Status CheckReplicaLists(const v1::ClusterMap& map) {
 }
 
 struct Membership::Rpc {
-  std::shared_ptr<grpc::Channel> channel;
-  std::unique_ptr<v1::Coordinator::Stub> stub;
-  std::string digest_hex;
+  // Null when options_.coordinator_address is not a valid list (`invalid`
+  // says why): every call then fails with that error.
+  std::unique_ptr<control::CoordinatorSet> coordinators;
+  Status invalid;
   v1::JoinRequest join;
 };
 
 Membership::Membership(MembershipOptions options) : options_(std::move(options)), rpc_(std::make_unique<Rpc>()) {
-  grpc::ChannelArguments args;
-  // Reconnect promptly once the coordinator is back: gRPC's default
-  // reconnect backoff grows to two minutes.
-  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
-  // GRPC_ARG_MIN_RECONNECT_BACKOFF_MS stays at its default: gRPC uses it as
-  // the least time one connection attempt (TCP + HTTP/2 handshake) is given,
-  // so a small value makes connects fail spuriously on a loaded host.
-  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
-  rpc_->channel = grpc::CreateCustomChannel(options_.coordinator_address, grpc::InsecureChannelCredentials(), args);
-  rpc_->stub = v1::Coordinator::NewStub(rpc_->channel);
-  rpc_->digest_hex = control::TokenDigestHex(options_.token);
+  auto coordinators = control::CoordinatorSet::Create(options_.coordinator_address, options_.token);
+  if (coordinators.ok()) {
+    rpc_->coordinators = std::move(coordinators).value();
+  } else {
+    rpc_->invalid = coordinators.status().WithContext("coordinator address");
+  }
   rpc_->join = ToJoinRequest(options_.self);
 }
 
 Membership::~Membership() { Stop(); }
 
 Status Membership::JoinOnce() {
-  grpc::ClientContext ctx;
-  control::AttachTokenDigest(&ctx, rpc_->digest_hex);
-  ctx.set_deadline(std::chrono::system_clock::now() + options_.rpc_timeout);
+  RKV_RETURN_IF_ERROR(rpc_->invalid);
   v1::JoinResponse resp;
+  // Before the first attempt: a lease counted from here is never longer
+  // than one counted from the attempt that was answered.
   const auto sent = std::chrono::steady_clock::now();
-  RKV_RETURN_IF_ERROR(control::FromGrpc(rpc_->stub->Join(&ctx, rpc_->join, &resp)));
+  RKV_RETURN_IF_ERROR(rpc_->coordinators->CallLeader(
+      "Join", DeadlineIn(options_.rpc_timeout), [&](v1::Coordinator::Stub& stub, grpc::ClientContext* ctx) {
+        return stub.Join(ctx, rpc_->join, &resp);
+      }));
+  NoteLeader();
   Grant(sent, resp.lease_ms(), resp.map_version());
   MutexLock lock(mu_);
   joined_ = true;
@@ -243,11 +241,12 @@ ServerLease Membership::lease() const {
 }
 
 Status Membership::FetchMap(std::chrono::milliseconds timeout) {
-  grpc::ClientContext ctx;
-  control::AttachTokenDigest(&ctx, rpc_->digest_hex);
-  ctx.set_deadline(DeadlineIn(timeout));
+  RKV_RETURN_IF_ERROR(rpc_->invalid);
   v1::ClusterMap map;
-  RKV_RETURN_IF_ERROR(control::FromGrpc(rpc_->stub->GetClusterMap(&ctx, v1::GetClusterMapRequest(), &map)));
+  RKV_RETURN_IF_ERROR(rpc_->coordinators->CallAny(
+      "GetClusterMap", DeadlineIn(timeout), [&](v1::Coordinator::Stub& stub, grpc::ClientContext* ctx) {
+        return stub.GetClusterMap(ctx, v1::GetClusterMapRequest(), &map);
+      }));
   return InstallMap(map, "GetClusterMap").status();
 }
 
@@ -286,12 +285,14 @@ Status Membership::HeartbeatOnce() {
     req.set_keys(stats.keys);
     req.set_heap_bytes_used(stats.heap_bytes_used);
   }
-  grpc::ClientContext ctx;
-  control::AttachTokenDigest(&ctx, rpc_->digest_hex);
-  ctx.set_deadline(std::chrono::system_clock::now() + options_.rpc_timeout);
+  RKV_RETURN_IF_ERROR(rpc_->invalid);
   v1::HeartbeatResponse resp;
   const auto sent = std::chrono::steady_clock::now();
-  RKV_RETURN_IF_ERROR(control::FromGrpc(rpc_->stub->Heartbeat(&ctx, req, &resp)));
+  RKV_RETURN_IF_ERROR(rpc_->coordinators->CallLeader(
+      "Heartbeat", DeadlineIn(options_.rpc_timeout), [&](v1::Coordinator::Stub& stub, grpc::ClientContext* ctx) {
+        return stub.Heartbeat(ctx, req, &resp);
+      }));
+  NoteLeader();
   Grant(sent, resp.lease_ms(), resp.map_version());
   // A version this server has not installed: the watch stream is behind
   // (or broken); the fetch thread brings it if the stream does not.
@@ -341,13 +342,21 @@ void Membership::NoteReachable(bool reachable, const Status& why) {
   MutexLock lock(mu_);
   connected_ = reachable;
   if (reachable && reported_down_) {
-    LOG(INFO) << "coordinator " << options_.coordinator_address << " is reachable again";
+    LOG(INFO) << "coordinator " << leader_ << " is reachable again";
     reported_down_ = false;
   } else if (!reachable && !reported_down_) {
-    LOG(WARNING) << "coordinator " << options_.coordinator_address << " is unreachable (" << why
+    LOG(WARNING) << "no leading coordinator reachable at " << options_.coordinator_address << " (" << why
                  << "); serving on, retrying quietly";
     reported_down_ = true;
   }
+}
+
+void Membership::NoteLeader() {
+  std::string leader = rpc_->coordinators->leader();
+  MutexLock lock(mu_);
+  if (leader == leader_) return;
+  if (!leader_.empty()) LOG(INFO) << "the leading coordinator is now " << leader << " (was " << leader_ << ")";
+  leader_ = std::move(leader);
 }
 
 bool Membership::SleepFor(std::chrono::milliseconds d) {
@@ -360,7 +369,7 @@ bool Membership::SleepFor(std::chrono::milliseconds d) {
 }
 
 Status Membership::Start() {
-  RKV_RETURN_IF_ERROR(control::ValidateHostPort(options_.coordinator_address).WithContext("coordinator address"));
+  RKV_RETURN_IF_ERROR(rpc_->invalid);
   if (options_.token.empty()) return InvalidArgument("the token is empty");
   RKV_RETURN_IF_ERROR(control::ValidateJoinRequest(rpc_->join).WithContext("join request"));
   std::chrono::milliseconds backoff = std::max(options_.initial_backoff, std::chrono::milliseconds(1));
@@ -372,7 +381,7 @@ Status Membership::Start() {
     const Status s = JoinOnce();
     if (s.ok()) break;
     if (!IsRetryable(s.code())) {
-      return s.WithContext("joining the coordinator at " + options_.coordinator_address);
+      return s.WithContext("joining the cluster");
     }
     NoteReachable(false, s);
     if (!SleepFor(backoff)) return Status(StatusCode::kCancelled, "stopped before joining the coordinator");
@@ -382,7 +391,7 @@ Status Membership::Start() {
   {
     MutexLock lock(mu_);
     LOG(INFO) << "server " << options_.self.server_id << " (epoch " << options_.self.epoch << ", "
-              << options_.self.data_address << ") joined the coordinator at " << options_.coordinator_address
+              << options_.self.data_address << ") joined the coordinator at " << leader_
               << ": map version " << map_version_ << ", " << shards_.size() << " shards";
   }
   // Under stop_mu_ so that a concurrent Stop either sees the thread and
@@ -446,9 +455,28 @@ void Membership::WatchLoop() {
   const auto min_backoff = std::max(options_.initial_backoff, std::chrono::milliseconds(1));
   const auto max_backoff = std::max(options_.max_backoff, min_backoff);
   std::chrono::milliseconds backoff = min_backoff;
+  control::CoordinatorSet& coordinators = *rpc_->coordinators;
   for (;;) {
+    {
+      MutexLock lock(mu_);
+      if (stopping_) return;
+    }
+    // Any coordinator serves the map. Waiting for a connection drives it,
+    // so a coordinator that comes back is used at once; the wait is
+    // bounded so that Stop is not held up.
+    const auto connect_until = std::chrono::steady_clock::now() + std::min(max_backoff, kWatchConnectWait);
+    StatusOr<control::CoordinatorSet::Target> target = coordinators.ConnectAny(connect_until);
+    if (!target.ok()) {
+      VLOG(2) << "map watch: " << target.status();
+      // ConnectAny waits until connect_until; this only keeps a failure
+      // that came sooner from spinning.
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(connect_until -
+                                                                             std::chrono::steady_clock::now());
+      if (!SleepFor(std::max(left, std::chrono::milliseconds(0)))) return;
+      continue;
+    }
     grpc::ClientContext ctx;
-    control::AttachTokenDigest(&ctx, rpc_->digest_hex);
+    coordinators.AttachToken(&ctx);
     v1::WatchClusterMapRequest req;
     {
       MutexLock lock(mu_);
@@ -456,12 +484,14 @@ void Membership::WatchLoop() {
       watch_context_ = &ctx;
       req.set_known_version(map_ != nullptr ? map_->version() : 0);
     }
-    std::unique_ptr<grpc::ClientReader<v1::ClusterMap>> reader = rpc_->stub->WatchClusterMap(&ctx, req);
+    const auto opened = std::chrono::steady_clock::now();
+    std::unique_ptr<grpc::ClientReader<v1::ClusterMap>> reader = target->stub->WatchClusterMap(&ctx, req);
     v1::ClusterMap map;
     bool got_any = false;
     while (reader->Read(&map)) {
       got_any = true;
-      const StatusOr<bool> installed = InstallMap(map, "WatchClusterMap");
+      coordinators.NoteAnswered(target->index);
+      const StatusOr<bool> installed = InstallMap(map, "WatchClusterMap from " + target->address);
       if (!installed.ok()) LOG(WARNING) << "ignoring a map: " << installed.status();
     }
     const Status end = control::FromGrpc(reader->Finish());
@@ -470,9 +500,13 @@ void Membership::WatchLoop() {
       watch_context_ = nullptr;
       if (stopping_) return;
     }
-    if (got_any) backoff = min_backoff;
-    VLOG(1) << "map watch on coordinator " << options_.coordinator_address << " ended (" << end
-            << "); reopening in " << backoff.count() << " ms";
+    // The next stream starts with another coordinator, if there is one.
+    coordinators.NoteBroken(target->index);
+    // A stream that lived (it brought maps, or stayed open) broke because
+    // its coordinator went away: reopen soon, elsewhere or once it is back.
+    if (got_any || std::chrono::steady_clock::now() - opened >= max_backoff) backoff = min_backoff;
+    VLOG(1) << "map watch on coordinator " << target->address << " ended (" << end << "); reopening in "
+            << backoff.count() << " ms";
     if (!SleepFor(backoff)) return;
     backoff = std::min(backoff * 2, max_backoff);
   }
@@ -502,11 +536,10 @@ void Membership::SendLeave() {
   v1::LeaveRequest req;
   req.set_server_id(options_.self.server_id);
   req.set_epoch(options_.self.epoch);
-  grpc::ClientContext ctx;
-  control::AttachTokenDigest(&ctx, rpc_->digest_hex);
-  ctx.set_deadline(std::chrono::system_clock::now() + kLeaveTimeout);
   v1::LeaveResponse resp;
-  const Status s = control::FromGrpc(rpc_->stub->Leave(&ctx, req, &resp));
+  const Status s = rpc_->coordinators->CallLeader(
+      "Leave", DeadlineIn(kLeaveTimeout),
+      [&](v1::Coordinator::Stub& stub, grpc::ClientContext* ctx) { return stub.Leave(ctx, req, &resp); });
   if (s.ok()) {
     LOG(INFO) << "server " << options_.self.server_id << " left the cluster";
   } else {
@@ -555,12 +588,13 @@ Status Membership::RefreshNow(std::chrono::milliseconds timeout) {
     MutexLock lock(mu_);
     if (stopping_) return Status(StatusCode::kCancelled, "stopping: the map is no longer refreshed");
   }
-  return FetchMap(timeout).WithContext("refreshing the map from " + options_.coordinator_address);
+  return FetchMap(timeout).WithContext("refreshing the map");
 }
 
 template <typename Response, typename Call>
 StatusOr<Response> Membership::CallWithRetry(const std::string& what, std::chrono::milliseconds timeout,
                                              Call call) {
+  RKV_RETURN_IF_ERROR(rpc_->invalid);
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   std::chrono::milliseconds backoff = std::max(options_.initial_backoff, std::chrono::milliseconds(1));
   for (;;) {
@@ -568,18 +602,17 @@ StatusOr<Response> Membership::CallWithRetry(const std::string& what, std::chron
       MutexLock lock(mu_);
       if (stopping_) return Status(StatusCode::kCancelled, "stopping").WithContext(what);
     }
-    grpc::ClientContext ctx;
-    control::AttachTokenDigest(&ctx, rpc_->digest_hex);
-    ctx.set_deadline(DeadlineIn(deadline - std::chrono::steady_clock::now()));
     Response resp;
-    const Status s = control::FromGrpc(call(&ctx, &resp));
+    const Status s = rpc_->coordinators->CallLeader(
+        what, deadline, [&](v1::Coordinator::Stub& stub, grpc::ClientContext* ctx) { return call(stub, ctx, &resp); });
     if (s.ok()) return resp;
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-    if (s.code() != StatusCode::kUnavailable || left <= std::chrono::milliseconds(0)) return s.WithContext(what);
+    // The error names the coordinators and the call already.
+    if (s.code() != StatusCode::kUnavailable || left <= std::chrono::milliseconds(0)) return s;
     if (!SleepFor(std::min(backoff, left))) return Status(StatusCode::kCancelled, "stopping").WithContext(what);
     backoff = std::min(backoff * 2, std::max(options_.max_backoff, std::chrono::milliseconds(1)));
     if (std::chrono::steady_clock::now() >= deadline) {
-      return DeadlineExceeded("the coordinator stayed unreachable for " + std::to_string(timeout.count()) +
+      return DeadlineExceeded("no coordinator answered as the leader for " + std::to_string(timeout.count()) +
                               " ms (last: " + s.ToString() + ")")
           .WithContext(what);
     }
@@ -597,9 +630,9 @@ StatusOr<uint64_t> Membership::ReportReplicaFailure(std::string_view backup_id, 
   for (uint32_t s : shards) req.add_shards(s);
   req.set_reason(control::Printable(reason, kMaxReasonBytes));
   StatusOr<v1::ReportReplicaFailureResponse> resp = CallWithRetry<v1::ReportReplicaFailureResponse>(
-      "reporting backup " + std::string(backup_id) + " to the coordinator at " + options_.coordinator_address,
-      timeout, [&](grpc::ClientContext* ctx, v1::ReportReplicaFailureResponse* out) {
-        return rpc_->stub->ReportReplicaFailure(ctx, req, out);
+      "ReportReplicaFailure of backup " + std::string(backup_id), timeout,
+      [&](v1::Coordinator::Stub& stub, grpc::ClientContext* ctx, v1::ReportReplicaFailureResponse* out) {
+        return stub.ReportReplicaFailure(ctx, req, out);
       });
   if (!resp.ok()) return resp.status();
   LOG(WARNING) << "server " << options_.self.server_id << " reported backup " << backup_id << " of "
@@ -620,10 +653,9 @@ StatusOr<v1::ReportCaughtUpResponse> Membership::ReportCaughtUp(uint32_t shard, 
   caught_up->set_primary_id(std::string(primary_id));
   caught_up->set_sync_map_version(sync_map_version);
   return CallWithRetry<v1::ReportCaughtUpResponse>(
-      "reporting shard " + std::to_string(shard) + " caught up (from " + std::string(primary_id) +
-          ") to the coordinator at " + options_.coordinator_address,
-      timeout, [&](grpc::ClientContext* ctx, v1::ReportCaughtUpResponse* out) {
-        return rpc_->stub->ReportCaughtUp(ctx, req, out);
+      "ReportCaughtUp of shard " + std::to_string(shard) + " (from " + std::string(primary_id) + ")", timeout,
+      [&](v1::Coordinator::Stub& stub, grpc::ClientContext* ctx, v1::ReportCaughtUpResponse* out) {
+        return stub.ReportCaughtUp(ctx, req, out);
       });
 }
 

@@ -61,14 +61,19 @@ struct MembershipStats {
 };
 
 struct MembershipOptions {
-  std::string coordinator_address;  // HOST:PORT
+  // HOST:PORT of the coordinator, or a comma-separated list of the
+  // cluster's coordinators (control::ParseCoordinatorList); Join,
+  // Heartbeat, Leave and the reports go to the leader among them
+  // (control::CoordinatorSet), map reads and the watch to any.
+  std::string coordinator_address;
   std::string token;                // raw token; only its digest is sent
   JoinInfo self;
   // Called from the heartbeat thread before each heartbeat; must be cheap
   // and thread-safe. May be empty (zeros are reported).
   std::function<MembershipStats()> stats;
   std::chrono::milliseconds rpc_timeout{2000};      // per Join/Heartbeat call
-  // Join retries, and restarts of the map watch stream, doubling.
+  // Join retries, and restarts of a map watch stream that ended at once,
+  // doubling.
   std::chrono::milliseconds initial_backoff{100};
   std::chrono::milliseconds max_backoff{2000};
 };
@@ -83,8 +88,11 @@ struct MembershipOptions {
 Status CheckReplicaLists(const v1::ClusterMap& map);
 
 // Following the map: once joined, a watch thread holds a WatchClusterMap
-// stream open (restarted with backoff when it breaks, e.g. across a
-// coordinator restart) and installs every map it receives that passes
+// stream open on a connected coordinator, any of them (reopened, on
+// another coordinator when there is one, when it breaks, e.g. across a
+// coordinator restart: after initial_backoff when the stream had lived,
+// with backoff up to max_backoff when it ended at once), and installs
+// every map it receives that passes
 // ValidateClusterMap and CheckReplicaLists and is newer than the one
 // installed; a map that fails them is logged and ignored. When a heartbeat
 // reports a version this server has not installed, a third thread, the
@@ -115,6 +123,9 @@ class Membership final : public MapSource {
   // How long the fetch thread lets the watch stream bring a version a
   // heartbeat reported before fetching it.
   static constexpr std::chrono::milliseconds kFetchGrace{50};
+  // How long the watch thread waits for a connected coordinator at a time
+  // (at most max_backoff; then it checks whether it is stopping).
+  static constexpr std::chrono::milliseconds kWatchConnectWait{250};
 
   explicit Membership(MembershipOptions options);
   ~Membership() override;  // Stop()
@@ -144,8 +155,8 @@ class Membership final : public MapSource {
   // True while the last Join/Heartbeat succeeded.
   bool connected() const EXCLUDES(mu_);
 
-  // MapSource. RefreshNow and ReportReplicaFailure use the channel and
-  // token of the Join and work before Start (but not after Stop).
+  // MapSource. RefreshNow and ReportReplicaFailure use the coordinators
+  // and token of the Join and work before Start (but not after Stop).
   const std::string& server_id() const override { return options_.self.server_id; }
   uint64_t epoch() const override { return options_.self.epoch; }
   std::shared_ptr<const v1::ClusterMap> map() const override EXCLUDES(mu_);
@@ -189,15 +200,18 @@ class Membership final : public MapSource {
   bool FetchWantedLocked() const REQUIRES(mu_);
   // Sleeps `d` unless Stop is called; false when stopping.
   bool SleepFor(std::chrono::milliseconds d) EXCLUDES(mu_);
-  // One report to the coordinator: `call(context, response)` with the
-  // token attached, retried with backoff while it answers UNAVAILABLE,
-  // within `timeout`. The response, or the last error with `what` as its
-  // context: DEADLINE_EXCEEDED when the coordinator stayed unreachable,
-  // CANCELLED when stopping, any other error at once.
+  // One report to the leading coordinator: `call(stub, context,
+  // response)` (CoordinatorSet::CallLeader, the call named `what`),
+  // retried with backoff while it answers UNAVAILABLE, within `timeout`.
+  // The response, or the last error, naming the coordinators and `what`:
+  // DEADLINE_EXCEEDED when no leader answered, CANCELLED when stopping,
+  // any other error at once.
   template <typename Response, typename Call>
   StatusOr<Response> CallWithRetry(const std::string& what, std::chrono::milliseconds timeout, Call call)
       EXCLUDES(mu_);
   void NoteReachable(bool reachable, const Status& why) EXCLUDES(mu_);
+  // Logs when the coordinator set reached another leader than before.
+  void NoteLeader() EXCLUDES(mu_);
   // Leave, bounded by 2 s; a failure is only logged. Called by Stop, or by
   // a Start that finds Stop already ran, so never twice.
   void SendLeave() REQUIRES(stop_mu_) EXCLUDES(mu_);
@@ -211,6 +225,7 @@ class Membership final : public MapSource {
   bool joined_ GUARDED_BY(mu_) = false;         // a Join succeeded at least once
   bool connected_ GUARDED_BY(mu_) = false;
   bool reported_down_ GUARDED_BY(mu_) = false;  // logged that the coordinator is unreachable
+  std::string leader_ GUARDED_BY(mu_);          // the leading coordinator last reached ("" before)
   uint64_t map_version_ GUARDED_BY(mu_) = 0;
   std::vector<uint32_t> shards_ GUARDED_BY(mu_);
   std::chrono::milliseconds heartbeat_interval_ GUARDED_BY(mu_) = std::chrono::milliseconds(500);

@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "proto/auth.h"
+#include "proto/coordinator_set.h"
 #include "proto/grpc_server.h"
 #include "proto/region_descriptor.h"
 #include "proto/table_params.h"
@@ -121,6 +122,73 @@ TEST(MembershipTest, JoinsHeartbeatsWithStatsAndLeaves) {
   EXPECT_FALSE(membership.connected());
   EXPECT_EQ(Find(coordinator->state()->Map(), "s-00000001")->state(), v1::DOWN);
   membership.Stop();  // idempotent
+}
+
+// A coordinator that is not the leader, as the wire contract says: every
+// call but the map's is refused naming `leader`; the map is not loaded
+// yet (UNAVAILABLE), so map reads and watches go elsewhere.
+class Standby final : public v1::Coordinator::Service {
+ public:
+  explicit Standby(std::string leader) : leader_(std::move(leader)) {}
+  int refused() const { return refused_.load(); }
+
+  grpc::Status Join(grpc::ServerContext* context, const v1::JoinRequest*, v1::JoinResponse*) override {
+    return Refuse(context);
+  }
+  grpc::Status Heartbeat(grpc::ServerContext* context, const v1::HeartbeatRequest*,
+                         v1::HeartbeatResponse*) override {
+    return Refuse(context);
+  }
+  grpc::Status Leave(grpc::ServerContext* context, const v1::LeaveRequest*, v1::LeaveResponse*) override {
+    return Refuse(context);
+  }
+  grpc::Status GetClusterMap(grpc::ServerContext*, const v1::GetClusterMapRequest*, v1::ClusterMap*) override {
+    return grpc::Status(grpc::StatusCode::UNAVAILABLE, "no map loaded yet");
+  }
+  grpc::Status WatchClusterMap(grpc::ServerContext*, const v1::WatchClusterMapRequest*,
+                               grpc::ServerWriter<v1::ClusterMap>*) override {
+    return grpc::Status(grpc::StatusCode::UNAVAILABLE, "no map loaded yet");
+  }
+
+ private:
+  grpc::Status Refuse(grpc::ServerContext* context) {
+    refused_.fetch_add(1);
+    context->AddTrailingMetadata(control::kLeaderMetadataKey, leader_);
+    return grpc::Status(grpc::StatusCode::UNAVAILABLE, "not the leader; the leader is " + leader_);
+  }
+
+  const std::string leader_;
+  std::atomic<int> refused_{0};
+};
+
+TEST(MembershipTest, ACoordinatorListIsFollowedToItsLeaderAndAnyCoordinatorServesTheMap) {
+  auto leader = StartCoordinator(1);
+  Standby standby(leader->address());
+  auto served = control::StartGrpcServer("127.0.0.1:0", &standby, "standby coordinator");
+  ASSERT_TRUE(served.ok()) << served.status();
+  // The standby first: the Join reaches the leader through its redirect.
+  Membership membership(Options(served->address + "," + leader->address()));
+  ASSERT_TRUE(membership.Start().ok());
+  EXPECT_TRUE(membership.connected());
+  EXPECT_EQ(standby.refused(), 1);
+  EXPECT_EQ(Find(leader->state()->Map(), "s-00000001")->state(), v1::UP);
+  // The watch finds the coordinator that serves the map.
+  ASSERT_TRUE(WaitFor("the map from the leader", [&] { return membership.map() != nullptr; }));
+  ASSERT_TRUE(membership.RefreshNow(kPatience).ok());
+  membership.Stop();
+  // Heartbeats (every 10 ms meanwhile) and the Leave went straight to the
+  // leader it learned.
+  EXPECT_EQ(standby.refused(), 1);
+  EXPECT_EQ(Find(leader->state()->Map(), "s-00000001")->state(), v1::DOWN);
+  served->server->Shutdown(std::chrono::system_clock::now());
+}
+
+TEST(MembershipTest, ABadCoordinatorListIsRefusedNamingTheEntry) {
+  Membership membership(Options("127.0.0.1:7600,,127.0.0.1:7601"));
+  const Status s = membership.Start();
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("entry 2 is empty"), std::string::npos) << s;
+  EXPECT_EQ(membership.RefreshNow(std::chrono::milliseconds(100)).code(), StatusCode::kInvalidArgument);
 }
 
 TEST(MembershipTest, WrongTokenIsFatalAtOnce) {

@@ -165,11 +165,22 @@ Status ValidateControlOptions(const ControlOptions& c, const std::string& listen
   }
   const std::string listen_host = host;
   if (!c.coordinator.empty()) {
-    if (Status s = ParseHostPort(c.coordinator, &host, &port); !s.ok()) {
-      return InvalidArgument("--coordinator: " + s.message());
-    }
-    if (port == 0 || IsWildcardHost(host)) {
-      return InvalidArgument("--coordinator " + c.coordinator + " must name a reachable HOST:PORT (not a wildcard, not port 0)");
+    // A list "A,B,C" of the cluster's coordinators; each entry must name
+    // one that can be reached (the list's syntax in full is
+    // control::ParseCoordinatorList's, checked again by the membership).
+    std::string_view rest = c.coordinator;
+    for (int position = 1;; ++position) {
+      const size_t comma = rest.find(',');
+      std::string entry(rest.substr(0, comma));
+      entry.erase(0, entry.find_first_not_of(" \t"));
+      entry.erase(entry.find_last_not_of(" \t") + 1);
+      const std::string which = "--coordinator entry " + std::to_string(position) + " '" + entry + "'";
+      if (Status s = ParseHostPort(entry, &host, &port); !s.ok()) return InvalidArgument(which + ": " + s.message());
+      if (port == 0 || IsWildcardHost(host)) {
+        return InvalidArgument(which + " must name a reachable HOST:PORT (not a wildcard, not port 0)");
+      }
+      if (comma == std::string_view::npos) break;
+      rest.remove_prefix(comma + 1);
     }
   }
   if (!c.admin_listen.empty()) {

@@ -98,7 +98,9 @@ uint32_t ServerRecvDepth(const ServerOptions& o);
 // The control plane of one rkv-server: membership with a coordinator and
 // the Admin service. All empty: standalone, no Admin service.
 struct ControlOptions {
-  std::string coordinator;        // HOST:PORT of rkv-coordinator; empty = standalone
+  // HOST:PORT of rkv-coordinator, or the cluster's coordinators as a
+  // comma-separated list (the server finds the leader); empty = standalone.
+  std::string coordinator;
   // HOST:PORT of the Admin service; port 0 picks a free one. Empty: none
   // when standalone, "<--listen host>:0" with a coordinator.
   std::string admin_listen;

@@ -145,6 +145,9 @@ TEST(ControlOptionsTest, BadValuesAreRejectedNamingTheirFlag) {
       {"--coordinator", {"127.0.0.1:0", "", "", ""}, "127.0.0.1:7700"},
       {"--coordinator", {"0.0.0.0:7600", "", "", ""}, "127.0.0.1:7700"},
       {"--coordinator", {"host:70000", "", "", ""}, "127.0.0.1:7700"},
+      {"--coordinator", {"127.0.0.1:7600,,127.0.0.1:7601", "", "", ""}, "127.0.0.1:7700"},
+      {"--coordinator", {"127.0.0.1:7600,0.0.0.0:7601", "", "", ""}, "127.0.0.1:7700"},
+      {"--coordinator", {"127.0.0.1:7600,", "", "", ""}, "127.0.0.1:7700"},
       {"--admin_listen", {"", "nohostport", "", ""}, "127.0.0.1:7700"},
       {"--admin_listen", {"", "127.0.0.1:7700", "", ""}, "127.0.0.1:7700"},
       {"--advertise_address", {"", "", "10.0.0.1", ""}, "127.0.0.1:7700"},
@@ -159,6 +162,17 @@ TEST(ControlOptionsTest, BadValuesAreRejectedNamingTheirFlag) {
                                                       << c.c.admin_listen << "|" << c.c.advertise_address;
     EXPECT_NE(s.message().find(c.flag), std::string::npos) << s;
   }
+}
+
+TEST(ControlOptionsTest, CoordinatorIsOneAddressOrAList) {
+  EXPECT_TRUE(ValidateControlOptions(ControlOptions{"127.0.0.1:7600", "", "", ""}, "127.0.0.1:7700").ok());
+  EXPECT_TRUE(
+      ValidateControlOptions(ControlOptions{"10.0.0.1:7600, 10.0.0.2:7600,c.example:7600", "", "", ""}, "127.0.0.1:7700")
+          .ok());
+  const Status s =
+      ValidateControlOptions(ControlOptions{"10.0.0.1:7600,10.0.0.2", "", "", ""}, "127.0.0.1:7700");
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("--coordinator entry 2 '10.0.0.2'"), std::string::npos) << s;
 }
 
 TEST(ControlOptionsTest, ZonesArePrintableAsciiOfAtMost64Bytes) {

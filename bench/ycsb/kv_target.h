@@ -46,8 +46,10 @@ class KvTarget {
 struct TargetOptions {
   std::string kind;    // "rkv", "memcached" or "redis"
   std::string server;  // HOST:PORT
-  // rkv only: HOST:PORT of an rkv-coordinator; when set, the client runs in
-  // cluster mode (keys routed by the cluster map) and `server` is unused.
+  // rkv only: HOST:PORT of an rkv-coordinator, or a comma-separated list
+  // of the cluster's coordinators (ClientOptions::coordinator); when set,
+  // the client runs in cluster mode (keys routed by the cluster map) and
+  // `server` is unused.
   std::string coordinator;
   // redis only: after every SET, WAIT for this many replicas to acknowledge
   // it (0: no WAIT). A SET that fewer replicas acknowledged within

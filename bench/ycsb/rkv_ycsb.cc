@@ -60,8 +60,9 @@
 DEFINE_string(target, "rkv", "store to drive: rkv | memcached | redis (default rkv)");
 DEFINE_string(server, "127.0.0.1:7700", "HOST:PORT of the store (default 127.0.0.1:7700)");
 DEFINE_string(coordinator, "",
-              "rkv: HOST:PORT of an rkv-coordinator; runs the client in cluster mode and --server is "
-              "ignored (default: none, one server)");
+              "rkv: HOST:PORT of an rkv-coordinator, or a comma-separated list of the cluster's "
+              "coordinators (A,B,C: the client finds the leader); runs the client in cluster mode and "
+              "--server is ignored (default: none, one server)");
 DEFINE_string(read_from, "primary",
               "rkv with --coordinator: which replica a GET reads: primary (linearizable) or any (the "
               "shard's primary or a backup in turn, spreading reads; may return a value not yet "
@@ -203,7 +204,19 @@ StatusOr<Config> ConfigFromFlags() {
     if (c.target.kind != "rkv") return InvalidArgument("--coordinator applies to --target=rkv only");
     std::string host;
     int port = 0;
-    if (Status s = SplitHostPort(FLAGS_coordinator, &host, &port); !s.ok()) return s.WithContext("--coordinator");
+    // Each entry of the list (librkv checks the list in full at connect).
+    std::string_view rest = FLAGS_coordinator;
+    for (int position = 1;; ++position) {
+      const size_t comma = rest.find(',');
+      std::string_view entry = rest.substr(0, comma);
+      while (!entry.empty() && entry.front() == ' ') entry.remove_prefix(1);
+      while (!entry.empty() && entry.back() == ' ') entry.remove_suffix(1);
+      if (Status s = SplitHostPort(entry, &host, &port); !s.ok()) {
+        return s.WithContext("--coordinator entry " + std::to_string(position));
+      }
+      if (comma == std::string_view::npos) break;
+      rest.remove_prefix(comma + 1);
+    }
     c.target.coordinator = FLAGS_coordinator;
   }
   if (FLAGS_read_from == "any") {

@@ -25,8 +25,9 @@
 
 DEFINE_string(server, "127.0.0.1:7700", "HOST:PORT of the rkv server's data plane (default 127.0.0.1:7700)");
 DEFINE_string(coordinator, "",
-              "HOST:PORT of the rkv-coordinator: cluster mode (instead of --server; needed by members, shards, where "
-              "and stats)");
+              "HOST:PORT of the rkv-coordinator, or a comma-separated list of the cluster's coordinators "
+              "(A,B,C: kvctl finds the leader): cluster mode (instead of --server; needed by members, shards, "
+              "where, verify, drain and stats)");
 DEFINE_string(token_file, "", "file holding the access token (required)");
 DEFINE_string(transport, "auto", "data-plane transport: auto, tcp or verbs (default auto)");
 DEFINE_int32(timeout, 5000,
@@ -114,7 +115,9 @@ constexpr char kUsage[] =
     "Flags of every command: --server or --coordinator (not both; default\n"
     "--server=127.0.0.1:7700), --token_file (required), --transport, --timeout, --output,\n"
     "--key_hex; put also takes --value_file. members, shards, where, stats, verify and\n"
-    "drain need --coordinator.\n"
+    "drain need --coordinator. --coordinator takes one HOST:PORT or the cluster's\n"
+    "coordinators as a list, H:P,H:P,H:P: kvctl reads the map from any of them and\n"
+    "sends drain to the leader, following it when it changes.\n"
     "--v=1 logs connection details to stderr. When KEY or VALUE starts with '-', end the\n"
     "flags with '--' before the command: kvctl --token_file=T -- put KEY -5\n"
     "\n"
@@ -309,7 +312,7 @@ int Run(const rkv::kvctl::Invocation& inv) {
                              inv.command == rkv::kvctl::Command::kShards || inv.command == rkv::kvctl::Command::kWhere ||
                              inv.command == rkv::kvctl::Command::kVerify || inv.command == rkv::kvctl::Command::kDrain;
   if (!cluster && needs_cluster) {
-    return UsageError(cmd + ": needs --coordinator=HOST:PORT");
+    return UsageError(cmd + ": needs --coordinator=HOST:PORT (or a list HOST:PORT,HOST:PORT,...)");
   }
   rkv::kvctl::VerifyOptions verify;
   if (inv.command == rkv::kvctl::Command::kVerify) {

@@ -139,7 +139,7 @@ class RKV_EXPORT ClusterAdmin {
   StatusOr<ShardListingInfo> ListShard(std::string_view server_id, uint32_t shard, const CallOptions& call = {});
 
   // ---- kvctl drain.
-  // Asks the coordinator to drain `server_id`: it takes no new role and
+  // Asks the leading coordinator to drain `server_id`: it takes no new role and
   // each of its roles moves to another server (the map shows the
   // progress). The coordinator's error otherwise (NOT_FOUND for a server
   // it does not know, FAILED_PRECONDITION when no other server can take

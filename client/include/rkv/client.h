@@ -93,9 +93,11 @@ struct ClientOptions {
   // Ignored (must be empty or left at this default) when `coordinator` is
   // set.
   std::string server = "127.0.0.1:7700";
-  // "HOST:PORT" of the rkv-coordinator: cluster mode. Exactly one of
-  // server / coordinator is used; setting coordinator together with a
-  // server other than the default is INVALID_ARGUMENT.
+  // "HOST:PORT" of the rkv-coordinator, or a comma-separated list of the
+  // cluster's coordinators ("A:7600,B:7600,C:7600"; one leads, and the
+  // client finds and follows it): cluster mode. Exactly one of server /
+  // coordinator is used; setting coordinator together with a server other
+  // than the default is INVALID_ARGUMENT, and so is a malformed list entry.
   std::string coordinator;
   // The shared secret; only a digest of it is sent. Must not be empty.
   std::string token;

@@ -1,0 +1,299 @@
+#include "proto/coordinator_set.h"
+
+#include <grpcpp/create_channel.h>
+#include <grpcpp/security/credentials.h>
+#include <grpcpp/support/channel_arguments.h>
+
+#include <algorithm>
+#include <set>
+
+#include "proto/auth.h"
+#include "proto/grpc_status.h"
+#include "proto/validation.h"
+
+namespace rkv::control {
+namespace {
+
+std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address) {
+  grpc::ChannelArguments args;
+  // Reconnect quickly once a restarted coordinator is back (gRPC's default
+  // backoff grows to minutes).
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+  // GRPC_ARG_MIN_RECONNECT_BACKOFF_MS stays at its default: gRPC uses it as
+  // the least time one connection attempt (TCP + HTTP/2 handshake) is given,
+  // so a small value makes connects fail spuriously on a loaded host.
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+}
+
+std::string_view Trim(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
+  return s;
+}
+
+std::chrono::system_clock::time_point ToSystem(CoordinatorSet::Deadline deadline) {
+  return std::chrono::system_clock::now() +
+         std::max<CoordinatorSet::Clock::duration>(deadline - CoordinatorSet::Clock::now(),
+                                                   std::chrono::milliseconds(1));
+}
+
+const char* StateName(grpc_connectivity_state state) {
+  switch (state) {
+    case GRPC_CHANNEL_IDLE:
+      return "IDLE";
+    case GRPC_CHANNEL_CONNECTING:
+      return "CONNECTING";
+    case GRPC_CHANNEL_READY:
+      return "READY";
+    case GRPC_CHANNEL_TRANSIENT_FAILURE:
+      return "TRANSIENT_FAILURE";
+    case GRPC_CHANNEL_SHUTDOWN:
+      return "SHUTDOWN";
+  }
+  return "UNKNOWN";
+}
+
+// The end of an attempt that starts now with `left` coordinators (this one
+// included) still to try before `deadline`.
+CoordinatorSet::Deadline AttemptDeadline(CoordinatorSet::Deadline deadline, size_t left) {
+  if (left <= 1) return deadline;
+  const auto now = CoordinatorSet::Clock::now();
+  const auto share = std::clamp<CoordinatorSet::Clock::duration>(
+      (deadline - now) / static_cast<int64_t>(left), CoordinatorSet::kMinAttempt, CoordinatorSet::kMaxAttempt);
+  return std::min(deadline, now + share);
+}
+
+int64_t Ms(CoordinatorSet::Clock::duration d) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(d).count();
+}
+
+}  // namespace
+
+StatusOr<std::vector<std::string>> ParseCoordinatorList(std::string_view list) {
+  const std::string whole = "coordinator list '" + Printable(list) + "'";
+  if (Trim(list).empty()) return InvalidArgument("the coordinator list is empty");
+  std::vector<std::string> out;
+  std::set<std::string, std::less<>> seen;
+  std::string_view rest = list;
+  for (size_t position = 1;; ++position) {
+    const size_t comma = rest.find(',');
+    const std::string_view entry = Trim(rest.substr(0, comma));
+    const std::string which = whole + ": entry " + std::to_string(position);
+    if (entry.empty()) return InvalidArgument(which + " is empty");
+    if (Status s = ValidateHostPort(entry); !s.ok()) return InvalidArgument(which + ": " + s.message());
+    if (seen.insert(std::string(entry)).second) out.emplace_back(entry);
+    if (out.size() > kMaxCoordinators) {
+      return InvalidArgument(whole + " names more than " + std::to_string(kMaxCoordinators) + " coordinators");
+    }
+    if (comma == std::string_view::npos) break;
+    rest.remove_prefix(comma + 1);
+  }
+  return out;
+}
+
+struct CoordinatorSet::Entry {
+  explicit Entry(std::string a) : address(std::move(a)), channel(MakeChannel(address)),
+                                  stub(v1::Coordinator::NewStub(channel)) {}
+  const std::string address;
+  const std::shared_ptr<grpc::Channel> channel;
+  const std::unique_ptr<v1::Coordinator::Stub> stub;
+};
+
+StatusOr<std::unique_ptr<CoordinatorSet>> CoordinatorSet::Create(std::string_view list, std::string_view token) {
+  RKV_ASSIGN_OR_RETURN(std::vector<std::string> addresses, ParseCoordinatorList(list));
+  return std::unique_ptr<CoordinatorSet>(new CoordinatorSet(std::move(addresses), token));
+}
+
+namespace {
+
+std::string Join(const std::vector<std::string>& addresses) {
+  std::string out;
+  for (const std::string& a : addresses) out += (out.empty() ? "" : ",") + a;
+  return out;
+}
+
+}  // namespace
+
+CoordinatorSet::CoordinatorSet(std::vector<std::string> addresses, std::string_view token)
+    : addresses_(std::move(addresses)), list_(Join(addresses_)), digest_hex_(TokenDigestHex(token)) {
+  MutexLock lock(mu_);
+  for (const std::string& a : addresses_) entries_.push_back(std::make_unique<Entry>(a));
+}
+
+CoordinatorSet::~CoordinatorSet() = default;
+
+std::string CoordinatorSet::leader() const {
+  MutexLock lock(mu_);
+  return entries_[leader_]->address;
+}
+
+std::string CoordinatorSet::last_answered() const {
+  MutexLock lock(mu_);
+  return entries_[answered_]->address;
+}
+
+void CoordinatorSet::AttachToken(grpc::ClientContext* context) const { AttachTokenDigest(context, digest_hex_); }
+
+CoordinatorSet::Entry* CoordinatorSet::At(size_t index) const {
+  MutexLock lock(mu_);
+  return entries_.at(index).get();
+}
+
+size_t CoordinatorSet::NextLocked(size_t index) const { return (index + 1) % entries_.size(); }
+
+std::vector<size_t> CoordinatorSet::Order(size_t first) const {
+  MutexLock lock(mu_);
+  std::vector<size_t> order;
+  order.reserve(entries_.size());
+  for (size_t i = 0; i < entries_.size(); ++i) order.push_back((first + i) % entries_.size());
+  return order;
+}
+
+size_t CoordinatorSet::IndexOf(const std::string& address) {
+  MutexLock lock(mu_);
+  for (size_t i = 0; i < entries_.size(); ++i) {
+    if (entries_[i]->address == address) return i;
+  }
+  if (entries_.size() >= addresses_.size() + kMaxLearned) return std::string::npos;
+  entries_.push_back(std::make_unique<Entry>(address));
+  return entries_.size() - 1;
+}
+
+void CoordinatorSet::NoteAnswered(size_t index) {
+  MutexLock lock(mu_);
+  if (index < entries_.size()) answered_ = index;
+}
+
+void CoordinatorSet::NoteBroken(size_t index) {
+  MutexLock lock(mu_);
+  if (index == answered_) answered_ = NextLocked(index);
+}
+
+Status CoordinatorSet::CallLeader(std::string_view what, Deadline deadline, const Call& call,
+                                  std::string* answered_by) {
+  return Run(what, deadline, call, /*leader_only=*/true, answered_by);
+}
+
+Status CoordinatorSet::CallAny(std::string_view what, Deadline deadline, const Call& call, std::string* answered_by) {
+  return Run(what, deadline, call, /*leader_only=*/false, answered_by);
+}
+
+Status CoordinatorSet::Run(std::string_view what, Deadline deadline, const Call& call, bool leader_only,
+                           std::string* answered_by) {
+  size_t first = 0;
+  {
+    MutexLock lock(mu_);
+    first = leader_only ? leader_ : answered_;
+  }
+  const std::vector<size_t> order = Order(first);
+  std::vector<size_t> tried;
+  const auto was_tried = [&](size_t i) { return std::find(tried.begin(), tried.end(), i) != tried.end(); };
+  // "A: error" of each coordinator tried before the last one.
+  std::vector<std::string> earlier;
+  Status last;
+  std::string last_address;
+  size_t next = 0;
+  size_t redirect = std::string::npos;
+  int hops = 0;
+  for (;;) {
+    size_t index = redirect;
+    redirect = std::string::npos;
+    if (index == std::string::npos) {
+      while (next < order.size() && was_tried(order[next])) ++next;
+      if (next == order.size()) break;
+      index = order[next++];
+    }
+    if (!tried.empty() && Clock::now() >= deadline) break;
+    size_t left = 1;
+    for (size_t k = next; k < order.size(); ++k) left += (order[k] != index && !was_tried(order[k])) ? 1 : 0;
+    Entry* const entry = At(index);
+    const Deadline attempt_deadline = AttemptDeadline(deadline, left);
+    grpc::ClientContext context;
+    AttachTokenDigest(&context, digest_hex_);
+    context.set_deadline(ToSystem(attempt_deadline));
+    // Waiting for the connection drives it: see the file comment.
+    context.set_wait_for_ready(true);
+    const auto started = Clock::now();
+    const grpc::Status rpc = call(*entry->stub, &context);
+    tried.push_back(index);
+    if (!last_address.empty()) earlier.push_back(last_address + ": " + last.ToString());
+    last = FromGrpc(rpc);
+    last_address = entry->address;
+    const StatusCode code = last.code();
+    if (code != StatusCode::kUnavailable && code != StatusCode::kDeadlineExceeded) {
+      // An answer: from the leader, when only the leader answers these.
+      MutexLock lock(mu_);
+      answered_ = index;
+      if (leader_only) leader_ = index;
+      break;
+    }
+    if (code == StatusCode::kDeadlineExceeded) {
+      const grpc_connectivity_state state = entry->channel->GetState(/*try_to_connect=*/false);
+      if (state != GRPC_CHANNEL_READY) {
+        last = Unavailable("not connected within " + std::to_string(Ms(Clock::now() - started)) +
+                           " ms (connection " + StateName(state) + ")");
+      }
+    }
+    std::string leader_address;
+    if (leader_only && code == StatusCode::kUnavailable) {
+      const auto& trailers = context.GetServerTrailingMetadata();
+      const auto it = trailers.find(kLeaderMetadataKey);
+      if (it != trailers.end()) leader_address.assign(it->second.data(), it->second.size());
+    }
+    if (!leader_address.empty() && ValidateHostPort(leader_address).ok() && hops < kMaxRedirects) {
+      const size_t target = IndexOf(leader_address);
+      if (target != std::string::npos && target != index && !was_tried(target)) {
+        ++hops;
+        redirect = target;
+        MutexLock lock(mu_);
+        leader_ = target;
+        continue;
+      }
+    }
+    // No answer here: the next call starts with the next coordinator.
+    MutexLock lock(mu_);
+    if (leader_only && leader_ == index) leader_ = NextLocked(index);
+    if (answered_ == index) answered_ = NextLocked(index);
+  }
+  if (answered_by != nullptr) *answered_by = last_address;
+  if (last.ok()) return last;
+  Status out = last.WithContext("coordinator " + last_address + ": " + std::string(what));
+  if (!earlier.empty()) {
+    std::string also;
+    for (const std::string& e : earlier) also += (also.empty() ? "" : "; ") + e;
+    out = Status(out.code(), std::string(out.message()) + " (also tried " + also + ")");
+  }
+  return out;
+}
+
+StatusOr<CoordinatorSet::Target> CoordinatorSet::ConnectAny(Deadline deadline) {
+  size_t first = 0;
+  {
+    MutexLock lock(mu_);
+    first = answered_;
+  }
+  const std::vector<size_t> order = Order(first);
+  // One already connected needs no wait; asking every channel for its
+  // state also starts the connection of an idle one.
+  for (const size_t index : order) {
+    Entry* const entry = At(index);
+    if (entry->channel->GetState(/*try_to_connect=*/true) == GRPC_CHANNEL_READY) {
+      return Target{index, entry->address, entry->stub.get()};
+    }
+  }
+  std::string states;
+  for (size_t k = 0; k < order.size(); ++k) {
+    Entry* const entry = At(order[k]);
+    // Waiting polls the channel, which completes its connection at once
+    // when the coordinator is there.
+    if (entry->channel->WaitForConnected(ToSystem(AttemptDeadline(deadline, order.size() - k)))) {
+      return Target{order[k], entry->address, entry->stub.get()};
+    }
+    states += std::string(states.empty() ? "" : ", ") + entry->address + " " +
+              StateName(entry->channel->GetState(/*try_to_connect=*/false));
+  }
+  return Unavailable("no connection to a coordinator (" + states + ")");
+}
+
+}  // namespace rkv::control
