@@ -283,5 +283,71 @@ TEST_F(LinearizabilityTest, HistoriesAcrossServerRestartsInACluster) {
   EXPECT_GT(runner.CacheStats().hits, 0u);
 }
 
+// Several coordinators on etcd (docs/design.md §8.11): the coordinator that
+// leads is killed (SIGKILL) and restarted once another leads, in the middle
+// of every few histories, ten times ($RKV_LIN_LEADER_ROUNDS), while the
+// clients run (every other round a server restarts as well, so that leaders
+// of different terms commit); the histories stay linearizable, and etcd's
+// history shows every map version committed by the leader of its term.
+TEST_F(LinearizabilityTest, HistoriesAcrossKillsOfTheLeadingCoordinator) {
+  const int rounds = SuiteCount("RKV_LIN_LEADER_ROUNDS", 10, 10);
+  TestClusterOptions options;
+  options.etcd_members = 1;
+  options.coordinators = 3;
+  options.servers = 3;
+  options.shards = 64;
+  options.max_keys = 1024;
+  ASSERT_NO_FATAL_FAILURE(StartCluster(options));
+  ASSERT_TRUE(WaitFor("a leader", [&] { return cluster().LeaderIndex() >= 0; }, kConditionDeadline,
+                      std::chrono::milliseconds(50)));
+  std::vector<std::unique_ptr<Client>> clients;
+  for (int c = 0; c < kClients; ++c) {
+    clients.push_back(cluster().ClusterClient());
+    ASSERT_NE(clients.back(), nullptr);
+  }
+  auto verifier = cluster().ClusterClient();
+  ASSERT_NE(verifier, nullptr);
+  HistoryRunner runner(std::move(clients), std::move(verifier), Keys("lin-leader-", 6));
+
+  const int histories = rounds * kRestartEvery;
+  for (int h = 0; h < histories && runner.figures().violations < 3; ++h) {
+    std::function<void()> disrupt;
+    if (h % kRestartEvery == kRestartEvery - 1) {
+      // Every other round a server restarts too, once the new leader
+      // leads, so that leaders of different terms commit map versions.
+      const int round = h / kRestartEvery;
+      disrupt = [&, round] {
+        int leader = -1;
+        ASSERT_TRUE(WaitFor("a leader", [&] { return (leader = cluster().LeaderIndex()) >= 0; },
+                            kConditionDeadline, std::chrono::milliseconds(20)));
+        ServerProcess& victim = cluster().coordinator(leader);
+        victim.Kill9();
+        // The dead leader's key lasts until its etcd lease expires; the
+        // victim restarts (on its address) once another coordinator leads.
+        int next = -1;
+        EXPECT_TRUE(WaitFor("another leader",
+                            [&] { return (next = cluster().LeaderIndex()) >= 0 && next != leader; },
+                            kConditionDeadline, std::chrono::milliseconds(20)));
+        const Status s = victim.Start();
+        EXPECT_TRUE(s.ok()) << s;
+        if (round % 2 == 1) {
+          ServerProcess& server = cluster().server(round % cluster().server_count());
+          server.Kill9();
+          const Status started = server.Start();
+          EXPECT_TRUE(started.ok()) << started;
+        }
+        ++runner.figures().restarts;
+      };
+    }
+    runner.Run(h, disrupt);
+    if (HasFatalFailure()) break;
+  }
+  Print("coordinators=3", runner.figures(), runner.CacheStats());
+  EXPECT_EQ(runner.figures().histories, histories);
+  EXPECT_EQ(runner.figures().violations, 0);
+  EXPECT_EQ(runner.figures().restarts, rounds);
+  EXPECT_TRUE(cluster().CheckLeaderHistory());
+}
+
 }  // namespace
 }  // namespace rkv::testing

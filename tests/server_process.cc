@@ -87,9 +87,9 @@ Status ServerProcess::Start(std::chrono::seconds timeout) {
   std::vector<std::string> args = {
       role_ == Role::kServer ? RKV_SERVER_BIN : RKV_COORDINATOR_BIN,
       "--listen=" + listen,
-      "--data_dir=" + data_dir_,
       "--token_file=" + token_file_,
   };
+  if (role_ != Role::kSharedCoordinator) args.push_back("--data_dir=" + data_dir_);
   if (role_ == Role::kServer) args.push_back("--transport=" + TestTransport());
   args.insert(args.end(), extra_flags_.begin(), extra_flags_.end());
 

@@ -38,7 +38,9 @@ void WriteFile(const std::string& path, const std::string& contents);
 
 class ServerProcess {
  public:
-  enum class Role { kServer, kCoordinator };
+  // kSharedCoordinator: a coordinator whose state is in etcd (its flags
+  // name it): no --data_dir; `data_dir` only names its log files.
+  enum class Role { kServer, kCoordinator, kSharedCoordinator };
   // `data_dir` and `token_file` must exist for as long as the server runs.
   ServerProcess(std::string data_dir, std::string token_file, std::vector<std::string> extra_flags = {},
                 Role role = Role::kServer);

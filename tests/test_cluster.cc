@@ -3,8 +3,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <mutex>
 #include <utility>
 
+#include "coordinator/etcd/etcd_client.h"
+#include "proto/coordinator_store.pb.h"
 #include "rkv/admin.h"
 
 #if !defined(RKV_KVCTL_BIN)
@@ -24,9 +27,17 @@ TestCluster::TestCluster(TestClusterOptions options)
 TestCluster::~TestCluster() = default;  // each ServerProcess SIGKILLs its process
 
 Status TestCluster::Start() {
+  if (options_.coordinator && options_.etcd_members > 0 && etcd_ == nullptr) {
+    auto etcd = EtcdCluster::Start(options_.etcd_members);
+    if (!etcd.ok()) return Status(etcd.status().code(), "etcd: " + std::string(etcd.status().message()));
+    etcd_ = std::move(etcd).value();
+  }
   if (options_.coordinator) {
-    const Status c = coordinator().Start();
-    if (!c.ok()) return Status(c.code(), "coordinator: " + std::string(c.message()));
+    const int n = options_.etcd_members > 0 ? std::max(1, options_.coordinators) : 1;
+    for (int i = 0; i < n; ++i) {
+      const Status c = coordinator(i).Start();
+      if (!c.ok()) return Status(c.code(), "coordinator " + std::to_string(i) + ": " + std::string(c.message()));
+    }
   }
   for (int i = server_count(); i < options_.servers; ++i) AddServer();
   for (int i = 0; i < server_count(); ++i) {
@@ -36,9 +47,15 @@ Status TestCluster::Start() {
   return Status::Ok();
 }
 
-std::unique_ptr<ServerProcess> TestCluster::MakeCoordinator() const {
+std::unique_ptr<ServerProcess> TestCluster::MakeCoordinator(int i) const {
   const TestClusterOptions& o = options_;
   std::vector<std::string> flags = {"--servers=" + std::to_string(o.servers)};
+  if (etcd_ != nullptr) {
+    std::string endpoints;
+    for (const std::string& e : etcd_->endpoints()) endpoints += (endpoints.empty() ? "" : ",") + e;
+    flags.push_back("--etcd=" + endpoints);
+    flags.push_back("--etcd_prefix=/rkv-test/");
+  }
   if (o.shards > 0) flags.push_back("--shards=" + std::to_string(o.shards));
   if (o.replicas > 0) flags.push_back("--replicas=" + std::to_string(o.replicas));
   if (o.heartbeat_interval_ms > 0) {
@@ -49,26 +66,59 @@ std::unique_ptr<ServerProcess> TestCluster::MakeCoordinator() const {
   }
   if (o.lease_ms > 0) flags.push_back("--lease_ms=" + std::to_string(o.lease_ms));
   flags.insert(flags.end(), o.coordinator_flags.begin(), o.coordinator_flags.end());
-  return std::make_unique<ServerProcess>(dir() + "/coordinator", token_file_, std::move(flags),
-                                         ServerProcess::Role::kCoordinator);
+  if (etcd_ == nullptr) {
+    return std::make_unique<ServerProcess>(dir() + "/coordinator", token_file_, std::move(flags),
+                                           ServerProcess::Role::kCoordinator);
+  }
+  return std::make_unique<ServerProcess>(dir() + "/coordinator" + std::to_string(i), token_file_, std::move(flags),
+                                         ServerProcess::Role::kSharedCoordinator);
 }
 
-ServerProcess& TestCluster::coordinator() {
-  if (coordinator_ == nullptr) coordinator_ = MakeCoordinator();
-  return *coordinator_;
+ServerProcess& TestCluster::coordinator() { return coordinator(0); }
+
+ServerProcess& TestCluster::coordinator(int i) {
+  if (coordinators_.size() <= static_cast<size_t>(i)) coordinators_.resize(static_cast<size_t>(i) + 1);
+  auto& c = coordinators_[static_cast<size_t>(i)];
+  if (c == nullptr) c = MakeCoordinator(i);
+  return *c;
 }
 
 ServerProcess& TestCluster::RemakeCoordinator() {
-  if (coordinator_ != nullptr && coordinator_->running()) {
+  ServerProcess& old = coordinator(0);
+  if (old.running()) {
     ADD_FAILURE() << "the coordinator is remade while it runs";
-    coordinator_->Kill9();
+    old.Kill9();
   }
-  coordinator_ = MakeCoordinator();
-  return *coordinator_;
+  coordinators_[0] = MakeCoordinator(0);
+  return *coordinators_[0];
 }
 
 std::string TestCluster::coordinator_address() const {
-  return coordinator_ != nullptr ? coordinator_->address() : "";
+  std::string list;
+  for (const auto& c : coordinators_) {
+    if (c != nullptr && !c->address().empty()) list += (list.empty() ? "" : ",") + c->address();
+  }
+  return list;
+}
+
+std::string TestCluster::LeaderAddress() const {
+  if (etcd_ == nullptr) return "";
+  std::string endpoints;
+  for (const std::string& e : etcd_->endpoints()) endpoints += (endpoints.empty() ? "" : ",") + e;
+  const CommandResult r = RunCommand({"/usr/bin/env", "ETCDCTL_API=3", "etcdctl", "--endpoints=" + endpoints,
+                                      "--command-timeout=5s", "get", "/rkv-test/leader", "--print-value-only"});
+  std::string out = r.out;
+  while (!out.empty() && (out.back() == '\n' || out.back() == '\r')) out.pop_back();
+  return out;
+}
+
+int TestCluster::LeaderIndex() const {
+  const std::string leader = LeaderAddress();
+  if (leader.empty()) return -1;
+  for (size_t i = 0; i < coordinators_.size(); ++i) {
+    if (coordinators_[i] != nullptr && coordinators_[i]->address() == leader) return static_cast<int>(i);
+  }
+  return -1;
 }
 
 std::string TestCluster::ServerDir(int i) const { return dir() + "/server" + std::to_string(i); }
@@ -167,9 +217,82 @@ std::string TestCluster::IdOf(Client& client, int i) const {
       kConditionDeadline, std::chrono::milliseconds(100));
 }
 
+::testing::AssertionResult TestCluster::CheckLeaderHistory() const {
+  using SteadyClock = std::chrono::steady_clock;
+  if (etcd_ == nullptr) return ::testing::AssertionFailure() << "the cluster has no etcd";
+  auto client = etcd::EtcdClient::Create(etcd_->endpoints());
+  if (!client.ok()) return ::testing::AssertionFailure() << client.status();
+  auto now = (*client)->Get("/rkv-test/meta", SteadyClock::now() + std::chrono::seconds(10));
+  if (!now.ok()) return ::testing::AssertionFailure() << now.status();
+  const int64_t last = now->revision;
+  std::mutex mu;
+  std::vector<etcd::WatchEvent> events;
+  Status error = Status::Ok();
+  auto watch = (*client)->WatchPrefix(
+      "/rkv-test/", 1,
+      [&](const std::vector<etcd::WatchEvent>& batch, int64_t) {
+        std::lock_guard<std::mutex> lock(mu);
+        events.insert(events.end(), batch.begin(), batch.end());
+      },
+      [&](const Status& s) {
+        std::lock_guard<std::mutex> lock(mu);
+        error = s;
+      });
+  const bool read = WaitFor(
+      "etcd's history",
+      [&] {
+        std::lock_guard<std::mutex> lock(mu);
+        return !error.ok() || (!events.empty() && events.back().kv.mod_revision >= last);
+      },
+      std::chrono::seconds(30), std::chrono::milliseconds(20));
+  watch.reset();
+  if (!error.ok()) return ::testing::AssertionFailure() << "watching etcd's history: " << error;
+  if (!read) return ::testing::AssertionFailure() << "etcd's history up to revision " << last << " did not arrive";
+  int64_t leader_revision = 0;  // the leader key's create revision; 0 while absent
+  uint64_t version = 0;
+  int versions = 0;
+  int leaderships = 0;
+  for (const etcd::WatchEvent& e : events) {
+    if (e.kv.key == "/rkv-test/leader") {
+      if (e.type == etcd::WatchEvent::Type::kPut) {
+        if (e.kv.create_revision != leader_revision) ++leaderships;
+        leader_revision = e.kv.create_revision;
+      } else {
+        leader_revision = 0;
+      }
+      continue;
+    }
+    if (e.kv.key != "/rkv-test/meta" || e.type != etcd::WatchEvent::Type::kPut) continue;
+    v1::store::StoredMeta meta;
+    if (!meta.ParseFromString(e.kv.value)) {
+      return ::testing::AssertionFailure() << "the meta record at revision " << e.kv.mod_revision << " does not parse";
+    }
+    if (leader_revision == 0 || meta.leader_revision() != leader_revision) {
+      return ::testing::AssertionFailure()
+             << "map version " << meta.map_version() << " at revision " << e.kv.mod_revision
+             << " was committed under leader key revision " << meta.leader_revision() << ", while the key "
+             << (leader_revision == 0 ? std::string("did not exist") : "had revision " + std::to_string(leader_revision));
+    }
+    if (meta.map_version() != version + 1) {
+      return ::testing::AssertionFailure() << "map version " << meta.map_version() << " at revision "
+                                           << e.kv.mod_revision << " follows version " << version;
+    }
+    version = meta.map_version();
+    ++versions;
+  }
+  std::printf("cluster: etcd history: %d map versions under %d leaderships, revisions 1..%lld\n", versions,
+              leaderships, static_cast<long long>(last));
+  std::fflush(stdout);
+  if (versions == 0) return ::testing::AssertionFailure() << "etcd's history holds no map version";
+  return ::testing::AssertionSuccess();
+}
+
 std::string TestCluster::Logs() const {
   std::string out;
-  if (coordinator_ != nullptr) out += "coordinator log:\n" + coordinator_->Log();
+  for (size_t i = 0; i < coordinators_.size(); ++i) {
+    if (coordinators_[i] == nullptr) continue;
+    out += "coordinator " + std::to_string(i) + " log:\n" + coordinators_[i]->Log() + "\n";
+  }
   for (size_t i = 0; i < servers_.size(); ++i) {
     out += "\nserver " + std::to_string(i) + " log:\n" + servers_[i]->Log();
   }

@@ -6,8 +6,9 @@
 // a new kind of process (another coordinator, a gateway) is added here,
 // not to a suite.
 //
-// Layout of the temp dir: token, coordinator/ (its data dir), server<i>/
-// (server i's), each with <dir>.log (the process's stderr) and <dir>.out.
+// Layout of the temp dir: token, coordinator/ (its data dir; with etcd,
+// coordinator<i> names only coordinator i's logs), server<i>/ (server
+// i's), each with <dir>.log (the process's stderr) and <dir>.out.
 //
 // Runs over the transport named by $RKV_TEST_TRANSPORT on $RKV_TEST_HOST
 // (tests/server_process.h); loads scale with $RKV_TEST_SCALE (Scaled).
@@ -27,6 +28,7 @@
 
 #include "rkv/client.h"
 #include "rkv/status.h"
+#include "tests/etcd_process.h"
 #include "tests/run_command.h"
 #include "tests/server_process.h"
 #include "tests/wait_for.h"
@@ -47,6 +49,13 @@ struct TestClusterOptions {
   int servers = 3;
   // Without a coordinator each server runs alone (no --coordinator).
   bool coordinator = true;
+  // With etcd_members 0, one coordinator on a data dir; otherwise an etcd
+  // of that many members on loopback (tests/etcd_process.h) and
+  // `coordinators` coordinators sharing it (--etcd, prefix /rkv-test/),
+  // one of which leads. Servers, clients and kvctl get every
+  // coordinator's address.
+  int etcd_members = 0;
+  int coordinators = 1;
   // The coordinator's flags. 0 leaves a flag out (the coordinator's
   // default). --servers is `servers`.
   uint32_t shards = 64;
@@ -106,8 +115,26 @@ class TestCluster {
   // Makes the coordinator's process anew from options() (on the same data
   // dir); the old one must not be running.
   ServerProcess& RemakeCoordinator();
-  // "HOST:PORT" of the coordinator, empty before its first start.
+  // Coordinator i of options().coordinators (0 is coordinator()).
+  ServerProcess& coordinator(int i);
+  int coordinator_count() const { return static_cast<int>(coordinators_.size()); }
+  // "HOST:PORT" of the coordinator, or with several the comma-separated
+  // list of those started so far (what --coordinator takes); empty before
+  // the first start.
   std::string coordinator_address() const;
+  // The etcd under several coordinators (null without).
+  EtcdCluster* etcd() const { return etcd_.get(); }
+  // The address in the etcd leader key ("" when none, or without etcd),
+  // read with etcdctl.
+  std::string LeaderAddress() const;
+  // The index of the coordinator that leads per the leader key; -1 when
+  // none does.
+  int LeaderIndex() const;
+  // Reads etcd's whole history of the cluster's prefix and checks that
+  // every map version was committed under the leader key that existed at
+  // its revision (StoredMeta.leader_revision) and that versions rose one
+  // at a time: never two leaders committing. Prints what it read.
+  ::testing::AssertionResult CheckLeaderHistory() const;
 
   // Server process i (0-based, in the order they were added).
   ServerProcess& server(int i) { return *servers_.at(static_cast<size_t>(i)); }
@@ -146,14 +173,16 @@ class TestCluster {
   std::string Logs() const;
 
  private:
-  std::unique_ptr<ServerProcess> MakeCoordinator() const;
+  std::unique_ptr<ServerProcess> MakeCoordinator(int i) const;
   std::vector<std::string> ServerFlags(int i) const;
 
   TestClusterOptions options_;
   TempDir dir_;
   std::string token_file_;
   std::string cluster_token_file_;
-  std::unique_ptr<ServerProcess> coordinator_;
+  std::unique_ptr<EtcdCluster> etcd_;
+  // coordinators_[0] is coordinator(); made on first use.
+  std::vector<std::unique_ptr<ServerProcess>> coordinators_;
   std::vector<std::unique_ptr<ServerProcess>> servers_;
 };
 
