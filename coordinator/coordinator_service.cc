@@ -138,6 +138,32 @@ grpc::Status CoordinatorService::WatchClusterMap(grpc::ServerContext* context,
   return grpc::Status(grpc::StatusCode::CANCELLED, "cancelled by the client");
 }
 
+void CoordinatorService::set_address(const std::string& address) {
+  MutexLock lock(address_mu_);
+  address_ = address;
+}
+
+grpc::Status CoordinatorService::GetCoordinatorStatus(grpc::ServerContext* context,
+                                                      const v1::CoordinatorStatusRequest*,
+                                                      v1::CoordinatorStatus* response) {
+  if (grpc::Status s = CheckToken(context, token_digest_hex_); !s.ok()) return s;
+  response->set_map_version(state_->version());
+  if (gate_ == nullptr) {
+    response->set_role(v1::CoordinatorStatus::SINGLE);
+    MutexLock lock(address_mu_);
+    response->set_address(address_);
+    response->set_leader(address_);
+    return grpc::Status::OK;
+  }
+  std::string leader;
+  const Status leading = gate_->CheckLeading(&leader);
+  response->set_role(leading.ok() ? v1::CoordinatorStatus::LEADER : v1::CoordinatorStatus::STANDBY);
+  if (!leading.ok()) response->set_why_not_leader(leading.message());
+  gate_->FillStatus(std::chrono::steady_clock::now() + std::chrono::seconds(1), response);
+  response->set_leader(leading.ok() ? response->address() : leader);
+  return grpc::Status::OK;
+}
+
 StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(const std::string& listen,
                                                                       const std::string& token,
                                                                       std::unique_ptr<CoordinatorState> state,
@@ -155,6 +181,7 @@ StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(const std:
                        control::StartGrpcServer(listen, server->service_.get(), ""));
   server->server_ = std::move(started.server);
   server->address_ = std::move(started.address);
+  server->service_->set_address(server->address_);
   server->expiry_thread_ = std::thread([s = server.get()] { s->ExpiryLoop(); });
   return server;
 }

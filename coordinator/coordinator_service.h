@@ -37,6 +37,11 @@ class LeaderGate {
   // leader; the leader is HOST:PORT" (or why none is known), with
   // `*leader` set to the leader's address ("" when none is known).
   virtual Status CheckLeading(std::string* leader) const = 0;
+  // Fills what GetCoordinatorStatus answers beyond the map version: the
+  // address, and with etcd the state's revision, prefix and each
+  // endpoint's health (asked within `deadline`). Role, leader and the
+  // reason come from CheckLeading.
+  virtual void FillStatus(std::chrono::steady_clock::time_point deadline, v1::CoordinatorStatus* status) const = 0;
 };
 
 // The trailing metadata key that names the leader in a "not the leader"
@@ -69,6 +74,14 @@ class CoordinatorService final : public v1::Coordinator::Service {
   // Polls for client cancellation every kWatchPoll while no version comes.
   grpc::Status WatchClusterMap(grpc::ServerContext* context, const v1::WatchClusterMapRequest* request,
                                grpc::ServerWriter<v1::ClusterMap>* writer) override;
+  // Answered by every coordinator; asks etcd's endpoints (within 1 s) for
+  // their health.
+  grpc::Status GetCoordinatorStatus(grpc::ServerContext* context, const v1::CoordinatorStatusRequest* request,
+                                    v1::CoordinatorStatus* response) override;
+
+  // The address this coordinator listens on, answered by
+  // GetCoordinatorStatus without a gate (set once it is bound).
+  void set_address(const std::string& address) EXCLUDES(address_mu_);
 
   static constexpr std::chrono::milliseconds kWatchPoll{100};
 
@@ -79,6 +92,8 @@ class CoordinatorService final : public v1::Coordinator::Service {
 
   CoordinatorState* const state_;
   const LeaderGate* const gate_;
+  mutable Mutex address_mu_;
+  std::string address_ GUARDED_BY(address_mu_);
   const std::string token_digest_hex_;
 };
 

@@ -365,6 +365,10 @@ class TestGate final : public LeaderGate {
     return Unavailable(leader_.empty() ? "not the leader; no leader elected yet (test)"
                                        : "not the leader; the leader is " + leader_);
   }
+  void FillStatus(std::chrono::steady_clock::time_point, v1::CoordinatorStatus* status) const override {
+    status->set_address("127.0.0.1:1");
+    status->set_etcd_prefix("/test/");
+  }
   void Set(bool leading, const std::string& leader) EXCLUDES(mu_) {
     MutexLock lock(mu_);
     leading_ = leading;
@@ -432,6 +436,12 @@ TEST(CoordinatorServiceGateTest, AStandbyServesTheMapAndSendsEverythingElseToThe
     EXPECT_EQ(stub->Drain(ctx().get(), drain, &drained).error_code(), grpc::StatusCode::UNAVAILABLE);
   }
   EXPECT_EQ(data->commits(), 0) << "a standby committed something";
+  v1::CoordinatorStatus status;
+  ASSERT_TRUE(stub->GetCoordinatorStatus(ctx().get(), v1::CoordinatorStatusRequest(), &status).ok());
+  EXPECT_EQ(status.role(), v1::CoordinatorStatus::STANDBY);
+  EXPECT_EQ(status.leader(), "10.0.0.9:7600");
+  EXPECT_EQ(status.why_not_leader(), "not the leader; the leader is 10.0.0.9:7600");
+  EXPECT_EQ(status.address(), "127.0.0.1:1");
 
   // No leader known: refused without the metadata.
   gate.Set(false, "");
@@ -450,6 +460,10 @@ TEST(CoordinatorServiceGateTest, AStandbyServesTheMapAndSendsEverythingElseToThe
   v1::RenewLeaseResponse lease;
   EXPECT_TRUE(stub->RenewLease(ctx().get(), v1::RenewLeaseRequest(), &lease).ok());
   EXPECT_EQ(data->commits(), 1);
+  ASSERT_TRUE(stub->GetCoordinatorStatus(ctx().get(), v1::CoordinatorStatusRequest(), &status).ok());
+  EXPECT_EQ(status.role(), v1::CoordinatorStatus::LEADER);
+  EXPECT_EQ(status.leader(), "127.0.0.1:1");
+  EXPECT_EQ(status.map_version(), 1u);
 }
 
 TEST(CoordinatorServiceGateTest, AReloadFollowsTheStoreAndWakesWatchers) {

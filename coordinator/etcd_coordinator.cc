@@ -78,6 +78,7 @@ EtcdCoordinator::~EtcdCoordinator() { Stop(); }
 std::unique_ptr<CoordinatorState> EtcdCoordinator::TakeState() { return std::move(owned_state_); }
 
 void EtcdCoordinator::StartCampaign(const std::string& advertise) {
+  advertise_ = advertise;
   LeadershipOptions lo;
   lo.prefix = options_.prefix;
   lo.advertise = advertise;
@@ -96,6 +97,25 @@ Status EtcdCoordinator::CheckLeading(std::string* leader) const {
     return Unavailable("not the leader; no leader elected yet (this coordinator is starting)");
   }
   return leadership->CheckLeading(leader);
+}
+
+void EtcdCoordinator::FillStatus(std::chrono::steady_clock::time_point deadline,
+                                 v1::CoordinatorStatus* status) const {
+  if (leadership_ptr_.load(std::memory_order_acquire) != nullptr) status->set_address(advertise_);
+  status->set_state_revision(store_->revision());
+  status->set_etcd_prefix(options_.prefix);
+  const std::vector<etcd::EndpointStatus> endpoints = etcd_->EndpointStatuses(deadline);
+  for (const etcd::EndpointStatus& e : endpoints) {
+    v1::EtcdEndpointHealth* h = status->add_etcd();
+    h->set_endpoint(e.endpoint);
+    h->set_healthy(e.health.ok());
+    if (e.health.ok()) {
+      h->set_version(e.version);
+      h->set_is_leader(e.member_id != 0 && e.member_id == e.leader_id);
+    } else {
+      h->set_error(e.health.ToString());
+    }
+  }
 }
 
 void EtcdCoordinator::StartWatch() {

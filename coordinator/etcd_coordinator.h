@@ -63,6 +63,8 @@ class EtcdCoordinator final : public LeaderGate {
 
   // LeaderGate.
   Status CheckLeading(std::string* leader) const override EXCLUDES(mu_);
+  void FillStatus(std::chrono::steady_clock::time_point deadline, v1::CoordinatorStatus* status) const override
+      EXCLUDES(mu_);
 
   // Resigns the leadership (another coordinator takes over at once) and
   // stops the watch. Idempotent.
@@ -81,6 +83,7 @@ class EtcdCoordinator final : public LeaderGate {
   void OnDeposed() EXCLUDES(mu_);
 
   EtcdCoordinatorOptions options_;
+  std::string advertise_;  // set once by StartCampaign, before the gate is read
   std::unique_ptr<etcd::EtcdClient> etcd_;
   EtcdStateStore* store_ = nullptr;  // owned by state
   std::unique_ptr<CoordinatorState> owned_state_;

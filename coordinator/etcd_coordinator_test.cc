@@ -6,11 +6,13 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstdio>
 #include <functional>
 #include <memory>
 #include <string>
 #include <thread>
 
+#include "coordinator/state_transfer.h"
 #include "coordinator/test_util.h"
 #include "tests/etcd_process.h"
 
@@ -190,6 +192,67 @@ TEST_F(EtcdCoordinatorTest, AnotherShapeOfClusterUnderThePrefixIsRefused) {
   auto other = EtcdCoordinator::Open(config_, Options());
   ASSERT_FALSE(other.ok());
   EXPECT_EQ(other.status().code(), StatusCode::kFailedPrecondition) << other.status();
+}
+
+TEST_F(EtcdCoordinatorTest, StateMovesFromADataDirToEtcdAndBack) {
+  testing::TempDir dir;
+  std::string map_before;
+  {
+    auto store = OpenRocksDbStateStore(dir.path() + "/from");
+    ASSERT_TRUE(store.ok()) << store.status();
+    auto state = CoordinatorState::Open(config_, std::move(store).value());
+    ASSERT_TRUE(state.ok()) << state.status();
+    ASSERT_TRUE((*state)->Join(MakeJoin("s1", 1)).ok());
+    map_before = (*state)->Map().SerializeAsString();
+  }
+  const std::string file = dir.path() + "/state.bin";
+  {
+    auto from = OpenRocksDbStateStore(dir.path() + "/from");
+    ASSERT_TRUE(from.ok());
+    auto exported = ExportState(**from, file);
+    ASSERT_TRUE(exported.ok()) << exported.status();
+    EXPECT_EQ(exported->map_version, 1u);
+    EXPECT_EQ(exported->servers, 1u);
+  }
+  {
+    EtcdStateStore to(client_.get(), "/rkv-test/");
+    to.SetImportOnly();
+    auto imported = ImportState(config_, file, to);
+    ASSERT_TRUE(imported.ok()) << imported.status();
+    // Once there, a second import is refused and changes nothing.
+    auto again = ImportState(config_, file, to);
+    EXPECT_EQ(again.status().code(), StatusCode::kFailedPrecondition) << again.status();
+  }
+  Member a = Open("127.0.0.1:1");
+  ASSERT_NE(a.shared, nullptr);
+  EXPECT_EQ(a.state->version(), 1u);
+  EXPECT_EQ(a.state->Map().SerializeAsString(), map_before);
+  a.shared->Stop();
+
+  // And back into an empty data dir; another shape of cluster is refused.
+  const std::string back = dir.path() + "/back.bin";
+  {
+    EtcdStateStore from(client_.get(), "/rkv-test/");
+    ASSERT_TRUE(ExportState(from, back).ok());
+  }
+  auto to = OpenRocksDbStateStore(dir.path() + "/to");
+  ASSERT_TRUE(to.ok());
+  CoordinatorConfig other = config_;
+  other.shard_count = 16;
+  EXPECT_EQ(ImportState(other, back, **to).status().code(), StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(ImportState(config_, back, **to).ok());
+  auto reopened = CoordinatorState::Open(config_, std::move(to).value());
+  ASSERT_TRUE(reopened.ok()) << reopened.status();
+  EXPECT_EQ((*reopened)->Map().SerializeAsString(), map_before);
+  {
+    std::FILE* f = std::fopen((dir.path() + "/garbage").c_str(), "w");
+    ASSERT_NE(f, nullptr);
+    std::fputs("\x0a\xff\xff not a state", f);
+    std::fclose(f);
+  }
+  auto empty = OpenRocksDbStateStore(dir.path() + "/empty");
+  ASSERT_TRUE(empty.ok());
+  EXPECT_EQ(ImportState(config_, dir.path() + "/garbage", **empty).status().code(), StatusCode::kDataLoss);
 }
 
 TEST(EtcdCoordinatorStartTest, AnEtcdThatNeverAnswersIsNamedAfterTheWait) {

@@ -86,16 +86,28 @@ StatusOr<StateStore::Snapshot> EtcdStateStore::Load() {
 
 Status EtcdStateStore::Commit(const v1::store::StoredMeta& meta, const std::vector<v1::store::StoredServer>& servers) {
   int64_t leader_revision;
+  bool import_only;
   {
     MutexLock lock(mu_);
     leader_revision = leader_create_revision_;
+    import_only = import_only_;
   }
-  if (leader_revision == 0) return Unavailable("not the leader: this coordinator commits nothing");
-  std::vector<etcd::Compare> compares(1);
-  compares[0].key = EtcdLeaderKey(prefix_);
-  compares[0].target = etcd::Compare::Target::kCreateRevision;
-  compares[0].result = etcd::Compare::Result::kEqual;
-  compares[0].number = leader_revision;
+  std::vector<etcd::Compare> compares;
+  const auto absent = [&](const std::string& key, int64_t revision) {
+    etcd::Compare& c = compares.emplace_back();
+    c.key = key;
+    c.target = etcd::Compare::Target::kCreateRevision;
+    c.result = etcd::Compare::Result::kEqual;
+    c.number = revision;
+  };
+  if (import_only) {
+    absent(EtcdFormatKey(prefix_), 0);
+    absent(EtcdMetaKey(prefix_), 0);
+  } else if (leader_revision == 0) {
+    return Unavailable("not the leader: this coordinator commits nothing");
+  } else {
+    absent(EtcdLeaderKey(prefix_), leader_revision);  // the key is the one this leader created
+  }
   std::vector<etcd::Op> ops;
   ops.reserve(servers.size() + 2);
   ops.push_back(etcd::Op::Put(EtcdFormatKey(prefix_), kEtcdStateFormat));
@@ -108,6 +120,9 @@ Status EtcdStateStore::Commit(const v1::store::StoredMeta& meta, const std::vect
   auto txn = etcd_->Txn(compares, ops, {}, std::chrono::steady_clock::now() + call_timeout_);
   if (!txn.ok()) return ResolveUnknownCommit(meta.map_version(), leader_revision, txn.status());
   const etcd::TxnResult& result = *txn;
+  if (!result.succeeded && import_only) {
+    return FailedPrecondition("etcd prefix " + prefix_ + " came to hold a cluster meanwhile: nothing was imported");
+  }
   if (!result.succeeded) {
     MutexLock lock(mu_);
     if (leader_create_revision_ == leader_revision) leader_create_revision_ = 0;
@@ -153,6 +168,11 @@ Status EtcdStateStore::ResolveUnknownCommit(uint64_t version, int64_t leader_rev
 bool EtcdStateStore::TakeUnresolved() {
   MutexLock lock(mu_);
   return std::exchange(unresolved_, false);
+}
+
+void EtcdStateStore::SetImportOnly() {
+  MutexLock lock(mu_);
+  import_only_ = true;
 }
 
 void EtcdStateStore::SetLeadership(int64_t leader_create_revision) {

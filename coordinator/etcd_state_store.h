@@ -62,6 +62,11 @@ class EtcdStateStore final : public StateStore {
   StatusOr<Snapshot> Load() override;
   Status Commit(const v1::store::StoredMeta& meta, const std::vector<v1::store::StoredServer>& servers) override;
 
+  // For an import (coordinator/state_transfer.h): the next commits are
+  // conditioned on the prefix holding no cluster yet (no format and no
+  // meta key) instead of on a leadership.
+  void SetImportOnly() EXCLUDES(mu_);
+
   // From now on commits are conditioned on the leader key having
   // `leader_create_revision` as its create revision (0: commit nothing).
   void SetLeadership(int64_t leader_create_revision) EXCLUDES(mu_);
@@ -92,6 +97,7 @@ class EtcdStateStore final : public StateStore {
   int64_t leader_create_revision_ GUARDED_BY(mu_) = 0;
   int64_t revision_ GUARDED_BY(mu_) = 0;
   bool unresolved_ GUARDED_BY(mu_) = false;
+  bool import_only_ GUARDED_BY(mu_) = false;
 };
 
 }  // namespace rkv::coordinator

@@ -28,7 +28,6 @@
 
 #include "common/mutex.h"
 #include "common/status.h"
-#include "coordinator/coordinator_service.h"
 #include "coordinator/etcd/etcd_client.h"
 
 namespace rkv::coordinator {
@@ -39,7 +38,7 @@ struct LeadershipOptions {
   int64_t ttl_s = 2;      // the election lease, in seconds
 };
 
-class Leadership final : public LeaderGate {
+class Leadership final {
  public:
   // Called once this coordinator's transaction created the leader key,
   // with the key's create revision; this coordinator leads once it
@@ -55,13 +54,14 @@ class Leadership final : public LeaderGate {
   // Starts campaigning on a thread of its own. `etcd` must outlive this.
   Leadership(etcd::EtcdClient* etcd, LeadershipOptions options, OnElected on_elected, OnDeposed on_deposed,
              StillValid still_valid);
-  ~Leadership() override;  // Stop()
+  ~Leadership();  // Stop()
   Leadership(const Leadership&) = delete;
   Leadership& operator=(const Leadership&) = delete;
 
-  // LeaderGate: OK while leading (see above); otherwise UNAVAILABLE "not
-  // the leader; the leader is X", or "no leader elected yet (WHY)".
-  Status CheckLeading(std::string* leader) const override EXCLUDES(mu_);
+  // OK while leading (see above); otherwise UNAVAILABLE "not the leader;
+  // the leader is X", or "no leader elected yet (WHY)" (LeaderGate's
+  // contract; EtcdCoordinator is the gate).
+  Status CheckLeading(std::string* leader) const EXCLUDES(mu_);
   bool Leading() const EXCLUDES(mu_);
 
   // The leader's address as last seen ("" when none is known).

@@ -7,6 +7,7 @@
 
 #include <csignal>
 #include <iostream>
+#include <memory>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -21,6 +22,7 @@
 #include "coordinator/coordinator_state.h"
 #include "coordinator/etcd_coordinator.h"
 #include "coordinator/state_store.h"
+#include "coordinator/state_transfer.h"
 
 DEFINE_string(listen, "127.0.0.1:7600", "HOST:PORT to serve gRPC on; port 0 picks a free port (default 127.0.0.1:7600)");
 DEFINE_string(data_dir, "",
@@ -39,6 +41,12 @@ DEFINE_uint32(election_ttl_s, 2,
               "with --etcd: the leader's etcd lease in seconds, 1..60; a leader that dies is replaced within "
               "about this long (default 2, etcd's minimum with its default timing)");
 DEFINE_uint32(etcd_wait_s, 30, "with --etcd: seconds to wait for etcd to answer at start-up (default 30)");
+DEFINE_string(export_state, "",
+              "write the cluster state held in --data_dir or --etcd to this file and exit (to move it into the "
+              "other kind of store with --import_state); stop every coordinator of the cluster first");
+DEFINE_string(import_state, "",
+              "read a file written by --export_state into --data_dir or --etcd, which must hold no cluster yet, "
+              "and exit; --shards, --servers and --replicas must match the state's");
 DEFINE_string(token_file, "", "file holding the token every server and client must present (required)");
 DEFINE_uint32(shards, 1024, "number of shards, 1..65536; fixed for the life of the data dir (default 1024)");
 DEFINE_uint32(servers, 3,
@@ -70,6 +78,40 @@ int CannotStart(const rkv::Status& status) {
   return 1;
 }
 
+// --export_state / --import_state: moves the state between a store and a
+// file, then exits (0 on success, 1 when it cannot).
+int TransferState(const rkv::coordinator::CoordinatorConfig& config, const std::vector<std::string>& etcd_endpoints) {
+  std::unique_ptr<rkv::etcd::EtcdClient> etcd;
+  std::unique_ptr<rkv::coordinator::StateStore> store;
+  std::string where;
+  if (!etcd_endpoints.empty()) {
+    auto client = rkv::etcd::EtcdClient::Create(etcd_endpoints);
+    if (!client.ok()) return CannotStart(client.status());
+    etcd = std::move(client).value();
+    auto etcd_store = std::make_unique<rkv::coordinator::EtcdStateStore>(etcd.get(), FLAGS_etcd_prefix);
+    if (!FLAGS_import_state.empty()) etcd_store->SetImportOnly();
+    store = std::move(etcd_store);
+    where = "etcd " + FLAGS_etcd + " prefix " + FLAGS_etcd_prefix;
+  } else {
+    auto opened = rkv::coordinator::OpenRocksDbStateStore(FLAGS_data_dir);
+    if (!opened.ok()) return CannotStart(opened.status());
+    store = std::move(opened).value();
+    where = "data dir " + FLAGS_data_dir;
+  }
+  if (!FLAGS_export_state.empty()) {
+    auto done = rkv::coordinator::ExportState(*store, FLAGS_export_state);
+    if (!done.ok()) return CannotStart(done.status().WithContext("exporting from " + where));
+    std::cout << "exported map version " << done->map_version << " (" << done->servers << " servers) from " << where
+              << " to " << FLAGS_export_state << std::endl;
+    return 0;
+  }
+  auto done = rkv::coordinator::ImportState(config, FLAGS_import_state, *store);
+  if (!done.ok()) return CannotStart(done.status().WithContext("importing into " + where));
+  std::cout << "imported map version " << done->map_version << " (" << done->servers << " servers) from "
+            << FLAGS_import_state << " into " << where << std::endl;
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -82,7 +124,12 @@ int main(int argc, char** argv) {
   if (FLAGS_data_dir.empty() && !use_etcd) return BadFlag("--data_dir or --etcd is required");
   if (!FLAGS_data_dir.empty() && use_etcd) {
     return BadFlag("--data_dir and --etcd are exclusive: the cluster's state lives in one of them (a data dir for "
-                   "a single coordinator, etcd for several)");
+                   "a single coordinator, etcd for several). To move it, stop the coordinators, then run "
+                   "rkv-coordinator --data_dir=DIR --export_state=FILE and rkv-coordinator --etcd=ENDPOINTS "
+                   "--import_state=FILE (or the reverse)");
+  }
+  if (!FLAGS_export_state.empty() && !FLAGS_import_state.empty()) {
+    return BadFlag("--export_state and --import_state are exclusive");
   }
   if (!use_etcd) {
     for (const char* flag : {"etcd_prefix", "advertise", "election_ttl_s", "etcd_wait_s"}) {
@@ -114,7 +161,8 @@ int main(int argc, char** argv) {
                      "need an address they can reach");
     }
   }
-  if (FLAGS_token_file.empty()) return BadFlag("--token_file is required");
+  const bool transfer = !FLAGS_export_state.empty() || !FLAGS_import_state.empty();
+  if (FLAGS_token_file.empty() && !transfer) return BadFlag("--token_file is required");
   if (rkv::Status s = rkv::control::ValidateHostPort(FLAGS_listen, /*allow_port_zero=*/true); !s.ok()) {
     return BadFlag("--listen: " + s.message());
   }
@@ -131,6 +179,8 @@ int main(int argc, char** argv) {
   config.lease = std::chrono::milliseconds(FLAGS_lease_ms);
   config.replace_after = std::chrono::milliseconds(FLAGS_replace_after_ms);
   if (rkv::Status s = rkv::coordinator::ValidateConfig(config); !s.ok()) return BadFlag(s.message());
+
+  if (!FLAGS_export_state.empty() || !FLAGS_import_state.empty()) return TransferState(config, etcd_endpoints);
 
   auto token = rkv::ReadTokenFile(FLAGS_token_file);
   if (!token.ok()) return CannotStart(token.status().WithContext("--token_file"));
