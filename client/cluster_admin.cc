@@ -114,6 +114,44 @@ StatusOr<ShardListingInfo> ClusterAdmin::ListShard(std::string_view server_id, u
   return out;
 }
 
+StatusOr<std::vector<CoordinatorInfo>> ClusterAdmin::Coordinators(const CallOptions& call) {
+  Client::Impl& impl = *client_->impl_;
+  if (!impl.cluster()) return NeedsCoordinator("Coordinators");
+  const std::vector<std::string>& addresses = impl.control().coordinator_addresses();
+  auto answers = impl.control().CoordinatorStatuses(impl.DeadlineOf(call));
+  std::vector<CoordinatorInfo> out;
+  for (size_t i = 0; i < answers.size() && i < addresses.size(); ++i) {
+    CoordinatorInfo& c = out.emplace_back();
+    c.address = addresses[i];
+    if (!answers[i].ok()) {
+      c.error = answers[i].status().ToString();
+      continue;
+    }
+    const v1::CoordinatorStatus& s = *answers[i];
+    c.reachable = true;
+    switch (s.role()) {
+      case v1::CoordinatorStatus::SINGLE: c.role = "single"; break;
+      case v1::CoordinatorStatus::LEADER: c.role = "leader"; break;
+      case v1::CoordinatorStatus::STANDBY: c.role = "standby"; break;
+      default: c.role = "unknown"; break;
+    }
+    c.leader = control::Printable(s.leader());
+    c.why_not_leader = control::Printable(s.why_not_leader(), 512);
+    c.map_version = s.map_version();
+    c.state_revision = s.state_revision();
+    c.etcd_prefix = control::Printable(s.etcd_prefix());
+    for (const auto& e : s.etcd()) {
+      EtcdEndpointInfo& info = c.etcd.emplace_back();
+      info.endpoint = control::Printable(e.endpoint());
+      info.healthy = e.healthy();
+      info.version = control::Printable(e.version());
+      info.error = control::Printable(e.error(), 512);
+      info.leads_etcd = e.is_leader();
+    }
+  }
+  return out;
+}
+
 StatusOr<DrainInfo> ClusterAdmin::Drain(std::string_view server_id, const CallOptions& call) {
   Client::Impl& impl = *client_->impl_;
   if (!impl.cluster()) return NeedsCoordinator("Drain");

@@ -245,4 +245,25 @@ StatusOr<v1::DrainResponse> ControlClient::Drain(const std::string& server_id, D
   return response;
 }
 
+std::vector<StatusOr<v1::CoordinatorStatus>> ControlClient::CoordinatorStatuses(Deadline deadline) {
+  const size_t n = coordinators_->addresses().size();
+  std::vector<v1::CoordinatorStatus> answers(n);
+  const std::vector<Status> results = coordinators_->CallEach(
+      "GetCoordinatorStatus", deadline, [&](size_t i, v1::Coordinator::Stub& stub, grpc::ClientContext* context) {
+        return stub.GetCoordinatorStatus(context, v1::CoordinatorStatusRequest(), &answers[i]);
+      });
+  std::vector<StatusOr<v1::CoordinatorStatus>> out;
+  out.reserve(n);
+  for (size_t i = 0; i < n; ++i) {
+    if (results[i].ok()) {
+      out.emplace_back(std::move(answers[i]));
+    } else {
+      out.emplace_back(results[i]);
+    }
+  }
+  return out;
+}
+
+const std::vector<std::string>& ControlClient::coordinator_addresses() const { return coordinators_->addresses(); }
+
 }  // namespace rkv::client

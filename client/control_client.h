@@ -90,6 +90,12 @@ class ControlClient {
   // "coordinator HOST:PORT: Drain SERVER_ID".
   StatusOr<v1::DrainResponse> Drain(const std::string& server_id, Deadline deadline);
 
+  // GetCoordinatorStatus of every listed coordinator, in list order: each
+  // answer, or that coordinator's error.
+  std::vector<StatusOr<v1::CoordinatorStatus>> CoordinatorStatuses(Deadline deadline);
+  // The listed coordinators' addresses.
+  const std::vector<std::string>& coordinator_addresses() const;
+
  private:
   // MaybeRefetch once it holds refetch_mu_.
   bool RefetchLocked(Deadline deadline) REQUIRES(refetch_mu_);

@@ -128,6 +128,7 @@ void CheckCommandLine(const std::vector<std::string>& args, uint8_t mode) {
       break;
     case Command::kMembers:
     case Command::kShards:
+    case Command::kCoordinators:
       RKV_FUZZ_CHECK(args.size() == 1);
       return;
     case Command::kStats:

@@ -6,6 +6,9 @@
 
 #include <algorithm>
 #include <set>
+#include <string>
+#include <thread>
+#include <vector>
 
 #include "proto/auth.h"
 #include "proto/grpc_status.h"
@@ -177,6 +180,25 @@ Status CoordinatorSet::CallLeader(std::string_view what, Deadline deadline, cons
 
 Status CoordinatorSet::CallAny(std::string_view what, Deadline deadline, const Call& call, std::string* answered_by) {
   return Run(what, deadline, call, /*leader_only=*/false, answered_by);
+}
+
+std::vector<Status> CoordinatorSet::CallEach(std::string_view what, Deadline deadline, const IndexedCall& call) {
+  std::vector<Status> results(addresses_.size());
+  std::vector<std::thread> threads;
+  threads.reserve(addresses_.size());
+  for (size_t i = 0; i < addresses_.size(); ++i) {
+    threads.emplace_back([&, i] {
+      Entry* const entry = At(i);
+      grpc::ClientContext context;
+      AttachTokenDigest(&context, digest_hex_);
+      context.set_deadline(ToSystem(deadline));
+      context.set_wait_for_ready(true);
+      const Status s = FromGrpc(call(i, *entry->stub, &context));
+      results[i] = s.ok() ? s : s.WithContext("coordinator " + entry->address + ": " + std::string(what));
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  return results;
 }
 
 Status CoordinatorSet::Run(std::string_view what, Deadline deadline, const Call& call, bool leader_only,

@@ -121,6 +121,16 @@ class CoordinatorSet {
   Status CallAny(std::string_view what, Deadline deadline, const Call& call, std::string* answered_by = nullptr)
       EXCLUDES(mu_);
 
+  // Runs `call` once on every coordinator of the list, all at once, each
+  // with the whole time left before `deadline`; returns each one's status
+  // in list order ("coordinator HOST:PORT: WHAT: ..." on errors). For
+  // questions put to each coordinator (GetCoordinatorStatus); `call` gets
+  // the coordinator's index in the list and must be safe to run
+  // concurrently for different indices.
+  using IndexedCall =
+      std::function<grpc::Status(size_t index, v1::Coordinator::Stub& stub, grpc::ClientContext* context)>;
+  std::vector<Status> CallEach(std::string_view what, Deadline deadline, const IndexedCall& call) EXCLUDES(mu_);
+
   // A coordinator to open a stream on (WatchClusterMap).
   struct Target {
     size_t index = 0;

@@ -170,8 +170,27 @@ TEST_F(HaTest, KillingTheLeaderFailsNoCallAndTheNewLeaderFailsOverAServer) {
               load.completed());
   std::fflush(stdout);
 
-  // The killed coordinator comes back as a standby.
+  // The killed coordinator comes back as a standby; kvctl shows who leads.
   ASSERT_TRUE(cluster().coordinator(old).Start().ok());
+  const std::string leader_address = cluster().coordinator(leader).address();
+  CommandResult shown;
+  EXPECT_TRUE(WaitFor(
+      "kvctl coordinators to show one leader and two standbys",
+      [&] {
+        shown = cluster().Kvctl({"coordinators"});
+        size_t standbys = 0;
+        for (size_t at = shown.out.find(" standby "); at != std::string::npos; at = shown.out.find(" standby ", at + 1)) {
+          ++standbys;
+        }
+        return shown.exit_code == 0 && shown.out.find(leader_address + "  leader") != std::string::npos &&
+               standbys == 2;
+      },
+      seconds(30), milliseconds(200)))
+      << shown.out << shown.err;
+  EXPECT_NE(shown.out.find("healthy, etcd 3.4"), std::string::npos) << shown.out;
+  const CommandResult members = cluster().Kvctl({"members"});
+  EXPECT_EQ(members.exit_code, 0) << members.err;
+  EXPECT_NE(members.out.find(leader_address + " leader"), std::string::npos) << members.out;
 
   // The new leader confirms servers and fails a dead one over: its shards
   // get a new primary, and the load goes on.

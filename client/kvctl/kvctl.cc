@@ -74,7 +74,14 @@ constexpr char kUsage[] =
     "                                 the cluster's servers: id, epoch, state (UP or DOWN;\n"
     "                                 ',DRAINING' while drained), address, zone, shards as\n"
     "                                 primary, as backup and being caught up on (SYNCING),\n"
-    "                                 keys, memory used/total (--output=json: a JSON array)\n"
+    "                                 keys, memory used/total, then which coordinator leads\n"
+    "                                 (--output=json: a JSON array of the servers)\n"
+    "  kvctl --coordinator=H:P [flags] coordinators\n"
+    "                                 every listed coordinator: its role (leader, standby, or\n"
+    "                                 single: the only one, on a data dir), the leader it\n"
+    "                                 knows, its map version and the etcd revision of its\n"
+    "                                 state, then each etcd endpoint's health; exit 2 when a\n"
+    "                                 coordinator does not answer (--output=json: an array)\n"
     "  kvctl --coordinator=H:P [flags] shards\n"
     "                                 one line per shard: its primary ('ID (from OLD)' while\n"
     "                                 the role passes from OLD), backups and servers catching\n"
@@ -114,8 +121,8 @@ constexpr char kUsage[] =
     "\n"
     "Flags of every command: --server or --coordinator (not both; default\n"
     "--server=127.0.0.1:7700), --token_file (required), --transport, --timeout, --output,\n"
-    "--key_hex; put also takes --value_file. members, shards, where, stats, verify and\n"
-    "drain need --coordinator. --coordinator takes one HOST:PORT or the cluster's\n"
+    "--key_hex; put also takes --value_file. members, coordinators, shards, where, stats,\n"
+    "verify and drain need --coordinator. --coordinator takes one HOST:PORT or the cluster's\n"
     "coordinators as a list, H:P,H:P,H:P: kvctl reads the map from any of them and\n"
     "sends drain to the leader, following it when it changes.\n"
     "--v=1 logs connection details to stderr. When KEY or VALUE starts with '-', end the\n"
@@ -308,6 +315,7 @@ int Run(const rkv::kvctl::Invocation& inv) {
   const bool cluster = !FLAGS_coordinator.empty();
   if (cluster && server_given) return UsageError(cmd + ": give either --server or --coordinator, not both");
   const bool needs_cluster = inv.command == rkv::kvctl::Command::kMembers ||
+                             inv.command == rkv::kvctl::Command::kCoordinators ||
                              inv.command == rkv::kvctl::Command::kStats ||
                              inv.command == rkv::kvctl::Command::kShards || inv.command == rkv::kvctl::Command::kWhere ||
                              inv.command == rkv::kvctl::Command::kVerify || inv.command == rkv::kvctl::Command::kDrain;
@@ -382,10 +390,24 @@ int Run(const rkv::kvctl::Invocation& inv) {
     case rkv::kvctl::Command::kMembers: {
       auto members = admin.Members();
       if (!members.ok()) return Fail(cmd, members.status());
-      const std::string out =
-          json ? rkv::kvctl::FormatMembersJson(*members) : rkv::kvctl::FormatMembersText(*members);
+      std::string out = json ? rkv::kvctl::FormatMembersJson(*members) : rkv::kvctl::FormatMembersText(*members);
+      if (!json) {
+        // Which coordinator leads, and whether each answers.
+        auto coordinators = admin.Coordinators();
+        if (coordinators.ok()) out += rkv::kvctl::FormatCoordinatorsLine(*coordinators);
+      }
       if (!WriteAll(out)) return Fail(cmd, rkv::PosixError("write(stdout)", errno));
       return kExitOk;
+    }
+    case rkv::kvctl::Command::kCoordinators: {
+      auto coordinators = admin.Coordinators();
+      if (!coordinators.ok()) return Fail(cmd, coordinators.status());
+      const std::string out = json ? rkv::kvctl::FormatCoordinatorsJson(*coordinators)
+                                   : rkv::kvctl::FormatCoordinatorsText(*coordinators);
+      if (!WriteAll(out)) return Fail(cmd, rkv::PosixError("write(stdout)", errno));
+      bool all = true;
+      for (const rkv::CoordinatorInfo& c : *coordinators) all = all && c.reachable;
+      return all ? kExitOk : kExitError;
     }
     case rkv::kvctl::Command::kShards: {
       auto info = (*client)->Cluster();

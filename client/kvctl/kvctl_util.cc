@@ -28,8 +28,10 @@ StatusOr<Invocation> ParseInvocation(const std::vector<std::string>& args, bool 
   } else if (args[0] == "where") {
     inv.command = Command::kWhere;
     max_args = 2;
-  } else if (args[0] == "members" || args[0] == "shards") {
-    inv.command = args[0] == "members" ? Command::kMembers : Command::kShards;
+  } else if (args[0] == "members" || args[0] == "shards" || args[0] == "coordinators") {
+    inv.command = args[0] == "members" ? Command::kMembers
+                  : args[0] == "shards" ? Command::kShards
+                                        : Command::kCoordinators;
     if (args.size() > 1) {
       return InvalidArgument(args[0] + ": takes no arguments (" + std::to_string(args.size() - 1) + " given)");
     }
@@ -372,6 +374,68 @@ std::string FormatMembersJson(const std::vector<MemberInfo>& members) {
            ",\"draining\":" + (m.draining ? "true" : "false") + "}";
   }
   return out + "]\n";
+}
+
+std::string FormatCoordinatorsText(const std::vector<CoordinatorInfo>& coordinators) {
+  std::vector<std::vector<std::string>> rows;
+  rows.push_back({"COORDINATOR", "ROLE", "LEADER", "MAP VERSION", "STATE REVISION"});
+  std::string errors;
+  const CoordinatorInfo* seen_etcd = nullptr;
+  for (const CoordinatorInfo& c : coordinators) {
+    if (!c.reachable) {
+      rows.push_back({c.address, "unreachable", "-", "-", "-"});
+      errors += c.address + ": " + c.error + "\n";
+      continue;
+    }
+    rows.push_back({c.address, c.role, c.leader.empty() ? "none" : c.leader, U(c.map_version),
+                    c.etcd_prefix.empty() ? "-" : std::to_string(c.state_revision)});
+    if (seen_etcd == nullptr && !c.etcd.empty()) seen_etcd = &c;
+  }
+  std::string out = Columns(rows) + errors;
+  if (seen_etcd != nullptr) {
+    out += "etcd (prefix " + seen_etcd->etcd_prefix + ", as " + seen_etcd->address + " sees it):\n";
+    for (const EtcdEndpointInfo& e : seen_etcd->etcd) {
+      out += "  " + e.endpoint + ": " +
+             (e.healthy ? "healthy, etcd " + e.version + (e.leads_etcd ? ", leads etcd" : "") : "UNHEALTHY: " + e.error) +
+             "\n";
+    }
+  }
+  return out;
+}
+
+std::string FormatCoordinatorsJson(const std::vector<CoordinatorInfo>& coordinators) {
+  std::string out = "[";
+  for (size_t i = 0; i < coordinators.size(); ++i) {
+    const CoordinatorInfo& c = coordinators[i];
+    if (i > 0) out += ",";
+    out += "{\"address\":" + JsonQuote(c.address) + ",\"reachable\":" + (c.reachable ? "true" : "false");
+    if (!c.reachable) {
+      out += ",\"error\":" + JsonQuote(c.error) + "}";
+      continue;
+    }
+    out += ",\"role\":" + JsonQuote(c.role) + ",\"leader\":" + JsonQuote(c.leader) +
+           ",\"why_not_leader\":" + JsonQuote(c.why_not_leader) + ",\"map_version\":" + U(c.map_version) +
+           ",\"state_revision\":" + std::to_string(c.state_revision) + ",\"etcd_prefix\":" +
+           JsonQuote(c.etcd_prefix) + ",\"etcd\":[";
+    for (size_t k = 0; k < c.etcd.size(); ++k) {
+      const EtcdEndpointInfo& e = c.etcd[k];
+      if (k > 0) out += ",";
+      out += "{\"endpoint\":" + JsonQuote(e.endpoint) + ",\"healthy\":" + (e.healthy ? "true" : "false") +
+             ",\"version\":" + JsonQuote(e.version) + ",\"error\":" + JsonQuote(e.error) +
+             ",\"leads_etcd\":" + (e.leads_etcd ? "true" : "false") + "}";
+    }
+    out += "]}";
+  }
+  return out + "]\n";
+}
+
+std::string FormatCoordinatorsLine(const std::vector<CoordinatorInfo>& coordinators) {
+  std::string out = "coordinators:";
+  for (size_t i = 0; i < coordinators.size(); ++i) {
+    const CoordinatorInfo& c = coordinators[i];
+    out += std::string(i > 0 ? "," : "") + " " + c.address + " " + (c.reachable ? c.role : "unreachable");
+  }
+  return out + "\n";
 }
 
 namespace {

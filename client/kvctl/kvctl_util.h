@@ -14,7 +14,7 @@
 
 namespace rkv::kvctl {
 
-enum class Command { kGet, kPut, kDel, kMembers, kStats, kShards, kWhere, kVerify, kDrain };
+enum class Command { kGet, kPut, kDel, kMembers, kStats, kShards, kWhere, kVerify, kDrain, kCoordinators };
 
 // A parsed command line (after flags): get|del|where KEY, put KEY [VALUE],
 // members, shards, verify, stats [SERVER_ID], or drain SERVER_ID.
@@ -74,6 +74,16 @@ std::string FormatBytes(uint64_t bytes);
 // draining server reads "UP,DRAINING" (or "DOWN,DRAINING").
 std::string FormatMembersText(const std::vector<MemberInfo>& members);
 std::string FormatMembersJson(const std::vector<MemberInfo>& members);
+
+// `kvctl coordinators`: one row per listed coordinator (address, role,
+// the leader it knows, map version, etcd revision of its state; an
+// unreachable one with its error), then the etcd endpoints' health as the
+// first coordinator that answered sees them. `kvctl members` ends with
+// FormatCoordinatorsLine: "coordinators: A leader, B standby, C
+// unreachable".
+std::string FormatCoordinatorsText(const std::vector<CoordinatorInfo>& coordinators);
+std::string FormatCoordinatorsJson(const std::vector<CoordinatorInfo>& coordinators);
+std::string FormatCoordinatorsLine(const std::vector<CoordinatorInfo>& coordinators);
 
 // `kvctl shards`: a table (shard, primary, backups joined by ',', syncing
 // servers likewise, "-" for none; a primary taking over from another

@@ -107,7 +107,46 @@ TEST(JsonTest, FormatsCommandOutput) {
 namespace rkv::kvctl {
 namespace {
 
+TEST(FormatCoordinatorsTest, ShowsRolesLeaderAndEtcdHealth) {
+  CoordinatorInfo a;
+  a.address = "10.0.0.1:7600";
+  a.reachable = true;
+  a.role = "leader";
+  a.leader = "10.0.0.1:7600";
+  a.map_version = 42;
+  a.state_revision = 97;
+  a.etcd_prefix = "/rkv/prod/";
+  a.etcd = {{"10.0.0.1:2379", true, "3.4.23", "", true}, {"10.0.0.2:2379", false, "", "UNAVAILABLE: down", false}};
+  CoordinatorInfo b = a;
+  b.address = "10.0.0.2:7600";
+  b.role = "standby";
+  CoordinatorInfo c;
+  c.address = "10.0.0.3:7600";
+  c.error = "UNAVAILABLE: not connected";
+  EXPECT_EQ(FormatCoordinatorsText({a, b, c}),
+            "COORDINATOR    ROLE         LEADER         MAP VERSION  STATE REVISION\n"
+            "10.0.0.1:7600  leader       10.0.0.1:7600  42           97\n"
+            "10.0.0.2:7600  standby      10.0.0.1:7600  42           97\n"
+            "10.0.0.3:7600  unreachable  -              -            -\n"
+            "10.0.0.3:7600: UNAVAILABLE: not connected\n"
+            "etcd (prefix /rkv/prod/, as 10.0.0.1:7600 sees it):\n"
+            "  10.0.0.1:2379: healthy, etcd 3.4.23, leads etcd\n"
+            "  10.0.0.2:2379: UNHEALTHY: UNAVAILABLE: down\n");
+  EXPECT_EQ(FormatCoordinatorsLine({a, b, c}),
+            "coordinators: 10.0.0.1:7600 leader, 10.0.0.2:7600 standby, 10.0.0.3:7600 unreachable\n");
+  EXPECT_EQ(FormatCoordinatorsJson({c}),
+            "[{\"address\":\"10.0.0.3:7600\",\"reachable\":false,\"error\":\"UNAVAILABLE: not connected\"}]\n");
+  const std::string json = FormatCoordinatorsJson({a});
+  EXPECT_NE(json.find("\"role\":\"leader\""), std::string::npos) << json;
+  EXPECT_NE(json.find("\"leads_etcd\":true"), std::string::npos) << json;
+}
+
 TEST(ParseInvocationTest, ParsesClusterCommands) {
+  auto coordinators = ParseInvocation({"coordinators"}, false);
+  ASSERT_TRUE(coordinators.ok()) << coordinators.status();
+  EXPECT_EQ(coordinators->command, Command::kCoordinators);
+  EXPECT_FALSE(ParseInvocation({"coordinators", "x"}, false).ok());
+
   auto m = ParseInvocation({"members"}, false);
   ASSERT_TRUE(m.ok()) << m.status();
   EXPECT_EQ(m->command, Command::kMembers);

@@ -101,6 +101,30 @@ struct DrainInfo {
   uint32_t roles_to_move = 0;  // primaries + backups + syncing still on the server
 };
 
+// One etcd endpoint as a coordinator sees it (CoordinatorInfo::etcd).
+struct EtcdEndpointInfo {
+  std::string endpoint;
+  bool healthy = false;
+  std::string version;  // etcd's version, when healthy
+  std::string error;    // why not, when not
+  bool leads_etcd = false;
+};
+
+// One coordinator of the list the client was given (ClusterAdmin::
+// Coordinators), as it describes itself.
+struct CoordinatorInfo {
+  std::string address;  // as listed
+  bool reachable = false;
+  std::string error;    // when not reachable
+  std::string role;     // "leader", "standby" or "single" (the only one, on a data dir)
+  std::string leader;   // the leader it knows ("" when none)
+  std::string why_not_leader;
+  uint64_t map_version = 0;
+  int64_t state_revision = 0;  // etcd revision of the state it holds (0 without etcd)
+  std::string etcd_prefix;
+  std::vector<EtcdEndpointInfo> etcd;
+};
+
 class RKV_EXPORT ClusterAdmin {
  public:
   // Connects a Client for administration only (Client::Connect's errors;
@@ -121,6 +145,11 @@ class RKV_EXPORT ClusterAdmin {
 
   // The servers of the client's cached map, in join order.
   StatusOr<std::vector<MemberInfo>> Members() const;
+
+  // Every coordinator of ClientOptions::coordinator, asked at once what it
+  // is (a coordinator that does not answer is listed unreachable, with
+  // why). FAILED_PRECONDITION for a client of one server.
+  StatusOr<std::vector<CoordinatorInfo>> Coordinators(const CallOptions& call = {});
 
   // The Admin Stats of server `server_id`: its counters, as it lists
   // them. FAILED_PRECONDITION when the service at its admin address
