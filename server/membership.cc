@@ -338,9 +338,26 @@ void Membership::FetchLoop() {
   }
 }
 
+namespace {
+
+// A heartbeat's failure, in the few words a write refused for an expired
+// lease can carry to its client (ServerLease::why_not_renewed).
+std::string WhyNotRenewed(const Status& s) {
+  const std::string& m = s.message();
+  if (m.find("no leader elected yet") != std::string::npos) {
+    return m.find("etcd unreachable") != std::string::npos ? "no coordinator leader (etcd unreachable)"
+                                                           : "no coordinator leader";
+  }
+  if (m.find("not the leader") != std::string::npos) return "no coordinator leader reachable";
+  return "coordinator unreachable";
+}
+
+}  // namespace
+
 void Membership::NoteReachable(bool reachable, const Status& why) {
   MutexLock lock(mu_);
   connected_ = reachable;
+  lease_.why_not_renewed = reachable ? std::string() : WhyNotRenewed(why);
   if (reachable && reported_down_) {
     LOG(INFO) << "coordinator " << leader_ << " is reachable again";
     reported_down_ = false;

@@ -66,7 +66,9 @@ class BoardSource final : public MapSource {
     reports_.fetch_add(1);
     return Internal("unexpected report of " + std::string(backup) + ": " + std::string(why));
   }
-  ServerLease lease() const override { return ServerLease{.enabled = false, .until = {}, .map_version = 0}; }
+  ServerLease lease() const override {
+    return ServerLease{.enabled = false, .until = {}, .map_version = 0, .why_not_renewed = {}};
+  }
 
   // The replica failure reports refused so far.
   int reports() const { return reports_.load(); }

@@ -76,9 +76,11 @@ Status CheckAssigned(const v1::ClusterMap& map, const MapSource& self) {
 }  // namespace
 
 ServerLease LeaseFrom(std::chrono::steady_clock::time_point sent, uint32_t lease_ms, uint64_t map_version) {
-  if (lease_ms == 0) return ServerLease{.enabled = false, .until = {}, .map_version = map_version};
+  if (lease_ms == 0) {
+    return ServerLease{.enabled = false, .until = {}, .map_version = map_version, .why_not_renewed = {}};
+  }
   const auto length = std::chrono::microseconds(static_cast<int64_t>(lease_ms) * 990) - std::chrono::milliseconds(10);
-  return ServerLease{.enabled = true, .until = sent + length, .map_version = map_version};
+  return ServerLease{.enabled = true, .until = sent + length, .map_version = map_version, .why_not_renewed = {}};
 }
 
 void MapPolicy::Attach(MapSource* source) {
@@ -245,6 +247,12 @@ Status MapPolicy::CheckLease() {
     return Unavailable("lease on the cluster map expired: the coordinator has granted none yet");
   }
   const auto ago = std::chrono::duration_cast<std::chrono::milliseconds>(now - lease.until);
+  // Why first: a client sees the start of this message only (a reply's
+  // text is short, common/protocol.h).
+  if (!lease.why_not_renewed.empty()) {
+    return Unavailable(lease.why_not_renewed + ": lease on the cluster map expired " + std::to_string(ago.count()) +
+                       " ms ago");
+  }
   return Unavailable("lease on the cluster map expired " + std::to_string(ago.count()) +
                      " ms ago (no heartbeat answered since)");
 }

@@ -31,6 +31,9 @@ struct ServerLease {
   // map at least that new (a server that was frozen while its shards moved,
   // then granted a lease again, must not use the map it held before).
   uint64_t map_version = 0;
+  // Why the last heartbeat got no grant ("" after a grant): what a write
+  // refused for an expired lease tells its client.
+  std::string why_not_renewed{};
 };
 
 // The lease a grant of `lease_ms` on a request sent at `sent` gives: until
