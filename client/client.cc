@@ -60,7 +60,8 @@ Client::Impl::Impl(const ClientOptions& options)
 Client::Impl::~Impl() {
   // The watch thread goes first: nothing may install maps while the
   // pools are torn down; the pools go before the transports they use.
-  // The lease thread goes before the control client it calls.
+  // The lease share goes first: once it has left, the shared lease no
+  // longer installs maps into holder_.
   leases_.reset();
   control_.reset();
   {
@@ -112,22 +113,15 @@ Status Client::Impl::InitCluster(std::optional<transport::Kind> fixed_kind, std:
     backoff = std::min(backoff * 2, std::chrono::milliseconds(200));
   }
   control_->StartWatch();
-  client::ControlClient* const control = control_.get();
-  leases_ = std::make_unique<client::LeaseKeeper>(
-      [control](uint64_t version, Deadline d) { return control->RenewLease(version, d); },
-      [control](Deadline d) {
-        auto t = control->Fetch(d);
-        return t.ok() ? Status::Ok() : t.status();
-      },
-      [this] {
-        const auto table = holder_.Current();
-        return table != nullptr ? table->version() : uint64_t{0};
-      });
-  // The first lease, so that the first calls need not wait for one; a
+  // The process's lease for these coordinators and this token, shared
+  // with every other client of it (docs/design.md §8.8).
+  RKV_ASSIGN_OR_RETURN(leases_, client::LeaseShare::Join(options_.coordinator, options_.token, &holder_));
+  // The first lease, so that the first calls need not wait for one: none
+  // is asked for when the shared one already covers this client's map. A
   // failure here is not Connect's: each call renews (or waits) on its own.
-  const Status leased = leases_->Renew(deadline);
+  const auto table = holder_.Current();
+  const Status leased = leases_->Check(table != nullptr ? table->version() : 0, "", deadline);
   if (!leased.ok()) VLOG(1) << "rkv: no lease at connect (calls will renew): " << leased;
-  leases_->Start();
   return Status::Ok();
 }
 

@@ -15,8 +15,9 @@
 // table of that server alone (RoutingTable::ForServer), which owns every
 // shard. Both go through the same routing (Routes), pools and retries
 // (WithServer); a client of a coordinator also holds a lease on its map
-// (LeaseKeeper) and uses a server only under one that covers it
-// (docs/design.md §8.4).
+// (LeaseKeeper, shared by the process's clients of the same coordinators:
+// LeaseShare) and uses a server only under one that covers it
+// (docs/design.md §8.4, §8.8).
 //
 // Thread safety: every method may be called from any thread once Init*
 // returned (Init* run in Connect, before the client is shared).
@@ -357,7 +358,7 @@ class [[gnu::visibility("hidden")]] Client::Impl {
 
   client::MapHolder holder_;
   std::unique_ptr<client::ControlClient> control_;  // null for a client of one server
-  std::unique_ptr<client::LeaseKeeper> leases_;     // null for a client of one server
+  std::unique_ptr<client::LeaseShare> leases_;      // null for a client of one server
 
   // Declaration order matters: the pools (whose connections use the
   // transports) are destroyed before transports_.

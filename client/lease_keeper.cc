@@ -3,6 +3,11 @@
 #include <glog/logging.h>
 
 #include <algorithm>
+#include <map>
+
+#include "client/control_client.h"
+#include "proto/auth.h"
+#include "proto/coordinator_set.h"
 
 namespace rkv::client {
 namespace {
@@ -188,6 +193,119 @@ bool LeaseKeeper::disabled() const {
 LeaseStats LeaseKeeper::stats() const {
   MutexLock lock(mu_);
   return stats_;
+}
+
+// One process's lease for (coordinators, token): the keeper and what its
+// renewals use. Destroyed when its last LeaseShare leaves.
+//
+// Thread safety: members is guarded by mu; the rest is set at creation.
+// Lock order: mu, then a member's MapHolder lock (Current,
+// InstallIfNewer); nothing takes mu while holding a MapHolder's.
+struct SharedLease {
+  // The newest map version among the members and the maps this lease
+  // fetched: what the next renewal is for.
+  uint64_t NewestVersion() const EXCLUDES(mu) {
+    const auto own = holder.Current();
+    uint64_t newest = own != nullptr ? own->version() : 0;
+    MutexLock lock(mu);
+    for (const MapHolder* m : members) {
+      const auto table = m->Current();
+      if (table != nullptr) newest = std::max(newest, table->version());
+    }
+    return newest;
+  }
+
+  // Fetches the coordinator's map once and installs it into every member.
+  Status FetchForAll(Deadline deadline) EXCLUDES(mu) {
+    auto table = control->Fetch(deadline);
+    if (!table.ok()) return table.status();
+    MutexLock lock(mu);
+    for (MapHolder* m : members) m->InstallIfNewer(*table);
+    return Status::Ok();
+  }
+
+  std::string key;  // the registry's
+  std::unique_ptr<ControlClient> control;  // its own channels; no watch
+  MapHolder holder;  // the maps its fetches brought (control's)
+  mutable Mutex mu;
+  std::vector<MapHolder*> members GUARDED_BY(mu);
+  // Declared last, so destroyed first: its thread uses everything above.
+  std::unique_ptr<LeaseKeeper> keeper;
+};
+
+namespace {
+
+// The process's leases by key, as weak references: a lease lives as long
+// as its shares do, and an expired entry is dropped by the next Join.
+struct Registry {
+  Mutex mu;
+  std::map<std::string, std::weak_ptr<SharedLease>> leases GUARDED_BY(mu);
+};
+
+Registry& TheRegistry() {
+  static Registry* const registry = new Registry();  // never destroyed: shares may outlive static destruction
+  return *registry;
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<LeaseShare>> LeaseShare::Join(std::string_view coordinators, std::string_view token,
+                                                       MapHolder* holder) {
+  RKV_ASSIGN_OR_RETURN(const std::vector<std::string> list, control::ParseCoordinatorList(coordinators));
+  // The normalized list and the token's digest: clients that list the same
+  // coordinators in the same order with the same token share.
+  std::string key;
+  for (const std::string& address : list) key += address + ",";
+  key += control::TokenDigestHex(token);
+
+  Registry& registry = TheRegistry();
+  MutexLock lock(registry.mu);
+  std::shared_ptr<SharedLease> lease = registry.leases[key].lock();
+  if (lease == nullptr) {
+    for (auto it = registry.leases.begin(); it != registry.leases.end();) {
+      it = it->second.expired() ? registry.leases.erase(it) : std::next(it);
+    }
+    RKV_ASSIGN_OR_RETURN(std::unique_ptr<control::CoordinatorSet> set,
+                         control::CoordinatorSet::Create(coordinators, token));
+    lease = std::make_shared<SharedLease>();
+    lease->key = key;
+    lease->control = std::make_unique<ControlClient>(std::move(set), std::string(token), &lease->holder);
+    SharedLease* const l = lease.get();
+    lease->keeper = std::make_unique<LeaseKeeper>(
+        [l](uint64_t version, Deadline d) { return l->control->RenewLease(version, d); },
+        [l](Deadline d) { return l->FetchForAll(d); }, [l] { return l->NewestVersion(); });
+    registry.leases[key] = lease;
+  }
+  {
+    MutexLock members_lock(lease->mu);
+    lease->members.push_back(holder);
+  }
+  lease->keeper->Start();
+  return std::unique_ptr<LeaseShare>(new LeaseShare(std::move(lease), holder));
+}
+
+LeaseShare::LeaseShare(std::shared_ptr<SharedLease> lease, MapHolder* holder)
+    : lease_(std::move(lease)), holder_(holder) {}
+
+LeaseShare::~LeaseShare() {
+  MutexLock lock(lease_->mu);
+  auto& m = lease_->members;
+  m.erase(std::find(m.begin(), m.end(), holder_));
+}
+
+Status LeaseShare::Check(uint64_t map_version, std::string_view server_id, Deadline deadline) {
+  return lease_->keeper->Check(map_version, server_id, deadline);
+}
+
+Status LeaseShare::Renew(Deadline deadline) { return lease_->keeper->Renew(deadline); }
+
+Lease LeaseShare::Current() const { return lease_->keeper->Current(); }
+
+LeaseKeeper& LeaseShare::keeper() const { return *lease_->keeper; }
+
+size_t LeaseShare::members() const {
+  MutexLock lock(lease_->mu);
+  return lease_->members.size();
 }
 
 }  // namespace rkv::client

@@ -17,17 +17,26 @@
 // stops the background thread (Start) and joins it, after the renewal it
 // may be running (bounded by kProbeInterval); it must not run while a Check
 // is in progress.
+//
+// LeaseShare: the clients of one process that reach the same coordinators
+// with the same token share one LeaseKeeper (docs/design.md §8.8, "What
+// renewals cost"), so that a process renews once per lease_ms / 3 however
+// many Clients it holds, not once each. A lease is a fact about the
+// coordinator's map version and the process's clock, not about the client
+// that asked, so every client whose map has the leased version may use it.
 #pragma once
 
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <thread>
 #include <vector>
 
+#include "client/cluster_map.h"
 #include "client/server_connection.h"
 #include "common/mutex.h"
 #include "common/status.h"
@@ -124,6 +133,47 @@ class LeaseKeeper {
   // Started by Start (under mu_), joined by the destructor once stopping_
   // is set.
   std::thread thread_;
+};
+
+struct SharedLease;  // lease_keeper.cc
+
+// A client's part in its process's lease for (coordinators, token): the
+// shared keeper renews for the newest map version of every member, and
+// installs a map it had to fetch (the coordinator's version was newer)
+// into every member's MapHolder as well as its own.
+//
+// Thread safety: every method is thread-safe. The destructor leaves the
+// lease: once it returns the keeper no longer touches the member's
+// holder. The last share to leave stops the keeper (~LeaseKeeper).
+class LeaseShare {
+ public:
+  // Joins `holder` (the client's map; it must outlive the share) to the
+  // lease of `coordinators` (a list ParseCoordinatorList accepts) and
+  // `token`, making it, with its own channels to the coordinators
+  // (control::CoordinatorSet) and its background thread started, when
+  // this process holds none. The first renewal is the caller's (Renew or
+  // Check). INVALID_ARGUMENT for a malformed list.
+  static StatusOr<std::unique_ptr<LeaseShare>> Join(std::string_view coordinators, std::string_view token,
+                                                    MapHolder* holder);
+
+  ~LeaseShare();
+  LeaseShare(const LeaseShare&) = delete;
+  LeaseShare& operator=(const LeaseShare&) = delete;
+
+  // LeaseKeeper::Check, Renew and Current of the shared keeper.
+  Status Check(uint64_t map_version, std::string_view server_id, Deadline deadline);
+  Status Renew(Deadline deadline);
+  Lease Current() const;
+  // The shared keeper (tests, reporting).
+  LeaseKeeper& keeper() const;
+  // How many shares this share's lease has now (tests).
+  size_t members() const;
+
+ private:
+  LeaseShare(std::shared_ptr<SharedLease> lease, MapHolder* holder);
+
+  const std::shared_ptr<SharedLease> lease_;
+  MapHolder* const holder_;
 };
 
 }  // namespace rkv::client

@@ -122,6 +122,33 @@ CoordinatorSet::CoordinatorSet(std::vector<std::string> addresses, std::string_v
     : addresses_(std::move(addresses)), list_(Join(addresses_)), digest_hex_(TokenDigestHex(token)) {
   MutexLock lock(mu_);
   for (const std::string& a : addresses_) entries_.push_back(std::make_unique<Entry>(a));
+  // Every channel starts connecting now, and the first call waits a
+  // moment (kSettle at most) for the attempts to end, so that it can tell a
+  // coordinator that refused its connection from one that took it (Order).
+  if (entries_.size() > 1) {
+    for (const auto& e : entries_) (void)e->channel->GetState(/*try_to_connect=*/true);
+    settle_until_ = Clock::now() + kSettle;
+  }
+}
+
+void CoordinatorSet::Settle() {
+  Deadline until;
+  std::vector<grpc::Channel*> channels;
+  {
+    MutexLock lock(mu_);
+    until = settle_until_;
+    if (until == Deadline{} || Clock::now() >= until) return;
+    for (const auto& e : entries_) channels.push_back(e->channel.get());
+  }
+  for (grpc::Channel* channel : channels) {
+    for (;;) {
+      const grpc_connectivity_state state = channel->GetState(/*try_to_connect=*/false);
+      if (state != GRPC_CHANNEL_IDLE && state != GRPC_CHANNEL_CONNECTING) break;
+      if (!channel->WaitForStateChange(state, ToSystem(until))) break;
+    }
+  }
+  MutexLock lock(mu_);
+  settle_until_ = Deadline{};
 }
 
 CoordinatorSet::~CoordinatorSet() = default;
@@ -145,11 +172,21 @@ CoordinatorSet::Entry* CoordinatorSet::At(size_t index) const {
 
 size_t CoordinatorSet::NextLocked(size_t index) const { return (index + 1) % entries_.size(); }
 
-std::vector<size_t> CoordinatorSet::Order(size_t first) const {
+std::vector<size_t> CoordinatorSet::Order(size_t first) {
+  Settle();
   MutexLock lock(mu_);
   std::vector<size_t> order;
   order.reserve(entries_.size());
   for (size_t i = 0; i < entries_.size(); ++i) order.push_back((first + i) % entries_.size());
+  // Coordinators whose last connection attempt failed go last (in the
+  // same order): a dead one does not cost every new process an attempt's
+  // share while another is connected or connecting. When all of them
+  // failed, each is still waited for in turn, which drives reconnection.
+  std::vector<bool> failed(entries_.size());
+  for (size_t i = 0; i < entries_.size(); ++i) {
+    failed[i] = entries_[i]->channel->GetState(/*try_to_connect=*/false) == GRPC_CHANNEL_TRANSIENT_FAILURE;
+  }
+  std::stable_partition(order.begin(), order.end(), [&failed](size_t i) { return !failed[i]; });
   return order;
 }
 

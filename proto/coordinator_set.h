@@ -159,8 +159,15 @@ class CoordinatorSet {
   Status Run(std::string_view what, Deadline deadline, const Call& call, bool leader_only,
              std::string* answered_by) EXCLUDES(mu_);
   Entry* At(size_t index) const EXCLUDES(mu_);
-  // The order of one pass: `first`, then every other entry in order.
-  std::vector<size_t> Order(size_t first) const EXCLUDES(mu_);
+  // The order of one pass: `first`, then every other entry in order,
+  // those whose last connection attempt failed last.
+  std::vector<size_t> Order(size_t first) EXCLUDES(mu_);
+  // Until the first channels' connection attempts ended (or kSettle
+  // passed since Create), waits for them; then returns at once.
+  void Settle() EXCLUDES(mu_);
+  // How long the first call may wait for the connection attempts that
+  // Create began.
+  static constexpr std::chrono::milliseconds kSettle{200};
   // The index of `address`, adding it (a learned leader) if there is
   // room; npos when there is none.
   size_t IndexOf(const std::string& address) EXCLUDES(mu_);
@@ -175,6 +182,9 @@ class CoordinatorSet {
   std::vector<std::unique_ptr<Entry>> entries_ GUARDED_BY(mu_);
   size_t leader_ GUARDED_BY(mu_) = 0;
   size_t answered_ GUARDED_BY(mu_) = 0;
+  // Until when the first call waits for the connection attempts Create
+  // began (Settle); the epoch once it has.
+  Deadline settle_until_ GUARDED_BY(mu_){};
 };
 
 }  // namespace rkv::control

@@ -3,6 +3,12 @@
 #include "common/net_address.h"
 
 namespace rkv::control {
+namespace {
+
+constexpr int kMinPollers = 2;
+constexpr int kMaxPollers = 16;
+
+}  // namespace
 
 StatusOr<StartedGrpcServer> StartGrpcServer(const std::string& listen, grpc::Service* service,
                                             const std::string& what) {
@@ -17,6 +23,15 @@ StatusOr<StartedGrpcServer> StartGrpcServer(const std::string& listen, const std
   grpc::ServerBuilder builder;
   int port = 0;
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  // gRPC's sync server keeps 1..2 idle polling threads by default: under a
+  // steady stream of short calls (lease renewals, heartbeats) the last
+  // idle poller to take a call starts a new thread, and a thread that
+  // finds two idle pollers when it is done exits, so a thread is created
+  // and destroyed for almost every call. With kMinPollers idle pollers
+  // before a new thread starts, and room for kMaxPollers before one exits,
+  // the threads stay (docs/design.md §8.8, "What renewals cost").
+  builder.SetSyncServerOption(grpc::ServerBuilder::SyncServerOption::MIN_POLLERS, kMinPollers);
+  builder.SetSyncServerOption(grpc::ServerBuilder::SyncServerOption::MAX_POLLERS, kMaxPollers);
   builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &port);
   for (grpc::Service* service : services) builder.RegisterService(service);
   StartedGrpcServer started;

@@ -244,7 +244,12 @@ TEST_F(ClusterTest, KvctlShowsReplicaSetsAndWhereAKeyLives) {
   EXPECT_EQ(r.out.rfind("SERVER", 0), 0u) << r.out;
   EXPECT_NE(r.out.find("ZONE"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("PRIMARIES  BACKUPS"), std::string::npos) << r.out;
-  for (const std::string& row : Lines(r.out)) {
+  // The last line names the coordinator and its role.
+  std::vector<std::string> rows = Lines(r.out);
+  ASSERT_FALSE(rows.empty());
+  EXPECT_EQ(rows.back(), "coordinators: " + TestClusterTest::cluster().coordinator_address() + " single") << r.out;
+  rows.pop_back();
+  for (const std::string& row : rows) {
     std::istringstream in(row);
     std::vector<std::string> cells;
     for (std::string cell; in >> cell;) cells.push_back(cell);
