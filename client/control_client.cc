@@ -1,33 +1,15 @@
 #include "client/control_client.h"
 
 #include <glog/logging.h>
-#include <grpcpp/create_channel.h>
-#include <grpcpp/security/credentials.h>
-#include <grpcpp/support/channel_arguments.h>
 
 #include <algorithm>
 
 #include "proto/auth.h"
+#include "proto/coordinator_set.h"
 #include "proto/grpc_status.h"
 #include "proto/validation.h"
 
 namespace rkv::client {
-namespace {
-
-std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address) {
-  grpc::ChannelArguments args;
-  // Reconnect quickly once a restarted server is back (gRPC's default
-  // backoff grows to minutes).
-  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
-  // GRPC_ARG_MIN_RECONNECT_BACKOFF_MS stays at its default: gRPC uses it as
-  // the least time one connection attempt (TCP + HTTP/2 handshake) is given,
-  // so a small value makes connects fail spuriously on a loaded host.
-  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
-  return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
-}
-
-}  // namespace
-
 ControlClient::ControlClient(std::unique_ptr<control::CoordinatorSet> coordinators, const std::string& token,
                              MapHolder* holder)
     : coordinators_(std::move(coordinators)), digest_hex_(control::TokenDigestHex(token)), holder_(holder) {}
@@ -171,7 +153,7 @@ StatusOr<v1::RenewLeaseResponse> ControlClient::RenewLease(uint64_t map_version,
 }
 
 StatusOr<v1::StatsResponse> ControlClient::Stats(const std::string& admin_address, Deadline deadline) {
-  auto stub = v1::Admin::NewStub(MakeChannel(admin_address));
+  auto stub = v1::Admin::NewStub(control::MakeControlChannel(admin_address));
   grpc::ClientContext context;
   control::AttachTokenDigest(&context, digest_hex_);
   context.set_deadline(std::chrono::system_clock::now() +
@@ -196,7 +178,7 @@ void Prepare(grpc::ClientContext* context, const std::string& digest_hex, Deadli
 StatusOr<v1::ShardChecksumsResponse> ControlClient::ShardChecksums(const std::string& admin_address,
                                                                    const std::vector<uint32_t>& shards,
                                                                    Deadline deadline) {
-  auto stub = v1::Admin::NewStub(MakeChannel(admin_address));
+  auto stub = v1::Admin::NewStub(control::MakeControlChannel(admin_address));
   grpc::ClientContext context;
   Prepare(&context, digest_hex_, deadline);
   v1::ShardChecksumsRequest request;
@@ -209,7 +191,7 @@ StatusOr<v1::ShardChecksumsResponse> ControlClient::ShardChecksums(const std::st
 
 StatusOr<v1::ShardChunk> ControlClient::ListShard(const std::string& admin_address, uint32_t shard,
                                                   Deadline deadline) {
-  auto stub = v1::Admin::NewStub(MakeChannel(admin_address));
+  auto stub = v1::Admin::NewStub(control::MakeControlChannel(admin_address));
   grpc::ClientContext context;
   Prepare(&context, digest_hex_, deadline);
   v1::ListShardRequest request;

@@ -17,17 +17,6 @@
 namespace rkv::control {
 namespace {
 
-std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address) {
-  grpc::ChannelArguments args;
-  // Reconnect quickly once a restarted coordinator is back (gRPC's default
-  // backoff grows to minutes).
-  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
-  // GRPC_ARG_MIN_RECONNECT_BACKOFF_MS stays at its default: gRPC uses it as
-  // the least time one connection attempt (TCP + HTTP/2 handshake) is given,
-  // so a small value makes connects fail spuriously on a loaded host.
-  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
-  return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
-}
 
 std::string_view Trim(std::string_view s) {
   while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
@@ -73,6 +62,18 @@ int64_t Ms(CoordinatorSet::Clock::duration d) {
 
 }  // namespace
 
+std::shared_ptr<grpc::Channel> MakeControlChannel(const std::string& address) {
+  grpc::ChannelArguments args;
+  // Reconnect quickly once a restarted peer is back (gRPC's default
+  // backoff grows to minutes).
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+  // GRPC_ARG_MIN_RECONNECT_BACKOFF_MS stays at its default: gRPC uses it as
+  // the least time one connection attempt (TCP + HTTP/2 handshake) is given,
+  // so a small value makes connects fail spuriously on a loaded host.
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+}
+
 StatusOr<std::vector<std::string>> ParseCoordinatorList(std::string_view list) {
   const std::string whole = "coordinator list '" + Printable(list) + "'";
   if (Trim(list).empty()) return InvalidArgument("the coordinator list is empty");
@@ -96,7 +97,7 @@ StatusOr<std::vector<std::string>> ParseCoordinatorList(std::string_view list) {
 }
 
 struct CoordinatorSet::Entry {
-  explicit Entry(std::string a) : address(std::move(a)), channel(MakeChannel(address)),
+  explicit Entry(std::string a) : address(std::move(a)), channel(MakeControlChannel(address)),
                                   stub(v1::Coordinator::NewStub(channel)) {}
   const std::string address;
   const std::shared_ptr<grpc::Channel> channel;

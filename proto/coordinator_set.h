@@ -69,6 +69,10 @@ inline constexpr char kLeaderMetadataKey[] = "rkv-leader";
 // The most coordinators one list may name.
 inline constexpr size_t kMaxCoordinators = 16;
 
+// A channel to a control-plane peer (a coordinator, a server's Admin
+// service): reconnects within 100 ms..1 s of a peer's return.
+std::shared_ptr<grpc::Channel> MakeControlChannel(const std::string& address);
+
 // Parses a comma-separated list of coordinators ("A", "A,B,C"; blanks
 // around an entry are ignored). Each entry is checked by ValidateHostPort
 // (port 0 refused); a repeated entry is dropped. INVALID_ARGUMENT naming

@@ -187,6 +187,9 @@ plan_gtest_binary "${build}/tests/rkv_replication_test" 900
 plan_gtest_binary "${build}/tests/rkv_failover_test" 900
 plan_gtest_binary "${build}/tests/rkv_backup_read_test" 900
 plan_gtest_binary "${build}/tests/rkv_connection_scale_test" 600
+# Several coordinators on etcd: the leader killed under a load over verbs
+# (the etcd suites of the control plane alone run on the host).
+plan_gtest_binary "${build}/tests/rkv_ha_test" 600 "GTEST_FILTER=HaTest.KillingTheLeader*"
 
 echo "verbs-suite: ${planned} tests, one at a time; each one's output in ${log_dir}/"
 for i in "${!plan_name[@]}"; do
