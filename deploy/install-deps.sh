@@ -75,8 +75,9 @@ if [ "${rc}" -ne 0 ]; then
 fi
 rm -f "${log}" "${status}"
 # Debian's postinst starts these services; rkv's scripts start their own
-# instances on chosen ports, so the system-wide ones are not needed.
-for svc in memcached redis-server; do
+# instances on chosen ports, so the system-wide ones are not needed (and a
+# system etcd would hold the ports deploy/cluster.sh start --ha uses).
+for svc in memcached redis-server etcd; do
   if command -v systemctl >/dev/null 2>&1; then $SUDO systemctl stop "$svc" 2>/dev/null || true; fi
 done
 echo "install-deps: ${total} packages installed in $((SECONDS - start)) s"
