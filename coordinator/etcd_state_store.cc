@@ -2,7 +2,11 @@
 
 #include <utility>
 
+#include "proto/validation.h"
+
 namespace rkv::coordinator {
+
+using control::Printable;
 
 namespace {
 
@@ -10,13 +14,6 @@ constexpr char kFormatName[] = "format";
 constexpr char kMetaName[] = "meta";
 constexpr char kServerDir[] = "server/";
 constexpr char kLeaderName[] = "leader";
-
-std::string Printable(const std::string& s) {
-  std::string out;
-  for (char c : s.substr(0, 80)) out += (c >= 0x20 && c < 0x7f) ? c : '?';
-  if (s.size() > 80) out += "...";
-  return out;
-}
 
 }  // namespace
 

@@ -51,9 +51,7 @@ std::unique_ptr<ServerProcess> TestCluster::MakeCoordinator(int i) const {
   const TestClusterOptions& o = options_;
   std::vector<std::string> flags = {"--servers=" + std::to_string(o.servers)};
   if (etcd_ != nullptr) {
-    std::string endpoints;
-    for (const std::string& e : etcd_->endpoints()) endpoints += (endpoints.empty() ? "" : ",") + e;
-    flags.push_back("--etcd=" + endpoints);
+    flags.push_back("--etcd=" + EtcdEndpoints());
     flags.push_back("--etcd_prefix=/rkv-test/");
   }
   if (o.shards > 0) flags.push_back("--shards=" + std::to_string(o.shards));
@@ -72,6 +70,12 @@ std::unique_ptr<ServerProcess> TestCluster::MakeCoordinator(int i) const {
   }
   return std::make_unique<ServerProcess>(dir() + "/coordinator" + std::to_string(i), token_file_, std::move(flags),
                                          ServerProcess::Role::kSharedCoordinator);
+}
+
+std::string TestCluster::EtcdEndpoints() const {
+  std::string list;
+  for (const std::string& e : etcd_->endpoints()) list += (list.empty() ? "" : ",") + e;
+  return list;
 }
 
 ServerProcess& TestCluster::coordinator() { return coordinator(0); }
@@ -103,9 +107,7 @@ std::string TestCluster::coordinator_address() const {
 
 std::string TestCluster::LeaderAddress() const {
   if (etcd_ == nullptr) return "";
-  std::string endpoints;
-  for (const std::string& e : etcd_->endpoints()) endpoints += (endpoints.empty() ? "" : ",") + e;
-  const CommandResult r = RunCommand({"/usr/bin/env", "ETCDCTL_API=3", "etcdctl", "--endpoints=" + endpoints,
+  const CommandResult r = RunCommand({"/usr/bin/env", "ETCDCTL_API=3", "etcdctl", "--endpoints=" + EtcdEndpoints(),
                                       "--command-timeout=5s", "get", "/rkv-test/leader", "--print-value-only"});
   std::string out = r.out;
   while (!out.empty() && (out.back() == '\n' || out.back() == '\r')) out.pop_back();

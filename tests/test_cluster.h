@@ -174,6 +174,8 @@ class TestCluster {
 
  private:
   std::unique_ptr<ServerProcess> MakeCoordinator(int i) const;
+  // The etcd members' client endpoints as --etcd takes them (etcd_ set).
+  std::string EtcdEndpoints() const;
   std::vector<std::string> ServerFlags(int i) const;
 
   TestClusterOptions options_;
