@@ -762,21 +762,31 @@ TEST_F(TcpTransportTest, AnIdleGroupMemberIsClosed) {
   Buffer table = MakeBuffer(*server_, 64, kRemoteRead);
   Buffer local = MakeBuffer(*client_, 64, kLocalWrite);
   std::atomic<bool> stop{false};
+  std::atomic<bool> reader_done{false};
   std::thread reader([&] {
     // READs keep the busy member's peer sending frames, paced by the
     // sleep: a frame every few ms, far inside the idle timeout.
     while (!stop.load()) {
       const ReadOp op{local.At(0, 64), table.Remote(), 1, true};
-      if (!busy.client->PostReads({&op, 1}).ok() || !PollOne(*busy.client).status.ok()) return;
+      if (!busy.client->PostReads({&op, 1}).ok() || !PollOne(*busy.client).status.ok()) break;
       std::this_thread::sleep_for(5ms);
     }
+    reader_done.store(true);
   });
   std::vector<Completion> seen;
-  EXPECT_EQ(ServeUntilFailed(*group, *pair.server, &seen).code(), StatusCode::kUnavailable);
+  const Status ended = ServeUntilFailed(*group, *pair.server, &seen);
+  stop.store(true);
+  // The group's members are served only inside Wait: keep serving until
+  // the reader has its last READ back, however late it was posted.
+  Connection* ready[4];
+  const auto deadline = Clock::now() + kWait;
+  while (!reader_done.load() && Clock::now() < deadline) {
+    if (!group->Wait(ready, 10ms).ok()) break;
+  }
+  reader.join();
+  EXPECT_EQ(ended.code(), StatusCode::kUnavailable) << ended;
   ASSERT_EQ(seen.size(), 1u);
   EXPECT_EQ(seen[0].status.code(), StatusCode::kUnavailable) << "the receive is flushed";
-  stop.store(true);
-  reader.join();
   EXPECT_EQ(PollUntilFailed(*pair.client, &seen).code(), StatusCode::kUnavailable);
   Completion out[1];
   EXPECT_TRUE(busy.server->Poll(out, 0us).ok()) << "the busy member is open";
