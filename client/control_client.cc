@@ -144,12 +144,37 @@ void ControlClient::WatchLoop() {
 StatusOr<v1::RenewLeaseResponse> ControlClient::RenewLease(uint64_t map_version, Deadline deadline) {
   v1::RenewLeaseRequest request;
   request.set_map_version(map_version);
+  MutexLock lock(lease_mu_);
+  if (lease_stream_ != nullptr) {
+    const Clock::time_point now = Clock::now();
+    const Deadline wait = std::min(deadline, now + std::max<Clock::duration>((deadline - now) / 2, kMinStreamWait));
+    StatusOr<v1::RenewLeaseResponse> answer = lease_stream_->Renew(request, wait);
+    if (answer.ok()) return answer;
+    // Whatever ended the stream (a leader change, a restart, a silent
+    // coordinator), RenewLease below finds the leader.
+    VLOG(1) << "rkv: lease stream ended: " << answer.status();
+    if (answer.status().code() == StatusCode::kUnimplemented) streams_unsupported_ = true;
+    lease_stream_.reset();
+  }
   v1::RenewLeaseResponse response;
+  std::string leader;
   RKV_RETURN_IF_ERROR(coordinators_->CallLeader(
-      "RenewLease", deadline, [&](v1::Coordinator::Stub& stub, grpc::ClientContext* context) {
+      "RenewLease", deadline,
+      [&](v1::Coordinator::Stub& stub, grpc::ClientContext* context) {
         return stub.RenewLease(context, request, &response);
-      }));
+      },
+      &leader));
+  if (!streams_unsupported_ && !leader.empty()) OpenLeaseStream(leader);
   return response;
+}
+
+void ControlClient::OpenLeaseStream(const std::string& address) {
+  StatusOr<control::CoordinatorSet::Target> target = coordinators_->TargetOf(address);
+  if (!target.ok()) {
+    VLOG(1) << "rkv: no lease stream: " << target.status();
+    return;
+  }
+  lease_stream_ = std::make_unique<LeaseStream>(*coordinators_, *target);
 }
 
 StatusOr<v1::StatsResponse> ControlClient::Stats(const std::string& admin_address, Deadline deadline) {

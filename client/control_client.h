@@ -3,7 +3,8 @@
 // several, the leader found and followed): fetches the cluster map from any
 // of them (GetClusterMap), follows it with a watch thread (WatchClusterMap
 // on a coordinator that is connected, moving to another when its stream
-// breaks), renews leases for a LeaseKeeper (RenewLease, the leader's) and
+// breaks), renews leases for a LeaseKeeper (on a KeepLease stream to the
+// leader, client/lease_stream.h; RenewLease when it has none) and
 // calls a server's Admin service. Every RPC carries the token digest
 // (proto/auth.h). Maps are validated and indexed (RoutingTable) before they
 // are published to the MapHolder; a malformed or incomplete map is never
@@ -23,6 +24,7 @@
 #include <grpcpp/client_context.h>
 
 #include "client/cluster_map.h"
+#include "client/lease_stream.h"
 #include "client/server_connection.h"
 #include "common/mutex.h"
 #include "common/status.h"
@@ -71,10 +73,18 @@ class ControlClient {
   // Starts the watch thread (once).
   void StartWatch() EXCLUDES(watch_mu_);
 
-  // One RenewLease for `map_version` (LeaseKeeper) from the leader: its
-  // answer, or the RPC's status with "coordinator HOST:PORT: RenewLease"
-  // prepended (UNIMPLEMENTED from a coordinator older than leases).
-  StatusOr<v1::RenewLeaseResponse> RenewLease(uint64_t map_version, Deadline deadline);
+  // One lease renewal for `map_version` (LeaseKeeper) from the leader: on
+  // the KeepLease stream to it when one is open (within at most half the
+  // time left, and kMinStreamWait, so that a silent coordinator leaves
+  // time for the others); else, or when the stream breaks, with a unary
+  // RenewLease, which finds and follows the leader, after which a stream
+  // is opened on the coordinator that answered. Its answer, or the RPC's
+  // status with "coordinator HOST:PORT: RenewLease" prepended
+  // (UNIMPLEMENTED from a coordinator older than leases; one older than
+  // KeepLease is renewed with RenewLease only).
+  StatusOr<v1::RenewLeaseResponse> RenewLease(uint64_t map_version, Deadline deadline) EXCLUDES(lease_mu_);
+  // The least time a renewal waits for its answer on a stream.
+  static constexpr std::chrono::milliseconds kMinStreamWait{250};
 
   // Admin.Stats of the server whose Admin service is at `admin_address`.
   StatusOr<v1::StatsResponse> Stats(const std::string& admin_address, Deadline deadline);
@@ -100,6 +110,8 @@ class ControlClient {
   // MaybeRefetch once it holds refetch_mu_.
   bool RefetchLocked(Deadline deadline) REQUIRES(refetch_mu_);
   void WatchLoop() EXCLUDES(watch_mu_);
+  // Opens the lease stream on `address` (the leader that just answered).
+  void OpenLeaseStream(const std::string& address) REQUIRES(lease_mu_);
 
   const std::unique_ptr<control::CoordinatorSet> coordinators_;
   const std::string digest_hex_;
@@ -107,6 +119,11 @@ class ControlClient {
 
   Mutex refetch_mu_;  // held by the one thread refetching
   Clock::time_point last_refetch_ GUARDED_BY(refetch_mu_){};
+
+  Mutex lease_mu_;  // held by the one renewal running
+  std::unique_ptr<LeaseStream> lease_stream_ GUARDED_BY(lease_mu_);
+  // A coordinator answered KeepLease UNIMPLEMENTED: renew with RenewLease.
+  bool streams_unsupported_ GUARDED_BY(lease_mu_) = false;
 
   Mutex watch_mu_;
   CondVar watch_cv_;  // signalled when stopping_ is set

@@ -466,6 +466,68 @@ TEST(CoordinatorServiceGateTest, AStandbyServesTheMapAndSendsEverythingElseToThe
   EXPECT_EQ(status.map_version(), 1u);
 }
 
+// KeepLease (RenewLease on a stream): each request answered in order as
+// RenewLease would be; a wrong token refused when the stream opens; once
+// the coordinator stops leading, the next request ends the stream with
+// "not the leader" and the leader in the trailer.
+TEST(CoordinatorServiceGateTest, KeepLeaseAnswersEachRenewalUntilTheLeadershipEnds) {
+  CoordinatorConfig config;
+  config.expected_servers = 1;
+  config.shard_count = 4;
+  config.heartbeat_timeout = std::chrono::seconds(600);
+  auto state = CoordinatorState::Open(config, std::make_unique<MemoryStore>(std::make_shared<MemoryStoreData>()));
+  ASSERT_TRUE(state.ok()) << state.status();
+  TestGate gate;
+  gate.Set(true, "");
+  auto server = CoordinatorServer::Start("127.0.0.1:0", kToken, std::move(state).value(), &gate);
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto stub = v1::Coordinator::NewStub(grpc::CreateChannel((*server)->address(), grpc::InsecureChannelCredentials()));
+  const auto ctx = [](const std::string& token) {
+    auto c = std::make_unique<grpc::ClientContext>();
+    control::AttachToken(c.get(), token);
+    c->set_deadline(std::chrono::system_clock::now() + kCallDeadline);
+    return c;
+  };
+
+  {
+    auto c = ctx("wrong-token");
+    auto stream = stub->KeepLease(c.get());
+    v1::RenewLeaseResponse answer;
+    EXPECT_FALSE(stream->Read(&answer));
+    EXPECT_EQ(stream->Finish().error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  }
+
+  auto c = ctx(kToken);
+  auto stream = stub->KeepLease(c.get());
+  for (int i = 0; i < 3; ++i) {
+    v1::RenewLeaseRequest request;
+    request.set_map_version(0);
+    ASSERT_TRUE(stream->Write(request));
+    v1::RenewLeaseResponse answer;
+    ASSERT_TRUE(stream->Read(&answer)) << "renewal " << i;
+    EXPECT_EQ(answer.lease_ms(), config.lease.count());
+    EXPECT_EQ(answer.map_version(), 0u);
+  }
+  // The refused stream is gone once its end has been processed.
+  const auto until = std::chrono::steady_clock::now() + kCallDeadline;
+  while ((*server)->lease_streams() != 1 && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_EQ((*server)->lease_streams(), 1);
+
+  gate.Set(false, "10.0.0.9:7600");
+  ASSERT_TRUE(stream->Write(v1::RenewLeaseRequest()));
+  v1::RenewLeaseResponse answer;
+  EXPECT_FALSE(stream->Read(&answer)) << "a standby answered a renewal";
+  const grpc::Status end = stream->Finish();
+  EXPECT_EQ(end.error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_EQ(end.error_message(), "not the leader; the leader is 10.0.0.9:7600");
+  const auto& trailer = c->GetServerTrailingMetadata();
+  const auto it = trailer.find(kLeaderMetadataKey);
+  ASSERT_NE(it, trailer.end());
+  EXPECT_EQ(std::string(it->second.data(), it->second.size()), "10.0.0.9:7600");
+}
+
 TEST(CoordinatorServiceGateTest, AReloadFollowsTheStoreAndWakesWatchers) {
   CoordinatorConfig config;
   config.expected_servers = 1;

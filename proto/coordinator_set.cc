@@ -201,6 +201,15 @@ size_t CoordinatorSet::IndexOf(const std::string& address) {
   return entries_.size() - 1;
 }
 
+StatusOr<CoordinatorSet::Target> CoordinatorSet::TargetOf(const std::string& address) {
+  const size_t index = IndexOf(address);
+  if (index == std::string::npos) {
+    return NotFound("coordinator " + address + " is not in the list, and no more learned leaders fit");
+  }
+  Entry* const entry = At(index);
+  return Target{index, entry->address, entry->stub.get()};
+}
+
 void CoordinatorSet::NoteAnswered(size_t index) {
   MutexLock lock(mu_);
   if (index < entries_.size()) answered_ = index;

@@ -141,6 +141,10 @@ class CoordinatorSet {
     std::string address;
     v1::Coordinator::Stub* stub = nullptr;  // owned by the set
   };
+  // The coordinator at `address`: one of the list, a learned leader, or
+  // one added now (a leader named by a call's answer). NOT_FOUND when the
+  // set has no room for another learned leader.
+  StatusOr<Target> TargetOf(const std::string& address) EXCLUDES(mu_);
   // A coordinator whose channel is connected: one already connected,
   // preferring the one that answered last; else each in turn (that one
   // first) waits for its connection within a share of the time left, as
