@@ -2,13 +2,18 @@
 # renewals.sh - lease renewals one coordinator answers, against the number
 # of clients renewing (docs/design.md §8.8, "What renewals cost").
 #
-# Usage: bench/renewals.sh [--build_dir=DIR] [--clients=N,N,...]
-#                          [--duration_s=S] [--warmup_s=S] [--lease_ms=MS]
-#                          [--channels=N] [--pin] [--out=FILE]
+# Usage: bench/renewals.sh [--build_dir=DIR] [--mode=stream|unary]
+#                          [--clients=N,N,...] [--duration_s=S]
+#                          [--warmup_s=S] [--lease_ms=MS] [--channels=N]
+#                          [--pin] [--out=FILE]
 #
 #   --build_dir   a configured and built tree holding
 #                 coordinator/rkv-coordinator and bench/rkv-renewal-bench
 #                 (default build/release). Nothing is built here.
+#   --mode        how each client renews (default stream): stream, one
+#                 KeepLease stream per client with each renewal a message
+#                 on it, as librkv's clients renew; unary, one RenewLease
+#                 call per renewal.
 #   --clients     simulated clients per step (default
 #                 100,1000,5000,10000,20000).
 #   --duration_s  seconds counted per step (default 10).
@@ -24,7 +29,8 @@
 #
 # Started here, on 127.0.0.1, and stopped on exit: one rkv-coordinator on
 # a fresh temporary data dir (embedded store, no election: it leads) with
-# no servers. RenewLease needs none: it answers the current map version
+# no servers. A renewal needs none (RenewLease, or a request on a
+# KeepLease stream): it answers the current map version
 # (0 before any server joins), lease_ms and the fenced servers (none)
 # from the published lease view, the same work as in a running cluster
 # (the answer only grows by the fenced servers' ids). The load generator
@@ -42,6 +48,7 @@ repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)
 invocation="bench/renewals.sh${*:+ $*}"
 
 build_dir=$repo/build/release
+mode=stream
 clients=100,1000,5000,10000,20000
 duration_s=10
 warmup_s=2
@@ -52,6 +59,7 @@ out=""
 for arg in "$@"; do
   case $arg in
     --build_dir=*) build_dir=${arg#*=} ;;
+    --mode=*) mode=${arg#*=} ;;
     --clients=*) clients=${arg#*=} ;;
     --duration_s=*) duration_s=${arg#*=} ;;
     --warmup_s=*) warmup_s=${arg#*=} ;;
@@ -66,6 +74,7 @@ done
 for n in "$duration_s" "$lease_ms" "$channels"; do
   [[ $n =~ ^[0-9]+$ && $n -gt 0 ]] || die "not a positive integer: $n"
 done
+[[ $mode == stream || $mode == unary ]] || die "--mode must be stream or unary (not '$mode')"
 [[ $warmup_s =~ ^[0-9]+$ ]] || die "--warmup_s must be a whole number of seconds"
 [[ $clients =~ ^[0-9]+(,[0-9]+)*$ ]] || die "--clients must be a comma-separated list of counts"
 build_dir=$(cd "$build_dir" 2>/dev/null && pwd -P) ||
@@ -121,17 +130,17 @@ for ((i = 0; i < 300; i++)); do
   sleep 0.1
 done
 [[ -n $address ]] || die "rkv-coordinator did not report its address within 30 s"
-log "rkv-coordinator (pid $coordinator_pid) on $address; sweep $clients, ${duration_s}s per step"
+log "rkv-coordinator (pid $coordinator_pid) on $address; $mode mode, sweep $clients, ${duration_s}s per step"
 
 bench_out=$work/bench.txt
 status=0
-"${bench_cmd[@]}" --coordinator="$address" --token_file="$token_file" --clients="$clients" \
+"${bench_cmd[@]}" --coordinator="$address" --token_file="$token_file" --mode="$mode" --clients="$clients" \
   --duration_s="$duration_s" --warmup_s="$warmup_s" --channels="$channels" \
   --coordinator_pid="$coordinator_pid" --csv="$csv" | tee "$bench_out" >&2 || status=1
 
 cpu_model=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1)
 {
-  echo "# Lease renewals against the number of clients"
+  echo "# Lease renewals against the number of clients ($mode mode)"
   echo
   echo "Command: \`$invocation\` (UTC $stamp; CSV: \`$(basename "$csv")\`)"
   echo
@@ -150,6 +159,16 @@ cpu_model=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1)
   echo "not the coordinator, is what saturated); \`cpu µs/renewal\` and \`cores\` are the"
   echo "coordinator's CPU time (user + system, all threads) over the counted window."
   echo
+  if [[ $mode == stream ]]; then
+    echo "Mode: \`stream\`. Each simulated client holds one \`KeepLease\` stream, as librkv's clients"
+    echo "hold, opened before the warm-up, and sends each renewal as a message on it: a renewal costs"
+    echo "the coordinator a message, not a call. A renewal answered more than a lease after it was"
+    echo "due counts as an error (4); a stream that breaks fails its unanswered renewals with its code."
+  else
+    echo "Mode: \`unary\`. Each renewal is one \`RenewLease\` call (deadline: one lease), as before"
+    echo "\`KeepLease\`: a renewal costs the coordinator a whole call."
+  fi
+  echo
   echo "| clients | offered/s | answered/s | p50 ms | p99 ms | max ms | errors | lag p99 ms | cpu µs/renewal | cores |"
   echo "|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|"
   tail -n +2 "$csv" | while IFS=, read -r n offered answered p50 p99 max errors codes lag cpu cores; do
@@ -157,7 +176,12 @@ cpu_model=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1)
     echo "| $n | $offered | $answered | $p50 | $p99 | $max | $errors | $lag | $cpu | $cores |"
   done
   echo
-  echo "Error codes are gRPC's (4: DEADLINE_EXCEEDED, the renewal took longer than a lease)."
+  if [[ $mode == stream ]]; then
+    echo "Error codes are gRPC's (4: DEADLINE_EXCEEDED, the renewal took longer than a lease; any other:"
+    echo "the code its stream ended with)."
+  else
+    echo "Error codes are gRPC's (4: DEADLINE_EXCEEDED, the renewal took longer than a lease)."
+  fi
 } >"$out"
 log "report: $out"
 exit "$status"

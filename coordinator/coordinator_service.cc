@@ -102,6 +102,10 @@ grpc::Status CoordinatorService::Drain(grpc::ServerContext* context, const v1::D
   return grpc::Status::OK;
 }
 
+grpc::Status CoordinatorService::CheckCaller(const grpc::ServerContextBase* context) const {
+  return CheckToken(context, token_digest_hex_);
+}
+
 grpc::Status CoordinatorService::AnswerRenewal(grpc::ServerContextBase* context,
                                                v1::RenewLeaseResponse* response) const {
   if (grpc::Status s = CheckLeader(context); !s.ok()) return s;
@@ -118,73 +122,6 @@ grpc::Status CoordinatorService::RenewLease(grpc::ServerContext* context, const 
                                             v1::RenewLeaseResponse* response) {
   if (grpc::Status s = CheckToken(context, token_digest_hex_); !s.ok()) return s;
   return AnswerRenewal(context, response);
-}
-
-// One KeepLease stream. Its operations run one at a time, each started by
-// the reaction to the one before (read a request, write its answer, read
-// the next), so the reactor needs no lock; Finish is called once, by the
-// constructor or a reaction, and nothing is started after it.
-class CoordinatorService::LeaseStream final
-    : public grpc::ServerBidiReactor<v1::RenewLeaseRequest, v1::RenewLeaseResponse> {
- public:
-  LeaseStream(CoordinatorService* service, grpc::CallbackServerContext* context)
-      : service_(service), context_(context) {
-    service_->lease_streams_.fetch_add(1, std::memory_order_relaxed);
-    if (grpc::Status s = CheckToken(context, service_->token_digest_hex_); !s.ok()) {
-      Finish(s);
-      return;
-    }
-    if (grpc::Status s = Closing(); !s.ok()) {
-      Finish(s);
-      return;
-    }
-    StartRead(&request_);
-  }
-
-  void OnReadDone(bool ok) override {
-    if (!ok) {
-      // The holder closed its side or went away.
-      Finish(grpc::Status::OK);
-      return;
-    }
-    response_.Clear();
-    grpc::Status s = Closing();
-    if (s.ok()) s = service_->AnswerRenewal(context_, &response_);
-    if (!s.ok()) {
-      Finish(s);
-      return;
-    }
-    StartWrite(&response_);
-  }
-
-  void OnWriteDone(bool ok) override {
-    if (!ok) {
-      Finish(grpc::Status(grpc::StatusCode::CANCELLED, "the lease holder went away"));
-      return;
-    }
-    StartRead(&request_);
-  }
-
-  void OnDone() override {
-    service_->lease_streams_.fetch_sub(1, std::memory_order_relaxed);
-    delete this;
-  }
-
- private:
-  grpc::Status Closing() const {
-    if (!service_->closing_.load(std::memory_order_acquire)) return grpc::Status::OK;
-    return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the coordinator is shutting down");
-  }
-
-  CoordinatorService* const service_;
-  grpc::CallbackServerContext* const context_;
-  v1::RenewLeaseRequest request_;
-  v1::RenewLeaseResponse response_;
-};
-
-grpc::ServerBidiReactor<v1::RenewLeaseRequest, v1::RenewLeaseResponse>* CoordinatorService::KeepLease(
-    grpc::CallbackServerContext* context) {
-  return new LeaseStream(this, context);
 }
 
 grpc::Status CoordinatorService::GetClusterMap(grpc::ServerContext* context, const v1::GetClusterMapRequest*,
@@ -249,9 +186,12 @@ StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(const std:
   server->service_ =
       std::make_unique<CoordinatorService>(server->state_.get(), control::TokenDigestHex(token), gate);
 
+  server->lease_streams_ = std::make_unique<LeaseStreams>(server->service_.get());
   RKV_ASSIGN_OR_RETURN(control::StartedGrpcServer started,
-                       control::StartGrpcServer(listen, server->service_.get(), ""));
+                       control::StartGrpcServer(listen, std::vector<grpc::Service*>{server->service_.get()}, "",
+                                                [&](grpc::ServerBuilder* b) { server->lease_streams_->AddQueue(b); }));
   server->server_ = std::move(started.server);
+  server->lease_streams_->Start();
   server->address_ = std::move(started.address);
   server->service_->set_address(server->address_);
   server->expiry_thread_ = std::thread([s = server.get()] { s->ExpiryLoop(); });
@@ -303,11 +243,12 @@ void CoordinatorServer::Shutdown() {
   expiry_cv_.NotifyAll();
   if (expiry_thread_.joinable()) expiry_thread_.join();
   if (state_ != nullptr) state_->CloseWatchers();
-  if (service_ != nullptr) service_->CloseLeaseStreams();
+  if (lease_streams_ != nullptr) lease_streams_->Close();
   if (server_ != nullptr) {
     server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
     server_->Wait();
   }
+  if (lease_streams_ != nullptr) lease_streams_->Stop();
 }
 
 CoordinatorServer::~CoordinatorServer() { Shutdown(); }

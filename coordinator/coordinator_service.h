@@ -19,12 +19,12 @@
 #include <thread>
 
 #include <grpcpp/server.h>
-#include <grpcpp/support/server_callback.h>
 
 #include "common/mutex.h"
 #include "common/status.h"
 #include "proto/rkv.grpc.pb.h"
 #include "coordinator/coordinator_state.h"
+#include "coordinator/lease_streams.h"
 
 namespace rkv::coordinator {
 
@@ -49,10 +49,10 @@ class LeaderGate {
 // answer (absent when no leader is known).
 inline constexpr char kLeaderMetadataKey[] = "rkv-leader";
 
-// KeepLease runs on gRPC's callback API (a reactor per stream, no thread
-// held while a stream waits); every other call on the sync server's
+// KeepLease is served on gRPC's async API by LeaseStreams
+// (coordinator/lease_streams.h); every other call on the sync server's
 // threads.
-class CoordinatorService final : public v1::Coordinator::WithCallbackMethod_KeepLease<v1::Coordinator::Service> {
+class CoordinatorService final : public v1::Coordinator::WithAsyncMethod_KeepLease<v1::Coordinator::Service> {
  public:
   // `state` (and `gate`, when not null) must outlive the service. Calls
   // that change or vouch for the cluster's state (Join, Heartbeat, Leave,
@@ -73,11 +73,6 @@ class CoordinatorService final : public v1::Coordinator::WithCallbackMethod_Keep
   // Cheap: reads the state's published lease view (no store access).
   grpc::Status RenewLease(grpc::ServerContext* context, const v1::RenewLeaseRequest* request,
                           v1::RenewLeaseResponse* response) override;
-  // RenewLease on a stream (proto/rkv.proto): the token is checked when it
-  // opens, each request is answered as RenewLease answers it, and the
-  // first refusal ends the stream with it.
-  grpc::ServerBidiReactor<v1::RenewLeaseRequest, v1::RenewLeaseResponse>* KeepLease(
-      grpc::CallbackServerContext* context) override;
   grpc::Status GetClusterMap(grpc::ServerContext* context, const v1::GetClusterMapRequest* request,
                              v1::ClusterMap* response) override;
   // Polls for client cancellation every kWatchPoll while no version comes.
@@ -92,33 +87,24 @@ class CoordinatorService final : public v1::Coordinator::WithCallbackMethod_Keep
   // GetCoordinatorStatus without a gate (set once it is bound).
   void set_address(const std::string& address) EXCLUDES(address_mu_);
 
-  // Refuses new KeepLease streams and ends each open one at its next
-  // request (UNAVAILABLE "the coordinator is shutting down"), so that a
-  // shutdown waits for a holder at most until its next renewal
-  // (CoordinatorServer::Shutdown; gRPC cancels what is left after 2 s).
-  void CloseLeaseStreams() { closing_.store(true, std::memory_order_release); }
-  // Open KeepLease streams (tests, reporting).
-  int64_t lease_streams() const { return lease_streams_.load(std::memory_order_relaxed); }
+  // The token check of every call (a KeepLease stream's when it opens).
+  grpc::Status CheckCaller(const grpc::ServerContextBase* context) const;
+  // RenewLease's answer (and each KeepLease answer): the lease view,
+  // granted only while this coordinator leads before and after it is read.
+  grpc::Status AnswerRenewal(grpc::ServerContextBase* context, v1::RenewLeaseResponse* response) const;
 
   static constexpr std::chrono::milliseconds kWatchPoll{100};
 
  private:
-  class LeaseStream;
-
   // OK while this coordinator leads; otherwise the "not the leader"
   // answer, with the leader in the trailing metadata.
   grpc::Status CheckLeader(grpc::ServerContextBase* context) const;
-  // RenewLease's answer: the lease view, granted only while this
-  // coordinator leads before and after it is read.
-  grpc::Status AnswerRenewal(grpc::ServerContextBase* context, v1::RenewLeaseResponse* response) const;
 
   CoordinatorState* const state_;
   const LeaderGate* const gate_;
   mutable Mutex address_mu_;
   std::string address_ GUARDED_BY(address_mu_);
   const std::string token_digest_hex_;
-  std::atomic<bool> closing_{false};
-  std::atomic<int64_t> lease_streams_{0};
 };
 
 class CoordinatorServer {
@@ -137,7 +123,7 @@ class CoordinatorServer {
   CoordinatorServer& operator=(const CoordinatorServer&) = delete;
 
   // The KeepLease streams open now (tests, reporting).
-  int64_t lease_streams() const { return service_->lease_streams(); }
+  int64_t lease_streams() const { return lease_streams_->open(); }
 
   // How often the expiry thread runs (ExpireHeartbeats, PromoteFenced,
   // then Rebalance): half the heartbeat interval, at most 50 ms (a
@@ -159,6 +145,7 @@ class CoordinatorServer {
   std::unique_ptr<CoordinatorState> state_;
   const LeaderGate* gate_ = nullptr;
   std::unique_ptr<CoordinatorService> service_;
+  std::unique_ptr<LeaseStreams> lease_streams_;  // service_'s KeepLease
   std::unique_ptr<grpc::Server> server_;
   std::string address_;
 

@@ -16,7 +16,8 @@ StatusOr<StartedGrpcServer> StartGrpcServer(const std::string& listen, grpc::Ser
 }
 
 StatusOr<StartedGrpcServer> StartGrpcServer(const std::string& listen, const std::vector<grpc::Service*>& services,
-                                            const std::string& what) {
+                                            const std::string& what,
+                                            const std::function<void(grpc::ServerBuilder*)>& configure) {
   std::string host;
   uint16_t unused = 0;
   RKV_RETURN_IF_ERROR(ParseHostPort(listen, &host, &unused));
@@ -34,6 +35,7 @@ StatusOr<StartedGrpcServer> StartGrpcServer(const std::string& listen, const std
   builder.SetSyncServerOption(grpc::ServerBuilder::SyncServerOption::MAX_POLLERS, kMaxPollers);
   builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &port);
   for (grpc::Service* service : services) builder.RegisterService(service);
+  if (configure) configure(&builder);
   StartedGrpcServer started;
   started.server = builder.BuildAndStart();
   if (started.server == nullptr || port == 0) {

@@ -1,6 +1,7 @@
 // Starting a gRPC server the way every rkv control-plane service does.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -24,8 +25,11 @@ struct StartedGrpcServer {
 // (its message prefixed with `what`) when it cannot listen.
 StatusOr<StartedGrpcServer> StartGrpcServer(const std::string& listen, grpc::Service* service,
                                             const std::string& what);
-// The same for several services on one port (each must outlive the server).
+// The same for several services on one port (each must outlive the
+// server); `configure`, when set, is given the builder before it builds
+// (an async method's completion queue).
 StatusOr<StartedGrpcServer> StartGrpcServer(const std::string& listen, const std::vector<grpc::Service*>& services,
-                                            const std::string& what);
+                                            const std::string& what,
+                                            const std::function<void(grpc::ServerBuilder*)>& configure = {});
 
 }  // namespace rkv::control
