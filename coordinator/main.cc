@@ -15,6 +15,7 @@
 #include <gflags/gflags.h>
 #include <glog/logging.h>
 #include <pthread.h>
+#include <sys/stat.h>
 
 #include "common/token.h"
 #include "proto/validation.h"
@@ -93,6 +94,12 @@ int TransferState(const rkv::coordinator::CoordinatorConfig& config, const std::
     store = std::move(etcd_store);
     where = "etcd " + FLAGS_etcd + " prefix " + FLAGS_etcd_prefix;
   } else {
+    // Opening would create a missing data dir: an export names it instead
+    // of leaving an empty store behind.
+    struct stat st {};
+    if (!FLAGS_export_state.empty() && ::stat(FLAGS_data_dir.c_str(), &st) != 0) {
+      return CannotStart(rkv::PosixError("--data_dir " + FLAGS_data_dir + ": nothing to export", errno));
+    }
     auto opened = rkv::coordinator::OpenRocksDbStateStore(FLAGS_data_dir);
     if (!opened.ok()) return CannotStart(opened.status());
     store = std::move(opened).value();
