@@ -381,11 +381,33 @@ class TestGate final : public LeaderGate {
   std::string leader_ GUARDED_BY(mu_);
 };
 
-TEST(CoordinatorServiceGateTest, AStandbyServesTheMapAndSendsEverythingElseToTheLeader) {
+// The configuration of the gate tests: one server, four shards, nobody
+// marked DOWN while a test runs.
+CoordinatorConfig GateConfig() {
   CoordinatorConfig config;
   config.expected_servers = 1;
   config.shard_count = 4;
   config.heartbeat_timeout = std::chrono::seconds(600);
+  return config;
+}
+
+// A context carrying `token` and a deadline.
+std::unique_ptr<grpc::ClientContext> TokenContext(const std::string& token = kToken) {
+  auto c = std::make_unique<grpc::ClientContext>();
+  control::AttachToken(c.get(), token);
+  c->set_deadline(std::chrono::system_clock::now() + kCallDeadline);
+  return c;
+}
+
+// The leader a "not the leader" answer named in its trailer ("" for none).
+std::string LeaderOf(const grpc::ClientContext& c) {
+  const auto& md = c.GetServerTrailingMetadata();
+  auto it = md.find(kLeaderMetadataKey);
+  return it == md.end() ? std::string() : std::string(it->second.data(), it->second.size());
+}
+
+TEST(CoordinatorServiceGateTest, AStandbyServesTheMapAndSendsEverythingElseToTheLeader) {
+  const CoordinatorConfig config = GateConfig();
   auto data = std::make_shared<MemoryStoreData>();
   auto state = CoordinatorState::Open(config, std::make_unique<MemoryStore>(data));
   ASSERT_TRUE(state.ok()) << state.status();
@@ -394,17 +416,7 @@ TEST(CoordinatorServiceGateTest, AStandbyServesTheMapAndSendsEverythingElseToThe
   auto server = CoordinatorServer::Start("127.0.0.1:0", kToken, std::move(state).value(), &gate);
   ASSERT_TRUE(server.ok()) << server.status();
   auto stub = v1::Coordinator::NewStub(grpc::CreateChannel((*server)->address(), grpc::InsecureChannelCredentials()));
-  const auto ctx = [] {
-    auto c = std::make_unique<grpc::ClientContext>();
-    control::AttachToken(c.get(), kToken);
-    c->set_deadline(std::chrono::system_clock::now() + kCallDeadline);
-    return c;
-  };
-  const auto leader_of = [](const grpc::ClientContext& c) {
-    const auto& md = c.GetServerTrailingMetadata();
-    auto it = md.find(kLeaderMetadataKey);
-    return it == md.end() ? std::string() : std::string(it->second.data(), it->second.size());
-  };
+  const auto ctx = [] { return TokenContext(); };
 
   // Standby: the map is answered, every other call is redirected.
   v1::ClusterMap map;
@@ -415,13 +427,13 @@ TEST(CoordinatorServiceGateTest, AStandbyServesTheMapAndSendsEverythingElseToThe
     grpc::Status s = stub->Join(c.get(), MakeJoin("a", 1), &joined);
     EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE);
     EXPECT_EQ(s.error_message(), "not the leader; the leader is 10.0.0.9:7600");
-    EXPECT_EQ(leader_of(*c), "10.0.0.9:7600");
+    EXPECT_EQ(LeaderOf(*c), "10.0.0.9:7600");
   }
   {
     auto c = ctx();
     v1::RenewLeaseResponse lease;
     EXPECT_EQ(stub->RenewLease(c.get(), v1::RenewLeaseRequest(), &lease).error_code(), grpc::StatusCode::UNAVAILABLE);
-    EXPECT_EQ(leader_of(*c), "10.0.0.9:7600");
+    EXPECT_EQ(LeaderOf(*c), "10.0.0.9:7600");
   }
   {
     auto c = ctx();
@@ -450,7 +462,7 @@ TEST(CoordinatorServiceGateTest, AStandbyServesTheMapAndSendsEverythingElseToThe
     v1::JoinResponse joined;
     grpc::Status s = stub->Join(c.get(), MakeJoin("a", 1), &joined);
     EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE);
-    EXPECT_EQ(leader_of(*c), "");
+    EXPECT_EQ(LeaderOf(*c), "");
   }
 
   // Leading: the same calls are answered.
@@ -471,10 +483,7 @@ TEST(CoordinatorServiceGateTest, AStandbyServesTheMapAndSendsEverythingElseToThe
 // the coordinator stops leading, the next request ends the stream with
 // "not the leader" and the leader in the trailer.
 TEST(CoordinatorServiceGateTest, KeepLeaseAnswersEachRenewalUntilTheLeadershipEnds) {
-  CoordinatorConfig config;
-  config.expected_servers = 1;
-  config.shard_count = 4;
-  config.heartbeat_timeout = std::chrono::seconds(600);
+  const CoordinatorConfig config = GateConfig();
   auto state = CoordinatorState::Open(config, std::make_unique<MemoryStore>(std::make_shared<MemoryStoreData>()));
   ASSERT_TRUE(state.ok()) << state.status();
   TestGate gate;
@@ -482,12 +491,7 @@ TEST(CoordinatorServiceGateTest, KeepLeaseAnswersEachRenewalUntilTheLeadershipEn
   auto server = CoordinatorServer::Start("127.0.0.1:0", kToken, std::move(state).value(), &gate);
   ASSERT_TRUE(server.ok()) << server.status();
   auto stub = v1::Coordinator::NewStub(grpc::CreateChannel((*server)->address(), grpc::InsecureChannelCredentials()));
-  const auto ctx = [](const std::string& token) {
-    auto c = std::make_unique<grpc::ClientContext>();
-    control::AttachToken(c.get(), token);
-    c->set_deadline(std::chrono::system_clock::now() + kCallDeadline);
-    return c;
-  };
+  const auto ctx = [](const std::string& token) { return TokenContext(token); };
 
   {
     auto c = ctx("wrong-token");
@@ -522,17 +526,11 @@ TEST(CoordinatorServiceGateTest, KeepLeaseAnswersEachRenewalUntilTheLeadershipEn
   const grpc::Status end = stream->Finish();
   EXPECT_EQ(end.error_code(), grpc::StatusCode::UNAVAILABLE);
   EXPECT_EQ(end.error_message(), "not the leader; the leader is 10.0.0.9:7600");
-  const auto& trailer = c->GetServerTrailingMetadata();
-  const auto it = trailer.find(kLeaderMetadataKey);
-  ASSERT_NE(it, trailer.end());
-  EXPECT_EQ(std::string(it->second.data(), it->second.size()), "10.0.0.9:7600");
+  EXPECT_EQ(LeaderOf(*c), "10.0.0.9:7600");
 }
 
 TEST(CoordinatorServiceGateTest, AReloadFollowsTheStoreAndWakesWatchers) {
-  CoordinatorConfig config;
-  config.expected_servers = 1;
-  config.shard_count = 4;
-  config.heartbeat_timeout = std::chrono::seconds(600);
+  const CoordinatorConfig config = GateConfig();
   auto data = std::make_shared<MemoryStoreData>();
   // The leader writes through its own state; the standby reads the same
   // records through another.
