@@ -3,7 +3,7 @@
 // A renewal on an open stream costs the coordinator one message each way
 // instead of a call (docs/design.md §8.8, "What renewals cost").
 //
-// The stream is opened by Open (the call starts in the background: nothing
+// The stream is opened by the constructor (the call starts in the background: nothing
 // waits) and is used until it fails in any way; then it is broken for good
 // and its holder opens another (ControlClient::RenewLease renews with a
 // unary RenewLease first, which finds and follows the leader, and opens
