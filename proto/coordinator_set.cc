@@ -56,6 +56,16 @@ CoordinatorSet::Deadline AttemptDeadline(CoordinatorSet::Deadline deadline, size
   return std::min(deadline, now + share);
 }
 
+// True when `channel`'s connection is gone after a call failed on it. A
+// failed write closes the transport at once, but the channel may report
+// READY a moment longer: give it kBrokenSettle to leave READY.
+bool ConnectionBroke(grpc::Channel& channel) {
+  constexpr std::chrono::milliseconds kBrokenSettle{20};
+  if (channel.GetState(/*try_to_connect=*/false) != GRPC_CHANNEL_READY) return true;
+  channel.WaitForStateChange(GRPC_CHANNEL_READY, std::chrono::system_clock::now() + kBrokenSettle);
+  return channel.GetState(/*try_to_connect=*/false) != GRPC_CHANNEL_READY;
+}
+
 int64_t Ms(CoordinatorSet::Clock::duration d) {
   return std::chrono::duration_cast<std::chrono::milliseconds>(d).count();
 }
@@ -258,6 +268,8 @@ Status CoordinatorSet::Run(std::string_view what, Deadline deadline, const Call&
   const std::vector<size_t> order = Order(first);
   std::vector<size_t> tried;
   const auto was_tried = [&](size_t i) { return std::find(tried.begin(), tried.end(), i) != tried.end(); };
+  std::vector<size_t> resent;
+  const auto was_resent = [&](size_t i) { return std::find(resent.begin(), resent.end(), i) != resent.end(); };
   // "A: error" of each coordinator tried before the last one.
   std::vector<std::string> earlier;
   Status last;
@@ -319,6 +331,16 @@ Status CoordinatorSet::Run(std::string_view what, Deadline deadline, const Call&
         leader_ = target;
         continue;
       }
+    }
+    // The connection broke under the call (the coordinator went away after
+    // the call was sent on it, "Broken pipe"): wait_for_ready covers only a
+    // call not yet sent, so send it again, once, on the channel's next
+    // connection within the time left.
+    if (code == StatusCode::kUnavailable && leader_address.empty() && !was_resent(index) &&
+        Clock::now() < attempt_deadline && ConnectionBroke(*entry->channel)) {
+      resent.push_back(index);
+      redirect = index;
+      continue;
     }
     // No answer here: the next call starts with the next coordinator.
     MutexLock lock(mu_);

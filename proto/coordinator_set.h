@@ -31,6 +31,11 @@
 // and gRPC then noticed the completed connection only when its backup
 // poller ran, every 5 s (docs/design.md §8.4).
 //
+// A call whose connection broke under it (UNAVAILABLE from the transport,
+// the channel no longer READY: the coordinator went away after the call was
+// sent) is sent once more to the same coordinator within its share, which
+// waits for the channel's next connection.
+//
 // Errors: the last coordinator's error, with the coordinator and the call
 // named ("coordinator HOST:PORT: Join: ..."), and "(also tried A: ...; B:
 // ...)" for the others tried. An attempt that ran out of time without a
