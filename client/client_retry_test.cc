@@ -104,6 +104,8 @@ TEST_F(ClientRetryTest, APutWhoseReplyWasLostIsResentAndAppliedOnce) {
   EXPECT_EQ(*v, 2u) << "the resent PUT must get the original reply";
   EXPECT_EQ(server_->Stats().puts, 2u) << "the resent PUT must not be applied again";
   EXPECT_EQ(server_->Stats().connections_accepted, 2u) << "resent on a new connection";
+  EXPECT_EQ(server_->applier()->snapshot().resent, 1u) << "marked as resent (protocol::kRequestResent)";
+  EXPECT_EQ(server_->applier()->snapshot().replays, 1u);
   auto got = client_->GetVersioned("k");
   ASSERT_TRUE(got.ok()) << got.status();
   EXPECT_EQ(got->value, "v2");

@@ -23,7 +23,8 @@ Status Client::Impl::WriteAttempt(ServerConnection& conn, PendingWrite& w, std::
   RKV_RETURN_IF_ERROR(CheckResend(conn, w));
   if (w.request_id == 0) w.request_id = next_request_id_.fetch_add(1, std::memory_order_relaxed);
   bool posted = false;
-  auto r = conn.Write(w.op, key, value, w.request_id, deadline, &posted);
+  // Sent before means to this incarnation (CheckResend).
+  auto r = conn.Write(w.op, key, value, w.request_id, deadline, &posted, /*resent=*/w.sent);
   if (posted && !w.sent) {
     w.sent = true;
     w.sent_epoch = epoch;
@@ -88,7 +89,7 @@ Status Client::Impl::BatchAttempt(ServerConnection& conn, std::span<BatchItem* c
     }
     PendingWrite& w = item->write;
     if (w.request_id == 0) w.request_id = next_request_id_.fetch_add(1, std::memory_order_relaxed);
-    ops.push_back(client::WriteOp{w.op, item->key, item->value, w.request_id});
+    ops.push_back(client::WriteOp{w.op, item->key, item->value, w.request_id, /*resent=*/w.sent});
     sent_items.push_back(item);
   }
   if (ops.empty()) return Status::Ok();

@@ -90,6 +90,7 @@ struct WriteOp {
   std::string_view key;
   std::string_view value;  // empty for a DELETE
   uint64_t request_id = 0;
+  bool resent = false;  // this request id was posted to this server incarnation before
 };
 
 // What became of one WriteOp of a WriteBatch.
@@ -149,9 +150,11 @@ class ServerConnection {
   // Sizes must have been checked against the accept data's limits. Non-OK
   // only when the connection broke. *sent (when not null) says whether the
   // request was posted: if not, the server never saw it; if so and the
-  // result is non-OK, it may or may not have been applied.
+  // result is non-OK, it may or may not have been applied. `resent`: the
+  // request was posted to this server incarnation before (sent as
+  // protocol::kRequestResent, which the server's replay check needs).
   StatusOr<WriteResult> Write(protocol::Op op, std::string_view key, std::string_view value,
-                              uint64_t request_id, Deadline deadline, bool* sent = nullptr);
+                              uint64_t request_id, Deadline deadline, bool* sent = nullptr, bool resent = false);
 
   // Sends every op of `ops` (request ids as for Write, all distinct) with
   // many in flight: as many records as the staging ring, the request

@@ -22,8 +22,8 @@ using std::to_string;
 }  // namespace
 
 StatusOr<WriteResult> ServerConnection::Write(protocol::Op op, std::string_view key, std::string_view value,
-                                              uint64_t request_id, Deadline deadline, bool* sent) {
-  const WriteOp one{op, key, value, request_id};
+                                              uint64_t request_id, Deadline deadline, bool* sent, bool resent) {
+  const WriteOp one{op, key, value, request_id, resent};
   WriteOutcome outcome;
   const Status s = WriteBatch(std::span<const WriteOp>(&one, 1), std::span<WriteOutcome>(&outcome, 1), deadline);
   if (sent != nullptr) *sent = outcome.sent;
@@ -107,6 +107,7 @@ Status ServerConnection::PostWrites(std::span<const WriteOp> ops, size_t* next) 
     free_send_slots_.pop_back();
     protocol::RequestMsg request{};
     request.op = static_cast<uint8_t>(op.op);
+    request.flags = op.resent ? protocol::kRequestResent : 0;
     request.length = static_cast<uint32_t>(block);
     request.request_id = op.request_id;
     request.ring_offset = *at;

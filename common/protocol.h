@@ -24,7 +24,9 @@
 //   answers a request id it has answered before with that reply again,
 //   without applying it twice; a client may therefore resend a request
 //   whose reply was lost, with the same id, on another connection to the
-//   same server incarnation (epoch).
+//   same server incarnation (epoch), with kRequestResent set in
+//   RequestMsg::flags (so that a server whose bounded cache forgot the
+//   client refuses it rather than apply it a second time).
 // Refusals: a reply that is not OK carries a typed Refusal and, where the
 //   refusal is about a cluster map, that map's version in its own field;
 //   whether a write may be resent is decided from these fields alone
@@ -50,7 +52,7 @@ namespace rkv::protocol {
 inline constexpr uint32_t kConnectMagic = 0x43564B52;  // "RKVC"
 inline constexpr uint32_t kAcceptMagic = 0x41564B52;   // "RKVA"
 inline constexpr uint32_t kPeerConnectMagic = 0x50564B52;  // "RKVP"
-inline constexpr uint16_t kProtocolVersion = 3;
+inline constexpr uint16_t kProtocolVersion = 4;
 
 inline constexpr size_t kMaxConnectPrivateData = 56;
 inline constexpr size_t kMaxAcceptPrivateData = 196;
@@ -117,9 +119,15 @@ static_assert(sizeof(AcceptData) <= kMaxAcceptPrivateData);
 // version = the primary's, non-zero); only on a peer connection.
 enum class Op : uint8_t { kPut = 1, kDelete = 2, kReplicatePut = 3, kReplicateDelete = 4 };
 
+// RequestMsg::flags.
+inline constexpr uint8_t kRequestResent = 1;  // client ops: this request id was sent to
+                                               // this server incarnation before
+inline constexpr uint8_t kRequestFlagsKnown = kRequestResent;
+
 struct RequestMsg {
   uint8_t op;            // Op
-  uint8_t reserved[3];   // 0
+  uint8_t flags;         // kRequestResent or 0 (client ops); replica ops: 0
+  uint8_t reserved[2];   // 0
   uint32_t length;       // bytes of the record in the ring (block length)
   uint64_t request_id;   // client ops: unique per client_id; replica ops: the
                          // sender's own sequence; echoed in the reply

@@ -1,6 +1,7 @@
 #include "server/connect_request.h"
 
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -48,16 +49,22 @@ TEST(ConnectRequestTest, OnlyThePeerMagicClaimsAPeer) {
   EXPECT_FALSE(IsPeerConnectRequest({}));
 }
 
-TEST(ConnectRequestTest, AClientOfTheVersionBeforeTypedRefusalsIsRefusedNamingBothVersions) {
+TEST(ConnectRequestTest, AClientOfAnEarlierVersionIsRefusedNamingBothVersions) {
   // Version 2 replies carried no reason: such a client would take a
-  // resendable refusal for the call's answer, so it is refused at once.
-  static_assert(protocol::kProtocolVersion == 3);
-  protocol::ConnectRequestData c = Valid("secret");
-  c.protocol_version = 2;
-  const auto r = ParseConnectRequest(Bytes(c), TokenDigest("secret"));
-  EXPECT_EQ(r.status().code(), StatusCode::kFailedPrecondition);
-  EXPECT_NE(r.status().message().find("unsupported protocol/layout version 2/"), std::string::npos) << r.status();
-  EXPECT_NE(r.status().message().find("server speaks 3/"), std::string::npos) << r.status();
+  // resendable refusal for the call's answer. Version 3 requests carried no
+  // kRequestResent: a server whose cache forgot such a client could apply
+  // its retry twice. Both are refused at once.
+  static_assert(protocol::kProtocolVersion == 4);
+  for (const uint16_t old : {uint16_t{2}, uint16_t{3}}) {
+    protocol::ConnectRequestData c = Valid("secret");
+    c.protocol_version = old;
+    const auto r = ParseConnectRequest(Bytes(c), TokenDigest("secret"));
+    EXPECT_EQ(r.status().code(), StatusCode::kFailedPrecondition);
+    EXPECT_NE(r.status().message().find("unsupported protocol/layout version " + std::to_string(old) + "/"),
+              std::string::npos)
+        << r.status();
+    EXPECT_NE(r.status().message().find("server speaks 4/"), std::string::npos) << r.status();
+  }
 }
 
 TEST(ConnectRequestTest, RefusesEachMalformation) {

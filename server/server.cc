@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
 #include <random>
 #include <unordered_map>
 #include <vector>
@@ -56,6 +57,22 @@ uint64_t RandomSeed() {
   return (uint64_t{rd()} << 32) ^ rd();
 }
 
+// A client connection's hold on its client's entry in the request cache
+// (Applier::ClientConnected), for as long as the connection is served.
+class ClientPin {
+ public:
+  ClientPin(Applier* applier, uint64_t client_id) : applier_(applier), client_id_(client_id) {
+    applier_->ClientConnected(client_id_);
+  }
+  ~ClientPin() { applier_->ClientDisconnected(client_id_); }
+  ClientPin(const ClientPin&) = delete;
+  ClientPin& operator=(const ClientPin&) = delete;
+
+ private:
+  Applier* const applier_;
+  const uint64_t client_id_;
+};
+
 }  // namespace
 
 // One accepted connection, owned by its poller. Members are destroyed
@@ -67,6 +84,7 @@ struct Server::Served {
   transport::MemoryRegion* ring_mr = nullptr;
   transport::MemoryRegion* messages_mr = nullptr;
   uint64_t client_id = 0;
+  std::optional<ClientPin> pin;  // a client's, once accepted
   std::string peer_id;  // a replication connection: the sending server's id; empty for a client
   std::string peer;
   std::unique_ptr<transport::Connection> conn;
@@ -339,6 +357,7 @@ void Server::HandlePending(std::unique_ptr<transport::Connection> conn) {
     return;
   }
   if (w->peer_id.empty()) {
+    w->pin.emplace(applier_.get(), w->client_id);
     LOG(INFO) << "accepted client " << std::hex << w->client_id << std::dec << " from " << w->peer;
   } else {
     LOG(INFO) << "accepted replication from server " << w->peer_id << " (epoch " << req.peer_epoch << ") at "

@@ -85,8 +85,12 @@ std::optional<protocol::ReplyMsg> Applier::Validate(std::span<const uint8_t> msg
                                               " is a replica op: only a server of the cluster map, on a "
                                               "replication connection, may send it"));
   }
-  if (req.reserved[0] != 0 || req.reserved[1] != 0 || req.reserved[2] != 0) {
+  if (req.reserved[0] != 0 || req.reserved[1] != 0) {
     return Error(request_id, InvalidArgument("request reserved bytes are not zero"));
+  }
+  if ((req.flags & ~protocol::kRequestFlagsKnown) != 0 || (!client_op && req.flags != 0)) {
+    return Error(request_id, InvalidArgument("request flags " + std::to_string(req.flags) + " are not known for op " +
+                                             std::to_string(req.op)));
   }
   if (client_op && req.map_version != 0) {
     return Error(request_id, InvalidArgument("a client's request carries map version " +
@@ -151,7 +155,8 @@ std::optional<protocol::ReplyMsg> Applier::Validate(std::span<const uint8_t> msg
   } else if (tombstone) {
     return Error(request_id, InvalidArgument("PUT record carries the tombstone flag"));
   }
-  *out = Request{request_id, op, r.key, r.value, r.version, req.map_version};
+  *out = Request{request_id, op, r.key, r.value, r.version, req.map_version,
+                 (req.flags & protocol::kRequestResent) != 0};
   return std::nullopt;
 }
 
@@ -198,6 +203,7 @@ Applier::Snapshot Applier::snapshot() const {
   s.puts = puts_.load(std::memory_order_relaxed);
   s.deletes = deletes_.load(std::memory_order_relaxed);
   s.replays = replays_.load(std::memory_order_relaxed);
+  s.resent = resent_.load(std::memory_order_relaxed);
   s.request_errors = errors_.load(std::memory_order_relaxed);
   s.forwarded_writes = forwarded_.load(std::memory_order_relaxed);
   s.backup_failures = backup_failures_.load(std::memory_order_relaxed);

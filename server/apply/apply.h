@@ -22,7 +22,8 @@
 // four and the lock order, once.
 //
 // Validation (before any lock; a failure is an error reply, never a crash):
-//   - the message is exactly sizeof(RequestMsg), op is known, reserved is 0;
+//   - the message is exactly sizeof(RequestMsg), op is known, reserved is 0,
+//     flags only kRequestResent and only on a client op;
 //   - ring_offset is 64-byte aligned and [ring_offset, ring_offset + length)
 //     lies inside the ring;
 //   - length is at least a block header and at most the block of the
@@ -204,6 +205,13 @@ class Applier {
   protocol::ReplyMsg Apply(uint64_t client_id, std::span<const uint8_t> msg, std::span<const uint8_t> ring)
       EXCLUDES(cache_mu_, writes_gate_, table_mu_);
 
+  // A client connection of `client_id` opened (after its accept) / closed:
+  // the request cache never forgets a client with a connection open
+  // (server/apply/request_cache.h). Every ClientConnected is matched by one
+  // ClientDisconnected.
+  void ClientConnected(uint64_t client_id) EXCLUDES(cache_mu_);
+  void ClientDisconnected(uint64_t client_id) EXCLUDES(cache_mu_);
+
   // As Apply, for a request on a replication connection from the server
   // `sender_id` (resolved at the handshake): only replica ops, installed as
   // described under Replication above; never cached.
@@ -214,6 +222,7 @@ class Applier {
     uint64_t puts = 0;            // PUTs applied (a client's, or installed replicas)
     uint64_t deletes = 0;         // DELETEs applied (likewise)
     uint64_t replays = 0;         // requests answered with a remembered reply
+    uint64_t resent = 0;          // client requests marked protocol::kRequestResent
     uint64_t request_errors = 0;  // replies other than OK and NOT_FOUND
     uint64_t keys = 0;
     uint64_t forwarded_writes = 0;  // client writes forwarded to at least one backup
@@ -318,6 +327,7 @@ class Applier {
     std::string_view value;
     uint64_t version = 0;
     uint64_t map_version = 0;  // replica ops: the primary's map version (>= 1)
+    bool resent = false;       // client ops: protocol::kRequestResent
   };
   // ---- Shared by the jobs (apply.cc) ----
   // Checks the message and its record (see Validation; `from_peer` selects
@@ -423,6 +433,7 @@ class Applier {
   std::atomic<uint64_t> puts_{0};
   std::atomic<uint64_t> deletes_{0};
   std::atomic<uint64_t> replays_{0};
+  std::atomic<uint64_t> resent_{0};
   std::atomic<uint64_t> errors_{0};
   std::atomic<uint64_t> forwarded_{0};
   std::atomic<uint64_t> backup_failures_{0};

@@ -24,6 +24,16 @@ protocol::ReplyMsg Applier::Apply(uint64_t client_id, std::span<const uint8_t> m
   return ApplyOnce(client_id, req, &remember);
 }
 
+void Applier::ClientConnected(uint64_t client_id) {
+  MutexLock lock(cache_mu_);
+  cache_.Pin(client_id);
+}
+
+void Applier::ClientDisconnected(uint64_t client_id) {
+  MutexLock lock(cache_mu_);
+  cache_.Unpin(client_id);
+}
+
 size_t Applier::KeyStripe(std::string_view key) {
   // The shard hash is as good as any here: stripes only need to spread
   // keys, and writes of one shard spread over all of them.
@@ -32,17 +42,19 @@ size_t Applier::KeyStripe(std::string_view key) {
 
 protocol::ReplyMsg Applier::ApplyOnce(uint64_t client_id, const Request& req, bool* remember) {
   const std::pair<uint64_t, uint64_t> name{client_id, req.request_id};
+  if (req.resent) resent_.fetch_add(1, std::memory_order_relaxed);
   {
     MutexLock lock(cache_mu_);
     protocol::ReplyMsg reply{};
     while (true) {
-      switch (cache_.Check(client_id, req.request_id, &reply)) {
+      switch (cache_.Check(client_id, req.request_id, req.resent, &reply)) {
         case RequestCache::Verdict::kReplay:
           replays_.fetch_add(1, std::memory_order_relaxed);
           return reply;
         case RequestCache::Verdict::kForgotten:
           // Not remembered, so not applied again: it may be a retry of a
-          // request applied long ago.
+          // request applied long ago, or one applied under an entry of
+          // this client that the cache's client bound forgot.
           return Error(req.request_id, Status(StatusCode::kAborted,
                                               "request " + std::to_string(req.request_id) +
                                                   " is too old for the replay check: not applied; a retry's "

@@ -47,9 +47,11 @@ class ApplyTest : public ::testing::Test {
     return static_cast<uint32_t>(EncodeRecord(std::span<uint8_t>(ring_).subspan(offset), key, value, version, flags));
   }
 
-  static std::vector<uint8_t> Msg(protocol::Op op, uint64_t offset, uint32_t length, uint64_t id) {
+  static std::vector<uint8_t> Msg(protocol::Op op, uint64_t offset, uint32_t length, uint64_t id,
+                                  uint8_t flags = 0) {
     protocol::RequestMsg m{};
     m.op = static_cast<uint8_t>(op);
+    m.flags = flags;
     m.length = length;
     m.request_id = id;
     m.ring_offset = offset;
@@ -189,6 +191,9 @@ TEST_F(ApplyTest, MalformedMessagesGetClearErrors) {
   m = good;
   m[2] = 1;  // reserved
   ExpectError(Apply(m), StatusCode::kInvalidArgument, 77);
+  m = good;
+  m[1] = 4;  // an unknown flag
+  ExpectError(Apply(m), StatusCode::kInvalidArgument, 77);
 
   ExpectError(Apply(Msg(protocol::Op::kPut, 32, len, 77)), StatusCode::kInvalidArgument, 77);  // unaligned
   ExpectError(Apply(Msg(protocol::Op::kPut, kRingBytes, 64, 77)), StatusCode::kInvalidArgument, 77);
@@ -203,7 +208,7 @@ TEST_F(ApplyTest, MalformedMessagesGetClearErrors) {
 
   EXPECT_FALSE(TableValue("key").has_value());
   EXPECT_FALSE(StoreValue("key").has_value());
-  EXPECT_EQ(applier_->snapshot().request_errors, 13u);
+  EXPECT_EQ(applier_->snapshot().request_errors, 14u);
 
   // And the good one still works afterwards.
   EXPECT_EQ(Apply(good).status_code, 0);
@@ -377,6 +382,43 @@ TEST_F(ApplyTest, AReplayWhoseReplyWasForgottenIsRefusedNotApplied) {
   ExpectError(Put("a", "1", 1), StatusCode::kAborted, 1);
   EXPECT_EQ(local_.store->version_high_water(), 3u);
   EXPECT_EQ(Put("b", "1", 2).version, 2u);  // still remembered
+}
+
+// One client's burst of fresh client ids cannot make another client's
+// retry apply twice: connected, the victim's retry replays its reply;
+// forgotten while away, its retry is refused with "outcome unknown".
+TEST_F(ApplyTest, ABurstOfFreshClientsCannotMakeAnotherClientsRetryApplyTwice) {
+  Build(6, 1 << 20, 100ms, ApplyLimits{64, 8192}, {.max_clients = 8, .requests_per_client = 4});
+  const auto burst = [&](uint64_t first) {
+    for (uint64_t c = first; c < first + 1100; ++c) {
+      const uint32_t len = Stage(0, "noise", "x");
+      ASSERT_EQ(Apply(Msg(protocol::Op::kPut, 0, len, 1), c).status_code, 0);
+    }
+  };
+  applier_->ClientConnected(kClient);
+  ASSERT_EQ(Put("counter", "1", 7).version, 1u);
+  burst(1000);
+  uint32_t len = Stage(0, "counter", "1");
+  auto r = Apply(Msg(protocol::Op::kPut, 0, len, 7, protocol::kRequestResent));
+  EXPECT_EQ(r.status_code, 0) << r.message;
+  EXPECT_EQ(r.version, 1u);  // the original reply
+  applier_->ClientDisconnected(kClient);
+  burst(5000);
+  const uint64_t high = local_.store->version_high_water();
+  len = Stage(0, "counter", "1");
+  ExpectError(Apply(Msg(protocol::Op::kPut, 0, len, 7, protocol::kRequestResent)), StatusCode::kAborted, 7);
+  EXPECT_EQ(local_.store->version_high_water(), high);  // nothing applied
+  EXPECT_EQ(*TableValue("counter"), "1");
+  // Its next request is applied.
+  EXPECT_EQ(Put("counter", "2", 8).status_code, 0);
+}
+
+TEST_F(ApplyTest, UnknownRequestFlagsAreRefused) {
+  const uint32_t len = Stage(0, "key", "value");
+  ExpectError(Apply(Msg(protocol::Op::kPut, 0, len, 61, 2)), StatusCode::kInvalidArgument, 61);
+  ExpectError(Apply(Msg(protocol::Op::kPut, 0, len, 61, 0x80)), StatusCode::kInvalidArgument, 61);
+  const auto r = Apply(Msg(protocol::Op::kPut, 0, len, 61, protocol::kRequestResent));
+  EXPECT_EQ(r.status_code, 0) << r.message;
 }
 
 TEST_F(ApplyTest, ConcurrentReplaysOfOneRequestApplyItOnce) {

@@ -1,11 +1,13 @@
 #include "server/apply/request_cache.h"
 
 #include <algorithm>
+#include <iterator>
 
 namespace rkv::server {
 
 RequestCache::RequestCache(RequestCacheLimits limits)
-    : limits_{std::max<size_t>(limits.max_clients, 1), std::max<size_t>(limits.requests_per_client, 1)} {}
+    : limits_{std::max<size_t>(limits.max_clients, 1), std::max<size_t>(limits.requests_per_client, 1),
+              std::max<size_t>(limits.max_evicted, 1)} {}
 
 size_t RequestCache::MaxMemoryBytes(RequestCacheLimits limits) {
   return std::max<size_t>(limits.max_clients, 1) * std::max<size_t>(limits.requests_per_client, 1) *
@@ -19,32 +21,84 @@ RequestCache::Client* RequestCache::Touch(uint64_t client_id) {
   return &*it->second;
 }
 
-RequestCache::Verdict RequestCache::Check(uint64_t client_id, uint64_t request_id, protocol::ReplyMsg* reply) {
+bool RequestCache::MayHaveBeenForgotten(uint64_t client_id) const {
+  return evicted_dropped_ || evicted_.count(client_id) > 0;
+}
+
+RequestCache::Verdict RequestCache::Check(uint64_t client_id, uint64_t request_id, bool resent,
+                                          protocol::ReplyMsg* reply) {
   const Client* c = Touch(client_id);
-  if (c == nullptr) return Verdict::kNew;
-  // Ids mostly grow: a request above every remembered one is new without a
-  // scan (and forgotten ids were remembered once, so they are below too).
-  if (request_id > c->max_id) return Verdict::kNew;
-  const auto it = std::find(c->ids.begin(), c->ids.end(), request_id);
-  if (it != c->ids.end()) {
-    *reply = c->replies[static_cast<size_t>(it - c->ids.begin())];
-    return Verdict::kReplay;
+  if (c == nullptr) return resent && MayHaveBeenForgotten(client_id) ? Verdict::kForgotten : Verdict::kNew;
+  // Ids mostly grow: a request above every remembered one is not among
+  // them without a scan (and forgotten ids were remembered once, so they
+  // are below too).
+  if (request_id <= c->max_id) {
+    const auto it = std::find(c->ids.begin(), c->ids.end(), request_id);
+    if (it != c->ids.end()) {
+      *reply = c->replies[static_cast<size_t>(it - c->ids.begin())];
+      return Verdict::kReplay;
+    }
+    if (request_id <= c->forgotten) return Verdict::kForgotten;
   }
-  return request_id <= c->forgotten ? Verdict::kForgotten : Verdict::kNew;
+  // A resend this entry does not know may have been applied under the
+  // client's entry that was forgotten.
+  return resent && c->reborn ? Verdict::kForgotten : Verdict::kNew;
+}
+
+void RequestCache::Pin(uint64_t client_id) {
+  if (++pins_[client_id] == 1 && index_.count(client_id) > 0) ++pinned_remembered_;
+}
+
+void RequestCache::Unpin(uint64_t client_id) {
+  const auto it = pins_.find(client_id);
+  if (it == pins_.end()) return;
+  if (--it->second > 0) return;
+  pins_.erase(it);
+  if (index_.count(client_id) > 0) {
+    --pinned_remembered_;
+    EvictIfFull();
+  }
+}
+
+void RequestCache::EvictIfFull() {
+  if (lru_.size() - pinned_remembered_ <= limits_.max_clients) return;
+  // The least recently active client without a connection.
+  auto victim = lru_.end();
+  for (auto it = lru_.rbegin(); it != lru_.rend(); ++it) {
+    if (pins_.count(it->client_id) == 0) {
+      victim = std::prev(it.base());
+      break;
+    }
+  }
+  if (victim == lru_.end()) return;  // unreachable: more unpinned clients than the bound
+  const uint64_t id = victim->client_id;
+  replies_ -= victim->ids.size();
+  index_.erase(id);
+  lru_.erase(victim);
+  ++evictions_;
+  if (evicted_.insert(id).second) {
+    evicted_order_.push_back(id);
+    if (evicted_order_.size() > limits_.max_evicted) {
+      evicted_.erase(evicted_order_.front());
+      evicted_order_.pop_front();
+      evicted_dropped_ = true;
+    }
+  }
 }
 
 void RequestCache::Insert(uint64_t client_id, const protocol::ReplyMsg& reply) {
   Client* c = Touch(client_id);
   if (c == nullptr) {
-    if (lru_.size() >= limits_.max_clients) {
-      replies_ -= lru_.back().ids.size();
-      index_.erase(lru_.back().client_id);
-      lru_.pop_back();
-    }
     lru_.emplace_front();
     c = &lru_.front();
     c->client_id = client_id;
+    c->reborn = MayHaveBeenForgotten(client_id);
     index_.emplace(client_id, lru_.begin());
+    if (pins_.count(client_id) > 0) {
+      ++pinned_remembered_;
+    } else {
+      EvictIfFull();  // never this one: it is the most recently active
+    }
   }
   if (c->ids.size() < limits_.requests_per_client) {
     if (c->ids.size() == c->ids.capacity()) {

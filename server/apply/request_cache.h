@@ -11,26 +11,42 @@
 //
 // Bounds (RequestCacheLimits): at most `requests_per_client` replies per
 // client, the oldest inserted forgotten first, and at most `max_clients`
-// clients, the least recently active one forgotten (with all its replies)
-// first. Each remembered reply costs kBytesPerReply bytes; with the
-// defaults (256 replies, 1024 clients) the cache holds at most 32 MiB of
-// replies plus a few hundred bytes of bookkeeping per client
-// (MaxMemoryBytes). A client's per-client storage grows with use up to its
-// bound, so a server whose clients make few requests holds far less.
+// clients without a live connection: a client with a connection open
+// (Pin) is never forgotten, and when the bound is reached the least
+// recently active client *without* one is forgotten (with all its replies)
+// first. So one client's burst of fresh ids can evict only clients that
+// are not connected, never the entry a connected client's retry needs, and
+// the cache holds at most max_clients + (live client connections) clients.
+// Each remembered reply costs kBytesPerReply bytes; with the defaults (256
+// replies, 1024 clients) the clients without a connection hold at most 32
+// MiB of replies (MaxMemoryBytes), plus kBytesPerReply * 256 per live
+// connection at most. A client's per-client storage grows with use up to
+// its bound, so a server whose clients make few requests holds far less.
+//
+// Forgetting a client is made safe by what the client says and what the
+// cache keeps of it: every request carries whether it was sent to this
+// server incarnation before (protocol::kRequestResent), and the ids of the
+// last `max_evicted` forgotten clients are kept (8 bytes each) with a mark
+// once an older one had to be dropped. A client whose entry was forgotten
+// (or may have been: its id dropped from that list) is "reborn" when it
+// comes back, and a resent request that a reborn client's entry does not
+// remember may have been applied under the entry that was forgotten: it
+// is kForgotten, never kNew.
 //
 // What a lookup can say (Check):
 //   kNew        the request is not remembered and may be applied;
 //   kReplay     it was answered before: *reply is the original reply;
-//   kForgotten  its id is not above the largest id this client has had
-//               forgotten, and it is not remembered: it may be a retry
-//               whose reply was dropped to respect the bound, so it must
-//               not be applied (the caller refuses it). A fresh request can
-//               land here only when at least `requests_per_client` newer
-//               requests of the same client were answered before it
-//               arrived.
-// A client forgotten by the LRU bound is forgotten entirely: its next
-// request is kNew whatever its id. (The exactly-once guarantee these bounds
-// give: docs/design.md §5.6.)
+//   kForgotten  not remembered, and it may be a retry whose reply was
+//               dropped to respect a bound, so it must not be applied (the
+//               caller refuses it): its id is not above the largest id this
+//               client has had forgotten, or it is a resent request of a
+//               reborn client (above). A fresh request can land here only
+//               when at least `requests_per_client` newer requests of the
+//               same client were answered before it arrived; a resent one
+//               whose first attempt never arrived, only when its client is
+//               reborn (the price of the safety: an "outcome unknown"
+//               refusal instead of a second apply).
+// (The exactly-once guarantee these bounds give: docs/design.md §5.6.)
 //
 // Thread safety: none; the owner serializes every call (the Applier: under
 // cache_mu_, server/apply/apply.h, where a request is also marked in flight
@@ -38,13 +54,18 @@
 //
 // Invariants: lru_ and index_ hold the same clients; every client's ids and
 // replies have the same size, at most requests_per_client; ids[i] ==
-// replies[i].request_id; size() <= max_clients.
+// replies[i].request_id; the clients with no pin number at most
+// max_clients; pinned_remembered_ counts the clients of index_ with a pin;
+// evicted_ and evicted_order_ hold the same ids, each once, at most
+// max_evicted (an id there may be remembered again: its entry is reborn).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <list>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "common/protocol.h"
@@ -54,6 +75,7 @@ namespace rkv::server {
 struct RequestCacheLimits {
   size_t max_clients = 1024;         // clients remembered, >= 1
   size_t requests_per_client = 256;  // replies remembered per client, >= 1
+  size_t max_evicted = 65536;        // ids of forgotten clients kept, >= 1
 };
 
 class RequestCache {
@@ -69,10 +91,11 @@ class RequestCache {
 
   enum class Verdict { kNew, kReplay, kForgotten };
 
-  // What the cache knows of request `request_id` of `client_id` (see the
-  // file comment). On kReplay *reply is the original reply. Marks the client
-  // as the most recently active one when it is known.
-  Verdict Check(uint64_t client_id, uint64_t request_id, protocol::ReplyMsg* reply);
+  // What the cache knows of request `request_id` of `client_id`, `resent`
+  // when the client says it sent this request to this incarnation before
+  // (see the file comment). On kReplay *reply is the original reply. Marks
+  // the client as the most recently active one when it is known.
+  Verdict Check(uint64_t client_id, uint64_t request_id, bool resent, protocol::ReplyMsg* reply);
 
   // Remembers `reply` (its request_id names the request) as the answer to a
   // request of `client_id` that Check called kNew; forgets the client's
@@ -80,11 +103,20 @@ class RequestCache {
   // reached.
   void Insert(uint64_t client_id, const protocol::ReplyMsg& reply);
 
-  // Clients remembered, and replies remembered over all of them.
+  // A connection of `client_id` opened / closed: a client with a
+  // connection open is never forgotten by the client bound. Every Pin is
+  // matched by one Unpin.
+  void Pin(uint64_t client_id);
+  void Unpin(uint64_t client_id);
+
+  // Clients remembered, replies remembered over all of them, and clients
+  // forgotten by the client bound so far.
   size_t clients() const { return lru_.size(); }
   size_t replies() const { return replies_; }
+  uint64_t evictions() const { return evictions_; }
 
-  // The most memory the replies of a cache with `limits` can take.
+  // The most memory the replies of the clients without a connection can
+  // take with `limits` (each live connection may add one client's bound).
   static size_t MaxMemoryBytes(RequestCacheLimits limits);
 
  private:
@@ -97,14 +129,26 @@ class RequestCache {
     size_t next = 0;          // ring slot of the next insert once full
     uint64_t max_id = 0;      // largest request id remembered so far
     uint64_t forgotten = 0;   // largest request id forgotten (0: none)
+    bool reborn = false;      // an earlier entry of this client may have been forgotten
   };
 
   // The client, made most recently active; null when unknown.
   Client* Touch(uint64_t client_id);
+  // Whether an entry of `client_id` may have been forgotten.
+  bool MayHaveBeenForgotten(uint64_t client_id) const;
+  // Forgets the least recently active client without a connection, if the
+  // clients without one are at the bound.
+  void EvictIfFull();
 
   const RequestCacheLimits limits_;
   std::list<Client> lru_;  // most recently active first
   std::unordered_map<uint64_t, std::list<Client>::iterator> index_;
+  std::unordered_map<uint64_t, uint32_t> pins_;  // live connections per client, > 0
+  size_t pinned_remembered_ = 0;                 // clients in index_ with a pin
+  std::unordered_set<uint64_t> evicted_;         // ids of forgotten clients
+  std::deque<uint64_t> evicted_order_;           // the same, oldest first
+  bool evicted_dropped_ = false;                 // an id left evicted_ for the bound
+  uint64_t evictions_ = 0;
   size_t replies_ = 0;
 };
 
