@@ -556,6 +556,15 @@ TEST_F(ServerTest, KvctlCommandsAndExitCodes) {
   }
 }
 
+// A hung tool fails its test at the limit with what it printed, instead of
+// holding the suite.
+TEST(RunCommandTest, AProgramStillRunningAtTheLimitIsKilledAndSaysSo) {
+  const CommandResult r = RunCommand({"/bin/sh", "-c", "echo started; exec sleep 60"}, "", std::chrono::seconds(1));
+  EXPECT_EQ(r.exit_code, -1);
+  EXPECT_EQ(r.out, "started\n");
+  EXPECT_NE(r.err.find("still running after 1 s: killed with signal"), std::string::npos) << r.err;
+}
+
 class OneConnectionServerTest : public ServerTest {
  protected:
   void SetUp() override { StartServer({"--max_connections=1"}); }

@@ -7,10 +7,11 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <string>
 
 namespace rkv::testing {
 
-CommandResult RunCommand(const std::vector<std::string>& argv, const std::string& input) {
+CommandResult RunCommand(const std::vector<std::string>& argv, const std::string& input, std::chrono::seconds limit) {
   CommandResult result;
   int in_pipe[2], out_pipe[2], err_pipe[2];
   if (pipe2(in_pipe, O_CLOEXEC) || pipe2(out_pipe, O_CLOEXEC) || pipe2(err_pipe, O_CLOEXEC)) {
@@ -50,7 +51,20 @@ CommandResult RunCommand(const std::vector<std::string>& argv, const std::string
     fcntl(in_fd, F_SETFL, O_NONBLOCK);
   }
   bool out_open = true, err_open = true;
+  const auto started = std::chrono::steady_clock::now();
+  int killed_with = 0;  // the last signal sent at the limit
   while (out_open || err_open) {
+    const auto running = std::chrono::steady_clock::now() - started;
+    if (killed_with == 0 && running > limit) {
+      // SIGABRT first: a program with a failure handler prints its stack.
+      kill(pid, SIGABRT);
+      killed_with = SIGABRT;
+    } else if (killed_with == SIGABRT && running > limit + std::chrono::seconds(5)) {
+      kill(pid, SIGKILL);
+      killed_with = SIGKILL;
+    } else if (killed_with == SIGKILL && running > limit + std::chrono::seconds(10)) {
+      break;  // its output is held open by a process of its own: give up on it
+    }
     pollfd fds[3];
     int n = 0;
     if (out_open) fds[n++] = {out_pipe[0], POLLIN, 0};
@@ -85,6 +99,11 @@ CommandResult RunCommand(const std::vector<std::string>& argv, const std::string
   int wstatus = 0;
   waitpid(pid, &wstatus, 0);
   if (WIFEXITED(wstatus)) result.exit_code = WEXITSTATUS(wstatus);
+  if (killed_with != 0) {
+    result.exit_code = -1;
+    result.err += "\n[" + argv[0] + " still running after " + std::to_string(limit.count()) +
+                  " s: killed with signal " + std::to_string(killed_with) + "]\n";
+  }
   return result;
 }
 
