@@ -170,6 +170,7 @@ MemberInfo Client::Impl::ToMember(const ServerEntry& e) {
   m.backup_shards = e.backup_shards;
   m.syncing_shards = e.syncing_shards;
   m.draining = e.draining;
+  m.down_since_unix_ms = e.down_since_unix_ms;
   return m;
 }
 
@@ -263,7 +264,9 @@ StatusOr<ClusterInfo> Client::Cluster() const {
 
 StatusOr<uint32_t> Client::ShardOfKey(std::string_view key) const {
   if (!impl_->cluster()) return FailedPrecondition("ShardOfKey needs a client connected through a coordinator");
-  return ShardOf(key, impl_->Routing()->table().shard_count());
+  auto routes = impl_->Routing();
+  RKV_RETURN_IF_ERROR(impl_->CheckKey(routes->table(), key));
+  return ShardOf(key, routes->table().shard_count());
 }
 
 Status Client::RefreshClusterMap(const CallOptions& call) {

@@ -200,6 +200,7 @@ TEST_F(ClientRetryTest, AClientOfOneServerHasNoAdminAndCountsItsAttemptsByAddres
   EXPECT_EQ(admin.ShardChecksums("s", {}).status().code(), StatusCode::kFailedPrecondition);
   EXPECT_EQ(admin.ListShard("s", 0).status().code(), StatusCode::kFailedPrecondition);
   EXPECT_EQ(admin.Drain("s").status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(admin.Forget("s").status().code(), StatusCode::kFailedPrecondition);
 
   const uint64_t before = ClientTestPeer::AttemptsOn(*client_, server_->address());
   ASSERT_EQ(VersionOf(client_->Put("k", "v")), 1u);

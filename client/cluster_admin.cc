@@ -160,4 +160,13 @@ StatusOr<DrainInfo> ClusterAdmin::Drain(std::string_view server_id, const CallOp
   return DrainInfo{r->map_version(), r->roles_to_move()};
 }
 
+StatusOr<ForgetInfo> ClusterAdmin::Forget(std::string_view server_id, const CallOptions& call) {
+  Client::Impl& impl = *client_->impl_;
+  if (!impl.cluster()) return NeedsCoordinator("Forget");
+  RKV_RETURN_IF_ERROR(control::ValidateServerId(server_id).WithContext("Forget"));
+  auto r = impl.control().Forget(std::string(server_id), impl.DeadlineOf(call));
+  if (!r.ok()) return r.status();
+  return ForgetInfo{r->map_version()};
+}
+
 }  // namespace rkv

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <string>
 
 #include "common/hash.h"
 #include "rkv/admin.h"
@@ -216,6 +217,27 @@ TEST_F(ClusterClientTest, FollowsTheMapAndNamesTheServerInErrors) {
   ASSERT_FALSE(get.ok());
   EXPECT_NE(get.status().message().find("server a (epoch 1, 127.0.0.1:1)"), std::string::npos) << get.status();
   EXPECT_EQ(get.status().message().find("coordinator"), std::string::npos) << get.status();
+}
+
+TEST_F(ClusterClientTest, ShardOfKeyRefusesTheKeysGetAndPutRefuse) {
+  // `kvctl where ''` used to name a shard for a key that get and put refuse.
+  JoinFake("a", 1);
+  JoinFake("b", 1);
+  auto connected = Client::Connect(Options());
+  ASSERT_TRUE(connected.ok()) << connected.status();
+  Client& client = **connected;
+  CallOptions quick;
+  quick.timeout = std::chrono::milliseconds(200);
+  for (const std::string& key : {std::string(), std::string(client.max_key_bytes() + 1, 'k')}) {
+    const StatusOr<uint32_t> shard = client.ShardOfKey(key);
+    ASSERT_FALSE(shard.ok()) << key.size() << " bytes: shard " << *shard;
+    EXPECT_EQ(shard.status().code(), StatusCode::kInvalidArgument) << shard.status();
+    EXPECT_EQ(shard.status().message(), client.Get(key, quick).status().message()) << "the check of get";
+    EXPECT_EQ(shard.status().message(), client.Put(key, "v", quick).status().message()) << "the check of put";
+  }
+  const StatusOr<uint32_t> longest = client.ShardOfKey(std::string(client.max_key_bytes(), 'k'));
+  ASSERT_TRUE(longest.ok()) << longest.status();
+  EXPECT_LT(*longest, kShards);
 }
 
 }  // namespace

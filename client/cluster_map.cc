@@ -44,6 +44,7 @@ StatusOr<std::shared_ptr<const RoutingTable>> RoutingTable::Build(const v1::Clus
     e.backup_shards = static_cast<uint32_t>(s.backup_shards_size());
     e.syncing_shards = static_cast<uint32_t>(s.syncing_shards_size());
     e.draining = s.draining();
+    e.down_since_unix_ms = s.down_since_unix_ms();
     e.keys = s.keys();
     e.heap_bytes_used = s.heap_bytes_used();
     e.heap_bytes = s.heap_bytes();

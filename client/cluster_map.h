@@ -46,6 +46,9 @@ struct ServerEntry {
   uint32_t backup_shards = 0;   // shards it holds as a backup
   uint32_t syncing_shards = 0;  // shards it is catching up on
   bool draining = false;        // Coordinator.Drain: its roles move away
+  // DOWN: when the coordinator marked it DOWN (ms since the Unix epoch, the
+  // coordinator's wall clock); 0 when UP or not known.
+  uint64_t down_since_unix_ms = 0;
   uint64_t keys = 0;
   uint64_t heap_bytes_used = 0;
   uint64_t heap_bytes = 0;

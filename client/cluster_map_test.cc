@@ -260,13 +260,16 @@ TEST(RoutingTableTest, LimitsAreTheSmallestOverTheServers) {
 TEST(RoutingTableTest, DownServersKeepTheirShards) {
   v1::ClusterMap map = ThreeServerMap(6);
   map.mutable_servers(1)->set_state(v1::DOWN);
+  map.mutable_servers(1)->set_down_since_unix_ms(1'764'000'000'000);
   auto t = RoutingTable::Build(map);
   ASSERT_TRUE(t.ok()) << t.status();
   const ServerEntry& owner = (*t)->OwnerOfShard(1);
   EXPECT_EQ(owner.server_id, "b");
   EXPECT_FALSE(owner.up);
   EXPECT_EQ(owner.state, "DOWN");
+  EXPECT_EQ(owner.down_since_unix_ms, 1'764'000'000'000u);
   EXPECT_TRUE((*t)->OwnerOfShard(0).up);
+  EXPECT_EQ((*t)->OwnerOfShard(0).down_since_unix_ms, 0u);
 }
 
 TEST(RoutingTableTest, AnIncompleteClusterIsUnavailableWithItsSize) {

@@ -252,6 +252,18 @@ StatusOr<v1::DrainResponse> ControlClient::Drain(const std::string& server_id, D
   return response;
 }
 
+StatusOr<v1::ForgetResponse> ControlClient::Forget(const std::string& server_id, Deadline deadline) {
+  v1::ForgetRequest request;
+  request.set_server_id(server_id);
+  v1::ForgetResponse response;
+  RKV_RETURN_IF_ERROR(coordinators_->CallLeader(
+      "Forget " + control::Printable(server_id), deadline,
+      [&](v1::Coordinator::Stub& stub, grpc::ClientContext* context) {
+        return stub.Forget(context, request, &response);
+      }));
+  return response;
+}
+
 std::vector<StatusOr<v1::CoordinatorStatus>> ControlClient::CoordinatorStatuses(Deadline deadline) {
   const size_t n = coordinators_->addresses().size();
   std::vector<v1::CoordinatorStatus> answers(n);

@@ -99,6 +99,9 @@ class ControlClient {
   // Coordinator.Drain of `server_id` by the leader; errors prefixed
   // "coordinator HOST:PORT: Drain SERVER_ID".
   StatusOr<v1::DrainResponse> Drain(const std::string& server_id, Deadline deadline);
+  // Coordinator.Forget of `server_id` by the leader; errors prefixed
+  // "coordinator HOST:PORT: Forget SERVER_ID".
+  StatusOr<v1::ForgetResponse> Forget(const std::string& server_id, Deadline deadline);
 
   // GetCoordinatorStatus of every listed coordinator, in list order: each
   // answer, or that coordinator's error.

@@ -1,9 +1,12 @@
 #include "common/token.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <cerrno>
 #include <cstring>
-#include <fstream>
-#include <sstream>
+#include <utility>
 
 namespace rkv {
 namespace {
@@ -45,6 +48,24 @@ void Compress(uint32_t state[8], const uint8_t block[64]) {
   }
   state[0] += a; state[1] += b; state[2] += c; state[3] += d;
   state[4] += e; state[5] += f; state[6] += g; state[7] += h;
+}
+
+// The first `limit` bytes of the open file `fd` (all of it if shorter).
+StatusOr<std::string> ReadAtMost(int fd, const std::string& path, size_t limit) {
+  struct stat st;
+  if (::fstat(fd, &st) != 0) return PosixError("stat token file " + path, errno);
+  if (S_ISDIR(st.st_mode)) return InvalidArgument("token file " + path + " is a directory");
+  std::string out(limit, '\0');
+  size_t got = 0;
+  while (got < limit) {
+    const ssize_t n = ::read(fd, out.data() + got, limit - got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return PosixError("read token file " + path, errno);
+    if (n == 0) break;
+    got += static_cast<size_t>(n);
+  }
+  out.resize(got);
+  return out;
 }
 
 }  // namespace
@@ -90,17 +111,22 @@ bool DigestEqual(const uint8_t* a, const uint8_t* b, size_t n) {
 }
 
 StatusOr<std::string> ReadTokenFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return PosixError("open token file " + path, errno);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  std::string token = ss.str();
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return PosixError("open token file " + path, errno);
+  // One byte past the limit tells an over-long file from one at the limit,
+  // and no more is read: the path may name /dev/zero or a pipe.
+  StatusOr<std::string> read = ReadAtMost(fd, path, kMaxTokenFileBytes + 1);
+  ::close(fd);
+  RKV_ASSIGN_OR_RETURN(std::string token, std::move(read));
+  if (token.size() > kMaxTokenFileBytes) {
+    return InvalidArgument("token file " + path + " holds more than " + std::to_string(kMaxTokenFileBytes) +
+                           " bytes");
+  }
   while (!token.empty() && (token.back() == '\n' || token.back() == '\r' || token.back() == ' ' ||
                             token.back() == '\t')) {
     token.pop_back();
   }
   if (token.empty()) return InvalidArgument("token file " + path + " is empty");
-  if (token.size() > 4096) return InvalidArgument("token file " + path + " holds more than 4096 bytes");
   return token;
 }
 

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <array>
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -23,9 +24,14 @@ Sha256Digest TokenDigest(std::string_view token);
 // Constant-time comparison.
 bool DigestEqual(const uint8_t* a, const uint8_t* b, size_t n);
 
-// Reads a token file: the whole file less trailing whitespace. Errors:
-// NOT_FOUND / PERMISSION_DENIED from the file system, INVALID_ARGUMENT for
-// an empty token or one over 4096 bytes.
+// The most bytes a token file may hold, trailing whitespace included.
+inline constexpr size_t kMaxTokenFileBytes = 4096;
+
+// Reads a token file: the whole file less trailing whitespace. Reads at
+// most kMaxTokenFileBytes + 1 bytes, whatever the path names (/dev/zero, a
+// pipe). Errors: NOT_FOUND / PERMISSION_DENIED (or INTERNAL, with the
+// errno text) from the file system; INVALID_ARGUMENT for a directory, a
+// file over kMaxTokenFileBytes, or one that holds only whitespace.
 StatusOr<std::string> ReadTokenFile(const std::string& path);
 
 }  // namespace rkv

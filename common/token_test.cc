@@ -54,5 +54,37 @@ TEST(TokenTest, ReadTokenFile) {
   EXPECT_EQ(ReadTokenFile(path).status().code(), StatusCode::kNotFound);
 }
 
+TEST(TokenTest, ReadTokenFileTakesAtMostTheLimit) {
+  const std::string path = ::testing::TempDir() + "/rkv_token_limit_test";
+  {
+    std::ofstream(path) << std::string(kMaxTokenFileBytes, 'x');
+  }
+  auto t = ReadTokenFile(path);
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ(t->size(), kMaxTokenFileBytes);
+  {
+    std::ofstream(path) << std::string(kMaxTokenFileBytes + 1, 'x');
+  }
+  t = ReadTokenFile(path);
+  EXPECT_EQ(t.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(t.status().message().find("holds more than 4096 bytes"), std::string::npos) << t.status();
+  std::remove(path.c_str());
+}
+
+TEST(TokenTest, AnEndlessTokenFileIsRefusedAfterTheLimit) {
+  // Read whole, /dev/zero would never end (or end the process's memory).
+  const auto t = ReadTokenFile("/dev/zero");
+  EXPECT_EQ(t.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(t.status().message().find("/dev/zero holds more than 4096 bytes"), std::string::npos) << t.status();
+}
+
+TEST(TokenTest, ADirectoryIsNotATokenFile) {
+  const std::string dir = ::testing::TempDir();
+  const auto t = ReadTokenFile(dir);
+  EXPECT_EQ(t.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(t.status().message().find("is a directory"), std::string::npos) << t.status();
+  EXPECT_EQ(t.status().message().find("empty"), std::string::npos) << t.status();
+}
+
 }  // namespace
 }  // namespace rkv

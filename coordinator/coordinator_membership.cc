@@ -1,9 +1,12 @@
-// CoordinatorState: servers joining, beating, leaving, expiring and draining.
+// CoordinatorState: servers joining, beating, leaving, expiring, draining
+// and being forgotten.
 #include "coordinator/coordinator_state.h"
 
 #include <algorithm>
+#include <cstddef>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include <glog/logging.h>
 
@@ -38,6 +41,15 @@ void CopyJoinFields(const v1::JoinRequest& r, v1::ServerInfo* info) {
   *info->mutable_table() = r.table();
   info->set_heap_bytes(r.table().heap_size());
   info->set_zone(r.zone());
+}
+
+// "0, 5, 9": `shards` ascending, at most 16 of them, then "and K more".
+std::string ShardList(std::vector<uint32_t> shards) {
+  std::sort(shards.begin(), shards.end());
+  std::string list;
+  for (size_t k = 0; k < shards.size() && k < 16; ++k) list += (k > 0 ? ", " : "") + std::to_string(shards[k]);
+  if (shards.size() > 16) list += " and " + std::to_string(shards.size() - 16) + " more";
+  return list;
 }
 
 }  // namespace
@@ -99,6 +111,7 @@ StatusOr<v1::JoinResponse> CoordinatorState::Join(const v1::JoinRequest& r) {
     }
     CopyJoinFields(r, &s.info);
     s.info.set_state(v1::UP);
+    s.info.clear_down_since_unix_ms();
     s.info.clear_keys();
     s.info.clear_heap_bytes_used();
     s.last_heartbeat = now;
@@ -197,6 +210,7 @@ Status CoordinatorState::Leave(const v1::LeaveRequest& r) {
   if (servers_[index].info.state() == v1::DOWN) return Status::Ok();
   std::vector<Server> next = servers_;
   next[index].info.set_state(v1::DOWN);
+  next[index].info.set_down_since_unix_ms(WallMs());
   RKV_RETURN_IF_ERROR(CommitLocked(std::move(next), {index}, assigned_));
   MarkDownLocked(index);
   LOG(INFO) << Describe(servers_[index].info) << " is DOWN: it left; map version " << version_;
@@ -215,6 +229,7 @@ StatusOr<int> CoordinatorState::ExpireHeartbeats() {
     if (silent <= config_.heartbeat_timeout) continue;
     std::vector<Server> next = servers_;
     next[i].info.set_state(v1::DOWN);
+    next[i].info.set_down_since_unix_ms(WallMs());
     RKV_RETURN_IF_ERROR(CommitLocked(std::move(next), {i}, assigned_));
     MarkDownLocked(i);
     LOG(INFO) << Describe(servers_[i].info) << " is DOWN: no heartbeat for " << Seconds(silent) << "; map version "
@@ -244,12 +259,8 @@ StatusOr<v1::DrainResponse> CoordinatorState::Drain(const v1::DrainRequest& r) {
     if (!other && RoleCount(info) > 0) {
       std::vector<uint32_t> shards(info.shards().begin(), info.shards().end());
       shards.insert(shards.end(), info.backup_shards().begin(), info.backup_shards().end());
-      std::sort(shards.begin(), shards.end());
-      std::string list;
-      for (size_t k = 0; k < shards.size() && k < 16; ++k) list += (k > 0 ? ", " : "") + std::to_string(shards[k]);
-      if (shards.size() > 16) list += " and " + std::to_string(shards.size() - 16) + " more";
       return FailedPrecondition("cannot drain server " + r.server_id() + ": no other server is UP and not draining "
-                                "to take shards " + list + "; nothing changed");
+                                "to take shards " + ShardList(std::move(shards)) + "; nothing changed");
     }
     std::vector<Server> next = servers_;
     next[index].info.set_draining(true);
@@ -259,6 +270,70 @@ StatusOr<v1::DrainResponse> CoordinatorState::Drain(const v1::DrainRequest& r) {
   }
   resp.set_map_version(version_);
   resp.set_roles_to_move(static_cast<uint32_t>(RoleCount(servers_[index].info)));
+  return resp;
+}
+
+StatusOr<v1::ForgetResponse> CoordinatorState::Forget(const v1::ForgetRequest& r) {
+  RKV_RETURN_IF_ERROR(control::ValidateForget(r));
+  MutexLock lock(mu_);
+  const std::string& id = r.server_id();
+  const int found = FindLocked(id);
+  if (found < 0) return NotFound("unknown server " + id + " (never joined, or forgotten already)");
+  const size_t index = static_cast<size_t>(found);
+  const v1::ServerInfo gone = servers_[index].info;  // servers_ changes below
+  if (gone.state() == v1::UP) {
+    return FailedPrecondition("cannot forget server " + id + ": it is UP; only a DOWN server that holds no role "
+                              "can be forgotten (drain it, then stop it); nothing changed");
+  }
+  if (RoleCount(gone) > 0) {
+    // Each role is in one shard's list; a server holds one role per shard.
+    std::vector<uint32_t> shards(gone.shards().begin(), gone.shards().end());
+    shards.insert(shards.end(), gone.backup_shards().begin(), gone.backup_shards().end());
+    shards.insert(shards.end(), gone.syncing_shards().begin(), gone.syncing_shards().end());
+    return FailedPrecondition("cannot forget server " + id + ": it still holds roles in " +
+                              std::to_string(shards.size()) + " shards (" + ShardList(shards) + "; " +
+                              std::to_string(gone.shards_size()) + " as primary, " +
+                              std::to_string(gone.backup_shards_size()) + " as backup, " +
+                              std::to_string(gone.syncing_shards_size()) +
+                              " syncing): wait for re-replication or drain it; nothing changed");
+  }
+  // Once shards are assigned the cluster is its servers: N shrinks with
+  // them, but not below --servers, since a coordinator refuses a store
+  // smaller than that (Load). So never below R either (R <= --servers).
+  uint32_t next_expected = 0;  // unchanged while the cluster is forming
+  if (assigned_) {
+    if (expected_servers_ - 1 < config_.expected_servers) {
+      return FailedPrecondition("cannot forget server " + id + ": the cluster would keep " +
+                                std::to_string(expected_servers_ - 1) + " servers, fewer than --servers " +
+                                std::to_string(config_.expected_servers) +
+                                "; start its replacement first (or restart the coordinators with a smaller "
+                                "--servers); nothing changed");
+    }
+    next_expected = expected_servers_ - 1;
+  }
+  // The servers after it move up one place in the join order, which stays
+  // dense (Load checks it): their records are rewritten in the same commit.
+  std::vector<Server> next = servers_;
+  next.erase(next.begin() + static_cast<std::ptrdiff_t>(index));
+  std::vector<size_t> changed;
+  for (size_t i = index; i < next.size(); ++i) {
+    next[i].join_order = i;
+    changed.push_back(i);
+  }
+  RKV_RETURN_IF_ERROR(CommitLocked(std::move(next), changed, assigned_, next_expected, {id}));
+  std::string down_for;
+  if (const auto d = down_since_.find(id); d != down_since_.end()) {
+    down_for = " after " + Seconds(clock_() - d->second) + " DOWN (as this coordinator saw it)";
+  }
+  // What memory knew of it goes with it: a server joining under the id is
+  // a new one. (A server without a role is not fenced; erased all the same.)
+  down_since_.erase(id);
+  reported_at_.erase(id);
+  if (fenced_since_.erase(id) > 0) PublishLeaseLocked();
+  LOG(INFO) << Describe(gone) << " forgotten" << down_for << ": it held no role; " << servers_.size() << " of "
+            << expected_servers_ << " servers remain; map version " << version_;
+  v1::ForgetResponse resp;
+  resp.set_map_version(version_);
   return resp;
 }
 

@@ -1,5 +1,5 @@
-// CoordinatorState tests: Joining, heartbeats, leaving and draining; versions, failed commits, bad
-// requests and configuration; watching the map.
+// CoordinatorState tests: Joining, heartbeats, leaving, draining and forgetting; versions, failed
+// commits, bad requests and configuration; watching the map.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -334,6 +334,185 @@ TEST_F(CoordinatorStateTest, DrainOfTheLastServerThatCouldHoldItsShardsIsRefused
   EXPECT_NE(refused.status().message().find("shards 0, 1, 2, 3"), std::string::npos) << refused.status();
   EXPECT_EQ(state->version(), version);
   EXPECT_FALSE(Find(state->Map(), "s1")->draining());
+}
+
+// Takes `id` out of a cluster as a server gone for good is taken out: it
+// leaves, its primaries move to backups, and after replace_after its
+// backup roles go to others. It is then DOWN and holds no role.
+void LoseForGood(CoordinatorState& state, FakeClock& clock, const std::string& id, uint64_t epoch) {
+  v1::LeaveRequest leave;
+  leave.set_server_id(id);
+  leave.set_epoch(epoch);
+  ASSERT_TRUE(state.Leave(leave).ok());
+  clock.Advance(FenceWait(state.config().lease));
+  ASSERT_TRUE(state.PromoteFenced().ok());
+  clock.Advance(state.config().replace_after);
+  // Unchecked: a replacement takes a replica out before another catches up.
+  Settle(state, clock, /*check=*/false);
+  const v1::ServerInfo* gone = Find(state.Map(), id);
+  ASSERT_NE(gone, nullptr);
+  ASSERT_EQ(gone->state(), v1::DOWN);
+  ASSERT_EQ(Roles(*gone), 0u) << gone->ShortDebugString();
+}
+
+TEST_F(CoordinatorStateTest, ForgetIsRefusedForUnknownUpOrRoleHoldingServers) {
+  auto state = Open(Config(3, 6, 2));
+  JoinAll(*state, {"", "", ""});
+  EXPECT_EQ(state->Forget(ForgetReq("nobody")).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(state->Forget(ForgetReq("")).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(state->Forget(ForgetReq("not an id")).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(state->Forget(ForgetReq(std::string(control::kMaxServerIdBytes + 1, 's'))).status().code(),
+            StatusCode::kInvalidArgument);
+  const uint64_t version = state->version();
+  const int commits = data_->commits();
+
+  auto up = state->Forget(ForgetReq("s2"));
+  EXPECT_EQ(up.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(up.status().message().find("server s2: it is UP"), std::string::npos) << up.status();
+
+  // DOWN, but still the primary of 2 shards and a backup of 2 others.
+  ASSERT_TRUE(state->Leave(LeaveReq("s2", 1)).ok());
+  const v1::ServerInfo* s2 = Find(state->Map(), "s2");
+  ASSERT_EQ(s2->shards_size(), 2);
+  ASSERT_EQ(s2->backup_shards_size(), 2);
+  auto roles = state->Forget(ForgetReq("s2"));
+  EXPECT_EQ(roles.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(roles.status().message().find("still holds roles in 4 shards (1, 2, 4, 5; 2 as primary, 2 as backup, "
+                                          "0 syncing): wait for re-replication or drain it"),
+            std::string::npos)
+      << roles.status();
+  // Nothing changed but the leave.
+  EXPECT_EQ(state->version(), version + 1);
+  EXPECT_EQ(data_->commits(), commits + 1);
+  EXPECT_EQ(state->Map().servers_size(), 3);
+}
+
+TEST_F(CoordinatorStateTest, ForgettingADownServerWithoutRolesRemovesItInOneVersion) {
+  auto state = Open(Replacing(3, 6, 2));
+  JoinAll(*state, {"", "", ""});
+  ASSERT_TRUE(state->Join(MakeJoin("s3", 1, 3)).ok());  // N = 4, one above --servers
+  Settle(*state, clock_);
+  ASSERT_NO_FATAL_FAILURE(LoseForGood(*state, clock_, "s1", 1));
+  const uint64_t version = state->version();
+  const int commits = data_->commits();
+
+  // A failed commit changes nothing.
+  data_->SetFailing(true);
+  EXPECT_EQ(state->Forget(ForgetReq("s1")).status().code(), StatusCode::kInternal);
+  data_->SetFailing(false);
+  EXPECT_EQ(state->version(), version);
+  ASSERT_NE(Find(state->Map(), "s1"), nullptr);
+
+  auto forgot = state->Forget(ForgetReq("s1"));
+  ASSERT_TRUE(forgot.ok()) << forgot.status();
+  EXPECT_EQ(forgot->map_version(), version + 1);
+  EXPECT_EQ(state->version(), version + 1);
+  EXPECT_EQ(data_->commits(), commits + 1);
+  const v1::ClusterMap map = state->Map();
+  ASSERT_TRUE(control::ValidateClusterMap(map).ok()) << control::ValidateClusterMap(map);
+  EXPECT_EQ(Find(map, "s1"), nullptr);
+  ASSERT_EQ(map.servers_size(), 3);
+  EXPECT_EQ(map.servers(0).server_id(), "s0");
+  EXPECT_EQ(map.servers(1).server_id(), "s2");
+  EXPECT_EQ(map.servers(2).server_id(), "s3");
+  EXPECT_EQ(map.expected_servers(), 3u);  // N shrank with it
+  for (uint32_t shard = 0; shard < 6; ++shard) EXPECT_EQ(Replicas(map, shard).size(), 2u) << shard;
+  // Its record is gone from the store, and the join order stays dense.
+  auto stored = data_->Load();
+  ASSERT_TRUE(stored.ok());
+  ASSERT_EQ(stored->servers.size(), 3u);
+  for (const auto& s : stored->servers) {
+    const std::string& id = s.info().server_id();
+    EXPECT_EQ(s.join_order(), id == "s0" ? 0u : id == "s2" ? 1u : 2u) << id;
+  }
+  EXPECT_EQ(state->Forget(ForgetReq("s1")).status().code(), StatusCode::kNotFound);
+  // Its old incarnation is unknown now: it must join again.
+  EXPECT_EQ(state->Heartbeat(Beat("s1", 1)).status().code(), StatusCode::kNotFound);
+
+  // A coordinator reopening the store finds the same map.
+  auto reopened = Open(Replacing(3, 6, 2));
+  ASSERT_NE(reopened, nullptr);
+  EXPECT_EQ(reopened->Map().SerializeAsString(), map.SerializeAsString());
+
+  // N is --servers now: a second server may not be forgotten (a
+  // coordinator would refuse the smaller store).
+  ASSERT_NO_FATAL_FAILURE(LoseForGood(*state, clock_, "s2", 1));
+  const uint64_t before = state->version();
+  auto too_few = state->Forget(ForgetReq("s2"));
+  EXPECT_EQ(too_few.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(too_few.status().message().find("would keep 2 servers, fewer than --servers 3"), std::string::npos)
+      << too_few.status();
+  EXPECT_NE(Find(state->Map(), "s2"), nullptr);
+  EXPECT_EQ(state->version(), before);
+}
+
+TEST_F(CoordinatorStateTest, AForgottenIdJoinsAgainAsANewServer) {
+  auto state = Open(Replacing(3, 6, 2));
+  JoinAll(*state, {"a", "b", "c"});
+  ASSERT_TRUE(state->Join(MakeJoin("s3", 1, 3, "d")).ok());
+  Settle(*state, clock_);
+  ASSERT_NO_FATAL_FAILURE(LoseForGood(*state, clock_, "s1", 1));
+  ASSERT_TRUE(state->Forget(ForgetReq("s1")).ok());
+  const uint64_t version = state->version();
+
+  // Same epoch as before, another zone and addresses: none of that is
+  // checked against the forgotten server.
+  auto joined = state->Join(MakeJoin("s1", 1, 7, "e"));
+  ASSERT_TRUE(joined.ok()) << joined.status();
+  EXPECT_EQ(state->version(), version + 1);
+  EXPECT_TRUE(joined->shards().empty());
+  v1::ClusterMap map = state->Map();
+  ASSERT_EQ(map.servers_size(), 4);
+  EXPECT_EQ(map.servers(3).server_id(), "s1");  // last in join order
+  EXPECT_EQ(map.servers(3).state(), v1::UP);
+  EXPECT_EQ(map.servers(3).zone(), "e");
+  EXPECT_EQ(map.servers(3).down_since_unix_ms(), 0u);
+  EXPECT_EQ(map.expected_servers(), 4u);
+  ASSERT_TRUE(state->Heartbeat(Beat("s1", 1)).ok());
+  // It gets its share of roles as any new server does.
+  Settle(*state, clock_);
+  map = state->Map();
+  EXPECT_GT(Roles(*Find(map, "s1")), 0u);
+  for (uint32_t shard = 0; shard < 6; ++shard) EXPECT_EQ(Replicas(map, shard).size(), 2u) << shard;
+  // A forget before the cluster is complete leaves N as it is.
+  auto data = std::make_shared<MemoryStoreData>();
+  auto forming = CoordinatorState::Open(Config(3, 6), std::make_unique<MemoryStore>(data), clock_.AsClock());
+  ASSERT_TRUE(forming.ok());
+  ASSERT_TRUE((*forming)->Join(MakeJoin("a", 1, 0)).ok());
+  ASSERT_TRUE((*forming)->Join(MakeJoin("b", 1, 1)).ok());
+  ASSERT_TRUE((*forming)->Leave(LeaveReq("a", 1)).ok());
+  ASSERT_TRUE((*forming)->Forget(ForgetReq("a")).ok());
+  EXPECT_EQ((*forming)->Map().expected_servers(), 3u);
+  ASSERT_TRUE((*forming)->Join(MakeJoin("c", 1, 2)).ok());
+  ASSERT_TRUE((*forming)->Join(MakeJoin("a", 1, 0)).ok());  // the third: shards are assigned
+  map = (*forming)->Map();
+  EXPECT_EQ(map.shard_owner(0), "b");
+  EXPECT_EQ(map.shard_owner(2), "a");
+}
+
+TEST_F(CoordinatorStateTest, WhenAServerWentDownIsRecordedOnItsRecord) {
+  auto state = Open(Config(2, 4));
+  ASSERT_TRUE(state->Join(MakeJoin("a", 1, 0)).ok());
+  ASSERT_TRUE(state->Join(MakeJoin("b", 1, 1)).ok());
+  EXPECT_EQ(Find(state->Map(), "a")->down_since_unix_ms(), 0u);
+  // The fake wall clock reads 3,600,000 ms at first.
+  clock_.Advance(milliseconds(1500));
+  ASSERT_TRUE(state->Leave(LeaveReq("a", 1)).ok());
+  EXPECT_EQ(Find(state->Map(), "a")->down_since_unix_ms(), 3'601'500u);
+  ASSERT_TRUE(state->Heartbeat(Beat("b", 1)).ok());
+  clock_.Advance(milliseconds(3001));
+  EXPECT_EQ(*state->ExpireHeartbeats(), 1);
+  EXPECT_EQ(Find(state->Map(), "b")->down_since_unix_ms(), 3'604'501u);
+  EXPECT_EQ(Find(state->Map(), "a")->down_since_unix_ms(), 3'601'500u);  // not stamped again
+  // Stored with the record: a reopened coordinator reports the same.
+  auto reopened = Open(Config(2, 4));
+  ASSERT_NE(reopened, nullptr);
+  EXPECT_EQ(Find(reopened->Map(), "a")->down_since_unix_ms(), 3'601'500u);
+  // Back UP: cleared.
+  ASSERT_TRUE(state->Join(MakeJoin("a", 1, 0)).ok());
+  EXPECT_EQ(Find(state->Map(), "a")->down_since_unix_ms(), 0u);
+  ASSERT_TRUE(state->Join(MakeJoin("b", 2, 1)).ok());
+  EXPECT_EQ(Find(state->Map(), "b")->down_since_unix_ms(), 0u);
 }
 
 TEST_F(CoordinatorStateTest, ReplaceAfterIsValidated) {

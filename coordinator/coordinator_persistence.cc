@@ -124,7 +124,8 @@ Status CoordinatorState::LoadLocked(bool quiet) {
 }
 
 Status CoordinatorState::CommitLocked(std::vector<Server> next, const std::vector<size_t>& changed,
-                                      bool next_assigned, uint32_t next_expected) {
+                                      bool next_assigned, uint32_t next_expected,
+                                      const std::vector<std::string>& removed) {
   const uint32_t expected = next_expected != 0 ? next_expected : expected_servers_;
   v1::store::StoredMeta meta;
   meta.set_map_version(version_ + 1);
@@ -142,7 +143,7 @@ Status CoordinatorState::CommitLocked(std::vector<Server> next, const std::vecto
     r.set_join_order(next[i].join_order);
     r.mutable_handover_shards()->Assign(next[i].handover_shards.begin(), next[i].handover_shards.end());
   }
-  RKV_RETURN_IF_ERROR(store_->Commit(meta, records));
+  RKV_RETURN_IF_ERROR(store_->Commit(meta, records, removed));
   NoteSyncingLocked(next);
   servers_ = std::move(next);
   assigned_ = next_assigned;

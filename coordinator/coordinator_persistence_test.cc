@@ -201,5 +201,43 @@ TEST(CoordinatorPersistenceTest, APromotedMapSurvivesAReopen) {
   EXPECT_TRUE(Excluded(**state).empty());  // s2 owns nothing a backup could take
 }
 
+TEST(CoordinatorPersistenceTest, AForgottenServerIsGoneFromTheDataDir) {
+  TempDir dir;
+  FakeClock clock;
+  v1::ClusterMap before;
+  {
+    auto state = CoordinatorState::Open(Config(2, 4), std::move(OpenRocksDbStateStore(dir.path())).value(),
+                                        clock.AsClock(), clock.AsWallClock());
+    ASSERT_TRUE(state.ok()) << state.status();
+    // s2 and s3 are added to the complete cluster, with no role yet.
+    JoinAll(**state, {"", "", "", ""});
+    v1::LeaveRequest leave;
+    leave.set_server_id("s2");
+    leave.set_epoch(1);
+    ASSERT_TRUE((*state)->Leave(leave).ok());
+    v1::ForgetRequest forget;
+    forget.set_server_id("s2");
+    auto forgot = (*state)->Forget(forget);
+    ASSERT_TRUE(forgot.ok()) << forgot.status();
+    EXPECT_EQ(forgot->map_version(), 6u);  // 4 joins (2 before the assignment), a leave, the forget
+    before = (*state)->Map();
+  }
+  auto state = CoordinatorState::Open(Config(2, 4), std::move(OpenRocksDbStateStore(dir.path())).value(),
+                                      clock.AsClock(), clock.AsWallClock());
+  ASSERT_TRUE(state.ok()) << state.status();
+  const v1::ClusterMap map = (*state)->Map();
+  EXPECT_EQ(map.SerializeAsString(), before.SerializeAsString())
+      << map.ShortDebugString() << "\nvs\n" << before.ShortDebugString();
+  ASSERT_EQ(map.servers_size(), 3);
+  EXPECT_EQ(map.servers(2).server_id(), "s3");  // moved up in the join order
+  EXPECT_EQ(map.expected_servers(), 3u);
+  EXPECT_EQ(Find(map, "s2"), nullptr);
+  // s3 restarts as it would have; s2 comes back as a fourth server.
+  ASSERT_TRUE((*state)->Join(MakeJoin("s3", 2, 3)).ok());
+  ASSERT_TRUE((*state)->Join(MakeJoin("s2", 1, 2)).ok());
+  EXPECT_EQ((*state)->Map().servers(3).server_id(), "s2");
+  EXPECT_EQ((*state)->Map().expected_servers(), 4u);
+}
+
 }  // namespace
 }  // namespace rkv::coordinator

@@ -102,6 +102,19 @@ grpc::Status CoordinatorService::Drain(grpc::ServerContext* context, const v1::D
   return grpc::Status::OK;
 }
 
+grpc::Status CoordinatorService::Forget(grpc::ServerContext* context, const v1::ForgetRequest* request,
+                                        v1::ForgetResponse* response) {
+  if (grpc::Status s = CheckToken(context, token_digest_hex_); !s.ok()) return s;
+  if (grpc::Status s = CheckLeader(context); !s.ok()) return s;
+  auto result = state_->Forget(*request);
+  if (!result.ok()) {
+    LOG(WARNING) << "Forget from " << context->peer() << " refused: " << result.status();
+    return ToGrpc(result.status());
+  }
+  *response = std::move(result).value();
+  return grpc::Status::OK;
+}
+
 grpc::Status CoordinatorService::CheckCaller(const grpc::ServerContextBase* context) const {
   return CheckToken(context, token_digest_hex_);
 }

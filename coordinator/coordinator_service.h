@@ -56,8 +56,8 @@ class CoordinatorService final : public v1::Coordinator::WithAsyncMethod_KeepLea
  public:
   // `state` (and `gate`, when not null) must outlive the service. Calls
   // that change or vouch for the cluster's state (Join, Heartbeat, Leave,
-  // the reports, Drain, RenewLease) are answered only while `gate` says
-  // this coordinator leads; the map is answered by every coordinator.
+  // the reports, Drain, Forget, RenewLease) are answered only while `gate`
+  // says this coordinator leads; the map is answered by every coordinator.
   CoordinatorService(CoordinatorState* state, std::string token_digest_hex, const LeaderGate* gate = nullptr);
 
   grpc::Status Join(grpc::ServerContext* context, const v1::JoinRequest* request, v1::JoinResponse* response) override;
@@ -70,6 +70,8 @@ class CoordinatorService final : public v1::Coordinator::WithAsyncMethod_KeepLea
                               v1::ReportCaughtUpResponse* response) override;
   grpc::Status Drain(grpc::ServerContext* context, const v1::DrainRequest* request,
                      v1::DrainResponse* response) override;
+  grpc::Status Forget(grpc::ServerContext* context, const v1::ForgetRequest* request,
+                      v1::ForgetResponse* response) override;
   // Cheap: reads the state's published lease view (no store access).
   grpc::Status RenewLease(grpc::ServerContext* context, const v1::RenewLeaseRequest* request,
                           v1::RenewLeaseResponse* response) override;

@@ -94,6 +94,10 @@ TEST_F(CoordinatorServiceTest, EveryRpcRefusesAMissingOrWrongToken) {
     drain.set_server_id("a");
     v1::DrainResponse drained;
     EXPECT_EQ(stub_->Drain(Ctx(token).get(), drain, &drained).error_code(), grpc::StatusCode::UNAUTHENTICATED);
+    v1::ForgetRequest forget;
+    forget.set_server_id("a");
+    v1::ForgetResponse forgot;
+    EXPECT_EQ(stub_->Forget(Ctx(token).get(), forget, &forgot).error_code(), grpc::StatusCode::UNAUTHENTICATED);
     auto ctx = Ctx(token);
     auto reader = stub_->WatchClusterMap(ctx.get(), v1::WatchClusterMapRequest());
     EXPECT_FALSE(reader->Read(&map));
@@ -310,7 +314,7 @@ v1::ClusterMap WaitForMap(CoordinatorState* state, const std::function<bool(cons
   return map;
 }
 
-TEST_F(CoordinatorServiceTest, ANewServerSyncsReportsCaughtUpAndDrains) {
+TEST_F(CoordinatorServiceTest, ANewServerSyncsReportsCaughtUpDrainsAndIsForgotten) {
   v1::JoinResponse join;
   ASSERT_TRUE(stub_->Join(Ctx().get(), MakeJoin("a", 1, 0), &join).ok());
   ASSERT_TRUE(stub_->Join(Ctx().get(), MakeJoin("b", 1, 1), &join).ok());
@@ -352,6 +356,50 @@ TEST_F(CoordinatorServiceTest, ANewServerSyncsReportsCaughtUpAndDrains) {
   EXPECT_GT(drained.roles_to_move(), 0u);
   drain.set_server_id("nobody");
   EXPECT_EQ(stub_->Drain(Ctx().get(), drain, &drained).error_code(), grpc::StatusCode::NOT_FOUND);
+
+  // Drained, stopped, forgotten: the cluster is back to a and b.
+  v1::ForgetRequest forget;
+  forget.set_server_id("c");
+  v1::ForgetResponse forgot;
+  grpc::Status up = stub_->Forget(Ctx().get(), forget, &forgot);
+  EXPECT_EQ(up.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_NE(up.error_message().find("it is UP"), std::string::npos) << up.error_message();
+  // a and b take c's backup roles back by catching up (reported here, as
+  // their fetchers would), then c leaves them.
+  const auto roles = [](const v1::ServerInfo& s) {
+    return s.shards_size() + s.backup_shards_size() + s.syncing_shards_size();
+  };
+  const auto give_up = std::chrono::steady_clock::now() + kCallDeadline;
+  for (map = server_->state()->Map(); roles(map.servers(2)) > 0 && std::chrono::steady_clock::now() < give_up;
+       map = server_->state()->Map()) {
+    for (const v1::ServerInfo& s : map.servers()) {
+      if (s.server_id() == "c" || s.syncing_shards().empty()) continue;
+      v1::ReportCaughtUpRequest r;
+      r.set_server_id(s.server_id());
+      r.set_epoch(s.epoch());
+      for (uint32_t shard : s.syncing_shards()) {
+        v1::CaughtUpShard* entry = r.add_shards();
+        entry->set_shard(shard);
+        entry->set_primary_id(map.shard_owner(static_cast<int>(shard)));
+      }
+      (void)stub_->ReportCaughtUp(Ctx().get(), r, &caught_up);
+    }
+    (void)server_->state()->WaitForChange(map.version(), std::chrono::milliseconds(100));
+  }
+  ASSERT_EQ(roles(map.servers(2)), 0) << map.ShortDebugString();
+  v1::LeaveRequest leave;
+  leave.set_server_id("c");
+  leave.set_epoch(1);
+  v1::LeaveResponse left;
+  ASSERT_TRUE(stub_->Leave(Ctx().get(), leave, &left).ok());
+  ASSERT_TRUE(stub_->Forget(Ctx().get(), forget, &forgot).ok());
+  map = server_->state()->Map();
+  EXPECT_EQ(forgot.map_version(), map.version());
+  ASSERT_EQ(map.servers_size(), 2);
+  EXPECT_EQ(map.expected_servers(), 2u);
+  EXPECT_EQ(stub_->Forget(Ctx().get(), forget, &forgot).error_code(), grpc::StatusCode::NOT_FOUND);
+  forget.set_server_id("");
+  EXPECT_EQ(stub_->Forget(Ctx().get(), forget, &forgot).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
 }
 
 
@@ -446,6 +494,10 @@ TEST(CoordinatorServiceGateTest, AStandbyServesTheMapAndSendsEverythingElseToThe
     drain.set_server_id("a");
     v1::DrainResponse drained;
     EXPECT_EQ(stub->Drain(ctx().get(), drain, &drained).error_code(), grpc::StatusCode::UNAVAILABLE);
+    v1::ForgetRequest forget;
+    forget.set_server_id("a");
+    v1::ForgetResponse forgot;
+    EXPECT_EQ(stub->Forget(ctx().get(), forget, &forgot).error_code(), grpc::StatusCode::UNAVAILABLE);
   }
   EXPECT_EQ(data->commits(), 0) << "a standby committed something";
   v1::CoordinatorStatus status;

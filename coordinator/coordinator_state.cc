@@ -65,24 +65,36 @@ uint32_t EffectiveReplicas(const CoordinatorConfig& config) {
   return config.replicas != 0 ? config.replicas : DefaultReplicas(config.expected_servers);
 }
 
-CoordinatorState::CoordinatorState(const CoordinatorConfig& config, std::unique_ptr<StateStore> store, Clock clock)
+CoordinatorState::CoordinatorState(const CoordinatorConfig& config, std::unique_ptr<StateStore> store, Clock clock,
+                                   WallClock wall_clock)
     : config_(config),
       replicas_(EffectiveReplicas(config)),
       clock_(std::move(clock)),
+      wall_clock_(std::move(wall_clock)),
       store_(std::move(store)),
       expected_servers_(config.expected_servers) {}
 
 StatusOr<std::unique_ptr<CoordinatorState>> CoordinatorState::Open(const CoordinatorConfig& config,
-                                                                   std::unique_ptr<StateStore> store, Clock clock) {
+                                                                   std::unique_ptr<StateStore> store, Clock clock,
+                                                                   WallClock wall_clock) {
   RKV_RETURN_IF_ERROR(ValidateConfig(config));
   if (store == nullptr) return InvalidArgument("no state store");
-  std::unique_ptr<CoordinatorState> state(new CoordinatorState(config, std::move(store), std::move(clock)));
+  std::unique_ptr<CoordinatorState> state(
+      new CoordinatorState(config, std::move(store), std::move(clock), std::move(wall_clock)));
   RKV_RETURN_IF_ERROR(state->Load());
   return state;
 }
 
 std::string CoordinatorState::Describe(const v1::ServerInfo& info) {
   return "server " + info.server_id() + " (epoch " + std::to_string(info.epoch()) + ", " + info.data_address() + ")";
+}
+
+uint64_t CoordinatorState::WallMs() const {
+  const auto ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(wall_clock_().time_since_epoch()).count();
+  // A wall clock set before 1970 reads as "not known" (0), never as a
+  // wrapped time.
+  return ms > 0 ? static_cast<uint64_t>(ms) : 0;
 }
 
 int CoordinatorState::FindLocked(const std::string& id) const {

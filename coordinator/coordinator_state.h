@@ -7,7 +7,8 @@
 // The class is split by concern across files: coordinator_state.cc
 // (configuration, Open, roles to and from records, the map and its
 // watchers), coordinator_persistence.cc (loading the store, commits),
-// coordinator_membership.cc (Join, Heartbeat, Leave, expiry, Drain),
+// coordinator_membership.cc (Join, Heartbeat, Leave, expiry, Drain,
+// Forget),
 // coordinator_failover.cc (fencing, leases, promotion, replica failures),
 // coordinator_rebalance.cc (the first assignment, catch-up, Rebalance).
 //
@@ -49,7 +50,15 @@
 //     See PlanRebalance (placement.h) for the steps and their order.
 //   - An UP server whose heartbeat deadline passes (ExpireHeartbeats) is
 //     DOWN; so is one that Leaves. A DOWN server keeps its shards until
-//     it is promoted away from them (failover, below).
+//     it is promoted away from them (failover, below). The wall-clock
+//     time it went DOWN is part of its record
+//     (ServerInfo.down_since_unix_ms, for people; timers use the steady
+//     clock).
+//   - Forget drops the record of a DOWN server that holds no role in any
+//     shard, in one version; once shards are assigned the cluster size N
+//     shrinks by one, never below --servers (a coordinator refuses such a
+//     store). The id is then unknown: a Join under it is a new server's,
+//     whatever its epoch.
 //   - Failover (docs/design.md, "Failover and leases"): a server marked
 //     DOWN while primary of a shard that has an UP backup is FENCED from
 //     that moment F (memory only): LeaseView lists it as excluded, so no
@@ -128,6 +137,9 @@ uint32_t DefaultReplicas(uint32_t expected_servers);
 uint32_t EffectiveReplicas(const CoordinatorConfig& config);
 
 using Clock = std::function<std::chrono::steady_clock::time_point()>;
+// The wall clock, read only for what people are shown (when a server went
+// DOWN); never for a timer or a decision.
+using WallClock = std::function<std::chrono::system_clock::time_point()>;
 
 // What a lease is granted on: the current map version and the servers it
 // does not cover (the fenced ones, in join order).
@@ -146,10 +158,12 @@ class CoordinatorState {
   // when its records contradict each other (replica sets included).
   // Servers keep their stored state; UP ones get a fresh heartbeat
   // deadline counted from now, DOWN ones are counted DOWN (replace_after)
-  // and handovers in progress wait FenceWait from now.
+  // and handovers in progress wait FenceWait from now. `wall_clock`
+  // stamps ServerInfo.down_since_unix_ms.
   static StatusOr<std::unique_ptr<CoordinatorState>> Open(const CoordinatorConfig& config,
                                                           std::unique_ptr<StateStore> store,
-                                                          Clock clock = std::chrono::steady_clock::now);
+                                                          Clock clock = std::chrono::steady_clock::now,
+                                                          WallClock wall_clock = std::chrono::system_clock::now);
 
   // Loads the state again from the store, as Open does (and with the same
   // errors), replacing everything held in memory: timers and fences start
@@ -223,6 +237,17 @@ class CoordinatorState {
   // changes), or the store's.
   StatusOr<v1::DrainResponse> Drain(const v1::DrainRequest& request) EXCLUDES(mu_, lease_mu_);
 
+  // Removes a server gone for good: its record is deleted and the map no
+  // longer lists it, in one new version (answered); once shards are
+  // assigned, N shrinks by one. What memory held about it (its DOWN time,
+  // fence, reports) goes too, so a Join under its id is a new server's.
+  // Errors: INVALID_ARGUMENT (malformed id), NOT_FOUND (unknown server),
+  // FAILED_PRECONDITION naming why, nothing changed: it is UP, it still
+  // holds a role in some shard (primary, backup or syncing; the message
+  // names the shards), or shards are assigned and N - 1 would be below
+  // --servers; or the store's error.
+  StatusOr<v1::ForgetResponse> Forget(const v1::ForgetRequest& request) EXCLUDES(mu_, lease_mu_);
+
   // One pass of re-replication and rebalancing (PlanRebalance,
   // placement.h, whose steps say what moves), committed as one new map
   // version (none when nothing is to change). What it tells the planner:
@@ -270,17 +295,23 @@ class CoordinatorState {
   void ApplyRoles(const std::vector<ShardRoles>& roles, std::vector<Server>* servers,
                   std::vector<size_t>* changed) const;
 
-  CoordinatorState(const CoordinatorConfig& config, std::unique_ptr<StateStore> store, Clock clock);
+  CoordinatorState(const CoordinatorConfig& config, std::unique_ptr<StateStore> store, Clock clock,
+                   WallClock wall_clock);
   Status Load() EXCLUDES(mu_, lease_mu_);
   Status LoadLocked(bool quiet) REQUIRES(mu_) EXCLUDES(lease_mu_);
   // Commits `next` (servers in join order) with version_ + 1, writing the
-  // records of `changed` (indices into next), then makes it current and
+  // records of `changed` (indices into next) and deleting those of
+  // `removed` (server ids next no longer lists), then makes it current and
   // publishes the lease view.
   // `next_expected`, when not 0, is the new cluster size N.
   Status CommitLocked(std::vector<Server> next, const std::vector<size_t>& changed, bool next_assigned,
-                      uint32_t next_expected = 0) REQUIRES(mu_) EXCLUDES(lease_mu_);
+                      uint32_t next_expected = 0, const std::vector<std::string>& removed = {}) REQUIRES(mu_)
+      EXCLUDES(lease_mu_);
   // Records servers_[i] as DOWN from now (for replace_after).
   void MarkDownLocked(size_t i) REQUIRES(mu_);
+  // The wall clock now, in milliseconds since the Unix epoch (for
+  // ServerInfo.down_since_unix_ms).
+  uint64_t WallMs() const;
   // True when servers_[i] is DOWN and primary of a shard with an UP backup.
   bool FenceableLocked(size_t i) const REQUIRES(mu_);
   // Fences servers_[i] when FenceableLocked and not fenced yet: publishes
@@ -309,6 +340,7 @@ class CoordinatorState {
   const CoordinatorConfig config_;
   const uint32_t replicas_;  // EffectiveReplicas(config_)
   const Clock clock_;
+  const WallClock wall_clock_;
 
   // Serializes every public method, the store's commits included (the
   // store need not be thread-safe).

@@ -38,7 +38,8 @@ inline CoordinatorConfig Config(uint32_t servers = 3, uint32_t shards = 10, uint
 class CoordinatorStateTest : public ::testing::Test {
  protected:
   std::unique_ptr<CoordinatorState> Open(const CoordinatorConfig& config = Config()) {
-    auto state = CoordinatorState::Open(config, std::make_unique<MemoryStore>(data_), clock_.AsClock());
+    auto state =
+        CoordinatorState::Open(config, std::make_unique<MemoryStore>(data_), clock_.AsClock(), clock_.AsWallClock());
     EXPECT_TRUE(state.ok()) << state.status();
     return state.ok() ? std::move(state).value() : nullptr;
   }
@@ -126,6 +127,12 @@ inline v1::ReportCaughtUpRequest CaughtUp(const std::string& id, uint64_t epoch,
 
 inline v1::DrainRequest DrainReq(const std::string& id) {
   v1::DrainRequest r;
+  r.set_server_id(id);
+  return r;
+}
+
+inline v1::ForgetRequest ForgetReq(const std::string& id) {
+  v1::ForgetRequest r;
   r.set_server_id(id);
   return r;
 }

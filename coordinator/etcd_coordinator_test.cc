@@ -134,6 +134,56 @@ TEST_F(EtcdCoordinatorTest, OneOfTwoLeadsTheOtherRedirectsAndFollows) {
   EXPECT_EQ(b.state->version(), 2u);
 }
 
+// Forget through etcd: one transaction deletes the server's key and
+// rewrites meta; a standby follows, and a coordinator opened later loads
+// the same state. When the server went DOWN is in its record in etcd.
+TEST_F(EtcdCoordinatorTest, AForgottenServerLeavesEtcdAndTheStandbysMap) {
+  Member a = Open("127.0.0.1:1");
+  ASSERT_NE(a.shared, nullptr);
+  ASSERT_TRUE(WaitUntil([&] { return a.Leads(); }));
+  Member b = Open("127.0.0.1:2");
+  ASSERT_NE(b.shared, nullptr);
+  ASSERT_TRUE(a.state->Join(MakeJoin("s1", 1)).ok());     // the cluster of --servers 1
+  ASSERT_TRUE(a.state->Join(MakeJoin("s2", 1, 1)).ok());  // added: no role yet
+  v1::LeaveRequest leave;
+  leave.set_server_id("s2");
+  leave.set_epoch(1);
+  ASSERT_TRUE(a.state->Leave(leave).ok());
+  ASSERT_TRUE(WaitUntil([&] { return b.state->version() == 3u; }));
+  ASSERT_EQ(b.state->Map().servers_size(), 2);
+  EXPECT_GT(b.state->Map().servers(1).down_since_unix_ms(), 0u);
+  EXPECT_EQ(b.state->Map().servers(1).down_since_unix_ms(), a.state->Map().servers(1).down_since_unix_ms());
+  EXPECT_FALSE(Get("/rkv-test/server/s2").empty());
+
+  v1::ForgetRequest forget;
+  forget.set_server_id("s2");
+  // A standby's state forgets nothing (its store commits nothing).
+  EXPECT_EQ(b.state->Forget(forget).status().code(), StatusCode::kUnavailable);
+  EXPECT_EQ(b.state->Map().servers_size(), 2);
+  auto forgot = a.state->Forget(forget);
+  ASSERT_TRUE(forgot.ok()) << forgot.status();
+  EXPECT_EQ(forgot->map_version(), 4u);
+  auto gone = client_->Get("/rkv-test/server/s2", std::chrono::steady_clock::now() + kWait);
+  ASSERT_TRUE(gone.ok()) << gone.status();
+  EXPECT_TRUE(gone->kvs.empty());
+  EXPECT_FALSE(Get("/rkv-test/server/s1").empty());
+  ASSERT_TRUE(WaitUntil([&] { return b.state->version() == 4u; }));
+  EXPECT_EQ(b.state->Map().SerializeAsString(), a.state->Map().SerializeAsString());
+  EXPECT_EQ(b.state->Map().servers_size(), 1);
+  EXPECT_EQ(b.state->Map().expected_servers(), 1u);
+  b.shared->Stop();
+  // The leader goes; whoever opens the prefix next finds s2 gone, and s2
+  // may join again, as a new server.
+  a.shared->Stop();
+  Member c = Open("127.0.0.1:3");
+  ASSERT_NE(c.shared, nullptr);
+  ASSERT_TRUE(WaitUntil([&] { return c.Leads(); }));
+  EXPECT_EQ(c.state->version(), 4u);
+  EXPECT_EQ(c.state->Map().servers_size(), 1);
+  ASSERT_TRUE(c.state->Join(MakeJoin("s2", 1, 1)).ok());
+  EXPECT_EQ(c.state->Map().servers_size(), 2);
+}
+
 TEST_F(EtcdCoordinatorTest, ADeposedLeaderCommitsNothing) {
   Member a = Open("127.0.0.1:1");
   ASSERT_NE(a.shared, nullptr);

@@ -81,7 +81,8 @@ StatusOr<StateStore::Snapshot> EtcdStateStore::Load() {
   return snap;
 }
 
-Status EtcdStateStore::Commit(const v1::store::StoredMeta& meta, const std::vector<v1::store::StoredServer>& servers) {
+Status EtcdStateStore::Commit(const v1::store::StoredMeta& meta, const std::vector<v1::store::StoredServer>& servers,
+                              const std::vector<std::string>& removed) {
   int64_t leader_revision;
   bool import_only;
   {
@@ -106,7 +107,7 @@ Status EtcdStateStore::Commit(const v1::store::StoredMeta& meta, const std::vect
     absent(EtcdLeaderKey(prefix_), leader_revision);  // the key is the one this leader created
   }
   std::vector<etcd::Op> ops;
-  ops.reserve(servers.size() + 2);
+  ops.reserve(servers.size() + removed.size() + 2);
   ops.push_back(etcd::Op::Put(EtcdFormatKey(prefix_), kEtcdStateFormat));
   v1::store::StoredMeta stamped = meta;
   stamped.set_leader_revision(leader_revision);
@@ -114,6 +115,7 @@ Status EtcdStateStore::Commit(const v1::store::StoredMeta& meta, const std::vect
   for (const auto& server : servers) {
     ops.push_back(etcd::Op::Put(EtcdServerKey(prefix_, server.info().server_id()), server.SerializeAsString()));
   }
+  for (const std::string& id : removed) ops.push_back(etcd::Op::Delete(EtcdServerKey(prefix_, id)));
   auto txn = etcd_->Txn(compares, ops, {}, std::chrono::steady_clock::now() + call_timeout_);
   if (!txn.ok()) return ResolveUnknownCommit(meta.map_version(), leader_revision, txn.status());
   const etcd::TxnResult& result = *txn;

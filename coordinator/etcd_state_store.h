@@ -60,7 +60,10 @@ class EtcdStateStore final : public StateStore {
   // store does not know; UNAVAILABLE (naming the endpoints) when etcd does
   // not answer.
   StatusOr<Snapshot> Load() override;
-  Status Commit(const v1::store::StoredMeta& meta, const std::vector<v1::store::StoredServer>& servers) override;
+  // One transaction: the format key, meta, each server record and a delete
+  // of each removed one (servers.size() + removed.size() + 2 operations).
+  Status Commit(const v1::store::StoredMeta& meta, const std::vector<v1::store::StoredServer>& servers,
+                const std::vector<std::string>& removed) override;
 
   // For an import (coordinator/state_transfer.h): the next commits are
   // conditioned on the prefix holding no cluster yet (no format and no

@@ -52,7 +52,8 @@ DEFINE_string(token_file, "", "file holding the token every server and client mu
 DEFINE_uint32(shards, 1024, "number of shards, 1..65536; fixed for the life of the data dir (default 1024)");
 DEFINE_uint32(servers, 3,
               "cluster size N: shards are assigned when the N-th server joins; a server with a new id joining "
-              "later adds one to N (kept in the data dir) and gets a fair share of roles (default 3)");
+              "later adds one to N (kept in the data dir) and gets a fair share of roles; kvctl forget of a "
+              "server gone for good takes one off, never below --servers (default 3)");
 DEFINE_uint32(replicas, 3,
               "copies of each shard R, 1..5 and at most --servers (a primary and R-1 backups, on distinct zones "
               "when there are enough); fixed for the life of the data dir (default 3, or --servers when fewer)");

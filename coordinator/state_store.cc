@@ -56,13 +56,15 @@ class RocksDbStateStore final : public StateStore {
     return snap;
   }
 
-  Status Commit(const v1::store::StoredMeta& meta, const std::vector<v1::store::StoredServer>& servers) override {
+  Status Commit(const v1::store::StoredMeta& meta, const std::vector<v1::store::StoredServer>& servers,
+                const std::vector<std::string>& removed) override {
     rocksdb::WriteBatch batch;
     RKV_RETURN_IF_ERROR(FromRocks(batch.Put(kMetaKey, meta.SerializeAsString()), "batch"));
     for (const auto& server : servers) {
       RKV_RETURN_IF_ERROR(
           FromRocks(batch.Put(kServerPrefix + server.info().server_id(), server.SerializeAsString()), "batch"));
     }
+    for (const std::string& id : removed) RKV_RETURN_IF_ERROR(FromRocks(batch.Delete(kServerPrefix + id), "batch"));
     rocksdb::WriteOptions wo;
     wo.sync = true;
     return FromRocks(db_->Write(wo, &batch), "writing the coordinator state in " + dir_);

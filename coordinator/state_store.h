@@ -28,8 +28,11 @@ class StateStore {
   virtual StatusOr<Snapshot> Load() = 0;
 
   // Writes `meta` and `servers` (each replacing the record of the same
-  // server id) all or nothing, durably (synced) before returning OK.
-  virtual Status Commit(const v1::store::StoredMeta& meta, const std::vector<v1::store::StoredServer>& servers) = 0;
+  // server id) and deletes the records of the server ids in `removed` (a
+  // forgotten server: none of `servers`; an id without a record is no
+  // error), all or nothing, durably (synced) before returning OK.
+  virtual Status Commit(const v1::store::StoredMeta& meta, const std::vector<v1::store::StoredServer>& servers,
+                        const std::vector<std::string>& removed) = 0;
 };
 
 // A StateStore in a RocksDB database. Keys: "meta", "server/<server_id>".

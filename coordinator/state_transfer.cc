@@ -27,7 +27,8 @@ class SnapshotStore final : public StateStore {
  public:
   explicit SnapshotStore(Snapshot snap) : snap_(std::move(snap)) {}
   StatusOr<Snapshot> Load() override { return snap_; }
-  Status Commit(const v1::store::StoredMeta&, const std::vector<v1::store::StoredServer>&) override {
+  Status Commit(const v1::store::StoredMeta&, const std::vector<v1::store::StoredServer>&,
+                const std::vector<std::string>&) override {
     return FailedPrecondition("a state being imported is not changed");
   }
 
@@ -103,7 +104,7 @@ StatusOr<TransferSummary> ImportState(const CoordinatorConfig& config, const std
                               std::to_string(existing.meta.has_value() ? existing.meta->map_version() : 0) +
                               "): nothing was imported");
   }
-  RKV_RETURN_IF_ERROR(to.Commit(*snap.meta, snap.servers));
+  RKV_RETURN_IF_ERROR(to.Commit(*snap.meta, snap.servers, /*removed=*/{}));
   return TransferSummary{snap.meta->map_version(), snap.servers.size()};
 }
 

@@ -36,6 +36,14 @@ class FakeClock {
   Clock AsClock() {
     return [this] { return Now(); };
   }
+  // A wall clock that moves with it: as many milliseconds after the Unix
+  // epoch as Now() is after the steady clock's (3,600,000 at first).
+  WallClock AsWallClock() {
+    return [this] {
+      return std::chrono::system_clock::time_point(
+          std::chrono::duration_cast<std::chrono::system_clock::duration>(Now().time_since_epoch()));
+    };
+  }
 
  private:
   mutable Mutex mu_;
@@ -54,12 +62,13 @@ class MemoryStoreData {
     for (const auto& [id, s] : servers_) snap.servers.push_back(s);
     return snap;
   }
-  Status Commit(const v1::store::StoredMeta& meta, const std::vector<v1::store::StoredServer>& servers)
-      EXCLUDES(mu_) {
+  Status Commit(const v1::store::StoredMeta& meta, const std::vector<v1::store::StoredServer>& servers,
+                const std::vector<std::string>& removed) EXCLUDES(mu_) {
     MutexLock lock(mu_);
     if (fail_) return Internal("injected commit failure");
     meta_ = meta;
     for (const auto& s : servers) servers_[s.info().server_id()] = s;
+    for (const std::string& id : removed) servers_.erase(id);
     ++commits_;
     return Status::Ok();
   }
@@ -98,8 +107,9 @@ class MemoryStore final : public StateStore {
  public:
   explicit MemoryStore(std::shared_ptr<MemoryStoreData> data) : data_(std::move(data)) {}
   StatusOr<Snapshot> Load() override { return data_->Load(); }
-  Status Commit(const v1::store::StoredMeta& meta, const std::vector<v1::store::StoredServer>& servers) override {
-    return data_->Commit(meta, servers);
+  Status Commit(const v1::store::StoredMeta& meta, const std::vector<v1::store::StoredServer>& servers,
+                const std::vector<std::string>& removed) override {
+    return data_->Commit(meta, servers, removed);
   }
 
  private:

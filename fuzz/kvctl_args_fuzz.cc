@@ -1,7 +1,7 @@
 // kvctl's handling of what a user types and what it prints from servers
 // (client/kvctl/kvctl_util.h): command lines, hex keys, value sources, and
 // the JSON and text it writes for keys, values, members, shards, where,
-// stats, verify and drain (fields that come from servers and the
+// stats, verify, drain and forget (fields that come from servers and the
 // coordinator, any bytes), and verify's --shards lists.
 //
 // Input: a mode byte (low bits: --key_hex, --value_file given, stdin a
@@ -138,6 +138,7 @@ void CheckCommandLine(const std::vector<std::string>& args, uint8_t mode) {
       RKV_FUZZ_CHECK(args.size() == 1);
       return;
     case Command::kDrain:
+    case Command::kForget:
       RKV_FUZZ_CHECK(args.size() == 2 && !args[1].empty() && inv->server_id == args[1]);
       return;
   }
@@ -197,6 +198,8 @@ void CheckListings(const std::vector<std::string>& fields) {
     m.backup_shards = static_cast<uint32_t>(m.zone.size());
     m.epoch = m.server_id.size() * 0x123456789ULL;
     m.heap_bytes = m.state.size() * 0xFFFFFFFFFULL;
+    // DOWN since before, at or after "now" below (clocks may disagree).
+    m.down_since_unix_ms = m.data_address.size() * 0x3FFFFFFFFFFULL;
     members.push_back(m);
     ServerStatsInfo s;
     s.server_id = m.server_id;
@@ -205,11 +208,12 @@ void CheckListings(const std::vector<std::string>& fields) {
     s.counters.push_back(StatCounter{m.state, m.epoch, m.zone});  // a name kvctl does not know
     stats.push_back(s);
   }
-  const std::string members_json = FormatMembersJson(members);
+  const uint64_t now_unix_ms = 0x3FFFFFFFFFFULL * 4;
+  const std::string members_json = FormatMembersJson(members, now_unix_ms);
   const std::string stats_json = FormatStatsJson(stats);
   CheckJsonLines(members_json);
   CheckJsonLines(stats_json);
-  (void)FormatMembersText(members);
+  (void)FormatMembersText(members, now_unix_ms);
   (void)FormatStatsText(stats);
 
   // Shard s held by members s, s+1, ... (up to three), in a cluster of R 3.
@@ -244,6 +248,7 @@ void CheckListings(const std::vector<std::string>& fields) {
     const RolesLeft left = RolesOf(cluster, members[s].server_id);
     RKV_FUZZ_CHECK(left.total() >= 1);
     CheckJsonLines(FormatDrainJson(members[s].server_id, s, left.total(), false, left));
+    CheckJsonLines(FormatForgetJson(members[s].server_id, s));
     ShardDisagreement d;
     d.shard = shard.shard;
     std::vector<std::vector<ShardKeyVersion>> listings;

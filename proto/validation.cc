@@ -199,6 +199,8 @@ Status ValidateReportCaughtUp(const v1::ReportCaughtUpRequest& r) {
 
 Status ValidateDrain(const v1::DrainRequest& r) { return ValidateServerId(r.server_id()); }
 
+Status ValidateForget(const v1::ForgetRequest& r) { return ValidateServerId(r.server_id()); }
+
 namespace {
 
 // The replica lists of a map whose servers and shard_owner are valid.

@@ -68,6 +68,9 @@ Status ValidateReportCaughtUp(const v1::ReportCaughtUpRequest& request);
 // The form of a DrainRequest: a valid server id.
 Status ValidateDrain(const v1::DrainRequest& request);
 
+// The form of a ForgetRequest: a valid server id.
+Status ValidateForget(const v1::ForgetRequest& request);
+
 // A server id and a non-zero epoch.
 Status ValidateServerAndEpoch(std::string_view server_id, uint64_t epoch);
 

@@ -326,6 +326,19 @@ TEST(ValidationTest, ReportCaughtUpAndDrainRequests) {
   EXPECT_EQ(ValidateDrain(drain).code(), StatusCode::kInvalidArgument);
 }
 
+TEST(ValidationTest, ForgetRequests) {
+  v1::ForgetRequest forget;
+  forget.set_server_id("s-1");
+  EXPECT_TRUE(ValidateForget(forget).ok());
+  forget.set_server_id(std::string(kMaxServerIdBytes, 'f'));
+  EXPECT_TRUE(ValidateForget(forget).ok());
+  for (const std::string& bad : {std::string(), std::string(kMaxServerIdBytes + 1, 'f'), std::string("a\x01"),
+                                 std::string("-s"), std::string("s 1")}) {
+    forget.set_server_id(bad);
+    EXPECT_EQ(ValidateForget(forget).code(), StatusCode::kInvalidArgument) << bad;
+  }
+}
+
 TEST(ValidationTest, Zones) {
   EXPECT_TRUE(ValidateZone("").ok());
   EXPECT_TRUE(ValidateZone("eu-west-1a / rack 7").ok());

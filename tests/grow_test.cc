@@ -213,7 +213,9 @@ class GrowTest : public TestClusterTest {
 
 // Kill -9 a server and wipe its disk, under writes: once it has been DOWN
 // for --replace_after_ms its roles go to the other servers, which catch up
-// from the primaries, and every shard has R replicas again.
+// from the primaries, and every shard has R replicas again. The server
+// then comes back on its wiped disk, under a new id, and `kvctl forget`
+// removes the old id, which `kvctl members` showed DOWN for a while.
 TEST_F(GrowTest, ServerGoneForGoodIsReplacedAndRIsRestored) {
   ASSERT_NO_FATAL_FAILURE(StartCluster(3, 2, {"--replace_after_ms=1500"}));
   auto client = ClusterClient();
@@ -238,6 +240,32 @@ TEST_F(GrowTest, ServerGoneForGoodIsReplacedAndRIsRestored) {
   ExpectEverywhere(ledger, map, AliveIds(*client));
   std::printf("[ grow ] replaced %s: %d writes acknowledged, %d failed (outcome unknown), R=%d on every shard\n",
               victim.c_str(), acks.load(), ledger.failures, replicas_);
+
+  const CommandResult members = cluster().Kvctl({"members"});
+  ASSERT_EQ(members.exit_code, 0) << members.out << members.err;
+  EXPECT_NE(members.out.find("DOWN for "), std::string::npos) << members.out;
+  // A malformed id is refused before any call; forgetting the victim now
+  // would leave fewer servers than --servers.
+  const CommandResult malformed = cluster().Kvctl({"forget", std::string(65, 's')});
+  EXPECT_EQ(malformed.exit_code, 2) << malformed.out << malformed.err;
+  EXPECT_NE(malformed.err.find("longer than 64 bytes"), std::string::npos) << malformed.err;
+  const CommandResult early = cluster().Kvctl({"forget", victim});
+  EXPECT_EQ(early.exit_code, 2) << early.out << early.err;
+  EXPECT_NE(early.err.find("fewer than --servers"), std::string::npos) << early.err;
+  const Status back = cluster().server(2).Start();
+  ASSERT_TRUE(back.ok()) << back;
+  ASSERT_TRUE(WaitForMap(*client, [&](const ClusterInfo& c) { return c.members.size() == 4; }, &map)) << Describe(map);
+  const CommandResult forgot = cluster().Kvctl({"forget", victim});
+  ASSERT_EQ(forgot.exit_code, 0) << forgot.out << forgot.err;
+  EXPECT_EQ(forgot.out.find("forgot " + victim + ": no longer listed"), 0u) << forgot.out;
+  ASSERT_TRUE(WaitForMap(
+      *client,
+      [&](const ClusterInfo& c) {
+        return c.members.size() == 3 && std::none_of(c.members.begin(), c.members.end(),
+                                                     [&](const MemberInfo& m) { return m.server_id == victim; });
+      },
+      &map))
+      << Describe(map);
 }
 
 // Stop a server, write while it is away (new keys, overwrites, deletes),

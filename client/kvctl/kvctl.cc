@@ -1,6 +1,6 @@
 // kvctl: command-line client of an rkv server or cluster (get / put / del,
-// and members / shards / where / stats / verify / drain through the
-// coordinator).
+// and members / shards / where / stats / verify / drain / forget through
+// the coordinator).
 #include <gflags/gflags.h>
 #include <glog/logging.h>
 #include <fcntl.h>
@@ -27,7 +27,7 @@ DEFINE_string(server, "127.0.0.1:7700", "HOST:PORT of the rkv server's data plan
 DEFINE_string(coordinator, "",
               "HOST:PORT of the rkv-coordinator, or a comma-separated list of the cluster's coordinators "
               "(A,B,C: kvctl finds the leader): cluster mode (instead of --server; needed by members, shards, "
-              "where, verify, drain and stats)");
+              "where, verify, drain, forget and stats)");
 DEFINE_string(token_file, "", "file holding the access token (required)");
 DEFINE_string(transport, "auto", "data-plane transport: auto, tcp or verbs (default auto)");
 DEFINE_int32(timeout, 5000,
@@ -72,10 +72,12 @@ constexpr char kUsage[] =
     "  kvctl [flags] del KEY          delete KEY\n"
     "  kvctl --coordinator=H:P [flags] members\n"
     "                                 the cluster's servers: id, epoch, state (UP or DOWN;\n"
-    "                                 ',DRAINING' while drained), address, zone, shards as\n"
+    "                                 ',DRAINING' while drained; 'DOWN for 3m12s': since the\n"
+    "                                 coordinator marked it DOWN), address, zone, shards as\n"
     "                                 primary, as backup and being caught up on (SYNCING),\n"
     "                                 keys, memory used/total, then which coordinator leads\n"
-    "                                 (--output=json: a JSON array of the servers)\n"
+    "                                 (--output=json: a JSON array of the servers, with\n"
+    "                                 down_for_ms)\n"
     "  kvctl --coordinator=H:P [flags] coordinators\n"
     "                                 every listed coordinator: its role (leader, standby, or\n"
     "                                 single: the only one, on a data dir), the leader it\n"
@@ -112,6 +114,15 @@ constexpr char kUsage[] =
     "                                 here 10 minutes) runs out (what is left, exit 1). An\n"
     "                                 unknown server or roles no other server can take: the\n"
     "                                 coordinator's error, exit 2 (--output=json: one object)\n"
+    "  kvctl --coordinator=H:P [flags] forget SERVER_ID\n"
+    "                                 removes a server gone for good from the cluster: it must\n"
+    "                                 be DOWN and hold no shard (its roles moved by failover\n"
+    "                                 and re-replication, or by drain). The map no longer\n"
+    "                                 lists it, and a server joining later under that id is a\n"
+    "                                 new one. Refused (the coordinator says why, exit 2) for\n"
+    "                                 an unknown id, an UP server, one still holding shards,\n"
+    "                                 or when the cluster would keep fewer servers than the\n"
+    "                                 coordinator's --servers (--output=json: one object)\n"
     "  kvctl --coordinator=H:P [flags] stats [SERVER_ID]\n"
     "                                 each server's counters from its admin service (keys,\n"
     "                                 puts, deletes, errors, connections, gets served by CPU,\n"
@@ -122,9 +133,9 @@ constexpr char kUsage[] =
     "Flags of every command: --server or --coordinator (not both; default\n"
     "--server=127.0.0.1:7700), --token_file (required), --transport, --timeout, --output,\n"
     "--key_hex; put also takes --value_file. members, coordinators, shards, where, stats,\n"
-    "verify and drain need --coordinator. --coordinator takes one HOST:PORT or the cluster's\n"
-    "coordinators as a list, H:P,H:P,H:P: kvctl reads the map from any of them and\n"
-    "sends drain to the leader, following it when it changes.\n"
+    "verify, drain and forget need --coordinator. --coordinator takes one HOST:PORT or the\n"
+    "cluster's coordinators as a list, H:P,H:P,H:P: kvctl reads the map from any of them\n"
+    "and sends drain and forget to the leader, following it when it changes.\n"
     "--v=1 logs connection details to stderr. When KEY or VALUE starts with '-', end the\n"
     "flags with '--' before the command: kvctl --token_file=T -- put KEY -5\n"
     "\n"
@@ -302,6 +313,19 @@ int Drain(rkv::ClusterAdmin& admin, const std::string& server_id, bool json) {
   return kExitDisagree;
 }
 
+// `kvctl forget SERVER_ID`: exit 0 once the coordinator forgot it, 2 on
+// any refusal or error.
+int Forget(rkv::ClusterAdmin& admin, const std::string& server_id, bool json) {
+  rkv::CallOptions call;
+  call.timeout = std::chrono::milliseconds(FLAGS_timeout);
+  auto forgot = admin.Forget(server_id, call);
+  if (!forgot.ok()) return Fail("forget", forgot.status());
+  const std::string out = json ? rkv::kvctl::FormatForgetJson(server_id, forgot->map_version)
+                               : rkv::kvctl::FormatForgetText(server_id, forgot->map_version);
+  if (!WriteAll(out)) return Fail("forget", rkv::PosixError("write(stdout)", errno));
+  return kExitOk;
+}
+
 int Run(const rkv::kvctl::Invocation& inv) {
   const std::string& cmd = inv.command_name;
   if (FLAGS_output != "text" && FLAGS_output != "json") {
@@ -318,7 +342,8 @@ int Run(const rkv::kvctl::Invocation& inv) {
                              inv.command == rkv::kvctl::Command::kCoordinators ||
                              inv.command == rkv::kvctl::Command::kStats ||
                              inv.command == rkv::kvctl::Command::kShards || inv.command == rkv::kvctl::Command::kWhere ||
-                             inv.command == rkv::kvctl::Command::kVerify || inv.command == rkv::kvctl::Command::kDrain;
+                             inv.command == rkv::kvctl::Command::kVerify ||
+                             inv.command == rkv::kvctl::Command::kDrain || inv.command == rkv::kvctl::Command::kForget;
   if (!cluster && needs_cluster) {
     return UsageError(cmd + ": needs --coordinator=HOST:PORT (or a list HOST:PORT,HOST:PORT,...)");
   }
@@ -390,7 +415,13 @@ int Run(const rkv::kvctl::Invocation& inv) {
     case rkv::kvctl::Command::kMembers: {
       auto members = admin.Members();
       if (!members.ok()) return Fail(cmd, members.status());
-      std::string out = json ? rkv::kvctl::FormatMembersJson(*members) : rkv::kvctl::FormatMembersText(*members);
+      // How long a DOWN server has been DOWN is counted on this machine's
+      // wall clock from the coordinator's.
+      const auto since_epoch = std::chrono::system_clock::now().time_since_epoch();
+      const auto now_unix_ms =
+          static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(since_epoch).count());
+      std::string out = json ? rkv::kvctl::FormatMembersJson(*members, now_unix_ms)
+                             : rkv::kvctl::FormatMembersText(*members, now_unix_ms);
       if (!json) {
         // Which coordinator leads, and whether each answers.
         auto coordinators = admin.Coordinators();
@@ -431,6 +462,8 @@ int Run(const rkv::kvctl::Invocation& inv) {
       return Verify(admin, verify, json);
     case rkv::kvctl::Command::kDrain:
       return Drain(admin, inv.server_id, json);
+    case rkv::kvctl::Command::kForget:
+      return Forget(admin, inv.server_id, json);
     case rkv::kvctl::Command::kStats: {
       std::vector<std::string> ids;
       if (!inv.server_id.empty()) {

@@ -52,6 +52,17 @@ StatusOr<Invocation> ParseInvocation(const std::vector<std::string>& args, bool 
     if (args[1].empty()) return InvalidArgument("drain: SERVER_ID is empty");
     inv.server_id = args[1];
     return inv;
+  } else if (args[0] == "forget") {
+    inv.command = Command::kForget;
+    if (args.size() < 2) return InvalidArgument("forget: missing SERVER_ID");
+    if (args.size() > 2) {
+      return InvalidArgument("forget: too many arguments (" + std::to_string(args.size() - 1) + ")");
+    }
+    // The id's form (length, characters) is checked by librkv before the
+    // call (ClusterAdmin::Forget), as the coordinator checks it.
+    if (args[1].empty()) return InvalidArgument("forget: SERVER_ID is empty");
+    inv.server_id = args[1];
+    return inv;
   } else if (args[0] == "stats") {
     inv.command = Command::kStats;
     if (args.size() > 2) {
@@ -274,14 +285,41 @@ const MemberInfo* FindMember(const ClusterInfo& cluster, const std::string& id) 
   return nullptr;
 }
 
+// How long `m` has been DOWN at `now_unix_ms`; nullopt when it is UP or
+// the time is not known. 0 when `now_unix_ms` is earlier (clocks differ).
+std::optional<uint64_t> DownFor(const MemberInfo& m, uint64_t now_unix_ms) {
+  if (m.state != "DOWN" || m.down_since_unix_ms == 0) return std::nullopt;
+  return now_unix_ms > m.down_since_unix_ms ? now_unix_ms - m.down_since_unix_ms : 0;
+}
+
 }  // namespace
 
-std::string FormatMembersText(const std::vector<MemberInfo>& members) {
+std::string FormatElapsed(uint64_t ms) {
+  const uint64_t s = ms / 1000;
+  char buf[48];
+  if (s < 60) {
+    std::snprintf(buf, sizeof(buf), "%llus", static_cast<unsigned long long>(s));
+  } else if (s < 3600) {
+    std::snprintf(buf, sizeof(buf), "%llum%02llus", static_cast<unsigned long long>(s / 60),
+                  static_cast<unsigned long long>(s % 60));
+  } else if (s < 86400) {
+    std::snprintf(buf, sizeof(buf), "%lluh%02llum", static_cast<unsigned long long>(s / 3600),
+                  static_cast<unsigned long long>(s / 60 % 60));
+  } else {
+    std::snprintf(buf, sizeof(buf), "%llud%02lluh", static_cast<unsigned long long>(s / 86400),
+                  static_cast<unsigned long long>(s / 3600 % 24));
+  }
+  return buf;
+}
+
+std::string FormatMembersText(const std::vector<MemberInfo>& members, uint64_t now_unix_ms) {
   std::vector<std::vector<std::string>> rows;
   rows.push_back({"SERVER", "EPOCH", "STATE", "ADDRESS", "ZONE", "PRIMARIES", "BACKUPS", "SYNCING", "KEYS",
                   "MEMORY (USED/TOTAL)"});
   for (const MemberInfo& m : members) {
-    rows.push_back({m.server_id, U(m.epoch), m.draining ? m.state + ",DRAINING" : m.state, m.data_address,
+    std::string state = m.draining ? m.state + ",DRAINING" : m.state;
+    if (const std::optional<uint64_t> down = DownFor(m, now_unix_ms)) state += " for " + FormatElapsed(*down);
+    rows.push_back({m.server_id, U(m.epoch), state, m.data_address,
                     ZoneCell(m.zone), U(m.shards), U(m.backup_shards), U(m.syncing_shards), U(m.keys),
                     FormatBytes(m.heap_bytes_used) + " / " + FormatBytes(m.heap_bytes)});
   }
@@ -360,7 +398,7 @@ std::string FormatWhereJson(const ClusterInfo& cluster, std::string_view key, ui
   return out + "]}\n";
 }
 
-std::string FormatMembersJson(const std::vector<MemberInfo>& members) {
+std::string FormatMembersJson(const std::vector<MemberInfo>& members, uint64_t now_unix_ms) {
   std::string out = "[";
   for (size_t i = 0; i < members.size(); ++i) {
     const MemberInfo& m = members[i];
@@ -371,7 +409,10 @@ std::string FormatMembersJson(const std::vector<MemberInfo>& members) {
            ",\"shards\":" + U(m.shards) + ",\"keys\":" + U(m.keys) + ",\"heap_bytes_used\":" +
            U(m.heap_bytes_used) + ",\"heap_bytes\":" + U(m.heap_bytes) + ",\"zone\":" + JsonQuote(m.zone) +
            ",\"backup_shards\":" + U(m.backup_shards) + ",\"syncing_shards\":" + U(m.syncing_shards) +
-           ",\"draining\":" + (m.draining ? "true" : "false") + "}";
+           ",\"draining\":" + (m.draining ? "true" : "false") +
+           ",\"down_since_unix_ms\":" + U(m.down_since_unix_ms);
+    const std::optional<uint64_t> down = DownFor(m, now_unix_ms);
+    out += ",\"down_for_ms\":" + (down ? U(*down) : std::string("null")) + "}";
   }
   return out + "]\n";
 }
@@ -817,6 +858,14 @@ std::string FormatDrainJson(std::string_view server_id, uint64_t map_version, ui
          ",\"roles_to_move\":" + U(roles_to_move) + ",\"drained\":" + (drained ? "true" : "false") +
          ",\"left\":{\"primaries\":" + U(left.primaries) + ",\"backups\":" + U(left.backups) +
          ",\"syncing\":" + U(left.syncing) + "}}\n";
+}
+
+std::string FormatForgetText(std::string_view server_id, uint64_t map_version) {
+  return "forgot " + std::string(server_id) + ": no longer listed (map version " + U(map_version) + ")\n";
+}
+
+std::string FormatForgetJson(std::string_view server_id, uint64_t map_version) {
+  return "{\"server_id\":" + JsonQuote(server_id) + ",\"map_version\":" + U(map_version) + "}\n";
 }
 
 }  // namespace rkv::kvctl

@@ -14,17 +14,18 @@
 
 namespace rkv::kvctl {
 
-enum class Command { kGet, kPut, kDel, kMembers, kStats, kShards, kWhere, kVerify, kDrain, kCoordinators };
+enum class Command { kGet, kPut, kDel, kMembers, kStats, kShards, kWhere, kVerify, kDrain, kCoordinators, kForget };
 
 // A parsed command line (after flags): get|del|where KEY, put KEY [VALUE],
-// members, shards, verify, stats [SERVER_ID], or drain SERVER_ID.
+// members, shards, verify, stats [SERVER_ID], drain SERVER_ID or forget
+// SERVER_ID.
 struct Invocation {
   Command command = Command::kGet;
   std::string command_name;
   std::string key;            // raw bytes (decoded when --key_hex)
   bool has_value_arg = false; // put only: VALUE was given (may be "-")
   std::string value_arg;
-  std::string server_id;      // stats: empty for every server; drain: the server
+  std::string server_id;      // stats: empty for every server; drain, forget: the server
 };
 
 // Parses the positional arguments. INVALID_ARGUMENT for a missing or
@@ -70,10 +71,19 @@ std::string FormatBytes(uint64_t bytes);
 // `kvctl members`: a table with a header row (server, epoch, state,
 // address, zone ("-" when unlabelled), primaries, backups, syncing, keys,
 // memory used / total), or a JSON array of objects (one per server, all
-// MemberInfo fields), each with a trailing newline. The state of a
-// draining server reads "UP,DRAINING" (or "DOWN,DRAINING").
-std::string FormatMembersText(const std::vector<MemberInfo>& members);
-std::string FormatMembersJson(const std::vector<MemberInfo>& members);
+// MemberInfo fields, then "down_for_ms"), each with a trailing newline.
+// The state of a draining server reads "UP,DRAINING" (or
+// "DOWN,DRAINING"); a DOWN server whose down_since_unix_ms is known adds
+// how long it has been DOWN at `now_unix_ms` (the caller's wall clock):
+// "DOWN for 3m12s" (FormatElapsed; 0s when the clocks disagree and the
+// time is in the future), and its "down_for_ms" is that many
+// milliseconds (null when UP or not known).
+std::string FormatMembersText(const std::vector<MemberInfo>& members, uint64_t now_unix_ms);
+std::string FormatMembersJson(const std::vector<MemberInfo>& members, uint64_t now_unix_ms);
+
+// A duration for people, in its two largest units: "42s", "3m12s",
+// "2h05m", "3d04h" (rounded down).
+std::string FormatElapsed(uint64_t ms);
 
 // `kvctl coordinators`: one row per listed coordinator (address, role,
 // the leader it knows, map version, etcd revision of its state; an
@@ -246,5 +256,12 @@ DrainOutcome FollowDrain(std::string_view server_id, uint64_t accepted_version, 
 // in the last map looked at; zeros when none was, as with --nowait).
 std::string FormatDrainJson(std::string_view server_id, uint64_t map_version, uint32_t roles_to_move,
                             bool drained, const RolesLeft& left);
+
+// ---- kvctl forget
+
+// Text: "forgot ID: no longer listed (map version V)". JSON: one line
+// {"server_id", "map_version"}. A trailing newline either way.
+std::string FormatForgetText(std::string_view server_id, uint64_t map_version);
+std::string FormatForgetJson(std::string_view server_id, uint64_t map_version);
 
 }  // namespace rkv::kvctl

@@ -46,6 +46,25 @@ TEST(ParseInvocationTest, DecodesHexKeys) {
   EXPECT_FALSE(ParseInvocation({"get", "abc"}, true).ok());
 }
 
+TEST(ParseInvocationTest, WhereTakesItsKeyAsGetDoes) {
+  // Bad hex is refused here, alike; an empty or over-long key is refused
+  // by the client (Client::ShardOfKey checks it as Get and Put do).
+  for (const bool hex : {false, true}) {
+    for (const std::string& key : {std::string("6b"), std::string(), std::string("0g"), std::string("abc"),
+                                   std::string(70000, 'a')}) {
+      const auto get = ParseInvocation({"get", key}, hex);
+      const auto where = ParseInvocation({"where", key}, hex);
+      ASSERT_EQ(where.ok(), get.ok()) << key.size() << " hex " << hex;
+      if (get.ok()) {
+        EXPECT_EQ(where->key, get->key);
+      } else {
+        EXPECT_EQ(where.status().code(), get.status().code());
+        EXPECT_EQ(where.status().message(), "where" + get.status().message().substr(3));
+      }
+    }
+  }
+}
+
 TEST(ChooseValueSourceTest, PicksTheSource) {
   Invocation inv;
   inv.command = Command::kPut;
@@ -279,7 +298,7 @@ TEST(ClusterFormatTest, FormatsMembers) {
   c.server_id = "s-3";
   c.draining = true;
   c.syncing_shards = 7;
-  const std::string text = FormatMembersText({a, b, c});
+  const std::string text = FormatMembersText({a, b, c}, 1'000'000);
   EXPECT_EQ(text,
             "SERVER      EPOCH  STATE        ADDRESS         ZONE    PRIMARIES  BACKUPS  SYNCING  KEYS  "
             "MEMORY (USED/TOTAL)\n"
@@ -289,13 +308,70 @@ TEST(ClusterFormatTest, FormatsMembers) {
             "2.0 KiB / 1.0 MiB\n"
             "s-3         5      UP,DRAINING  127.0.0.1:7701  rack 1  342        684      7        10    "
             "2.0 KiB / 1.0 MiB\n");
-  EXPECT_EQ(FormatMembersJson({a}),
+  EXPECT_EQ(FormatMembersJson({a}, 1'000'000),
             "[{\"server_id\":\"s-1\",\"epoch\":5,\"state\":\"UP\",\"data_address\":\"127.0.0.1:7701\","
             "\"admin_address\":\"127.0.0.1:8701\",\"transport\":\"tcp\",\"shards\":342,\"keys\":10,"
             "\"heap_bytes_used\":2048,\"heap_bytes\":1048576,\"zone\":\"rack 1\",\"backup_shards\":684,"
-            "\"syncing_shards\":0,\"draining\":false}]\n");
-  EXPECT_NE(FormatMembersJson({c}).find("\"syncing_shards\":7,\"draining\":true}"), std::string::npos);
-  EXPECT_EQ(FormatMembersJson({}), "[]\n");
+            "\"syncing_shards\":0,\"draining\":false,\"down_since_unix_ms\":0,\"down_for_ms\":null}]\n");
+  EXPECT_NE(FormatMembersJson({c}, 1'000'000).find("\"syncing_shards\":7,\"draining\":true,"), std::string::npos);
+  EXPECT_EQ(FormatMembersJson({}, 1'000'000), "[]\n");
+}
+
+TEST(ClusterFormatTest, FormatsHowLongADownServerHasBeenDown) {
+  const uint64_t now = 1'764'000'000'000;  // ms since the Unix epoch
+  MemberInfo up;
+  up.server_id = "s-1";
+  up.state = "UP";
+  up.data_address = "10.0.0.1:7700";
+  MemberInfo down = up;
+  down.server_id = "s-2";
+  down.state = "DOWN";
+  down.down_since_unix_ms = now - (3 * 60 + 12) * 1000 - 500;
+  MemberInfo drained = down;
+  drained.server_id = "s-3";
+  drained.draining = true;
+  drained.down_since_unix_ms = now - (26 * 3600 + 5 * 60) * 1000;
+  MemberInfo unknown = down;  // marked DOWN by a coordinator that did not record when
+  unknown.server_id = "s-4";
+  unknown.down_since_unix_ms = 0;
+  MemberInfo ahead = down;  // the coordinator's clock is ahead of ours
+  ahead.server_id = "s-5";
+  ahead.down_since_unix_ms = now + 4000;
+  const std::string text = FormatMembersText({up, down, drained, unknown, ahead}, now);
+  EXPECT_EQ(text,
+            "SERVER  EPOCH  STATE                    ADDRESS        ZONE  PRIMARIES  BACKUPS  SYNCING  KEYS  "
+            "MEMORY (USED/TOTAL)\n"
+            "s-1     0      UP                       10.0.0.1:7700  -     0          0        0        0     "
+            "0 B / 0 B\n"
+            "s-2     0      DOWN for 3m12s           10.0.0.1:7700  -     0          0        0        0     "
+            "0 B / 0 B\n"
+            "s-3     0      DOWN,DRAINING for 1d02h  10.0.0.1:7700  -     0          0        0        0     "
+            "0 B / 0 B\n"
+            "s-4     0      DOWN                     10.0.0.1:7700  -     0          0        0        0     "
+            "0 B / 0 B\n"
+            "s-5     0      DOWN for 0s              10.0.0.1:7700  -     0          0        0        0     "
+            "0 B / 0 B\n");
+  const std::string json = FormatMembersJson({up, down, unknown, ahead}, now);
+  EXPECT_NE(json.find("\"down_since_unix_ms\":0,\"down_for_ms\":null}"), std::string::npos) << json;
+  EXPECT_NE(json.find("\"down_since_unix_ms\":" + std::to_string(down.down_since_unix_ms) +
+                      ",\"down_for_ms\":192500}"),
+            std::string::npos)
+      << json;
+  EXPECT_NE(json.find("\"down_for_ms\":0}"), std::string::npos) << json;
+}
+
+TEST(ClusterFormatTest, ElapsedTimesInTheirTwoLargestUnits) {
+  EXPECT_EQ(FormatElapsed(0), "0s");
+  EXPECT_EQ(FormatElapsed(999), "0s");
+  EXPECT_EQ(FormatElapsed(59'999), "59s");
+  EXPECT_EQ(FormatElapsed(60'000), "1m00s");
+  EXPECT_EQ(FormatElapsed(192'500), "3m12s");
+  EXPECT_EQ(FormatElapsed(3'599'999), "59m59s");
+  EXPECT_EQ(FormatElapsed(3'600'000), "1h00m");
+  EXPECT_EQ(FormatElapsed((2 * 3600 + 5 * 60 + 59) * 1000), "2h05m");
+  EXPECT_EQ(FormatElapsed(86'400'000), "1d00h");
+  EXPECT_EQ(FormatElapsed(uint64_t{400} * 86'400'000 + 3 * 3'600'000), "400d03h");
+  EXPECT_EQ(FormatElapsed(UINT64_MAX), "213503982334d14h");
 }
 
 TEST(ClusterFormatTest, FormatsStats) {
@@ -354,6 +430,23 @@ TEST(ParseInvocationTest, VerifyAndDrain) {
   EXPECT_EQ(ParseInvocation({"drain"}, false).status().message(), "drain: missing SERVER_ID");
   EXPECT_EQ(ParseInvocation({"drain", ""}, false).status().message(), "drain: SERVER_ID is empty");
   EXPECT_EQ(ParseInvocation({"drain", "a", "b"}, false).status().message(), "drain: too many arguments (2)");
+}
+
+TEST(ParseInvocationTest, Forget) {
+  auto f = ParseInvocation({"forget", "s-00ab"}, false);
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_EQ(f->command, Command::kForget);
+  EXPECT_EQ(f->command_name, "forget");
+  EXPECT_EQ(f->server_id, "s-00ab");
+  EXPECT_TRUE(f->key.empty());
+  // --key_hex does not apply to a server id.
+  auto hex = ParseInvocation({"forget", "s-1"}, true);
+  ASSERT_TRUE(hex.ok()) << hex.status();
+  EXPECT_EQ(hex->server_id, "s-1");
+  EXPECT_EQ(ParseInvocation({"forget"}, false).status().message(), "forget: missing SERVER_ID");
+  EXPECT_EQ(ParseInvocation({"forget", ""}, false).status().message(), "forget: SERVER_ID is empty");
+  EXPECT_EQ(ParseInvocation({"forget", "a", "b"}, false).status().message(), "forget: too many arguments (2)");
+  EXPECT_EQ(ParseInvocation({"forget", "a", "b"}, false).status().code(), StatusCode::kInvalidArgument);
 }
 
 TEST(ParseShardListTest, NumbersAndRanges) {
@@ -558,6 +651,11 @@ TEST(DrainFormatTest, RolesLeftCountEveryRole) {
   EXPECT_EQ(FormatDrainJson("s-1", 12, 3, false, a),
             "{\"server_id\":\"s-1\",\"map_version\":12,\"roles_to_move\":3,\"drained\":false,"
             "\"left\":{\"primaries\":1,\"backups\":0,\"syncing\":1}}\n");
+}
+
+TEST(ForgetFormatTest, TextAndJson) {
+  EXPECT_EQ(FormatForgetText("s-1", 12), "forgot s-1: no longer listed (map version 12)\n");
+  EXPECT_EQ(FormatForgetJson("s-1", 12), "{\"server_id\":\"s-1\",\"map_version\":12}\n");
 }
 
 TEST(DrainFollowTest, FollowsTheMapUntilTheServerHoldsNothing) {

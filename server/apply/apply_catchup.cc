@@ -10,6 +10,7 @@
 #include "common/hash.h"
 #include "common/record.h"
 #include "server/apply/apply.h"
+#include "server/apply/for_each_record.h"
 
 namespace rkv::server {
 
@@ -35,18 +36,20 @@ Status Applier::SnapshotShard(uint32_t shard, uint32_t shard_count, uint64_t sin
   // this point reserve versions above it, so the fetcher's DeleteUnlisted
   // (keys at or below it that were not listed) never removes one of them.
   *snapshot_version = std::max(store_->version_high_water(), reserved_version_);
-  return store_->Scan([&](std::string_view key, uint64_t version, std::string_view value) {
-    if (ShardOf(key, shard_count) != shard) return Status::Ok();
+  // From the table, which holds every published record (what GETs read):
+  // a pass over memory, not over the whole store on disk, for each shard.
+  ForEachRecord(*table_, [&](const Table::Record& rec) {
+    if (ShardOf(rec.key, shard_count) != shard) return;
     ShardRecord r;
-    r.key.assign(key);
-    r.version = version;
-    if (version > since_version) {
+    r.key.assign(rec.key);
+    r.version = rec.version;
+    if (rec.version > since_version) {
       r.has_value = true;
-      r.value.assign(value);
+      r.value.assign(rec.value);
     }
     out->push_back(std::move(r));
-    return Status::Ok();
   });
+  return Status::Ok();
 }
 
 std::vector<Applier::ShardRecord> Applier::ReadKeys(const std::vector<std::string>& keys) const {

@@ -12,30 +12,9 @@
 #include "common/hash.h"
 #include "common/layout.h"
 #include "server/apply/apply.h"
+#include "server/apply/for_each_record.h"
 
 namespace rkv::server {
-namespace {
-
-// Calls fn(record) for every record the table's index references. The
-// caller holds table_mu_: no slot changes during the pass, so every
-// key is seen exactly once. The index is walked through the layout
-// contract (common/layout.h) from the header's address, as a client would.
-template <typename Fn>
-void ForEachRecord(const Table& table, Fn&& fn) {
-  const auto* index = reinterpret_cast<const uint8_t*>(&table.header());
-  const uint64_t buckets = table.bucket_count();
-  for (uint64_t b = 0; b < buckets; ++b) {
-    const auto* bucket = reinterpret_cast<const layout::Bucket*>(index + layout::BucketOffset(b));
-    for (size_t i = 0; i < layout::kSlotsPerBucket; ++i) {
-      // Only the apply path stores slots, under the mutex the caller holds.
-      const uint64_t slot =
-          std::atomic_ref<uint64_t>(const_cast<uint64_t&>(bucket->slots[i])).load(std::memory_order_relaxed);
-      if (slot != layout::kEmptySlot) fn(table.RecordAt(slot));
-    }
-  }
-}
-
-}  // namespace
 
 uint64_t Applier::RecordChecksum(std::string_view key, uint64_t version, std::string_view value) {
   XXH64_state_t state;

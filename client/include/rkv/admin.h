@@ -1,5 +1,6 @@
 // librkv's administration of an rkv cluster: what `kvctl members`,
-// `stats`, `verify` and `drain` do, for programs that do the same.
+// `stats`, `verify`, `drain` and `forget` do, for programs that do the
+// same.
 //
 // A ClusterAdmin works through a Client connected to the coordinator
 // (ClientOptions::coordinator): it reads that client's cached cluster map
@@ -101,6 +102,11 @@ struct DrainInfo {
   uint32_t roles_to_move = 0;  // primaries + backups + syncing still on the server
 };
 
+// The coordinator's answer to ClusterAdmin::Forget.
+struct ForgetInfo {
+  uint64_t map_version = 0;  // the first map version that no longer lists the server
+};
+
 // One etcd endpoint as a coordinator sees it (CoordinatorInfo::etcd).
 struct EtcdEndpointInfo {
   std::string endpoint;
@@ -174,6 +180,18 @@ class RKV_EXPORT ClusterAdmin {
   // it does not know, FAILED_PRECONDITION when no other server can take
   // its roles), prefixed with the coordinator.
   StatusOr<DrainInfo> Drain(std::string_view server_id, const CallOptions& call = {});
+
+  // ---- kvctl forget.
+  // Asks the leading coordinator to forget `server_id`, a server gone for
+  // good: it must be DOWN and hold no role in any shard (failover and
+  // re-replication, or a drain, took them). The map then no longer lists
+  // it, and a server joining under that id later is a new one.
+  // INVALID_ARGUMENT for a malformed id (checked before any call);
+  // otherwise the coordinator's error, prefixed with the coordinator:
+  // NOT_FOUND for a server it does not know, FAILED_PRECONDITION saying
+  // why not (UP, still holding roles, or the cluster would shrink below
+  // the coordinator's --servers).
+  StatusOr<ForgetInfo> Forget(std::string_view server_id, const CallOptions& call = {});
 
  private:
   explicit ClusterAdmin(std::unique_ptr<Client> owned);

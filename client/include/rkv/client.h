@@ -183,6 +183,11 @@ struct MemberInfo {
   uint32_t backup_shards = 0;  // shards it holds as a backup
   uint32_t syncing_shards = 0; // shards it is catching up on (not yet a replica)
   bool draining = false;       // being drained (ClusterAdmin::Drain): its roles move away
+  // A DOWN server: when a coordinator marked it DOWN, in milliseconds since
+  // the Unix epoch on that coordinator's wall clock (`kvctl members` shows
+  // how long ago). 0 while UP, and when the coordinator did not record it
+  // (one older than this field).
+  uint64_t down_since_unix_ms = 0;
 };
 
 // The servers holding one shard: its primary (which serves every call for
@@ -338,7 +343,8 @@ class RKV_EXPORT Client {
   // map version.
   StatusOr<ClusterInfo> Cluster() const;
   // The shard `key` belongs to (the same in every map version: the shard
-  // count is fixed for the life of a cluster).
+  // count is fixed for the life of a cluster). INVALID_ARGUMENT, as from
+  // Get and Put, for a key no server takes (empty, or over max_key_bytes()).
   StatusOr<uint32_t> ShardOfKey(std::string_view key) const;
   // Fetches the map from the coordinator now and installs it when newer
   // (the watch thread does this by itself; for callers that must not wait

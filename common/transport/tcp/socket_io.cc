@@ -1,10 +1,12 @@
 #include "common/transport/tcp/socket_io.h"
 
 #include <arpa/inet.h>
+#include <linux/sockios.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/eventfd.h>
+#include <sys/ioctl.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -80,6 +82,12 @@ Status SetNoDelay(int fd) {
     return PosixError("setsockopt(TCP_NODELAY)", errno);
   }
   return Status::Ok();
+}
+
+StatusOr<size_t> UnacknowledgedBytes(int fd) {
+  int queued = 0;
+  if (::ioctl(fd, SIOCOUTQ, &queued) != 0) return PosixError("ioctl(SIOCOUTQ)", errno);
+  return static_cast<size_t>(std::max(queued, 0));
 }
 
 Status WaitFd(int fd, short events, Clock::time_point deadline, const std::string& what) {

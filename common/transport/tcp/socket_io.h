@@ -97,6 +97,9 @@ std::string SockaddrHost(const sockaddr* sa);
 std::string PeerName(int fd);
 // Turns Nagle's algorithm off: every frame is sent when it is complete.
 Status SetNoDelay(int fd);
+// Bytes written to the connected TCP socket `fd` that its peer has not
+// acknowledged yet, sent or not (SIOCOUTQ).
+StatusOr<size_t> UnacknowledgedBytes(int fd);
 
 // ---------------------------------------------------------------------------
 // Frames on a non-blocking socket. `what` names the peer in error texts.

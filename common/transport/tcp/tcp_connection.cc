@@ -397,17 +397,28 @@ Status TcpConnection::FlushLocked() {
       out_.Consume(static_cast<size_t>(r));
       sent_total_ += static_cast<uint64_t>(r);
       while (!read_ends_.empty() && read_ends_.front() <= sent_total_) read_ends_.pop_front();
-      out_stalled_since_ = Clock::now();
       continue;
     }
     if (r < 0 && errno == EINTR) continue;
-    if (r == 0 || errno == EAGAIN || errno == EWOULDBLOCK) return Status::Ok();
+    if (r == 0 || errno == EAGAIN || errno == EWOULDBLOCK) {
+      // The rest waits for the peer. What the kernel takes from here on is
+      // no sign that the peer reads; what the peer acknowledges is.
+      if (frame_timeout_.count() > 0 && !out_stall_.running()) out_stall_.Start(Clock::now(), PeerAckedLocked());
+      return Status::Ok();
+    }
     return PosixError("send to " + peer_address_, errno);
   }
   out_.TrimIfIdle(kIdleBufferKeep);
-  // Stalled from the next frame on, not from the last byte sent.
-  out_stalled_since_ = Clock::time_point::max();
+  // Stalled from the next wait on, not from the last byte sent.
+  out_stall_.Stop();
   return Status::Ok();
+}
+
+uint64_t TcpConnection::PeerAckedLocked() const {
+  const StatusOr<size_t> unacked = UnacknowledgedBytes(fd_.get());
+  // A socket that cannot tell counts as a peer that took nothing. Modulo
+  // 2^64 (the setup frames are not in sent_total_): only changes matter.
+  return unacked.ok() ? sent_total_ - *unacked : out_stall_.acked();
 }
 
 template <typename Fill>
@@ -422,7 +433,6 @@ void TcpConnection::SendFrames(Fill&& fill) {
       fill(deferred_);
       return;
     }
-    if (out_.empty()) out_stalled_since_ = Clock::now();
     fill(out_);
     sent = FlushLocked();
     leftover = !out_.empty();
@@ -448,7 +458,6 @@ void TcpConnection::AppendResponse(FrameType type, uint64_t seq, StatusCode code
   h.payload_len = static_cast<uint32_t>(text.size());
   MutexLock lock(out_mu_);
   if (out_closed_) return;
-  if (out_.empty()) out_stalled_since_ = Clock::now();
   out_.Append(&h, kHeaderBytes);
   out_.Append(text.data(), text.size());
 }

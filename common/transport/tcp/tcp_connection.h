@@ -46,7 +46,8 @@
 // Limits on the peer (accepted connections only, from Options): the
 // connection is closed when the peer sends no frame for idle_timeout while
 // nothing waits for it, leaves a frame incomplete for frame_timeout, or
-// reads none of the responses waiting for it for frame_timeout.
+// reads none of the responses waiting for it for frame_timeout (its TCP
+// acknowledges none of their bytes: stall_clock.h).
 //
 // Thread safety: the application thread calls the Connection methods (one
 // at a time, per the interface); the serving thread (the reader thread, or
@@ -86,6 +87,7 @@
 #include "common/transport/tcp/byte_buffer.h"
 #include "common/transport/tcp/region_registry.h"
 #include "common/transport/tcp/socket_io.h"
+#include "common/transport/tcp/stall_clock.h"
 #include "common/transport/tcp/tcp_frame.h"
 #include "common/transport/transport.h"
 
@@ -223,8 +225,12 @@ class TcpConnection final : public Connection {
 
   // ---- the outgoing byte queue (tcp_connection.cc)
 
-  // Sends what it can of `out_` without blocking.
+  // Sends what it can of `out_` without blocking; starts out_stall_ when
+  // some is left, stops it when none is.
   Status FlushLocked() REQUIRES(out_mu_);
+  // The bytes of out_ the peer's TCP has acknowledged, modulo 2^64 (only
+  // changes mean anything).
+  uint64_t PeerAckedLocked() const REQUIRES(out_mu_);
 
   // Application thread: appends frames with `fill` and sends what the
   // socket takes now; the reader sends the rest.
@@ -242,7 +248,8 @@ class TcpConnection final : public Connection {
   friend class TcpPollGroup;
 
   // What the socket should be watched for until the next step, and when
-  // the peer's time is up (max(): no limit applies now).
+  // the next step must run at the latest for the peer's limits (max(): no
+  // limit applies now).
   struct Watch {
     bool read;
     bool write;
@@ -286,10 +293,13 @@ class TcpConnection final : public Connection {
   bool MustWaitToServe(FrameType type) EXCLUDES(out_mu_);
   // The limits a peer can run into (Options::frame_timeout, idle_timeout).
   enum class PeerLimit : uint8_t { kNone, kUnreadResponses, kIncompleteFrame, kIdle };
-  // The time the reader gives up on the peer, if any limit applies now,
-  // with the limit that sets it (described only when it is reached: this
-  // runs at every serving step).
-  Clock::time_point PeerDeadline(const Backlog& backlog, PeerLimit* limit) EXCLUDES(out_mu_);
+  // When the serving step must run again for the peer's limits (max():
+  // no limit applies now), with the limit that sets it (described only
+  // when it is reached: this runs at every serving step). kNone: a look at
+  // what the peer acknowledged (stall_clock.h), always after `now`; a
+  // limit at or before `now` is reached.
+  Clock::time_point PeerDeadline(const Backlog& backlog, Clock::time_point now, PeerLimit* limit)
+      EXCLUDES(out_mu_);
   std::string DescribePeerLimit(PeerLimit limit, const Backlog& backlog) const;
   Status ServeWrite(const FrameHeader& h, const uint8_t* payload) EXCLUDES(mu_, out_mu_);
   Status ServeSend(const FrameHeader& h, const uint8_t* payload) EXCLUDES(mu_, out_mu_);
@@ -351,10 +361,10 @@ class TcpConnection final : public Connection {
   uint64_t sent_total_ GUARDED_BY(out_mu_) = 0;      // bytes of out_ ever sent
   // Where (in sent_total_'s count) each READ response not wholly sent ends.
   std::deque<uint64_t> read_ends_ GUARDED_BY(out_mu_);
-  // Since when out_ has waited with no byte taken by the socket.
-  // Since when out_ has waited with no byte taken by the socket; max() while
-  // out_ is empty.
-  Clock::time_point out_stalled_since_ GUARDED_BY(out_mu_) = Clock::time_point::max();
+  // How long out_ has waited with no byte acknowledged by the peer
+  // (frame_timeout_'s unread-responses limit); stopped while out_ is empty
+  // or the socket takes all of it.
+  StallClock out_stall_ GUARDED_BY(out_mu_){frame_timeout_};
 
   // The serving thread only (and the constructor).
   ByteBuffer rx_;

@@ -92,8 +92,11 @@ StatusOr<TcpConnection::Watch> TcpConnection::ServeStep(bool readable, bool woke
     backlog = OutBacklog();
   }
   PeerLimit limit = PeerLimit::kNone;
-  const Watch watch{!paused_, backlog.bytes > 0, PeerDeadline(backlog, &limit)};
-  if (watch.give_up != Clock::time_point::max() && Clock::now() >= watch.give_up) {
+  // No limits (a connection we made): no clock read on the data path.
+  const bool limited = frame_timeout_.count() > 0 || idle_timeout_.count() > 0;
+  const Clock::time_point now = limited ? Clock::now() : Clock::time_point();
+  const Watch watch{!paused_, backlog.bytes > 0, PeerDeadline(backlog, now, &limit)};
+  if (limit != PeerLimit::kNone && now >= watch.give_up) {
     const std::string why = DescribePeerLimit(limit, backlog);
     LOG(WARNING) << "tcp transport: closing the connection of " << peer_address_ << ": it " << why;
     return Unavailable("peer " + peer_address_ + " " + why);
@@ -101,7 +104,7 @@ StatusOr<TcpConnection::Watch> TcpConnection::ServeStep(bool readable, bool woke
   return watch;
 }
 
-Clock::time_point TcpConnection::PeerDeadline(const Backlog& backlog, PeerLimit* limit) {
+Clock::time_point TcpConnection::PeerDeadline(const Backlog& backlog, Clock::time_point now, PeerLimit* limit) {
   Clock::time_point at = Clock::time_point::max();
   const auto consider = [&](Clock::time_point t, PeerLimit which) {
     if (t < at) {
@@ -111,12 +114,15 @@ Clock::time_point TcpConnection::PeerDeadline(const Backlog& backlog, PeerLimit*
   };
   if (frame_timeout_.count() > 0) {
     if (backlog.bytes > 0) {
-      Clock::time_point stalled;
-      {
-        MutexLock lock(out_mu_);
-        stalled = out_stalled_since_;
+      MutexLock lock(out_mu_);
+      const bool reached = now >= out_stall_.next_check() && out_stall_.Check(now, PeerAckedLocked());
+      // Short of the limit, the next look at what the peer acknowledged
+      // is a wake-up (after now), not a limit.
+      if (reached) {
+        consider(now, PeerLimit::kUnreadResponses);
+      } else {
+        consider(out_stall_.next_check(), PeerLimit::kNone);
       }
-      if (stalled != Clock::time_point::max()) consider(stalled + frame_timeout_, PeerLimit::kUnreadResponses);
     }
     if (!paused_ && !rx_.empty()) consider(partial_since_ + frame_timeout_, PeerLimit::kIncompleteFrame);
   }
@@ -252,7 +258,6 @@ Status TcpConnection::ServeRead(const FrameHeader& h) {
     r.payload_len = h.op_len;
     MutexLock lock(out_mu_);
     if (out_closed_) return;
-    if (out_.empty()) out_stalled_since_ = Clock::now();
     uint8_t* p = out_.Append(kHeaderBytes + first);
     std::memcpy(p, &r, kHeaderBytes);
     CopyFromShared(p + kHeaderBytes, src, first);
@@ -282,7 +287,6 @@ Status TcpConnection::ContinueRead() {
     const Status access = registry_->Access(s.rkey, s.addr, n, kRemoteRead, id_, [&](const uint8_t* src) {
       MutexLock lock(out_mu_);
       if (out_closed_) return;
-      if (out_.empty()) out_stalled_since_ = Clock::now();
       CopyFromShared(out_.Append(n), src, n);
       if (n == s.left) {
         // The response is whole: what the application sent meanwhile follows it.

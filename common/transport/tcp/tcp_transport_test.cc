@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "common/transport/factory.h"
+#include "common/transport/tcp/stall_clock.h"
 #include "common/transport/tcp/tcp_frame.h"
 #include "common/transport/transport.h"
 #include "common/transport/transport_test_util.h"
@@ -592,10 +593,14 @@ TEST_F(TcpTransportTest, AFrameLeftIncompleteClosesTheConnection) {
   ASSERT_NE(conn, nullptr);
   tcp::FrameHeader send = tcp::MakeHeader(tcp::FrameType::kSend, 1);
   send.payload_len = 100;
+  const Clock::time_point sent = Clock::now();
   raw->SendHeader(send);
   raw->Send("half", 4);
   std::vector<Completion> seen;
   EXPECT_EQ(PollUntilFailed(*conn, &seen).code(), StatusCode::kUnavailable);
+  // Never before the limit; how late is StallClockTest's (a loaded
+  // machine may be late by any amount).
+  EXPECT_GE(Clock::now() - sent, 200ms);
   EXPECT_TRUE(raw->WaitClosed());
 }
 
@@ -627,6 +632,7 @@ TEST_F(TcpTransportTest, UndrainedReadsPinABoundedAmountOfMemory) {
   FILE* clear = std::fopen("/proc/self/clear_refs", "w");
   const bool reset = clear != nullptr && std::fputs("5", clear) >= 0 && std::fclose(clear) == 0;
   const size_t before = PeakRss();
+  const Clock::time_point sent = Clock::now();
   for (uint64_t seq = 1; seq <= 8; ++seq) {
     tcp::FrameHeader read = tcp::MakeHeader(tcp::FrameType::kReadReq, seq);
     read.addr = big.mr->remote_addr();
@@ -636,12 +642,74 @@ TEST_F(TcpTransportTest, UndrainedReadsPinABoundedAmountOfMemory) {
   }
   std::vector<Completion> seen;
   EXPECT_EQ(PollUntilFailed(*conn, &seen).code(), StatusCode::kUnavailable);
+  EXPECT_GE(Clock::now() - sent, 300ms) << "closed before the peer could have read for frame_timeout";
   const size_t grown = PeakRss() - before;
   std::printf("peak RSS grew by %zu KiB while 8 x 64 MiB READs went undrained%s\n", grown >> 10,
               reset ? "" : " (peak not reset: figure includes earlier use)");
   if (reset) {
     EXPECT_LT(grown, size_t{32} << 20);
   }
+}
+
+// ------------------------------------ the unread-responses clock (stall_clock.h)
+
+// Looks at a peer whose acknowledged count stays `acked`, each when the
+// clock asks for it, until the limit is reached: the time it is reached
+// (max() if never). *looks counts them.
+Clock::time_point RunUntilReached(tcp::StallClock& clock, uint64_t acked, int* looks) {
+  for (*looks = 1; *looks <= 1000; ++*looks) {
+    const Clock::time_point t = clock.next_check();
+    if (clock.Check(t, acked)) return t;
+  }
+  return Clock::time_point::max();
+}
+
+TEST(StallClockTest, APeerThatTakesNothingReachesTheLimitAtItNotBefore) {
+  // Whatever the local kernel takes meanwhile (it may grow the socket's
+  // buffer with the peer reading nothing): only acknowledgements count.
+  const Clock::time_point t0 = Clock::time_point() + 1h;
+  tcp::StallClock clock(300ms);
+  EXPECT_FALSE(clock.running());
+  EXPECT_EQ(clock.next_check(), Clock::time_point::max());
+  clock.Start(t0, 5000);
+  EXPECT_FALSE(clock.Check(t0 + 300ms - 1ns, 5000));
+  int looks = 0;
+  EXPECT_EQ(RunUntilReached(clock, 5000, &looks), t0 + 300ms);
+  EXPECT_LE(looks, tcp::StallClock::kChecksPerLimit + 1);
+}
+
+TEST(StallClockTest, TheLimitRunsFromTheLastAcknowledgementNotFromACheck) {
+  // The peer takes bytes just after the clock starts, then nothing. The
+  // limit is reached `limit` after the look that saw them (within one
+  // look's period of the acknowledgement), not `limit` after a check at
+  // the limit: the 2x of a clock restarted by its own check.
+  const Clock::time_point t0 = Clock::time_point() + 1h;
+  const auto period = 300ms / tcp::StallClock::kChecksPerLimit;
+  tcp::StallClock clock(300ms);
+  clock.Start(t0, 0);
+  const Clock::time_point acked_at = t0 + 1ms;
+  const Clock::time_point seen_at = clock.next_check();
+  EXPECT_LE(seen_at, acked_at + period);
+  EXPECT_FALSE(clock.Check(seen_at, 4096));
+  EXPECT_EQ(clock.since(), seen_at);
+  int looks = 0;
+  const Clock::time_point reached = RunUntilReached(clock, 4096, &looks);
+  EXPECT_GE(reached, acked_at + 300ms);
+  EXPECT_LE(reached, acked_at + 300ms + period);
+}
+
+TEST(StallClockTest, StartsOnceStopsAndStartsAgain) {
+  const Clock::time_point t0 = Clock::time_point() + 1h;
+  tcp::StallClock clock(300ms);
+  clock.Start(t0, 1);
+  clock.Start(t0 + 200ms, 1);  // running: still from t0
+  EXPECT_EQ(clock.since(), t0);
+  clock.Stop();
+  EXPECT_FALSE(clock.Check(t0 + 1s, 1)) << "a stopped clock never reaches the limit";
+  EXPECT_EQ(clock.next_check(), Clock::time_point::max());
+  clock.Start(t0 + 1s, 1);
+  EXPECT_FALSE(clock.Check(t0 + 1s + 299ms, 1));
+  EXPECT_TRUE(clock.Check(t0 + 1s + 300ms, 1));
 }
 
 TEST_F(TcpTransportTest, ReadsBeyondTheLimitWaitAndAllComplete) {
