@@ -442,8 +442,8 @@ int main(int argc, char** argv) {
       c.token = rkv::server::ClusterToken(o);
       auto created = rkv::server::CatchUp::Create(
           mem, srv->applier(),
-          [mem](uint32_t shard, const std::string& primary_id, uint64_t sync_map_version) {
-            return mem->ReportCaughtUp(shard, primary_id, sync_map_version, std::chrono::seconds(5));
+          [mem](const std::vector<rkv::v1::CaughtUpShard>& shards) {
+            return mem->ReportCaughtUp(shards, std::chrono::seconds(5));
           },
           std::move(c));
       if (!created.ok()) {

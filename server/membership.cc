@@ -661,16 +661,30 @@ StatusOr<uint64_t> Membership::ReportReplicaFailure(std::string_view backup_id, 
 StatusOr<v1::ReportCaughtUpResponse> Membership::ReportCaughtUp(uint32_t shard, std::string_view primary_id,
                                                                 uint64_t sync_map_version,
                                                                 std::chrono::milliseconds timeout) {
-  RKV_RETURN_IF_ERROR(control::ValidateServerId(primary_id).WithContext("primary id"));
+  v1::CaughtUpShard caught_up;
+  caught_up.set_shard(shard);
+  caught_up.set_primary_id(std::string(primary_id));
+  caught_up.set_sync_map_version(sync_map_version);
+  return ReportCaughtUp(std::vector<v1::CaughtUpShard>{caught_up}, timeout);
+}
+
+StatusOr<v1::ReportCaughtUpResponse> Membership::ReportCaughtUp(const std::vector<v1::CaughtUpShard>& shards,
+                                                                std::chrono::milliseconds timeout) {
+  if (shards.empty()) return InvalidArgument("ReportCaughtUp of no shard");
   v1::ReportCaughtUpRequest req;
   req.set_server_id(options_.self.server_id);
   req.set_epoch(options_.self.epoch);
-  v1::CaughtUpShard* caught_up = req.add_shards();
-  caught_up->set_shard(shard);
-  caught_up->set_primary_id(std::string(primary_id));
-  caught_up->set_sync_map_version(sync_map_version);
+  for (const v1::CaughtUpShard& s : shards) {
+    RKV_RETURN_IF_ERROR(control::ValidateServerId(s.primary_id()).WithContext("primary id"));
+    *req.add_shards() = s;
+  }
+  const std::string what =
+      shards.size() == 1 ? "ReportCaughtUp of shard " + std::to_string(shards[0].shard()) + " (from " +
+                               shards[0].primary_id() + ")"
+                         : "ReportCaughtUp of " + std::to_string(shards.size()) + " shards (the first " +
+                               std::to_string(shards[0].shard()) + ")";
   return CallWithRetry<v1::ReportCaughtUpResponse>(
-      "ReportCaughtUp of shard " + std::to_string(shard) + " (from " + std::string(primary_id) + ")", timeout,
+      what, timeout,
       [&](v1::Coordinator::Stub& stub, grpc::ClientContext* ctx, v1::ReportCaughtUpResponse* out) {
         return stub.ReportCaughtUp(ctx, req, out);
       });

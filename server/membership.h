@@ -176,6 +176,10 @@ class Membership final : public MapSource {
   StatusOr<v1::ReportCaughtUpResponse> ReportCaughtUp(uint32_t shard, std::string_view primary_id,
                                                       uint64_t sync_map_version, std::chrono::milliseconds timeout)
       EXCLUDES(mu_);
+  // The same for several shards in one call (one map version for all the
+  // coordinator moves); every primary id is validated first.
+  StatusOr<v1::ReportCaughtUpResponse> ReportCaughtUp(const std::vector<v1::CaughtUpShard>& shards,
+                                                      std::chrono::milliseconds timeout) EXCLUDES(mu_);
 
  private:
   struct Rpc;  // the channel, stub and token digest

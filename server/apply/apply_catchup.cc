@@ -86,10 +86,9 @@ void Applier::NoteSyncDelete(std::string_view key, uint64_t version) {
 StatusOr<uint64_t> Applier::ShardHighWater(uint32_t shard, uint32_t shard_count) const {
   uint64_t high = 0;
   MutexLock lock(table_mu_);
-  RKV_RETURN_IF_ERROR(store_->Scan([&](std::string_view key, uint64_t version, std::string_view) {
-    if (ShardOf(key, shard_count) == shard) high = std::max(high, version);
-    return Status::Ok();
-  }));
+  ForEachRecord(*table_, [&](const Table::Record& rec) {
+    if (ShardOf(rec.key, shard_count) == shard) high = std::max(high, rec.version);
+  });
   return high;
 }
 
@@ -138,12 +137,14 @@ StatusOr<uint64_t> Applier::DeleteUnlisted(uint32_t shard, uint32_t shard_count,
                                            const std::unordered_set<std::string>& listed) {
   MutexLock lock(table_mu_);
   std::vector<std::string> gone;
-  RKV_RETURN_IF_ERROR(store_->Scan([&](std::string_view key, uint64_t version, std::string_view) {
-    if (version <= snapshot_version && ShardOf(key, shard_count) == shard && listed.count(std::string(key)) == 0) {
-      gone.emplace_back(key);
+  // The table holds every record this server published: a pass over
+  // memory, not over the whole store on disk, for each shard.
+  ForEachRecord(*table_, [&](const Table::Record& rec) {
+    if (rec.version <= snapshot_version && ShardOf(rec.key, shard_count) == shard &&
+        listed.count(std::string(rec.key)) == 0) {
+      gone.emplace_back(rec.key);
     }
-    return Status::Ok();
-  }));
+  });
   for (const std::string& key : gone) {
     if (Status s = store_->Delete(key); !s.ok()) return s.WithContext("durable delete of a key gone from the primary");
     if (table_->Lookup(key)) (void)table_->Delete(key, Heap::Clock::now());

@@ -119,6 +119,63 @@ void CatchUp::Loop() {
   };
   std::map<uint32_t, Retry> retries;
   std::map<uint32_t, Reported> reported;
+  // Synced, not reported yet (a batch), and when the first of them synced.
+  std::vector<v1::CaughtUpShard> batch;
+  std::chrono::steady_clock::time_point batch_since{};
+
+  const auto fail = [&](uint32_t shard, const std::string& primary_id, const Status& st,
+                        std::chrono::steady_clock::time_point* wake) {
+    sync_failures_.fetch_add(1, std::memory_order_relaxed);
+    Retry& retry = retries[shard];
+    retry.backoff = retry.backoff.count() == 0 ? std::max(options_.initial_backoff, std::chrono::milliseconds(1))
+                                               : std::min(retry.backoff * 2, options_.max_backoff);
+    retry.at = std::chrono::steady_clock::now() + retry.backoff;
+    *wake = std::min(*wake, retry.at);
+    LOG(WARNING) << "catching up on shard " << shard << " from " << primary_id << " failed (retrying in "
+                 << retry.backoff.count() << " ms): " << st;
+  };
+  // Reports the batch in one call. Caught up means durable per the store's
+  // durability (with group commit the fetched records still wait for their
+  // fsync): one SyncWrites for the whole batch first.
+  const auto flush = [&](std::chrono::steady_clock::time_point* wake) {
+    if (batch.empty()) return;
+    Status st = applier_->SyncWrites();
+    StatusOr<v1::ReportCaughtUpResponse> answer = Unavailable("not reported");
+    if (st.ok()) {
+      answer = report_(batch);
+      if (!answer.ok()) {
+        st = answer.status().WithContext("reporting " + std::to_string(batch.size()) + " shard(s) caught up");
+      }
+    }
+    for (const v1::CaughtUpShard& c : batch) {
+      if (!st.ok()) {
+        fail(c.shard(), c.primary_id(), st, wake);
+        continue;
+      }
+      const auto& refused = answer->refused_shards();
+      if (std::find(refused.begin(), refused.end(), c.shard()) != refused.end()) {
+        // The primary changed, this server is no longer syncing, or it
+        // was taken out and added back since the fetch: tried again (after
+        // the backoff) only while a map lists it as syncing.
+        fail(c.shard(), c.primary_id(),
+             FailedPrecondition("the coordinator did not move shard " + std::to_string(c.shard()) +
+                                " (map version " + std::to_string(answer->map_version()) + ")"),
+             wake);
+        continue;
+      }
+      syncs_completed_.fetch_add(1, std::memory_order_relaxed);
+      reported[c.shard()] = Reported{c.primary_id(), answer->map_version()};
+      retries.erase(c.shard());
+    }
+    if (st.ok()) {
+      LOG(INFO) << "caught up on " << batch.size() << " shard(s) (the first " << batch.front().shard() << " from "
+                << batch.front().primary_id() << "); map version " << answer->map_version()
+                << " makes this server a replica of those not refused (" << answer->refused_shards_size()
+                << " refused)";
+    }
+    batch.clear();
+  };
+
   while (!stopping()) {
     const std::shared_ptr<const v1::ClusterMap> map = source_->map();
     std::vector<uint32_t> mine;
@@ -138,6 +195,9 @@ void CatchUp::Loop() {
     for (uint32_t shard : mine) {
       if (stopping()) break;
       if (reported.count(shard) != 0) continue;
+      const bool batched = std::any_of(batch.begin(), batch.end(),
+                                       [shard](const v1::CaughtUpShard& c) { return c.shard() == shard; });
+      if (batched) continue;
       Retry& retry = retries[shard];
       const auto now = std::chrono::steady_clock::now();
       if (retry.at > now) {
@@ -146,40 +206,24 @@ void CatchUp::Loop() {
       }
       const std::string& primary_id = map->shard_replicas(static_cast<int>(shard)).server_ids(0);
       const v1::ServerInfo* primary = FindServer(*map, primary_id);
-      Status st = primary == nullptr ? Internal("the map does not list the primary " + primary_id)
-                                     : Sync(*map, shard, *primary);
-      // Caught up means durable per the store's durability (with group
-      // commit the fetched records still wait for their fsync).
-      if (st.ok()) st = applier_->SyncWrites();
-      if (st.ok()) {
-        StatusOr<v1::ReportCaughtUpResponse> answer = report_(shard, primary_id, map->version());
-        if (!answer.ok()) {
-          st = answer.status().WithContext("reporting shard " + std::to_string(shard) + " caught up");
-        } else if (std::find(answer->refused_shards().begin(), answer->refused_shards().end(), shard) !=
-                   answer->refused_shards().end()) {
-          // The primary changed, this server is no longer syncing, or it
-          // was taken out and added back since the fetch: tried again (after
-          // the backoff) only while a map lists it as syncing.
-          st = FailedPrecondition("the coordinator did not move shard " + std::to_string(shard) + " (map version " +
-                                  std::to_string(answer->map_version()) + ")");
-        } else {
-          LOG(INFO) << "caught up on shard " << shard << " from " << primary_id << "; map version "
-                    << answer->map_version() << " makes this server a replica of it";
-          syncs_completed_.fetch_add(1, std::memory_order_relaxed);
-          reported[shard] = Reported{primary_id, answer->map_version()};
-          retries.erase(shard);
-          continue;
-        }
-      }
+      const Status st = primary == nullptr ? Internal("the map does not list the primary " + primary_id)
+                                           : Sync(*map, shard, *primary);
       if (stopping()) break;
-      sync_failures_.fetch_add(1, std::memory_order_relaxed);
-      retry.backoff = retry.backoff.count() == 0 ? std::max(options_.initial_backoff, std::chrono::milliseconds(1))
-                                                 : std::min(retry.backoff * 2, options_.max_backoff);
-      retry.at = std::chrono::steady_clock::now() + retry.backoff;
-      wake = std::min(wake, retry.at);
-      LOG(WARNING) << "catching up on shard " << shard << " from " << primary_id << " failed (retrying in "
-                   << retry.backoff.count() << " ms): " << st;
+      if (!st.ok()) {
+        fail(shard, primary_id, st, &wake);
+        continue;
+      }
+      if (batch.empty()) batch_since = std::chrono::steady_clock::now();
+      v1::CaughtUpShard& c = batch.emplace_back();
+      c.set_shard(shard);
+      c.set_primary_id(primary_id);
+      c.set_sync_map_version(map->version());
+      if (batch.size() >= kReportBatch || std::chrono::steady_clock::now() - batch_since >= kReportDelay) {
+        flush(&wake);
+      }
     }
+    // Nothing else is due in this pass: what is synced goes now.
+    if (!stopping()) flush(&wake);
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(wake - std::chrono::steady_clock::now());
     const auto wait = std::clamp(left, std::chrono::milliseconds(1), kMapPoll);
     const uint64_t held = map != nullptr ? map->version() : 0;

@@ -18,8 +18,14 @@
 //   4. After the `done` chunk: every key of the shard held at a version at
 //      or below snapshot_version and not listed is deleted (deleted on the
 //      primary while this server was away).
-//   5. ReportCaughtUp(shard, primary, the map version fetched under).
-//      EndSync drops the tombstones.
+//   5. EndSync drops the tombstones; the shard waits to be reported.
+// Caught-up shards are reported in batches, one ReportCaughtUp for up to
+// kReportBatch of them (each with its primary and the map version fetched
+// under, after one SyncWrites), so that the coordinator moves them in one
+// map version: a batch goes when it is full, kReportDelay after its first
+// shard, or when no other shard is due. Until its report is accepted a
+// shard stays syncing and keeps getting the primary's forwards, so the
+// wait loses nothing.
 // Any error (a record that fails validation, the primary refusing or
 // unreachable, a stream without its `done` chunk) abandons that attempt:
 // nothing is reported, and the shard is tried again from step 1 after a
@@ -39,6 +45,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "common/mutex.h"
 #include "common/status.h"
@@ -52,11 +59,11 @@ class ClientContext;
 
 namespace rkv::server {
 
-// Tells the coordinator that this server caught up on `shard`, fetched from
-// `primary_id` under map version `sync_map_version`
-// (Membership::ReportCaughtUp; a fake in tests).
-using CaughtUpReporter = std::function<StatusOr<v1::ReportCaughtUpResponse>(
-    uint32_t shard, const std::string& primary_id, uint64_t sync_map_version)>;
+// Tells the coordinator that this server caught up on each of `shards`
+// (each: the shard, the primary fetched from, the map version fetched
+// under), in one call (Membership::ReportCaughtUp; a fake in tests).
+using CaughtUpReporter =
+    std::function<StatusOr<v1::ReportCaughtUpResponse>(const std::vector<v1::CaughtUpShard>& shards)>;
 
 struct CatchUpOptions {
   std::string token;  // the cluster's token (its digest is sent)
@@ -71,6 +78,8 @@ struct CatchUpOptions {
 class CatchUp {
  public:
   static constexpr int kFetchKeysBatch = 1024;
+  static constexpr size_t kReportBatch = 64;
+  static constexpr std::chrono::milliseconds kReportDelay{200};
 
   // `source` and `applier` must outlive the CatchUp (and the applier be
   // used until Stop returns). INVALID_ARGUMENT when one is missing or the

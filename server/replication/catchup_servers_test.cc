@@ -119,22 +119,25 @@ class CatchUpServersTest : public ::testing::Test {
     return m;
   }
 
-  StatusOr<v1::ReportCaughtUpResponse> Report(uint32_t shard, const std::string& primary) {
+  StatusOr<v1::ReportCaughtUpResponse> Report(const std::vector<v1::CaughtUpShard>& shards) {
     std::lock_guard lock(report_mu_);
     v1::ClusterMap m = *board_.map();
-    v1::ShardReplicas* r = m.mutable_shard_replicas(static_cast<int>(shard));
     v1::ReportCaughtUpResponse answer;
-    if (r->server_ids(0) != primary || r->syncing_ids_size() != 1) {
-      answer.set_map_version(m.version());
-      answer.add_refused_shards(shard);
-      return answer;
+    int moved = 0;
+    for (const v1::CaughtUpShard& c : shards) {
+      v1::ShardReplicas* r = m.mutable_shard_replicas(static_cast<int>(c.shard()));
+      if (r->server_ids(0) != c.primary_id() || r->syncing_ids_size() != 1) {
+        answer.add_refused_shards(c.shard());
+        continue;
+      }
+      r->clear_syncing_ids();
+      r->add_server_ids(s_.id);
+      ++moved;
     }
-    r->clear_syncing_ids();
-    r->add_server_ids(s_.id);
-    m.set_version(m.version() + 1);
+    if (moved > 0) m.set_version(m.version() + 1);
     answer.set_map_version(m.version());
-    board_.Install(std::move(m));
-    ++reported_;
+    if (moved > 0) board_.Install(std::move(m));
+    reported_ += moved;
     return answer;
   }
 
@@ -172,7 +175,7 @@ TEST_F(CatchUpServersTest, TheSyncingServerEndsWithEveryAcknowledgedWrite) {
   options.initial_backoff = 10ms;
   auto created = CatchUp::Create(
       s_.source.get(), s_.server->applier(),
-          [this](uint32_t shard, const std::string& primary, uint64_t) { return Report(shard, primary); }, options);
+      [this](const std::vector<v1::CaughtUpShard>& shards) { return Report(shards); }, options);
   ASSERT_TRUE(created.ok()) << created.status();
   catch_up_ = std::move(*created);
   catch_up_->Start();

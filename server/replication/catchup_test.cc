@@ -201,28 +201,36 @@ class CatchUpTest : public ::testing::Test {
   }
 
   // The coordinator's side of ReportCaughtUp: moves s from syncing to the
-  // end of server_ids of the shard when p is still its primary and s still
-  // syncing it, in a new map version.
-  StatusOr<v1::ReportCaughtUpResponse> Report(uint32_t shard, const std::string& primary, uint64_t sync_map_version) {
+  // end of server_ids of each listed shard whose primary p still is and
+  // that s still syncs, all in one new map version; refuses the others.
+  StatusOr<v1::ReportCaughtUpResponse> Report(const std::vector<v1::CaughtUpShard>& shards) {
     std::lock_guard lock(report_mu_);
-    EXPECT_GT(sync_map_version, 0u);
-    EXPECT_LE(sync_map_version, board_.map()->version());
     v1::ClusterMap m = *board_.map();
     v1::ReportCaughtUpResponse answer;
-    v1::ShardReplicas* r = m.mutable_shard_replicas(static_cast<int>(shard));
-    const bool syncing = r->syncing_ids_size() == 1 && r->syncing_ids(0) == "s";
-    if (r->server_ids(0) != primary || !syncing || refusals_left_ > 0) {
-      --refusals_left_;
-      answer.set_map_version(m.version());
-      answer.add_refused_shards(shard);
-      return answer;
+    bool moved = false;
+    for (const v1::CaughtUpShard& c : shards) {
+      EXPECT_GT(c.sync_map_version(), 0u);
+      EXPECT_LE(c.sync_map_version(), board_.map()->version());
+      v1::ShardReplicas* r = m.mutable_shard_replicas(static_cast<int>(c.shard()));
+      const bool syncing = r->syncing_ids_size() == 1 && r->syncing_ids(0) == "s";
+      if (r->server_ids(0) != c.primary_id() || !syncing || refusals_left_ > 0) {
+        --refusals_left_;
+        answer.add_refused_shards(c.shard());
+        continue;
+      }
+      r->clear_syncing_ids();
+      r->add_server_ids("s");
+      reported_.push_back(c.shard());
+      moved = true;
     }
-    r->clear_syncing_ids();
-    r->add_server_ids("s");
-    m.set_version(m.version() + 1);
-    answer.set_map_version(m.version());
-    board_.Install(std::move(m));
-    reported_.push_back(shard);
+    if (moved) {
+      m.set_version(m.version() + 1);
+      answer.set_map_version(m.version());
+      board_.Install(std::move(m));
+      ++reports_moving_;
+    } else {
+      answer.set_map_version(m.version());
+    }
     return answer;
   }
 
@@ -233,9 +241,7 @@ class CatchUpTest : public ::testing::Test {
     options.max_backoff = 200ms;
     auto created = CatchUp::Create(
         &s_->source, s_->applier.get(),
-        [this](uint32_t shard, const std::string& primary, uint64_t sync_map_version) {
-          return Report(shard, primary, sync_map_version);
-        },
+        [this](const std::vector<v1::CaughtUpShard>& shards) { return Report(shards); },
         options);
     ASSERT_TRUE(created.ok()) << created.status();
     catch_up_ = std::move(*created);
@@ -262,6 +268,7 @@ class CatchUpTest : public ::testing::Test {
   std::unique_ptr<CatchUp> catch_up_;
   std::mutex report_mu_;
   std::vector<uint32_t> reported_;
+  int reports_moving_ = 0;  // reports that moved at least one shard (map versions)
   int refusals_left_ = 0;  // reports refused before any is accepted
 };
 
@@ -348,6 +355,23 @@ TEST_F(CatchUpTest, ARejoiningServerFetchesOnlyNewerValuesAndDropsWhatWasDeleted
   EXPECT_EQ(st.records_listed, 105u);  // 100 - 5 deleted + 10 added
   EXPECT_EQ(st.values_fetched, 15u);   // only the versions above what s held
   EXPECT_EQ(service_->records_served(), 105u);
+}
+
+// The shards caught up in one pass are reported together: one map version
+// moves them all, not one each.
+TEST_F(CatchUpTest, ShardsCaughtUpTogetherAreReportedInOneCall) {
+  service_->Attach(&p_->source);
+  board_.Install(MakeMap(3, p_admin_, {}));
+  for (int i = 0; i < 40; ++i) ASSERT_EQ(p_->Put(Key(i), "v").status_code, 0);
+  board_.Install(MakeMap(4, p_admin_, AllShards()));
+  StartCatchUp();
+  WaitAllCaughtUp();
+  EXPECT_EQ(s_->Contents(), p_->Contents());
+  std::lock_guard lock(report_mu_);
+  // kShards shards synced in well under kReportDelay each: one report, or
+  // two when a pass straddled the delay on a slow machine.
+  EXPECT_LE(reports_moving_, 2) << "reports that moved shards, for " << kShards << " shards";
+  EXPECT_EQ(catch_up_->stats().syncs_completed, kShards);
 }
 
 TEST_F(CatchUpTest, AFailedAttemptIsRetriedAndItsHolesAreFetchedByKey) {
