@@ -1,17 +1,44 @@
 #!/usr/bin/env bash
 # One command from a fresh Debian 12 machine to a running rkv server:
-# installs what is missing, builds, starts one rkv-server on 127.0.0.1:7700
-# with its data, token and log under .rkv-local/, and shows it serving with
-# a PUT and a GET through kvctl.
-#
-# Usage: deploy/quickstart.sh        start (or restart) the local server
-#        deploy/quickstart.sh stop   stop it (SIGTERM: clean shutdown)
+# installs what is missing, builds, installs rkv-server, rkv-coordinator,
+# kvctl, librkv, its headers and its CMake package under a prefix
+# ($HOME/.local by default, /usr/local through sudo), starts one rkv-server on 127.0.0.1:7700 with
+# its data, token and log under .rkv-local/, and shows it serving with a PUT
+# and a GET through the installed kvctl. When the prefix's bin/ is not on
+# PATH it prints the one line that puts it there.
+usage() {
+  cat <<'USAGE'
+Usage: deploy/quickstart.sh [--prefix DIR]  build, install under DIR (default
+                                             $HOME/.local; /usr/local when run
+                                             through sudo), start (or restart)
+                                             the local server on 127.0.0.1:7700
+       deploy/quickstart.sh stop            stop it (SIGTERM: clean shutdown)
+       deploy/quickstart.sh --help          this text
+Environment: RKV_LISTEN=HOST:PORT (default 127.0.0.1:7700).
+Data, token and log: .rkv-local/ in the repository root.
+USAGE
+}
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root="$(pwd)"
 state="${root}/.rkv-local"
 pidfile="${state}/server.pid"
 listen="${RKV_LISTEN:-127.0.0.1:7700}"
+# Through sudo, $HOME is root's, whose bin/ the user's shell never finds.
+if [ -n "${SUDO_USER:-}" ]; then prefix=/usr/local; else prefix="${HOME:?}/.local"; fi
+command=start
+while [ $# -gt 0 ]; do
+  case "$1" in
+    stop) command=stop ;;
+    -h | --help) usage; exit 0 ;;
+    --prefix) [ $# -ge 2 ] || { echo "quickstart: --prefix needs a directory" >&2; exit 2; }; prefix="$2"; shift ;;
+    --prefix=*) prefix="${1#--prefix=}" ;;
+    *) echo "quickstart: unknown argument '$1'" >&2; usage >&2; exit 2 ;;
+  esac
+  shift
+done
+[ -n "${prefix}" ] || { echo "quickstart: --prefix must not be empty" >&2; exit 2; }
+case "${prefix}" in /*) ;; *) prefix="${root}/${prefix}" ;; esac
 
 stop_server() {
   if [ -f "${pidfile}" ] && kill -0 "$(cat "${pidfile}")" 2>/dev/null; then
@@ -25,14 +52,19 @@ stop_server() {
   rm -f "${pidfile}"
 }
 
-if [ "${1:-}" = "stop" ]; then
+if [ "${command}" = stop ]; then
   stop_server
   exit 0
 fi
 
 deploy/install-deps.sh
 deploy/build.sh release
-bin="${root}/build/release"
+echo "quickstart: installing rkv under ${prefix}"
+if ! cmake --install build/release --prefix "${prefix}" > "${root}/build/release/quickstart-install.log"; then
+  cat "${root}/build/release/quickstart-install.log" >&2
+  exit 2
+fi
+bin="${prefix}/bin"
 
 mkdir -p "${state}/data"
 if [ ! -s "${state}/token" ]; then
@@ -41,7 +73,7 @@ if [ ! -s "${state}/token" ]; then
 fi
 stop_server
 
-"${bin}/server/rkv-server" --listen="${listen}" --data_dir="${state}/data" \
+"${bin}/rkv-server" --listen="${listen}" --data_dir="${state}/data" \
   --token_file="${state}/token" --transport=auto --memory=268435456 \
   > "${state}/server.out" 2> "${state}/server.log" &
 echo $! > "${pidfile}"
@@ -56,15 +88,30 @@ for _ in $(seq 1 100); do
 done
 cat "${state}/server.out"
 
-kvctl=("${bin}/client/kvctl" --server="${listen}" --token_file="${state}/token")
+kvctl=("${bin}/kvctl" --server="${listen}" --token_file="${state}/token")
 echo "\$ kvctl put greeting 'hello from rkv'"
 "${kvctl[@]}" put greeting "hello from rkv"
 echo "\$ kvctl get greeting"
 "${kvctl[@]}" get greeting
-echo
+# kvctl ends a value with a newline only on a terminal.
+[ -t 1 ] || echo
+token="${state#"${root}/"}/token"
 cat <<MSG
 
 rkv-server is running (pid $(cat "${pidfile}"), log ${state}/server.log).
-Try:   ${bin}/client/kvctl --server=${listen} --token_file=${state}/token --help
+Installed under ${prefix}: bin/kvctl, bin/rkv-server, bin/rkv-coordinator,
+librkv, include/rkv/, lib/cmake/rkv/ (find_package(rkv)).
+Try (from ${root}):
+       kvctl --server=${listen} --token_file=${token} get greeting
+       kvctl --help
 Stop:  deploy/quickstart.sh stop
 MSG
+# One line to paste when the installed kvctl is not what the shell finds.
+case ":${PATH}:" in
+  *":${bin}:"*) ;;
+  *)
+    echo
+    echo "${bin} is not on your PATH; to use kvctl as above, run:"
+    echo "export PATH=\"${bin}:\$PATH\""
+    ;;
+esac

@@ -64,9 +64,11 @@ constexpr char kUsage[] =
     "command-line client of an rkv server or cluster.\n"
     "\n"
     "Usage:\n"
-    "  kvctl [flags] get KEY          print KEY's value: the raw bytes, no newline added\n"
+    "  kvctl [flags] get KEY          print KEY's value: piped, the raw bytes alone; on a\n"
+    "                                 terminal, followed by a newline\n"
     "                                 (--output=json: {\"key\":..,\"value\":..,\"version\":..})\n"
-    "  kvctl [flags] put KEY [VALUE]  store a value and print its new version; the value is\n"
+    "  kvctl [flags] put KEY [VALUE]  store a value and print its new version ('version 3' on\n"
+    "                                 a terminal, '3' piped); the value is\n"
     "                                 VALUE, or the contents of --value_file, or stdin when\n"
     "                                 VALUE is '-' or absent and stdin is not a terminal\n"
     "  kvctl [flags] del KEY          delete KEY\n"
@@ -392,15 +394,26 @@ int Run(const rkv::kvctl::Invocation& inv) {
     case rkv::kvctl::Command::kGet: {
       auto got = (*client)->GetVersioned(inv.key);
       if (!got.ok()) return FailKey(cmd, got.status());
-      const std::string out = json ? rkv::kvctl::FormatGetJson(inv.key, got->value, got->version) : got->value;
+      // Piped, the value's bytes alone (scripts and binary values); on a
+      // terminal a newline after it, so that the prompt starts on a line of
+      // its own.
+      std::string out = json ? rkv::kvctl::FormatGetJson(inv.key, got->value, got->version) : got->value;
+      if (!json && isatty(STDOUT_FILENO) == 1) out += "\n";
       if (!WriteAll(out)) return Fail(cmd, rkv::PosixError("write(stdout)", errno));
       return kExitOk;
     }
     case rkv::kvctl::Command::kPut: {
       auto version = (*client)->Put(inv.key, value);
       if (!version.ok()) return Fail(cmd, version.status());
-      const std::string out =
-          json ? rkv::kvctl::FormatPutJson(inv.key, *version) : std::to_string(*version) + "\n";
+      // Piped, the bare number that scripts parse; on a terminal it says
+      // what the number is.
+      const std::string number = std::to_string(*version) + "\n";
+      std::string out = number;
+      if (json) {
+        out = rkv::kvctl::FormatPutJson(inv.key, *version);
+      } else if (isatty(STDOUT_FILENO) == 1) {
+        out = "version " + number;
+      }
       if (!WriteAll(out)) return Fail(cmd, rkv::PosixError("write(stdout)", errno));
       return kExitOk;
     }
