@@ -1,11 +1,12 @@
-// The load rkv-failover-bench runs across a server's failure: a
+// The load rkv-failover-bench runs across a server's failure (and
+// rkv-leader-failover-bench across leader changes): a
 // YCSB-A-like mix (a share of GETs, the rest PUTs of fixed-size values, keys
 // of a preloaded record set chosen by bench/ycsb/key_chooser.h) from
 // long-lived clients, one thread each, closed loop. Every call is recorded
 // with its key and its status code, so that what one key or the whole load
 // saw can be measured after the fact over any window
-// (bench/failover/figures.h). The same shape as
-// bench/leader_failover/load.h, whose records carry neither.
+// (bench/failover/figures.h, bench/leader_failover/window.h: both benches
+// run this load).
 //
 // Thread safety: Start, Stop, Take and the accessors are called by one
 // controlling thread. The workers append to their own call logs under

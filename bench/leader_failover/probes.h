@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "bench/leader_failover/load.h"
+#include "bench/failover/key_load.h"
 #include "common/mutex.h"
 #include "coordinator/etcd/etcd_client.h"
 #include "rkv/status.h"

@@ -6,7 +6,7 @@
 // 64 shards), all with the defaults a user gets (lease 1 s, heartbeats,
 // election TTL 2 s), through the cross-process suites' fixture
 // (tests/test_cluster.h). Long-lived clients run a YCSB-A-like load
-// (bench/leader_failover/load.h) with a deadline per call, recording every
+// (bench/failover/key_load.h) with a deadline per call, recording every
 // call. Then, --rounds times: --steady_s of load, kill -9 of the leading
 // coordinator, and, timed from the kill:
 //   - elected: the first read of etcd's leader key (every --poll_ms) that
@@ -45,7 +45,7 @@
 #include <gflags/gflags.h>
 #include <glog/logging.h>
 
-#include "bench/leader_failover/load.h"
+#include "bench/failover/key_load.h"
 #include "bench/leader_failover/probes.h"
 #include "bench/leader_failover/window.h"
 #include "tests/test_cluster.h"
@@ -101,7 +101,7 @@ std::string Fixed(double v, int decimals = 0) {
   return buf;
 }
 
-const char* OpName(CallRecord::Op op) { return op == CallRecord::Op::kGet ? "GET" : "PUT"; }
+const char* OpName(KeyCall::Op op) { return op == KeyCall::Op::kGet ? "GET" : "PUT"; }
 
 // The nearest-rank p50 and the max of `v` (not empty).
 std::pair<double, double> P50Max(std::vector<double> v) {
@@ -258,14 +258,14 @@ int Run() {
     return 1;
   }
 
-  LoadOptions lo;
+  KeyLoadOptions lo;
   lo.clients = static_cast<int>(FLAGS_clients);
   lo.records = FLAGS_records;
   lo.value_bytes = FLAGS_value_bytes;
   lo.read_percent = static_cast<int>(FLAGS_read_percent);
   lo.distribution = *distribution;
   lo.seed = FLAGS_seed;
-  auto load = Load::Connect(cluster.ClusterClientOptions(testing::TestClientOptions(milliseconds(FLAGS_deadline_ms))),
+  auto load = KeyLoad::Connect(cluster.ClusterClientOptions(testing::TestClientOptions(milliseconds(FLAGS_deadline_ms))),
                             lo, seconds(120));
   if (!load.ok()) {
     std::cerr << "clients: " << load.status() << "\n" << cluster.Logs() << "\n";

@@ -20,7 +20,7 @@ microseconds Quantile(std::vector<microseconds>& v, double q) {
 
 }  // namespace
 
-WindowFigures Analyze(const std::vector<std::vector<CallRecord>>& calls,
+WindowFigures Analyze(const std::vector<std::vector<KeyCall>>& calls,
                       const std::vector<Clock::time_point>& last_ok, Clock::time_point from, Clock::time_point to) {
   WindowFigures f;
   std::vector<microseconds> latencies;
@@ -34,7 +34,7 @@ WindowFigures Analyze(const std::vector<std::vector<CallRecord>>& calls,
         f.gap_open = open;
       }
     };
-    for (const CallRecord& call : calls[c]) {
+    for (const KeyCall& call : calls[c]) {
       const bool inside = call.end >= from && call.end < to;
       if (inside) {
         ++f.calls;
@@ -44,11 +44,11 @@ WindowFigures Analyze(const std::vector<std::vector<CallRecord>>& calls,
           f.longest_call = took;
           f.longest_call_op = call.op;
         }
-        auto& longest = call.op == CallRecord::Op::kGet ? f.longest_get : f.longest_put;
+        auto& longest = call.op == KeyCall::Op::kGet ? f.longest_get : f.longest_put;
         longest = std::max(longest, took);
-        if (!call.ok) ++f.failed;
+        if (!call.ok()) ++f.failed;
       }
-      if (!call.ok) continue;
+      if (!call.ok()) continue;
       if (inside) gap(call.end, /*open=*/false);
       prev = call.end;
     }
@@ -59,12 +59,12 @@ WindowFigures Analyze(const std::vector<std::vector<CallRecord>>& calls,
   return f;
 }
 
-std::vector<Clock::time_point> LastOk(const std::vector<std::vector<CallRecord>>& calls,
+std::vector<Clock::time_point> LastOk(const std::vector<std::vector<KeyCall>>& calls,
                                       std::vector<Clock::time_point> last_ok) {
   last_ok.resize(calls.size());
   for (size_t c = 0; c < calls.size(); ++c) {
     for (auto it = calls[c].rbegin(); it != calls[c].rend(); ++it) {
-      if (it->ok) {
+      if (it->ok()) {
         last_ok[c] = it->end;
         break;
       }

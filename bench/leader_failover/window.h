@@ -1,5 +1,5 @@
 // What the clients of rkv-leader-failover-bench saw over a window of time,
-// from their call logs (bench/leader_failover/load.h): the longest stall
+// from their call logs (bench/failover/key_load.h): the longest stall
 // (the longest time a client went without a call completing successfully)
 // and the longest single call. Pure functions over the logs.
 #pragma once
@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "bench/leader_failover/load.h"
+#include "bench/failover/key_load.h"
 
 namespace rkv::bench {
 
@@ -22,7 +22,7 @@ struct WindowFigures {
   bool gap_open = false;
   // The longest call that ended inside the window, of each kind and in all.
   std::chrono::microseconds longest_call{0};
-  CallRecord::Op longest_call_op = CallRecord::Op::kGet;
+  KeyCall::Op longest_call_op = KeyCall::Op::kGet;
   std::chrono::microseconds longest_get{0};
   std::chrono::microseconds longest_put{0};
   // Call latency percentiles over the calls that ended inside the window.
@@ -37,12 +37,12 @@ struct WindowFigures {
 // c's last successful call before the log starts (where its first gap
 // begins; without one, a gap is counted from `from`). Calls that ended
 // outside [from, to) only advance where the next gap begins.
-WindowFigures Analyze(const std::vector<std::vector<CallRecord>>& calls,
+WindowFigures Analyze(const std::vector<std::vector<KeyCall>>& calls,
                       const std::vector<Clock::time_point>& last_ok, Clock::time_point from, Clock::time_point to);
 
 // The end of each client's last successful call in `calls`, or `last_ok`'s
 // entry when its log has none (to carry from one log to the next).
-std::vector<Clock::time_point> LastOk(const std::vector<std::vector<CallRecord>>& calls,
+std::vector<Clock::time_point> LastOk(const std::vector<std::vector<KeyCall>>& calls,
                                       std::vector<Clock::time_point> last_ok);
 
 }  // namespace rkv::bench
