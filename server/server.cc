@@ -57,28 +57,28 @@ uint64_t RandomSeed() {
   return (uint64_t{rd()} << 32) ^ rd();
 }
 
-// A client connection's hold on its client's entry in the request cache
-// (Applier::ClientConnected), for as long as the connection is served.
-class ClientPin {
- public:
-  ClientPin(Applier* applier, uint64_t client_id) : applier_(applier), client_id_(client_id) {
-    applier_->ClientConnected(client_id_);
-  }
-  ~ClientPin() { applier_->ClientDisconnected(client_id_); }
-  ClientPin(const ClientPin&) = delete;
-  ClientPin& operator=(const ClientPin&) = delete;
-
- private:
-  Applier* const applier_;
-  const uint64_t client_id_;
-};
-
 }  // namespace
 
 // One accepted connection, owned by its poller. Members are destroyed
 // bottom-up: the connection (its registrations) before the memory those
 // registrations cover.
 struct Server::Served {
+  // A client connection's hold on its client's entry in the request cache
+  // (Applier::ClientConnected), for as long as the connection is served.
+  class ClientPin {
+   public:
+    ClientPin(Applier* applier, uint64_t client_id) : applier_(applier), client_id_(client_id) {
+      applier_->ClientConnected(client_id_);
+    }
+    ~ClientPin() { applier_->ClientDisconnected(client_id_); }
+    ClientPin(const ClientPin&) = delete;
+    ClientPin& operator=(const ClientPin&) = delete;
+
+   private:
+    Applier* const applier_;
+    const uint64_t client_id_;
+  };
+
   MappedMemory ring;
   MappedMemory messages;  // credits receive buffers, then credits reply buffers
   transport::MemoryRegion* ring_mr = nullptr;
