@@ -349,7 +349,8 @@ void LoseForGood(CoordinatorState& state, FakeClock& clock, const std::string& i
   clock.Advance(state.config().replace_after);
   // Unchecked: a replacement takes a replica out before another catches up.
   Settle(state, clock, /*check=*/false);
-  const v1::ServerInfo* gone = Find(state.Map(), id);
+  const v1::ClusterMap map = state.Map();  // Find points into it
+  const v1::ServerInfo* gone = Find(map, id);
   ASSERT_NE(gone, nullptr);
   ASSERT_EQ(gone->state(), v1::DOWN);
   ASSERT_EQ(Roles(*gone), 0u) << gone->ShortDebugString();
@@ -372,7 +373,8 @@ TEST_F(CoordinatorStateTest, ForgetIsRefusedForUnknownUpOrRoleHoldingServers) {
 
   // DOWN, but still the primary of 2 shards and a backup of 2 others.
   ASSERT_TRUE(state->Leave(LeaveReq("s2", 1)).ok());
-  const v1::ServerInfo* s2 = Find(state->Map(), "s2");
+  const v1::ClusterMap after_leave = state->Map();  // Find points into it
+  const v1::ServerInfo* s2 = Find(after_leave, "s2");
   ASSERT_EQ(s2->shards_size(), 2);
   ASSERT_EQ(s2->backup_shards_size(), 2);
   auto roles = state->Forget(ForgetReq("s2"));
