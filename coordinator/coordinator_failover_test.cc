@@ -82,6 +82,79 @@ TEST_F(CoordinatorStateTest, ReportReplicaFailureRefusesWhatItCannotHonour) {
   EXPECT_EQ(Replicas(state->Map(), 1).size(), 3u);
 }
 
+TEST_F(CoordinatorStateTest, AProbeConfirmsASilentServerDownOnlyWhenNoHeartbeatCameMeanwhile) {
+  auto state = Open(Config(3, 6, 3));
+  JoinAll(*state, {"", "", ""});
+  clock_.Advance(milliseconds(700));
+  ASSERT_TRUE(state->Heartbeat(Beat("s1", 1)).ok());
+  ASSERT_TRUE(state->Heartbeat(Beat("s2", 1)).ok());
+  // Only s0 has been silent for 600 ms; 800 ms is longer than anyone's.
+  const auto silent = state->SilentServers(milliseconds(600));
+  ASSERT_EQ(silent.size(), 1u);
+  EXPECT_EQ(silent[0].server_id, "s0");
+  EXPECT_EQ(silent[0].epoch, 1u);
+  EXPECT_EQ(silent[0].admin_address, "127.0.0.1:8700");
+  EXPECT_TRUE(state->SilentServers(milliseconds(800)).empty());
+  EXPECT_TRUE(state->SilentServers(milliseconds(0)).empty());
+  ASSERT_TRUE(state->ProbeTargetOf("s1").has_value());
+  EXPECT_FALSE(state->ProbeTargetOf("nobody").has_value());
+
+  // A heartbeat of s1 arrived after its probe started: alive.
+  const uint64_t version = state->version();
+  EXPECT_FALSE(*state->ConfirmSuspect("s1", 1, clock_.Now() - milliseconds(1), "test"));
+  // Another incarnation than the one probed, or an unknown id: nothing.
+  EXPECT_FALSE(*state->ConfirmSuspect("s0", 2, clock_.Now(), "test"));
+  EXPECT_FALSE(*state->ConfirmSuspect("nobody", 1, clock_.Now(), "test"));
+  EXPECT_EQ(state->version(), version);
+  EXPECT_TRUE(Excluded(*state).empty());
+
+  // s0 is silent since before the probe: DOWN and fenced long before the
+  // 3 s heartbeat timeout, in one version.
+  EXPECT_TRUE(*state->ConfirmSuspect("s0", 1, clock_.Now(), "test"));
+  EXPECT_EQ(state->version(), version + 1);
+  EXPECT_EQ(Find(state->Map(), "s0")->state(), v1::DOWN);
+  EXPECT_EQ(Excluded(*state), (std::vector<std::string>{"s0"}));
+  EXPECT_FALSE(state->ProbeTargetOf("s0").has_value());
+  EXPECT_FALSE(*state->ConfirmSuspect("s0", 1, clock_.Now(), "again"));  // already DOWN
+  EXPECT_EQ(state->version(), version + 1);
+
+  // The fence is the same as for missed heartbeats: no promotion before
+  // every lease that may cover s0 has ended.
+  EXPECT_EQ(*state->PromoteFenced(), 0);
+  clock_.Advance(FenceWait(state->config().lease));
+  EXPECT_EQ(*state->PromoteFenced(), 2);
+  EXPECT_EQ(Replicas(state->Map(), 0), (std::vector<std::string>{"s1"}));
+  // A heartbeat of the suspect is refused: it must join again.
+  EXPECT_EQ(state->Heartbeat(Beat("s0", 1)).status().code(), StatusCode::kFailedPrecondition);
+
+  // A failed commit leaves the server UP.
+  data_->SetFailing(true);
+  EXPECT_EQ(state->ConfirmSuspect("s1", 1, clock_.Now() + milliseconds(1), "test").status().code(),
+            StatusCode::kInternal);
+  data_->SetFailing(false);
+  EXPECT_EQ(Find(state->Map(), "s1")->state(), v1::UP);
+}
+
+TEST_F(CoordinatorStateTest, SuspectAfterMustLieBetweenTheHeartbeatPeriodAndTheTimeout) {
+  CoordinatorConfig c = Config();  // heartbeat 500 ms, lease 1000: servers beat every 333 ms
+  EXPECT_EQ(ServerHeartbeatPeriod(c), milliseconds(333));
+  c.suspect_after = milliseconds(716);
+  EXPECT_TRUE(ValidateConfig(c).ok());
+  c.suspect_after = milliseconds(0);
+  EXPECT_TRUE(ValidateConfig(c).ok());
+  for (int bad : {333, 100, 3000, 5000}) {
+    c.suspect_after = milliseconds(bad);
+    const Status s = ValidateConfig(c);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << bad;
+    EXPECT_NE(s.message().find("--suspect_after_ms"), std::string::npos) << s;
+  }
+  c.suspect_after = milliseconds(716);
+  for (int bad : {9, 10'001}) {
+    c.probe_timeout = milliseconds(bad);
+    EXPECT_NE(ValidateConfig(c).message().find("--probe_timeout_ms"), std::string::npos) << bad;
+  }
+}
+
 TEST_F(CoordinatorStateTest, LeaseIsConfiguredAndAnsweredByJoinAndHeartbeat) {
   CoordinatorConfig c = Config(2, 4);
   c.lease = milliseconds(800);

@@ -227,17 +227,57 @@ StatusOr<int> CoordinatorState::ExpireHeartbeats() {
     if (s.info.state() != v1::UP) continue;
     const steady_clock::duration silent = now - s.last_heartbeat;
     if (silent <= config_.heartbeat_timeout) continue;
-    std::vector<Server> next = servers_;
-    next[i].info.set_state(v1::DOWN);
-    next[i].info.set_down_since_unix_ms(WallMs());
-    RKV_RETURN_IF_ERROR(CommitLocked(std::move(next), {i}, assigned_));
-    MarkDownLocked(i);
-    LOG(INFO) << Describe(servers_[i].info) << " is DOWN: no heartbeat for " << Seconds(silent) << "; map version "
-              << version_;
-    FenceLocked(i, "missed heartbeats");
+    RKV_RETURN_IF_ERROR(MarkServerDownLocked(i, "no heartbeat for " + Seconds(silent)));
     ++expired;
   }
   return expired;
+}
+
+Status CoordinatorState::MarkServerDownLocked(size_t i, const std::string& why) {
+  std::vector<Server> next = servers_;
+  next[i].info.set_state(v1::DOWN);
+  next[i].info.set_down_since_unix_ms(WallMs());
+  RKV_RETURN_IF_ERROR(CommitLocked(std::move(next), {i}, assigned_));
+  MarkDownLocked(i);
+  LOG(INFO) << Describe(servers_[i].info) << " is DOWN: " << why << "; map version " << version_;
+  FenceLocked(i, why);
+  return Status::Ok();
+}
+
+std::vector<CoordinatorState::ProbeTarget> CoordinatorState::SilentServers(std::chrono::milliseconds silent) const {
+  std::vector<ProbeTarget> out;
+  if (silent.count() <= 0) return out;
+  MutexLock lock(mu_);
+  const steady_clock::time_point now = clock_();
+  for (const Server& s : servers_) {
+    if (s.info.state() != v1::UP || s.info.admin_address().empty() || now - s.last_heartbeat <= silent) continue;
+    out.push_back({s.info.server_id(), s.info.epoch(), s.info.admin_address()});
+  }
+  return out;
+}
+
+std::optional<CoordinatorState::ProbeTarget> CoordinatorState::ProbeTargetOf(const std::string& server_id) const {
+  MutexLock lock(mu_);
+  const int found = FindLocked(server_id);
+  if (found < 0) return std::nullopt;
+  const v1::ServerInfo& info = servers_[static_cast<size_t>(found)].info;
+  if (info.state() != v1::UP || info.admin_address().empty()) return std::nullopt;
+  return ProbeTarget{info.server_id(), info.epoch(), info.admin_address()};
+}
+
+StatusOr<bool> CoordinatorState::ConfirmSuspect(const std::string& server_id, uint64_t epoch,
+                                                steady_clock::time_point probe_started, const std::string& why) {
+  MutexLock lock(mu_);
+  const int found = FindLocked(server_id);
+  if (found < 0) return false;
+  const size_t i = static_cast<size_t>(found);
+  const Server& s = servers_[i];
+  // Another incarnation, already DOWN, or heard from while the probe ran:
+  // nothing to confirm.
+  if (s.info.epoch() != epoch || s.info.state() != v1::UP || s.last_heartbeat >= probe_started) return false;
+  RKV_RETURN_IF_ERROR(MarkServerDownLocked(
+      i, why + " (no heartbeat for " + Seconds(clock_() - s.last_heartbeat) + ")"));
+  return true;
 }
 
 void CoordinatorState::MarkDownLocked(size_t i) { down_since_[servers_[i].info.server_id()] = clock_(); }

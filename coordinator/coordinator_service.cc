@@ -73,6 +73,11 @@ grpc::Status CoordinatorService::ReportReplicaFailure(grpc::ServerContext* conte
     return ToGrpc(result.status());
   }
   *response = std::move(result).value();
+  // A backup a primary cannot reach may be down altogether: probe it now
+  // rather than wait for its heartbeat timeout (coordinator/prober.h).
+  if (prober_ != nullptr) {
+    prober_->SuspectId(request->backup_id(), "server " + request->server_id() + " could not forward to it");
+  }
   return grpc::Status::OK;
 }
 
@@ -198,6 +203,10 @@ StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(const std:
   server->gate_ = gate;
   server->service_ =
       std::make_unique<CoordinatorService>(server->state_.get(), control::TokenDigestHex(token), gate);
+  if (server->state_->config().suspect_after.count() > 0) {
+    server->prober_ = std::make_unique<Prober>(server->state_.get(), control::TokenDigestHex(token));
+    server->service_->set_prober(server->prober_.get());
+  }
 
   server->lease_streams_ = std::make_unique<LeaseStreams>(server->service_.get());
   RKV_ASSIGN_OR_RETURN(control::StartedGrpcServer started,
@@ -236,6 +245,12 @@ void CoordinatorServer::ExpiryLoop() {
     if (auto expired = state_->ExpireHeartbeats(); !expired.ok()) {
       LOG(ERROR) << "cannot record a server as DOWN: " << expired.status() << "; retrying";
     }
+    if (prober_ != nullptr) {
+      for (CoordinatorState::ProbeTarget& t : state_->SilentServers(state_->config().suspect_after)) {
+        prober_->Suspect(std::move(t), "heartbeats silent for over " +
+                                           std::to_string(state_->config().suspect_after.count()) + " ms");
+      }
+    }
     if (auto promoted = state_->PromoteFenced(); !promoted.ok()) {
       LOG(ERROR) << "cannot commit a promotion: " << promoted.status() << "; retrying";
     }
@@ -262,6 +277,10 @@ void CoordinatorServer::Shutdown() {
     server_->Wait();
   }
   if (lease_streams_ != nullptr) lease_streams_->Stop();
+  // Nothing reports to it any more; a probe in flight ends within its
+  // timeout.
+  if (service_ != nullptr) service_->set_prober(nullptr);
+  prober_.reset();
 }
 
 CoordinatorServer::~CoordinatorServer() { Shutdown(); }

@@ -25,6 +25,7 @@
 #include "proto/rkv.grpc.pb.h"
 #include "coordinator/coordinator_state.h"
 #include "coordinator/lease_streams.h"
+#include "coordinator/prober.h"
 
 namespace rkv::coordinator {
 
@@ -97,6 +98,11 @@ class CoordinatorService final : public v1::Coordinator::WithAsyncMethod_KeepLea
 
   static constexpr std::chrono::milliseconds kWatchPoll{100};
 
+  // Where a reported backup failure becomes a suspicion of the backup
+  // (nullptr: none). Set before the service is served; `prober` must
+  // outlive the service.
+  void set_prober(Prober* prober) { prober_ = prober; }
+
  private:
   // OK while this coordinator leads; otherwise the "not the leader"
   // answer, with the leader in the trailing metadata.
@@ -104,6 +110,7 @@ class CoordinatorService final : public v1::Coordinator::WithAsyncMethod_KeepLea
 
   CoordinatorState* const state_;
   const LeaderGate* const gate_;
+  Prober* prober_ = nullptr;
   mutable Mutex address_mu_;
   std::string address_ GUARDED_BY(address_mu_);
   const std::string token_digest_hex_;
@@ -146,6 +153,9 @@ class CoordinatorServer {
 
   std::unique_ptr<CoordinatorState> state_;
   const LeaderGate* gate_ = nullptr;
+  // Probes suspected servers (coordinator/prober.h); after state_, before
+  // the service that reports to it (so destroyed after it).
+  std::unique_ptr<Prober> prober_;
   std::unique_ptr<CoordinatorService> service_;
   std::unique_ptr<LeaseStreams> lease_streams_;  // service_'s KeepLease
   std::unique_ptr<grpc::Server> server_;

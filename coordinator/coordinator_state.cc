@@ -51,7 +51,24 @@ Status ValidateConfig(const CoordinatorConfig& c) {
                            std::to_string(c.heartbeat_timeout.count()) +
                            ": a server marked DOWN must hold no valid lease any more");
   }
+  if (c.suspect_after.count() != 0 &&
+      (c.suspect_after <= ServerHeartbeatPeriod(c) || c.suspect_after >= c.heartbeat_timeout)) {
+    return InvalidArgument("--suspect_after_ms " + std::to_string(c.suspect_after.count()) +
+                           " must be above the period servers heartbeat at (" +
+                           std::to_string(ServerHeartbeatPeriod(c).count()) +
+                           " ms: the shorter of --heartbeat_interval_ms and --lease_ms / 3) and below "
+                           "--heartbeat_timeout_ms " +
+                           std::to_string(c.heartbeat_timeout.count()) + ", or 0 (never suspect)");
+  }
+  if (c.probe_timeout.count() < 10 || c.probe_timeout.count() > 10'000) {
+    return InvalidArgument("--probe_timeout_ms " + std::to_string(c.probe_timeout.count()) +
+                           " is outside [10, 10000]");
+  }
   return Status::Ok();
+}
+
+std::chrono::milliseconds ServerHeartbeatPeriod(const CoordinatorConfig& c) {
+  return std::min(c.heartbeat_interval, c.lease / 3);
 }
 
 std::chrono::milliseconds FenceWait(std::chrono::milliseconds lease) {

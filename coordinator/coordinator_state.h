@@ -118,7 +118,19 @@ struct CoordinatorConfig {
   // to other servers (`--replace_after_ms`): [0, kMaxReplaceAfter], 0 =
   // never. Counted from when this coordinator saw it go DOWN (or started).
   std::chrono::milliseconds replace_after{30000};
+  // Fast suspicion (coordinator/prober.h): a server whose heartbeats have
+  // been silent this long is probed (`--suspect_after_ms`); 0 = never
+  // (only the heartbeat timeout marks it DOWN). When set: above the period
+  // servers heartbeat at, ServerHeartbeatPeriod, and below heartbeat_timeout.
+  std::chrono::milliseconds suspect_after{0};
+  // How long a probe waits for the server's answer (`--probe_timeout_ms`):
+  // [10, 10000].
+  std::chrono::milliseconds probe_timeout{400};
 };
+
+// How often a server heartbeats: every heartbeat_interval or every lease / 3,
+// whichever is shorter (docs/design.md §8.8, "Grants").
+std::chrono::milliseconds ServerHeartbeatPeriod(const CoordinatorConfig& config);
 
 inline constexpr std::chrono::milliseconds kMaxReplaceAfter{7LL * 24 * 3600 * 1000};
 
@@ -210,6 +222,30 @@ class CoordinatorState {
   // each. Returns how many; on a commit error the servers stay UP and the
   // error is returned (the next call retries).
   StatusOr<int> ExpireHeartbeats() EXCLUDES(mu_, lease_mu_);
+
+  // Fast suspicion (docs/design.md §8.8, "Suspicion and probes"): a server
+  // whose heartbeats stopped, or that a primary could not forward to, is
+  // probed (its Admin Health, CoordinatorServer's Prober) before its
+  // heartbeat timeout.
+  struct ProbeTarget {
+    std::string server_id;
+    uint64_t epoch = 0;
+    std::string admin_address;
+  };
+  // Every UP server with an admin address whose last heartbeat is older
+  // than `silent` (none when `silent` is zero).
+  std::vector<ProbeTarget> SilentServers(std::chrono::milliseconds silent) const EXCLUDES(mu_);
+  // The UP server `server_id` with an admin address, if there is one.
+  std::optional<ProbeTarget> ProbeTargetOf(const std::string& server_id) const EXCLUDES(mu_);
+  // A probe of `server_id` at `epoch`, started at `probe_started` (this
+  // state's clock), got no answer from that incarnation: marks it DOWN and
+  // fences it, exactly as ExpireHeartbeats would, when it is still UP at
+  // that epoch and no heartbeat of it arrived since the probe started (a
+  // live server's heartbeat outweighs a lost probe). Returns whether it
+  // marked it; the store's error on a failed commit (it stays UP).
+  StatusOr<bool> ConfirmSuspect(const std::string& server_id, uint64_t epoch,
+                                std::chrono::steady_clock::time_point probe_started, const std::string& why)
+      EXCLUDES(mu_, lease_mu_);
 
   // Commits, in one new version, the promotion of every fenced server
   // whose FenceWait has passed (see the rules above); first fences any
@@ -307,6 +343,9 @@ class CoordinatorState {
   Status CommitLocked(std::vector<Server> next, const std::vector<size_t>& changed, bool next_assigned,
                       uint32_t next_expected = 0, const std::vector<std::string>& removed = {}) REQUIRES(mu_)
       EXCLUDES(lease_mu_);
+  // Commits servers_[i] as DOWN (one version), records when, and fences
+  // it; `why` is for the log.
+  Status MarkServerDownLocked(size_t i, const std::string& why) REQUIRES(mu_) EXCLUDES(lease_mu_);
   // Records servers_[i] as DOWN from now (for replace_after).
   void MarkDownLocked(size_t i) REQUIRES(mu_);
   // The wall clock now, in milliseconds since the Unix epoch (for

@@ -67,6 +67,14 @@ DEFINE_uint32(replace_after_ms, 30000,
               "milliseconds a server may stay DOWN before its backup and syncing roles go to other servers, which "
               "catch up from each shard's primary; 0 = never (a server is replaced only by a drain); at most "
               "604800000 (7 days); counted from when this coordinator saw it go DOWN or started (default 30000)");
+DEFINE_uint32(suspect_after_ms, 0,
+              "milliseconds of heartbeat silence after which a server is probed (its admin Health) and, when it "
+              "does not answer within --probe_timeout_ms and no heartbeat comes meanwhile, marked DOWN before "
+              "--heartbeat_timeout_ms; above the period servers heartbeat at (the shorter of "
+              "--heartbeat_interval_ms and --lease_ms / 3) and below --heartbeat_timeout_ms; 0 = never (default: "
+              "twice that period + 50 ms, 716 with the other defaults)");
+DEFINE_uint32(probe_timeout_ms, 400, "milliseconds a probe of a suspected server waits for its answer, 10..10000 "
+              "(default 400)");
 
 namespace {
 
@@ -186,6 +194,15 @@ int main(int argc, char** argv) {
   config.heartbeat_timeout = std::chrono::milliseconds(FLAGS_heartbeat_timeout_ms);
   config.lease = std::chrono::milliseconds(FLAGS_lease_ms);
   config.replace_after = std::chrono::milliseconds(FLAGS_replace_after_ms);
+  config.probe_timeout = std::chrono::milliseconds(FLAGS_probe_timeout_ms);
+  gflags::CommandLineFlagInfo suspect_flag;
+  if (gflags::GetCommandLineFlagInfo("suspect_after_ms", &suspect_flag) && !suspect_flag.is_default) {
+    config.suspect_after = std::chrono::milliseconds(FLAGS_suspect_after_ms);
+  } else {
+    // Two heartbeats missed; off when that reaches the timeout anyway.
+    const auto automatic = 2 * rkv::coordinator::ServerHeartbeatPeriod(config) + std::chrono::milliseconds(50);
+    config.suspect_after = automatic < config.heartbeat_timeout ? automatic : std::chrono::milliseconds(0);
+  }
   if (rkv::Status s = rkv::coordinator::ValidateConfig(config); !s.ok()) return BadFlag(s.message());
 
   if (!FLAGS_export_state.empty() || !FLAGS_import_state.empty()) return TransferState(config, etcd_endpoints);
@@ -229,7 +246,8 @@ int main(int argc, char** argv) {
             << " servers, " << config.shard_count << " shards, " << rkv::coordinator::EffectiveReplicas(config)
             << " replicas, heartbeat " << config.heartbeat_interval.count()
             << " ms, timeout " << config.heartbeat_timeout.count() << " ms, lease " << config.lease.count()
-            << " ms, replace after " << config.replace_after.count() << " ms";
+            << " ms, replace after " << config.replace_after.count() << " ms, suspect after "
+            << config.suspect_after.count() << " ms (probe " << config.probe_timeout.count() << " ms)";
 
   int signal_number = 0;
   sigwait(&signals, &signal_number);

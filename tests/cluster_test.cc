@@ -308,6 +308,28 @@ TEST_F(CoordinatorFlagsTest, ReplicasMustFitTheClusterAndStayFixedForTheDataDir)
   EXPECT_NE(other.Log().find("1 replicas per shard, not --replicas 2"), std::string::npos) << other.Log();
 }
 
+TEST_F(CoordinatorFlagsTest, SuspectAfterMustExceedTheHeartbeatPeriod) {
+  TestClusterOptions options;
+  options.servers = 1;
+  options.shards = 0;
+  options.heartbeat_interval_ms = 0;
+  options.heartbeat_timeout_ms = 0;
+  options.server_memory = uint64_t{16} << 20;
+  options.max_keys = 1024;
+  // Servers heartbeat every 333 ms with the defaults (lease 1000 / 3).
+  options.coordinator_flags = {"--suspect_after_ms=300"};
+  cluster_ = std::make_unique<TestCluster>(options);
+  ServerProcess& coordinator = cluster().coordinator();
+  EXPECT_FALSE(coordinator.Start().ok());
+  EXPECT_NE(coordinator.Log().find("--suspect_after_ms 300 must be above the period servers heartbeat at (333 ms"),
+            std::string::npos)
+      << coordinator.Log();
+  cluster().options().coordinator_flags = {"--probe_timeout_ms=5"};
+  ServerProcess& fast = cluster().RemakeCoordinator();
+  EXPECT_FALSE(fast.Start().ok());
+  EXPECT_NE(fast.Log().find("--probe_timeout_ms 5 is outside [10, 10000]"), std::string::npos) << fast.Log();
+}
+
 TEST_F(ClusterTest, GetsNeverReachAServerCpu) {
   auto client = NewClient();
   ASSERT_NE(client, nullptr);

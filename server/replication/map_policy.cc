@@ -148,7 +148,12 @@ StatusOr<WriteRoute> MapPolicy::RouteWrite(std::string_view key) {
 Status MapPolicy::ReportFailedBackup(uint32_t shard, const ReplicaPeer& backup, std::string_view reason) {
   MapSource* const src = source();
   if (src == nullptr) return Unavailable("this server has not joined a cluster; no coordinator to report to");
-  StatusOr<uint64_t> version = src->ReportReplicaFailure(backup.server_id, {shard}, reason, kReportTimeout);
+  // One report for every shard this server leads that lists the backup: a
+  // backup that failed one forward would fail the others' too, each after
+  // its own timeout, and each with a map version of its own.
+  std::vector<uint32_t> shards = SharedShards(*src, backup.server_id);
+  if (std::find(shards.begin(), shards.end(), shard) == shards.end()) shards.push_back(shard);
+  StatusOr<uint64_t> version = src->ReportReplicaFailure(backup.server_id, shards, reason, kReportTimeout);
   if (!version.ok()) return version.status();
   // The watch stream normally brings the new map within moments; if it is
   // broken, one fetch gets it.
@@ -159,7 +164,24 @@ Status MapPolicy::ReportFailedBackup(uint32_t shard, const ReplicaPeer& backup, 
     if (!learned.ok() && !refreshed.ok()) learned = refreshed;
   }
   return learned.WithContext("learning map version " + std::to_string(*version) + ", which took backup " +
-                             backup.server_id + " out of shard " + std::to_string(shard));
+                             backup.server_id + " out of shard " + std::to_string(shard) +
+                             (shards.size() > 1 ? " and " + std::to_string(shards.size() - 1) + " more" : ""));
+}
+
+std::vector<uint32_t> MapPolicy::SharedShards(MapSource& src, std::string_view backup_id) {
+  std::vector<uint32_t> shards;
+  const std::shared_ptr<const v1::ClusterMap> map = src.map();
+  if (map == nullptr || !CheckAssigned(*map, src).ok()) return shards;
+  for (uint32_t s = 0; s < map->shard_count(); ++s) {
+    const std::vector<std::string_view> replicas = ReplicasOf(*map, s);
+    if (replicas.empty() || replicas[0] != src.server_id()) continue;
+    const std::vector<std::string_view> syncing = SyncingOf(*map, s);
+    if (std::find(replicas.begin() + 1, replicas.end(), backup_id) != replicas.end() ||
+        std::find(syncing.begin(), syncing.end(), backup_id) != syncing.end()) {
+      shards.push_back(s);
+    }
+  }
+  return shards;
 }
 
 std::optional<std::string> MapPolicy::FindPeer(uint64_t fingerprint, uint64_t epoch) {

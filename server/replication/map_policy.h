@@ -73,7 +73,10 @@ class MapPolicy final : public ReplicationPolicy {
   // every replica and syncing server that map lists.
   StatusOr<WriteRoute> RouteWrite(std::string_view key) override;
 
-  // ReportReplicaFailure(backup, {shard}) within kReportTimeout, then waits
+  // ReportReplicaFailure(backup, shards) within kReportTimeout, where
+  // `shards` is `shard` and every other shard this server leads in its map
+  // that lists the backup (SharedShards: one map version takes the backup
+  // out of all of them, instead of one forward timeout each), then waits
   // up to kReportedMapWait for this server's map to reach the version the
   // coordinator answered (refetching it once if the watch has not brought
   // it). OK only then; otherwise the coordinator's error, or
@@ -103,6 +106,11 @@ class MapPolicy final : public ReplicationPolicy {
   Status CheckLease() override;
 
  private:
+  // The shards of `src`'s map whose primary is this server and that list
+  // `backup_id` as a backup or a syncing server, ascending (none without
+  // an assigned map that lists this server at its epoch).
+  static std::vector<uint32_t> SharedShards(MapSource& src, std::string_view backup_id);
+
   MapSource* source() const { return source_.load(std::memory_order_acquire); }
 
   // Release on Attach, acquire on use: the source is fully built before a

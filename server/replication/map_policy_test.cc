@@ -552,20 +552,26 @@ TEST(MapPolicyTest, AReportedBackupIsOutOnceTheMapWithoutItIsLearned) {
   FakeMapSource source("a", 11);
   source.Install(MakeMap(5, kThree, kR3));
   source.SetReportResult(uint64_t{6});
-  source.SetCoordinatorMap(MakeMap(6, kThree, {{"a", "b"}, {"b", "c", "a"}, {"c", "a", "b"}, {"a", "b", "c"}}));
+  source.SetCoordinatorMap(MakeMap(6, kThree, {{"a", "b"}, {"b", "c", "a"}, {"c", "a", "b"}, {"a", "b"}}));
   MapPolicy policy(&source);
   const Status s = policy.ReportFailedBackup(0, ReplicaPeer{"c", 13, "10.0.0.3:7700"}, "no ack in 500 ms");
   EXPECT_TRUE(s.ok()) << s;
   const std::vector<FakeMapSource::Report> reports = source.reports();
   ASSERT_EQ(reports.size(), 1u);
   EXPECT_EQ(reports[0].backup_id, "c");
-  EXPECT_EQ(reports[0].shards, std::vector<uint32_t>{0});
+  // Every shard a leads that lists c, in one report: 0 and 3 (not 1 or 2,
+  // which b and c lead).
+  EXPECT_EQ(reports[0].shards, (std::vector<uint32_t>{0, 3}));
   EXPECT_EQ(reports[0].reason, "no ack in 500 ms");
   EXPECT_EQ(source.map()->version(), 6u);
   const StatusOr<WriteRoute> route = policy.RouteWrite(KeyOfShard(0));
   ASSERT_TRUE(route.ok()) << route.status();
   ASSERT_EQ(route->backups.size(), 1u);
   EXPECT_EQ(route->backups[0].server_id, "b");
+  const StatusOr<WriteRoute> other = policy.RouteWrite(KeyOfShard(3));
+  ASSERT_TRUE(other.ok()) << other.status();
+  ASSERT_EQ(other->backups.size(), 1u);
+  EXPECT_EQ(other->backups[0].server_id, "b");
 }
 
 TEST(MapPolicyTest, AReportedBackupIsOutOnceARefetchBringsTheMap) {
