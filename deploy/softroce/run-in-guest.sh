@@ -554,8 +554,10 @@ qemu-system-x86_64 \
   </dev/null >"$share/qemu.log" 2>&1 &
 qemu_pid=$!
 if ((pin_vcpu0)); then pin_guest_cpu0 "$qemu_pid"; fi
-# Stream the console (the guest tty turns \n into \r\n).
-{ tail -n +1 -F --pid="$qemu_pid" "$console" 2>/dev/null | tr -d '\r'; } &
+# Stream the console (the guest tty turns \n into \r\n), line by line: tr
+# writing into a pipe (deploy/test.sh tees it) would otherwise hold up to
+# 4 KiB, minutes of test lines, and the console would look stuck.
+{ tail -n +1 -F --pid="$qemu_pid" "$console" 2>/dev/null | stdbuf -oL tr -d '\r'; } &
 tail_pid=$!
 
 failure=""
