@@ -35,6 +35,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -121,6 +122,18 @@ class ServerConnection {
   // The server's table header as READ at connect time (checked against
   // the accept data).
   const layout::TableHeader& table_header() const { return table_header_; }
+
+  // A frozen server answers nothing, and a wait for it would last the
+  // whole call's deadline even after the cluster failed it over. With a
+  // check set, a wait for replies asks it every poll round (at most every
+  // 50 ms) once it has waited kAbandonCheckAfter, and breaks the connection
+  // with the check's error when it is not OK (WithServer's check: the
+  // client's lease excludes the server, docs/design.md §8.8); and a READ
+  // waits at most kReadLimit, then breaks the connection (a GET is simply
+  // resent, through the map of that time).
+  static constexpr std::chrono::milliseconds kAbandonCheckAfter{100};
+  static constexpr std::chrono::milliseconds kReadLimit{2000};
+  void set_abandon_check(std::function<Status()> check) { abandon_check_ = std::move(check); }
 
   // From now on Lookup uses `cache` (which must outlive the connection)
   // for this server, named there by `server_tag` (LocationCache::ServerTag).
@@ -381,6 +394,7 @@ class ServerConnection {
 
   bool broken_ = false;
   Status broken_status_;
+  std::function<Status()> abandon_check_;  // see set_abandon_check
 };
 
 }  // namespace rkv::client

@@ -46,7 +46,9 @@ Status ServerConnection::ReadTableHeader(Deadline deadline) {
   }
   ops.back().signaled = true;
   others_.clear();
-  Status s = conn_->PostReadsAndWait(ops, Left(deadline, now), &others_);
+  microseconds wait = Left(deadline, now);
+  if (abandon_check_) [[likely]] wait = std::min<microseconds>(wait, kReadLimit);
+  Status s = conn_->PostReadsAndWait(ops, wait, &others_);
   if (!s.ok() || !others_.empty()) [[unlikely]] return AfterReads(std::move(s), what);
   return Status::Ok();
 }

@@ -148,12 +148,18 @@ void ServerConnection::Retire() {
 template <typename Done>
 Status ServerConnection::WaitFor(Done done, Deadline deadline, Clock::time_point now,
                                  std::string_view what) {
+  const Clock::time_point started = now;
   while (!done()) {
     if (broken_) return broken_status_;
     const microseconds left = Left(deadline, now);
     if (left.count() == 0) {
       return MarkBroken(DeadlineExceeded("timed out waiting for " + std::string(what) + " from " +
                                          address_));
+    }
+    if (abandon_check_ && now - started >= kAbandonCheckAfter) [[unlikely]] {
+      if (Status give_up = abandon_check_(); !give_up.ok()) {
+        return MarkBroken(give_up.WithContext("gave up waiting for " + std::string(what) + " from " + address_));
+      }
     }
     RKV_RETURN_IF_ERROR(PollOnce(std::min(left, microseconds(50'000))));
     // Only a wait that needs another round reads the clock again.

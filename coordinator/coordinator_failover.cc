@@ -76,7 +76,8 @@ StatusOr<int> CoordinatorState::PromoteFenced() {
   }
   if (ripe_list.empty()) return 0;
 
-  // For each shard of a ripe server: its first UP backup in list order.
+  // For each shard of a ripe server: the UP backup leading the fewest
+  // shards (PlanPromotions).
   std::vector<bool> up(n);
   for (size_t i = 0; i < n; ++i) up[i] = servers_[i].info.state() == v1::UP;
   const PromotionPlan plan = PlanPromotions(RolesOf(servers_), up, ripe_list);
@@ -130,7 +131,7 @@ StatusOr<int> CoordinatorState::PromoteFenced() {
   for (size_t x : ripe_list) {
     fenced_since_.erase(servers_[x].info.server_id());
     LOG(INFO) << Describe(servers_[x].info) << " is no longer fenced: " << plan.moved[x]
-              << " of its shards promoted to their first UP backup, " << plan.kept[x]
+              << " of its shards promoted to their UP backups, " << plan.kept[x]
               << " stay its own (no UP backup); map version " << version_;
   }
   for (size_t i = 0; i < n; ++i) {

@@ -64,7 +64,7 @@
 //     that moment F (memory only): LeaseView lists it as excluded, so no
 //     lease granted from F on covers it. PromoteFenced, once the clock
 //     passes F + FenceWait(lease), commits one version in which each such
-//     shard's first UP backup in replica-list order (PlanPromotions,
+//     shard's UP backup that leads the fewest shards (PlanPromotions,
 //     placement.h) becomes its primary
 //     and only replica; the DOWN server stays listed without those shards
 //     and is no longer fenced. Shards with no UP backup stay its own. A

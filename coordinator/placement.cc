@@ -71,20 +71,30 @@ PromotionPlan PlanPromotions(const std::vector<ShardRoles>& roles, const std::ve
   plan.new_primary.assign(roles.size(), kNone);
   plan.moved.assign(n, 0);
   plan.kept.assign(n, 0);
+  // Primaries per server, promotions of this plan included: the failed
+  // server's shards spread over its backups, so that no rebalancing
+  // handover has to move them again right after (each would stop the
+  // shard's writes while it runs).
+  std::vector<size_t> primaries(n, 0);
+  for (const ShardRoles& r : roles) {
+    if (r.primary < n) ++primaries[r.primary];
+  }
   for (size_t x : ripe) {
     for (uint32_t shard = 0; shard < roles.size(); ++shard) {
       const ShardRoles& r = roles[shard];
       if (r.primary != x) continue;
-      // The replica list is the primary, then the backups in this order.
+      // Every UP backup holds every acknowledged write: the one leading
+      // the fewest shards, the first in list order among equals.
+      size_t chosen = kNone;
       for (size_t b : r.backups) {
-        if (up[b]) {
-          plan.new_primary[shard] = b;
-          break;
-        }
+        if (up[b] && (chosen == kNone || primaries[b] < primaries[chosen])) chosen = b;
       }
-      if (plan.new_primary[shard] == kNone) {
+      plan.new_primary[shard] = chosen;
+      if (chosen == kNone) {
         ++plan.kept[x];
       } else {
+        ++primaries[chosen];
+        --primaries[x];
         ++plan.moved[x];
         ++plan.promoted;
       }

@@ -72,9 +72,10 @@ std::vector<ShardRoles> AssignShards(const std::vector<std::string>& zones, uint
                                      uint32_t replicas);
 
 // Failover: for each shard whose primary is in `ripe` (fenced servers
-// whose leases have all ended), its first UP backup in list order becomes
-// its new primary; a shard with no UP backup stays its primary's. A
-// syncing server is never chosen.
+// whose leases have all ended), the UP backup that leads the fewest shards
+// (counting this plan's promotions, shard by shard in order; the first in
+// list order among equals) becomes its new primary; a shard with no UP
+// backup stays its primary's. A syncing server is never chosen.
 struct PromotionPlan {
   std::vector<size_t> new_primary;  // per shard: the promoted backup, or kNone (unchanged)
   std::vector<int> moved;           // per server: its shards that got a new primary

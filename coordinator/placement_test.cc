@@ -175,7 +175,16 @@ struct PromoteCase {
 
 TEST(PlanPromotionsTest, Table) {
   const std::vector<PromoteCase> cases = {
-      {"the first UP backup in list order", {false, true, true}, {"p0 b1 b2", "p0 b2 b1"}, {0}, {"s1", "s2"}, 2},
+      {"the first UP backup in list order among equals", {false, true, true}, {"p0 b1 b2", "p0 b2 b1"}, {0},
+       {"s1", "s2"}, 2},
+      {"the shards spread over the backups",
+       {false, true, true},
+       {"p0 b1 b2", "p0 b1 b2", "p0 b1 b2", "p0 b1 b2"},
+       {0},
+       {"s1", "s2", "s1", "s2"},
+       4},
+      {"the backup leading fewer shards first", {false, true, true}, {"p0 b1 b2", "p1 b2", "p1 b2"}, {0},
+       {"s2", "-", "-"}, 1},
       {"DOWN backups are skipped", {false, false, true}, {"p0 b1 b2"}, {0}, {"s2"}, 1},
       {"no UP backup: the shard stays its own", {false, false, true}, {"p0 b1"}, {0}, {"-"}, 0},
       {"a syncing server is never promoted", {false, true, true}, {"p0 s1", "p0 b2 s1"}, {0}, {"-", "s2"}, 1},

@@ -181,6 +181,7 @@ Status Server::Init() {
     // One lane per client poller (StartPollers gives the peers one of the
     // threads): each poller's write can forward while the others' do.
     r.lanes = std::max<uint32_t>(1, options_.threads - 1);
+    r.is_down = [policy = replication_](const std::string& id, uint64_t epoch) { return policy->IsDown(id, epoch); };
     RKV_ASSIGN_OR_RETURN(replicator_, Replicator::Create(transport_, std::move(r)));
     replication = ApplyReplication{replication_, replicator_.get()};
   }

@@ -168,6 +168,16 @@ Status MapPolicy::ReportFailedBackup(uint32_t shard, const ReplicaPeer& backup, 
                              (shards.size() > 1 ? " and " + std::to_string(shards.size() - 1) + " more" : ""));
 }
 
+bool MapPolicy::IsDown(const std::string& server_id, uint64_t epoch) {
+  MapSource* const src = source();
+  const std::shared_ptr<const v1::ClusterMap> map = src != nullptr ? src->map() : nullptr;
+  if (map == nullptr) return false;
+  for (const v1::ServerInfo& s : map->servers()) {
+    if (s.server_id() == server_id) return s.epoch() != epoch || s.state() != v1::UP;
+  }
+  return true;
+}
+
 std::vector<uint32_t> MapPolicy::SharedShards(MapSource& src, std::string_view backup_id) {
   std::vector<uint32_t> shards;
   const std::shared_ptr<const v1::ClusterMap> map = src.map();

@@ -83,6 +83,9 @@ class MapPolicy final : public ReplicationPolicy {
   // DEADLINE_EXCEEDED naming the version not learned.
   Status ReportFailedBackup(uint32_t shard, const ReplicaPeer& backup, std::string_view reason) override;
 
+  // From the map the source holds now.
+  bool IsDown(const std::string& server_id, uint64_t epoch) override;
+
   // The listed server with PeerFingerprint(id) == fingerprint and that
   // epoch (UP or DOWN); when none, refetches the map once (at most
   // kPeerRefreshTimeout) and looks again.

@@ -84,6 +84,16 @@ class ReplicationPolicy {
   // (docs/design.md, "Replication"). Never waits.
   virtual Status CheckLease() = 0;
 
+  // Whether the map this server holds shows `server_id` DOWN, or lists no
+  // server of that id at `epoch` (then it is gone or restarted). Never
+  // waits. Without a map: false (nothing is known). The default answers
+  // false: a policy without a map knows of no server being down.
+  virtual bool IsDown(const std::string& server_id, uint64_t epoch) {
+    (void)server_id;
+    (void)epoch;
+    return false;
+  }
+
   // CheckLease, retried every few milliseconds for up to `max_wait` while
   // it fails (the next heartbeat's grant may be on its way); its last
   // answer. For a write whose forward outlasted the lease: it waits for a

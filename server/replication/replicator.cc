@@ -202,10 +202,19 @@ StatusOr<Replicator::Peer*> Replicator::PostTo(Lane& lane, const ReplicaPeer& ba
 
 Status Replicator::Wait(Peer& peer, Clock::time_point deadline) {
   transport::Completion completions[4];
+  // Past the timeout, a backup the map still shows UP gets up to another
+  // timeout (ReplicatorOptions::is_down).
+  const Clock::time_point last_chance = options_.is_down ? deadline + options_.timeout : deadline;
   while (!peer.sent || !peer.reply) {
     const Clock::time_point now = Clock::now();
-    if (now >= deadline) return DeadlineExceeded("no reply within the replication timeout");
-    const auto wait = std::min<Clock::duration>(deadline - now, kPollSlice);
+    if (now >= deadline) {
+      if (now >= last_chance || options_.is_down(peer.backup.server_id, peer.backup.epoch)) {
+        return DeadlineExceeded(now >= last_chance && last_chance > deadline
+                                    ? "no reply within twice the replication timeout"
+                                    : "no reply within the replication timeout");
+      }
+    }
+    const auto wait = std::min<Clock::duration>((now < deadline ? deadline : last_chance) - now, kPollSlice);
     StatusOr<size_t> n =
         peer.conn->Poll(completions, std::chrono::duration_cast<std::chrono::microseconds>(wait));
     if (!n.ok()) return n.status();

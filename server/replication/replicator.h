@@ -40,6 +40,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <span>
@@ -62,7 +63,8 @@ class Forwarder {
   // Sends `record` (an encoded record, common/record.h, carrying the
   // primary's version) as `op` (kReplicatePut or kReplicateDelete), with
   // `map_version` as the request id, to every peer of `backups`, all at
-  // once, and waits for their replies within the forwarder's timeout.
+  // once, and waits for their replies within the forwarder's timeout (Replicator: up to twice
+  // that for a backup its map shows UP, ReplicatorOptions::is_down).
   // Returns one status per backup, in the order of `backups`: OK when it
   // acknowledged the write, else why not, naming the backup.
   virtual std::vector<Status> Forward(const std::vector<ReplicaPeer>& backups, uint64_t map_version,
@@ -81,6 +83,14 @@ struct ReplicatorOptions {
   // Forwards in flight at once (>= 1), each with its own record buffer and
   // connection per backup: the server gives one per client poller.
   uint32_t lanes = 1;
+  // Whether the map this server holds shows the backup DOWN (or no longer
+  // lists that incarnation). When set, a backup that has not answered
+  // within `timeout` but is not DOWN gets up to another `timeout`, asked
+  // again every 50 ms: a live backup can be slow for a moment (its own
+  // forward to a frozen server held it up), and taking it out of its sets
+  // costs a catch-up; a frozen one is marked DOWN by the coordinator's
+  // probe within about a second (docs/design.md §8.8), which ends the wait.
+  std::function<bool(const std::string& server_id, uint64_t epoch)> is_down;
 };
 
 class Replicator final : public Forwarder {
