@@ -200,6 +200,38 @@ TEST_F(ReplicatorTest, EveryFailureNamesTheBackup) {
   EXPECT_NE(refused[0].message().find("map version 9"), std::string::npos) << refused[0];
 }
 
+TEST_F(ReplicatorTest, ABackupTheMapShowsUpGetsASecondTimeoutAndADownOneNone) {
+  // The backup's peer poller is held in AcceptReplica until the end: no
+  // reply comes, whatever the wait.
+  std::atomic<bool> release{false};
+  policy_.SetAcceptHook([&](std::string_view) {
+    while (!release.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  });
+  std::atomic<bool> down{false};
+  std::atomic<int> asked{0};
+  ReplicatorOptions o = Options();
+  o.timeout = std::chrono::milliseconds(100);
+  o.is_down = [&](const std::string& id, uint64_t epoch) {
+    ++asked;
+    EXPECT_EQ(id, "s-backup");
+    EXPECT_EQ(epoch, backup_->epoch());
+    return down.load();
+  };
+  auto r = Replicator::Create(transport_.get(), o);
+  ASSERT_TRUE(r.ok()) << r.status();
+  // UP in the map all along: the forward waits out a second timeout.
+  std::vector<Status> acks = (*r)->Forward({Backup()}, 7, protocol::Op::kReplicatePut, Record("k", "v", 1));
+  EXPECT_EQ(acks[0].code(), StatusCode::kDeadlineExceeded) << acks[0];
+  EXPECT_NE(acks[0].message().find("no reply within twice the replication timeout"), std::string::npos) << acks[0];
+  EXPECT_GT(asked.load(), 0);
+  // DOWN in the map: the first timeout is the last.
+  down = true;
+  acks = (*r)->Forward({Backup()}, 7, protocol::Op::kReplicatePut, Record("k", "v", 2));
+  EXPECT_EQ(acks[0].code(), StatusCode::kDeadlineExceeded) << acks[0];
+  EXPECT_NE(acks[0].message().find("no reply within the replication timeout"), std::string::npos) << acks[0];
+  release = true;
+}
+
 TEST_F(ReplicatorTest, ABackupThatDoesNotKnowThisServerRefusesItAtTheHandshake) {
   ReplicatorOptions o = Options();
   o.self_id = "s-unknown";
