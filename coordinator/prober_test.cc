@@ -24,7 +24,7 @@ namespace {
 
 using std::chrono::milliseconds;
 
-constexpr char kToken[] = "prober-test-token";
+constexpr char kProbeToken[] = "prober-test-token";
 
 // An Admin service that answers Health as `id` at `epoch`, or refuses
 // every call with `refuse` when that is not OK.
@@ -34,7 +34,7 @@ class FakeAdmin final : public v1::Admin::Service {
       : id_(std::move(id)), epoch_(epoch), refuse_(std::move(refuse)) {}
   grpc::Status Health(grpc::ServerContext* context, const v1::HealthRequest*, v1::HealthResponse* out) override {
     if (!refuse_.ok()) return refuse_;
-    if (grpc::Status s = control::CheckToken(context, control::TokenDigestHex(kToken)); !s.ok()) return s;
+    if (grpc::Status s = control::CheckToken(context, control::TokenDigestHex(kProbeToken)); !s.ok()) return s;
     out->set_server_id(id_);
     out->set_epoch(epoch_);
     out->set_serving(true);
@@ -83,34 +83,34 @@ class SilentListener {
   std::string address_;
 };
 
-CoordinatorState::ProbeTarget Target(std::string address, std::string id = "s0", uint64_t epoch = 1) {
+CoordinatorState::ProbeTarget ProbeTargetAt(std::string address, std::string id = "s0", uint64_t epoch = 1) {
   return {std::move(id), epoch, std::move(address)};
 }
 
 TEST(ProberTest, AProbeTellsALiveIncarnationFromAMissingOne) {
-  const std::string digest = control::TokenDigestHex(kToken);
+  const std::string digest = control::TokenDigestHex(kProbeToken);
   std::string note;
   // Nobody listening: UNAVAILABLE.
-  Status s = Prober::Probe(Target(ClosedAddress()), digest, milliseconds(2000), &note);
+  Status s = Prober::Probe(ProbeTargetAt(ClosedAddress()), digest, milliseconds(2000), &note);
   EXPECT_EQ(s.code(), StatusCode::kUnavailable) << s;
   // Accepted by the kernel, never answered: the deadline.
   SilentListener silent;
-  s = Prober::Probe(Target(silent.address()), digest, milliseconds(200), &note);
+  s = Prober::Probe(ProbeTargetAt(silent.address()), digest, milliseconds(200), &note);
   EXPECT_EQ(s.code(), StatusCode::kDeadlineExceeded) << s;
   EXPECT_TRUE(note.empty());
 
   FakeAdmin live("s0", 1);
   auto started = control::StartGrpcServer("127.0.0.1:0", &live, "fake admin");
   ASSERT_TRUE(started.ok()) << started.status();
-  EXPECT_TRUE(Prober::Probe(Target(started->address), digest, milliseconds(5000), &note).ok());
+  EXPECT_TRUE(Prober::Probe(ProbeTargetAt(started->address), digest, milliseconds(5000), &note).ok());
   EXPECT_TRUE(note.empty());
   // The same server id at another epoch is another incarnation.
-  s = Prober::Probe(Target(started->address, "s0", 2), digest, milliseconds(5000), &note);
+  s = Prober::Probe(ProbeTargetAt(started->address, "s0", 2), digest, milliseconds(5000), &note);
   EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition) << s;
-  s = Prober::Probe(Target(started->address, "s9", 1), digest, milliseconds(5000), &note);
+  s = Prober::Probe(ProbeTargetAt(started->address, "s9", 1), digest, milliseconds(5000), &note);
   EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition) << s;
   // A live process that refuses the call (here: the wrong token) answered.
-  EXPECT_TRUE(Prober::Probe(Target(started->address), control::TokenDigestHex("other"), milliseconds(5000), &note)
+  EXPECT_TRUE(Prober::Probe(ProbeTargetAt(started->address), control::TokenDigestHex("other"), milliseconds(5000), &note)
                   .ok());
   EXPECT_NE(note.find("UNAUTHENTICATED"), std::string::npos) << note;
   started->server->Shutdown();
@@ -158,7 +158,7 @@ TEST_F(ProberStateTest, ASuspectThatDoesNotAnswerIsDownAndOneThatAnswersStaysUp)
   Join("a", ClosedAddress());
   Join("b", started->address);
   {
-    Prober prober(state_.get(), control::TokenDigestHex(kToken));
+    Prober prober(state_.get(), control::TokenDigestHex(kProbeToken));
     prober.SuspectId("a", "test");
     prober.SuspectId("b", "test");
     prober.SuspectId("nobody", "test");
