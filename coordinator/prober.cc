@@ -56,7 +56,7 @@ void Prober::Loop() {
     Pending next;
     {
       MutexLock lock(mu_);
-      cv_.Wait(mu_, [&]() REQUIRES(mu_) { return stopping_ || !queue_.empty(); });
+      while (!stopping_ && queue_.empty()) cv_.Wait(mu_);
       if (stopping_) return;
       next = std::move(queue_.front());
       queue_.pop_front();
