@@ -208,10 +208,10 @@ Status Replicator::Wait(Peer& peer, Clock::time_point deadline) {
   while (!peer.sent || !peer.reply) {
     const Clock::time_point now = Clock::now();
     if (now >= deadline) {
-      if (now >= last_chance || options_.is_down(peer.backup.server_id, peer.backup.epoch)) {
-        return DeadlineExceeded(now >= last_chance && last_chance > deadline
-                                    ? "no reply within twice the replication timeout"
-                                    : "no reply within the replication timeout");
+      const bool down = options_.is_down && options_.is_down(peer.backup.server_id, peer.backup.epoch);
+      if (down || now >= last_chance) {
+        return DeadlineExceeded(!down && last_chance > deadline ? "no reply within twice the replication timeout"
+                                                                : "no reply within the replication timeout");
       }
     }
     const auto wait = std::min<Clock::duration>((now < deadline ? deadline : last_chance) - now, kPollSlice);

@@ -202,10 +202,11 @@ TEST_F(ReplicatorTest, EveryFailureNamesTheBackup) {
 
 TEST_F(ReplicatorTest, ABackupTheMapShowsUpGetsASecondTimeoutAndADownOneNone) {
   // The backup's peer poller is held in AcceptReplica until the end: no
-  // reply comes, whatever the wait.
-  std::atomic<bool> release{false};
-  policy_.SetAcceptHook([&](std::string_view) {
-    while (!release.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  // reply comes, whatever the wait. (Shared: the backup may run the hook
+  // for a queued request after the test's body returned.)
+  auto release = std::make_shared<std::atomic<bool>>(false);
+  policy_.SetAcceptHook([release](std::string_view) {
+    while (!release->load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   });
   std::atomic<bool> down{false};
   std::atomic<int> asked{0};
@@ -229,7 +230,10 @@ TEST_F(ReplicatorTest, ABackupTheMapShowsUpGetsASecondTimeoutAndADownOneNone) {
   acks = (*r)->Forward({Backup()}, 7, protocol::Op::kReplicatePut, Record("k", "v", 2));
   EXPECT_EQ(acks[0].code(), StatusCode::kDeadlineExceeded) << acks[0];
   EXPECT_NE(acks[0].message().find("no reply within the replication timeout"), std::string::npos) << acks[0];
-  release = true;
+  // Let the backup go, and stop it while this body's flags still live.
+  release->store(true);
+  r->reset();
+  backup_.reset();
 }
 
 TEST_F(ReplicatorTest, ABackupThatDoesNotKnowThisServerRefusesItAtTheHandshake) {
