@@ -124,14 +124,8 @@ Status Client::Impl::AcceptIncarnation(Attempts& a, SlotLease& lease) {
       if (leases_ != nullptr) {
         // A wait on this server ends once the lease excludes it: it is
         // being failed over, and its shards will answer elsewhere.
-        lease.conn().set_abandon_check([leases = leases_.get(), id = e.server_id]() -> Status {
-          const client::Lease l = leases->Current();
-          if (std::find(l.excluded_servers.begin(), l.excluded_servers.end(), id) == l.excluded_servers.end()) {
-            return Status::Ok();
-          }
-          return Unavailable("server " + id + " is being failed over (the lease on cluster map version " +
-                             std::to_string(l.map_version) + " excludes it)");
-        });
+        lease.conn().set_abandon_check(
+            [leases = leases_.get(), id = e.server_id] { return leases->CheckNotExcluded(id); });
       }
       return Status::Ok();
     case client::EpochRelation::kServerNewer:

@@ -25,6 +25,14 @@ Clock::time_point LeaseEnd(Clock::time_point sent, uint32_t lease_ms) {
   return sent + std::chrono::microseconds(uint64_t{lease_ms} * 990) - kLeaseMargin;
 }
 
+// Unavailable when `lease` excludes `server_id`.
+Status Excluding(const Lease& lease, std::string_view server_id) {
+  const auto& ex = lease.excluded_servers;
+  if (std::find(ex.begin(), ex.end(), server_id) == ex.end()) [[likely]] return Status::Ok();
+  return Unavailable("server " + std::string(server_id) + " is being failed over (the lease on cluster map version " +
+                     std::to_string(lease.map_version) + " excludes it)");
+}
+
 }  // namespace
 
 LeaseKeeper::LeaseKeeper(RenewFn renew, FetchFn fetch, VersionFn version)
@@ -54,13 +62,7 @@ Status LeaseKeeper::Check(uint64_t map_version, std::string_view server_id, Dead
       MutexLock lock(mu_);
       if (disabled_) return Status::Ok();
       if (lease_.map_version != 0 && Clock::now() < lease_.until) [[likely]] {
-        if (lease_.map_version == map_version) [[likely]] {
-          const auto& ex = lease_.excluded_servers;
-          if (std::find(ex.begin(), ex.end(), server_id) == ex.end()) [[likely]] return Status::Ok();
-          return Unavailable("server " + std::string(server_id) +
-                             " is being failed over (the lease on cluster map version " +
-                             std::to_string(map_version) + " excludes it)");
-        }
+        if (lease_.map_version == map_version) [[likely]] return Excluding(lease_, server_id);
         if (lease_.map_version > map_version) {
           return Unavailable("cluster map version " + std::to_string(map_version) +
                              " is older than the leased version " + std::to_string(lease_.map_version));
@@ -185,6 +187,11 @@ Lease LeaseKeeper::Current() const {
   return lease_;
 }
 
+Status LeaseKeeper::CheckNotExcluded(std::string_view server_id) const {
+  MutexLock lock(mu_);
+  return Excluding(lease_, server_id);
+}
+
 bool LeaseKeeper::disabled() const {
   MutexLock lock(mu_);
   return disabled_;
@@ -300,6 +307,10 @@ Status LeaseShare::Check(uint64_t map_version, std::string_view server_id, Deadl
 Status LeaseShare::Renew(Deadline deadline) { return lease_->keeper->Renew(deadline); }
 
 Lease LeaseShare::Current() const { return lease_->keeper->Current(); }
+
+Status LeaseShare::CheckNotExcluded(std::string_view server_id) const {
+  return lease_->keeper->CheckNotExcluded(server_id);
+}
 
 LeaseKeeper& LeaseShare::keeper() const { return *lease_->keeper; }
 

@@ -102,6 +102,10 @@ class LeaseKeeper {
   // The current lease (tests, reporting); map_version 0 when none was
   // granted yet.
   Lease Current() const EXCLUDES(mu_);
+  // UNAVAILABLE ("being failed over") when the current lease excludes
+  // `server_id`, whatever its version and validity; OK otherwise. Never
+  // waits on the coordinator (a wait on that server asks it every poll).
+  Status CheckNotExcluded(std::string_view server_id) const EXCLUDES(mu_);
   // Whether the coordinator said it grants no leases.
   bool disabled() const EXCLUDES(mu_);
   LeaseStats stats() const EXCLUDES(mu_);
@@ -164,6 +168,8 @@ class LeaseShare {
   Status Check(uint64_t map_version, std::string_view server_id, Deadline deadline);
   Status Renew(Deadline deadline);
   Lease Current() const;
+  // LeaseKeeper::CheckNotExcluded of the shared keeper.
+  Status CheckNotExcluded(std::string_view server_id) const;
   // The shared keeper (tests, reporting).
   LeaseKeeper& keeper() const;
   // How many shares this share's lease has now (tests).
