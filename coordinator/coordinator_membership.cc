@@ -250,19 +250,22 @@ std::vector<CoordinatorState::ProbeTarget> CoordinatorState::SilentServers(std::
   MutexLock lock(mu_);
   const steady_clock::time_point now = clock_();
   for (const Server& s : servers_) {
-    if (s.info.state() != v1::UP || s.info.admin_address().empty() || now - s.last_heartbeat <= silent) continue;
-    out.push_back({s.info.server_id(), s.info.epoch(), s.info.admin_address()});
+    if (now - s.last_heartbeat <= silent) continue;
+    if (std::optional<ProbeTarget> t = ProbeTargetIn(s.info)) out.push_back(std::move(*t));
   }
   return out;
+}
+
+std::optional<CoordinatorState::ProbeTarget> CoordinatorState::ProbeTargetIn(const v1::ServerInfo& info) {
+  if (info.state() != v1::UP || info.admin_address().empty()) return std::nullopt;
+  return ProbeTarget{info.server_id(), info.epoch(), info.admin_address()};
 }
 
 std::optional<CoordinatorState::ProbeTarget> CoordinatorState::ProbeTargetOf(const std::string& server_id) const {
   MutexLock lock(mu_);
   const int found = FindLocked(server_id);
   if (found < 0) return std::nullopt;
-  const v1::ServerInfo& info = servers_[static_cast<size_t>(found)].info;
-  if (info.state() != v1::UP || info.admin_address().empty()) return std::nullopt;
-  return ProbeTarget{info.server_id(), info.epoch(), info.admin_address()};
+  return ProbeTargetIn(servers_[static_cast<size_t>(found)].info);
 }
 
 StatusOr<bool> CoordinatorState::ConfirmSuspect(const std::string& server_id, uint64_t epoch,

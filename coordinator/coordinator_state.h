@@ -343,6 +343,8 @@ class CoordinatorState {
   Status CommitLocked(std::vector<Server> next, const std::vector<size_t>& changed, bool next_assigned,
                       uint32_t next_expected = 0, const std::vector<std::string>& removed = {}) REQUIRES(mu_)
       EXCLUDES(lease_mu_);
+  // `info` as a probe target: when it is UP and has an admin address.
+  static std::optional<ProbeTarget> ProbeTargetIn(const v1::ServerInfo& info);
   // Commits servers_[i] as DOWN (one version), records when, and fences
   // it; `why` is for the log.
   Status MarkServerDownLocked(size_t i, const std::string& why) REQUIRES(mu_) EXCLUDES(lease_mu_);
