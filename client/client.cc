@@ -62,6 +62,7 @@ Client::Impl::~Impl() {
   // pools are torn down; the pools go before the transports they use.
   // The lease share goes first: once it has left, the shared lease no
   // longer installs maps into holder_.
+  reporter_.reset();
   leases_.reset();
   control_.reset();
   {
@@ -113,6 +114,10 @@ Status Client::Impl::InitCluster(std::optional<transport::Kind> fixed_kind, std:
     backoff = std::min(backoff * 2, std::chrono::milliseconds(200));
   }
   control_->StartWatch();
+  reporter_ = std::make_unique<client::UnresponsiveReporter>(
+      [control = control_.get()](const v1::ReportUnresponsiveRequest& r, client::Deadline d) {
+        return control->ReportUnresponsive(r, d).status();
+      });
   // The process's lease for these coordinators and this token, shared
   // with every other client of it (docs/design.md §8.8).
   RKV_ASSIGN_OR_RETURN(leases_, client::LeaseShare::Join(options_.coordinator, options_.token, &holder_));

@@ -123,9 +123,18 @@ Status Client::Impl::AcceptIncarnation(Attempts& a, SlotLease& lease) {
       NoteConnection(lease.conn());
       if (leases_ != nullptr) {
         // A wait on this server ends once the lease excludes it: it is
-        // being failed over, and its shards will answer elsewhere.
-        lease.conn().set_abandon_check(
-            [leases = leases_.get(), id = e.server_id] { return leases->CheckNotExcluded(id); });
+        // being failed over, and its shards will answer elsewhere. A long
+        // wait is reported, so that the coordinator probes the server now.
+        lease.conn().set_abandon_check([leases = leases_.get(), reporter = reporter_.get(), id = e.server_id,
+                                        epoch = e.epoch](Clock::duration waited) {
+          if (reporter != nullptr && epoch != 0 && waited >= client::UnresponsiveReporter::kReportAfter) [[unlikely]] {
+            reporter->Report(id, epoch,
+                             "no answer for " +
+                                 std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(waited).count()) +
+                                 " ms");
+          }
+          return leases->CheckNotExcluded(id);
+        });
       }
       return Status::Ok();
     case client::EpochRelation::kServerNewer:

@@ -38,6 +38,7 @@
 #include "client/cluster_map.h"
 #include "client/connection_pool.h"
 #include "client/control_client.h"
+#include "client/unresponsive_reporter.h"
 #include "client/lease_keeper.h"
 #include "client/location_cache.h"
 #include "client/routes.h"
@@ -359,6 +360,8 @@ class [[gnu::visibility("hidden")]] Client::Impl {
   client::MapHolder holder_;
   std::unique_ptr<client::ControlClient> control_;  // null for a client of one server
   std::unique_ptr<client::LeaseShare> leases_;      // null for a client of one server
+  // Sends through control_: destroyed before it (~Impl).
+  std::unique_ptr<client::UnresponsiveReporter> reporter_;  // null for a client of one server
 
   // Declaration order matters: the pools (whose connections use the
   // transports) are destroyed before transports_.

@@ -252,6 +252,17 @@ StatusOr<v1::DrainResponse> ControlClient::Drain(const std::string& server_id, D
   return response;
 }
 
+StatusOr<v1::ReportUnresponsiveResponse> ControlClient::ReportUnresponsive(
+    const v1::ReportUnresponsiveRequest& request, Deadline deadline) {
+  v1::ReportUnresponsiveResponse response;
+  RKV_RETURN_IF_ERROR(coordinators_->CallLeader(
+      "ReportUnresponsive " + control::Printable(request.server_id()), deadline,
+      [&](v1::Coordinator::Stub& stub, grpc::ClientContext* context) {
+        return stub.ReportUnresponsive(context, request, &response);
+      }));
+  return response;
+}
+
 StatusOr<v1::ForgetResponse> ControlClient::Forget(const std::string& server_id, Deadline deadline) {
   v1::ForgetRequest request;
   request.set_server_id(server_id);

@@ -99,6 +99,10 @@ class ControlClient {
   // Coordinator.Drain of `server_id` by the leader; errors prefixed
   // "coordinator HOST:PORT: Drain SERVER_ID".
   StatusOr<v1::DrainResponse> Drain(const std::string& server_id, Deadline deadline);
+  // Coordinator.ReportUnresponsive by the leader (UnresponsiveReporter);
+  // errors prefixed "coordinator HOST:PORT: ReportUnresponsive SERVER_ID".
+  StatusOr<v1::ReportUnresponsiveResponse> ReportUnresponsive(const v1::ReportUnresponsiveRequest& request,
+                                                              Deadline deadline);
   // Coordinator.Forget of `server_id` by the leader; errors prefixed
   // "coordinator HOST:PORT: Forget SERVER_ID".
   StatusOr<v1::ForgetResponse> Forget(const std::string& server_id, Deadline deadline);

@@ -128,12 +128,17 @@ class ServerConnection {
   // check set, a wait for replies asks it every poll round (at most every
   // 50 ms) once it has waited kAbandonCheckAfter, and breaks the connection
   // with the check's error when it is not OK (WithServer's check: the
-  // client's lease excludes the server, docs/design.md §8.8); and a READ
-  // waits at most kReadLimit, then breaks the connection (a GET is simply
-  // resent, through the map of that time).
+  // client's lease excludes the server, docs/design.md §8.8); a READ is
+  // waited for the same way (in slices once it has waited
+  // kAbandonCheckAfter), and at most kReadLimit, then the connection is
+  // broken (a GET is simply resent, through the map of that time).
+  // The check is given how long the wait has lasted (it may report the
+  // server as unresponsive, UnresponsiveReporter); a READ that timed out
+  // calls it once with its wait before it breaks the connection.
   static constexpr std::chrono::milliseconds kAbandonCheckAfter{100};
   static constexpr std::chrono::milliseconds kReadLimit{2000};
-  void set_abandon_check(std::function<Status()> check) { abandon_check_ = std::move(check); }
+  using AbandonCheck = std::function<Status(Clock::duration waited)>;
+  void set_abandon_check(AbandonCheck check) { abandon_check_ = std::move(check); }
 
   // From now on Lookup uses `cache` (which must outlive the connection)
   // for this server, named there by `server_tag` (LocationCache::ServerTag).
@@ -262,7 +267,13 @@ class ServerConnection {
                           Clock::time_point now, std::string_view what);
   // PostReadsAndWait's uncommon end: a failure, or completions of other
   // work that arrived meanwhile.
-  [[gnu::cold, gnu::noinline]] Status AfterReads(Status s, std::string_view what);
+  // The rest of a READ wait with an abandon check, after its first slice
+  // (`waited`) timed out: slices of at most 50 ms up to `wait`, the check
+  // asked before each; then as AfterReads.
+  [[gnu::cold, gnu::noinline]] Status ReadsInSlices(uint64_t wr_id, std::chrono::microseconds waited,
+                                                    std::chrono::microseconds wait, std::string_view what);
+  // `waited`: how long the READs were waited for (for the abandon check).
+  [[gnu::cold, gnu::noinline]] Status AfterReads(Status s, std::string_view what, std::chrono::microseconds waited);
   // Step 0 with a location cache: READs the remembered block of every key
   // of `batch` that has an entry, all in one list when the block area holds
   // them; a block that proves current (valid checksum form, the key, the
@@ -394,7 +405,7 @@ class ServerConnection {
 
   bool broken_ = false;
   Status broken_status_;
-  std::function<Status()> abandon_check_;  // see set_abandon_check
+  AbandonCheck abandon_check_;  // see set_abandon_check
 };
 
 }  // namespace rkv::client

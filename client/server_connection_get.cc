@@ -47,17 +47,47 @@ Status ServerConnection::ReadTableHeader(Deadline deadline) {
   ops.back().signaled = true;
   others_.clear();
   microseconds wait = Left(deadline, now);
-  if (abandon_check_) [[likely]] wait = std::min<microseconds>(wait, kReadLimit);
+  if (abandon_check_) [[likely]] {
+    wait = std::min<microseconds>(wait, kReadLimit);
+    // The first slice: a READ that takes longer is waited for in slices
+    // with the check between them (ReadsInSlices).
+    const microseconds first = std::min<microseconds>(wait, kAbandonCheckAfter);
+    Status s = conn_->PostReadsAndWait(ops, first, &others_);
+    if (s.code() == StatusCode::kDeadlineExceeded && first < wait) [[unlikely]] {
+      return ReadsInSlices(ops.back().wr_id, first, wait, what);
+    }
+    if (!s.ok() || !others_.empty()) [[unlikely]] return AfterReads(std::move(s), what, first);
+    return Status::Ok();
+  }
   Status s = conn_->PostReadsAndWait(ops, wait, &others_);
-  if (!s.ok() || !others_.empty()) [[unlikely]] return AfterReads(std::move(s), what);
+  if (!s.ok() || !others_.empty()) [[unlikely]] return AfterReads(std::move(s), what, wait);
   return Status::Ok();
 }
 
-Status ServerConnection::AfterReads(Status s, std::string_view what) {
+Status ServerConnection::ReadsInSlices(uint64_t wr_id, microseconds waited, microseconds wait,
+                                       std::string_view what) {
+  Status s = DeadlineExceeded("READ " + to_string(wr_id) + " did not complete in time");
+  while (s.code() == StatusCode::kDeadlineExceeded && waited < wait) {
+    if (Status give_up = abandon_check_(waited); !give_up.ok()) {
+      for (const transport::Completion& c : others_) HandleCompletion(c);
+      if (broken_) return broken_status_;
+      return MarkBroken(give_up.WithContext("gave up waiting for " + std::string(what) + " from " + address_));
+    }
+    const microseconds slice = std::min<microseconds>(wait - waited, microseconds(50'000));
+    s = conn_->WaitMoreForRead(wr_id, slice, &others_);
+    waited += slice;
+  }
+  return AfterReads(std::move(s), what, waited);
+}
+
+Status ServerConnection::AfterReads(Status s, std::string_view what, microseconds waited) {
   // Replies and SEND completions that came meanwhile: handled as Poll's.
   for (const transport::Completion& c : others_) HandleCompletion(c);
   if (broken_) return broken_status_;
   if (s.code() == StatusCode::kDeadlineExceeded) {
+    // The check hears of the silence; the connection is given up either
+    // way.
+    if (abandon_check_) abandon_check_(waited).IgnoreError();
     return MarkBroken(DeadlineExceeded("timed out waiting for " + std::string(what) + " from " + address_));
   }
   if (!s.ok()) return MarkBroken(s.WithContext(std::string(what) + " on the connection to " + address_));

@@ -157,7 +157,7 @@ Status ServerConnection::WaitFor(Done done, Deadline deadline, Clock::time_point
                                          address_));
     }
     if (abandon_check_ && now - started >= kAbandonCheckAfter) [[unlikely]] {
-      if (Status give_up = abandon_check_(); !give_up.ok()) {
+      if (Status give_up = abandon_check_(now - started); !give_up.ok()) {
         return MarkBroken(give_up.WithContext("gave up waiting for " + std::string(what) + " from " + address_));
       }
     }

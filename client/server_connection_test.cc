@@ -742,6 +742,44 @@ TEST(ServerConnectionTest, TransportFailureBreaksTheConnection) {
   EXPECT_EQ(c->Write(protocol::Op::kPut, "k", "v", NextRequestId(), Soon()).status().code(), StatusCode::kUnavailable);
 }
 
+TEST(ServerConnectionTest, ASlowReadAsksTheAbandonCheckAndEndsWhenItSaysSo) {
+  FakeServer server(4, 64);
+  auto t = ClientTransport();
+  auto c = OpenOrDie(*t, server);
+  ASSERT_NE(c, nullptr);
+  std::vector<Clock::duration> asked;
+  bool excluded = false;
+  c->set_abandon_check([&](Clock::duration waited) {
+    asked.push_back(waited);
+    return excluded ? Unavailable("server fake is being failed over") : Status::Ok();
+  });
+  // A READ that completes late, within kReadLimit: waited for in slices,
+  // the check asked between them, and the lookup succeeds.
+  ASSERT_TRUE(t->faults().AddSpec("read:delay:nth=1,ms=400").ok());
+  LookupResult found = LookupOne(*c, "k");
+  EXPECT_EQ(found.status.code(), StatusCode::kNotFound) << found.status;
+  ASSERT_GE(asked.size(), 2u);
+  EXPECT_GE(asked.front(), ServerConnection::kAbandonCheckAfter);
+  EXPECT_TRUE(std::is_sorted(asked.begin(), asked.end()));
+  EXPECT_FALSE(c->broken());
+
+  // The next slow READ meets a check that says stop: the connection breaks
+  // with its error, long before the READ would have completed.
+  asked.clear();
+  excluded = true;
+  t->faults().ClearRules();
+  ASSERT_TRUE(t->faults().AddSpec("read:delay:nth=1,ms=20000").ok());
+  std::string_view key = "k";
+  LookupResult r;
+  const auto started = Clock::now();
+  const Status s = c->Lookup(std::span<const std::string_view>(&key, 1), std::span<LookupResult>(&r, 1), Soon());
+  EXPECT_EQ(s.code(), StatusCode::kUnavailable) << s;
+  EXPECT_NE(s.message().find("being failed over"), std::string::npos) << s;
+  EXPECT_LT(Clock::now() - started, std::chrono::seconds(20));  // not the READ's completion
+  EXPECT_EQ(asked.size(), 1u);
+  EXPECT_TRUE(c->broken());
+}
+
 }  // namespace
 }  // namespace rkv::client
 

@@ -19,7 +19,8 @@ void CoordinatorState::PublishLeaseLocked() {
   LeaseView view;
   view.map_version = version_;
   for (const Server& s : servers_) {
-    if (fenced_since_.count(s.info.server_id()) != 0) view.excluded_servers.push_back(s.info.server_id());
+    const std::string& id = s.info.server_id();
+    if (fenced_since_.count(id) != 0 || suspect_fenced_since_.count(id) != 0) view.excluded_servers.push_back(id);
   }
   MutexLock lock(lease_mu_);
   lease_view_ = std::move(view);
@@ -31,8 +32,12 @@ LeaseView CoordinatorState::Lease() const {
 }
 
 bool CoordinatorState::FenceableLocked(size_t i) const {
+  return servers_[i].info.state() == v1::DOWN && LeadsABackedShardLocked(i);
+}
+
+bool CoordinatorState::LeadsABackedShardLocked(size_t i) const {
   const v1::ServerInfo& x = servers_[i].info;
-  if (!assigned_ || x.state() != v1::DOWN || x.shards().empty()) return false;
+  if (!assigned_ || x.shards().empty()) return false;
   for (size_t j = 0; j < servers_.size(); ++j) {
     const v1::ServerInfo& b = servers_[j].info;
     if (j == i || b.state() != v1::UP) continue;
@@ -48,14 +53,58 @@ void CoordinatorState::FenceLocked(size_t i, const std::string& why) {
   if (fenced_since_.count(id) != 0 || !FenceableLocked(i)) return;
   fenced_since_[id] = clock_();  // provisional: the view must exclude it first
   PublishLeaseLocked();
-  const steady_clock::time_point since = clock_();
+  steady_clock::time_point since = clock_();
+  // A suspicion fence (BeginProbe) has kept it out of every lease since
+  // it began: the fence counts from then.
+  if (const auto s = suspect_fenced_since_.find(id); s != suspect_fenced_since_.end()) {
+    since = std::min(since, s->second);
+    suspect_fenced_since_.erase(s);
+  }
   fenced_since_[id] = since;
   LOG(INFO) << Describe(servers_[i].info) << " is FENCED (" << why << "): primary of "
             << servers_[i].info.shards_size() << " shards, excluded from every lease from now; those with an UP "
             << "backup move in " << FenceWait(config_.lease).count() << " ms; map version " << version_;
 }
 
+steady_clock::time_point CoordinatorState::BeginProbe(const std::string& server_id, uint64_t epoch) {
+  MutexLock lock(mu_);
+  const int found = FindLocked(server_id);
+  if (found < 0) return clock_();
+  const size_t i = static_cast<size_t>(found);
+  const v1::ServerInfo& info = servers_[i].info;
+  if (info.epoch() != epoch || info.state() != v1::UP || !LeadsABackedShardLocked(i) ||
+      suspect_fenced_since_.count(server_id) != 0) {
+    return clock_();
+  }
+  // As FenceLocked: the view excludes it before the moment is taken.
+  suspect_fenced_since_[server_id] = clock_();
+  PublishLeaseLocked();
+  const steady_clock::time_point since = clock_();
+  suspect_fenced_since_[server_id] = since;
+  LOG(INFO) << Describe(info) << " is suspected: excluded from every lease granted while it is probed; map version "
+            << version_;
+  return since;
+}
+
+void CoordinatorState::EndProbe(const std::string& server_id) {
+  MutexLock lock(mu_);
+  EndSuspicionFenceLocked(server_id, "its probe ended");
+}
+
+bool CoordinatorState::SuspicionFenced(const std::string& server_id) const {
+  MutexLock lock(mu_);
+  return suspect_fenced_since_.count(server_id) != 0;
+}
+
+void CoordinatorState::EndSuspicionFenceLocked(const std::string& id, const char* why) {
+  if (suspect_fenced_since_.erase(id) == 0) return;
+  PublishLeaseLocked();
+  LOG(INFO) << "server " << id << " is no longer suspected (" << why << "): leases cover it again; map version "
+            << version_;
+}
+
 void CoordinatorState::UnfenceLocked(const std::string& id) {
+  EndSuspicionFenceLocked(id, "it joined");
   if (fenced_since_.erase(id) == 0) return;
   PublishLeaseLocked();
   LOG(INFO) << "server " << id << " is no longer fenced: UP again before its shards moved; map version "

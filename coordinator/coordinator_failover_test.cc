@@ -135,6 +135,62 @@ TEST_F(CoordinatorStateTest, AProbeConfirmsASilentServerDownOnlyWhenNoHeartbeatC
   EXPECT_EQ(Find(state->Map(), "s1")->state(), v1::UP);
 }
 
+TEST_F(CoordinatorStateTest, ASuspicionFenceKeepsTheSuspectOutOfLeasesWhileItIsProbed) {
+  auto state = Open(Config(3, 6, 3));
+  JoinAll(*state, {"", "", ""});
+  const uint64_t version = state->version();
+  // A probe of s1 begins: leases granted from now on do not cover it; the
+  // map does not change.
+  const auto begun = state->BeginProbe("s1", 1);
+  EXPECT_EQ(begun, clock_.Now());
+  EXPECT_TRUE(state->SuspicionFenced("s1"));
+  EXPECT_EQ(Excluded(*state), (std::vector<std::string>{"s1"}));
+  EXPECT_EQ(state->version(), version);
+  // It answered: leases cover it again.
+  state->EndProbe("s1");
+  EXPECT_FALSE(state->SuspicionFenced("s1"));
+  EXPECT_TRUE(Excluded(*state).empty());
+
+  // A heartbeat during the probe ends the fence at once, and the lost
+  // probe then marks nothing.
+  const auto again = state->BeginProbe("s1", 1);
+  clock_.Advance(milliseconds(10));
+  ASSERT_TRUE(state->Heartbeat(Beat("s1", 1)).ok());
+  EXPECT_TRUE(Excluded(*state).empty());
+  EXPECT_FALSE(*state->ConfirmSuspect("s1", 1, again, "test"));
+  state->EndProbe("s1");
+  EXPECT_EQ(Find(state->Map(), "s1")->state(), v1::UP);
+
+  // Another incarnation than the map's, or an unknown id: no fence.
+  state->BeginProbe("s1", 2);
+  state->BeginProbe("nobody", 1);
+  EXPECT_TRUE(Excluded(*state).empty());
+  EXPECT_EQ(state->version(), version);
+}
+
+TEST_F(CoordinatorStateTest, AConfirmedSuspectsFenceCountsFromItsProbe) {
+  auto state = Open(Config(3, 6, 3));
+  JoinAll(*state, {"", "", ""});
+  clock_.Advance(milliseconds(700));
+  ASSERT_TRUE(state->Heartbeat(Beat("s1", 1)).ok());
+  ASSERT_TRUE(state->Heartbeat(Beat("s2", 1)).ok());
+  const auto begun = state->BeginProbe("s0", 1);
+  // The probe takes 300 ms and gets no answer: s0 is DOWN, and since no
+  // lease granted after the probe began covers it, its shards may move
+  // FenceWait after that moment, not after the DOWN.
+  clock_.Advance(milliseconds(300));
+  EXPECT_TRUE(*state->ConfirmSuspect("s0", 1, begun, "test"));
+  state->EndProbe("s0");
+  EXPECT_FALSE(state->SuspicionFenced("s0"));
+  EXPECT_EQ(Excluded(*state), (std::vector<std::string>{"s0"}));  // the fence of a DOWN server stays
+  clock_.Advance(FenceWait(state->config().lease) - milliseconds(301));
+  EXPECT_EQ(*state->PromoteFenced(), 0);
+  clock_.Advance(milliseconds(1));
+  EXPECT_EQ(*state->PromoteFenced(), 2);
+  EXPECT_EQ(Replicas(state->Map(), 0), (std::vector<std::string>{"s1"}));
+  EXPECT_TRUE(Excluded(*state).empty());
+}
+
 TEST_F(CoordinatorStateTest, SuspectAfterMustLieBetweenTheHeartbeatPeriodAndTheTimeout) {
   CoordinatorConfig c = Config();  // heartbeat 500 ms, lease 1000: servers beat every 333 ms
   EXPECT_EQ(ServerHeartbeatPeriod(c), milliseconds(333));

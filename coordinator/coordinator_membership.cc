@@ -87,6 +87,7 @@ StatusOr<v1::JoinResponse> CoordinatorState::Join(const v1::JoinRequest& r) {
       if (s.info.state() == v1::UP) {
         // A retried Join (its reply was lost): nothing changes.
         servers_[index].last_heartbeat = now;
+        EndSuspicionFenceLocked(r.server_id(), "it joined");
         return JoinReplyLocked(s.info);
       }
       what = "is UP again (rejoined with the same epoch)";
@@ -189,6 +190,7 @@ StatusOr<v1::HeartbeatResponse> CoordinatorState::Heartbeat(const v1::HeartbeatR
     return FailedPrecondition("server " + r.server_id() + " is marked DOWN; join again");
   }
   s.last_heartbeat = clock_();
+  EndSuspicionFenceLocked(r.server_id(), "it heartbeated");
   s.info.set_keys(r.keys());
   s.info.set_heap_bytes_used(r.heap_bytes_used());
   v1::HeartbeatResponse resp;

@@ -35,6 +35,7 @@ Status CoordinatorState::LoadLocked(bool quiet) {
   assigned_ = false;
   expected_servers_ = config_.expected_servers;
   fenced_since_.clear();
+  suspect_fenced_since_.clear();
   down_since_.clear();
   syncing_since_.clear();
   reported_at_.clear();

@@ -81,6 +81,21 @@ grpc::Status CoordinatorService::ReportReplicaFailure(grpc::ServerContext* conte
   return grpc::Status::OK;
 }
 
+grpc::Status CoordinatorService::ReportUnresponsive(grpc::ServerContext* context,
+                                                    const v1::ReportUnresponsiveRequest* request,
+                                                    v1::ReportUnresponsiveResponse* response) {
+  if (grpc::Status s = CheckToken(context, token_digest_hex_); !s.ok()) return s;
+  if (grpc::Status s = CheckLeader(context); !s.ok()) return s;
+  if (Status valid = control::ValidateReportUnresponsive(*request); !valid.ok()) return ToGrpc(valid);
+  // Only a hint: the probe decides (coordinator/prober.h), and its
+  // cooldown bounds how often any reporter can have a server probed.
+  response->set_probing(prober_ != nullptr &&
+                        prober_->SuspectId(request->server_id(),
+                                           "reported by " + context->peer() + ": " + request->reason(),
+                                           request->epoch()));
+  return grpc::Status::OK;
+}
+
 grpc::Status CoordinatorService::ReportCaughtUp(grpc::ServerContext* context, const v1::ReportCaughtUpRequest* request,
                                                 v1::ReportCaughtUpResponse* response) {
   if (grpc::Status s = CheckToken(context, token_digest_hex_); !s.ok()) return s;

@@ -67,6 +67,10 @@ class CoordinatorService final : public v1::Coordinator::WithAsyncMethod_KeepLea
   grpc::Status Leave(grpc::ServerContext* context, const v1::LeaveRequest* request, v1::LeaveResponse* response) override;
   grpc::Status ReportReplicaFailure(grpc::ServerContext* context, const v1::ReportReplicaFailureRequest* request,
                                     v1::ReportReplicaFailureResponse* response) override;
+  // Queues a probe of the named server (when this coordinator has a
+  // prober, and the server is UP at that epoch); changes nothing itself.
+  grpc::Status ReportUnresponsive(grpc::ServerContext* context, const v1::ReportUnresponsiveRequest* request,
+                                  v1::ReportUnresponsiveResponse* response) override;
   grpc::Status ReportCaughtUp(grpc::ServerContext* context, const v1::ReportCaughtUpRequest* request,
                               v1::ReportCaughtUpResponse* response) override;
   grpc::Status Drain(grpc::ServerContext* context, const v1::DrainRequest* request,

@@ -3,6 +3,9 @@
 #include <gtest/gtest.h>
 #include <grpcpp/create_channel.h>
 #include <grpcpp/security/credentials.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <functional>
 #include <thread>
@@ -89,6 +92,12 @@ TEST_F(CoordinatorServiceTest, EveryRpcRefusesAMissingOrWrongToken) {
     caught_up.add_shards()->set_primary_id("b");
     v1::ReportCaughtUpResponse caught_up_answer;
     EXPECT_EQ(stub_->ReportCaughtUp(Ctx(token).get(), caught_up, &caught_up_answer).error_code(),
+              grpc::StatusCode::UNAUTHENTICATED);
+    v1::ReportUnresponsiveRequest unresponsive;
+    unresponsive.set_server_id("a");
+    unresponsive.set_epoch(1);
+    v1::ReportUnresponsiveResponse probing;
+    EXPECT_EQ(stub_->ReportUnresponsive(Ctx(token).get(), unresponsive, &probing).error_code(),
               grpc::StatusCode::UNAUTHENTICATED);
     v1::DrainRequest drain;
     drain.set_server_id("a");
@@ -179,6 +188,81 @@ TEST_F(CoordinatorServiceTest, ReportReplicaFailureTakesTheBackupOut) {
   EXPECT_EQ(self.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
   report.set_server_id("nobody");
   EXPECT_EQ(stub_->ReportReplicaFailure(Ctx().get(), report, &reported).error_code(), grpc::StatusCode::NOT_FOUND);
+}
+
+// A closed loopback port: a probe of it is refused at once (a killed
+// server).
+std::string ClosedPort() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  EXPECT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  socklen_t len = sizeof a;
+  EXPECT_EQ(getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len), 0);
+  close(fd);
+  return "127.0.0.1:" + std::to_string(ntohs(a.sin_port));
+}
+
+TEST(CoordinatorServiceProbeTest, AReportedServerIsProbedAndMarkedDownOnlyWhenItDoesNotAnswer) {
+  CoordinatorConfig config;
+  config.expected_servers = 2;
+  config.shard_count = 8;
+  config.heartbeat_timeout = std::chrono::seconds(600);
+  // Probes on, but no server is silent long enough within the test: only
+  // reports start them.
+  config.suspect_after = std::chrono::seconds(300);
+  config.probe_timeout = std::chrono::milliseconds(300);
+  auto state = CoordinatorState::Open(config, std::make_unique<MemoryStore>(std::make_shared<MemoryStoreData>()));
+  ASSERT_TRUE(state.ok()) << state.status();
+  auto server = CoordinatorServer::Start("127.0.0.1:0", kToken, std::move(state).value());
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto stub = v1::Coordinator::NewStub(grpc::CreateChannel((*server)->address(), grpc::InsecureChannelCredentials()));
+  auto ctx = [] {
+    auto c = std::make_unique<grpc::ClientContext>();
+    control::AttachToken(c.get(), kToken);
+    c->set_deadline(std::chrono::system_clock::now() + kCallDeadline);
+    return c;
+  };
+  v1::JoinRequest a = MakeJoin("a", 1, 0);
+  a.set_admin_address(ClosedPort());
+  v1::JoinResponse join;
+  ASSERT_TRUE(stub->Join(ctx().get(), a, &join).ok());
+  ASSERT_TRUE(stub->Join(ctx().get(), MakeJoin("b", 1, 1), &join).ok());
+
+  v1::ReportUnresponsiveRequest report;
+  v1::ReportUnresponsiveResponse answer;
+  // Malformed: refused, nothing probed.
+  report.set_server_id("a");
+  EXPECT_EQ(stub->ReportUnresponsive(ctx().get(), report, &answer).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);  // no epoch
+  report.set_epoch(1);
+  report.set_reason("bell\a");
+  EXPECT_EQ(stub->ReportUnresponsive(ctx().get(), report, &answer).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+  // Another incarnation, or an unknown server: answered, no probe.
+  report.set_reason("no answer for 300 ms");
+  report.set_epoch(2);
+  ASSERT_TRUE(stub->ReportUnresponsive(ctx().get(), report, &answer).ok());
+  EXPECT_FALSE(answer.probing());
+  report.set_server_id("nobody");
+  report.set_epoch(1);
+  ASSERT_TRUE(stub->ReportUnresponsive(ctx().get(), report, &answer).ok());
+  EXPECT_FALSE(answer.probing());
+  EXPECT_EQ((*server)->state()->version(), 2u);
+
+  // The map's incarnation of a: probed; its admin address refuses, so it
+  // is DOWN long before its heartbeat timeout.
+  report.set_server_id("a");
+  ASSERT_TRUE(stub->ReportUnresponsive(ctx().get(), report, &answer).ok());
+  EXPECT_TRUE(answer.probing());
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  auto state_of_a = [&] { return (*server)->state()->Map().servers(0).state(); };
+  while (state_of_a() != v1::DOWN && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(state_of_a(), v1::DOWN);
+  EXPECT_EQ((*server)->state()->Map().servers(1).state(), v1::UP);
 }
 
 TEST_F(CoordinatorServiceTest, WatchDeliversTheCurrentMapThenEachNewVersion) {

@@ -246,6 +246,22 @@ class CoordinatorState {
   StatusOr<bool> ConfirmSuspect(const std::string& server_id, uint64_t epoch,
                                 std::chrono::steady_clock::time_point probe_started, const std::string& why)
       EXCLUDES(mu_, lease_mu_);
+  // A probe of `server_id` at `epoch` is about to be sent. When that
+  // incarnation is UP and primary of a shard with an UP backup, it gets a
+  // suspicion fence: every lease granted from now on excludes it, until
+  // EndProbe, a heartbeat or a Join of it; if the probe then marks it DOWN
+  // (ConfirmSuspect), its fence counts from this moment rather than from
+  // the DOWN, so its shards may move FenceWait after the probe began
+  // (docs/design.md §8.8, "Suspicion and probes"). Returns the moment
+  // (this state's clock, after the lease view excludes it) that the probe
+  // counts from: the `probe_started` of ConfirmSuspect.
+  std::chrono::steady_clock::time_point BeginProbe(const std::string& server_id, uint64_t epoch)
+      EXCLUDES(mu_, lease_mu_);
+  // The probe of `server_id` ended: its suspicion fence, if it still has
+  // one, ends (a fence of a server marked DOWN is not touched).
+  void EndProbe(const std::string& server_id) EXCLUDES(mu_, lease_mu_);
+  // Whether `server_id` has a suspicion fence now (tests, logs).
+  bool SuspicionFenced(const std::string& server_id) const EXCLUDES(mu_);
 
   // Commits, in one new version, the promotion of every fenced server
   // whose FenceWait has passed (see the rules above); first fences any
@@ -355,14 +371,21 @@ class CoordinatorState {
   uint64_t WallMs() const;
   // True when servers_[i] is DOWN and primary of a shard with an UP backup.
   bool FenceableLocked(size_t i) const REQUIRES(mu_);
+  // True when servers_[i] is primary of a shard that another UP server
+  // backs up (shards assigned).
+  bool LeadsABackedShardLocked(size_t i) const REQUIRES(mu_);
   // Fences servers_[i] when FenceableLocked and not fenced yet: publishes
   // the lease view that excludes it, then records the clock as its fence
   // time (so no lease granted after that time covers it); `why` goes to
   // the log.
   void FenceLocked(size_t i, const std::string& why) REQUIRES(mu_) EXCLUDES(lease_mu_);
-  // Ends the fence of `id`, if any (it came back UP).
+  // Ends the fence of `id`, if any (it came back UP), and its suspicion
+  // fence (it was heard from).
   void UnfenceLocked(const std::string& id) REQUIRES(mu_) EXCLUDES(lease_mu_);
-  // Makes Lease() answer version_ and the fenced servers.
+  // Ends the suspicion fence of `id`, if any; `why` goes to the log.
+  void EndSuspicionFenceLocked(const std::string& id, const char* why) REQUIRES(mu_) EXCLUDES(lease_mu_);
+  // Makes Lease() answer version_ and the fenced servers (suspicion
+  // fences included).
   void PublishLeaseLocked() REQUIRES(mu_) EXCLUDES(lease_mu_);
   // Gives every shard its primary ((s mod N)-th server) and backups, as
   // placement's AssignShards places them.
@@ -394,6 +417,9 @@ class CoordinatorState {
   bool closed_ GUARDED_BY(mu_) = false;
   // Fenced servers and when they were fenced (coordinator clock).
   std::unordered_map<std::string, std::chrono::steady_clock::time_point> fenced_since_ GUARDED_BY(mu_);
+  // UP servers being probed with a suspicion fence (BeginProbe), and since
+  // when leases exclude them (coordinator clock; memory only).
+  std::unordered_map<std::string, std::chrono::steady_clock::time_point> suspect_fenced_since_ GUARDED_BY(mu_);
   // N: config_.expected_servers, grown by each new id joining the
   // complete cluster; persisted.
   uint32_t expected_servers_ GUARDED_BY(mu_);

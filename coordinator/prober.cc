@@ -29,21 +29,25 @@ Prober::~Prober() {
   thread_.join();
 }
 
-void Prober::Suspect(CoordinatorState::ProbeTarget target, std::string why) {
+bool Prober::Suspect(CoordinatorState::ProbeTarget target, std::string why) {
   {
     MutexLock lock(mu_);
-    if (stopping_ || busy_.contains(target.server_id) || queue_.size() >= kMaxQueued) return;
+    if (stopping_ || busy_.contains(target.server_id) || queue_.size() >= kMaxQueued) return false;
     const auto refuted = refuted_at_.find(target.server_id);
-    if (refuted != refuted_at_.end() && steady_clock::now() - refuted->second < kRefutedCooldown) return;
+    if (refuted != refuted_at_.end() && steady_clock::now() - refuted->second < kRefutedCooldown) return false;
     busy_.insert(target.server_id);
     queue_.push_back({std::move(target), std::move(why)});
+    // Under the lock: a reporter's thread may be the last to touch the
+    // prober before it is destroyed.
+    cv_.NotifyAll();
   }
-  cv_.NotifyAll();
+  return true;
 }
 
-void Prober::SuspectId(const std::string& server_id, std::string why) {
+bool Prober::SuspectId(const std::string& server_id, std::string why, uint64_t epoch) {
   std::optional<CoordinatorState::ProbeTarget> target = state_->ProbeTargetOf(server_id);
-  if (target.has_value()) Suspect(std::move(*target), std::move(why));
+  if (!target.has_value() || (epoch != 0 && target->epoch != epoch)) return false;
+  return Suspect(std::move(*target), std::move(why));
 }
 
 Prober::Counts Prober::counts() const {
@@ -67,14 +71,15 @@ void Prober::Loop() {
 
 void Prober::Run(const Pending& p) {
   const steady_clock::time_point started = steady_clock::now();
+  // From here on no lease covers the suspect (when it leads a shard with
+  // an UP backup), so that a confirmed suspect's fence counts from now.
+  const steady_clock::time_point fenced = state_->BeginProbe(p.target.server_id, p.target.epoch);
   std::string note;
   const Status probe = Probe(p.target, digest_hex_, timeout_, &note);
   bool confirmed = false;
   if (!probe.ok()) {
-    // The state's clock is the steady clock outside tests; a probe is
-    // only started by a CoordinatorServer, which runs on it.
     StatusOr<bool> marked =
-        state_->ConfirmSuspect(p.target.server_id, p.target.epoch, started, p.why + "; probe: " + probe.message());
+        state_->ConfirmSuspect(p.target.server_id, p.target.epoch, fenced, p.why + "; probe: " + probe.message());
     if (!marked.ok()) {
       LOG(ERROR) << "server " << p.target.server_id << " did not answer a probe (" << probe
                  << ") and cannot be recorded as DOWN: " << marked.status()
@@ -82,6 +87,7 @@ void Prober::Run(const Pending& p) {
     }
     confirmed = marked.ok() && *marked;
   }
+  state_->EndProbe(p.target.server_id);
   MutexLock lock(mu_);
   ++counts_.probes;
   busy_.erase(p.target.server_id);

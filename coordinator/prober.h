@@ -56,10 +56,11 @@ class Prober {
 
   // Queues a probe of `target` unless one of that server is queued or
   // running, or one answered less than kRefutedCooldown ago. `why` is
-  // logged with the outcome.
-  void Suspect(CoordinatorState::ProbeTarget target, std::string why) EXCLUDES(mu_);
-  // Suspect(the UP server `server_id`), when it has an admin address.
-  void SuspectId(const std::string& server_id, std::string why) EXCLUDES(mu_);
+  // logged with the outcome. Returns whether it queued one.
+  bool Suspect(CoordinatorState::ProbeTarget target, std::string why) EXCLUDES(mu_);
+  // Suspect(the UP server `server_id`), when it has an admin address and,
+  // unless `epoch` is 0, is at that epoch.
+  bool SuspectId(const std::string& server_id, std::string why, uint64_t epoch = 0) EXCLUDES(mu_);
 
   struct Counts {
     uint64_t probes = 0;     // probes sent

@@ -158,6 +158,21 @@ Status ValidateJoinRequest(const v1::JoinRequest& r) {
   return ValidateZone(r.zone());
 }
 
+namespace {
+
+// A report's reason: printable ASCII, at most kMaxReasonBytes.
+Status ValidateReason(const std::string& reason) {
+  if (reason.size() > kMaxReasonBytes) {
+    return InvalidArgument("reason is longer than " + std::to_string(kMaxReasonBytes) + " bytes");
+  }
+  if (!IsPrintableAscii(reason)) {
+    return InvalidArgument("reason '" + Printable(reason) + "' holds a byte that is not printable ASCII");
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
 Status ValidateReportReplicaFailure(const v1::ReportReplicaFailureRequest& r) {
   RKV_RETURN_IF_ERROR(ValidateServerAndEpoch(r.server_id(), r.epoch()));
   RKV_RETURN_IF_ERROR(ValidateServerId(r.backup_id()).WithContext("backup_id"));
@@ -171,13 +186,12 @@ Status ValidateReportReplicaFailure(const v1::ReportReplicaFailureRequest& r) {
       return InvalidArgument("shard " + std::to_string(shard) + " is not below " + std::to_string(kMaxShardCount));
     }
   }
-  if (r.reason().size() > kMaxReasonBytes) {
-    return InvalidArgument("reason is longer than " + std::to_string(kMaxReasonBytes) + " bytes");
-  }
-  if (!IsPrintableAscii(r.reason())) {
-    return InvalidArgument("reason '" + Printable(r.reason()) + "' holds a byte that is not printable ASCII");
-  }
-  return Status::Ok();
+  return ValidateReason(r.reason());
+}
+
+Status ValidateReportUnresponsive(const v1::ReportUnresponsiveRequest& r) {
+  RKV_RETURN_IF_ERROR(ValidateServerAndEpoch(r.server_id(), r.epoch()));
+  return ValidateReason(r.reason());
 }
 
 Status ValidateReportCaughtUp(const v1::ReportCaughtUpRequest& r) {

@@ -59,6 +59,10 @@ Status ValidateJoinRequest(const v1::JoinRequest& request);
 // and a reason of printable ASCII of at most 200 bytes.
 Status ValidateReportReplicaFailure(const v1::ReportReplicaFailureRequest& request);
 
+// The form of a ReportUnresponsiveRequest: server id and non-zero epoch,
+// and a reason of printable ASCII of at most 200 bytes.
+Status ValidateReportUnresponsive(const v1::ReportUnresponsiveRequest& request);
+
 // The form of a ReportCaughtUpRequest: server id and non-zero epoch,
 // 1..kMaxShardCount entries, each with a shard below kMaxShardCount (the
 // coordinator checks them against its shard count, and their number

@@ -196,6 +196,14 @@ class Connection {
   // Sends or receives a disconnect; later posts fail. Idempotent.
   virtual void Disconnect() = 0;
 
+  // After PostReadsAndWait answered DEADLINE_EXCEEDED, waits up to
+  // `timeout` more for the same last READ (`wr_id`), with the same answers:
+  // a caller may wait in slices and look at something else between them
+  // (the client's abandon check). Through Poll, on every transport.
+  Status WaitMoreForRead(uint64_t wr_id, std::chrono::microseconds timeout, std::vector<Completion>* others) {
+    return WaitForRead(wr_id, timeout, others);
+  }
+
  protected:
   // PostReadsAndWait's argument check: a non-empty list, the last signaled.
   static Status CheckReadsToWaitFor(std::span<const ReadOp> ops) {

@@ -205,14 +205,17 @@ Status Replicator::Wait(Peer& peer, Clock::time_point deadline) {
   // Past the timeout, a backup the map still shows UP gets up to another
   // timeout (ReplicatorOptions::is_down).
   const Clock::time_point last_chance = options_.is_down ? deadline + options_.timeout : deadline;
+  const Clock::time_point ask_from = Clock::now() + kPollSlice;
   while (!peer.sent || !peer.reply) {
     const Clock::time_point now = Clock::now();
-    if (now >= deadline) {
-      const bool down = options_.is_down && options_.is_down(peer.backup.server_id, peer.backup.epoch);
-      if (down || now >= last_chance) {
-        return DeadlineExceeded(!down && last_chance > deadline ? "no reply within twice the replication timeout"
-                                                                : "no reply within the replication timeout");
-      }
+    // From one slice on, a backup the map shows DOWN ends the wait at
+    // once: it will not answer, and the coordinator fences it.
+    const bool down = now >= ask_from && options_.is_down &&
+                      options_.is_down(peer.backup.server_id, peer.backup.epoch);
+    if (down) return DeadlineExceeded("no reply, and the map shows it DOWN");
+    if (now >= last_chance) {
+      return DeadlineExceeded(last_chance > deadline ? "no reply within twice the replication timeout"
+                                                     : "no reply within the replication timeout");
     }
     const auto wait = std::min<Clock::duration>((now < deadline ? deadline : last_chance) - now, kPollSlice);
     StatusOr<size_t> n =

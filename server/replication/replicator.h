@@ -84,9 +84,10 @@ struct ReplicatorOptions {
   // connection per backup: the server gives one per client poller.
   uint32_t lanes = 1;
   // Whether the map this server holds shows the backup DOWN (or no longer
-  // lists that incarnation). When set, a backup that has not answered
-  // within `timeout` but is not DOWN gets up to another `timeout`, asked
-  // again every 50 ms: a live backup can be slow for a moment (its own
+  // lists that incarnation), asked every 50 ms of a wait for its reply.
+  // When set, a wait ends as soon as the backup is DOWN, and a backup
+  // that has not answered within `timeout` but is not DOWN gets up to
+  // another `timeout`: a live backup can be slow for a moment (its own
   // forward to a frozen server held it up), and taking it out of its sets
   // costs a catch-up; a frozen one is marked DOWN by the coordinator's
   // probe within about a second (docs/design.md §8.8), which ends the wait.
