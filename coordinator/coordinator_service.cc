@@ -190,6 +190,12 @@ grpc::Status CoordinatorService::GetCoordinatorStatus(grpc::ServerContext* conte
                                                       v1::CoordinatorStatus* response) {
   if (grpc::Status s = CheckToken(context, token_digest_hex_); !s.ok()) return s;
   response->set_map_version(state_->version());
+  if (prober_ != nullptr) {
+    const Prober::Counts counts = prober_->counts();
+    response->set_probes(counts.probes);
+    response->set_probes_refuted(counts.refuted);
+    response->set_probes_confirmed(counts.confirmed);
+  }
   if (gate_ == nullptr) {
     response->set_role(v1::CoordinatorStatus::SINGLE);
     MutexLock lock(address_mu_);

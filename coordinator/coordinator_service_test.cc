@@ -263,6 +263,16 @@ TEST(CoordinatorServiceProbeTest, AReportedServerIsProbedAndMarkedDownOnlyWhenIt
   }
   EXPECT_EQ(state_of_a(), v1::DOWN);
   EXPECT_EQ((*server)->state()->Map().servers(1).state(), v1::UP);
+  // The coordinator's status counts the probe and its outcome.
+  v1::CoordinatorStatus status;
+  while ((!stub->GetCoordinatorStatus(ctx().get(), v1::CoordinatorStatusRequest(), &status).ok() ||
+          status.probes() == 0) &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(status.probes(), 1u);
+  EXPECT_EQ(status.probes_confirmed(), 1u);
+  EXPECT_EQ(status.probes_refuted(), 0u);
 }
 
 TEST_F(CoordinatorServiceTest, WatchDeliversTheCurrentMapThenEachNewVersion) {
