@@ -8,18 +8,29 @@
 # versions committed, time until every shard has R UP replicas again;
 # --rounds rounds per event, with p50 and max over them
 # (rkv-failover-bench: bench/failover/rkv_failover_bench.cc and its --help
-# say what each figure measures).
+# say what each figure measures). --events=none adds control rounds with
+# no fault at all, where every server marked DOWN is a false failover; in
+# every round the report counts live servers marked DOWN and the
+# coordinator's probes of suspected servers (sent, refuted, confirmed).
+# --stress_cpus loads the machine meanwhile, to see suspicion under load.
 #
-# Usage: bench/failover.sh [--build_dir=DIR] [--out=FILE] [BENCH FLAGS...]
+# Usage: bench/failover.sh [--build_dir=DIR] [--out=FILE] [--stress_cpus=N]
+#                          [BENCH FLAGS...]
 #
 #   --build_dir  a built tree with rkv-failover-bench, rkv-server,
 #                rkv-coordinator and kvctl (default build/release). Nothing
 #                is built here.
 #   --out        the report (default bench/results/failover-<UTC date>.md);
 #                the rounds go to the same name with .csv.
+#   --stress_cpus  N > 0: runs `stress-ng --cpu N` (N CPU-bound workers) on
+#                this machine for the whole bench run, from before the
+#                cluster starts until this script exits (killed then,
+#                whatever the outcome); the report's header says so.
+#                Needs stress-ng. 0 (the default): none.
 #   BENCH FLAGS  passed on, e.g. --rounds=3 (the default), --events=kill,stop
-#                (the default) or --event=stop, --servers=3, --replicas=3,
-#                --clients=4, --records=300, --steady_s=3, --window_s=20
+#                (the default; any of kill, stop, none in the order given)
+#                or --event=none, --servers=3, --replicas=3, --clients=4,
+#                --records=300, --steady_s=3, --window_s=20
 #                (rkv-failover-bench --help lists them all).
 #
 # Exit status: the bench's (0: every round ran and the cluster had R UP
@@ -34,12 +45,14 @@ invocation="bench/failover.sh${*:+ $*}"
 
 build_dir=$repo/build/release
 out=""
+stress_cpus=0
 bench_flags=()
 help=0
 for arg in "$@"; do
   case $arg in
     --build_dir=*) build_dir=${arg#*=} ;;
     --out=*) out=${arg#*=} ;;
+    --stress_cpus=*) stress_cpus=${arg#*=} ;;
     -h | --help) help=1 ;;
     --csv=* | --md=*) die "$arg: the report's files are named by --out" ;;
     --*) bench_flags+=("$arg") ;;
@@ -51,6 +64,12 @@ if ((help)); then
   sed -n '2,/^set -euo/{/^#/s/^# \{0,1\}//p}' "$0"
   if [[ -x $bench_bin ]]; then echo; "$bench_bin" --help; fi
   exit 0
+fi
+[[ $stress_cpus =~ ^[0-9]+$ ]] && ((10#$stress_cpus <= 1024)) ||
+  die "--stress_cpus=$stress_cpus: a number of CPU workers, 0..1024 (0: no stress)"
+stress_cpus=$((10#$stress_cpus))
+if ((stress_cpus > 0)) && ! command -v stress-ng >/dev/null 2>&1; then
+  die "--stress_cpus=$stress_cpus needs stress-ng, which is not on PATH (Debian/Ubuntu: apt-get install stress-ng)"
 fi
 build_hint="build first: cmake --preset release && cmake --build build/release --target rkv-failover-bench rkv-server rkv-coordinator kvctl"
 build_dir=$(cd "$build_dir" 2>/dev/null && pwd -P) || die "build dir missing; $build_hint"
@@ -65,16 +84,39 @@ stamp=$(date -u +%Y-%m-%dT%H%MZ)
 csv=${out%.md}.csv
 mkdir -p "$(dirname "$out")"
 work=$(mktemp -d "${TMPDIR:-/tmp}/rkv-failover.XXXXXX")
-trap 'rm -rf "$work"' EXIT
+stress_pid=""
+cleanup() {
+  if [[ -n $stress_pid ]]; then
+    kill -TERM "$stress_pid" 2>/dev/null || true
+    wait "$stress_pid" 2>/dev/null || true
+  fi
+  rm -rf "$work"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
 
 commit=$(git -C "$repo" rev-parse --short HEAD 2>/dev/null || echo unknown)
 if [[ -n $(git -C "$repo" status --porcelain 2>/dev/null | head -n 1) ]]; then commit+=" (with uncommitted changes)"; fi
 cpu_model=$(awk -F': ' '/^model name/ {print $2; exit}' /proc/cpuinfo)
 load_at_start=$(cut -d' ' -f1-3 /proc/loadavg)
 
+stress_note=""
+if ((stress_cpus > 0)); then
+  stress-ng --cpu "$stress_cpus" --quiet >"$work/stress-ng.log" 2>&1 &
+  stress_pid=$!
+  sleep 1
+  kill -0 "$stress_pid" 2>/dev/null || die "stress-ng --cpu $stress_cpus did not start: $(tr '\n' ' ' <"$work/stress-ng.log")"
+  stress_note="with \`stress-ng --cpu $stress_cpus\` ($stress_cpus CPU-bound workers) running throughout, from before the cluster started to the end of the run"
+  echo "failover.sh: stress-ng --cpu $stress_cpus running (pid $stress_pid)" >&2
+fi
+
 rc=0
 "$bench_bin" --md="$work/body.md" --csv="$csv" ${bench_flags[@]+"${bench_flags[@]}"} || rc=$?
 load_at_end=$(cut -d' ' -f1-3 /proc/loadavg)
+if [[ -n $stress_pid ]] && ! kill -0 "$stress_pid" 2>/dev/null; then
+  stress_note+=" (**stress-ng had exited before the run's end**: $(tr '\n' ' ' <"$work/stress-ng.log"))"
+fi
 # Bad usage: the bench said why and wrote nothing.
 ((rc == 2)) && exit 2
 [[ -s $work/body.md ]] || { echo "failover.sh: the bench wrote no report (exit $rc)" >&2; exit "$((rc == 0 ? 1 : rc))"; }
@@ -85,8 +127,13 @@ load_at_end=$(cut -d' ' -f1-3 /proc/loadavg)
   echo "the rounds are in \`$(basename "$csv")\`."
   echo
   echo "Machine: $(nproc) CPUs, ${cpu_model:-unknown CPU}, Linux $(uname -r); load average before"
-  echo "the run $load_at_start, after $load_at_end. The coordinator, the servers and the clients"
-  echo "share these CPUs."
+  if [[ -n $stress_note ]]; then
+    echo "the run $load_at_start (before stress-ng started), after $load_at_end. The coordinator, the servers,"
+    echo "the clients and stress-ng share these CPUs: the run was made $stress_note."
+  else
+    echo "the run $load_at_start, after $load_at_end. The coordinator, the servers and the clients"
+    echo "share these CPUs."
+  fi
   echo
   cat "$work/body.md"
 } >"$out"

@@ -2,6 +2,13 @@
 
 #include <thread>
 
+#include <grpcpp/client_context.h>
+#include <grpcpp/create_channel.h>
+#include <grpcpp/security/credentials.h>
+
+#include "proto/auth.h"
+#include "proto/rkv.grpc.pb.h"
+
 namespace rkv::bench {
 
 namespace {
@@ -53,6 +60,9 @@ MapTimeline Watch(Client& monitor, const WatchSpec& spec, const std::atomic<bool
     } else {
       const auto since = duration_cast<microseconds>(polled - spec.event);
       t.last_version = map->map_version;
+      for (const MemberInfo& m : map->members) {
+        if (m.state == "DOWN") t.downs.emplace(m.server_id, since);  // keeps the first
+      }
       const MemberInfo* victim = FindMember(*map, spec.victim);
       const bool victim_down = victim != nullptr && victim->state == "DOWN";
       if (!t.down && victim_down) t.down = since;
@@ -74,6 +84,27 @@ MapTimeline Watch(Client& monitor, const WatchSpec& spec, const std::atomic<bool
     std::this_thread::sleep_until(polled + spec.poll);
   }
   return t;
+}
+
+ProbeCounts operator-(const ProbeCounts& after, const ProbeCounts& before) {
+  const auto minus = [](uint64_t a, uint64_t b) { return a >= b ? a - b : 0; };
+  return {minus(after.probes, before.probes), minus(after.refuted, before.refuted),
+          minus(after.confirmed, before.confirmed)};
+}
+
+StatusOr<ProbeCounts> ReadProbeCounts(const std::string& address, const std::string& token,
+                                      std::chrono::milliseconds timeout) {
+  auto stub = v1::Coordinator::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+  grpc::ClientContext context;
+  control::AttachToken(&context, token);
+  context.set_deadline(std::chrono::system_clock::now() + timeout);
+  v1::CoordinatorStatus status;
+  const grpc::Status s = stub->GetCoordinatorStatus(&context, v1::CoordinatorStatusRequest(), &status);
+  if (!s.ok()) {
+    return Unavailable("GetCoordinatorStatus of " + address + ": " + s.error_message() + " (gRPC code " +
+                       std::to_string(static_cast<int>(s.error_code())) + ")");
+  }
+  return ProbeCounts{status.probes(), status.probes_refuted(), status.probes_confirmed()};
 }
 
 }  // namespace rkv::bench

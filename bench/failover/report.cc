@@ -31,7 +31,72 @@ namespace rkv::bench {
 using std::chrono::duration_cast;
 using std::chrono::microseconds;
 
-const char* EventName(Event e) { return e == Event::kKill ? "kill" : "stop"; }
+const char* EventName(Event e) {
+  switch (e) {
+    case Event::kKill:
+      return "kill";
+    case Event::kStop:
+      return "stop";
+    case Event::kNone:
+      return "none";
+  }
+  return "?";
+}
+
+namespace {
+
+std::vector<std::pair<std::string, double>> NotTheFault(const Round& r, bool in_window) {
+  std::vector<std::pair<std::string, double>> out;
+  for (const auto& [id, since] : r.map.downs) {
+    if (r.event != Event::kNone && id == r.victim_id) continue;
+    const double ms = Ms(since);
+    if ((ms <= FLAGS_window_s * 1000.0) == in_window) out.emplace_back(id, ms);
+  }
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.second < b.second; });
+  return out;
+}
+
+// "id at N ms, ..." or "none".
+std::string DownList(const std::vector<std::pair<std::string, double>>& downs) {
+  if (downs.empty()) return "none";
+  std::string out;
+  for (const auto& [id, ms] : downs) out += (out.empty() ? "" : ", ") + id + " at " + Fixed(ms) + " ms";
+  return out;
+}
+
+}  // namespace
+
+std::vector<std::pair<std::string, double>> FalseDowns(const Round& r) { return NotTheFault(r, true); }
+std::vector<std::pair<std::string, double>> FalseDownsAfter(const Round& r) { return NotTheFault(r, false); }
+
+std::optional<ProbeCounts> WindowProbes(const Round& r) {
+  if (!r.probes_before || !r.probes_after) return std::nullopt;
+  return *r.probes_after - *r.probes_before;
+}
+
+int RefutedOfLive(const Round& r) {
+  int n = 0;
+  for (const auto& [id, count] : r.refuted_of) {
+    if (r.event == Event::kNone || id != r.victim_id) n += count;
+  }
+  return n;
+}
+
+std::string RefutedList(const Round& r) {
+  std::string out;
+  for (const auto& [id, count] : r.refuted_of) {
+    out += (out.empty() ? "" : ", ") + id + (r.event != Event::kNone && id == r.victim_id ? " (the victim)" : "") +
+           " x" + std::to_string(count);
+  }
+  return out.empty() ? "none" : out;
+}
+
+std::optional<uint64_t> FalseConfirmed(const Round& r) {
+  const auto p = WindowProbes(r);
+  if (!p) return std::nullopt;
+  if (r.event == Event::kNone) return p->confirmed;
+  return p->confirmed > 0 ? p->confirmed - 1 : 0;
+}
 
 namespace {
 
@@ -121,7 +186,8 @@ void WriteCsv(const std::string& path, const std::vector<Round>& rounds) {
          "steady_key_gap_max_ms,stall_ms,stall_open,steady_stall_ms,steady_ops_per_s,dip_ops_per_s,dip_second,"
          "window_calls,window_ok_gets,window_ok_puts,longest_call_ms,longest_call_op,window_failed,window_failed_by_code,steady_calls,steady_failed,map_version_before,"
          "map_version_after,map_versions_committed,down_ms,promoted_ms,back_up_ms,r_copies_ms,"
-         "r_copies_in_window,revived_s,ops_per_s\n";
+         "r_copies_in_window,revived_s,down_servers,false_downs_in_window,false_downs_after_window,probes,"
+         "probes_refuted,probes_confirmed,false_confirmed,refuted_of,refuted_of_live,ops_per_s\n";
   for (const Round& r : rounds) {
     const KeyFigures k = Summarize(r.key_gaps);
     const KeyFigures sk = Summarize(r.steady_key_gaps);
@@ -146,7 +212,22 @@ void WriteCsv(const std::string& path, const std::vector<Round>& rounds) {
         << (r.map.down ? Fixed(Ms(*r.map.down), 1) : "") << ','
         << (r.map.promoted ? Fixed(Ms(*r.map.promoted), 1) : "") << ','
         << (r.map.back_up ? Fixed(Ms(*r.map.back_up), 1) : "") << ',' << (copies >= 0 ? Fixed(copies, 1) : "")
-        << ',' << (within ? 1 : 0) << ',' << Fixed(r.revived_s, 3) << ',' << Series(r.ops_per_s, ";") << '\n';
+        << ',' << (within ? 1 : 0) << ',' << Fixed(r.revived_s, 3) << ',';
+    std::string downs;
+    for (const auto& [id, since] : r.map.downs) {
+      downs += (downs.empty() ? "" : ";") + id + "@" + Fixed(Ms(since), 1);
+    }
+    const auto probes = WindowProbes(r);
+    const auto false_confirmed = FalseConfirmed(r);
+    out << downs << ',' << FalseDowns(r).size() << ',' << FalseDownsAfter(r).size() << ','
+        << (probes ? std::to_string(probes->probes) : "") << ',' << (probes ? std::to_string(probes->refuted) : "")
+        << ',' << (probes ? std::to_string(probes->confirmed) : "") << ','
+        << (false_confirmed ? std::to_string(*false_confirmed) : "") << ',';
+    std::string refuted;
+    for (const auto& [id, count] : r.refuted_of) {
+      refuted += (refuted.empty() ? "" : ";") + id + "=" + std::to_string(count);
+    }
+    out << refuted << ',' << RefutedOfLive(r) << ',' << Series(r.ops_per_s, ";") << '\n';
   }
 }
 
@@ -176,7 +257,12 @@ void WriteMarkdown(const std::string& path, const std::vector<Event>& events, co
       << " (`kill`: restarted on its data dir and port, a new epoch; `stop`: SIGCONT, the same epoch); the map "
          "watched every "
       << FLAGS_poll_ms << " ms until every shard has R UP replicas again. Events: `kill` is `kill -9` (SIGKILL), "
-      << "`stop` is SIGSTOP. The first round follows " << FLAGS_warmup_s << " s of load not counted.\n\n"
+      << "`stop` is SIGSTOP, `none` is no fault at all: a control round with the same steady period, window and "
+         "figures, where the \"victim\" is the server that would have been picked in turn, left alone (its keys "
+         "are the keys measured, and nothing is revived). The coordinator's suspicion settings are its defaults "
+         "(`--suspect_after_ms` twice the heartbeat period plus 50 ms, `--probe_timeout_ms` 400; docs/design.md "
+         "§8.8, \"Suspicion and probes\"). The first round follows "
+      << FLAGS_warmup_s << " s of load not counted.\n\n"
       << "## What is measured\n\n"
       << "Times from the event (steady clock of the bench process). The **victim keys** are the records whose "
          "shard had the victim as primary in the map read just before the event.\n\n"
@@ -203,7 +289,25 @@ void WriteMarkdown(const std::string& path, const std::vector<Event>& events, co
          "DOWN; at which none of its shards had it as primary and each had an UP one; at which it was UP again "
          "after being DOWN; at which every shard had R UP replicas (none catching up) again after the map had "
          "fallen below that. R copies can only come back from the revived victim or a spare server (--servers > "
-         "R); a time past the window is marked (after).\n\n";
+         "R); a time past the window is marked (after). In a `none` round they refer to the server left alone, "
+         "and any of them is a false failover.\n"
+      << "- **false DOWN**: every server the map showed `DOWN` (the same polls) in the window that is not the "
+         "round's fault: in a `none` round every one, in a `kill` or `stop` round every one but the victim. Each "
+         "is a live server marked `DOWN`: a false failover. Servers first seen `DOWN` only after the window, while "
+         "the cluster recovered, are listed apart. A `DOWN` shorter than a poll can pass unseen; the map versions "
+         "and the confirmed probes still count it.\n"
+      << "- **probes sent / refuted / confirmed**: the coordinator's probes of suspected servers over the window "
+         "(GetCoordinatorStatus's cumulative `probes`, `probes_refuted`, `probes_confirmed` read just before the "
+         "event and at the window's end, their difference). A probe is sent when a server's heartbeats were "
+         "silent for `--suspect_after_ms`, or a primary or a client reported it; refuted: a live server answered "
+         "(or its heartbeat overtook the probe): a suspicion of a live server that cost no failover, though a "
+         "primary is left out of the leases granted while it is probed (§8.8, \"The suspicion fence\"); confirmed: the server was marked `DOWN`. **false confirmed**: confirmed "
+         "probes beyond the fault: all of them in a `none` round, all but one in a `kill` or `stop` round (the "
+         "victim's; a victim marked `DOWN` by missed heartbeats without a probe makes this undercount by one). "
+         "A probe that fails on a server already `DOWN` is counted refuted too (the prober counts every probe "
+         "that marked nothing): **refuted, of** names the servers the refutations were of, from the "
+         "coordinator's log lines (\"server ID (epoch N) suspected (...) but not DOWN\") written in the window; "
+         "**refuted of a live server** counts those not of the victim.\n\n";
   for (Event e : events) {
     std::vector<const Round*> of;
     for (const Round& r : rounds) {
@@ -214,8 +318,10 @@ void WriteMarkdown(const std::string& path, const std::vector<Event>& events, co
         << "| round | victim | shards | keys | key unavail p50 ms | key unavail max ms | first OK p50 / max ms | "
            "steady key gap p50 / max ms | stall ms | steady stall ms | steady ops/s | dip ops/s (s) | OK GET / PUT | "
            "longest call ms | failed | "
-           "map versions | down ms | promoted ms | back up ms | R copies ms |\n"
-        << "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---:|---:|---:|---:|\n";
+           "map versions | down ms | promoted ms | back up ms | R copies ms | false DOWN | "
+           "probes sent / refuted / confirmed | false confirmed | refuted, of (log) |\n"
+        << "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---:|---:|---:|---:|---|---:|"
+           "---:|---|\n";
     for (const Round* r : of) {
       const KeyFigures k = Summarize(r->key_gaps);
       const KeyFigures sk = Summarize(r->steady_key_gaps);
@@ -223,7 +329,12 @@ void WriteMarkdown(const std::string& path, const std::vector<Event>& events, co
       const Throughput t = SummarizeThroughput(*r);
       bool within = false;
       const double copies = RCopiesOrMinus(*r, &within);
-      out << "| " << r->number << " | " << r->victim << " (`" << r->victim_id << "`) | " << r->victim_shards
+      const auto probes = WindowProbes(*r);
+      const auto false_confirmed = FalseConfirmed(*r);
+      const auto false_downs = FalseDowns(*r);
+      const auto false_after = FalseDownsAfter(*r);
+      out << "| " << r->number << " | " << (e == Event::kNone ? "none; keys of " : "") << r->victim << " (`"
+          << r->victim_id << "`) | " << r->victim_shards
           << " | " << r->victim_keys.size() << " | " << Fixed(k.p50) << " | " << Fixed(k.max)
           << (k.open ? " (" + std::to_string(k.open) + " open)" : "") << " | "
           << (f.p50 ? Fixed(*f.p50) : "-") << " / " << (f.max ? Fixed(*f.max) : "-")
@@ -235,13 +346,25 @@ void WriteMarkdown(const std::string& path, const std::vector<Event>& events, co
           << Failures(r->window) << " | " << r->version_before << " → "
           << r->version_after << " (" << (r->version_after - r->version_before) << ") | " << OptMs(r->map.down)
           << " | " << OptMs(r->map.promoted) << " | " << OptMs(r->map.back_up) << " | "
-          << (copies >= 0 ? Fixed(copies) + (within ? "" : " (after)") : "-") << " |\n";
+          << (copies >= 0 ? Fixed(copies) + (within ? "" : " (after)") : "-") << " | "
+          << (false_downs.empty() ? "0" : std::to_string(false_downs.size()) + ": " + DownList(false_downs))
+          << (false_after.empty() ? "" : "; after the window: " + DownList(false_after)) << " | "
+          << (probes ? std::to_string(probes->probes) + " / " + std::to_string(probes->refuted) + " / " +
+                           std::to_string(probes->confirmed)
+                     : "- (" + r->probes_error + ")")
+          << " | " << (false_confirmed ? std::to_string(*false_confirmed) : "-") << " | " << RefutedList(*r)
+          << " |\n";
     }
     out << "\nSuccessful calls per second, from " << FLAGS_steady_s << " s before the event (negative seconds) to "
-        << FLAGS_window_s << " s after; the victim revived at the time in brackets:\n\n"
+        << FLAGS_window_s << " s after"
+        << (e == Event::kNone ? " (no fault: second 0 is only where the window begins)"
+                              : "; the victim revived at the time in brackets")
+        << ":\n\n"
         << "| round | ops/s |\n|---:|---|\n";
     for (const Round* r : of) {
-      out << "| " << r->number << " (revived " << Fixed(r->revived_s, 1) << " s) | ";
+      out << "| " << r->number;
+      if (e != Event::kNone) out << " (revived " << Fixed(r->revived_s, 1) << " s)";
+      out << " | ";
       for (size_t i = 0; i < r->ops_per_s.size(); ++i) {
         const long second = static_cast<long>(i) - static_cast<long>(FLAGS_steady_s);
         out << (i ? ", " : "") << (second == 0 ? "**0:** " : "") << r->ops_per_s[i];
@@ -249,7 +372,7 @@ void WriteMarkdown(const std::string& path, const std::vector<Event>& events, co
       out << " |\n";
     }
     std::vector<double> p50s, maxes, stall, steady_stall, steady_ops, dip, failed, versions, promoted, copies,
-        first_max;
+        first_max, false_downs, sent, refuted, confirmed, false_confirmed;
     for (const Round* r : of) {
       const KeyFigures k = Summarize(r->key_gaps);
       p50s.push_back(k.p50);
@@ -265,6 +388,13 @@ void WriteMarkdown(const std::string& path, const std::vector<Event>& events, co
       versions.push_back(static_cast<double>(r->version_after - r->version_before));
       if (r->map.promoted) promoted.push_back(Ms(*r->map.promoted));
       if (r->map.replicated) copies.push_back(Ms(*r->map.replicated));
+      false_downs.push_back(static_cast<double>(FalseDowns(*r).size()));
+      if (const auto p = WindowProbes(*r)) {
+        sent.push_back(static_cast<double>(p->probes));
+        refuted.push_back(static_cast<double>(p->refuted));
+        confirmed.push_back(static_cast<double>(p->confirmed));
+        false_confirmed.push_back(static_cast<double>(*FalseConfirmed(*r)));
+      }
     }
     const auto row = [&](const std::string& name, const std::vector<double>& v, int decimals) {
       if (v.empty()) {
@@ -290,8 +420,50 @@ void WriteMarkdown(const std::string& path, const std::vector<Event>& events, co
     row("promoted (all the victim's shards moved), ms (" + std::to_string(promoted.size()) + " rounds)", promoted,
         0);
     row("R copies again, ms (" + std::to_string(copies.size()) + " rounds)", copies, 0);
+    row("false DOWN: live servers the map showed DOWN in the window", false_downs, 0);
+    const std::string read = " (" + std::to_string(sent.size()) + " rounds read)";
+    row("probes sent in the window" + read, sent, 0);
+    row("probes refuted in the window" + read, refuted, 0);
+    row("probes confirmed in the window" + read, confirmed, 0);
+    row("false confirmed probes in the window" + read, false_confirmed, 0);
     out << "\n";
   }
+  // Totals over the rounds of each event: how often a live server was
+  // suspected, and how often wrongly marked DOWN.
+  out << "## False suspicion of live servers\n\n"
+      << "Totals over the rounds of each event (window seconds: rounds x " << FLAGS_window_s
+      << " s). In `kill` and `stop` rounds the victim's own DOWN and one confirmed probe are the fault, not "
+         "counted as false.\n\n"
+      << "| event | rounds | window s | false DOWN (rounds with one) | map versions | probes sent | refuted | "
+         "refuted of a live server (log) | confirmed | false confirmed |\n"
+      << "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n";
+  for (Event e : events) {
+    long n = 0, downs = 0, down_rounds = 0, read = 0, refuted_live = 0;
+    uint64_t versions = 0, sent = 0, refuted = 0, confirmed = 0, false_confirmed = 0;
+    for (const Round& r : rounds) {
+      if (r.event != e) continue;
+      ++n;
+      const size_t d = FalseDowns(r).size();
+      downs += static_cast<long>(d);
+      down_rounds += d > 0 ? 1 : 0;
+      versions += r.version_after - r.version_before;
+      refuted_live += RefutedOfLive(r);
+      if (const auto p = WindowProbes(r)) {
+        ++read;
+        sent += p->probes;
+        refuted += p->refuted;
+        confirmed += p->confirmed;
+        false_confirmed += *FalseConfirmed(r);
+      }
+    }
+    if (n == 0) continue;
+    const std::string unread = read == n ? "" : " (" + std::to_string(read) + " of " + std::to_string(n) + " rounds read)";
+    out << "| " << EventName(e) << " | " << n << " | " << n * FLAGS_window_s << " | " << downs << " ("
+        << down_rounds << ") | " << versions << " | " << sent << unread << " | " << refuted << " | " << refuted_live
+        << " | " << confirmed
+        << " | " << false_confirmed << " |\n";
+  }
+  out << "\n";
   // The status message may hold backticks or newlines: shown as code, in one line.
   std::string failure = first_failure;
   std::replace(failure.begin(), failure.end(), '`', '\'');

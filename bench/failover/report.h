@@ -21,11 +21,14 @@
 
 namespace rkv::bench {
 
-enum class Event { kKill, kStop };
+// kNone: a control round, no fault at all (every DOWN in it is false).
+enum class Event { kKill, kStop, kNone };
 const char* EventName(Event e);
 
 // One round: its victim and what the call logs and the map showed
-// (rkv_failover_bench.cc's RunRound fills it).
+// (rkv_failover_bench.cc's RunRound fills it). In a `none` round the
+// "victim" is the server that would have been picked in turn, left alone:
+// its keys are the keys measured.
 struct Round {
   Event event = Event::kKill;
   int number = 0;
@@ -45,9 +48,37 @@ struct Round {
   uint64_t version_before = 0;
   uint64_t version_after = 0;
   MapTimeline map;
-  double revived_s = 0;  // from the event
+  // The coordinator's probe counters just before the event and at the
+  // window's end (absent when GetCoordinatorStatus failed).
+  std::optional<ProbeCounts> probes_before;
+  std::optional<ProbeCounts> probes_after;
+  std::string probes_error;  // why one is absent
+  // Refuted probes in the window by suspected server id, from the
+  // coordinator's log ("server ID (epoch N) suspected (...) but not DOWN",
+  // coordinator/prober.cc): which servers the refutations were of.
+  std::map<std::string, int> refuted_of;
+  double revived_s = 0;  // from the event (0 in a `none` round: nothing to revive)
   bool recovered = false;
 };
+
+// The servers the map showed DOWN in the window (first seen at most
+// --window_s after the event) that are not the round's fault: every one in
+// a `none` round, all but the victim otherwise. With their first time, ms.
+std::vector<std::pair<std::string, double>> FalseDowns(const Round& r);
+// The same seen after the window (while the cluster recovered).
+std::vector<std::pair<std::string, double>> FalseDownsAfter(const Round& r);
+// The probe counters' difference over the window, absent when a read failed.
+std::optional<ProbeCounts> WindowProbes(const Round& r);
+// Confirmed probes beyond the round's fault: all in a `none` round, all
+// but one otherwise (the victim's own; it may also be marked DOWN by missed
+// heartbeats, without a probe, so this can undercount by one).
+std::optional<uint64_t> FalseConfirmed(const Round& r);
+// Refuted probes (from the log) of servers other than the fault: all in a
+// `none` round, all but the victim's otherwise (a probe of the victim that
+// failed after it was already DOWN also counts as refuted).
+int RefutedOfLive(const Round& r);
+// "ID xN, ..." from refuted_of, or "none".
+std::string RefutedList(const Round& r);
 
 double Ms(std::chrono::microseconds us);
 double Ms(Clock::duration d);

@@ -1,5 +1,7 @@
 // rkv-failover-bench: what the failure of a shard's primary costs the
-// clients (docs/design.md §8.8, "The gap a client sees").
+// clients (docs/design.md §8.8, "The gap a client sees"), and how often a
+// live server is falsely suspected or marked DOWN under the same load
+// (§8.8, "Suspicion and probes").
 //
 // It starts, as real processes on this machine, one rkv-coordinator (its
 // state in its own data dir, no etcd) and --servers rkv-servers (R =
@@ -15,10 +17,12 @@
 //   - --steady_s of load (the steady baseline);
 //   - the event on a server that is the primary of at least one shard (the
 //     servers taken in turn): `kill` sends SIGKILL, `stop` sends SIGSTOP;
+//     `none` does nothing at all (a control round: the server picked, in a
+//     turn of its own, is left alone and only its keys are measured);
 //   - --window_s of load from the event (the window);
 //   - the victim revived --revive_s after the event (default: at the
 //     window's end): a killed server restarted on its data dir and port, a
-//     stopped one sent SIGCONT;
+//     stopped one sent SIGCONT (nothing in a `none` round);
 //   - the map watched (every --poll_ms, from the event) until every shard
 //     has R UP replicas again, at most --recover_timeout_s after the
 //     window.
@@ -55,6 +59,17 @@
 //     DOWN; at which every shard had R UP replicas (none catching up)
 //     again after the map had fallen below that. R copies can come back
 //     only from a revived victim or a spare server (--servers > R).
+//   - false DOWN: every server the map polls showed DOWN in the window
+//     that is not the round's fault (all of them in a `none` round, all
+//     but the victim otherwise): a live server failed over.
+//   - probes: the coordinator's probe counters (GetCoordinatorStatus:
+//     probes sent, refuted, confirmed; cumulative) read just before the
+//     event and at the window's end, and their difference; false
+//     confirmed: all confirmed probes in a `none` round, all but one (the
+//     victim's) otherwise. The refuted probes' servers are read from the
+//     coordinator's log lines written in the window ("... suspected (...)
+//     but not DOWN", coordinator/prober.cc): a probe that failed on a
+//     server already DOWN counts as refuted too.
 //
 // Output: a progress line per round on stdout; with --csv a row per
 // round; with --md the report's body (setup, what is measured, the rounds,
@@ -88,9 +103,11 @@
 #include "tests/test_cluster.h"
 
 DEFINE_string(events, "kill,stop",
-              "comma-separated events, each measured --rounds times in this order: kill (SIGKILL of a primary) "
-              "and/or stop (SIGSTOP, SIGCONT at --revive_s) (default kill,stop)");
-DEFINE_string(event, "", "one event, kill or stop: the same as --events=EVENT (default: unset, --events decides)");
+              "comma-separated events, each measured --rounds times in this order: kill (SIGKILL of a primary), "
+              "stop (SIGSTOP, SIGCONT at --revive_s) and/or none (no fault: a control round, every DOWN in it "
+              "false) (default kill,stop)");
+DEFINE_string(event, "",
+              "one event, kill, stop or none: the same as --events=EVENT (default: unset, --events decides)");
 DEFINE_uint32(rounds, 3, "rounds per event (default 3)");
 DEFINE_uint32(servers, 3, "rkv-servers (default 3)");
 DEFINE_uint32(replicas, 3, "R, the copies of each shard, 2..--servers (default 3)");
@@ -182,6 +199,34 @@ StatusOr<ClusterInfo> WaitHealthy(Client& monitor, std::chrono::seconds wait) {
   }
 }
 
+// The coordinator's log file (its stderr: ServerProcess writes it to its
+// data dir's name + ".log"; ServerProcess::Log keeps only the tail).
+std::string CoordinatorLogPath(TestCluster& cluster) { return cluster.coordinator().data_dir() + ".log"; }
+
+// The size of the file at `path`, 0 when it cannot be read.
+size_t FileSize(const std::string& path) {
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
+  return in ? static_cast<size_t>(in.tellg()) : 0;
+}
+
+// Refuted probes by server id in the coordinator's log from byte `from`:
+// coordinator/prober.cc logs "server ID (epoch N) suspected (WHY) but not
+// DOWN: ..." for each.
+std::map<std::string, int> RefutedInLog(const std::string& path, size_t from) {
+  std::map<std::string, int> out;
+  std::ifstream lines(path, std::ios::binary);
+  lines.seekg(static_cast<std::streamoff>(from));
+  std::string line;
+  while (std::getline(lines, line)) {
+    if (line.find("but not DOWN") == std::string::npos) continue;
+    const size_t server = line.find("server ");
+    const size_t epoch = line.find(" (epoch ", server);
+    if (server == std::string::npos || epoch == std::string::npos) continue;
+    ++out[line.substr(server + 7, epoch - server - 7)];
+  }
+  return out;
+}
+
 // Runs one round; the error stops the bench (the cluster is not as a next
 // round needs it).
 Status RunRound(TestCluster& cluster, KeyLoad& load, Client& monitor, Round& r, int* next_victim) {
@@ -226,11 +271,21 @@ Status RunRound(TestCluster& cluster, KeyLoad& load, Client& monitor, Round& r, 
     if (spec.shards.count(*shard) != 0) r.victim_keys.insert(static_cast<uint32_t>(i));
   }
   r.version_before = map->map_version;
+  // The probe counters before the event (a failed read leaves the round's
+  // probe figures out, not the round).
+  const auto read_probes = [&]() -> std::optional<ProbeCounts> {
+    auto counts = ReadProbeCounts(cluster.coordinator_address(), cluster.token(), milliseconds(2000));
+    if (counts.ok()) return *counts;
+    if (r.probes_error.empty()) r.probes_error = counts.status().ToString();
+    return std::nullopt;
+  };
+  r.probes_before = read_probes();
+  const size_t log_from = FileSize(CoordinatorLogPath(cluster));
 
   const auto event = Clock::now();
   if (r.event == Event::kKill) {
     cluster.server(r.victim).Kill9();
-  } else {
+  } else if (r.event == Event::kStop) {
     cluster.server(r.victim).Freeze();
   }
   const auto window_end = event + seconds(FLAGS_window_s);
@@ -243,6 +298,7 @@ Status RunRound(TestCluster& cluster, KeyLoad& load, Client& monitor, Round& r, 
   const auto revive_at = FLAGS_revive_s < 0 ? window_end : event + seconds(FLAGS_revive_s);
   Status revived = Status::Ok();
   const auto revive = [&] {
+    if (r.event == Event::kNone) return;
     std::this_thread::sleep_until(revive_at);
     r.revived_s = Ms(Clock::now() - event) / 1000.0;
     if (r.event == Event::kKill) {
@@ -253,6 +309,8 @@ Status RunRound(TestCluster& cluster, KeyLoad& load, Client& monitor, Round& r, 
   };
   if (revive_at < window_end) revive();
   std::this_thread::sleep_until(window_end);
+  r.probes_after = read_probes();
+  r.refuted_of = RefutedInLog(CoordinatorLogPath(cluster), log_from);
   if (monitor.RefreshClusterMap(call).ok()) r.version_after = monitor.cluster_map_version();
   if (revive_at >= window_end) revive();
   if (!revived.ok()) {
@@ -286,18 +344,31 @@ Status RunRound(TestCluster& cluster, KeyLoad& load, Client& monitor, Round& r, 
 void PrintRound(const Round& r) {
   const KeyFigures k = Summarize(r.key_gaps);
   const Throughput t = SummarizeThroughput(r);
-  std::printf("%s round %d/%u: server %d (%s, primary of %zu shards, %zu keys); key unavailability p50 %.0f ms, "
+  std::printf("%s round %d/%u: %sserver %d (%s, primary of %zu shards, %zu keys); key unavailability p50 %.0f ms, "
               "max %.0f ms%s; stall %.0f ms (steady %.1f ms); ops/s steady %.0f, dip %ld at +%d s; window OK "
               "GET %ld, PUT %ld, longest call %.0f ms (%s); failed %s; "
-              "map %llu -> %llu; down %s, promoted %s, back up %s, R copies %s ms (revived at %.1f s)\n",
-              EventName(r.event), r.number, FLAGS_rounds, r.victim, r.victim_id.c_str(), r.victim_shards,
+              "map %llu -> %llu; down %s, promoted %s, back up %s, R copies %s ms (%s)\n",
+              EventName(r.event), r.number, FLAGS_rounds, r.event == Event::kNone ? "no fault, keys of " : "",
+              r.victim, r.victim_id.c_str(), r.victim_shards,
               r.victim_keys.size(), k.p50, k.max, k.open ? (" (" + std::to_string(k.open) + " open)").c_str() : "",
               Ms(r.stall.length), Ms(r.steady_stall.length), t.steady_mean, t.dip, t.dip_second, r.window.ok_gets,
               r.window.ok_puts, Ms(r.window.longest_call), OpName(r.window.longest_call_op),
               Failures(r.window).c_str(), static_cast<unsigned long long>(r.version_before),
               static_cast<unsigned long long>(r.version_after), OptMs(r.map.down).c_str(),
               OptMs(r.map.promoted).c_str(), OptMs(r.map.back_up).c_str(), OptMs(r.map.replicated).c_str(),
-              r.revived_s);
+              r.event == Event::kNone ? "nothing to revive" : ("revived at " + Fixed(r.revived_s, 1) + " s").c_str());
+  const auto probes = WindowProbes(r);
+  const auto false_confirmed = FalseConfirmed(r);
+  std::string downs;
+  for (const auto& [id, ms] : FalseDowns(r)) downs += (downs.empty() ? "" : ", ") + id + " at " + Fixed(ms) + " ms";
+  std::printf("  false DOWN in the window: %zu%s%s; probes sent %s, refuted %s (of %s), confirmed %s, false "
+              "confirmed %s%s\n",
+              FalseDowns(r).size(), downs.empty() ? "" : " (", downs.empty() ? "" : (downs + ")").c_str(),
+              probes ? std::to_string(probes->probes).c_str() : "-",
+              probes ? std::to_string(probes->refuted).c_str() : "-", RefutedList(r).c_str(),
+              probes ? std::to_string(probes->confirmed).c_str() : "-",
+              false_confirmed ? std::to_string(*false_confirmed).c_str() : "-",
+              r.probes_error.empty() ? "" : (" (" + r.probes_error + ")").c_str());
   std::fflush(stdout);
 }
 
@@ -309,12 +380,15 @@ int Usage(const std::string& error) {
 }
 
 void PrintHelp() {
-  std::printf("%s: what the failure of a shard's primary costs the clients.\n\n", kProgram);
+  std::printf("%s: what the failure of a shard's primary costs the clients, and how often live servers\n"
+              "are falsely suspected or marked DOWN under the same load.\n\n",
+              kProgram);
   // The file's header comment is the full definition; the flags follow.
   std::printf(
       "Starts one rkv-coordinator (no etcd) and --servers rkv-servers (R = --replicas) over tcp on loopback,\n"
       "runs a YCSB-A-like load of --clients long-lived clients over --records preloaded keys, and per round:\n"
       "--steady_s of load, then kill -9 (kill) or SIGSTOP (stop) of a server that is primary of some shard,\n"
+      "or nothing at all (none: a control round, the server picked in turn left alone, its keys measured),\n"
       "--window_s of load measured from that event, the victim restarted or sent SIGCONT --revive_s after the\n"
       "event (default: at the window's end), and the map watched until every shard has R UP replicas again.\n\n"
       "Figures per round (times from the event; victim keys: records whose shard had the victim as primary):\n"
@@ -330,6 +404,13 @@ void PrintHelp() {
       "  map versions        GetClusterMap's version before the event and at the window's end.\n"
       "  down/promoted/back up/R copies  first map poll with the victim DOWN / its shards moved to UP\n"
       "                      primaries / the victim UP again / every shard with R UP replicas again.\n"
+      "  false DOWN          servers the map polls showed DOWN in the window that are not the fault: all of\n"
+      "                      them in a none round, all but the victim otherwise (live servers failed over).\n"
+      "  probes              the coordinator's probes of suspected servers in the window (GetCoordinatorStatus\n"
+      "                      probes / probes_refuted / probes_confirmed, read before the event and at the\n"
+      "                      window's end); false confirmed: all confirmed in none, all but one otherwise;\n"
+      "                      the refuted probes' servers from the coordinator's log (a probe that failed on\n"
+      "                      a server already DOWN counts as refuted too).\n"
       "p50 (nearest rank) and max over the rounds of each event. Exit status 0 when every round ran and\n"
       "the cluster had R copies again after each, 1 otherwise, 2 for bad usage.\n\n"
       "Flags (--name=value):\n");
@@ -369,7 +450,7 @@ StatusOr<std::vector<Event>> ParseEvents() {
     return InvalidArgument("give --event or --events, not both");
   }
   if (!FLAGS_event.empty() && FLAGS_event.find(',') != std::string::npos) {
-    return InvalidArgument("--event takes one event (kill or stop); --events takes a list");
+    return InvalidArgument("--event takes one event (kill, stop or none); --events takes a list");
   }
   std::vector<Event> events;
   std::stringstream in(list);
@@ -380,15 +461,17 @@ StatusOr<std::vector<Event>> ParseEvents() {
       e = Event::kKill;
     } else if (name == "stop") {
       e = Event::kStop;
+    } else if (name == "none") {
+      e = Event::kNone;
     } else {
-      return InvalidArgument("unknown event '" + name + "' (kill or stop)");
+      return InvalidArgument("unknown event '" + name + "' (kill, stop or none)");
     }
     if (std::find(events.begin(), events.end(), e) != events.end()) {
       return InvalidArgument("event '" + name + "' given twice");
     }
     events.push_back(e);
   }
-  if (events.empty()) return InvalidArgument("no event (--events=kill,stop)");
+  if (events.empty()) return InvalidArgument("no event (--events=kill,stop,none)");
   return events;
 }
 
@@ -477,13 +560,16 @@ int Run(const std::vector<Event>& events) {
   std::vector<Round> rounds;
   std::string outcome = "every round ran, and every shard had R UP replicas again after each.";
   int rc = 0;
+  // `none` rounds take the servers in a turn of their own, so that adding
+  // them changes no kill or stop round's victim.
   int next_victim = 0;
+  int next_untouched = 0;
   for (Event e : events) {
     for (uint32_t n = 1; n <= FLAGS_rounds && rc == 0; ++n) {
       Round r;
       r.event = e;
       r.number = static_cast<int>(n);
-      const Status s = RunRound(cluster, **load, **monitor, r, &next_victim);
+      const Status s = RunRound(cluster, **load, **monitor, r, e == Event::kNone ? &next_untouched : &next_victim);
       if (r.victim >= 0 && !r.ops_per_s.empty()) {
         rounds.push_back(r);
         PrintRound(r);
