@@ -13,9 +13,12 @@
 # every round the report counts live servers marked DOWN and the
 # coordinator's probes of suspected servers (sent, refuted, confirmed).
 # --stress_cpus loads the machine meanwhile, to see suspicion under load.
+# --verbs runs the whole bench over verbs inside the SoftRoCE guest
+# (deploy/softroce/run-in-guest.sh): emulation (QEMU TCG) slows every step,
+# so compare its figures with each other, not with a tcp run's.
 #
 # Usage: bench/failover.sh [--build_dir=DIR] [--out=FILE] [--stress_cpus=N]
-#                          [BENCH FLAGS...]
+#                          [--verbs [--guest_timeout_s=S]] [BENCH FLAGS...]
 #
 #   --build_dir  a built tree with rkv-failover-bench, rkv-server,
 #                rkv-coordinator and kvctl (default build/release). Nothing
@@ -27,6 +30,9 @@
 #                cluster starts until this script exits (killed then,
 #                whatever the outcome); the report's header says so.
 #                Needs stress-ng. 0 (the default): none.
+#   --verbs      in the SoftRoCE guest over verbs (rxe0), the report
+#                named failover-verbs-<UTC date>.md by default; the guest
+#                gets --guest_timeout_s (default 1800), boot included.
 #   BENCH FLAGS  passed on, e.g. --rounds=3 (the default), --events=kill,stop
 #                (the default; any of kill, stop, none in the order given)
 #                or --event=none, --servers=3, --replicas=3, --clients=4,
@@ -46,13 +52,23 @@ invocation="bench/failover.sh${*:+ $*}"
 build_dir=$repo/build/release
 out=""
 stress_cpus=0
+verbs=0
+guest_timeout_s=1800
 bench_flags=()
 help=0
+guest_args=()  # what the guest's run of this script is given
 for arg in "$@"; do
+  case $arg in
+    --out=*) ;;
+    --guest_timeout_s=*) ;;
+    *) guest_args+=("$arg") ;;
+  esac
   case $arg in
     --build_dir=*) build_dir=${arg#*=} ;;
     --out=*) out=${arg#*=} ;;
     --stress_cpus=*) stress_cpus=${arg#*=} ;;
+    --verbs) verbs=1 ;;
+    --guest_timeout_s=*) guest_timeout_s=${arg#*=} ;;
     -h | --help) help=1 ;;
     --csv=* | --md=*) die "$arg: the report's files are named by --out" ;;
     --*) bench_flags+=("$arg") ;;
@@ -79,6 +95,35 @@ for b in "$bench_bin" "$build_dir/server/rkv-server" "$build_dir/coordinator/rkv
 done
 
 stamp=$(date -u +%Y-%m-%dT%H%MZ)
+if ((verbs)) && [[ ${RKV_IN_GUEST:-0} != 1 ]]; then
+  # The host's part: the same command inside the guest, whose report comes
+  # back through --out.
+  [[ $guest_timeout_s =~ ^[0-9]+$ ]] && ((guest_timeout_s >= 300)) ||
+    die "--guest_timeout_s=$guest_timeout_s: seconds, at least 300"
+  [[ -n $out ]] || out=$repo/bench/results/failover-verbs-$stamp.md
+  [[ $out == *.md ]] || die "--out=$out: the report's name must end in .md"
+  raw=$(mktemp -d "${TMPDIR:-/tmp}/rkv-failover-verbs.XXXXXX")
+  rc=0
+  (cd "$repo" && RKV_FAILOVER_INVOCATION="$invocation" deploy/softroce/run-in-guest.sh --timeout "$guest_timeout_s" \
+    --out "$raw" -- bench/failover.sh ${guest_args[@]+"${guest_args[@]}"}) || rc=$?
+  if [[ -s $raw/failover.md ]]; then
+    mkdir -p "$(dirname "$out")"
+    cp "$raw/failover.md" "$out"
+    [[ -f $raw/failover.csv ]] && cp "$raw/failover.csv" "${out%.md}.csv"
+    echo "failover.sh: report: $out (raw files in $raw)" >&2
+  else
+    echo "failover.sh: no report came back from the guest (exit $rc; files in $raw)" >&2
+    ((rc != 0)) || rc=1
+  fi
+  exit "$rc"
+fi
+if ((verbs)); then
+  # Inside the guest: the cluster runs over verbs on rxe0, and the report
+  # goes where the host collects it.
+  export RKV_TEST_TRANSPORT=verbs RKV_TEST_HOST=${RKV_RDMA_ADDR:?}
+  out=${RKV_GUEST_OUT:?}/failover.md
+  invocation=${RKV_FAILOVER_INVOCATION:-$invocation}
+fi
 [[ -n $out ]] || out=$repo/bench/results/failover-$stamp.md
 [[ $out == *.md ]] || die "--out=$out: the report's name must end in .md"
 csv=${out%.md}.csv

@@ -7,6 +7,8 @@
 
 #include <gflags/gflags.h>
 
+#include "tests/server_process.h"
+
 // The bench's flags (rkv_failover_bench.cc), which the setup paragraphs and
 // the throughput buckets read.
 DECLARE_uint32(servers);
@@ -237,9 +239,13 @@ void WriteMarkdown(const std::string& path, const std::vector<Event>& events, co
   const std::string revive =
       FLAGS_revive_s < 0 ? "at the window's end" : std::to_string(FLAGS_revive_s) + " s after the event";
   out << "## Setup\n\n"
-      << "All on this machine, over loopback: one rkv-coordinator (its state in its data dir, no etcd), "
-      << FLAGS_servers << " rkv-servers, --replicas=" << FLAGS_replicas << ", " << FLAGS_shards
-      << " shards, the tcp transport; heartbeat timeout "
+      << "All on this machine, "
+      << (rkv::testing::TestTransport() == "verbs"
+              ? "over the SoftRoCE device rxe0 of a QEMU guest (deploy/softroce/run-in-guest.sh)"
+              : "over loopback")
+      << ": one rkv-coordinator (its state in its data dir, no etcd), " << FLAGS_servers
+      << " rkv-servers, --replicas=" << FLAGS_replicas << ", " << FLAGS_shards << " shards, the "
+      << rkv::testing::TestTransport() << " transport; heartbeat timeout "
       << (FLAGS_heartbeat_timeout_ms ? std::to_string(FLAGS_heartbeat_timeout_ms) + " ms" : "at its default (3000 ms)")
       << ", lease " << (FLAGS_lease_ms ? std::to_string(FLAGS_lease_ms) + " ms" : "at its default (1000 ms)")
       << ", heartbeat interval at its default (500 ms). The processes are started by the cross-process suites' "
