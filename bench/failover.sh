@@ -109,7 +109,10 @@ if ((verbs)) && [[ ${RKV_IN_GUEST:-0} != 1 ]]; then
   if [[ -s $raw/failover.md ]]; then
     mkdir -p "$(dirname "$out")"
     cp "$raw/failover.md" "$out"
-    [[ -f $raw/failover.csv ]] && cp "$raw/failover.csv" "${out%.md}.csv"
+    if [[ -f $raw/failover.csv ]]; then
+      cp "$raw/failover.csv" "${out%.md}.csv"
+      sed -i "s|\`failover.csv\`|\`$(basename "${out%.md}.csv")\`|" "$out"
+    fi
     echo "failover.sh: report: $out (raw files in $raw)" >&2
   else
     echo "failover.sh: no report came back from the guest (exit $rc; files in $raw)" >&2

@@ -90,10 +90,12 @@ Status Client::Impl::WithServer(std::shared_ptr<Routes> routes, size_t index, De
           return Named(*a.server, std::move(s));
         } else {
           VLOG(1) << "rkv: connection to " << a.server->data_address << " broke: " << s;
+          ReportUnresponsive(*a.server, "its connection broke: " + s.ToString());
           a.last = std::move(s);
           a.last_from_op = true;
         }
       } else if (s.code() != StatusCode::kDeadlineExceeded || a.last.ok()) {
+        ReportUnresponsive(*a.server, "a connect failed: " + s.ToString());
         // (A connect cut short by the deadline says less than the error
         // before it.)
         a.last = std::move(s);
@@ -106,6 +108,10 @@ Status Client::Impl::WithServer(std::shared_ptr<Routes> routes, size_t index, De
     // The lease is released: refetch and back off without holding a slot.
     RKV_RETURN_IF_ERROR(NextAttempt(a, deadline));
   }
+}
+
+void Client::Impl::ReportUnresponsive(const ServerEntry& e, std::string_view why) {
+  if (reporter_ != nullptr && e.epoch != 0) reporter_->Report(e.server_id, e.epoch, why);
 }
 
 Status Client::Impl::Named(const ServerEntry& e, Status s) const {

@@ -283,6 +283,10 @@ class [[gnu::visibility("hidden")]] Client::Impl {
   // ---- The call loop's steps (client_call.cc).
 
   // `s` as a call reports it: a client of a coordinator names the server.
+  // Tells the coordinator (UnresponsiveReporter, at most once a second
+  // per server) that `e` did not answer: a broken connection, a failed
+  // connect. No-op for a client of one server.
+  void ReportUnresponsive(const client::ServerEntry& e, std::string_view why);
   Status Named(const client::ServerEntry& e, Status s) const;
   // A new connection of `lease` answered for a.server: kept (and its limits
   // and epoch noted) when it is the incarnation the table pins, or the
