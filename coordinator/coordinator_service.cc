@@ -75,8 +75,8 @@ grpc::Status CoordinatorService::ReportReplicaFailure(grpc::ServerContext* conte
   *response = std::move(result).value();
   // A backup a primary cannot reach may be down altogether: probe it now
   // rather than wait for its heartbeat timeout (coordinator/prober.h).
-  if (prober_ != nullptr) {
-    prober_->SuspectId(request->backup_id(), "server " + request->server_id() + " could not forward to it");
+  if (Prober* prober = prober_.load(std::memory_order_acquire); prober != nullptr) {
+    prober->SuspectId(request->backup_id(), "server " + request->server_id() + " could not forward to it");
   }
   return grpc::Status::OK;
 }
@@ -89,8 +89,9 @@ grpc::Status CoordinatorService::ReportUnresponsive(grpc::ServerContext* context
   if (Status valid = control::ValidateReportUnresponsive(*request); !valid.ok()) return ToGrpc(valid);
   // Only a hint: the probe decides (coordinator/prober.h), and its
   // cooldown bounds how often any reporter can have a server probed.
-  response->set_probing(prober_ != nullptr &&
-                        prober_->SuspectId(request->server_id(),
+  Prober* prober = prober_.load(std::memory_order_acquire);
+  response->set_probing(prober != nullptr &&
+                        prober->SuspectId(request->server_id(),
                                            "reported by " + context->peer() + ": " + request->reason(),
                                            request->epoch()));
   return grpc::Status::OK;
@@ -190,8 +191,8 @@ grpc::Status CoordinatorService::GetCoordinatorStatus(grpc::ServerContext* conte
                                                       v1::CoordinatorStatus* response) {
   if (grpc::Status s = CheckToken(context, token_digest_hex_); !s.ok()) return s;
   response->set_map_version(state_->version());
-  if (prober_ != nullptr) {
-    const Prober::Counts counts = prober_->counts();
+  if (Prober* prober = prober_.load(std::memory_order_acquire); prober != nullptr) {
+    const Prober::Counts counts = prober->counts();
     response->set_probes(counts.probes);
     response->set_probes_refuted(counts.refuted);
     response->set_probes_confirmed(counts.confirmed);

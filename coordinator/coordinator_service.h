@@ -105,7 +105,7 @@ class CoordinatorService final : public v1::Coordinator::WithAsyncMethod_KeepLea
   // Where a reported backup failure becomes a suspicion of the backup
   // (nullptr: none). Set before the service is served; `prober` must
   // outlive the service.
-  void set_prober(Prober* prober) { prober_ = prober; }
+  void set_prober(Prober* prober) { prober_.store(prober, std::memory_order_release); }
 
  private:
   // OK while this coordinator leads; otherwise the "not the leader"
@@ -114,7 +114,9 @@ class CoordinatorService final : public v1::Coordinator::WithAsyncMethod_KeepLea
 
   CoordinatorState* const state_;
   const LeaderGate* const gate_;
-  Prober* prober_ = nullptr;
+  // Set before the server starts and cleared by Shutdown, read by RPC
+  // handlers: atomic, since a handler may still be finishing then.
+  std::atomic<Prober*> prober_{nullptr};
   mutable Mutex address_mu_;
   std::string address_ GUARDED_BY(address_mu_);
   const std::string token_digest_hex_;

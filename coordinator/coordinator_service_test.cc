@@ -3,9 +3,6 @@
 #include <gtest/gtest.h>
 #include <grpcpp/create_channel.h>
 #include <grpcpp/security/credentials.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <functional>
 #include <thread>
@@ -190,20 +187,6 @@ TEST_F(CoordinatorServiceTest, ReportReplicaFailureTakesTheBackupOut) {
   EXPECT_EQ(stub_->ReportReplicaFailure(Ctx().get(), report, &reported).error_code(), grpc::StatusCode::NOT_FOUND);
 }
 
-// A closed loopback port: a probe of it is refused at once (a killed
-// server).
-std::string ClosedPort() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  EXPECT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
-  socklen_t len = sizeof a;
-  EXPECT_EQ(getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len), 0);
-  close(fd);
-  return "127.0.0.1:" + std::to_string(ntohs(a.sin_port));
-}
-
 TEST(CoordinatorServiceProbeTest, AReportedServerIsProbedAndMarkedDownOnlyWhenItDoesNotAnswer) {
   CoordinatorConfig config;
   config.expected_servers = 2;
@@ -225,7 +208,7 @@ TEST(CoordinatorServiceProbeTest, AReportedServerIsProbedAndMarkedDownOnlyWhenIt
     return c;
   };
   v1::JoinRequest a = MakeJoin("a", 1, 0);
-  a.set_admin_address(ClosedPort());
+  a.set_admin_address(testing::ClosedAddress());
   v1::JoinResponse join;
   ASSERT_TRUE(stub->Join(ctx().get(), a, &join).ok());
   ASSERT_TRUE(stub->Join(ctx().get(), MakeJoin("b", 1, 1), &join).ok());

@@ -23,6 +23,7 @@ namespace rkv::coordinator {
 namespace {
 
 using std::chrono::milliseconds;
+using testing::ClosedAddress;
 
 constexpr char kProbeToken[] = "prober-test-token";
 
@@ -46,19 +47,6 @@ class FakeAdmin final : public v1::Admin::Service {
   const uint64_t epoch_;
   const grpc::Status refuse_;
 };
-
-// A loopback TCP port that was free a moment ago (nobody listens on it).
-std::string ClosedAddress() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  EXPECT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
-  socklen_t len = sizeof a;
-  EXPECT_EQ(getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len), 0);
-  close(fd);
-  return "127.0.0.1:" + std::to_string(ntohs(a.sin_port));
-}
 
 // A listening socket that is never accepted from: the kernel completes
 // the TCP handshake, nothing answers (a frozen process).
@@ -127,7 +115,9 @@ class ProberStateTest : public ::testing::Test {
     // Far away: only a probe can mark a server DOWN within the test.
     c.heartbeat_timeout = milliseconds(600'000);
     c.suspect_after = milliseconds(700);
-    c.probe_timeout = milliseconds(300);
+    // Generous: a loaded sanitizer run may take hundreds of ms to answer a
+    // live server's probe; the dead one refuses at once.
+    c.probe_timeout = milliseconds(5000);
     auto state = CoordinatorState::Open(c, std::make_unique<testing::MemoryStore>(
                                                std::make_shared<testing::MemoryStoreData>()));
     ASSERT_TRUE(state.ok()) << state.status();

@@ -2,6 +2,10 @@
 // in-memory StateStore that can be told to fail, and valid join requests.
 #pragma once
 
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <chrono>
 #include <functional>
 #include <map>
@@ -21,6 +25,20 @@ namespace rkv::coordinator::testing {
 
 // The tests' one temp dir.
 using rkv::testing::TempDir;
+
+// A loopback TCP address that was free a moment ago (nobody listens on
+// it): a probe of it is refused at once, as a killed server's would be.
+inline std::string ClosedAddress() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  const bool ok = fd >= 0 && bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
+                  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0;
+  if (fd >= 0) close(fd);
+  return ok ? "127.0.0.1:" + std::to_string(ntohs(a.sin_port)) : "127.0.0.1:1";
+}
 
 // A steady clock that moves only when told to.
 class FakeClock {
