@@ -25,7 +25,7 @@ inline constexpr size_t kNone = ~size_t{0};
 
 // At most this many shards a server catches up on at once: Rebalance adds
 // no syncing role to a server that has as many.
-inline constexpr uint32_t kMaxSyncingPerServer = 64;
+inline constexpr uint32_t kMaxSyncingPerServer = 256;
 
 // At most this many rebalancing moves (a syncing role added to move a
 // backup role, or a handover to balance primaries) a Rebalance starts.

@@ -165,6 +165,8 @@ std::vector<AdminCounter> ServerCounters(const CounterSources& s) {
       {"store_unwritten_bytes", st.store_unwritten_bytes, "--durability=none: their bytes"},
       {"catchup_records_listed", s.catch_up.records_listed, "catch-up: records received in FetchShard streams"},
       {"catchup_values_fetched", s.catch_up.values_fetched, "catch-up: values received and installed"},
+      {"catchup_bytes_fetched", s.catch_up.bytes_fetched,
+       "catch-up: bytes of keys and values received (what --catchup_rate_mb_per_s paces)"},
       {"syncing_shards", s.catch_up.syncing_shards, "shards this server is catching up on now"},
       {"catchup_syncs_completed", s.catch_up.syncs_completed, "catch-up: syncs reported caught up and accepted"},
       {"catchup_sync_failures", s.catch_up.sync_failures, "catch-up: sync attempts abandoned (then retried)"},

@@ -89,6 +89,7 @@ TEST(AdminServiceTest, ServerCountersNameEachSourceOnce) {
   sources.server.store_unwritten_bytes = 14;
   sources.heap_bytes = 15;
   sources.catch_up.values_fetched = 16;
+  sources.catch_up.bytes_fetched = 17;
   sources.catchup_records_served = 17;
   const std::vector<AdminCounter> counters = ServerCounters(sources);
   std::map<std::string, uint64_t> values;
@@ -107,6 +108,7 @@ TEST(AdminServiceTest, ServerCountersNameEachSourceOnce) {
   EXPECT_EQ(values["store_unwritten_bytes"], 14u);
   EXPECT_EQ(values["heap_bytes"], 15u);
   EXPECT_EQ(values["catchup_values_fetched"], 16u);
+  EXPECT_EQ(values["catchup_bytes_fetched"], 17u);
   EXPECT_EQ(values["catchup_records_served"], 17u);
   EXPECT_EQ(values["gets_served_by_cpu"], 0u);
   // The names kvctl's text table shows (client/kvctl/kvctl_util.cc) are all

@@ -90,6 +90,9 @@ DEFINE_uint32(grace_period_ms, 100, "heap quarantine in milliseconds before a re
 DEFINE_uint32(replication_timeout_ms, 1000, "how long a primary waits for a backup to acknowledge a forwarded "
               "write before it reports the backup to the coordinator, which takes it out of the shard's "
               "replica set, 1..60000 (default 1000)");
+DEFINE_uint32(catchup_rate_mb_per_s, 32, "megabytes (10^6 bytes) of keys and values a server catching up on shards "
+              "fetches per second from their primaries, all streams together, so that their clients keep their "
+              "latency; 0 for no limit, at most 100000 (default 32)");
 DEFINE_string(coordinator, "", "HOST:PORT of rkv-coordinator to join, or a comma-separated list of the "
               "cluster's coordinators (A,B,C: the server joins the leader and follows it when it changes); "
               "empty runs standalone (default empty)");
@@ -210,6 +213,7 @@ int main(int argc, char** argv) {
   o.frame_timeout_ms = FLAGS_frame_timeout_ms;
   o.idle_timeout_s = FLAGS_idle_timeout_s;
   o.replication_timeout_ms = FLAGS_replication_timeout_ms;
+  o.catchup_rate_mb_per_s = FLAGS_catchup_rate_mb_per_s;
   {
     auto memory = ParseByteSize(FLAGS_memory);
     if (!memory.ok()) return BadFlag("--memory: " + memory.status().message());
@@ -440,6 +444,7 @@ int main(int argc, char** argv) {
       rkv::server::Membership* const mem = membership.get();
       rkv::server::CatchUpOptions c;
       c.token = rkv::server::ClusterToken(o);
+      c.rate_bytes_per_s = uint64_t{o.catchup_rate_mb_per_s} * 1'000'000;
       auto created = rkv::server::CatchUp::Create(
           mem, srv->applier(),
           [mem](const std::vector<rkv::v1::CaughtUpShard>& shards) {

@@ -113,6 +113,10 @@ Status ValidateOptions(const ServerOptions& o) {
     return InvalidArgument("--idle_timeout_s " + std::to_string(o.idle_timeout_s) +
                            " is shorter than --frame_timeout_ms " + std::to_string(o.frame_timeout_ms));
   }
+  if (o.catchup_rate_mb_per_s > kMaxCatchupRateMbPerS) {
+    return InvalidArgument("--catchup_rate_mb_per_s " + std::to_string(o.catchup_rate_mb_per_s) + " is over " +
+                           std::to_string(kMaxCatchupRateMbPerS) + " (0 turns the limit off)");
+  }
   if (o.request_credits < 1 || o.request_credits > kMaxRequestCredits) {
     return InvalidArgument("request credits " + std::to_string(o.request_credits) + " outside [1, " +
                            std::to_string(kMaxRequestCredits) + "]");

@@ -87,7 +87,13 @@ struct ServerOptions {
   // write (connecting included) before it reports the silent ones
   // (docs/design.md, "Replication"); unused when standalone.
   uint32_t replication_timeout_ms = 1000;
+  // Catch-up (docs/design.md, "Catch-up"): megabytes (10^6 bytes) of keys
+  // and values this server fetches per second while it catches up on
+  // shards, all its streams together, so that the primaries' clients keep
+  // their latency; 0: no limit. At most kMaxCatchupRateMbPerS.
+  uint32_t catchup_rate_mb_per_s = 32;
 };
+inline constexpr uint32_t kMaxCatchupRateMbPerS = 100'000;
 
 // The transport queue depths a server asks for (transport::Options): room
 // for request_credits receives, and for as many replies with the send

@@ -13,7 +13,7 @@
 //                                          of client PUTs, the forward to the
 //                                          backups
 //   backup install                         apply_backup.cc: ApplyReplica
-//   catch-up and verifying digests         apply_catchup.cc (SnapshotShard,
+//   catch-up and verifying digests         apply_catchup.cc (ListShards,
 //                                          the fetcher's installs),
 //                                          apply_digest.cc (DigestShards,
 //                                          ListShard)
@@ -123,8 +123,8 @@
 //                  and alone (never with another of these), never while
 //                  applying;
 //   writes_gate_   shared by every client write for its whole apply (route,
-//                  version, forward, publish); exclusive for SnapshotShard,
-//                  so that no client write is in flight while it reads. New
+//                  version, forward, publish); exclusive for ListShards'
+//                  cut, so that no client write is in flight at it. New
 //                  writes queue behind a waiting snapshot (gate_turnstile_),
 //                  so a stream of writes cannot starve it;
 //   key_stripes_   the key's stripe, key_stripes_[hash of the key %
@@ -250,19 +250,24 @@ class Applier {
     bool has_value = false;
     std::string value;
   };
-  // Primary: the snapshot of `shard` (keys k with ShardOf(k, shard_count)
-  // == shard), taken holding writes_gate_ exclusively (it waits for
-  // the client writes in flight to end), so that no client write is in
-  // flight and every later one is routed by a map at least as new as
-  // the one `check` saw. `check` runs first under that mutex (the caller
-  // verifies there that the fetcher is syncing the shard); its error is
-  // returned and nothing is read. Every record gets its version; those
-  // above `since_version` also their value. *snapshot_version: the highest
-  // version this server had reserved or installed (every record listed is
-  // at or below it, and every later client write's is above it). The store's read error, or OK.
-  Status SnapshotShard(uint32_t shard, uint32_t shard_count, uint64_t since_version,
-                       const std::function<Status()>& check, std::vector<ShardRecord>* out,
-                       uint64_t* snapshot_version) EXCLUDES(gate_turnstile_, writes_gate_, table_mu_);
+  // Primary: the cut of `shards` for catch-up (keys k with ShardOf(k,
+  // shard_count) among them). First, holding writes_gate_ exclusively (it
+  // waits for the client writes in flight to end, and holds no table lock),
+  // `check` runs (the caller verifies there that the fetcher is syncing
+  // every shard; its error is returned and nothing is read) and
+  // *snapshot_version is set: the highest version this server had reserved
+  // or installed. Every client write after the cut is above it and routed
+  // by a map at least as new as the one `check` saw (so forwarded to the
+  // fetcher). Then, with the gate let go, one pass over the table under
+  // table_mu_ lists every record of the shards with its version and no
+  // value (ReadKeys reads the values after): client writes wait for one
+  // pass over the index, whatever the number of shards. A key written after
+  // the cut is listed at its newer version, or not at all when deleted;
+  // either was forwarded too. INVALID_ARGUMENT for no shard or one not
+  // below shard_count.
+  Status ListShards(const std::vector<uint32_t>& shards, uint32_t shard_count, const std::function<Status()>& check,
+                    std::vector<ShardRecord>* out, uint64_t* snapshot_version)
+      EXCLUDES(gate_turnstile_, writes_gate_, table_mu_);
   // Primary: the records of `keys` with their values; absent keys left out.
   std::vector<ShardRecord> ReadKeys(const std::vector<std::string>& keys) const EXCLUDES(table_mu_);
   // Fetcher: from BeginSync to EndSync of `shard`, every forwarded DELETE
@@ -272,8 +277,10 @@ class Applier {
   // back. `shard_count` is the map's (the same for every shard synced).
   void BeginSync(uint32_t shard, uint32_t shard_count) EXCLUDES(table_mu_);
   void EndSync(uint32_t shard) EXCLUDES(table_mu_);
-  // Fetcher: the highest version held among the keys of `shard` (0: none).
-  StatusOr<uint64_t> ShardHighWater(uint32_t shard, uint32_t shard_count) const EXCLUDES(table_mu_);
+  // Fetcher: the highest version held among the keys of each of `shards`
+  // (0: none), in one pass; the same order as `shards`.
+  std::vector<uint64_t> ShardHighWaters(const std::vector<uint32_t>& shards, uint32_t shard_count) const
+      EXCLUDES(table_mu_);
   // Fetcher: the version held for `key` (0: absent).
   uint64_t HeldVersion(std::string_view key) const EXCLUDES(table_mu_);
   enum class FetchedOutcome { kInstalled, kNotNewer, kDeletedMeanwhile };
@@ -283,11 +290,12 @@ class Applier {
   // not 1..max_key_bytes, value above max_value_bytes, version 0, no value):
   // nothing installed; the durable write's error likewise.
   StatusOr<FetchedOutcome> InstallFetched(const ShardRecord& record) EXCLUDES(table_mu_);
-  // Fetcher, after a complete snapshot: deletes every key of `shard` held
+  // Fetcher, after a complete stream: deletes every key of `shards` held
   // at a version at or below `snapshot_version` that is not in `listed`
-  // (deleted on the primary while this server was away). The number
-  // deleted, or the first durable delete's error.
-  StatusOr<uint64_t> DeleteUnlisted(uint32_t shard, uint32_t shard_count, uint64_t snapshot_version,
+  // (deleted on the primary while this server was away), in one pass. The
+  // number deleted, or the first durable delete's error.
+  StatusOr<uint64_t> DeleteUnlisted(const std::vector<uint32_t>& shards, uint32_t shard_count,
+                                    uint64_t snapshot_version,
                                     const std::unordered_set<std::string>& listed) EXCLUDES(table_mu_);
   // ---- Verifying replicas (server/apply/apply_digest.cc): what Admin's
   // ShardChecksums and ListShard read. Each reads the table's records
@@ -400,12 +408,12 @@ class Applier {
   std::set<std::pair<uint64_t, uint64_t>> in_flight_ GUARDED_BY(cache_mu_);
   CondVar cache_done_;
   // Taken briefly before writes_gate_ by every client write, and held by
-  // SnapshotShard while it waits for the gate: a waiting snapshot stops
+  // ListShards while it waits for the gate: a waiting cut stops
   // new writes from entering (std::shared_mutex may prefer readers, and a
   // server under a steady write load always has one in flight).
   Mutex gate_turnstile_ ACQUIRED_BEFORE(writes_gate_);
   // Shared: a client write in flight (route to reply). Exclusive: no
-  // client write is in flight (SnapshotShard).
+  // client write is in flight (ListShards' cut).
   SharedMutex writes_gate_ ACQUIRED_BEFORE(table_mu_);
   // Serializes the client writes of one key (a key uses
   // key_stripes_[KeyStripe(key)]), taken after writes_gate_, before table_mu_.

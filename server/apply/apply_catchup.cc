@@ -14,40 +14,55 @@
 
 namespace rkv::server {
 
-Status Applier::SnapshotShard(uint32_t shard, uint32_t shard_count, uint64_t since_version,
-                              const std::function<Status()>& check, std::vector<ShardRecord>* out,
-                              uint64_t* snapshot_version) {
-  out->clear();
-  if (shard_count == 0 || shard >= shard_count) {
-    return InvalidArgument("shard " + std::to_string(shard) + " is not below shard_count " +
-                           std::to_string(shard_count));
-  }
-  // No client write is in flight while writes_gate_ is held
-  // exclusively: each one either published before this point (the
-  // snapshot has it) or routes after it, by a map that still lists the
-  // fetcher (`check` saw it there) and so forwards to it. The turnstile
-  // keeps new writes out while the gate drains.
-  MutexLock turnstile(gate_turnstile_);
-  WriterLock gate(writes_gate_);
-  RKV_RETURN_IF_ERROR(check());
-  MutexLock lock(table_mu_);
-  // Every version reserved so far belongs to a write that published (at or
-  // below the store's mark) or failed; none is in flight. Writes after
-  // this point reserve versions above it, so the fetcher's DeleteUnlisted
-  // (keys at or below it that were not listed) never removes one of them.
-  *snapshot_version = std::max(store_->version_high_water(), reserved_version_);
-  // From the table, which holds every published record (what GETs read):
-  // a pass over memory, not over the whole store on disk, for each shard.
-  ForEachRecord(*table_, [&](const Table::Record& rec) {
-    if (ShardOf(rec.key, shard_count) != shard) return;
-    ShardRecord r;
-    r.key.assign(rec.key);
-    r.version = rec.version;
-    if (rec.version > since_version) {
-      r.has_value = true;
-      r.value.assign(rec.value);
+namespace {
+
+// Membership of `shards` by shard index, after checking each is below
+// shard_count.
+StatusOr<std::vector<bool>> ShardSet(const std::vector<uint32_t>& shards, uint32_t shard_count) {
+  if (shard_count == 0) return InvalidArgument("shard_count is 0");
+  std::vector<bool> in(shard_count, false);
+  for (uint32_t shard : shards) {
+    if (shard >= shard_count) {
+      return InvalidArgument("shard " + std::to_string(shard) + " is not below shard_count " +
+                             std::to_string(shard_count));
     }
-    out->push_back(std::move(r));
+    in[shard] = true;
+  }
+  return in;
+}
+
+}  // namespace
+
+Status Applier::ListShards(const std::vector<uint32_t>& shards, uint32_t shard_count,
+                           const std::function<Status()>& check, std::vector<ShardRecord>* out,
+                           uint64_t* snapshot_version) {
+  out->clear();
+  if (shards.empty()) return InvalidArgument("no shard to list");
+  RKV_ASSIGN_OR_RETURN(const std::vector<bool> in, ShardSet(shards, shard_count));
+  {
+    // The cut. No client write is in flight while writes_gate_ is held
+    // exclusively: each one either published before this point (the
+    // listing below has it, or a later version of its key) or routes after
+    // it, by a map that still lists the fetcher (`check` saw it there) and
+    // so forwards to it. The turnstile keeps new writes out while the gate
+    // drains.
+    MutexLock turnstile(gate_turnstile_);
+    WriterLock gate(writes_gate_);
+    RKV_RETURN_IF_ERROR(check());
+    MutexLock lock(table_mu_);
+    // Every version reserved so far belongs to a write that published (at
+    // or below the store's mark) or failed; none is in flight. Writes after
+    // the cut reserve versions above it, so the fetcher's DeleteUnlisted
+    // (keys at or below it that were not listed) never removes one of them.
+    *snapshot_version = std::max(store_->version_high_water(), reserved_version_);
+  }
+  // The listing, from the table, which holds every published record (what
+  // GETs read): one pass over memory for all the shards. table_mu_ keeps
+  // every slot still during the pass, so each key present is seen once.
+  MutexLock lock(table_mu_);
+  ForEachRecord(*table_, [&](const Table::Record& rec) {
+    if (!in[ShardOf(rec.key, shard_count)]) return;
+    out->push_back(ShardRecord{std::string(rec.key), rec.version, false, {}});
   });
   return Status::Ok();
 }
@@ -83,11 +98,18 @@ void Applier::NoteSyncDelete(std::string_view key, uint64_t version) {
   deleted = std::max(deleted, version);
 }
 
-StatusOr<uint64_t> Applier::ShardHighWater(uint32_t shard, uint32_t shard_count) const {
-  uint64_t high = 0;
+std::vector<uint64_t> Applier::ShardHighWaters(const std::vector<uint32_t>& shards, uint32_t shard_count) const {
+  std::vector<uint64_t> high(shards.size(), 0);
+  if (shard_count == 0 || shards.empty()) return high;
+  // Shard -> its place in `shards` (+1; 0: not asked for).
+  std::vector<size_t> place(shard_count, 0);
+  for (size_t i = 0; i < shards.size(); ++i) {
+    if (shards[i] < shard_count) place[shards[i]] = i + 1;
+  }
   MutexLock lock(table_mu_);
   ForEachRecord(*table_, [&](const Table::Record& rec) {
-    if (ShardOf(rec.key, shard_count) == shard) high = std::max(high, rec.version);
+    const size_t at = place[ShardOf(rec.key, shard_count)];
+    if (at != 0) high[at - 1] = std::max(high[at - 1], rec.version);
   });
   return high;
 }
@@ -133,14 +155,15 @@ StatusOr<Applier::FetchedOutcome> Applier::InstallFetched(const ShardRecord& rec
   return FetchedOutcome::kInstalled;
 }
 
-StatusOr<uint64_t> Applier::DeleteUnlisted(uint32_t shard, uint32_t shard_count, uint64_t snapshot_version,
-                                           const std::unordered_set<std::string>& listed) {
+StatusOr<uint64_t> Applier::DeleteUnlisted(const std::vector<uint32_t>& shards, uint32_t shard_count,
+                                           uint64_t snapshot_version, const std::unordered_set<std::string>& listed) {
+  RKV_ASSIGN_OR_RETURN(const std::vector<bool> in, ShardSet(shards, shard_count));
   MutexLock lock(table_mu_);
   std::vector<std::string> gone;
   // The table holds every record this server published: a pass over
   // memory, not over the whole store on disk, for each shard.
   ForEachRecord(*table_, [&](const Table::Record& rec) {
-    if (rec.version <= snapshot_version && ShardOf(rec.key, shard_count) == shard &&
+    if (rec.version <= snapshot_version && in[ShardOf(rec.key, shard_count)] &&
         listed.count(std::string(rec.key)) == 0) {
       gone.emplace_back(rec.key);
     }

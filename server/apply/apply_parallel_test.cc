@@ -333,8 +333,8 @@ TEST_F(ApplyParallelTest, ASnapshotWaitsForTheWriteInFlightAndIncludesIt) {
   Status taken;
   std::thread snapshot([&] {
     snapshot_started.Set();
-    taken = applier_->SnapshotShard(
-        0, 1, 0,
+    taken = applier_->ListShards(
+        {0}, 1,
         [&] {
           snapshot_checked.Set();
           return Status::Ok();

@@ -1,6 +1,7 @@
 #include "server/replication/catchup.h"
 
 #include <algorithm>
+#include <unordered_map>
 #include <unordered_set>
 #include <utility>
 #include <vector>
@@ -76,8 +77,9 @@ void CatchUp::Stop() {
   {
     MutexLock lock(mu_);
     stopping_ = true;
-    if (in_flight_ != nullptr) in_flight_->TryCancel();
+    for (grpc::ClientContext* ctx : in_flight_) ctx->TryCancel();
   }
+  stop_cv_.NotifyAll();
   if (thread_.joinable()) thread_.join();
 }
 
@@ -89,19 +91,38 @@ bool CatchUp::stopping() const {
 bool CatchUp::Track(grpc::ClientContext* ctx) {
   MutexLock lock(mu_);
   if (stopping_) return false;
-  in_flight_ = ctx;
+  in_flight_.insert(ctx);
   return true;
 }
 
-void CatchUp::Untrack() {
+void CatchUp::Untrack(grpc::ClientContext* ctx) {
   MutexLock lock(mu_);
-  in_flight_ = nullptr;
+  in_flight_.erase(ctx);
+}
+
+void CatchUp::Pace(size_t bytes) {
+  bytes_fetched_.fetch_add(bytes, std::memory_order_relaxed);
+  if (options_.rate_bytes_per_s == 0 || bytes == 0) return;
+  std::chrono::steady_clock::time_point until;
+  {
+    // Each byte takes 1/rate of the line; the line may run kPaceBurst
+    // behind now (an idle fetcher starts with that much credit).
+    MutexLock lock(pace_mu_);
+    const auto now = std::chrono::steady_clock::now();
+    const auto cost = std::chrono::nanoseconds(
+        static_cast<int64_t>(static_cast<double>(bytes) * 1e9 / static_cast<double>(options_.rate_bytes_per_s)));
+    pace_next_ = std::max(pace_next_, now - kPaceBurst) + cost;
+    until = pace_next_;
+  }
+  MutexLock lock(mu_);
+  (void)stop_cv_.WaitUntil(mu_, until, [&] { return stopping_; });
 }
 
 CatchUp::Stats CatchUp::stats() const {
   Stats s;
   s.records_listed = records_listed_.load(std::memory_order_relaxed);
   s.values_fetched = values_fetched_.load(std::memory_order_relaxed);
+  s.bytes_fetched = bytes_fetched_.load(std::memory_order_relaxed);
   s.syncing_shards = syncing_shards_.load(std::memory_order_relaxed);
   s.syncs_completed = syncs_completed_.load(std::memory_order_relaxed);
   s.sync_failures = sync_failures_.load(std::memory_order_relaxed);
@@ -119,9 +140,6 @@ void CatchUp::Loop() {
   };
   std::map<uint32_t, Retry> retries;
   std::map<uint32_t, Reported> reported;
-  // Synced, not reported yet (a batch), and when the first of them synced.
-  std::vector<v1::CaughtUpShard> batch;
-  std::chrono::steady_clock::time_point batch_since{};
 
   const auto fail = [&](uint32_t shard, const std::string& primary_id, const Status& st,
                         std::chrono::steady_clock::time_point* wake) {
@@ -134,11 +152,10 @@ void CatchUp::Loop() {
     LOG(WARNING) << "catching up on shard " << shard << " from " << primary_id << " failed (retrying in "
                  << retry.backoff.count() << " ms): " << st;
   };
-  // Reports the batch in one call. Caught up means durable per the store's
-  // durability (with group commit the fetched records still wait for their
-  // fsync): one SyncWrites for the whole batch first.
-  const auto flush = [&](std::chrono::steady_clock::time_point* wake) {
-    if (batch.empty()) return;
+  // Reports `batch` (at most kReportBatch) in one call. Caught up means
+  // durable per the store's durability (with group commit the fetched
+  // records still wait for their fsync): one SyncWrites first.
+  const auto report = [&](const std::vector<v1::CaughtUpShard>& batch, std::chrono::steady_clock::time_point* wake) {
     Status st = applier_->SyncWrites();
     StatusOr<v1::ReportCaughtUpResponse> answer = Unavailable("not reported");
     if (st.ok()) {
@@ -173,7 +190,6 @@ void CatchUp::Loop() {
                 << " makes this server a replica of those not refused (" << answer->refused_shards_size()
                 << " refused)";
     }
-    batch.clear();
   };
 
   while (!stopping()) {
@@ -191,39 +207,73 @@ void CatchUp::Loop() {
     }
     for (auto it = retries.begin(); it != retries.end();) it = is_mine(it->first) ? std::next(it) : retries.erase(it);
 
+    // The shards due now, grouped by primary, kMaxShardsPerFetch at most
+    // per group.
     auto wake = std::chrono::steady_clock::now() + kMapPoll;
-    for (uint32_t shard : mine) {
-      if (stopping()) break;
-      if (reported.count(shard) != 0) continue;
-      const bool batched = std::any_of(batch.begin(), batch.end(),
-                                       [shard](const v1::CaughtUpShard& c) { return c.shard() == shard; });
-      if (batched) continue;
-      Retry& retry = retries[shard];
+    struct Group {
+      std::string primary_id;
+      std::vector<uint32_t> shards;
+      Status status;
+      std::vector<uint32_t> dropped;
+    };
+    std::vector<Group> groups;
+    {
+      std::map<std::string, std::vector<uint32_t>> by_primary;
       const auto now = std::chrono::steady_clock::now();
-      if (retry.at > now) {
-        wake = std::min(wake, retry.at);
-        continue;
+      for (uint32_t shard : mine) {
+        if (reported.count(shard) != 0) continue;
+        const auto retry = retries.find(shard);
+        if (retry != retries.end() && retry->second.at > now) {
+          wake = std::min(wake, retry->second.at);
+          continue;
+        }
+        by_primary[map->shard_replicas(static_cast<int>(shard)).server_ids(0)].push_back(shard);
       }
-      const std::string& primary_id = map->shard_replicas(static_cast<int>(shard)).server_ids(0);
-      const v1::ServerInfo* primary = FindServer(*map, primary_id);
-      const Status st = primary == nullptr ? Internal("the map does not list the primary " + primary_id)
-                                           : Sync(*map, shard, *primary);
-      if (stopping()) break;
-      if (!st.ok()) {
-        fail(shard, primary_id, st, &wake);
-        continue;
-      }
-      if (batch.empty()) batch_since = std::chrono::steady_clock::now();
-      v1::CaughtUpShard& c = batch.emplace_back();
-      c.set_shard(shard);
-      c.set_primary_id(primary_id);
-      c.set_sync_map_version(map->version());
-      if (batch.size() >= kReportBatch || std::chrono::steady_clock::now() - batch_since >= kReportDelay) {
-        flush(&wake);
+      for (auto& [primary_id, shards] : by_primary) {
+        for (size_t first = 0; first < shards.size(); first += kMaxShardsPerFetch) {
+          const size_t last = std::min(shards.size(), first + kMaxShardsPerFetch);
+          groups.push_back(Group{primary_id, std::vector<uint32_t>(shards.begin() + first, shards.begin() + last),
+                                 Status::Ok(), {}});
+        }
       }
     }
-    // Nothing else is due in this pass: what is synced goes now.
-    if (!stopping()) flush(&wake);
+    // Up to kParallelFetches groups at once, each on its own thread.
+    for (size_t first = 0; first < groups.size() && !stopping(); first += kParallelFetches) {
+      const size_t last = std::min(groups.size(), first + kParallelFetches);
+      const auto run = [&](Group& g) {
+        const v1::ServerInfo* primary = FindServer(*map, g.primary_id);
+        g.status = primary == nullptr ? Internal("the map does not list the primary " + g.primary_id)
+                                      : Sync(*map, g.shards, *primary, &g.dropped);
+      };
+      std::vector<std::thread> threads;
+      for (size_t i = first + 1; i < last; ++i) threads.emplace_back([&, i] { run(groups[i]); });
+      run(groups[first]);
+      for (std::thread& t : threads) t.join();
+    }
+    if (stopping()) break;
+    std::vector<v1::CaughtUpShard> batch;
+    for (const Group& g : groups) {
+      for (uint32_t shard : g.shards) {
+        if (!g.status.ok()) {
+          fail(shard, g.primary_id, g.status, &wake);
+          continue;
+        }
+        if (std::binary_search(g.dropped.begin(), g.dropped.end(), shard)) {
+          fail(shard, g.primary_id,
+               FailedPrecondition("a newer map no longer lists this server as syncing it from " + g.primary_id),
+               &wake);
+          continue;
+        }
+        v1::CaughtUpShard& c = batch.emplace_back();
+        c.set_shard(shard);
+        c.set_primary_id(g.primary_id);
+        c.set_sync_map_version(map->version());
+      }
+    }
+    for (size_t first = 0; first < batch.size() && !stopping(); first += kReportBatch) {
+      const size_t last = std::min(batch.size(), first + kReportBatch);
+      report(std::vector<v1::CaughtUpShard>(batch.begin() + first, batch.begin() + last), &wake);
+    }
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(wake - std::chrono::steady_clock::now());
     const auto wait = std::clamp(left, std::chrono::milliseconds(1), kMapPoll);
     const uint64_t held = map != nullptr ? map->version() : 0;
@@ -234,19 +284,27 @@ void CatchUp::Loop() {
   syncing_shards_.store(0, std::memory_order_relaxed);
 }
 
-Status CatchUp::Sync(const v1::ClusterMap& map, uint32_t shard, const v1::ServerInfo& primary) {
+Status CatchUp::Sync(const v1::ClusterMap& map, const std::vector<uint32_t>& shards, const v1::ServerInfo& primary,
+                     std::vector<uint32_t>* dropped) {
+  dropped->clear();
   const uint32_t count = map.shard_count();
-  const std::string from = "shard " + std::to_string(shard) + " from " + primary.server_id() + " at " +
-                           primary.admin_address();
+  const std::string from = std::to_string(shards.size()) + " shard(s) (the first " + std::to_string(shards.front()) +
+                           ") from " + primary.server_id() + " at " + primary.admin_address();
   if (primary.admin_address().empty()) return FailedPrecondition("the primary announces no Admin address");
-  applier_->BeginSync(shard, count);
+  for (uint32_t shard : shards) applier_->BeginSync(shard, count);
   struct EndSync {
     Applier* applier;
-    uint32_t shard;
-    ~EndSync() { applier->EndSync(shard); }
-  } end{applier_, shard};
-  StatusOr<uint64_t> since = applier_->ShardHighWater(shard, count);
-  if (!since.ok()) return since.status().WithContext("reading the versions held of shard " + std::to_string(shard));
+    const std::vector<uint32_t>& shards;
+    ~EndSync() {
+      for (uint32_t shard : shards) applier->EndSync(shard);
+    }
+  } end{applier_, shards};
+  // Shard -> its since (the highest version held in it).
+  std::unordered_map<uint32_t, uint64_t> since;
+  {
+    const std::vector<uint64_t> high = applier_->ShardHighWaters(shards, count);
+    for (size_t i = 0; i < shards.size(); ++i) since[shards[i]] = high[i];
+  }
 
   const std::shared_ptr<grpc::Channel> channel =
       grpc::CreateChannel(primary.admin_address(), grpc::InsecureChannelCredentials());
@@ -254,13 +312,16 @@ Status CatchUp::Sync(const v1::ClusterMap& map, uint32_t shard, const v1::Server
   v1::FetchShardRequest req;
   req.set_server_id(source_->server_id());
   req.set_epoch(source_->epoch());
-  req.set_shard(shard);
   req.set_map_version(map.version());
-  req.set_since_version(*since);
+  for (uint32_t shard : shards) {
+    v1::ShardSince* s = req.add_shards();
+    s->set_shard(shard);
+    s->set_since_version(since[shard]);
+  }
 
   std::unordered_set<std::string> listed;
-  std::vector<std::string> holes;
-  uint64_t highest_listed = 0;
+  std::map<uint32_t, std::vector<std::string>> holes;
+  size_t hole_count = 0;
   uint64_t snapshot_version = 0;
   bool done = false;
   Status bad;
@@ -271,9 +332,10 @@ Status CatchUp::Sync(const v1::ClusterMap& map, uint32_t shard, const v1::Server
     if (r.key().empty()) return InvalidArgument("a record with an empty key");
     const std::string where = "record of key '" + control::Printable(r.key()) + "'";
     if (r.version() == 0) return InvalidArgument(where + " carries version 0");
-    if (ShardOf(r.key(), count) != shard) return InvalidArgument(where + " is not of shard " + std::to_string(shard));
+    const uint32_t shard = ShardOf(r.key(), count);
+    const auto held = since.find(shard);
+    if (held == since.end()) return InvalidArgument(where + " is of shard " + std::to_string(shard) + ", not asked for");
     if (!r.has_value() && !r.value().empty()) return InvalidArgument(where + " carries a value but has_value unset");
-    highest_listed = std::max(highest_listed, r.version());
     listed.insert(r.key());
     if (r.has_value()) {
       StatusOr<Applier::FetchedOutcome> out = applier_->InstallFetched(FromProto(r));
@@ -281,11 +343,14 @@ Status CatchUp::Sync(const v1::ClusterMap& map, uint32_t shard, const v1::Server
       if (*out == Applier::FetchedOutcome::kInstalled) values_fetched_.fetch_add(1, std::memory_order_relaxed);
       return Status::Ok();
     }
-    if (r.version() > *since) {
+    if (r.version() > held->second) {
       return InvalidArgument(where + " at version " + std::to_string(r.version()) + " comes without its value (" +
-                             "values above " + std::to_string(*since) + " were asked for)");
+                             "values above " + std::to_string(held->second) + " were asked for)");
     }
-    if (applier_->HeldVersion(r.key()) < r.version()) holes.push_back(r.key());
+    if (applier_->HeldVersion(r.key()) < r.version()) {
+      holes[shard].push_back(r.key());
+      ++hole_count;
+    }
     return Status::Ok();
   };
   {
@@ -300,76 +365,88 @@ Status CatchUp::Sync(const v1::ClusterMap& map, uint32_t shard, const v1::Server
         bad = InvalidArgument("a chunk after the done chunk");
         break;
       }
+      size_t bytes = 0;
       for (const v1::ShardRecord& r : chunk.records()) {
         if (bad = take(r); !bad.ok()) break;
+        bytes += r.key().size() + r.value().size();
       }
       if (chunk.done()) {
         done = true;
         snapshot_version = chunk.snapshot_version();
       }
+      Pace(bytes);
     }
     if (!bad.ok()) ctx.TryCancel();
     const grpc::Status finished = reader->Finish();
-    Untrack();
+    Untrack(&ctx);
     if (!bad.ok()) return bad.WithContext("fetching " + from);
     if (!finished.ok()) return control::FromGrpc(finished).WithContext("fetching " + from);
   }
   if (!done) return DataLoss("the stream of " + from + " ended without its done chunk");
-  if (highest_listed > snapshot_version) {
-    return InvalidArgument("fetching " + from + ": a record at version " + std::to_string(highest_listed) +
-                           " is above the snapshot version " + std::to_string(snapshot_version));
-  }
 
   // Holes: writes missed at versions <= since.
-  for (size_t first = 0; first < holes.size(); first += kFetchKeysBatch) {
-    const size_t last = std::min(holes.size(), first + kFetchKeysBatch);
-    v1::FetchKeysRequest keys;
-    keys.set_server_id(source_->server_id());
-    keys.set_epoch(source_->epoch());
-    keys.set_shard(shard);
-    std::unordered_set<std::string> asked;
-    for (size_t i = first; i < last; ++i) {
-      keys.add_keys(holes[i]);
-      asked.insert(holes[i]);
-    }
-    grpc::ClientContext ctx;
-    control::AttachTokenDigest(&ctx, digest_hex_);
-    ctx.set_deadline(DeadlineIn(options_.keys_timeout));
-    if (!Track(&ctx)) return Status(StatusCode::kCancelled, "stopping");
-    v1::FetchKeysResponse got;
-    const grpc::Status answered = stub->FetchKeys(&ctx, keys, &got);
-    Untrack();
-    if (!answered.ok()) return control::FromGrpc(answered).WithContext("fetching missed keys of " + from);
-    for (const v1::ShardRecord& r : got.records()) {
-      if (asked.count(r.key()) == 0) {
-        return InvalidArgument("fetching missed keys of " + from + ": key '" + control::Printable(r.key()) +
-                               "' was not asked for");
+  for (const auto& [shard, keys_of_shard] : holes) {
+    for (size_t first = 0; first < keys_of_shard.size(); first += kFetchKeysBatch) {
+      const size_t last = std::min(keys_of_shard.size(), first + kFetchKeysBatch);
+      v1::FetchKeysRequest keys;
+      keys.set_server_id(source_->server_id());
+      keys.set_epoch(source_->epoch());
+      keys.set_shard(shard);
+      std::unordered_set<std::string> asked;
+      for (size_t i = first; i < last; ++i) {
+        keys.add_keys(keys_of_shard[i]);
+        asked.insert(keys_of_shard[i]);
       }
-      // Absent keys were deleted since the snapshot (the delete was
-      // forwarded here); a newer version than listed is a write since
-      // (forwarded too): the replica rule sorts both out.
-      StatusOr<Applier::FetchedOutcome> out = applier_->InstallFetched(FromProto(r));
-      if (!out.ok()) return out.status().WithContext("fetching missed keys of " + from);
-      if (*out == Applier::FetchedOutcome::kInstalled) values_fetched_.fetch_add(1, std::memory_order_relaxed);
+      grpc::ClientContext ctx;
+      control::AttachTokenDigest(&ctx, digest_hex_);
+      ctx.set_deadline(DeadlineIn(options_.keys_timeout));
+      if (!Track(&ctx)) return Status(StatusCode::kCancelled, "stopping");
+      v1::FetchKeysResponse got;
+      const grpc::Status answered = stub->FetchKeys(&ctx, keys, &got);
+      Untrack(&ctx);
+      if (!answered.ok()) return control::FromGrpc(answered).WithContext("fetching missed keys of " + from);
+      size_t bytes = 0;
+      for (const v1::ShardRecord& r : got.records()) {
+        if (asked.count(r.key()) == 0) {
+          return InvalidArgument("fetching missed keys of " + from + ": key '" + control::Printable(r.key()) +
+                                 "' was not asked for");
+        }
+        // Absent keys were deleted since the snapshot (the delete was
+        // forwarded here); a newer version than listed is a write since
+        // (forwarded too): the replica rule sorts both out.
+        StatusOr<Applier::FetchedOutcome> out = applier_->InstallFetched(FromProto(r));
+        if (!out.ok()) return out.status().WithContext("fetching missed keys of " + from);
+        if (*out == Applier::FetchedOutcome::kInstalled) values_fetched_.fetch_add(1, std::memory_order_relaxed);
+        bytes += r.key().size() + r.value().size();
+      }
+      Pace(bytes);
     }
   }
 
-  // The sync counts only if this server stayed a syncing member of the
-  // shard under this primary (as far as this server saw): otherwise writes
+  // A shard's sync counts only if this server stayed a syncing member of
+  // it under this primary (as far as this server saw): otherwise writes
   // of a map that left it out may be missing.
   const std::shared_ptr<const v1::ClusterMap> now = source_->map();
-  const std::vector<uint32_t> still =
-      now != nullptr ? SyncingShards(*now, source_->server_id(), source_->epoch()) : std::vector<uint32_t>{};
-  if (now == nullptr || now->shard_count() != count || !std::binary_search(still.begin(), still.end(), shard) ||
-      now->shard_replicas(static_cast<int>(shard)).server_ids(0) != primary.server_id()) {
+  if (now == nullptr || now->shard_count() != count) {
     return FailedPrecondition("map version " + std::to_string(now != nullptr ? now->version() : 0) +
-                              " no longer lists this server as syncing " + from);
+                              " changed the shard count while fetching " + from);
   }
-  StatusOr<uint64_t> deleted = applier_->DeleteUnlisted(shard, count, snapshot_version, listed);
+  const std::vector<uint32_t> still = SyncingShards(*now, source_->server_id(), source_->epoch());
+  std::vector<uint32_t> kept;
+  for (uint32_t shard : shards) {
+    if (std::binary_search(still.begin(), still.end(), shard) &&
+        now->shard_replicas(static_cast<int>(shard)).server_ids(0) == primary.server_id()) {
+      kept.push_back(shard);
+    } else {
+      dropped->push_back(shard);
+    }
+  }
+  if (kept.empty()) return Status::Ok();
+  StatusOr<uint64_t> deleted = applier_->DeleteUnlisted(kept, count, snapshot_version, listed);
   if (!deleted.ok()) return deleted.status().WithContext("deleting keys gone from " + from);
-  LOG(INFO) << "fetched " << from << ": " << listed.size() << " records listed (values above " << *since
-            << "), " << holes.size() << " missed, " << *deleted << " deleted while away; snapshot version "
-            << snapshot_version;
+  LOG(INFO) << "fetched " << from << ": " << listed.size() << " records listed, " << hole_count << " missed, "
+            << *deleted << " deleted while away; cut at version " << snapshot_version << "; "
+            << dropped->size() << " no longer syncing";
   return Status::Ok();
 }
 

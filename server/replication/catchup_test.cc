@@ -100,13 +100,15 @@ struct Node {
   // Every record held, with values: key -> (version, value).
   std::map<std::string, std::pair<uint64_t, std::string>> Contents() {
     std::map<std::string, std::pair<uint64_t, std::string>> all;
-    for (uint32_t shard = 0; shard < kShards; ++shard) {
-      std::vector<Applier::ShardRecord> records;
-      uint64_t unused = 0;
-      const Status s = applier->SnapshotShard(shard, kShards, 0, [] { return Status::Ok(); }, &records, &unused);
-      EXPECT_TRUE(s.ok()) << s;
-      for (Applier::ShardRecord& r : records) all[r.key] = {r.version, std::move(r.value)};
-    }
+    std::vector<uint32_t> shards(kShards);
+    for (uint32_t shard = 0; shard < kShards; ++shard) shards[shard] = shard;
+    std::vector<Applier::ShardRecord> records;
+    uint64_t unused = 0;
+    const Status s = applier->ListShards(shards, kShards, [] { return Status::Ok(); }, &records, &unused);
+    EXPECT_TRUE(s.ok()) << s;
+    std::vector<std::string> keys;
+    for (const Applier::ShardRecord& r : records) keys.push_back(r.key);
+    for (Applier::ShardRecord& r : applier->ReadKeys(keys)) all[r.key] = {r.version, std::move(r.value)};
     return all;
   }
 
@@ -234,9 +236,11 @@ class CatchUpTest : public ::testing::Test {
     return answer;
   }
 
-  void StartCatchUp() {
+  // rate_bytes_per_s: CatchUpOptions' (0: no limit).
+  void StartCatchUp(uint64_t rate_bytes_per_s = 0) {
     CatchUpOptions options;
     options.token = kToken;
+    options.rate_bytes_per_s = rate_bytes_per_s;
     options.initial_backoff = 10ms;
     options.max_backoff = 200ms;
     auto created = CatchUp::Create(
@@ -368,10 +372,60 @@ TEST_F(CatchUpTest, ShardsCaughtUpTogetherAreReportedInOneCall) {
   WaitAllCaughtUp();
   EXPECT_EQ(s_->Contents(), p_->Contents());
   std::lock_guard lock(report_mu_);
-  // kShards shards synced in well under kReportDelay each: one report, or
-  // two when a pass straddled the delay on a slow machine.
-  EXPECT_LE(reports_moving_, 2) << "reports that moved shards, for " << kShards << " shards";
+  // Every shard is fetched in the one stream from p, and reported in one
+  // call.
+  EXPECT_EQ(reports_moving_, 1) << "reports that moved shards, for " << kShards << " shards";
   EXPECT_EQ(catch_up_->stats().syncs_completed, kShards);
+}
+
+// The fetch is paced to rate_bytes_per_s: its keys and values take at
+// least their size over the rate (less the pacing's burst).
+TEST_F(CatchUpTest, ACatchUpIsPacedToItsRate) {
+  service_->Attach(&p_->source);
+  board_.Install(MakeMap(3, p_admin_, {}));
+  constexpr int kKeys = 40;
+  const std::string value(2000, 'v');
+  for (int i = 0; i < kKeys; ++i) ASSERT_EQ(p_->Put(Key(i), value).status_code, 0);
+  board_.Install(MakeMap(4, p_admin_, AllShards()));
+  constexpr uint64_t kRate = 40'000;  // bytes per second: about 2 s for 80 KB
+  const auto start = std::chrono::steady_clock::now();
+  StartCatchUp(kRate);
+  WaitAllCaughtUp();
+  const auto took = std::chrono::steady_clock::now() - start;
+  EXPECT_EQ(s_->Contents(), p_->Contents());
+  const uint64_t bytes = catch_up_->stats().bytes_fetched;
+  EXPECT_GE(bytes, uint64_t{kKeys} * value.size());
+  // A lower bound only: the pacing sleeps at least this long; a loaded
+  // machine only makes it longer.
+  const auto least = std::chrono::milliseconds(bytes * 1000 / kRate) - CatchUp::kPaceBurst;
+  EXPECT_GE(took, least) << "fetched " << bytes << " bytes at " << kRate << " bytes/s";
+}
+
+// A slow catch-up stream (paced far below what the link allows, as a
+// loaded network would hold it) does not hold the primary's writes: client
+// PUTs and DELETEs to the primary complete while the stream is still
+// running, and the fetcher ends with every one of them.
+TEST_F(CatchUpTest, ClientWritesKeepCompletingWhileACatchUpStreamIsSlow) {
+  service_->Attach(&p_->source);
+  board_.Install(MakeMap(3, p_admin_, {}));
+  constexpr int kKeys = 200;
+  const std::string value(2000, 'v');
+  for (int i = 0; i < kKeys; ++i) ASSERT_EQ(p_->Put(Key(i), value).status_code, 0);
+  board_.Install(MakeMap(4, p_admin_, AllShards()));
+  // 400 KB at 80 KB/s, in chunks of at most ReplicaService::kChunkBytes:
+  // about 5 s.
+  StartCatchUp(/*rate_bytes_per_s=*/80'000);
+  ASSERT_TRUE(rkv::testing::WaitFor("the stream started", [&] { return catch_up_->stats().records_listed > 0; },
+                                    kDeadline));
+  for (int i = 0; i < 2 * kKeys; ++i) {
+    const protocol::ReplyMsg r = i % 10 == 9 ? p_->Del(Key(i / 2)) : p_->Put(Key(i), "during-" + std::to_string(i));
+    ASSERT_EQ(r.status_code, 0) << r.message;
+  }
+  // Every write completed while no shard had been reported caught up yet:
+  // none waited for the stream.
+  EXPECT_EQ(Reported(), 0u) << "the writes waited for the catch-up to end";
+  WaitAllCaughtUp();
+  EXPECT_EQ(s_->Contents(), p_->Contents());
 }
 
 TEST_F(CatchUpTest, AFailedAttemptIsRetriedAndItsHolesAreFetchedByKey) {
@@ -457,20 +511,24 @@ TEST_F(CatchUpTest, FetchesFromServersThatAreNotSyncingOrWithoutTheTokenAreRefus
   board_.Install(MakeMap(3, p_admin_, {1}));
   const auto channel = grpc::CreateChannel(p_admin_, grpc::InsecureChannelCredentials());
   const auto stub = v1::Replica::NewStub(channel);
-  const auto fetch = [&](const std::string& token, const std::string& id, uint64_t epoch, uint32_t shard) {
+  const auto fetch_shards = [&](const std::string& token, const std::string& id, uint64_t epoch,
+                                const std::vector<uint32_t>& shards) {
     grpc::ClientContext ctx;
     if (!token.empty()) control::AttachToken(&ctx, token);
     ctx.set_deadline(std::chrono::system_clock::now() + kDeadline);
     v1::FetchShardRequest req;
     req.set_server_id(id);
     req.set_epoch(epoch);
-    req.set_shard(shard);
+    for (uint32_t shard : shards) req.add_shards()->set_shard(shard);
     req.set_map_version(3);
     auto reader = stub->FetchShard(&ctx, req);
     v1::ShardChunk chunk;
     while (reader->Read(&chunk)) {
     }
     return control::FromGrpc(reader->Finish());
+  };
+  const auto fetch = [&](const std::string& token, const std::string& id, uint64_t epoch, uint32_t shard) {
+    return fetch_shards(token, id, epoch, {shard});
   };
   EXPECT_EQ(fetch("", "s", 2, 1).code(), StatusCode::kUnauthenticated);
   EXPECT_EQ(fetch("wrong token", "s", 2, 1).code(), StatusCode::kUnauthenticated);
@@ -485,6 +543,16 @@ TEST_F(CatchUpTest, FetchesFromServersThatAreNotSyncingOrWithoutTheTokenAreRefus
   s = fetch(kToken, "s", 2, kShards);
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s;
   EXPECT_TRUE(fetch(kToken, "s", 2, 1).ok());
+  // A stream of several shards: each must be one the fetcher syncs, once.
+  s = fetch_shards(kToken, "s", 2, {});
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s;
+  EXPECT_NE(s.message().find("asks for 0 shards"), std::string::npos) << s;
+  s = fetch_shards(kToken, "s", 2, {1, 1});
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s;
+  EXPECT_NE(s.message().find("shard 1 asked for twice"), std::string::npos) << s;
+  s = fetch_shards(kToken, "s", 2, {1, 0});
+  EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition) << s;
+  EXPECT_NE(s.message().find("not syncing shard 0"), std::string::npos) << s;
   // FetchKeys: the same checks.
   {
     grpc::ClientContext ctx;

@@ -1,6 +1,7 @@
 #include "server/replication/replica_service.h"
 
 #include <algorithm>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -84,6 +85,10 @@ grpc::Status ReplicaService::FetchShard(grpc::ServerContext* context, const v1::
   if (Status s = control::ValidateServerAndEpoch(request->server_id(), request->epoch()); !s.ok()) {
     return control::ToGrpc(s.WithContext("FetchShard"));
   }
+  if (request->shards_size() == 0 || request->shards_size() > kMaxFetchShards) {
+    return control::ToGrpc(InvalidArgument("FetchShard asks for " + std::to_string(request->shards_size()) +
+                                           " shards (1.." + std::to_string(kMaxFetchShards) + " allowed)"));
+  }
   MapSource* const src = source();
   if (src == nullptr) return control::ToGrpc(FailedPrecondition("FetchShard: this server has not joined a cluster yet"));
   std::shared_ptr<const v1::ClusterMap> map = src->map();
@@ -96,52 +101,90 @@ grpc::Status ReplicaService::FetchShard(grpc::ServerContext* context, const v1::
                            ", which lists the fetcher"));
     }
   }
-  std::vector<Applier::ShardRecord> records;
-  uint64_t snapshot_version = 0;
+  // The shards asked for, each below the map's shard_count and once, with
+  // the version above which their values are sent.
   uint32_t shard_count = 0;
+  std::vector<uint32_t> shards;
+  std::unordered_map<uint32_t, uint64_t> since;
   {
     const std::shared_ptr<const v1::ClusterMap> now = src->map();
-    if (Status s = CheckFetcher(*src, now.get(), request->server_id(), request->epoch(), request->shard()); !s.ok()) {
-      return control::ToGrpc(s.WithContext("FetchShard"));
+    shard_count = now != nullptr ? now->shard_count() : 0;  // CheckFetcher refuses a map without shards
+    for (const v1::ShardSince& s : request->shards()) {
+      if (!since.emplace(s.shard(), s.since_version()).second) {
+        return control::ToGrpc(InvalidArgument("FetchShard: shard " + std::to_string(s.shard()) + " asked for twice"));
+      }
+      if (Status st = CheckFetcher(*src, now.get(), request->server_id(), request->epoch(), s.shard()); !st.ok()) {
+        return control::ToGrpc(st.WithContext("FetchShard"));
+      }
+      shards.push_back(s.shard());
     }
-    shard_count = now->shard_count();
   }
-  // The map is read again holding the Applier's writes_gate_ exclusively:
-  // the one that routes every write after the snapshot must list the
-  // fetcher.
-  const Status taken = applier_->SnapshotShard(
-      request->shard(), shard_count, request->since_version(),
+  // The map is read again at the cut (the Applier's writes_gate_ held
+  // exclusively): the one that routes every write after the cut must list
+  // the fetcher as syncing each shard.
+  std::vector<Applier::ShardRecord> listed;
+  uint64_t snapshot_version = 0;
+  const Status taken = applier_->ListShards(
+      shards, shard_count,
       [&] {
         const std::shared_ptr<const v1::ClusterMap> now = src->map();
         if (now != nullptr && now->shard_count() != shard_count) {
           return Unavailable("the map's shard_count changed during the fetch; retry");
         }
-        return CheckFetcher(*src, now.get(), request->server_id(), request->epoch(), request->shard());
+        for (uint32_t shard : shards) {
+          RKV_RETURN_IF_ERROR(CheckFetcher(*src, now.get(), request->server_id(), request->epoch(), shard));
+        }
+        return Status::Ok();
       },
-      &records, &snapshot_version);
+      &listed, &snapshot_version);
   if (!taken.ok()) {
-    VLOG(1) << "FetchShard of shard " << request->shard() << " by " << request->server_id() << " refused: " << taken;
+    VLOG(1) << "FetchShard of " << shards.size() << " shard(s) by " << request->server_id() << " refused: " << taken;
     return control::ToGrpc(taken.WithContext("FetchShard"));
   }
-  LOG(INFO) << "sending shard " << request->shard() << " (" << records.size() << " records, snapshot version "
-            << snapshot_version << ", values above " << request->since_version() << ") to "
-            << request->server_id();
+  LOG(INFO) << "sending " << shards.size() << " shard(s) (the first " << shards.front() << "; " << listed.size()
+            << " records, cut at version " << snapshot_version << ") to " << request->server_id();
+  // Records at or below their shard's since_version go as listed (version
+  // only); the values of the others are read now, kReadBatch keys at a
+  // time under the table's lock alone: a key rewritten since the cut
+  // comes at its newer version, one deleted since is left out (both
+  // changes were forwarded to the fetcher too).
   v1::ShardChunk chunk;
   size_t bytes = 0;
-  for (const Applier::ShardRecord& r : records) {
+  const auto send = [&]() -> bool {
+    if (!writer->Write(chunk)) return false;
+    records_served_.fetch_add(static_cast<uint64_t>(chunk.records_size()), std::memory_order_relaxed);
+    chunk.Clear();
+    bytes = 0;
+    return true;
+  };
+  const auto add = [&](const Applier::ShardRecord& r) -> bool {
     Fill(chunk.add_records(), r);
     bytes += r.key.size() + r.value.size() + 32;
-    if (static_cast<size_t>(chunk.records_size()) >= kChunkRecords || bytes >= kChunkBytes) {
-      if (!writer->Write(chunk)) return grpc::Status(grpc::StatusCode::CANCELLED, "the fetcher went away");
-      records_served_.fetch_add(static_cast<uint64_t>(chunk.records_size()), std::memory_order_relaxed);
-      chunk.Clear();
-      bytes = 0;
+    return (static_cast<size_t>(chunk.records_size()) < kChunkRecords && bytes < kChunkBytes) || send();
+  };
+  std::vector<std::string> to_read;
+  const auto read = [&]() -> bool {
+    for (const Applier::ShardRecord& r : applier_->ReadKeys(to_read)) {
+      if (!add(r)) return false;
+    }
+    to_read.clear();
+    return true;
+  };
+  for (Applier::ShardRecord& r : listed) {
+    if (context->IsCancelled()) return grpc::Status(grpc::StatusCode::CANCELLED, "the fetcher went away");
+    if (r.version <= since[ShardOf(r.key, shard_count)]) {
+      if (!add(r)) return grpc::Status(grpc::StatusCode::CANCELLED, "the fetcher went away");
+      continue;
+    }
+    to_read.push_back(std::move(r.key));
+    if (to_read.size() >= kReadBatch && !read()) {
+      return grpc::Status(grpc::StatusCode::CANCELLED, "the fetcher went away");
     }
   }
-  records_served_.fetch_add(static_cast<uint64_t>(chunk.records_size()), std::memory_order_relaxed);
+  if (!read()) return grpc::Status(grpc::StatusCode::CANCELLED, "the fetcher went away");
   chunk.set_done(true);
   chunk.set_snapshot_version(snapshot_version);
-  if (!writer->Write(chunk)) return grpc::Status(grpc::StatusCode::CANCELLED, "the fetcher went away");
+  if (!send()) return grpc::Status(grpc::StatusCode::CANCELLED, "the fetcher went away");
   return grpc::Status::OK;
 }
 

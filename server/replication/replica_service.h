@@ -3,15 +3,22 @@
 // answering only callers presenting the cluster credential's digest
 // (ClusterToken, server/options.h), which no client holds.
 //
-// FetchShard(server S, epoch, shard s, map_version V, since_version):
-// waits up to kMapWait for a map >= V (DEADLINE_EXCEEDED otherwise), then,
-// holding the Applier's writes_gate_ exclusively (Applier::SnapshotShard),
-// checks in the map it holds then that this server, at its epoch, is the primary of s and
-// that S, at that epoch, is among s's syncing servers (FAILED_PRECONDITION
-// naming which it is not), and takes the snapshot: every record of s with
-// its version, values only above since_version. It streams them in chunks
-// of at most kChunkRecords records and about kChunkBytes bytes, then a
-// `done` chunk with snapshot_version.
+// FetchShard(server S, epoch, map_version V, shards s1..sn each with its
+// since_version): 1..kMaxFetchShards distinct shards (INVALID_ARGUMENT
+// otherwise); waits up to kMapWait for a map >= V (DEADLINE_EXCEEDED
+// otherwise); checks in the map it holds that this server, at its epoch,
+// is the primary of every s and that S, at that epoch, is among each one's
+// syncing servers (FAILED_PRECONDITION naming which it is not), then again
+// at the cut (Applier::ListShards: writes_gate_ held exclusively only while
+// the client writes in flight end), lists the shards' keys and versions in
+// one pass over the table, and streams them in chunks of at most
+// kChunkRecords records and about kChunkBytes bytes: a record at or below
+// its shard's since_version as listed, the others with their value as read
+// then, kReadBatch keys at a time under the table's lock alone (a newer
+// version when rewritten since the cut; left out when deleted since). Then
+// a `done` chunk with snapshot_version, the cut. The stream's pace is the
+// fetcher's: gRPC's flow control holds the sender while the fetcher does
+// not read, and the sender holds no lock meanwhile.
 //
 // FetchKeys(server S, epoch, shard s, keys): the same checks on the map
 // held now (no wait, no snapshot); each key must be 1..max_key_bytes and
@@ -40,7 +47,9 @@ class ReplicaService final : public v1::Replica::Service {
  public:
   static constexpr std::chrono::milliseconds kMapWait{2000};
   static constexpr size_t kChunkRecords = 1024;
-  static constexpr size_t kChunkBytes = 1 << 20;
+  static constexpr size_t kChunkBytes = 256 << 10;
+  static constexpr int kMaxFetchShards = 1024;
+  static constexpr size_t kReadBatch = 256;
   static constexpr int kMaxFetchKeys = 1024;
 
   // `applier` must outlive the service; `max_key_bytes` is the server's
