@@ -115,7 +115,10 @@ void CatchUp::Pace(size_t bytes) {
     until = pace_next_;
   }
   MutexLock lock(mu_);
-  (void)stop_cv_.WaitUntil(mu_, until, [&] { return stopping_; });
+  (void)stop_cv_.WaitUntil(mu_, until, [&] {
+    mu_.AssertHeld();
+    return stopping_;
+  });
 }
 
 CatchUp::Stats CatchUp::stats() const {
