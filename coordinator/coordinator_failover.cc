@@ -228,9 +228,10 @@ StatusOr<v1::ReportReplicaFailureResponse> CoordinatorState::ReportReplicaFailur
   for (uint32_t shard : r.shards()) {
     if (!Contains(reporter.info.shards(), shard)) continue;
     if (std::binary_search(backup.handover_shards.begin(), backup.handover_shards.end(), shard)) {
-      // The primary of a shard in handover accepts no write, so it has
-      // none to report; taking the old primary out early would end the
-      // wait that keeps it from accepting writes on an old map.
+      // The old primary stays a backup until the handover ends: a client
+      // may still read it by a lease granted on a map that made it the
+      // primary, so the new primary's writes must reach it (a write it
+      // does not acknowledge fails rather than completing without it).
       return FailedPrecondition("server " + r.backup_id() + " is handing shard " + std::to_string(shard) +
                                 " over to " + r.server_id() + "; it stays a backup until the handover ends");
     }

@@ -218,11 +218,17 @@ std::optional<protocol::ReplyMsg> Applier::RefuseWithoutLease(uint64_t request_i
   // The lease covers the map this server holds now, which may be newer than
   // the route's (a freeze in the middle of this write, then a new grant):
   // that map must still make this server the primary, with no backup the
-  // route did not have (one that may lack the write).
+  // route did not have (one that may lack the write). A server added as
+  // syncing is no such backup: its catch-up cut on this server
+  // (ListShards) takes writes_gate_ exclusively, so it waits for this
+  // write, which holds it shared until it replies, and lists it if it is
+  // published. Refusing here would fail a client write for every shard
+  // that re-replication starts (docs/design.md §5.7, step 5).
   StatusOr<WriteRoute> now = replication_.policy->RouteWrite(key);
   Status changed = now.status();
   if (changed.ok()) {
     for (const ReplicaPeer& b : now->backups) {
+      if (b.syncing) continue;
       const bool routed = std::any_of(route.backups.begin(), route.backups.end(), [&](const ReplicaPeer& r) {
         return r.server_id == b.server_id && r.epoch == b.epoch;
       });

@@ -47,12 +47,6 @@ std::vector<std::string_view> SyncingOf(const v1::ClusterMap& map, uint32_t shar
   return ids;
 }
 
-// The old primary of `shard` while its role passes on; empty otherwise.
-std::string_view HandoverFrom(const v1::ClusterMap& map, uint32_t shard) {
-  if (shard >= static_cast<uint32_t>(map.shard_replicas_size())) return {};
-  return map.shard_replicas(static_cast<int>(shard)).handover_from();
-}
-
 // Why `map` cannot tell this server its role yet, or OK: it must assign
 // the shards and list this server at its own epoch.
 Status CheckAssigned(const v1::ClusterMap& map, const MapSource& self) {
@@ -114,17 +108,14 @@ StatusOr<WriteRoute> MapPolicy::RouteWrite(std::string_view key) {
                       std::string(replicas[0]) + ")",
                   Reason::kNotPrimary, map->version());
   }
-  // During a handover neither the old primary (no longer first) nor the
-  // new one accepts writes: a lease granted on a map that made the old one
-  // the primary may still be valid. Nothing is applied, so the client
-  // resends (Reason::kHandover) until the coordinator clears
-  // handover_from.
-  if (const std::string_view from = HandoverFrom(*map, shard); !from.empty()) {
-    return Status(StatusCode::kFailedPrecondition,
-                  "not the primary of shard " + std::to_string(shard) + " in " + VersionOf(*map) + " (handover from " +
-                      std::string(from) + "); nothing applied",
-                  Reason::kHandover, map->version());
-  }
+  // During a handover (handover_from set) the new primary takes writes
+  // at once: the old one, still listed as a backup and never taken out
+  // until the coordinator clears handover_from (every lease granted on a
+  // map that made it the primary has ended by then), must acknowledge each
+  // one first, so a client reading it by an old lease sees every
+  // acknowledged write; and it takes none itself (it is not first in this
+  // map, and its own forwards are refused by this server, which is).
+  // docs/design.md §8.9, "Handover".
   WriteRoute route;
   route.map_version = map->version();
   route.shard = shard;
@@ -133,14 +124,15 @@ StatusOr<WriteRoute> MapPolicy::RouteWrite(std::string_view key) {
   // that a write may be acknowledged without it. Syncing servers follow
   // the backups and are forwarded to (and reported) exactly like them.
   std::vector<std::string_view> targets(replicas.begin() + 1, replicas.end());
+  const size_t backups = targets.size();
   for (std::string_view id : SyncingOf(*map, shard)) targets.push_back(id);
-  for (std::string_view id : targets) {
-    const v1::ServerInfo* backup = FindServer(*map, id);
+  for (size_t i = 0; i < targets.size(); ++i) {
+    const v1::ServerInfo* backup = FindServer(*map, targets[i]);
     if (backup == nullptr) {
-      return Internal(VersionOf(*map) + " names backup " + std::string(id) + " of shard " + std::to_string(shard) +
-                      " but does not list it");
+      return Internal(VersionOf(*map) + " names backup " + std::string(targets[i]) + " of shard " +
+                      std::to_string(shard) + " but does not list it");
     }
-    route.backups.push_back(ReplicaPeer{backup->server_id(), backup->epoch(), backup->data_address()});
+    route.backups.push_back(ReplicaPeer{backup->server_id(), backup->epoch(), backup->data_address(), i >= backups});
   }
   return route;
 }

@@ -63,9 +63,9 @@ class MapPolicy final : public ReplicationPolicy {
   // without a map) without a map, with a map that assigns no shards yet,
   // or with one that lists this server at another epoch (or not at all),
   // and when this server is not the primary (the message names the shard
-  // and its primary); Reason::kHandover while the shard's handover_from is
-  // set (the role is passing to this server: no write until the
-  // coordinator clears it). Nothing is written in either case, so the
+  // and its primary). During a handover (handover_from set) the new
+  // primary routes writes as usual: the old one is one of its backups
+  // until the coordinator clears it. Nothing is written on a refusal, so the
   // client may resend (docs/design.md §5.6). The backups are every other server of the
   // shard's replica list, in map order, then its syncing servers
   // (syncing_ids), DOWN ones included: only the coordinator takes one out

@@ -355,32 +355,40 @@ TEST(MapPolicyTest, ASyncingServerAcceptsItsPrimarysForwardsButNoClientWrites) {
   EXPECT_TRUE(Contains(client, "not the primary of shard 1 in map version 5")) << client;
 }
 
-TEST(MapPolicyTest, DuringAHandoverNeitherTheNewNorTheOldPrimaryTakesWrites) {
+TEST(MapPolicyTest, DuringAHandoverTheNewPrimaryTakesWritesAndForwardsThemToTheOldOne) {
   v1::ClusterMap m = MakeMap(7, kThree, kR3);
   // Shard 1 passes from c to b: b first, c kept as a backup.
   m.mutable_shard_replicas(1)->set_handover_from("c");
   ASSERT_TRUE(CheckReplicaLists(m).ok()) << CheckReplicaLists(m);
-  for (const auto& [id, epoch] : std::vector<std::pair<std::string, uint64_t>>{{"b", 12}, {"c", 13}}) {
-    FakeMapSource source(id, epoch);
+  {
+    // c is no longer first: it refuses, and the client goes to b.
+    FakeMapSource source("c", 13);
     source.Install(m);
     MapPolicy policy(&source);
     const Status s = policy.RouteWrite(KeyOfShard(1)).status();
-    EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition) << id;
-    EXPECT_TRUE(Contains(s, "not the primary of shard 1 in map version 7")) << s;
-    // b is first but the role is still passing to it; c is no longer first.
-    EXPECT_EQ(s.reason(), id == "b" ? Reason::kHandover : Reason::kNotPrimary) << id;
-    EXPECT_EQ(s.map_version(), 7u) << id;
+    EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition);
+    EXPECT_EQ(s.reason(), Reason::kNotPrimary);
+    EXPECT_TRUE(Contains(s, "not the primary of shard 1 in map version 7 (its primary is b)")) << s;
+    // And it refuses b's forwards only until it has learned the map
+    // that makes b the primary: under it, b's forwards are accepted.
+    EXPECT_TRUE(policy.AcceptReplica("b", KeyOfShard(1), 7).ok());
   }
+  // b takes the write at once and forwards it to every other member, c
+  // (the old primary, which clients holding an older lease may still read)
+  // among them.
   FakeMapSource source("b", 12);
   source.Install(m);
   MapPolicy policy(&source);
-  const Status s = policy.RouteWrite(KeyOfShard(1)).status();
-  EXPECT_TRUE(Contains(s, "(handover from c); nothing applied")) << s;
-  // Cleared: b takes writes again.
-  m.set_version(8);
-  m.mutable_shard_replicas(1)->clear_handover_from();
-  source.Install(m);
-  EXPECT_TRUE(policy.RouteWrite(KeyOfShard(1)).ok());
+  StatusOr<WriteRoute> route = policy.RouteWrite(KeyOfShard(1));
+  ASSERT_TRUE(route.ok()) << route.status();
+  std::vector<std::string> to;
+  for (const ReplicaPeer& p : route->backups) to.push_back(p.server_id);
+  EXPECT_NE(std::find(to.begin(), to.end(), "c"), to.end()) << "the old primary must get every write of the handover";
+  // b, now first, refuses a forward from c (a write c took on an older
+  // map cannot complete against b).
+  const Status from_c = policy.AcceptReplica("c", KeyOfShard(1), 6);
+  EXPECT_EQ(from_c.code(), StatusCode::kFailedPrecondition) << from_c;
+  EXPECT_TRUE(Contains(from_c, "c is not the primary of shard 1")) << from_c;
 }
 
 TEST(MapPolicyTest, ABackupRefusesClientWritesNamingShardVersionAndPrimary) {

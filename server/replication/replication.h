@@ -28,6 +28,8 @@ struct ReplicaPeer {
   std::string server_id;
   uint64_t epoch = 0;
   std::string data_address;  // HOST:PORT of its data plane
+  // Catching up on the shard (in its syncing_ids), not yet a backup.
+  bool syncing = false;
 };
 
 // Where a key's writes must go, decided from one map version.
@@ -49,8 +51,7 @@ class ReplicationPolicy {
   // to when this server is the primary of the key's shard in the current
   // map; FAILED_PRECONDITION with Reason::kNotPrimary and the map version
   // when it is not, or has no role yet (no complete map, or one from before
-  // its restart), so the client refetches the map and resends; with
-  // Reason::kHandover while the shard's primary role passes on.
+  // its restart), so the client refetches the map and resends.
   virtual StatusOr<WriteRoute> RouteWrite(std::string_view key) = 0;
 
   // A backup did not acknowledge a forwarded write of `shard` in time (or

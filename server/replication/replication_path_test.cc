@@ -490,6 +490,22 @@ TEST_F(ReplicationPathTest, AMapChangedDuringTheWriteRefusesToPublishIt) {
   EXPECT_EQ(put->reason, static_cast<uint8_t>(Reason::kOutcomeUnknown));
   EXPECT_EQ(Get(primary_, "k"), GetResult());
 
+  // A map that only added a syncing server meanwhile (re-replication
+  // starting): the write publishes. That server's catch-up cut waits for
+  // this write (writes_gate_) and lists it.
+  primary_.policy.SetRoute(WriteRoute{kMapVersion, kShard,
+                                      {ReplicaPeer{backups_[0].id, backups_[0].server->epoch(),
+                                                   backups_[0].server->address()},
+                                       ReplicaPeer{backups_[1].id, 1, "127.0.0.1:1"}}});  // fails at once
+  WriteRoute syncing_added{kMapVersion + 1, kShard,
+                           {ReplicaPeer{backups_[0].id, backups_[0].server->epoch(), backups_[0].server->address()},
+                            ReplicaPeer{"s-newcomer", 1, "127.0.0.1:1", /*syncing=*/true}}};
+  primary_.policy.SetRouteAfterReport(syncing_added);
+  auto kept = client->Send(protocol::Op::kPut, "s", "v", 0, 4);
+  ASSERT_TRUE(kept.ok()) << kept.status();
+  EXPECT_EQ(Code(*kept), StatusCode::kOk) << kept->message;
+  EXPECT_EQ(Get(primary_, "s"), GetResult(std::pair(std::string("v"), kept->version)));
+
   // A map that moved the shard away meanwhile.
   primary_.policy.SetRoute(WriteRoute{kMapVersion, kShard,
                                       {ReplicaPeer{backups_[1].id, 1, "127.0.0.1:1"}}});  // fails at once
