@@ -188,6 +188,7 @@ built=$(date -u -r "$server_bin" +'%Y-%m-%d %H:%M UTC')
 head -c 32 /dev/urandom | base64 >"$work/token"
 head -c 32 /dev/urandom | base64 >"$work/cluster_token"
 "$coordinator_bin" --listen="$coordinator" --data_dir="$work/coordinator" --token_file="$work/token" \
+  --cluster_token_file="$work/cluster_token" \
   --servers=3 --replicas=3 --shards=1024 --replace_after_ms="$replace_after_ms" \
   >"$work/coordinator.out" 2>"$work/coordinator.log" &
 pids+=($!)

@@ -17,8 +17,25 @@ using control::CheckToken;
 using control::ToGrpc;
 
 CoordinatorService::CoordinatorService(CoordinatorState* state, std::string token_digest_hex,
-                                       const LeaderGate* gate)
-    : state_(state), gate_(gate), token_digest_hex_(std::move(token_digest_hex)) {}
+                                       const LeaderGate* gate, std::string cluster_digest_hex)
+    : state_(state),
+      gate_(gate),
+      token_digest_hex_(std::move(token_digest_hex)),
+      cluster_digest_hex_(std::move(cluster_digest_hex)) {}
+
+grpc::Status CoordinatorService::CheckServerCaller(const grpc::ServerContextBase* context,
+                                                   std::string_view rpc) const {
+  if (cluster_digest_hex_.empty()) return CheckToken(context, token_digest_hex_);
+  if (CheckToken(context, cluster_digest_hex_).ok()) return grpc::Status::OK;
+  grpc::Status client = CheckToken(context, token_digest_hex_);
+  if (!client.ok()) return client;  // neither credential: UNAUTHENTICATED
+  LOG_EVERY_N(WARNING, 100) << rpc << " from " << context->peer()
+                            << " refused: it presented the client token, not the cluster credential ("
+                            << google::COUNTER << " such refusals so far)";
+  return grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
+                      std::string(rpc) + " needs the cluster credential (the servers' role); this credential is a "
+                                         "client's");
+}
 
 grpc::Status CoordinatorService::CheckLeader(grpc::ServerContextBase* context) const {
   if (gate_ == nullptr) return grpc::Status::OK;
@@ -31,7 +48,7 @@ grpc::Status CoordinatorService::CheckLeader(grpc::ServerContextBase* context) c
 
 grpc::Status CoordinatorService::Join(grpc::ServerContext* context, const v1::JoinRequest* request,
                                       v1::JoinResponse* response) {
-  if (grpc::Status s = CheckToken(context, token_digest_hex_); !s.ok()) return s;
+  if (grpc::Status s = CheckServerCaller(context, "Join"); !s.ok()) return s;
   if (grpc::Status s = CheckLeader(context); !s.ok()) return s;
   auto result = state_->Join(*request);
   if (!result.ok()) {
@@ -44,7 +61,7 @@ grpc::Status CoordinatorService::Join(grpc::ServerContext* context, const v1::Jo
 
 grpc::Status CoordinatorService::Heartbeat(grpc::ServerContext* context, const v1::HeartbeatRequest* request,
                                            v1::HeartbeatResponse* response) {
-  if (grpc::Status s = CheckToken(context, token_digest_hex_); !s.ok()) return s;
+  if (grpc::Status s = CheckServerCaller(context, "Heartbeat"); !s.ok()) return s;
   if (grpc::Status s = CheckLeader(context); !s.ok()) return s;
   auto result = state_->Heartbeat(*request);
   if (!result.ok()) return ToGrpc(result.status());
@@ -57,7 +74,7 @@ grpc::Status CoordinatorService::Heartbeat(grpc::ServerContext* context, const v
 
 grpc::Status CoordinatorService::Leave(grpc::ServerContext* context, const v1::LeaveRequest* request,
                                        v1::LeaveResponse*) {
-  if (grpc::Status s = CheckToken(context, token_digest_hex_); !s.ok()) return s;
+  if (grpc::Status s = CheckServerCaller(context, "Leave"); !s.ok()) return s;
   if (grpc::Status s = CheckLeader(context); !s.ok()) return s;
   return ToGrpc(state_->Leave(*request));
 }
@@ -65,7 +82,7 @@ grpc::Status CoordinatorService::Leave(grpc::ServerContext* context, const v1::L
 grpc::Status CoordinatorService::ReportReplicaFailure(grpc::ServerContext* context,
                                                       const v1::ReportReplicaFailureRequest* request,
                                                       v1::ReportReplicaFailureResponse* response) {
-  if (grpc::Status s = CheckToken(context, token_digest_hex_); !s.ok()) return s;
+  if (grpc::Status s = CheckServerCaller(context, "ReportReplicaFailure"); !s.ok()) return s;
   if (grpc::Status s = CheckLeader(context); !s.ok()) return s;
   auto result = state_->ReportReplicaFailure(*request);
   if (!result.ok()) {
@@ -84,7 +101,7 @@ grpc::Status CoordinatorService::ReportReplicaFailure(grpc::ServerContext* conte
 grpc::Status CoordinatorService::ReportUnresponsive(grpc::ServerContext* context,
                                                     const v1::ReportUnresponsiveRequest* request,
                                                     v1::ReportUnresponsiveResponse* response) {
-  if (grpc::Status s = CheckToken(context, token_digest_hex_); !s.ok()) return s;
+  if (grpc::Status s = CheckCaller(context); !s.ok()) return s;
   if (grpc::Status s = CheckLeader(context); !s.ok()) return s;
   if (Status valid = control::ValidateReportUnresponsive(*request); !valid.ok()) return ToGrpc(valid);
   // Only a hint: the probe decides (coordinator/prober.h), and its
@@ -99,7 +116,7 @@ grpc::Status CoordinatorService::ReportUnresponsive(grpc::ServerContext* context
 
 grpc::Status CoordinatorService::ReportCaughtUp(grpc::ServerContext* context, const v1::ReportCaughtUpRequest* request,
                                                 v1::ReportCaughtUpResponse* response) {
-  if (grpc::Status s = CheckToken(context, token_digest_hex_); !s.ok()) return s;
+  if (grpc::Status s = CheckServerCaller(context, "ReportCaughtUp"); !s.ok()) return s;
   if (grpc::Status s = CheckLeader(context); !s.ok()) return s;
   auto result = state_->ReportCaughtUp(*request);
   if (!result.ok()) {
@@ -112,7 +129,7 @@ grpc::Status CoordinatorService::ReportCaughtUp(grpc::ServerContext* context, co
 
 grpc::Status CoordinatorService::Drain(grpc::ServerContext* context, const v1::DrainRequest* request,
                                        v1::DrainResponse* response) {
-  if (grpc::Status s = CheckToken(context, token_digest_hex_); !s.ok()) return s;
+  if (grpc::Status s = CheckCaller(context); !s.ok()) return s;
   if (grpc::Status s = CheckLeader(context); !s.ok()) return s;
   auto result = state_->Drain(*request);
   if (!result.ok()) {
@@ -125,7 +142,7 @@ grpc::Status CoordinatorService::Drain(grpc::ServerContext* context, const v1::D
 
 grpc::Status CoordinatorService::Forget(grpc::ServerContext* context, const v1::ForgetRequest* request,
                                         v1::ForgetResponse* response) {
-  if (grpc::Status s = CheckToken(context, token_digest_hex_); !s.ok()) return s;
+  if (grpc::Status s = CheckCaller(context); !s.ok()) return s;
   if (grpc::Status s = CheckLeader(context); !s.ok()) return s;
   auto result = state_->Forget(*request);
   if (!result.ok()) {
@@ -137,6 +154,7 @@ grpc::Status CoordinatorService::Forget(grpc::ServerContext* context, const v1::
 }
 
 grpc::Status CoordinatorService::CheckCaller(const grpc::ServerContextBase* context) const {
+  if (!cluster_digest_hex_.empty() && CheckToken(context, cluster_digest_hex_).ok()) return grpc::Status::OK;
   return CheckToken(context, token_digest_hex_);
 }
 
@@ -154,13 +172,13 @@ grpc::Status CoordinatorService::AnswerRenewal(grpc::ServerContextBase* context,
 
 grpc::Status CoordinatorService::RenewLease(grpc::ServerContext* context, const v1::RenewLeaseRequest*,
                                             v1::RenewLeaseResponse* response) {
-  if (grpc::Status s = CheckToken(context, token_digest_hex_); !s.ok()) return s;
+  if (grpc::Status s = CheckCaller(context); !s.ok()) return s;
   return AnswerRenewal(context, response);
 }
 
 grpc::Status CoordinatorService::GetClusterMap(grpc::ServerContext* context, const v1::GetClusterMapRequest*,
                                                v1::ClusterMap* response) {
-  if (grpc::Status s = CheckToken(context, token_digest_hex_); !s.ok()) return s;
+  if (grpc::Status s = CheckCaller(context); !s.ok()) return s;
   *response = state_->Map();
   return grpc::Status::OK;
 }
@@ -168,7 +186,7 @@ grpc::Status CoordinatorService::GetClusterMap(grpc::ServerContext* context, con
 grpc::Status CoordinatorService::WatchClusterMap(grpc::ServerContext* context,
                                                  const v1::WatchClusterMapRequest* request,
                                                  grpc::ServerWriter<v1::ClusterMap>* writer) {
-  if (grpc::Status s = CheckToken(context, token_digest_hex_); !s.ok()) return s;
+  if (grpc::Status s = CheckCaller(context); !s.ok()) return s;
   uint64_t known = request->known_version();
   while (!context->IsCancelled()) {
     auto next = state_->WaitForChange(known, kWatchPoll);
@@ -189,7 +207,7 @@ void CoordinatorService::set_address(const std::string& address) {
 grpc::Status CoordinatorService::GetCoordinatorStatus(grpc::ServerContext* context,
                                                       const v1::CoordinatorStatusRequest*,
                                                       v1::CoordinatorStatus* response) {
-  if (grpc::Status s = CheckToken(context, token_digest_hex_); !s.ok()) return s;
+  if (grpc::Status s = CheckCaller(context); !s.ok()) return s;
   response->set_map_version(state_->version());
   if (Prober* prober = prober_.load(std::memory_order_acquire); prober != nullptr) {
     const Prober::Counts counts = prober->counts();
@@ -216,15 +234,20 @@ grpc::Status CoordinatorService::GetCoordinatorStatus(grpc::ServerContext* conte
 StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(const std::string& listen,
                                                                       const std::string& token,
                                                                       std::unique_ptr<CoordinatorState> state,
-                                                                      const LeaderGate* gate) {
+                                                                      const LeaderGate* gate,
+                                                                      const std::string& cluster_token) {
   RKV_RETURN_IF_ERROR(control::ValidateHostPort(listen, /*allow_port_zero=*/true).WithContext("--listen"));
   if (token.empty()) return InvalidArgument("the token is empty");
+  if (!cluster_token.empty() && cluster_token == token) {
+    return InvalidArgument("the cluster credential is the client token: it must be one no client holds");
+  }
   if (state == nullptr) return InvalidArgument("no coordinator state");
   std::unique_ptr<CoordinatorServer> server(new CoordinatorServer());
   server->state_ = std::move(state);
   server->gate_ = gate;
   server->service_ =
-      std::make_unique<CoordinatorService>(server->state_.get(), control::TokenDigestHex(token), gate);
+      std::make_unique<CoordinatorService>(server->state_.get(), control::TokenDigestHex(token), gate,
+                                           cluster_token.empty() ? "" : control::TokenDigestHex(cluster_token));
   if (server->state_->config().suspect_after.count() > 0) {
     server->prober_ = std::make_unique<Prober>(server->state_.get(), control::TokenDigestHex(token));
     server->service_->set_prober(server->prober_.get());

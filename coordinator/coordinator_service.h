@@ -4,8 +4,16 @@
 // primaries and re-replicates and rebalances shards
 // (CoordinatorState::ExpireHeartbeats, PromoteFenced, Rebalance).
 //
-// Every handler first checks the token digest (proto/auth.h), then maps
-// the state machine's Status onto the RPC status unchanged.
+// Every handler first checks the caller's token digest (proto/auth.h)
+// against the role the call needs, then maps the state machine's Status
+// onto the RPC status unchanged. Roles (docs/design.md §10): with a cluster
+// credential (rkv-coordinator --cluster_token_file) the calls only a server
+// makes about itself (Join, Heartbeat, Leave, ReportReplicaFailure,
+// ReportCaughtUp) take that credential alone: the client token gets
+// PERMISSION_DENIED, an unknown digest UNAUTHENTICATED. Every other call
+// (the map, leases, status, ReportUnresponsive, and for now the operator's
+// Drain and Forget) takes either. Without one, the client token serves
+// every role.
 //
 // Thread safety: the service is called from gRPC's threads concurrently;
 // CoordinatorServer::Shutdown may be called from any thread, also
@@ -16,6 +24,7 @@
 #include <chrono>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <thread>
 
 #include <grpcpp/server.h>
@@ -59,7 +68,10 @@ class CoordinatorService final : public v1::Coordinator::WithAsyncMethod_KeepLea
   // that change or vouch for the cluster's state (Join, Heartbeat, Leave,
   // the reports, Drain, Forget, RenewLease) are answered only while `gate`
   // says this coordinator leads; the map is answered by every coordinator.
-  CoordinatorService(CoordinatorState* state, std::string token_digest_hex, const LeaderGate* gate = nullptr);
+  // `cluster_digest_hex` is TokenDigestHex of the cluster credential, or ""
+  // for none (the client token then serves every role).
+  CoordinatorService(CoordinatorState* state, std::string token_digest_hex, const LeaderGate* gate = nullptr,
+                     std::string cluster_digest_hex = "");
 
   grpc::Status Join(grpc::ServerContext* context, const v1::JoinRequest* request, v1::JoinResponse* response) override;
   grpc::Status Heartbeat(grpc::ServerContext* context, const v1::HeartbeatRequest* request,
@@ -94,8 +106,14 @@ class CoordinatorService final : public v1::Coordinator::WithAsyncMethod_KeepLea
   // GetCoordinatorStatus without a gate (set once it is bound).
   void set_address(const std::string& address) EXCLUDES(address_mu_);
 
-  // The token check of every call (a KeepLease stream's when it opens).
+  // The token check of every call open to clients (a KeepLease stream's
+  // when it opens): the client token or the cluster credential.
   grpc::Status CheckCaller(const grpc::ServerContextBase* context) const;
+  // The token check of a call only servers make (`rpc` names it in the
+  // refusal): the cluster credential when there is one, else the client
+  // token. PERMISSION_DENIED for the client token when a cluster credential
+  // is set, UNAUTHENTICATED for any other digest.
+  grpc::Status CheckServerCaller(const grpc::ServerContextBase* context, std::string_view rpc) const;
   // RenewLease's answer (and each KeepLease answer): the lease view,
   // granted only while this coordinator leads before and after it is read.
   grpc::Status AnswerRenewal(grpc::ServerContextBase* context, v1::RenewLeaseResponse* response) const;
@@ -120,18 +138,23 @@ class CoordinatorService final : public v1::Coordinator::WithAsyncMethod_KeepLea
   mutable Mutex address_mu_;
   std::string address_ GUARDED_BY(address_mu_);
   const std::string token_digest_hex_;
+  const std::string cluster_digest_hex_;  // "" when there is no cluster credential
 };
 
 class CoordinatorServer {
  public:
   // Serves `state` on `listen` (HOST:PORT; port 0 picks a free one) for
-  // clients presenting `token`. UNAVAILABLE when the address cannot be
-  // bound, INVALID_ARGUMENT for a malformed address or an empty token.
-  // With a `gate` (which must outlive the server), the expiry thread acts
-  // only while the gate says this coordinator leads.
+  // clients presenting `token`, and for servers presenting `cluster_token`
+  // ("" for none: `token` then serves every role; see CoordinatorService).
+  // UNAVAILABLE when the address cannot be bound, INVALID_ARGUMENT for a
+  // malformed address, an empty token or a cluster credential equal to the
+  // client token. With a `gate` (which must outlive the server), the expiry
+  // thread acts only while the gate says this coordinator leads. The prober
+  // presents `token` to the servers' Admin service, which takes it.
   static StatusOr<std::unique_ptr<CoordinatorServer>> Start(const std::string& listen, const std::string& token,
                                                             std::unique_ptr<CoordinatorState> state,
-                                                            const LeaderGate* gate = nullptr);
+                                                            const LeaderGate* gate = nullptr,
+                                                            const std::string& cluster_token = "");
 
   ~CoordinatorServer();
   CoordinatorServer(const CoordinatorServer&) = delete;

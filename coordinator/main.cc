@@ -48,7 +48,14 @@ DEFINE_string(export_state, "",
 DEFINE_string(import_state, "",
               "read a file written by --export_state into --data_dir or --etcd, which must hold no cluster yet, "
               "and exit; --shards, --servers and --replicas must match the state's");
-DEFINE_string(token_file, "", "file holding the token every server and client must present (required)");
+DEFINE_string(token_file, "", "file holding the client token: every client must present it, and so must every "
+                              "server when there is no --cluster_token_file (required)");
+DEFINE_string(cluster_token_file, "",
+              "file holding the cluster credential, the one given to every rkv-server of the cluster with its "
+              "--cluster_token_file: with it, only that credential may Join, Heartbeat, Leave, ReportReplicaFailure "
+              "and ReportCaughtUp (a client token gets PERMISSION_DENIED), and both are accepted for the map, "
+              "leases, status, ReportUnresponsive, Drain and Forget (default: none; the client token then serves "
+              "every role, so any client can act as a server on the control plane, with a warning)");
 DEFINE_uint32(shards, 1024, "number of shards, 1..65536; fixed for the life of the data dir (default 1024)");
 DEFINE_uint32(servers, 3,
               "cluster size N: shards are assigned when the N-th server joins; a server with a new id joining "
@@ -132,7 +139,7 @@ int TransferState(const rkv::coordinator::CoordinatorConfig& config, const std::
 
 int main(int argc, char** argv) {
   FLAGS_logtostderr = true;
-  gflags::SetUsageMessage("rkv-coordinator (--data_dir=DIR | --etcd=HOST:PORT,... [--etcd_prefix=/P/]) --token_file=FILE [--listen=HOST:PORT] [--servers=N] [--replicas=R] [--lease_ms=MS] [--replace_after_ms=MS] ...");
+  gflags::SetUsageMessage("rkv-coordinator (--data_dir=DIR | --etcd=HOST:PORT,... [--etcd_prefix=/P/]) --token_file=FILE [--cluster_token_file=FILE] [--listen=HOST:PORT] [--servers=N] [--replicas=R] [--lease_ms=MS] [--replace_after_ms=MS] ...");
   gflags::ParseCommandLineFlags(&argc, &argv, true);
   google::InitGoogleLogging(argv[0]);
   if (argc > 1) return BadFlag(std::string("unexpected argument '") + argv[1] + "'");
@@ -209,6 +216,21 @@ int main(int argc, char** argv) {
 
   auto token = rkv::ReadTokenFile(FLAGS_token_file);
   if (!token.ok()) return CannotStart(token.status().WithContext("--token_file"));
+  std::string cluster_token;
+  if (!FLAGS_cluster_token_file.empty()) {
+    auto read = rkv::ReadTokenFile(FLAGS_cluster_token_file);
+    if (!read.ok()) return CannotStart(read.status().WithContext("--cluster_token_file"));
+    if (*read == *token) {
+      return BadFlag("--cluster_token_file holds the client token: the cluster credential must be one no client "
+                     "holds");
+    }
+    cluster_token = std::move(read).value();
+  } else {
+    LOG(WARNING) << "no --cluster_token_file: the client token also serves the servers' role, so any client can act "
+                    "as a server on the control plane (Join, Heartbeat, Leave, ReportReplicaFailure, "
+                    "ReportCaughtUp in a server's name); give the coordinator the servers' --cluster_token_file "
+                    "(docs/design.md §10)";
+  }
 
   // SIGTERM and SIGINT are taken by sigwait below; block them before any
   // thread (RocksDB's, gRPC's) exists so that every thread inherits the mask.
@@ -237,7 +259,8 @@ int main(int argc, char** argv) {
     if (!opened.ok()) return CannotStart(opened.status());
     state = std::move(opened).value();
   }
-  auto server = rkv::coordinator::CoordinatorServer::Start(FLAGS_listen, *token, std::move(state), shared.get());
+  auto server = rkv::coordinator::CoordinatorServer::Start(FLAGS_listen, *token, std::move(state), shared.get(),
+                                                           cluster_token);
   if (!server.ok()) return CannotStart(server.status());
   if (shared != nullptr) shared->StartCampaign(FLAGS_advertise.empty() ? (*server)->address() : FLAGS_advertise);
 

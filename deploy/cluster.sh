@@ -342,8 +342,9 @@ do_start() {
   if [ ! -s "${state}/token" ]; then
     (umask 077 && head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n' > "${state}/token")
   fi
-  # The servers' own credential for replication and catch-up: no client
-  # holds it, so no client can forge a primary's writes.
+  # The servers' own credential for replication, catch-up and their calls
+  # to the coordinators (Join, Heartbeat, the reports): no client holds it,
+  # so no client can forge a primary's writes or act as a server.
   if [ ! -s "${state}/cluster_token" ]; then
     (umask 077 && head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n' > "${state}/cluster_token")
   fi
@@ -356,7 +357,8 @@ do_start() {
       [ -z "$(pid_of "${name}")" ] || continue
       "${coordinator_bin}" --listen="${host}:$((coordinator_port + i - 1))" \
         --etcd="$(etcd_endpoints)" --etcd_prefix="${etcd_prefix}" \
-        --token_file="${state}/token" --servers="${n}" --shards=1024 \
+        --token_file="${state}/token" --cluster_token_file="${state}/cluster_token" \
+        --servers="${n}" --shards=1024 \
         > "${state}/${name}.out" 2>> "${state}/${name}.log" &
       echo $! > "${state}/${name}.pid"
       started=$((started + 1))
@@ -368,7 +370,8 @@ do_start() {
   elif [ -z "$(pid_of coordinator)" ]; then
     mkdir -p "${state}/coordinator"
     "${coordinator_bin}" --listen="${host}:${coordinator_port}" --data_dir="${state}/coordinator" \
-      --token_file="${state}/token" --servers="${n}" --shards=1024 \
+      --token_file="${state}/token" --cluster_token_file="${state}/cluster_token" \
+      --servers="${n}" --shards=1024 \
       > "${state}/coordinator.out" 2>> "${state}/coordinator.log" &
     echo $! > "${state}/coordinator.pid"
     wait_listening coordinator rkv-coordinator

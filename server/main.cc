@@ -69,9 +69,11 @@ DEFINE_uint32(max_value_bytes, 1048576, "largest value in bytes (default 1048576
 DEFINE_uint32(max_key_bytes, 1024, "largest key in bytes (default 1024; at most 65535)");
 DEFINE_string(token_file, "", "file holding the token clients must present (required)");
 DEFINE_string(cluster_token_file, "", "file holding the cluster credential the servers of a cluster present to "
-                                      "each other (replication connections and the Replica service); every server "
-                                      "of the cluster must be given the same one and no client may hold it "
-                                      "(default: none; the client token then serves both, with a warning)");
+                                      "each other (replication connections and the Replica service) and to the "
+                                      "coordinator (every call); every server of the cluster and every "
+                                      "rkv-coordinator (its --cluster_token_file) must be given the same one and no "
+                                      "client may hold it (default: none; the client token then serves both, with "
+                                      "a warning)");
 DEFINE_string(transport, "auto", "auto | tcp | verbs; auto picks verbs when an RDMA port is active (default auto)");
 DEFINE_int32(gid_index, -1, "verbs: RoCE GID index, -1 picks one (default -1)");
 DEFINE_string(ring_bytes, "4M", "staging ring per connection in bytes, >= 2x the largest block; suffixes K, M, G (default 4M)");
@@ -417,7 +419,10 @@ int main(int argc, char** argv) {
   if (!control.coordinator.empty()) {
     rkv::server::MembershipOptions m;
     m.coordinator_address = control.coordinator;
-    m.token = o.token;
+    // The servers' role on the control plane (Join, Heartbeat, Leave, the
+    // reports) takes the cluster credential when the coordinator has one;
+    // the map and leases take it too (docs/design.md §10).
+    m.token = rkv::server::ClusterToken(o);
     m.self.server_id = server_id;
     m.self.epoch = srv->epoch();
     m.self.data_address = data_address;
@@ -475,8 +480,16 @@ int main(int argc, char** argv) {
     LOG(INFO) << "received signal " << sig << ", shutting down";
   } else {
     const rkv::Status why = join->error();
-    std::cerr << "rkv-server: the coordinator (" << control.coordinator << ") refused this server: " << why
-              << std::endl;
+    std::cerr << "rkv-server: the coordinator (" << control.coordinator << ") refused this server: " << why;
+    // The likely cause of a refused credential at start: the coordinator
+    // was not given the same cluster credential (or this server none).
+    if (why.code() == rkv::StatusCode::kUnauthenticated && !o.cluster_token.empty()) {
+      std::cerr << " (this server presents its --cluster_token_file; give rkv-coordinator the same file with "
+                   "its --cluster_token_file)";
+    } else if (why.code() == rkv::StatusCode::kPermissionDenied) {
+      std::cerr << " (give this server the coordinator's --cluster_token_file)";
+    }
+    std::cerr << std::endl;
     rc = 1;
   }
   // Leave first, so that the coordinator marks this server DOWN before its

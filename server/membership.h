@@ -66,7 +66,10 @@ struct MembershipOptions {
   // Heartbeat, Leave and the reports go to the leader among them
   // (control::CoordinatorSet), map reads and the watch to any.
   std::string coordinator_address;
-  std::string token;                // raw token; only its digest is sent
+  // The raw credential (only its digest is sent): the cluster credential
+  // (ClusterToken), which the coordinator may demand for Join, Heartbeat,
+  // Leave and the reports.
+  std::string token;
   JoinInfo self;
   // Called from the heartbeat thread before each heartbeat; must be cheap
   // and thread-safe. May be empty (zeros are reported).

@@ -330,6 +330,54 @@ TEST_F(CoordinatorFlagsTest, SuspectAfterMustExceedTheHeartbeatPeriod) {
   EXPECT_NE(fast.Log().find("--probe_timeout_ms 5 is outside [10, 10000]"), std::string::npos) << fast.Log();
 }
 
+TEST_F(CoordinatorFlagsTest, ClusterTokenFileMustBeReadableAndNoClientToken) {
+  TestClusterOptions options;
+  options.servers = 1;
+  options.shards = 0;
+  options.heartbeat_interval_ms = 0;
+  options.heartbeat_timeout_ms = 0;
+  cluster_ = std::make_unique<TestCluster>(options);
+  // The client token's own file as the cluster credential: a bad flag.
+  cluster().options().coordinator_flags = {"--cluster_token_file=" + cluster().dir() + "/token"};
+  ServerProcess& same = cluster().coordinator();
+  EXPECT_FALSE(same.Start().ok());
+  EXPECT_NE(same.Log().find("--cluster_token_file holds the client token"), std::string::npos) << same.Log();
+  cluster().options().coordinator_flags = {"--cluster_token_file=" + cluster().dir() + "/no-such-file"};
+  ServerProcess& missing = cluster().RemakeCoordinator();
+  EXPECT_FALSE(missing.Start().ok());
+  EXPECT_NE(missing.Log().find("--cluster_token_file"), std::string::npos) << missing.Log();
+}
+
+// A server that presents the client token where the coordinator holds a
+// cluster credential is refused at its Join, and says what it lacks.
+TEST_F(CoordinatorFlagsTest, AServerWithoutTheClusterCredentialCannotJoin) {
+  TestClusterOptions options;
+  options.servers = 1;
+  options.shards = 0;
+  options.heartbeat_interval_ms = 0;
+  options.heartbeat_timeout_ms = 0;
+  options.server_memory = uint64_t{16} << 20;
+  options.max_keys = 1024;
+  options.cluster_token = "";  // the servers get none
+  cluster_ = std::make_unique<TestCluster>(options);
+  const std::string credential = cluster().dir() + "/coordinator_cluster_token";
+  WriteFile(credential, "only-the-coordinator-has-it\n");
+  cluster().options().coordinator_flags = {"--cluster_token_file=" + credential};
+  ASSERT_TRUE(cluster().coordinator().Start().ok()) << cluster().coordinator().Log();
+  cluster().AddServer();
+  ServerProcess& server = cluster().server(0);
+  (void)server.Start();
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (server.Log().find("refused this server") == std::string::npos && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  const std::string log = server.Log();
+  EXPECT_NE(log.find("Join needs the cluster credential (the servers' role); this credential is a client's"),
+            std::string::npos)
+      << log;
+  EXPECT_NE(log.find("give this server the coordinator's --cluster_token_file"), std::string::npos) << log;
+}
+
 TEST_F(ClusterTest, GetsNeverReachAServerCpu) {
   auto client = NewClient();
   ASSERT_NE(client, nullptr);

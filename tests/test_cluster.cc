@@ -63,6 +63,8 @@ std::unique_ptr<ServerProcess> TestCluster::MakeCoordinator(int i) const {
     flags.push_back("--heartbeat_timeout_ms=" + std::to_string(o.heartbeat_timeout_ms));
   }
   if (o.lease_ms > 0) flags.push_back("--lease_ms=" + std::to_string(o.lease_ms));
+  // The servers' credential, so that only they act as servers.
+  if (!o.cluster_token.empty()) flags.push_back("--cluster_token_file=" + cluster_token_file_);
   flags.insert(flags.end(), o.coordinator_flags.begin(), o.coordinator_flags.end());
   if (etcd_ == nullptr) {
     return std::make_unique<ServerProcess>(dir() + "/coordinator", token_file_, std::move(flags),

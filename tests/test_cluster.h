@@ -72,8 +72,9 @@ struct TestClusterOptions {
   std::string zone_prefix;
   std::vector<std::string> server_flags;  // more, after those
   std::string token = "rkv-test-token";
-  // The servers' cluster credential (--cluster_token_file), which no client
-  // holds; empty: none, the servers use the client token for both roles.
+  // The servers' cluster credential (--cluster_token_file of the servers and
+  // the coordinators), which no client holds; empty: none, the client token
+  // then serves both roles.
   std::string cluster_token = "rkv-test-cluster-credential";
 };
 
