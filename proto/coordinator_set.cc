@@ -289,7 +289,14 @@ Status CoordinatorSet::Run(std::string_view what, Deadline deadline, const Call&
     size_t left = 1;
     for (size_t k = next; k < order.size(); ++k) left += (order[k] != index && !was_tried(order[k])) ? 1 : 0;
     Entry* const entry = At(index);
-    const Deadline attempt_deadline = AttemptDeadline(deadline, left);
+    Deadline attempt_deadline = AttemptDeadline(deadline, left);
+    // With several coordinators, one not connected gets at most kMaxAttempt
+    // even as the last one left: a standby that still names a leader that
+    // died sends the call there, and the caller, who retries, must keep
+    // time to ask again once another leads.
+    if (order.size() > 1 && entry->channel->GetState(/*try_to_connect=*/false) != GRPC_CHANNEL_READY) {
+      attempt_deadline = std::min(attempt_deadline, Clock::now() + kMaxAttempt);
+    }
     grpc::ClientContext context;
     AttachTokenDigest(&context, digest_hex_);
     context.set_deadline(ToSystem(attempt_deadline));

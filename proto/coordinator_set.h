@@ -23,9 +23,11 @@
 //    that answered last (map reads: any coordinator will do).
 //
 // Each coordinator in turn gets a share of the time left before the
-// caller's deadline (kMinAttempt..kMaxAttempt; the last one all of it),
-// and each attempt waits for its channel to connect within its share
-// (wait_for_ready). A coordinator that did not answer is tried last by the
+// caller's deadline (kMinAttempt..kMaxAttempt; the last one all of it,
+// unless it is not connected and the set has others: then kMaxAttempt at
+// most, so that a redirect by a standby's stale view to a leader that died
+// does not spend the caller's time, who retries), and each attempt waits
+// for its channel to connect within its share (wait_for_ready). A coordinator that did not answer is tried last by the
 // next call, so a dead one costs one share once, not on every call. Waiting is what makes a returning coordinator usable
 // at once: a caller whose attempts failed fast never drove the channel,
 // and gRPC then noticed the completed connection only when its backup

@@ -2,6 +2,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <memory>
 #include <string>
 #include <thread>
@@ -274,6 +275,33 @@ TEST(CoordinatorSetTest, RedirectsNeverLoop) {
   EXPECT_EQ(r.status().code(), StatusCode::kUnavailable) << r.status();
   EXPECT_EQ(a.service.calls(), 1);
   EXPECT_EQ(b.service.calls(), 1);
+}
+
+// A leader change: the leader died and a standby still names it, last of
+// the coordinators to try. Waiting for the dead one's connection does not
+// spend the caller's time (kMaxAttempt at most): the caller gets the
+// answer in time to ask again.
+TEST(CoordinatorSetTest, AStaleRedirectToADeadLeaderDoesNotSpendTheCallersTime) {
+  const std::string dead = ClosedAddress();
+  Served a(1), b(2);
+  a.service.Follow(b.address);
+  b.service.Follow(dead);
+  auto set = SetOf({a.address, b.address, dead});
+  ASSERT_NE(set, nullptr);
+  const auto deadline = In(kPatience);
+  const auto r = Heartbeat(*set, kPatience);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kUnavailable) << r.status();
+  EXPECT_NE(r.status().message().find("coordinator " + dead + ": Heartbeat: not connected within"),
+            std::string::npos)
+      << r.status();
+  // Far from its deadline (kMaxAttempt is 1 s of 20 s).
+  EXPECT_LT(CoordinatorSet::Clock::now(), deadline - kPatience / 2) << r.status();
+  // The next call finds the new leader at once.
+  b.service.Follow("");
+  const auto again = Heartbeat(*set);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(*again, 2u);
 }
 
 TEST(CoordinatorSetTest, ALeaderOutsideTheListIsFollowed) {
