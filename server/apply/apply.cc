@@ -166,26 +166,11 @@ protocol::ReplyMsg Applier::InstallPut(uint64_t request_id, std::string_view key
     LOG(ERROR) << "durable write failed: " << s;
     return Error(request_id, s.WithContext("durable write failed"));
   }
-  StatusOr<Table::Entry> placed = table_->Upsert(key, value, version, Heap::Clock::now());
-  if (!placed.ok() && placed.status().code() == StatusCode::kResourceExhausted) {
-    if (const auto at = heap_->ReclaimableAt()) {
-      // The heap is full but quarantined blocks will come back within one
-      // grace period: wait for the oldest, then retry once.
-      std::this_thread::sleep_until(*at);
-      placed = table_->Upsert(key, value, version, Heap::Clock::now());
-    }
-  }
+  StatusOr<Table::Entry> placed = Publish(key, value, version);
   if (!placed.ok()) {
     // Undo the durable write so store and table agree: restore the value
     // the table still publishes, or remove the key.
-    Status undo;
-    if (const std::optional<Table::Entry> prev = table_->Lookup(key)) {
-      const Table::Record old = table_->RecordAt(prev->slot);
-      undo = store_->Put(key, old.value, old.version);
-    } else {
-      undo = store_->Delete(key);
-    }
-    if (!undo.ok()) {
+    if (Status undo = UndoDurable(key); !undo.ok()) {
       LOG(ERROR) << "PUT of key '" << PrintableKey(key) << "' refused (" << placed.status()
                  << ") and its durable write could not be undone: " << undo
                  << "; the store holds a value the table does not";
@@ -196,6 +181,27 @@ protocol::ReplyMsg Applier::InstallPut(uint64_t request_id, std::string_view key
   }
   puts_.fetch_add(1, std::memory_order_relaxed);
   return MakeReply(request_id, StatusCode::kOk, version, "");
+}
+
+StatusOr<Table::Entry> Applier::Publish(std::string_view key, std::string_view value, uint64_t version) {
+  StatusOr<Table::Entry> placed = table_->Upsert(key, value, version, Heap::Clock::now());
+  if (!placed.ok() && placed.status().code() == StatusCode::kResourceExhausted) {
+    if (const auto at = heap_->ReclaimableAt()) {
+      // The heap is full but quarantined blocks will come back within one
+      // grace period: wait for the oldest, then retry once.
+      std::this_thread::sleep_until(*at);
+      placed = table_->Upsert(key, value, version, Heap::Clock::now());
+    }
+  }
+  return placed;
+}
+
+Status Applier::UndoDurable(std::string_view key) {
+  if (const std::optional<Table::Entry> prev = table_->Lookup(key)) {
+    const Table::Record old = table_->RecordAt(prev->slot);
+    return store_->Put(key, old.value, old.version);
+  }
+  return store_->Delete(key);
 }
 
 Applier::Snapshot Applier::snapshot() const {

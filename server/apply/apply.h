@@ -290,6 +290,15 @@ class Applier {
   // not 1..max_key_bytes, value above max_value_bytes, version 0, no value):
   // nothing installed; the durable write's error likewise.
   StatusOr<FetchedOutcome> InstallFetched(const ShardRecord& record) EXCLUDES(table_mu_);
+  // Fetcher: InstallFetched for a chunk of records at once, under one hold
+  // of table_mu_ and with one durable write (Store::PutMany) for those the
+  // replica rule installs: a catch-up costs one WAL append per chunk, not
+  // per record. Every record is checked as InstallFetched checks it, and a
+  // key listed twice is INVALID_ARGUMENT, before anything is installed.
+  // The number installed; on an error (the durable write's, a full table
+  // or heap) the records installed before it stay, and store and table
+  // agree on every key.
+  StatusOr<size_t> InstallFetchedBatch(std::span<const ShardRecord> records) EXCLUDES(table_mu_);
   // Fetcher, after a complete stream: deletes every key of `shards` held
   // at a version at or below `snapshot_version` that is not in `listed`
   // (deleted on the primary while this server was away), in one pass. The
@@ -348,6 +357,16 @@ class Applier {
   protocol::ReplyMsg InstallPut(uint64_t request_id, std::string_view key, std::string_view value,
                                 uint64_t version) REQUIRES(table_mu_);
   protocol::ReplyMsg Error(uint64_t request_id, const Status& status);
+  // Publishes a record already written to the store in the table (waiting
+  // once for quarantined heap blocks when the heap is full).
+  StatusOr<Table::Entry> Publish(std::string_view key, std::string_view value, uint64_t version)
+      REQUIRES(table_mu_);
+  // Puts back in the store what the table publishes for `key` (or deletes
+  // it): the undo of a durable write the table could not take.
+  Status UndoDurable(std::string_view key) REQUIRES(table_mu_);
+  // Whether a delete forwarded during the sync of the key's shard is at or
+  // above `version` (a fetched record must not bring the key back).
+  bool DeletedDuringSync(std::string_view key, uint64_t version) const REQUIRES(table_mu_);
 
   // ---- Client writes and the replay cache (apply_client.cc) ----
   // Looks the request up in the cache (waiting while its twin is in

@@ -3,6 +3,8 @@
 // tombstones. See docs/design.md, "Catch-up".
 #include <algorithm>
 #include <string>
+#include <string_view>
+#include <unordered_set>
 #include <vector>
 
 #include <glog/logging.h>
@@ -120,28 +122,39 @@ uint64_t Applier::HeldVersion(std::string_view key) const {
   return e ? e->version : 0;
 }
 
+namespace {
+
+// What InstallFetched and InstallFetchedBatch check of a fetched record
+// before anything is installed: what no write could have made.
+Status CheckFetched(const Applier::ShardRecord& record, const ApplyLimits& limits) {
+  if (record.key.empty() || record.key.size() > limits.max_key_bytes) {
+    return InvalidArgument("fetched record has a key of " + std::to_string(record.key.size()) + " bytes (1.." +
+                           std::to_string(limits.max_key_bytes) + " allowed)");
+  }
+  const auto where = [&] { return "fetched record of key '" + PrintableKey(record.key) + "'"; };
+  if (record.version == 0) return InvalidArgument(where() + " carries version 0");
+  if (!record.has_value) return InvalidArgument(where() + " carries no value");
+  if (record.value.size() > limits.max_value_bytes) {
+    return InvalidArgument(where() + " has a value of " + std::to_string(record.value.size()) +
+                           " bytes, above max_value_bytes " + std::to_string(limits.max_value_bytes));
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+bool Applier::DeletedDuringSync(std::string_view key, uint64_t version) const {
+  if (sync_shard_count_ == 0) return false;
+  const auto shard = sync_tombstones_.find(ShardOf(key, sync_shard_count_));
+  if (shard == sync_tombstones_.end()) return false;
+  const auto deleted = shard->second.find(std::string(key));
+  return deleted != shard->second.end() && version <= deleted->second;
+}
+
 StatusOr<Applier::FetchedOutcome> Applier::InstallFetched(const ShardRecord& record) {
-  if (record.key.empty() || record.key.size() > limits_.max_key_bytes) {
-    return InvalidArgument("fetched record has a key of " + std::to_string(record.key.size()) +
-                           " bytes (1.." + std::to_string(limits_.max_key_bytes) + " allowed)");
-  }
-  const std::string where = "fetched record of key '" + PrintableKey(record.key) + "'";
-  if (record.version == 0) return InvalidArgument(where + " carries version 0");
-  if (!record.has_value) return InvalidArgument(where + " carries no value");
-  if (record.value.size() > limits_.max_value_bytes) {
-    return InvalidArgument(where + " has a value of " + std::to_string(record.value.size()) +
-                           " bytes, above max_value_bytes " + std::to_string(limits_.max_value_bytes));
-  }
+  RKV_RETURN_IF_ERROR(CheckFetched(record, limits_));
   MutexLock lock(table_mu_);
-  if (sync_shard_count_ != 0) {
-    const auto shard = sync_tombstones_.find(ShardOf(record.key, sync_shard_count_));
-    if (shard != sync_tombstones_.end()) {
-      const auto deleted = shard->second.find(record.key);
-      if (deleted != shard->second.end() && record.version <= deleted->second) {
-        return FetchedOutcome::kDeletedMeanwhile;
-      }
-    }
-  }
+  if (DeletedDuringSync(record.key, record.version)) return FetchedOutcome::kDeletedMeanwhile;
   const std::optional<Table::Entry> current = table_->Lookup(record.key);
   if (current && current->version >= record.version) return FetchedOutcome::kNotNewer;
   if (!table_->PrepareInsert(record.key, Heap::Clock::now())) {
@@ -150,9 +163,61 @@ StatusOr<Applier::FetchedOutcome> Applier::InstallFetched(const ShardRecord& rec
   }
   const protocol::ReplyMsg reply = InstallPut(0, record.key, record.value, record.version);
   if (reply.status_code != static_cast<int32_t>(StatusCode::kOk)) {
-    return Status(static_cast<StatusCode>(reply.status_code), reply.message).WithContext(where);
+    return Status(static_cast<StatusCode>(reply.status_code), reply.message)
+        .WithContext("fetched record of key '" + PrintableKey(record.key) + "'");
   }
   return FetchedOutcome::kInstalled;
+}
+
+StatusOr<size_t> Applier::InstallFetchedBatch(std::span<const ShardRecord> records) {
+  std::unordered_set<std::string_view> keys;
+  keys.reserve(records.size());
+  for (const ShardRecord& record : records) {
+    RKV_RETURN_IF_ERROR(CheckFetched(record, limits_));
+    if (!keys.insert(record.key).second) {
+      return InvalidArgument("fetched record of key '" + PrintableKey(record.key) + "' listed twice in one chunk");
+    }
+  }
+  MutexLock lock(table_mu_);
+  // The records the replica rule installs: newer than the key's version
+  // and than its tombstone.
+  std::vector<Store::PutItem> items;
+  items.reserve(records.size());
+  for (const ShardRecord& record : records) {
+    if (DeletedDuringSync(record.key, record.version)) continue;
+    const std::optional<Table::Entry> current = table_->Lookup(record.key);
+    if (current && current->version >= record.version) continue;
+    items.push_back(Store::PutItem{record.key, record.value, record.version});
+  }
+  size_t written = 0;
+  const Status durable = store_->PutMany(items, &written);
+  // The table takes each record written; one it cannot take (no slot, no
+  // heap) is taken back out of the store with every record after it.
+  for (size_t i = 0; i < written; ++i) {
+    const Store::PutItem& item = items[i];
+    Status placed;
+    if (!table_->PrepareInsert(item.key, Heap::Clock::now())) {
+      placed = ResourceExhausted("table full: no slot in the key's neighbourhood, even after moving keys (raise "
+                                 "--max_keys)");
+    } else {
+      placed = Publish(item.key, item.value, item.version).status();
+    }
+    if (!placed.ok()) {
+      for (size_t j = i; j < written; ++j) {
+        if (Status undo = UndoDurable(items[j].key); !undo.ok()) {
+          LOG(ERROR) << "fetched record of key '" << PrintableKey(items[j].key) << "' not installed (" << placed
+                     << ") and its durable write could not be undone: " << undo
+                     << "; the store holds a value the table does not";
+          return Internal("fetched record of key '" + PrintableKey(items[j].key) + "' not installed (" +
+                          placed.message() + ") and its durable write could not be undone");
+        }
+      }
+      return placed.WithContext("fetched record of key '" + PrintableKey(item.key) + "'");
+    }
+    puts_.fetch_add(1, std::memory_order_relaxed);
+  }
+  if (!durable.ok()) return durable.WithContext("durable write of fetched records");
+  return written;
 }
 
 StatusOr<uint64_t> Applier::DeleteUnlisted(const std::vector<uint32_t>& shards, uint32_t shard_count,

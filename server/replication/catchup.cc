@@ -329,25 +329,36 @@ Status CatchUp::Sync(const v1::ClusterMap& map, const std::vector<uint32_t>& sha
   bool done = false;
   Status bad;
   // A record is checked before anything of it is installed; a bad one
-  // ends the attempt.
+  // ends the attempt. Records with values wait in `batch`, installed a
+  // chunk at a time (one durable write each: Applier::InstallFetchedBatch).
+  std::vector<Applier::ShardRecord> batch;
+  const auto install = [&]() -> Status {
+    if (batch.empty()) return Status::Ok();
+    StatusOr<size_t> installed = applier_->InstallFetchedBatch(batch);
+    batch.clear();
+    if (!installed.ok()) return installed.status();
+    values_fetched_.fetch_add(*installed, std::memory_order_relaxed);
+    return Status::Ok();
+  };
   const auto take = [&](const v1::ShardRecord& r) -> Status {
     records_listed_.fetch_add(1, std::memory_order_relaxed);
     if (r.key().empty()) return InvalidArgument("a record with an empty key");
-    const std::string where = "record of key '" + control::Printable(r.key()) + "'";
-    if (r.version() == 0) return InvalidArgument(where + " carries version 0");
+    // Built only for an error: this runs for every record streamed.
+    const auto where = [&] { return "record of key '" + control::Printable(r.key()) + "'"; };
+    if (r.version() == 0) return InvalidArgument(where() + " carries version 0");
     const uint32_t shard = ShardOf(r.key(), count);
     const auto held = since.find(shard);
-    if (held == since.end()) return InvalidArgument(where + " is of shard " + std::to_string(shard) + ", not asked for");
-    if (!r.has_value() && !r.value().empty()) return InvalidArgument(where + " carries a value but has_value unset");
-    listed.insert(r.key());
+    if (held == since.end()) {
+      return InvalidArgument(where() + " is of shard " + std::to_string(shard) + ", not asked for");
+    }
+    if (!r.has_value() && !r.value().empty()) return InvalidArgument(where() + " carries a value but has_value unset");
+    if (!listed.insert(r.key()).second) return InvalidArgument(where() + " is listed twice");
     if (r.has_value()) {
-      StatusOr<Applier::FetchedOutcome> out = applier_->InstallFetched(FromProto(r));
-      if (!out.ok()) return out.status();
-      if (*out == Applier::FetchedOutcome::kInstalled) values_fetched_.fetch_add(1, std::memory_order_relaxed);
+      batch.push_back(FromProto(r));
       return Status::Ok();
     }
     if (r.version() > held->second) {
-      return InvalidArgument(where + " at version " + std::to_string(r.version()) + " comes without its value (" +
+      return InvalidArgument(where() + " at version " + std::to_string(r.version()) + " comes without its value (" +
                              "values above " + std::to_string(held->second) + " were asked for)");
     }
     if (applier_->HeldVersion(r.key()) < r.version()) {
@@ -373,6 +384,7 @@ Status CatchUp::Sync(const v1::ClusterMap& map, const std::vector<uint32_t>& sha
         if (bad = take(r); !bad.ok()) break;
         bytes += r.key().size() + r.value().size();
       }
+      if (bad.ok()) bad = install();
       if (chunk.done()) {
         done = true;
         snapshot_version = chunk.snapshot_version();
@@ -417,11 +429,10 @@ Status CatchUp::Sync(const v1::ClusterMap& map, const std::vector<uint32_t>& sha
         // Absent keys were deleted since the snapshot (the delete was
         // forwarded here); a newer version than listed is a write since
         // (forwarded too): the replica rule sorts both out.
-        StatusOr<Applier::FetchedOutcome> out = applier_->InstallFetched(FromProto(r));
-        if (!out.ok()) return out.status().WithContext("fetching missed keys of " + from);
-        if (*out == Applier::FetchedOutcome::kInstalled) values_fetched_.fetch_add(1, std::memory_order_relaxed);
+        batch.push_back(FromProto(r));
         bytes += r.key().size() + r.value().size();
       }
+      if (Status st = install(); !st.ok()) return st.WithContext("fetching missed keys of " + from);
       Pace(bytes);
     }
   }

@@ -112,6 +112,17 @@ struct Node {
     return all;
   }
 
+  // Every record in the store (what a restart rebuilds the table from).
+  std::map<std::string, std::pair<uint64_t, std::string>> StoredContents() {
+    std::map<std::string, std::pair<uint64_t, std::string>> all;
+    const Status s = local.store->Scan([&](std::string_view key, uint64_t version, std::string_view value) {
+      all[std::string(key)] = {version, std::string(value)};
+      return Status::Ok();
+    });
+    EXPECT_TRUE(s.ok()) << s;
+    return all;
+  }
+
   BoardSource source;
   MapPolicy policy;
   DirectForwarder forwarder;
@@ -505,6 +516,48 @@ TEST_F(CatchUpTest, AFetchedRecordThatFailsValidationIsNeverInstalled) {
   refused({"k", 3, true, std::string(4097, 'v')}, "above max_value_bytes 4096");
   refused({"k", 3, false, ""}, "carries no value");
   refused({"", 3, true, "v"}, "key of 0 bytes");
+}
+
+TEST_F(CatchUpTest, ABatchOfFetchedRecordsIsInstalledByTheReplicaRule) {
+  board_.Install(MakeMap(3, p_admin_, {}));
+  for (int i = 1; i <= 3; ++i) ASSERT_EQ(p_->Put(Key(i), "old" + std::to_string(i)).status_code, 0);
+  const auto before = p_->Contents();
+  // s syncs every shard: writes from now on are forwarded to it.
+  board_.Install(MakeMap(4, p_admin_, AllShards()));
+  for (uint32_t shard = 0; shard < kShards; ++shard) s_->applier->BeginSync(shard, kShards);
+  // Key 2 reaches s at a newer version, key 3 is deleted: the batch (taken
+  // before either) must undo neither.
+  ASSERT_EQ(p_->Put(Key(2), "newer").status_code, 0);
+  ASSERT_EQ(p_->Del(Key(3)).status_code, 0);
+  std::vector<Applier::ShardRecord> batch;
+  for (int i = 1; i <= 3; ++i) batch.push_back({Key(i), before.at(Key(i)).first, true, before.at(Key(i)).second});
+  batch.push_back({Key(4), 1, true, "v4"});
+  StatusOr<size_t> installed = s_->applier->InstallFetchedBatch(batch);
+  ASSERT_TRUE(installed.ok()) << installed.status();
+  EXPECT_EQ(*installed, 2u);  // keys 1 and 4
+  for (uint32_t shard = 0; shard < kShards; ++shard) s_->applier->EndSync(shard);
+  const auto held = s_->Contents();
+  EXPECT_EQ(held.at(Key(1)), before.at(Key(1)));
+  EXPECT_EQ(held.at(Key(2)), p_->Contents().at(Key(2)));
+  EXPECT_EQ(held.at(Key(2)).second, "newer");
+  EXPECT_EQ(held.count(Key(3)), 0u);
+  EXPECT_EQ(held.at(Key(4)), std::make_pair(uint64_t{1}, std::string("v4")));
+  // The store holds what the table publishes: a restart finds the same.
+  EXPECT_EQ(s_->StoredContents(), held);
+}
+
+TEST_F(CatchUpTest, ABatchWithOneBadRecordInstallsNothing) {
+  const auto refused = [&](std::vector<Applier::ShardRecord> batch, const std::string& why) {
+    const auto out = s_->applier->InstallFetchedBatch(batch);
+    EXPECT_EQ(out.status().code(), StatusCode::kInvalidArgument) << why;
+    EXPECT_NE(out.status().message().find(why), std::string::npos) << out.status();
+    for (const Applier::ShardRecord& r : batch) EXPECT_EQ(s_->applier->HeldVersion(r.key), 0u) << r.key;
+  };
+  refused({{"a", 3, true, "v"}, {"k", 0, true, "v"}}, "carries version 0");
+  refused({{"a", 3, true, "v"}, {"k", 3, true, std::string(4097, 'v')}}, "above max_value_bytes 4096");
+  refused({{"a", 3, true, "v"}, {"k", 3, false, ""}}, "carries no value");
+  refused({{"a", 3, true, "v"}, {"a", 4, true, "w"}}, "listed twice in one chunk");
+  EXPECT_TRUE(s_->StoredContents().empty());
 }
 
 TEST_F(CatchUpTest, FetchesFromServersThatAreNotSyncingOrWithoutTheTokenAreRefused) {

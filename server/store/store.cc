@@ -606,6 +606,38 @@ Status Store::Put(std::string_view key, std::string_view value, uint64_t version
   return Write("put", key, /*put=*/true, value, version);
 }
 
+Status Store::PutMany(std::span<const PutItem> items, size_t* written) {
+  *written = 0;
+  uint64_t new_hw = version_hw_;
+  for (const PutItem& item : items) {
+    if (item.key.empty()) return InvalidArgument("empty key");
+    if (item.version == 0) return InvalidArgument("version 0 is reserved");
+    new_hw = std::max(new_hw, item.version);
+  }
+  if (items.empty()) return Status::Ok();
+  if (background()) {
+    for (const PutItem& item : items) {
+      RKV_RETURN_IF_ERROR(Enqueue(/*put=*/true, item.key, item.value, item.version, new_hw));
+      version_hw_ = std::max(version_hw_, item.version);
+      ++*written;
+    }
+    return Status::Ok();
+  }
+  thread_local rocksdb::WriteBatch batch;
+  batch.Clear();
+  for (const PutItem& item : items) {
+    RKV_RETURN_IF_ERROR(AddToBatch(&batch, /*put=*/true, item.key, item.value, item.version, new_hw, /*mark=*/false));
+  }
+  RKV_RETURN_IF_ERROR(AddMark(&batch, new_hw));
+  RKV_RETURN_IF_ERROR(Commit(&batch, [&] {
+    return "rocksdb put of " + std::to_string(items.size()) + " keys (the first '" + PrintableKey(items.front().key) +
+           "')";
+  }));
+  version_hw_ = new_hw;
+  *written = items.size();
+  return Status::Ok();
+}
+
 Status Store::Delete(std::string_view key) {
   if (key.empty()) return InvalidArgument("empty key");
   // Versions come from one counter for all keys, so a delete need not

@@ -90,6 +90,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -174,6 +175,20 @@ class Store {
   // Removes `key` (not an error if absent), durable per the durability.
   // Errors as for Put.
   Status Delete(std::string_view key);
+  // One write of PutMany.
+  struct PutItem {
+    std::string_view key;
+    std::string_view value;
+    uint64_t version = 0;
+  };
+  // Writes every item as Put would, in one WriteBatch with one high-water
+  // mark (the highest of theirs): one WAL append for all of them, which is
+  // what a catch-up of many records needs. Every item is checked first
+  // (INVALID_ARGUMENT for an empty key or version 0: nothing written).
+  // *written is how many items were written, from the first: all or none,
+  // but with background writes the items before one refused by the error
+  // state are buffered (and will be written).
+  Status PutMany(std::span<const PutItem> items, size_t* written);
 
   // Reads `key`; nullopt when absent; DATA_LOSS when malformed.
   StatusOr<std::optional<Value>> Get(std::string_view key) const;

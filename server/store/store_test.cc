@@ -176,6 +176,39 @@ TEST_F(StoreTest, PutGetDeleteAndVersions) {
   EXPECT_EQ(s->Put("x", "x", 0).code(), StatusCode::kInvalidArgument);
 }
 
+TEST_F(StoreTest, PutManyWritesEveryItemWithOneHighWaterMark) {
+  for (Durability d : {Durability::kNone, Durability::kWal, Durability::kSync}) {
+    SCOPED_TRACE(DurabilityName(d));
+    uint64_t hw = 0;
+    {
+      auto s = MustOpen(d);
+      hw = s->version_high_water();
+      const std::vector<Store::PutItem> items = {{"a", "1", hw + 3}, {"b", "2", hw + 7}, {"c", "3", hw + 5}};
+      size_t written = 99;
+      ASSERT_TRUE(s->PutMany(items, &written).ok());
+      EXPECT_EQ(written, 3u);
+      EXPECT_EQ(s->version_high_water(), hw + 7);
+      // An item no write could have made refuses the whole call.
+      const std::vector<Store::PutItem> bad = {{"d", "4", hw + 8}, {"", "5", hw + 9}};
+      EXPECT_EQ(s->PutMany(bad, &written).code(), StatusCode::kInvalidArgument);
+      EXPECT_EQ(written, 0u);
+      const std::vector<Store::PutItem> zero = {{"d", "4", 0}};
+      EXPECT_EQ(s->PutMany(zero, &written).code(), StatusCode::kInvalidArgument);
+      EXPECT_FALSE(s->Get("d")->has_value());
+      EXPECT_TRUE(s->PutMany({}, &written).ok());
+      EXPECT_EQ(written, 0u);
+    }
+    // Everything survives a reopen, with the highest version as the mark.
+    auto s = MustOpen(d);
+    EXPECT_EQ(s->version_high_water(), hw + 7);
+    auto all = ScanAll(*s);
+    EXPECT_EQ(all["a"], std::make_pair(hw + 3, std::string("1")));
+    EXPECT_EQ(all["b"], std::make_pair(hw + 7, std::string("2")));
+    EXPECT_EQ(all["c"], std::make_pair(hw + 5, std::string("3")));
+    EXPECT_EQ(all.count("d"), 0u);
+  }
+}
+
 TEST_F(StoreTest, SurvivesReopenInEveryDurabilityMode) {
   uint64_t next = 0;
   for (Durability d : {Durability::kNone, Durability::kWal, Durability::kSync}) {
@@ -459,6 +492,38 @@ TEST_F(StoreBackgroundTest, BadQueueLimitsAreRefused) {
   o.background_queue = 8;
   o.background_queue_bytes = 0;
   EXPECT_EQ(Store::Open(dir_.string(), o).status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST_F(StoreBackgroundTest, PutManyBuffersEveryItem) {
+  StoreOptions o;
+  o.durability = Durability::kNone;
+  o.background_queue = 4;  // fewer than the items: PutMany waits for room
+  uint64_t hw = 0;
+  std::map<std::string, std::pair<uint64_t, std::string>> expected;
+  {
+    auto store = OpenBackground(o);
+    ASSERT_NE(store, nullptr);
+    std::vector<std::string> keys, values;
+    for (int i = 0; i < 10; ++i) {
+      keys.push_back("k" + std::to_string(i));
+      values.push_back(std::string(static_cast<size_t>(10 + i), static_cast<char>('a' + i)));
+    }
+    std::vector<Store::PutItem> items;
+    for (int i = 0; i < 10; ++i) {
+      items.push_back({keys[i], values[i], static_cast<uint64_t>(20 - i)});
+      expected[keys[i]] = {static_cast<uint64_t>(20 - i), values[i]};
+    }
+    size_t written = 0;
+    ASSERT_TRUE(store->PutMany(items, &written).ok());
+    EXPECT_EQ(written, 10u);
+    hw = store->version_high_water();
+    EXPECT_EQ(hw, 20u);
+    EXPECT_EQ(ScanAll(*store), expected);
+  }
+  auto store = OpenBackground(o);
+  ASSERT_NE(store, nullptr);
+  EXPECT_EQ(store->version_high_water(), hw);
+  EXPECT_EQ(ScanAll(*store), expected);
 }
 
 TEST_F(StoreBackgroundTest, WritesLandInTheOrderTheyWereMade) {
