@@ -9,8 +9,14 @@ namespace rkv::client {
 namespace {
 
 std::chrono::system_clock::time_point SystemDeadline(Deadline deadline) {
-  return std::chrono::system_clock::now() +
-         std::max<Clock::duration>(deadline - Clock::now(), Clock::duration::zero());
+  // Deadline::max() (wait for good) stays the latest system time: adding
+  // it to now would overflow.
+  const auto now = std::chrono::system_clock::now();
+  const auto left = std::max<Clock::duration>(deadline - Clock::now(), Clock::duration::zero());
+  if (left >= std::chrono::duration_cast<Clock::duration>(std::chrono::system_clock::time_point::max() - now)) {
+    return std::chrono::system_clock::time_point::max();
+  }
+  return now + std::chrono::duration_cast<std::chrono::system_clock::duration>(left);
 }
 
 }  // namespace

@@ -25,9 +25,16 @@ std::string_view Trim(std::string_view s) {
 }
 
 std::chrono::system_clock::time_point ToSystem(CoordinatorSet::Deadline deadline) {
-  return std::chrono::system_clock::now() +
-         std::max<CoordinatorSet::Clock::duration>(deadline - CoordinatorSet::Clock::now(),
-                                                   std::chrono::milliseconds(1));
+  const auto now = std::chrono::system_clock::now();
+  const auto left = std::max<CoordinatorSet::Clock::duration>(deadline - CoordinatorSet::Clock::now(),
+                                                              std::chrono::milliseconds(1));
+  // A far deadline (Deadline::max()) is the latest system time, not an
+  // overflow.
+  if (left >= std::chrono::duration_cast<CoordinatorSet::Clock::duration>(
+                  std::chrono::system_clock::time_point::max() - now)) {
+    return std::chrono::system_clock::time_point::max();
+  }
+  return now + std::chrono::duration_cast<std::chrono::system_clock::duration>(left);
 }
 
 const char* StateName(grpc_connectivity_state state) {
