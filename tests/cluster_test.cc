@@ -264,19 +264,28 @@ TEST_F(ClusterTest, KvctlShowsReplicaSetsAndWhereAKeyLives) {
   }
 }
 
-class CoordinatorFlagsTest : public TestClusterTest {};
+class CoordinatorFlagsTest : public TestClusterTest {
+ protected:
+  // `servers` small servers with the coordinator's own timings (no
+  // heartbeat flags) and no shards asked for: each test adds the flags it
+  // checks.
+  static TestClusterOptions SmallCluster(int servers) {
+    TestClusterOptions options;
+    options.servers = servers;
+    options.shards = 0;
+    options.heartbeat_interval_ms = 0;
+    options.heartbeat_timeout_ms = 0;
+    options.server_memory = uint64_t{16} << 20;
+    options.max_keys = 1024;
+    return options;
+  }
+};
 
 TEST_F(CoordinatorFlagsTest, ReplicasMustFitTheClusterAndStayFixedForTheDataDir) {
   // One coordinator data dir, three coordinators in turn, each with only
   // --servers and --replicas.
-  TestClusterOptions options;
-  options.servers = 3;
-  options.shards = 0;
+  TestClusterOptions options = SmallCluster(3);
   options.replicas = 4;
-  options.heartbeat_interval_ms = 0;
-  options.heartbeat_timeout_ms = 0;
-  options.server_memory = uint64_t{16} << 20;
-  options.max_keys = 1024;
   cluster_ = std::make_unique<TestCluster>(options);
   {
     ServerProcess& too_many = cluster().coordinator();
@@ -309,13 +318,7 @@ TEST_F(CoordinatorFlagsTest, ReplicasMustFitTheClusterAndStayFixedForTheDataDir)
 }
 
 TEST_F(CoordinatorFlagsTest, SuspectAfterMustExceedTheHeartbeatPeriod) {
-  TestClusterOptions options;
-  options.servers = 1;
-  options.shards = 0;
-  options.heartbeat_interval_ms = 0;
-  options.heartbeat_timeout_ms = 0;
-  options.server_memory = uint64_t{16} << 20;
-  options.max_keys = 1024;
+  TestClusterOptions options = SmallCluster(1);
   // Servers heartbeat every 333 ms with the defaults (lease 1000 / 3).
   options.coordinator_flags = {"--suspect_after_ms=300"};
   cluster_ = std::make_unique<TestCluster>(options);
@@ -331,11 +334,7 @@ TEST_F(CoordinatorFlagsTest, SuspectAfterMustExceedTheHeartbeatPeriod) {
 }
 
 TEST_F(CoordinatorFlagsTest, ClusterTokenFileMustBeReadableAndNoClientToken) {
-  TestClusterOptions options;
-  options.servers = 1;
-  options.shards = 0;
-  options.heartbeat_interval_ms = 0;
-  options.heartbeat_timeout_ms = 0;
+  TestClusterOptions options = SmallCluster(1);
   cluster_ = std::make_unique<TestCluster>(options);
   // The client token's own file as the cluster credential: a bad flag.
   cluster().options().coordinator_flags = {"--cluster_token_file=" + cluster().dir() + "/token"};
@@ -351,13 +350,7 @@ TEST_F(CoordinatorFlagsTest, ClusterTokenFileMustBeReadableAndNoClientToken) {
 // A server that presents the client token where the coordinator holds a
 // cluster credential is refused at its Join, and says what it lacks.
 TEST_F(CoordinatorFlagsTest, AServerWithoutTheClusterCredentialCannotJoin) {
-  TestClusterOptions options;
-  options.servers = 1;
-  options.shards = 0;
-  options.heartbeat_interval_ms = 0;
-  options.heartbeat_timeout_ms = 0;
-  options.server_memory = uint64_t{16} << 20;
-  options.max_keys = 1024;
+  TestClusterOptions options = SmallCluster(1);
   options.cluster_token = "";  // the servers get none
   cluster_ = std::make_unique<TestCluster>(options);
   const std::string credential = cluster().dir() + "/coordinator_cluster_token";
