@@ -14,7 +14,9 @@
 #include "proto/auth.h"
 #include "coordinator/test_util.h"
 
-namespace rkv::coordinator {
+// A namespace of its own: the sanitizer presets build the tests of this
+// directory as unity files, where the other tests' helpers are visible.
+namespace rkv::coordinator::roles_test {
 namespace {
 
 using testing::MakeJoin;
@@ -273,4 +275,4 @@ TEST(CoordinatorRolesStartTest, RefusesAClusterCredentialEqualToTheClientToken) 
 }
 
 }  // namespace
-}  // namespace rkv::coordinator
+}  // namespace rkv::coordinator::roles_test
