@@ -160,7 +160,8 @@ TEST_F(CoordinatorRolesTest, ServerOnlyCallsRefuseTheClientTokenAndChangeNothing
   EXPECT_EQ(server_->state()->Map().shard_replicas(0).server_ids_size(), 1);
   s = stub_->Leave(Ctx(kClusterToken).get(), leave, &left);
   ASSERT_TRUE(s.ok()) << s.error_message();
-  const v1::ServerInfo* a = FindServer(server_->state()->Map(), "a");
+  const v1::ClusterMap left_map = server_->state()->Map();  // FindServer points into it
+  const v1::ServerInfo* a = FindServer(left_map, "a");
   ASSERT_NE(a, nullptr);
   EXPECT_EQ(a->state(), v1::DOWN);
 }
@@ -176,13 +177,15 @@ TEST_F(CoordinatorRolesTest, AClientHeartbeatDoesNotKeepASilentServerUp) {
     EXPECT_EQ(Heartbeat(kClientToken, "a", 1).error_code(), grpc::StatusCode::PERMISSION_DENIED);
     grpc::Status b = Heartbeat(kClusterToken, "b", 1);
     EXPECT_TRUE(b.ok()) << b.error_message();
-    const v1::ServerInfo* a = FindServer(server_->state()->Map(), "a");
+    const v1::ClusterMap now = server_->state()->Map();  // FindServer points into it
+    const v1::ServerInfo* a = FindServer(now, "a");
     ASSERT_NE(a, nullptr);
     a_down = a->state() == v1::DOWN;
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   EXPECT_TRUE(a_down) << "forged heartbeats kept a UP: " << server_->state()->Map().ShortDebugString();
-  const v1::ServerInfo* b = FindServer(server_->state()->Map(), "b");
+  const v1::ClusterMap last = server_->state()->Map();  // FindServer points into it
+  const v1::ServerInfo* b = FindServer(last, "b");
   ASSERT_NE(b, nullptr);
   EXPECT_EQ(b->state(), v1::UP);
 }
