@@ -196,6 +196,12 @@ StatusOr<Table::Entry> Applier::Publish(std::string_view key, std::string_view v
   return placed;
 }
 
+Status Applier::PrepareSlot(std::string_view key) {
+  if (table_->PrepareInsert(key, Heap::Clock::now())) return Status::Ok();
+  return ResourceExhausted("table full: no slot in the key's neighbourhood, even after moving keys (raise "
+                           "--max_keys)");
+}
+
 Status Applier::UndoDurable(std::string_view key) {
   if (const std::optional<Table::Entry> prev = table_->Lookup(key)) {
     const Table::Record old = table_->RecordAt(prev->slot);

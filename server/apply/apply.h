@@ -361,6 +361,9 @@ class Applier {
   // once for quarantined heap blocks when the heap is full).
   StatusOr<Table::Entry> Publish(std::string_view key, std::string_view value, uint64_t version)
       REQUIRES(table_mu_);
+  // Makes room for `key` in the table (Table::PrepareInsert); the refusal
+  // every write path gives when its neighbourhood has no slot.
+  Status PrepareSlot(std::string_view key) REQUIRES(table_mu_);
   // Puts back in the store what the table publishes for `key` (or deletes
   // it): the undo of a durable write the table could not take.
   Status UndoDurable(std::string_view key) REQUIRES(table_mu_);

@@ -39,10 +39,7 @@ protocol::ReplyMsg Applier::InstallReplica(const Request& req) {
       replica_stale_.fetch_add(1, std::memory_order_relaxed);
       return MakeReply(req.request_id, StatusCode::kOk, have, "");
     }
-    if (!table_->PrepareInsert(req.key, Heap::Clock::now())) {
-      return Error(req.request_id, ResourceExhausted("table full: no slot in the key's neighbourhood, even after "
-                                                     "moving keys (raise --max_keys)"));
-    }
+    if (Status room = PrepareSlot(req.key); !room.ok()) return Error(req.request_id, room);
     protocol::ReplyMsg reply = InstallPut(req.request_id, req.key, req.value, req.version);
     if (reply.status_code == static_cast<int32_t>(StatusCode::kOk)) {
       replica_writes_.fetch_add(1, std::memory_order_relaxed);

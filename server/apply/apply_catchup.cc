@@ -157,10 +157,7 @@ StatusOr<Applier::FetchedOutcome> Applier::InstallFetched(const ShardRecord& rec
   if (DeletedDuringSync(record.key, record.version)) return FetchedOutcome::kDeletedMeanwhile;
   const std::optional<Table::Entry> current = table_->Lookup(record.key);
   if (current && current->version >= record.version) return FetchedOutcome::kNotNewer;
-  if (!table_->PrepareInsert(record.key, Heap::Clock::now())) {
-    return ResourceExhausted("table full: no slot in the key's neighbourhood, even after moving keys (raise "
-                             "--max_keys)");
-  }
+  RKV_RETURN_IF_ERROR(PrepareSlot(record.key));
   const protocol::ReplyMsg reply = InstallPut(0, record.key, record.value, record.version);
   if (reply.status_code != static_cast<int32_t>(StatusCode::kOk)) {
     return Status(static_cast<StatusCode>(reply.status_code), reply.message)
@@ -195,13 +192,8 @@ StatusOr<size_t> Applier::InstallFetchedBatch(std::span<const ShardRecord> recor
   // heap) is taken back out of the store with every record after it.
   for (size_t i = 0; i < written; ++i) {
     const Store::PutItem& item = items[i];
-    Status placed;
-    if (!table_->PrepareInsert(item.key, Heap::Clock::now())) {
-      placed = ResourceExhausted("table full: no slot in the key's neighbourhood, even after moving keys (raise "
-                                 "--max_keys)");
-    } else {
-      placed = Publish(item.key, item.value, item.version).status();
-    }
+    Status placed = PrepareSlot(item.key);
+    if (placed.ok()) placed = Publish(item.key, item.value, item.version).status();
     if (!placed.ok()) {
       for (size_t j = i; j < written; ++j) {
         if (Status undo = UndoDurable(items[j].key); !undo.ok()) {

@@ -99,11 +99,8 @@ protocol::ReplyMsg Applier::ApplyPut(uint64_t request_id, std::string_view key, 
   uint64_t version = 0;
   {
     MutexLock lock(table_mu_);
-    if (!table_->PrepareInsert(key, Heap::Clock::now())) {
-      // Refused before anything is written.
-      return Error(request_id, ResourceExhausted("table full: no slot in the key's neighbourhood, even after "
-                                                 "moving keys (raise --max_keys)"));
-    }
+    // Refused before anything is written.
+    if (Status room = PrepareSlot(key); !room.ok()) return Error(request_id, room);
     version = ReserveVersion();
     if (version == 0) {
       // Every version is taken (a replica arrived at the top of the
