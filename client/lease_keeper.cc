@@ -95,7 +95,10 @@ Status LeaseKeeper::RenewAfter(std::optional<uint64_t> seen_round, Deadline dead
       const uint64_t round = renewal_round_;
       while (renewal_round_ == round) {
         if (!cv_.WaitUntil(mu_, deadline) && renewal_round_ == round) {
-          return DeadlineExceeded("the lease renewal in flight did not end before the deadline");
+          // The renewal before it says why the coordinator may be slow.
+          return DeadlineExceeded(
+              "the lease renewal in flight did not end before the deadline" +
+              (last_error_.ok() ? std::string() : "; the one before it failed: " + last_error_.ToString()));
         }
       }
       return last_error_;

@@ -168,6 +168,40 @@ TEST(LeaseKeeperTest, ConcurrentCallersShareOneRenewal) {
   EXPECT_EQ(renewals.load(), 1);
 }
 
+TEST(LeaseKeeperTest, ACallThatOutwaitsTheRenewalInFlightNamesWhyTheOneBeforeFailed) {
+  // The first renewal fails saying why; the second hangs until released.
+  // A call whose deadline ends while it waits for that second one says
+  // the coordinator is unreachable and repeats the first one's reason.
+  Mutex mu;
+  bool release = false;
+  CondVar cv;
+  std::atomic<int> renewals{0};
+  LeaseKeeper keeper(
+      [&](uint64_t v, Deadline) -> StatusOr<v1::RenewLeaseResponse> {
+        if (renewals.fetch_add(1) == 0) return Unavailable("no leader elected yet (etcd unreachable: test)");
+        MutexLock lock(mu);
+        while (!release) cv.Wait(mu);
+        return Granted(v, 60000);
+      },
+      [](Deadline) { return Status::Ok(); }, [] { return uint64_t{5}; });
+  EXPECT_FALSE(keeper.Renew(Clock::now() + kPatience).ok());
+  std::thread renewer([&] { EXPECT_TRUE(keeper.Renew(Clock::now() + kPatience).ok()); });
+  ASSERT_TRUE(WaitFor("the second renewal in flight", [&] { return renewals.load() == 2; }));
+  const Status s = keeper.Check(5, "a", Clock::now() + milliseconds(100));
+  EXPECT_EQ(s.code(), StatusCode::kUnavailable) << s;
+  EXPECT_NE(s.message().find("coordinator unreachable"), std::string::npos) << s;
+  EXPECT_NE(s.message().find("the one before it failed: UNAVAILABLE: no leader elected yet (etcd unreachable: test)"),
+            std::string::npos)
+      << s;
+  {
+    MutexLock lock(mu);
+    release = true;
+  }
+  cv.NotifyAll();
+  renewer.join();
+  EXPECT_TRUE(keeper.Check(5, "a", Clock::now() + kPatience).ok());
+}
+
 TEST(LeaseKeeperTest, TheBackgroundThreadRenewsBeforeCallsNeedIt) {
   std::atomic<int> renewals{0};
   {
