@@ -26,9 +26,11 @@
 #include <string>
 #include <string_view>
 #include <thread>
+#include <vector>
 
 #include <grpcpp/server.h>
 
+#include "common/metrics/exposition.h"
 #include "common/mutex.h"
 #include "common/status.h"
 #include "proto/rkv.grpc.pb.h"
@@ -162,6 +164,14 @@ class CoordinatorServer {
 
   // The KeepLease streams open now (tests, reporting).
   int64_t lease_streams() const { return lease_streams_->open(); }
+
+  // What GET /metrics answers (rkv-coordinator --metrics_listen;
+  // coordinator_metrics.cc): the map version, members by state, shards
+  // and their replicas, probes, KeepLease streams and this coordinator's
+  // role, read now from the state's current map, the prober's counts and
+  // the gate. Asks no store and no etcd. Thread-safe; not after Shutdown
+  // (which ends the prober): stop the endpoint first.
+  std::vector<metrics::MetricFamily> Metrics() const;
 
   // How often the expiry thread runs (ExpireHeartbeats, PromoteFenced,
   // then Rebalance): half the heartbeat interval, at most 50 ms (a

@@ -2,8 +2,13 @@
 // its state in RocksDB (--data_dir: the only coordinator) or in etcd (--etcd: one of several, one of which
 // leads; coordinator/etcd_coordinator.h). See coordinator/coordinator_state.h.
 //
+// With --metrics_listen it serves GET /metrics in the Prometheus text format
+// (CoordinatorServer::Metrics) and logs "metrics on http://HOST:PORT/metrics"
+// at INFO once it listens.
+//
 // Exit codes: 0 after SIGTERM/SIGINT and a clean shutdown; 1 when it
-// cannot start (data dir, etcd, token file, listen address); 2 for a bad flag.
+// cannot start (data dir, etcd, token file, listen address, metrics
+// address); 2 for a bad flag.
 
 #include <csignal>
 #include <iostream>
@@ -17,6 +22,7 @@
 #include <pthread.h>
 #include <sys/stat.h>
 
+#include "common/metrics/metrics_endpoint.h"
 #include "common/token.h"
 #include "proto/validation.h"
 #include "coordinator/coordinator_service.h"
@@ -80,6 +86,8 @@ DEFINE_uint32(suspect_after_ms, 0,
               "--heartbeat_timeout_ms; above the period servers heartbeat at (the shorter of "
               "--heartbeat_interval_ms and --lease_ms / 3) and below --heartbeat_timeout_ms; 0 = never (default: "
               "twice that period + 50 ms, 716 with the other defaults)");
+DEFINE_string(metrics_listen, "", "HOST:PORT of GET /metrics (Prometheus text format, for scraping); port 0 picks a "
+              "free one, logged as \"metrics on http://HOST:PORT/metrics\" (default empty: no metrics endpoint)");
 DEFINE_uint32(probe_timeout_ms, 400, "milliseconds a probe of a suspected server waits for its answer, 10..10000 "
               "(default 400)");
 
@@ -189,6 +197,14 @@ int main(int argc, char** argv) {
   if (rkv::Status s = rkv::control::ValidateHostPort(FLAGS_listen, /*allow_port_zero=*/true); !s.ok()) {
     return BadFlag("--listen: " + s.message());
   }
+  if (!FLAGS_metrics_listen.empty()) {
+    if (rkv::Status s = rkv::control::ValidateHostPort(FLAGS_metrics_listen, /*allow_port_zero=*/true); !s.ok()) {
+      return BadFlag("--metrics_listen: " + s.message());
+    }
+    if (FLAGS_metrics_listen == FLAGS_listen && !FLAGS_listen.ends_with(":0")) {
+      return BadFlag("--metrics_listen " + FLAGS_metrics_listen + " is the same address as --listen");
+    }
+  }
   rkv::coordinator::CoordinatorConfig config;
   config.shard_count = FLAGS_shards;
   config.expected_servers = FLAGS_servers;
@@ -263,6 +279,20 @@ int main(int argc, char** argv) {
                                                            cluster_token);
   if (!server.ok()) return CannotStart(server.status());
   if (shared != nullptr) shared->StartCampaign(FLAGS_advertise.empty() ? (*server)->address() : FLAGS_advertise);
+  std::unique_ptr<rkv::metrics::MetricsEndpoint> metrics;
+  if (!FLAGS_metrics_listen.empty()) {
+    rkv::coordinator::CoordinatorServer* const coordinator = server->get();
+    auto started = rkv::metrics::MetricsEndpoint::Start(FLAGS_metrics_listen, [coordinator] {
+      return coordinator->Metrics();
+    });
+    if (!started.ok()) {
+      if (shared != nullptr) shared->Stop();
+      (*server)->Shutdown();
+      return CannotStart(started.status().WithContext("--metrics_listen"));
+    }
+    metrics = std::move(started).value();
+    LOG(INFO) << "metrics on http://" << metrics->address() << "/metrics";
+  }
 
   std::cout << "rkv-coordinator listening on " << (*server)->address() << std::endl;  // flushed
   LOG(INFO) << "rkv-coordinator serving on " << (*server)->address() << ": " << config.expected_servers
@@ -275,7 +305,9 @@ int main(int argc, char** argv) {
   int signal_number = 0;
   sigwait(&signals, &signal_number);
   LOG(INFO) << "signal " << signal_number << ": shutting down";
-  // A leader resigns first, so that a standby takes over at once.
+  // The metrics endpoint reads the server: it stops first. A leader then
+  // resigns, so that a standby takes over at once.
+  if (metrics) metrics->Stop();
   if (shared != nullptr) shared->Stop();
   (*server)->Shutdown();
   LOG(INFO) << "rkv-coordinator stopped";

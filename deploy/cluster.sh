@@ -25,7 +25,10 @@
 # Ports: coordinator 7600 (with --ha 7600, 7601, 7602), servers 7701..770N,
 # etcd members client/peer 2379/2380, 2479/2480, 2579/2580 (override with
 # RKV_COORDINATOR_PORT, RKV_SERVER_BASE_PORT and RKV_ETCD_BASE_PORT: member i
-# uses BASE + 100 * (i - 1) and the port after it). With --ha the cluster's
+# uses BASE + 100 * (i - 1) and the port after it). Every coordinator and
+# server serves GET /metrics (--metrics_listen) on its port + 1000:
+# coordinator 8600 (8600..8602 with --ha), servers 8701..870N, what
+# deploy/prometheus/prometheus.yml scrapes. With --ha the cluster's
 # state is under the etcd prefix /rkv/local/. Binaries come from
 # build/release (built with deploy/build.sh when missing), or from
 # RKV_BUILD_DIR when set; etcd and etcdctl from PATH (Debian's etcd-server
@@ -49,6 +52,8 @@ ha_members=3
 etcd_prefix=/rkv/local/
 stop_wait_s=20
 start_wait_s=30
+# GET /metrics of each process: its own port plus this.
+metrics_offset=1000
 
 die() {
   echo "cluster: $*" >&2
@@ -356,6 +361,7 @@ do_start() {
       name="coordinator-${i}"
       [ -z "$(pid_of "${name}")" ] || continue
       "${coordinator_bin}" --listen="${host}:$((coordinator_port + i - 1))" \
+        --metrics_listen="${host}:$((coordinator_port + i - 1 + metrics_offset))" \
         --etcd="$(etcd_endpoints)" --etcd_prefix="${etcd_prefix}" \
         --token_file="${state}/token" --cluster_token_file="${state}/cluster_token" \
         --servers="${n}" --shards=1024 \
@@ -370,6 +376,7 @@ do_start() {
   elif [ -z "$(pid_of coordinator)" ]; then
     mkdir -p "${state}/coordinator"
     "${coordinator_bin}" --listen="${host}:${coordinator_port}" --data_dir="${state}/coordinator" \
+      --metrics_listen="${host}:$((coordinator_port + metrics_offset))" \
       --token_file="${state}/token" --cluster_token_file="${state}/cluster_token" \
       --servers="${n}" --shards=1024 \
       > "${state}/coordinator.out" 2>> "${state}/coordinator.log" &
@@ -382,6 +389,7 @@ do_start() {
     [ -z "$(pid_of "${name}")" ] || continue
     mkdir -p "${state}/${name}"
     "${server_bin}" --listen="${host}:$((base_port + i - 1))" --data_dir="${state}/${name}" \
+      --metrics_listen="${host}:$((base_port + i - 1 + metrics_offset))" \
       --token_file="${state}/token" --cluster_token_file="${state}/cluster_token" \
       --coordinator="${coordinators}" --transport=auto --memory=256M \
       > "${state}/${name}.out" 2>> "${state}/${name}.log" &

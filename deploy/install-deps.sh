@@ -20,6 +20,9 @@ PACKAGES=(
   # etcd (the coordinator's state and leader election): the server and
   # etcdctl for tests and deployments, the .proto files rkv_etcd builds from
   etcd-server etcd-client golang-etcd-server-dev
+  # GET /metrics of rkv-server and rkv-coordinator (--metrics_listen): the
+  # HTTP library, and promtool, with which the tests check what they answer
+  libcpp-httplib-dev prometheus
 )
 
 missing=()

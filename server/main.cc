@@ -14,10 +14,15 @@
 // (--coordinator or --admin_listen), "rkv-server id ID admin HOST:PORT"
 // ("admin none" without the Admin service).
 //
+// With --metrics_listen it serves GET /metrics in the Prometheus text
+// format (server/server_metrics.h) and logs "metrics on
+// http://HOST:PORT/metrics" at INFO once it listens.
+//
 // Exit codes: 0 after SIGTERM/SIGINT and a clean shutdown (which first
 // leaves the cluster); 1 when the server cannot start (data directory,
-// memory, transport, listen, Admin service) or the coordinator refuses it
-// for good (wrong token, cluster full); 2 for a bad flag.
+// memory, transport, listen, Admin service, metrics endpoint) or the
+// coordinator refuses it for good (wrong token, cluster full); 2 for a bad
+// flag.
 
 #include <atomic>
 #include <csignal>
@@ -37,6 +42,8 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include "common/layout.h"
+#include "common/metrics/metrics_endpoint.h"
 #include "common/mutex.h"
 #include "common/net_address.h"
 #include "common/token.h"
@@ -49,6 +56,7 @@
 #include "server/options.h"
 #include "server/replication/replica_service.h"
 #include "server/server.h"
+#include "server/server_metrics.h"
 
 DEFINE_string(listen, "127.0.0.1:7700", "HOST:PORT to listen on; port 0 picks a free port (default 127.0.0.1:7700)");
 DEFINE_string(data_dir, "", "directory of the RocksDB durable copy, created if missing (required)");
@@ -105,6 +113,8 @@ DEFINE_string(advertise_address, "", "HOST:PORT clients should use for the data 
 DEFINE_string(zone, "", "failure domain of this server (rack, host, power feed): printable ASCII, at most 64 "
               "bytes; a shard's replicas go to distinct zones when there are enough; fixed for the life of the "
               "server id (default: none)");
+DEFINE_string(metrics_listen, "", "HOST:PORT of GET /metrics (Prometheus text format, for scraping); port 0 picks a "
+              "free one, logged as \"metrics on http://HOST:PORT/metrics\" (default empty: no metrics endpoint)");
 
 namespace {
 
@@ -262,6 +272,7 @@ int main(int argc, char** argv) {
   control.admin_listen = FLAGS_admin_listen;
   control.advertise_address = FLAGS_advertise_address;
   control.zone = FLAGS_zone;
+  control.metrics_listen = FLAGS_metrics_listen;
   if (rkv::Status s = rkv::server::ValidateControlOptions(control, o.listen); !s.ok()) return BadFlag(s.message());
   const std::string admin_listen = rkv::server::EffectiveAdminListen(control, o.listen);
 
@@ -350,13 +361,25 @@ int main(int argc, char** argv) {
   // up on them, and the fetcher catches this server up on its own.
   std::unique_ptr<rkv::server::ReplicaService> replica_service;
   std::unique_ptr<rkv::server::CatchUp> catch_up;
-  // Where the Admin service reads the fetcher's counters (set once it runs).
-  std::shared_ptr<std::atomic<rkv::server::CatchUp*>> catch_up_counters;
   if (!control.coordinator.empty() && !admin_listen.empty()) {
     auto created = rkv::server::ReplicaService::Create(rkv::server::ClusterToken(o), srv->applier(), o.max_key_bytes);
     if (!created.ok()) return fail("creating the Replica service failed: " + created.status().ToString());
     replica_service = std::move(*created);
   }
+  // Where the Admin service and the metrics read the fetcher's counters:
+  // null until the fetcher runs (it starts once the membership exists).
+  auto catch_up_counters = std::make_shared<std::atomic<rkv::server::CatchUp*>>(nullptr);
+  // The counters of Admin Stats and GET /metrics, read when asked.
+  const auto read_counters = [srv, catch_up_counters, replica = replica_service.get()] {
+    rkv::server::CounterSources sources;
+    sources.server = srv->Stats();
+    sources.heap_bytes = srv->heap_bytes();
+    if (const rkv::server::CatchUp* c = catch_up_counters->load(std::memory_order_acquire)) {
+      sources.catch_up = c->stats();
+    }
+    if (replica != nullptr) sources.catchup_records_served = replica->records_served();
+    return rkv::server::ServerCounters(sources);
+  };
   // The Admin service reads the membership's map once it exists.
   std::atomic<const rkv::server::MapSource*> map_source{nullptr};
   std::unique_ptr<rkv::server::AdminServer> admin;
@@ -374,27 +397,14 @@ int main(int argc, char** argv) {
     const uint64_t epoch = srv->epoch();
     std::vector<grpc::Service*> also;
     if (replica_service) also.push_back(replica_service.get());
-    // The fetcher starts once the membership exists: its counters are read
-    // through this pointer (null until then).
-    auto catch_up_stats = std::make_shared<std::atomic<rkv::server::CatchUp*>>(nullptr);
-    rkv::server::ReplicaService* const replica = replica_service.get();
-    auto started = rkv::server::AdminServer::Start(admin_listen, o.token, [srv, server_id, epoch, catch_up_stats,
-                                                                           replica] {
-      rkv::server::CounterSources sources;
-      sources.server = srv->Stats();
-      sources.heap_bytes = srv->heap_bytes();
-      if (const rkv::server::CatchUp* c = catch_up_stats->load(std::memory_order_acquire)) {
-        sources.catch_up = c->stats();
-      }
-      if (replica != nullptr) sources.catchup_records_served = replica->records_served();
+    auto started = rkv::server::AdminServer::Start(admin_listen, o.token, [read_counters, server_id, epoch] {
       rkv::server::AdminStats a;
       a.server_id = server_id;
       a.epoch = epoch;
       a.serving = true;  // the data plane listens for as long as the Admin service runs
-      a.counters = rkv::server::ServerCounters(sources);
+      a.counters = read_counters();
       return a;
     }, AdminShardsOf(srv, &map_source, server_id), also);
-    catch_up_counters = std::move(catch_up_stats);
     if (!started.ok()) return fail("starting the Admin service on " + admin_listen + " failed: " + started.status().ToString());
     admin = std::move(*started);
     // A wildcard admin host is announced with the data address's host.
@@ -408,6 +418,29 @@ int main(int argc, char** argv) {
       return fail("no Admin address to announce: " + advertised.status().ToString() +
                   " (pass --admin_listen=HOST:PORT)");
     }
+  }
+  // GET /metrics: the Admin counters and the map version, read per scrape.
+  std::unique_ptr<rkv::metrics::MetricsEndpoint> metrics;
+  if (!control.metrics_listen.empty()) {
+    rkv::server::ServerMetricsInfo info;
+    info.server_id = server_id;
+    info.transport = rkv::transport::KindName(*kind);
+    info.epoch = srv->epoch();
+    info.table_slots = (uint64_t{1} << srv->bucket_count_log2()) * rkv::layout::kSlotsPerBucket;
+    auto started = rkv::metrics::MetricsEndpoint::Start(control.metrics_listen, [read_counters, info, &map_source] {
+      rkv::server::ServerMetricsInfo now = info;
+      // Acquire: the membership is fully built before it is published.
+      if (const rkv::server::MapSource* s = map_source.load(std::memory_order_acquire)) {
+        if (const auto map = s->map()) now.map_version = map->version();
+      }
+      return rkv::server::ServerMetricFamilies(read_counters(), now);
+    });
+    if (!started.ok()) {
+      if (admin) admin->Shutdown();
+      return fail("--metrics_listen: " + started.status().message());
+    }
+    metrics = std::move(*started);
+    LOG(INFO) << "metrics on http://" << metrics->address() << "/metrics";
   }
   if (!server_id.empty()) {
     std::cout << "rkv-server id " << server_id << " admin " << (admin ? admin_address : std::string("none"))
@@ -457,12 +490,13 @@ int main(int argc, char** argv) {
           },
           std::move(c));
       if (!created.ok()) {
+        if (metrics) metrics->Stop();
         admin->Shutdown();
         return fail("starting catch-up failed: " + created.status().ToString());
       }
       catch_up = std::move(*created);
       catch_up->Start();
-      if (catch_up_counters) catch_up_counters->store(catch_up.get(), std::memory_order_release);
+      catch_up_counters->store(catch_up.get(), std::memory_order_release);
     }
     join.emplace(membership.get());
   }
@@ -492,11 +526,13 @@ int main(int argc, char** argv) {
     std::cerr << std::endl;
     rc = 1;
   }
-  // Leave first, so that the coordinator marks this server DOWN before its
-  // data plane goes away; then the Admin service, then the data plane. The
+  // The metrics endpoint first: it reads everything below. Then leave, so
+  // that the coordinator marks this server DOWN before its data plane goes
+  // away; then the Admin service, then the data plane. The
   // stopped membership outlives the data plane, whose policy still reads
   // its last map (and gets CANCELLED from anything that would reach the
   // coordinator).
+  if (metrics) metrics->Stop();
   if (join) join->Stop();
   join.reset();
   // The fetcher uses the apply path: it stops before the data plane (and

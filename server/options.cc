@@ -208,6 +208,15 @@ Status ValidateControlOptions(const ControlOptions& c, const std::string& listen
                            " binds every interface, so clients would not know where to connect: with "
                            "--coordinator, also pass --advertise_address=HOST:PORT");
   }
+  if (!c.metrics_listen.empty()) {
+    if (Status s = ParseHostPort(c.metrics_listen, &host, &port); !s.ok()) {
+      return InvalidArgument("--metrics_listen: " + s.message());
+    }
+    if (port != 0 && (c.metrics_listen == listen || c.metrics_listen == c.admin_listen)) {
+      return InvalidArgument("--metrics_listen " + c.metrics_listen + " is the same address as --" +
+                             (c.metrics_listen == listen ? "listen" : "admin_listen"));
+    }
+  }
   // The rule of control::ValidateZone, which the coordinator applies to the
   // Join; checked here too so that a bad flag stops the server at once.
   if (c.zone.size() > kMaxZoneBytes) {

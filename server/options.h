@@ -119,6 +119,10 @@ struct ControlOptions {
   // replicas in distinct zones when it can, and refuses a rejoin that
   // changes it.
   std::string zone;
+  // HOST:PORT of GET /metrics (Prometheus text format); port 0 picks a
+  // free one; empty = none (server/server_metrics.h). Initialized here so
+  // that an initializer list of the four fields above stays complete.
+  std::string metrics_listen = {};
 };
 
 // True for a host that binds every interface ("0.0.0.0", "::"), which no

@@ -165,6 +165,21 @@ TEST(ControlOptionsTest, BadValuesAreRejectedNamingTheirFlag) {
   }
 }
 
+TEST(ControlOptionsTest, MetricsListenIsAHostPortOfItsOwn) {
+  ControlOptions c;
+  for (const char* good : {"127.0.0.1:9100", "0.0.0.0:0", "[::1]:9100", "127.0.0.1:0"}) {
+    c.metrics_listen = good;
+    EXPECT_TRUE(ValidateControlOptions(c, "127.0.0.1:7700").ok()) << good;
+  }
+  c.admin_listen = "127.0.0.1:7800";
+  for (const char* bad : {"9100", "127.0.0.1:", "127.0.0.1:65536", "host:x", "127.0.0.1:7700", "127.0.0.1:7800"}) {
+    c.metrics_listen = bad;
+    const Status s = ValidateControlOptions(c, "127.0.0.1:7700");
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << bad;
+    EXPECT_TRUE(s.message().starts_with("--metrics_listen")) << s;
+  }
+}
+
 TEST(ControlOptionsTest, CoordinatorIsOneAddressOrAList) {
   EXPECT_TRUE(ValidateControlOptions(ControlOptions{"127.0.0.1:7600", "", "", ""}, "127.0.0.1:7700").ok());
   EXPECT_TRUE(

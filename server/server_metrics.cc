@@ -1,0 +1,124 @@
+#include "server/server_metrics.h"
+
+#include <map>
+
+namespace rkv::server {
+
+using metrics::MetricFamily;
+using metrics::MetricType;
+
+const std::vector<CounterMetric>& CounterMetrics() {
+  constexpr MetricType kCounter = MetricType::kCounter;
+  constexpr MetricType kGauge = MetricType::kGauge;
+  // The entries of one family are adjacent; the first gives its help.
+  static const std::vector<CounterMetric> kMetrics = {
+      {"keys", "rkv_server_keys", kGauge, "Records in the table.", "", ""},
+      {"puts", "rkv_server_operations_total", kCounter,
+       "Client writes applied since start, by operation (GETs are one-sided reads the server does not see).", "op",
+       "put"},
+      {"deletes", "rkv_server_operations_total", kCounter, "", "op", "delete"},
+      {"request_errors", "rkv_server_request_errors_total", kCounter,
+       "Error replies since start (NOT_FOUND excluded).", "", ""},
+      {"gets_served_by_cpu", "rkv_server_cpu_gets_total", kCounter,
+       "GETs the server CPU served: always 0, GETs are one-sided reads.", "", ""},
+      {"connections", "rkv_server_connections", kGauge, "Data-plane connections open now.", "", ""},
+      {"connections_accepted", "rkv_server_connections_accepted_total", kCounter,
+       "Data-plane connections accepted since start.", "", ""},
+      {"connections_rejected", "rkv_server_connections_rejected_total", kCounter,
+       "Data-plane connections refused since start.", "", ""},
+      {"polling_threads", "rkv_server_polling_threads", kGauge,
+       "Data-plane polling threads (fixed, whatever the connections).", "", ""},
+      {"bytes_per_connection", "rkv_server_connection_cost_bytes", kGauge,
+       "Server memory one connection costs, beside the transport's.", "", ""},
+      {"heap_bytes", "rkv_server_heap_size_bytes", kGauge, "Size of the heap region.", "", ""},
+      {"heap_bytes_used", "rkv_server_heap_used_bytes", kGauge, "Heap bytes holding records.", "", ""},
+      {"heap_bytes_quarantined", "rkv_server_heap_quarantined_bytes", kGauge,
+       "Heap bytes freed but not yet reusable (grace period).", "", ""},
+      {"store_unwritten_writes", "rkv_server_store_unwritten_writes", kGauge,
+       "With --durability=none: acknowledged writes not yet in RocksDB (a crash loses them).", "", ""},
+      {"store_unwritten_bytes", "rkv_server_store_unwritten_bytes", kGauge,
+       "With --durability=none: bytes of the acknowledged writes not yet in RocksDB.", "", ""},
+      {"forwarded_writes", "rkv_server_replication_forwarded_writes_total", kCounter,
+       "Writes forwarded to backups as a primary.", "", ""},
+      {"backup_failures", "rkv_server_replication_backup_failures_total", kCounter,
+       "Backups that did not acknowledge a forwarded write.", "", ""},
+      {"replica_writes", "rkv_server_replica_writes_total", kCounter,
+       "Forwarded writes received as a backup, by outcome: installed, stale (acknowledged without a change, not "
+       "newer) or refused (validation or policy).",
+       "outcome", "installed"},
+      {"replica_stale", "rkv_server_replica_writes_total", kCounter, "", "outcome", "stale"},
+      {"replica_refused", "rkv_server_replica_writes_total", kCounter, "", "outcome", "refused"},
+      {"lease_refusals", "rkv_server_lease_refusals_total", kCounter,
+       "Client writes refused because the lease had expired.", "", ""},
+      {"syncing_shards", "rkv_server_catchup_syncing_shards", kGauge, "Shards this server is catching up on now.", "",
+       ""},
+      {"catchup_records_listed", "rkv_server_catchup_records_listed_total", kCounter,
+       "Catch-up: records received in FetchShard streams.", "", ""},
+      {"catchup_values_fetched", "rkv_server_catchup_values_fetched_total", kCounter,
+       "Catch-up: values received and installed.", "", ""},
+      {"catchup_bytes_fetched", "rkv_server_catchup_fetched_bytes_total", kCounter,
+       "Catch-up: bytes of keys and values received (what --catchup_rate_mb_per_s paces).", "", ""},
+      {"catchup_syncs_completed", "rkv_server_catchup_syncs_completed_total", kCounter,
+       "Catch-up: syncs reported caught up and accepted.", "", ""},
+      {"catchup_sync_failures", "rkv_server_catchup_sync_failures_total", kCounter,
+       "Catch-up: sync attempts abandoned (then retried).", "", ""},
+      {"catchup_records_served", "rkv_server_catchup_records_served_total", kCounter,
+       "Catch-up: records this server sent as a primary.", "", ""},
+  };
+  return kMetrics;
+}
+
+std::vector<MetricFamily> ServerMetricFamilies(const std::vector<AdminCounter>& counters,
+                                               const ServerMetricsInfo& info) {
+  std::map<std::string_view, const CounterMetric*> by_counter;
+  std::map<std::string_view, std::string_view> help_of;  // family -> its first entry's help
+  for (const CounterMetric& m : CounterMetrics()) {
+    by_counter.emplace(m.counter, &m);
+    help_of.emplace(m.family, m.help);
+  }
+  std::vector<MetricFamily> out;
+  // The index in `out` of each family made so far.
+  std::map<std::string, size_t> family_at;
+  const auto family = [&](const std::string& name, MetricType type, std::string_view help) -> MetricFamily& {
+    auto [it, added] = family_at.emplace(name, out.size());
+    if (added) out.push_back({name, std::string(help), type, {}, {}});
+    return out[it->second];
+  };
+  // In CounterMetrics' order, so that a family's series stay together
+  // whatever order ServerCounters keeps.
+  std::map<std::string_view, uint64_t> values;
+  for (const AdminCounter& c : counters) values.emplace(c.name, c.value);
+  for (const CounterMetric& m : CounterMetrics()) {
+    const auto v = values.find(m.counter);
+    if (v == values.end()) continue;
+    MetricFamily& f = family(std::string(m.family), m.type, help_of[m.family]);
+    metrics::Sample s;
+    if (!m.label_name.empty()) s.labels.push_back({std::string(m.label_name), std::string(m.label_value)});
+    s.value = static_cast<double>(v->second);
+    f.samples.push_back(std::move(s));
+  }
+  for (const AdminCounter& c : counters) {
+    if (by_counter.contains(c.name)) continue;
+    family("rkv_server_" + std::string(c.name), MetricType::kGauge, c.help)
+        .samples.push_back({{}, static_cast<double>(c.value)});
+  }
+
+  family("rkv_server_info", MetricType::kGauge, "Always 1: the server's id (empty when it has none) and transport.")
+      .samples.push_back({{{"server_id", info.server_id}, {"transport", info.transport}}, 1});
+  family("rkv_server_epoch", MetricType::kGauge, "The epoch of this incarnation (changes on every restart).")
+      .samples.push_back({{}, static_cast<double>(info.epoch)});
+  family("rkv_server_map_version", MetricType::kGauge,
+         "Version of the cluster map the server follows (0: none, standalone or not yet received).")
+      .samples.push_back({{}, static_cast<double>(info.map_version)});
+  family("rkv_server_table_slots", MetricType::kGauge, "Slots of the table's index (buckets times slots per bucket).")
+      .samples.push_back({{}, static_cast<double>(info.table_slots)});
+  const auto keys = values.find("keys");
+  const double fill = info.table_slots == 0 || keys == values.end()
+                          ? 0
+                          : static_cast<double>(keys->second) / static_cast<double>(info.table_slots);
+  family("rkv_server_table_fill_ratio", MetricType::kGauge, "Records in the table divided by its index slots.")
+      .samples.push_back({{}, fill});
+  return out;
+}
+
+}  // namespace rkv::server

@@ -1,0 +1,69 @@
+#include "server/server_metrics.h"
+
+#include <set>
+#include <string>
+
+#include <gtest/gtest.h>
+
+namespace rkv::server {
+namespace {
+
+TEST(ServerMetricsTest, EveryAdminCounterHasItsMetric) {
+  std::set<std::string_view> mapped;
+  for (const CounterMetric& m : CounterMetrics()) {
+    EXPECT_TRUE(mapped.insert(m.counter).second) << m.counter << " mapped twice";
+    EXPECT_TRUE(metrics::IsValidMetricName(m.family)) << m.family;
+    EXPECT_TRUE(m.family.starts_with("rkv_server_")) << m.family;
+    // Prometheus's conventions: a counter ends in _total, nothing else does.
+    EXPECT_EQ(m.family.ends_with("_total"), m.type == metrics::MetricType::kCounter) << m.family;
+  }
+  const std::vector<AdminCounter> counters = ServerCounters(CounterSources{});
+  for (const AdminCounter& c : counters) EXPECT_TRUE(mapped.contains(c.name)) << c.name << " has no metric";
+  EXPECT_EQ(mapped.size(), counters.size());
+}
+
+TEST(ServerMetricsTest, LabelsTellASeriesFromItsFamilysOthers) {
+  CounterSources sources;
+  sources.server.puts = 5;
+  sources.server.deletes = 2;
+  sources.server.keys = 3;
+  sources.server.replica_stale = 7;
+  ServerMetricsInfo info;
+  info.server_id = "s-1";
+  info.transport = "tcp";
+  info.epoch = 4;
+  info.map_version = 9;
+  info.table_slots = 12;
+  const StatusOr<std::string> text = metrics::Render(ServerMetricFamilies(ServerCounters(sources), info));
+  ASSERT_TRUE(text.ok()) << text.status();
+  for (const char* line : {
+           "# TYPE rkv_server_operations_total counter\n"
+           "rkv_server_operations_total{op=\"put\"} 5\n"
+           "rkv_server_operations_total{op=\"delete\"} 2\n",
+           "rkv_server_keys 3\n",
+           "rkv_server_replica_writes_total{outcome=\"installed\"} 0\n"
+           "rkv_server_replica_writes_total{outcome=\"stale\"} 7\n"
+           "rkv_server_replica_writes_total{outcome=\"refused\"} 0\n",
+           "rkv_server_info{server_id=\"s-1\",transport=\"tcp\"} 1\n",
+           "rkv_server_epoch 4\n",
+           "rkv_server_map_version 9\n",
+           "rkv_server_table_slots 12\n",
+           "rkv_server_table_fill_ratio 0.25\n",
+       }) {
+    EXPECT_NE(text->find(line), std::string::npos) << line << "\nnot in:\n" << *text;
+  }
+}
+
+TEST(ServerMetricsTest, ACounterWithoutAnEntryIsStillExported) {
+  const std::vector<AdminCounter> counters = {{"new_counter", 11, "a counter added later"}};
+  const StatusOr<std::string> text = metrics::Render(ServerMetricFamilies(counters, ServerMetricsInfo{}));
+  ASSERT_TRUE(text.ok()) << text.status();
+  EXPECT_NE(text->find("# HELP rkv_server_new_counter a counter added later\n"
+                       "# TYPE rkv_server_new_counter gauge\n"
+                       "rkv_server_new_counter 11\n"),
+            std::string::npos)
+      << *text;
+}
+
+}  // namespace
+}  // namespace rkv::server
