@@ -9,6 +9,7 @@
 
 #include "common/hash.h"
 #include "common/record.h"
+#include "common/sanitizers.h"
 
 namespace rkv::server {
 
@@ -259,8 +260,14 @@ StatusOr<uint64_t> Table::PublishRecord(Position at, uint16_t fingerprint, std::
                                         Heap::Clock::time_point now) {
   const uint64_t block_bytes = layout::BlockBytes(key.size(), value.size());
   RKV_ASSIGN_OR_RETURN(const uint64_t offset, heap_->Allocate(block_bytes, now));
-  // The block is private until published: plain stores are fine here.
-  EncodeRecord(heap_memory_.subspan(offset, block_bytes), key, value, version, /*flags=*/0);
+  // The block is private until published: plain stores are fine here. A
+  // READ through a location a client remembered from the block's previous
+  // life may still copy it (RacyByDesign: its checksum and key refuse what
+  // it got).
+  {
+    RacyByDesign racy;
+    EncodeRecord(heap_memory_.subspan(offset, block_bytes), key, value, version, /*flags=*/0);
+  }
   const uint64_t slot = layout::MakeSlot(fingerprint, offset, block_bytes);
   // Only once nothing can fail any more: a refused replace leaves the old
   // block current, and so unmarked.
