@@ -33,6 +33,10 @@ class ClusterClientTest : public ::testing::Test {
     // Routing and errors, not replication: one copy, so that a server that
     // leaves keeps its shards (no failover moves them while a test looks).
     options.replicas = 1;
+    // Calls go on with the cached map only while the lease runs once the
+    // coordinator is gone (FollowsTheMapAndNamesTheServerInErrors' end):
+    // a lease that a loaded sanitizer run cannot outlast.
+    options.lease = std::chrono::seconds(30);
     auto server = testing::StartInProcessCoordinator(options, kToken);
     ASSERT_TRUE(server.ok()) << server.status();
     coord_ = std::move(server).value();

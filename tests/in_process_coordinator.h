@@ -26,6 +26,8 @@ struct InProcessCoordinatorOptions {
   // joined server expires.
   std::chrono::milliseconds heartbeat_interval = std::chrono::seconds(60);
   std::chrono::milliseconds heartbeat_timeout = std::chrono::seconds(600);
+  // The leases it grants (its --lease_ms).
+  std::chrono::milliseconds lease = std::chrono::milliseconds(1000);
   // The store's records; null: a new, empty store. Sharing them between
   // two coordinators started one after the other restarts the first.
   std::shared_ptr<coordinator::testing::MemoryStoreData> data;
@@ -38,6 +40,7 @@ inline coordinator::CoordinatorConfig InProcessConfig(const InProcessCoordinator
   config.replicas = o.replicas;
   config.heartbeat_interval = o.heartbeat_interval;
   config.heartbeat_timeout = o.heartbeat_timeout;
+  config.lease = o.lease;
   return config;
 }
 
