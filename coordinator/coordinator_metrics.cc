@@ -70,6 +70,18 @@ std::vector<MetricFamily> CoordinatorServer::Metrics() const {
           static_cast<double>(probes.refuted));
   counter("rkv_coordinator_probes_confirmed_total", "Probes that ended with the server marked DOWN since start.",
           static_cast<double>(probes.confirmed));
+  const CoordinatorService::RenewalCounts renewals = service_->renewals();
+  out.push_back({"rkv_coordinator_lease_renewals_total",
+                 "Lease renewals answered since start, by outcome: granted, or refused (not the leader).",
+                 MetricType::kCounter,
+                 {{{{"outcome", "granted"}}, static_cast<double>(renewals.granted)},
+                  {{{"outcome", "refused"}}, static_cast<double>(renewals.refused)}},
+                 {}});
+  counter("rkv_coordinator_failovers_total",
+          "Promotions since start that moved the primary role of a fenced server's shards to their backups.",
+          static_cast<double>(failovers_.load(std::memory_order_relaxed)));
+  counter("rkv_coordinator_shards_promoted_total", "Shards whose primary role a promotion moved to a backup.",
+          static_cast<double>(shards_promoted_.load(std::memory_order_relaxed)));
   gauge("rkv_coordinator_lease_streams", "KeepLease streams open now (one per lease holder renewing here).",
         static_cast<double>(lease_streams_->open()));
 

@@ -160,6 +160,13 @@ grpc::Status CoordinatorService::CheckCaller(const grpc::ServerContextBase* cont
 
 grpc::Status CoordinatorService::AnswerRenewal(grpc::ServerContextBase* context,
                                                v1::RenewLeaseResponse* response) const {
+  grpc::Status answer = AnswerRenewalUncounted(context, response);
+  (answer.ok() ? renewals_granted_ : renewals_refused_).fetch_add(1, std::memory_order_relaxed);
+  return answer;
+}
+
+grpc::Status CoordinatorService::AnswerRenewalUncounted(grpc::ServerContextBase* context,
+                                                        v1::RenewLeaseResponse* response) const {
   if (grpc::Status s = CheckLeader(context); !s.ok()) return s;
   LeaseView view = state_->Lease();
   response->set_map_version(view.map_version);
@@ -298,6 +305,9 @@ void CoordinatorServer::ExpiryLoop() {
     }
     if (auto promoted = state_->PromoteFenced(); !promoted.ok()) {
       LOG(ERROR) << "cannot commit a promotion: " << promoted.status() << "; retrying";
+    } else if (*promoted > 0) {
+      shards_promoted_.fetch_add(static_cast<uint64_t>(*promoted), std::memory_order_relaxed);
+      failovers_.fetch_add(1, std::memory_order_relaxed);
     }
     if (auto moved = state_->Rebalance(); !moved.ok()) {
       LOG(ERROR) << "cannot commit a re-replication or rebalancing step: " << moved.status() << "; retrying";

@@ -120,6 +120,16 @@ class CoordinatorService final : public v1::Coordinator::WithAsyncMethod_KeepLea
   // granted only while this coordinator leads before and after it is read.
   grpc::Status AnswerRenewal(grpc::ServerContextBase* context, v1::RenewLeaseResponse* response) const;
 
+  // Renewals answered since start (RenewLease and each KeepLease answer):
+  // granted, or refused (this coordinator did not lead).
+  struct RenewalCounts {
+    uint64_t granted = 0;
+    uint64_t refused = 0;
+  };
+  RenewalCounts renewals() const {
+    return {renewals_granted_.load(std::memory_order_relaxed), renewals_refused_.load(std::memory_order_relaxed)};
+  }
+
   static constexpr std::chrono::milliseconds kWatchPoll{100};
 
   // Where a reported backup failure becomes a suspicion of the backup
@@ -131,6 +141,8 @@ class CoordinatorService final : public v1::Coordinator::WithAsyncMethod_KeepLea
   // OK while this coordinator leads; otherwise the "not the leader"
   // answer, with the leader in the trailing metadata.
   grpc::Status CheckLeader(grpc::ServerContextBase* context) const;
+  // AnswerRenewal without its count.
+  grpc::Status AnswerRenewalUncounted(grpc::ServerContextBase* context, v1::RenewLeaseResponse* response) const;
 
   CoordinatorState* const state_;
   const LeaderGate* const gate_;
@@ -141,6 +153,8 @@ class CoordinatorService final : public v1::Coordinator::WithAsyncMethod_KeepLea
   std::string address_ GUARDED_BY(address_mu_);
   const std::string token_digest_hex_;
   const std::string cluster_digest_hex_;  // "" when there is no cluster credential
+  mutable std::atomic<uint64_t> renewals_granted_{0};
+  mutable std::atomic<uint64_t> renewals_refused_{0};
 };
 
 class CoordinatorServer {
@@ -199,6 +213,10 @@ class CoordinatorServer {
   std::unique_ptr<LeaseStreams> lease_streams_;  // service_'s KeepLease
   std::unique_ptr<grpc::Server> server_;
   std::string address_;
+  // Shards whose primary role ExpiryLoop's promotions moved to a backup,
+  // and the promotions that moved any (failovers), since start.
+  std::atomic<uint64_t> shards_promoted_{0};
+  std::atomic<uint64_t> failovers_{0};
 
   Mutex mu_;
   CondVar expiry_cv_;  // signalled when stopping_ is set

@@ -427,8 +427,12 @@ int main(int argc, char** argv) {
     info.transport = rkv::transport::KindName(*kind);
     info.epoch = srv->epoch();
     info.table_slots = (uint64_t{1} << srv->bucket_count_log2()) * rkv::layout::kSlotsPerBucket;
-    auto started = rkv::metrics::MetricsEndpoint::Start(control.metrics_listen, [read_counters, info, &map_source] {
+    auto started = rkv::metrics::MetricsEndpoint::Start(control.metrics_listen, [read_counters, info, &map_source,
+                                                                                 srv] {
       rkv::server::ServerMetricsInfo now = info;
+      const rkv::server::Server::ApplyLatency latency = srv->apply_latency();
+      now.client_apply = latency.client;
+      now.replica_apply = latency.replica;
       // Acquire: the membership is fully built before it is published.
       if (const rkv::server::MapSource* s = map_source.load(std::memory_order_acquire)) {
         if (const auto map = s->map()) now.map_version = map->version();

@@ -1,6 +1,7 @@
 #include "server/server.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <optional>
 #include <random>
@@ -109,6 +110,7 @@ struct Server::OwedReply {
   Served* served;
   uint32_t buf;    // the request's receive buffer, re-posted first
   uint32_t reply;  // the reply buffer
+  std::chrono::steady_clock::time_point start;  // when its apply began
 };
 
 // A polling thread and the group it serves. The accept thread hands it
@@ -466,12 +468,13 @@ bool Server::Serve(Served& s, std::span<Completion> completions, std::vector<Owe
     --s.pending_count;
     const size_t msg_len = std::min<size_t>(len, protocol::kMaxMessageBytes);
     const std::span<const uint8_t> msg(s.messages.data() + ReceiveOffset(buf), msg_len);
+    const auto start = std::chrono::steady_clock::now();
     const protocol::ReplyMsg reply = s.peer_id.empty() ? applier_->Apply(s.client_id, msg, ring)
                                                        : applier_->ApplyReplica(s.peer_id, msg, ring);
     const uint32_t r = s.free_replies.back();
     s.free_replies.pop_back();
     std::memcpy(s.messages.data() + ReplyOffset(credits, r), &reply, sizeof(reply));
-    owed->push_back(OwedReply{&s, buf, r});
+    owed->push_back(OwedReply{&s, buf, r, start});
   }
   return true;
 }
@@ -482,6 +485,8 @@ void Server::SendReplies(Poller* p, std::vector<OwedReply>* owed) {
   // (and whatever else was written meanwhile) are synced here, once.
   const Status synced = store_->SyncWrites();
   if (!synced.ok()) LOG(ERROR) << "group commit: " << synced;
+  // One clock read for the round: its replies are posted next, together.
+  const auto answered = std::chrono::steady_clock::now();
   std::vector<Served*> broken;
   for (const OwedReply& o : *owed) {
     Served& s = *o.served;
@@ -507,7 +512,9 @@ void Server::SendReplies(Poller* p, std::vector<OwedReply>* owed) {
     if (!st.ok()) {
       s.broken = st;
       broken.push_back(&s);
+      continue;
     }
+    (s.peer_id.empty() ? client_apply_latency_ : replica_apply_latency_).Record(answered - o.start);
   }
   owed->clear();
   for (Served* s : broken) {

@@ -57,6 +57,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/latency_histogram.h"
 #include "common/mutex.h"
 #include "common/protocol.h"
 #include "common/status.h"
@@ -136,6 +137,18 @@ class Server {
   uint64_t epoch() const { return epoch_; }
   uint64_t keys_at_start() const { return keys_at_start_; }
   ServerStats Stats() const;
+
+  // How long the server took over each write it answered, from the start
+  // of its apply to its reply's post, the group commit's sync included:
+  // clients' writes and the forwarded writes this server installed as a
+  // backup apart (what GET /metrics exports as rkv_server_apply_seconds).
+  struct ApplyLatency {
+    LatencyHistogram::Counts client;
+    LatencyHistogram::Counts replica;
+  };
+  ApplyLatency apply_latency() const {
+    return {client_apply_latency_.Read(), replica_apply_latency_.Read()};
+  }
 
   // The index (TableHeader + buckets) and heap regions as clients address
   // them, and the table's parameters, fixed at Start and unchanged
@@ -221,6 +234,8 @@ class Server {
   std::atomic<uint64_t> connections_open_{0};
   std::atomic<uint64_t> connections_accepted_{0};
   std::atomic<uint64_t> connections_rejected_{0};
+  LatencyHistogram client_apply_latency_;
+  LatencyHistogram replica_apply_latency_;
 };
 
 }  // namespace rkv::server

@@ -1,6 +1,7 @@
 #include "server/server_metrics.h"
 
 #include <map>
+#include <utility>
 
 namespace rkv::server {
 
@@ -118,7 +119,21 @@ std::vector<MetricFamily> ServerMetricFamilies(const std::vector<AdminCounter>& 
                           : static_cast<double>(keys->second) / static_cast<double>(info.table_slots);
   family("rkv_server_table_fill_ratio", MetricType::kGauge, "Records in the table divided by its index slots.")
       .samples.push_back({{}, fill});
+  MetricFamily& apply = family("rkv_server_apply_seconds", MetricType::kHistogram,
+                               "Time from the start of a write's apply to its reply, the group commit's sync "
+                               "included, by where the write came from (a client, or a primary forwarding it).");
+  apply.histograms.push_back(LatencySample(info.client_apply, {{"from", "client"}}));
+  apply.histograms.push_back(LatencySample(info.replica_apply, {{"from", "replica"}}));
   return out;
+}
+
+metrics::HistogramSample LatencySample(const LatencyHistogram::Counts& counts, std::vector<metrics::Label> labels) {
+  metrics::HistogramSample h;
+  h.labels = std::move(labels);
+  for (const uint64_t us : LatencyHistogram::kUpperBoundsUs) h.upper_bounds.push_back(static_cast<double>(us) / 1e6);
+  h.bucket_counts.assign(counts.buckets.begin(), counts.buckets.end());
+  h.sum = static_cast<double>(counts.sum_ns) / 1e9;
+  return h;
 }
 
 }  // namespace rkv::server

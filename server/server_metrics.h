@@ -14,6 +14,7 @@
 #include <string_view>
 #include <vector>
 
+#include "common/latency_histogram.h"
 #include "common/metrics/exposition.h"
 #include "server/admin_service.h"
 
@@ -42,12 +43,19 @@ struct ServerMetricsInfo {
   uint64_t epoch = 0;
   uint64_t map_version = 0;  // the cluster map it follows; 0 for none (yet)
   uint64_t table_slots = 0;  // slots of the index: buckets * kSlotsPerBucket
+  // Server::apply_latency(): clients' writes and forwarded writes.
+  LatencyHistogram::Counts client_apply;
+  LatencyHistogram::Counts replica_apply;
 };
+
+// A LatencyHistogram's counts as one series of a histogram in seconds.
+metrics::HistogramSample LatencySample(const LatencyHistogram::Counts& counts, std::vector<metrics::Label> labels);
 
 // The families of one scrape: each counter of `counters` under its
 // CounterMetrics entry (a counter without one, under rkv_server_<name>
 // as a gauge with its Admin help), then rkv_server_info, _epoch,
-// _map_version, _table_slots and _table_fill_ratio.
+// _map_version, _table_slots, _table_fill_ratio and the histogram
+// rkv_server_apply_seconds{from="client"|"replica"}.
 std::vector<metrics::MetricFamily> ServerMetricFamilies(const std::vector<AdminCounter>& counters,
                                                         const ServerMetricsInfo& info);
 

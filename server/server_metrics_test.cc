@@ -1,5 +1,6 @@
 #include "server/server_metrics.h"
 
+#include <chrono>
 #include <set>
 #include <string>
 
@@ -63,6 +64,34 @@ TEST(ServerMetricsTest, ACounterWithoutAnEntryIsStillExported) {
                        "rkv_server_new_counter 11\n"),
             std::string::npos)
       << *text;
+}
+
+TEST(ServerMetricsTest, ApplyLatencyIsAHistogramInSecondsByWhereTheWriteCameFrom) {
+  LatencyHistogram client;
+  client.Record(std::chrono::microseconds(40));
+  client.Record(std::chrono::microseconds(40));
+  client.Record(std::chrono::seconds(20));
+  LatencyHistogram replica;
+  replica.Record(std::chrono::microseconds(8));
+  ServerMetricsInfo info;
+  info.client_apply = client.Read();
+  info.replica_apply = replica.Read();
+  const StatusOr<std::string> text = metrics::Render(ServerMetricFamilies({}, info));
+  ASSERT_TRUE(text.ok()) << text.status();
+  for (const char* line : {
+           "# TYPE rkv_server_apply_seconds histogram\n",
+           "rkv_server_apply_seconds_bucket{from=\"client\",le=\"1e-05\"} 0\n"
+           "rkv_server_apply_seconds_bucket{from=\"client\",le=\"2.5e-05\"} 0\n"
+           "rkv_server_apply_seconds_bucket{from=\"client\",le=\"5e-05\"} 2\n",
+           "rkv_server_apply_seconds_bucket{from=\"client\",le=\"10\"} 2\n"
+           "rkv_server_apply_seconds_bucket{from=\"client\",le=\"+Inf\"} 3\n"
+           "rkv_server_apply_seconds_sum{from=\"client\"} 20.00008\n"
+           "rkv_server_apply_seconds_count{from=\"client\"} 3\n",
+           "rkv_server_apply_seconds_bucket{from=\"replica\",le=\"1e-05\"} 1\n",
+           "rkv_server_apply_seconds_count{from=\"replica\"} 1\n",
+       }) {
+    EXPECT_NE(text->find(line), std::string::npos) << line << "\nnot in:\n" << *text;
+  }
 }
 
 }  // namespace

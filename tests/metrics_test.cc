@@ -201,6 +201,19 @@ TEST_F(MetricsTest, CoordinatorAndServerPassPromtoolAndFollowTheCluster) {
   EXPECT_GE(ValueOf(after, puts), puts_before + 1) << after;
   EXPECT_GE(ValueOf(after, "rkv_server_keys"), 1) << after;
   EXPECT_GT(ValueOf(after, "rkv_server_heap_used_bytes"), 0) << after;
+  // The PUT's apply was timed: one more observation of a client's write.
+  EXPECT_GE(ValueOf(after, "rkv_server_apply_seconds_count{from=\"client\"}"),
+            ValueOf(before, "rkv_server_apply_seconds_count{from=\"client\"}") + 1)
+      << after;
+
+  // The client's map lease was renewed here; nothing failed over.
+  ASSERT_TRUE(Scrape(coordinator_metrics, &coordinator_body));
+  EXPECT_TRUE(PromtoolAccepts(promtool, coordinator_body));
+  EXPECT_GE(ValueOf(coordinator_body, "rkv_coordinator_lease_renewals_total{outcome=\"granted\"}"), 1)
+      << coordinator_body;
+  EXPECT_EQ(ValueOf(coordinator_body, "rkv_coordinator_lease_renewals_total{outcome=\"refused\"}"), 0)
+      << coordinator_body;
+  EXPECT_EQ(ValueOf(coordinator_body, "rkv_coordinator_failovers_total"), 0) << coordinator_body;
 
   // The names both export, for the dashboard check.
   std::set<std::string> names = FamiliesIn(coordinator_body);
