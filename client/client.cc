@@ -232,6 +232,7 @@ Client::Client(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Client::~Client() = default;
 
 LocationCacheStatsInfo Client::LocationCacheStats() const { return impl_->LocationCacheStats(); }
+ClientCounters Client::Counters() const { return impl_->Counters(); }
 
 uint32_t Client::max_key_bytes() const { return impl_->MaxKeyBytes(impl_->Routing()->table()); }
 uint32_t Client::max_value_bytes() const { return impl_->MaxValueBytes(impl_->Routing()->table()); }

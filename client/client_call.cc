@@ -197,6 +197,7 @@ Status Client::Impl::NextAttempt(Attempts& a, Deadline deadline) {
   a.index = static_cast<size_t>(e - table.servers().data());
   a.server = e;
   a.routes = std::move(routes);
+  retries_.fetch_add(1, std::memory_order_relaxed);
   return Status::Ok();
 }
 
@@ -274,6 +275,15 @@ StatusOr<transport::Transport*> Client::Impl::TransportFor(const ServerEntry& e)
   }
   last_kind_.store(static_cast<int>(wanted), std::memory_order_relaxed);
   return t.get();
+}
+
+ClientCounters Client::Impl::Counters() {
+  ClientCounters c;
+  c.location_cache = LocationCacheStats();
+  c.retries = retries_.load(std::memory_order_relaxed);
+  MutexLock lock(pools_mu_);
+  for (const auto& [id, pool] : pools_) c.attempts_by_server.emplace(id, pool->attempts());
+  return c;
 }
 
 uint64_t Client::Impl::AttemptsOn(std::string_view server_id) {

@@ -244,6 +244,8 @@ class [[gnu::visibility("hidden")]] Client::Impl {
 
   // Client::LocationCacheStats.
   LocationCacheStatsInfo LocationCacheStats() const;
+  // Client::Counters.
+  ClientCounters Counters() EXCLUDES(pools_mu_);
   // How many attempts this client ran on `server_id`'s current incarnation
   // (ClientTestPeer::AttemptsOn).
   uint64_t AttemptsOn(std::string_view server_id) EXCLUDES(pools_mu_);
@@ -350,6 +352,7 @@ class [[gnu::visibility("hidden")]] Client::Impl {
   // Request ids of PUTs and DELETEs: unique for request_.client_id across
   // every connection, as the servers' replay caches need.
   std::atomic<uint64_t> next_request_id_{1};
+  std::atomic<uint64_t> retries_{0};  // NextAttempt's that led to another attempt
 
   // Set by Init* and read-only afterwards.
   std::optional<transport::Kind> fixed_kind_;  // the transport of every server, unless "auto" with a coordinator

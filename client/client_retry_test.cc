@@ -98,10 +98,12 @@ class ClientRetryTest : public ::testing::Test {
 TEST_F(ClientRetryTest, APutWhoseReplyWasLostIsResentAndAppliedOnce) {
   Connect();
   ASSERT_EQ(VersionOf(client_->Put("k", "v1")), 1u);
+  EXPECT_EQ(client_->Counters().retries, 0u);
   LoseTheNextReply();
   auto v = client_->Put("k", "v2");
   ASSERT_TRUE(v.ok()) << v.status();
   EXPECT_EQ(*v, 2u) << "the resent PUT must get the original reply";
+  EXPECT_GE(client_->Counters().retries, 1u) << "the resend is a retry the client counts";
   EXPECT_EQ(server_->Stats().puts, 2u) << "the resent PUT must not be applied again";
   EXPECT_EQ(server_->Stats().connections_accepted, 2u) << "resent on a new connection";
   EXPECT_EQ(server_->applier()->snapshot().resent, 1u) << "marked as resent (protocol::kRequestResent)";
@@ -207,6 +209,15 @@ TEST_F(ClientRetryTest, AClientOfOneServerHasNoAdminAndCountsItsAttemptsByAddres
   ASSERT_TRUE(client_->Get("k").ok());
   EXPECT_EQ(ClientTestPeer::AttemptsOn(*client_, server_->address()), before + 2);
   EXPECT_EQ(ClientTestPeer::AttemptsOn(*client_, "127.0.0.1:1"), 0u);
+
+  // The public counters tell the same, by the server's address.
+  const ClientCounters counters = client_->Counters();
+  ASSERT_EQ(counters.attempts_by_server.size(), 1u);
+  EXPECT_EQ(counters.attempts_by_server.begin()->first, server_->address());
+  EXPECT_EQ(counters.attempts_by_server.begin()->second, before + 2);
+  EXPECT_EQ(counters.retries, 0u);
+  EXPECT_EQ(counters.location_cache.hits + counters.location_cache.misses + counters.location_cache.fallbacks,
+            counters.location_cache.enabled ? 1u : 0u);
 }
 
 }  // namespace

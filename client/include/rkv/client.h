@@ -78,6 +78,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <span>
 #include <string>
@@ -133,6 +134,21 @@ struct LocationCacheStatsInfo {
   uint64_t misses = 0;     // GETs of a key with no usable entry
   uint64_t fallbacks = 0;  // cached READs not proven current: the ordinary path answered
   uint64_t evictions = 0;
+};
+
+// What a client has done since Connect (Client::Counters): its location
+// cache, how often its calls tried again, and its attempts per server.
+struct ClientCounters {
+  LocationCacheStatsInfo location_cache;
+  // Attempts after a call's first: a broken connection, a refusal that
+  // lets the call resend, a server no longer primary or not covered by the
+  // lease (see Retries). Zero while every call succeeds at once.
+  uint64_t retries = 0;
+  // Per server (cluster mode: its id; a client of one server: its
+  // address), the attempts made on its current incarnation's connections:
+  // a server that restarted under a new epoch starts again from 0. Only
+  // servers this client has reached are listed.
+  std::map<std::string, uint64_t> attempts_by_server;
 };
 
 // Which replica of a key's shard a GET or MultiGet reads (cluster mode;
@@ -321,6 +337,9 @@ class RKV_EXPORT Client {
   // Get or MultiGet: hits + misses + fallbacks). All zero, enabled false,
   // when ClientOptions::location_cache_bytes is 0. Thread-safe.
   LocationCacheStatsInfo LocationCacheStats() const;
+  // The client's counters (ClientCounters): relaxed reads of atomic
+  // counters, and the pools' list under a mutex for a moment. Thread-safe.
+  ClientCounters Counters() const;
 
   // The server's limits, as announced when the newest connection was made
   // (cluster mode: the smallest over the servers of the cached map).
