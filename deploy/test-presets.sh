@@ -51,7 +51,7 @@ for preset in "${presets[@]}"; do
 done
 
 # Tests the sanitizer stages leave out (ctest -E; see below).
-sanitizer_excluded='^(layering_.*|install_find_package)$|CrashTest\..*/sync'
+sanitizer_excluded='^(layering_.*|install_find_package|debian_packages)$|CrashTest\..*/sync'
 
 if stage_step "dependencies" deploy/install-deps.sh; then
   for preset in "${presets[@]}"; do
@@ -65,7 +65,7 @@ if stage_step "dependencies" deploy/install-deps.sh; then
           # threads, sockets or deadlines, not on a CPU); every
           # cross-process suite is RUN_SERIAL and runs alone. Left out:
           # what is the same in every build and proves nothing more under a
-          # sanitizer (the layer and install checks build with CMake; the
+          # sanitizer (the layer, install and package checks build with CMake; the
           # release run has them), and the crash suite's sync mode (it
           # differs from wal only in RocksDB's fsync).
           RKV_TEST_SCALE="${RKV_TEST_SCALE:-0.25}" RKV_CRASH_CYCLES="${RKV_CRASH_CYCLES:-${cycles}}" \
