@@ -77,6 +77,14 @@ std::vector<MetricFamily> CoordinatorServer::Metrics() const {
                  {{{{"outcome", "granted"}}, static_cast<double>(renewals.granted)},
                   {{{"outcome", "refused"}}, static_cast<double>(renewals.refused)}},
                  {}});
+  const CoordinatorService::RefusalCounts refusals = service_->refusals();
+  out.push_back({"rkv_coordinator_refused_calls_total",
+                 "Calls refused by the credential check since start: unauthenticated (no or a wrong credential) or "
+                 "permission_denied (a client's credential on a server's call).",
+                 MetricType::kCounter,
+                 {{{{"code", "unauthenticated"}}, static_cast<double>(refusals.unauthenticated)},
+                  {{{"code", "permission_denied"}}, static_cast<double>(refusals.permission_denied)}},
+                 {}});
   counter("rkv_coordinator_failovers_total",
           "Promotions since start that moved the primary role of a fenced server's shards to their backups.",
           static_cast<double>(failovers_.load(std::memory_order_relaxed)));

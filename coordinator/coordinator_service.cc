@@ -25,16 +25,35 @@ CoordinatorService::CoordinatorService(CoordinatorState* state, std::string toke
 
 grpc::Status CoordinatorService::CheckServerCaller(const grpc::ServerContextBase* context,
                                                    std::string_view rpc) const {
-  if (cluster_digest_hex_.empty()) return CheckToken(context, token_digest_hex_);
+  if (cluster_digest_hex_.empty()) return Refused(context, rpc, CheckToken(context, token_digest_hex_));
   if (CheckToken(context, cluster_digest_hex_).ok()) return grpc::Status::OK;
   grpc::Status client = CheckToken(context, token_digest_hex_);
-  if (!client.ok()) return client;  // neither credential: UNAUTHENTICATED
-  LOG_EVERY_N(WARNING, 100) << rpc << " from " << context->peer()
-                            << " refused: it presented the client token, not the cluster credential ("
-                            << google::COUNTER << " such refusals so far)";
-  return grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
-                      std::string(rpc) + " needs the cluster credential (the servers' role); this credential is a "
-                                         "client's");
+  if (!client.ok()) return Refused(context, rpc, client);  // neither credential: UNAUTHENTICATED
+  return Refused(context, rpc,
+                 grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
+                              std::string(rpc) +
+                                  " needs the cluster credential (the servers' role); this credential is a client's"));
+}
+
+grpc::Status CoordinatorService::Refused(const grpc::ServerContextBase* context, std::string_view rpc,
+                                         grpc::Status status) const {
+  if (status.ok()) return status;
+  const bool denied = status.error_code() == grpc::StatusCode::PERMISSION_DENIED;
+  (denied ? refused_permission_ : refused_unauthenticated_).fetch_add(1, std::memory_order_relaxed);
+  // At most one line a second: a flood of bad calls cannot flood the log,
+  // and the line says how many it stands for.
+  const int64_t now = std::chrono::duration_cast<std::chrono::milliseconds>(
+                          std::chrono::steady_clock::now().time_since_epoch())
+                          .count();
+  const uint64_t unlogged = refusals_unlogged_.fetch_add(1, std::memory_order_relaxed) + 1;
+  int64_t last = last_refusal_log_ms_.load(std::memory_order_relaxed);
+  if (now - last >= 1000 && last_refusal_log_ms_.compare_exchange_strong(last, now, std::memory_order_relaxed)) {
+    refusals_unlogged_.fetch_sub(unlogged, std::memory_order_relaxed);
+    LOG(WARNING) << rpc << " from " << context->peer() << " refused (" << (denied ? "PERMISSION_DENIED" : "UNAUTHENTICATED")
+                 << "): " << status.error_message() << " [" << unlogged
+                 << " refused call(s) since the last such line, this one included]";
+  }
+  return status;
 }
 
 grpc::Status CoordinatorService::CheckLeader(grpc::ServerContextBase* context) const {
@@ -101,7 +120,7 @@ grpc::Status CoordinatorService::ReportReplicaFailure(grpc::ServerContext* conte
 grpc::Status CoordinatorService::ReportUnresponsive(grpc::ServerContext* context,
                                                     const v1::ReportUnresponsiveRequest* request,
                                                     v1::ReportUnresponsiveResponse* response) {
-  if (grpc::Status s = CheckCaller(context); !s.ok()) return s;
+  if (grpc::Status s = CheckCaller(context, "ReportUnresponsive"); !s.ok()) return s;
   if (grpc::Status s = CheckLeader(context); !s.ok()) return s;
   if (Status valid = control::ValidateReportUnresponsive(*request); !valid.ok()) return ToGrpc(valid);
   // Only a hint: the probe decides (coordinator/prober.h), and its
@@ -129,7 +148,7 @@ grpc::Status CoordinatorService::ReportCaughtUp(grpc::ServerContext* context, co
 
 grpc::Status CoordinatorService::Drain(grpc::ServerContext* context, const v1::DrainRequest* request,
                                        v1::DrainResponse* response) {
-  if (grpc::Status s = CheckCaller(context); !s.ok()) return s;
+  if (grpc::Status s = CheckCaller(context, "Drain"); !s.ok()) return s;
   if (grpc::Status s = CheckLeader(context); !s.ok()) return s;
   auto result = state_->Drain(*request);
   if (!result.ok()) {
@@ -142,7 +161,7 @@ grpc::Status CoordinatorService::Drain(grpc::ServerContext* context, const v1::D
 
 grpc::Status CoordinatorService::Forget(grpc::ServerContext* context, const v1::ForgetRequest* request,
                                         v1::ForgetResponse* response) {
-  if (grpc::Status s = CheckCaller(context); !s.ok()) return s;
+  if (grpc::Status s = CheckCaller(context, "Forget"); !s.ok()) return s;
   if (grpc::Status s = CheckLeader(context); !s.ok()) return s;
   auto result = state_->Forget(*request);
   if (!result.ok()) {
@@ -153,9 +172,9 @@ grpc::Status CoordinatorService::Forget(grpc::ServerContext* context, const v1::
   return grpc::Status::OK;
 }
 
-grpc::Status CoordinatorService::CheckCaller(const grpc::ServerContextBase* context) const {
+grpc::Status CoordinatorService::CheckCaller(const grpc::ServerContextBase* context, std::string_view rpc) const {
   if (!cluster_digest_hex_.empty() && CheckToken(context, cluster_digest_hex_).ok()) return grpc::Status::OK;
-  return CheckToken(context, token_digest_hex_);
+  return Refused(context, rpc, CheckToken(context, token_digest_hex_));
 }
 
 grpc::Status CoordinatorService::AnswerRenewal(grpc::ServerContextBase* context,
@@ -179,13 +198,13 @@ grpc::Status CoordinatorService::AnswerRenewalUncounted(grpc::ServerContextBase*
 
 grpc::Status CoordinatorService::RenewLease(grpc::ServerContext* context, const v1::RenewLeaseRequest*,
                                             v1::RenewLeaseResponse* response) {
-  if (grpc::Status s = CheckCaller(context); !s.ok()) return s;
+  if (grpc::Status s = CheckCaller(context, "RenewLease"); !s.ok()) return s;
   return AnswerRenewal(context, response);
 }
 
 grpc::Status CoordinatorService::GetClusterMap(grpc::ServerContext* context, const v1::GetClusterMapRequest*,
                                                v1::ClusterMap* response) {
-  if (grpc::Status s = CheckCaller(context); !s.ok()) return s;
+  if (grpc::Status s = CheckCaller(context, "GetClusterMap"); !s.ok()) return s;
   *response = state_->Map();
   return grpc::Status::OK;
 }
@@ -193,7 +212,7 @@ grpc::Status CoordinatorService::GetClusterMap(grpc::ServerContext* context, con
 grpc::Status CoordinatorService::WatchClusterMap(grpc::ServerContext* context,
                                                  const v1::WatchClusterMapRequest* request,
                                                  grpc::ServerWriter<v1::ClusterMap>* writer) {
-  if (grpc::Status s = CheckCaller(context); !s.ok()) return s;
+  if (grpc::Status s = CheckCaller(context, "WatchClusterMap"); !s.ok()) return s;
   uint64_t known = request->known_version();
   while (!context->IsCancelled()) {
     auto next = state_->WaitForChange(known, kWatchPoll);
@@ -214,7 +233,7 @@ void CoordinatorService::set_address(const std::string& address) {
 grpc::Status CoordinatorService::GetCoordinatorStatus(grpc::ServerContext* context,
                                                       const v1::CoordinatorStatusRequest*,
                                                       v1::CoordinatorStatus* response) {
-  if (grpc::Status s = CheckCaller(context); !s.ok()) return s;
+  if (grpc::Status s = CheckCaller(context, "GetCoordinatorStatus"); !s.ok()) return s;
   response->set_map_version(state_->version());
   if (Prober* prober = prober_.load(std::memory_order_acquire); prober != nullptr) {
     const Prober::Counts counts = prober->counts();

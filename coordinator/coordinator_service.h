@@ -110,7 +110,11 @@ class CoordinatorService final : public v1::Coordinator::WithAsyncMethod_KeepLea
 
   // The token check of every call open to clients (a KeepLease stream's
   // when it opens): the client token or the cluster credential.
-  grpc::Status CheckCaller(const grpc::ServerContextBase* context) const;
+  grpc::Status CheckCaller(const grpc::ServerContextBase* context, std::string_view rpc) const;
+  // Each refusal of either check is counted (refusals()) and logged as a
+  // WARNING naming the RPC, the peer and why, at most once a second (the
+  // line says how many refusals it stands for).
+  //
   // The token check of a call only servers make (`rpc` names it in the
   // refusal): the cluster credential when there is one, else the client
   // token. PERMISSION_DENIED for the client token when a cluster credential
@@ -119,6 +123,18 @@ class CoordinatorService final : public v1::Coordinator::WithAsyncMethod_KeepLea
   // RenewLease's answer (and each KeepLease answer): the lease view,
   // granted only while this coordinator leads before and after it is read.
   grpc::Status AnswerRenewal(grpc::ServerContextBase* context, v1::RenewLeaseResponse* response) const;
+
+  // Calls refused by CheckCaller or CheckServerCaller since start: no or a
+  // wrong credential (UNAUTHENTICATED), or a client's credential on a
+  // server's call (PERMISSION_DENIED).
+  struct RefusalCounts {
+    uint64_t unauthenticated = 0;
+    uint64_t permission_denied = 0;
+  };
+  RefusalCounts refusals() const {
+    return {refused_unauthenticated_.load(std::memory_order_relaxed),
+            refused_permission_.load(std::memory_order_relaxed)};
+  }
 
   // Renewals answered since start (RenewLease and each KeepLease answer):
   // granted, or refused (this coordinator did not lead).
@@ -141,6 +157,8 @@ class CoordinatorService final : public v1::Coordinator::WithAsyncMethod_KeepLea
   // OK while this coordinator leads; otherwise the "not the leader"
   // answer, with the leader in the trailing metadata.
   grpc::Status CheckLeader(grpc::ServerContextBase* context) const;
+  // `status` as returned; a refusal (not OK) counted and logged (above).
+  grpc::Status Refused(const grpc::ServerContextBase* context, std::string_view rpc, grpc::Status status) const;
   // AnswerRenewal without its count.
   grpc::Status AnswerRenewalUncounted(grpc::ServerContextBase* context, v1::RenewLeaseResponse* response) const;
 
@@ -153,6 +171,10 @@ class CoordinatorService final : public v1::Coordinator::WithAsyncMethod_KeepLea
   std::string address_ GUARDED_BY(address_mu_);
   const std::string token_digest_hex_;
   const std::string cluster_digest_hex_;  // "" when there is no cluster credential
+  mutable std::atomic<uint64_t> refused_unauthenticated_{0};
+  mutable std::atomic<uint64_t> refused_permission_{0};
+  mutable std::atomic<uint64_t> refusals_unlogged_{0};
+  mutable std::atomic<int64_t> last_refusal_log_ms_{-1'000'000};  // steady clock, ms
   mutable std::atomic<uint64_t> renewals_granted_{0};
   mutable std::atomic<uint64_t> renewals_refused_{0};
 };

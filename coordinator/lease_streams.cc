@@ -27,7 +27,7 @@ class LeaseStreams::Call {
           MutexLock lock(owner_->mu_);
           owner_->AcceptLocked(cq_);
         }
-        grpc::Status s = owner_->service_->CheckCaller(&context_);
+        grpc::Status s = owner_->service_->CheckCaller(&context_, "KeepLease");
         if (s.ok()) s = Closing();
         return s.ok() ? Read() : Finish(s);
       }

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -206,8 +207,19 @@ TEST_F(MetricsTest, CoordinatorAndServerPassPromtoolAndFollowTheCluster) {
             ValueOf(before, "rkv_server_apply_seconds_count{from=\"client\"}") + 1)
       << after;
 
+  // A client with a wrong token is refused, and the refusal counted.
+  ClientOptions wrong = cluster().ClusterClientOptions();
+  wrong.token = "not-the-cluster-token";
+  wrong.timeout = std::chrono::seconds(10);
+  EXPECT_FALSE(Client::Connect(wrong).ok());
+
   // The client's map lease was renewed here; nothing failed over.
   ASSERT_TRUE(Scrape(coordinator_metrics, &coordinator_body));
+  EXPECT_GE(ValueOf(coordinator_body, "rkv_coordinator_refused_calls_total{code=\"unauthenticated\"}"), 1)
+      << coordinator_body;
+  EXPECT_EQ(ValueOf(coordinator_body, "rkv_coordinator_refused_calls_total{code=\"permission_denied\"}"), 0)
+      << coordinator_body;
+  EXPECT_NE(cluster().coordinator().Log().find("refused (UNAUTHENTICATED)"), std::string::npos);
   EXPECT_TRUE(PromtoolAccepts(promtool, coordinator_body));
   EXPECT_GE(ValueOf(coordinator_body, "rkv_coordinator_lease_renewals_total{outcome=\"granted\"}"), 1)
       << coordinator_body;
