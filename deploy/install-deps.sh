@@ -23,6 +23,9 @@ PACKAGES=(
   # GET /metrics of rkv-server and rkv-coordinator (--metrics_listen): the
   # HTTP library, and promtool, with which the tests check what they answer
   libcpp-httplib-dev prometheus
+  # The Python module rkv (python/): pybind11 and Python's headers to build
+  # it, pytest for its ctest python_module
+  python3-pybind11 python3-dev python3-pytest
 )
 
 missing=()

@@ -1,0 +1,98 @@
+// The Python module rkv: its exceptions (errors.h) and rkv.Client
+// (client.h). rkv.pyi beside this file gives the types; docs/design.md
+// ("Python module") the rules.
+#include <string>
+
+#include <pybind11/pybind11.h>
+
+#include "python/client.h"
+#include "python/errors.h"
+
+namespace py = pybind11;
+using rkv::python::PyClient;
+
+PYBIND11_MODULE(rkv, m) {
+  m.doc() =
+      "Client of an rkv server or cluster, over librkv.\n\n"
+      "    with rkv.Client(server=\"127.0.0.1:7700\", token_file=\"token\") as c:\n"
+      "        version = c.put(b\"user:42\", b\"alice\")\n"
+      "        c.get(b\"user:42\")  # b\"alice\"\n\n"
+      "Keys and values are bytes (str is taken as UTF-8; any bytes-like object is accepted); values come "
+      "back as bytes. Errors are rkv.Error subclasses, one per status code (rkv.NotFound is also a "
+      "KeyError, rkv.InvalidArgument also a ValueError). Every call releases the GIL while librkv works, "
+      "and a Client may be shared by threads.";
+
+  rkv::python::RegisterErrors(m);
+
+  py::class_<PyClient>(m, "Client",
+                       "A connection to one rkv server or to a cluster (through its coordinators). Thread-safe: "
+                       "up to `connections` calls run at once, each with the GIL released. A context "
+                       "manager: leaving the with block closes it.")
+      .def(py::init<const py::object&, const py::object&, const py::object&, const py::object&, const std::string&,
+                    double, int>(),
+           py::arg("server") = py::none(), py::arg("coordinators") = py::none(), py::arg("token") = py::none(),
+           py::arg("token_file") = py::none(), py::arg("transport") = "auto", py::arg("timeout") = 5.0,
+           py::arg("connections") = 1,
+           "Connects to a server or a cluster.\n\n"
+           "server: \"HOST:PORT\" of an rkv-server's data plane; or coordinators: a list of \"HOST:PORT\" "
+           "(or one comma-separated str) of the cluster's coordinators (cluster mode). Exactly one.\n"
+           "token: the access token (str or bytes); or token_file: a path to a file holding it "
+           "(trailing whitespace stripped, as kvctl reads --token_file). Exactly one.\n"
+           "transport: \"auto\", \"tcp\" or \"verbs\".\n"
+           "timeout: seconds, the deadline of the connect and of every call.\n"
+           "connections: 1..64, how many calls may run at once (per server in cluster mode).\n\n"
+           "Raises ValueError for bad arguments, OSError when token_file cannot be read, and the rkv.Error "
+           "of the connect: Unavailable (unreachable), PermissionDenied (a server refused the token), "
+           "Unauthenticated (a coordinator refused it), ResourceExhausted (no connection slot left), ...")
+      .def("get", &PyClient::Get, py::arg("key"),
+           "The value of key, as bytes. Raises rkv.NotFound (a KeyError) when absent. The read is "
+           "linearizable.")
+      .def("get_versioned", &PyClient::GetVersioned, py::arg("key"),
+           "(value, version) of key. Raises rkv.NotFound when absent.")
+      .def("put", &PyClient::Put, py::arg("key"), py::arg("value"),
+           "Stores value under key and returns the key's new version (versions of a key grow). "
+           "rkv.InvalidArgument for a key outside 1..max_key_bytes bytes or a value over max_value_bytes "
+           "(see stats()).")
+      .def("delete", &PyClient::Delete, py::arg("key"), "Removes key. Raises rkv.NotFound when it was absent.")
+      .def("multi_get", &PyClient::MultiGet, py::arg("keys"),
+           "The values of many keys with pipelined reads: a list, one item per key in order, bytes or None "
+           "for an absent key. Any other error of an item raises (the first one, its message naming the "
+           "item).")
+      .def("multi_put", &PyClient::MultiPut, py::arg("items"),
+           "Stores many pairs, given as a dict or an iterable of (key, value) pairs, with many requests in "
+           "flight; returns their new versions in order. Two items of one key leave the later one's value. "
+           "The first failing item's error raises, its message naming the item; the other items may have "
+           "been applied.")
+      .def("multi_delete", &PyClient::MultiDelete, py::arg("keys"),
+           "Removes many keys: a list, one bool per key in order, True when removed, False when it was "
+           "absent. Any other error of an item raises.")
+      .def("members", &PyClient::Members,
+           "Cluster mode: the servers of the client's cached cluster map, in join order, as dicts "
+           "(server_id, epoch, state, data_address, admin_address, transport, shards, backup_shards, "
+           "syncing_shards, keys, heap_bytes_used, heap_bytes, zone, draining, down_since_unix_ms). A "
+           "client of one server has no map: raises rkv.FailedPrecondition.")
+      .def("stats", &PyClient::Stats,
+           "A dict: location_cache (enabled, entries, bytes, capacity_bytes, hits, misses, fallbacks, "
+           "evictions), cluster_mode, cluster_map_version, max_key_bytes, max_value_bytes, server_epoch, "
+           "transport, transport_reason; in cluster mode also servers: {server_id: {epoch, counters: "
+           "{name: value}}} from each server's admin service ({error: message} for one that did not "
+           "answer).")
+      .def("get_into", &PyClient::GetInto, py::arg("key"), py::arg("buffer"),
+           "Writes the value of key into buffer, any writable contiguous bytes-like object (bytearray, "
+           "memoryview, array), from its start; returns the value's size. Raises rkv.BufferTooSmall, "
+           "whose needed attribute is the value's size, when the value does not fit (nothing written), "
+           "and rkv.NotFound when absent. Today the value is copied once on its way (from librkv's "
+           "string into the buffer): librkv has no call that reads into caller memory yet.")
+      .def("close", &PyClient::Close,
+           "Disconnects. Later calls raise rkv.FailedPrecondition; closing again does nothing.")
+      .def_property_readonly("closed", &PyClient::closed, "True once close() was called.")
+      .def(
+          "__enter__", [](py::object self) { return self; }, "Returns the client itself.")
+      .def(
+          "__exit__",
+          [](PyClient& self, const py::object&, const py::object&, const py::object&) {
+            self.Close();
+            return false;
+          },
+          "Closes the client; exceptions propagate.");
+}
