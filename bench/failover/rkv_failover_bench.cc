@@ -116,7 +116,7 @@ DEFINE_uint32(clients, 4, "client threads, one long-lived rkv::Client each (defa
 DEFINE_uint64(records, 300, "records preloaded and used by the load (default 300)");
 DEFINE_uint32(value_bytes, 1024, "bytes per value (default 1024)");
 DEFINE_uint32(read_percent, 50, "percent of calls that are GETs, the rest PUTs (default 50: YCSB-A)");
-DEFINE_string(distribution, "uniform", "key distribution: uniform or zipfian (default uniform)");
+DEFINE_string(distribution, "uniform", "key distribution: uniform, zipfian (YCSB's scrambled zipfian) or latest (default uniform)");
 DEFINE_uint32(deadline_ms, 5000, "deadline of each call of the load, ms (default 5000)");
 DEFINE_uint32(warmup_s, 2, "seconds of load before the first round, not counted (default 2)");
 DEFINE_uint32(steady_s, 3, "seconds of load before each event, the steady baseline, >= 1 (default 3)");

@@ -55,7 +55,7 @@ DEFINE_uint32(clients, 6, "client threads, one long-lived rkv::Client each (defa
 DEFINE_uint64(records, 10000, "records preloaded and used by the load (default 10000)");
 DEFINE_uint32(value_bytes, 1024, "bytes per value (default 1024)");
 DEFINE_uint32(read_percent, 50, "percent of calls that are GETs, the rest PUTs (default 50: YCSB-A)");
-DEFINE_string(distribution, "zipfian", "key distribution: zipfian or uniform (default zipfian)");
+DEFINE_string(distribution, "zipfian", "key distribution: zipfian (YCSB's scrambled zipfian), uniform or latest (default zipfian)");
 DEFINE_uint32(deadline_ms, 5000, "deadline of each call of the load, ms (default 5000)");
 DEFINE_uint32(warmup_s, 3, "seconds of load before the first round, not counted (default 3)");
 DEFINE_uint32(steady_s, 3, "seconds of load before each kill, the steady baseline (default 3)");

@@ -5,16 +5,14 @@
 
 namespace rkv::bench {
 
-uint64_t Histogram::BucketLow(size_t index) {
-  if (index < kSubBuckets) return index;
-  const uint64_t shift = (index - kSubBuckets) / kSubBuckets;
-  const uint64_t sub = (index - kSubBuckets) % kSubBuckets;
-  return (kSubBuckets + sub) << shift;
-}
-
-uint64_t Histogram::BucketWidth(size_t index) {
-  if (index < kSubBuckets) return 1;
-  return uint64_t{1} << ((index - kSubBuckets) / kSubBuckets);
+uint64_t PercentileRank(double p, uint64_t count) {
+  if (count == 0) return 0;
+  p = std::clamp(p, 0.0, 100.0);
+  // Less a rounding margin, so that 99.9% of 1000 is rank 999, not 1000
+  // (0.999 * 1000 is 999.0000000000001 in doubles).
+  const double exact = p / 100.0 * static_cast<double>(count);
+  const uint64_t rank = static_cast<uint64_t>(std::ceil(exact - 1e-9 * std::max(exact, 1.0)));
+  return std::clamp<uint64_t>(rank, 1, count);
 }
 
 void Histogram::Merge(const Histogram& other) {
@@ -31,17 +29,12 @@ double Histogram::Mean() const {
 
 uint64_t Histogram::Percentile(double p) const {
   if (count_ == 0) return 0;
-  p = std::clamp(p, 0.0, 100.0);
-  // Rank of the wanted value, 1-based: ceil(p% of count), at least 1.
-  uint64_t rank = static_cast<uint64_t>(std::ceil(p / 100.0 * static_cast<double>(count_)));
-  rank = std::clamp<uint64_t>(rank, 1, count_);
+  const uint64_t rank = PercentileRank(p, count_);
+  if (rank == count_) return max_;  // exact
   uint64_t seen = 0;
   for (size_t i = 0; i < kBucketCount; ++i) {
     seen += buckets_[i];
-    if (seen >= rank) {
-      const uint64_t mid = BucketLow(i) + BucketWidth(i) / 2;
-      return std::clamp(mid, min(), max_);
-    }
+    if (seen >= rank) return std::clamp(Buckets::Mid(i), min(), max_);
   }
   return max_;  // not reached: the buckets add up to count_
 }

@@ -42,11 +42,4 @@ std::vector<Status> KvTarget::MultiPut(std::span<const std::string> keys, std::s
   return std::vector<Status>(keys.size(), Status(StatusCode::kUnimplemented, "no batched PUT"));
 }
 
-StatusOr<std::unique_ptr<KvTarget>> OpenTarget(const TargetOptions& options) {
-  if (options.kind == "rkv") return OpenRkvTarget(options);
-  if (options.kind == "memcached") return OpenMemcachedTarget(options);
-  if (options.kind == "redis") return OpenRedisTarget(options);
-  return InvalidArgument("unknown target '" + options.kind + "' (want rkv, memcached or redis)");
-}
-
 }  // namespace rkv::bench

@@ -5,15 +5,19 @@
 //   load  every record ("user" + 12 digits, --value_bytes bytes) is PUT
 //         once, split over the threads; not timed.
 //   run   --operations operations (or --duration_s seconds, whichever ends
-//         first), each a GET or a PUT of a record picked by
-//         --key_distribution, in the mix --workload names (YCSB's core
-//         workloads: a = 50% read / 50% update, b = 95/5, c = 100% read;
-//         plus get = 100% GET and put = 100% PUT).
+//         first) in the mix --workload names (bench/ycsb/workload.h: YCSB's
+//         core workloads a, b, c, d and f, e refused, plus get = 100% GET
+//         and put = 100% PUT), on records --key_distribution picks
+//         (uniform, zipfian or latest: bench/ycsb/key_chooser.h).
 // Every thread has its own connection (its own rkv::Client with one
-// connection, memcached_st or redisContext). Every operation's latency goes
-// into a log-linear histogram (bench/ycsb/histogram.h). Every error is
-// counted: failed calls, and GETs whose value is missing or not
-// --value_bytes long. A run with any error says so on stderr and exits 1.
+// connection, memcached_st or redisContext) and runs its share of the
+// operations (bench/ycsb/op_runner.h): closed loop by default, open loop
+// with --target_ops_per_s (each thread its share of the rate on a fixed
+// schedule, latency from each operation's due time). Every operation's
+// latency goes into a log-linear histogram per kind of operation
+// (bench/ycsb/histogram.h). Every error is counted: failed calls, and GETs
+// whose value is missing or not --value_bytes long. A run with any error
+// says so on stderr and exits 1; bad flags exit 2.
 //
 // With --batch=N each thread issues its operations N at a time: the GETs
 // of a batch as one MultiGet, its PUTs as one MultiPut (a mixed batch makes
@@ -25,12 +29,16 @@
 // gets that call's time) and per batch (from the first call's start to the
 // last call's end).
 //
-// Output: a summary on stdout and, with --output, one line appended per run:
+// Output (bench/ycsb/report.h): with --output_format=text (the default) a
+// summary on stdout and, with --output, one line appended per run:
 //   target workload value_bytes threads ops ops_per_s get_p50_us get_p99_us
 //   put_p50_us put_p99_us errors batch batch_p50_us batch_p99_us
 // ("-" where a run had no operation of that kind, and for the batch
 // percentiles of --batch=1; target is --label when set). A header line
-// starting with '#' is written when the file is empty.
+// starting with '#' is written when the file is empty. With json or csv the
+// result goes to stdout (and --output) in that format, and the summary to
+// stderr. Runs longer than 3 s print a progress line on stderr every second
+// (--progress).
 #include <gflags/gflags.h>
 #include <glog/logging.h>
 
@@ -44,6 +52,7 @@
 #include <iostream>
 #include <latch>
 #include <memory>
+#include <optional>
 #include <random>
 #include <sstream>
 #include <string>
@@ -52,9 +61,14 @@
 #include <vector>
 
 #include "bench/ycsb/histogram.h"
-#include "common/clock.h"
+#include "bench/ycsb/insert_counter.h"
 #include "bench/ycsb/key_chooser.h"
 #include "bench/ycsb/kv_target.h"
+#include "bench/ycsb/op_runner.h"
+#include "bench/ycsb/progress.h"
+#include "bench/ycsb/report.h"
+#include "bench/ycsb/run_clock.h"
+#include "bench/ycsb/workload.h"
 #include "rkv/status.h"
 
 DEFINE_string(target, "rkv", "store to drive: rkv | memcached | redis (default rkv)");
@@ -76,8 +90,10 @@ DEFINE_uint64(location_cache_bytes, uint64_t{32} << 20,
               "rkv: bytes of each client's location cache, 0 = off (default 33554432)");
 DEFINE_int32(timeout_ms, 5000, "per-call deadline and connect timeout in milliseconds (default 5000)");
 DEFINE_string(workload, "get",
-              "get (100% GET) | put (100% PUT) | a (50% GET, 50% PUT) | b (95/5) | c (100% GET) "
-              "(default get)");
+              "get (100% GET) | put (100% PUT) | YCSB's a (50% read, 50% update) | b (95/5) | c (100% "
+              "read) | d (95% read, 5% insert; latest keys by default) | f (50% read, 50% "
+              "read-modify-write: a GET then a PUT, no compare-and-set); e (scans) is refused; a read is "
+              "a GET, an update or an insert a PUT (default get)");
 DEFINE_uint64(records, 10000, "records loaded before the timed phase (default 10000)");
 DEFINE_bool(load, true,
             "load the --records first; --noload reuses what an earlier run with the same --records "
@@ -90,15 +106,30 @@ DEFINE_uint64(operations, 100000, "operations in the timed phase, all threads to
 DEFINE_double(duration_s, 0, "also stop the timed phase after this many seconds; 0 = no cap (default 0)");
 DEFINE_uint64(value_bytes, 1024, "bytes per value (default 1024)");
 DEFINE_int32(threads, 1, "client threads, each with its own connection, 1..256 (default 1)");
-DEFINE_string(key_distribution, "uniform",
-              "uniform | zipfian (YCSB's scrambled zipfian, constant 0.99; YCSB's core workloads use "
-              "it) (default uniform)");
-DEFINE_uint64(seed, 1, "random seed; thread i uses seed + i (default 1)");
+DEFINE_string(key_distribution, "",
+              "uniform | zipfian (YCSB's scrambled zipfian, constant 0.99) | latest (YCSB's skewed "
+              "latest: zipfian over recency, following the run's inserts) (default: latest for "
+              "--workload=d, uniform otherwise)");
+DEFINE_uint64(seed, 1, "random seed; each thread's draws derive from it and the thread's index (default 1)");
 DEFINE_int32(batch, 1,
              "operations per batch, 1..64: each thread issues its GETs as one MultiGet and its PUTs as one "
-             "MultiPut per batch (rkv; Redis pipelines them; memcached: 1 only) (default 1)");
-DEFINE_string(output, "", "file to append one result line to (default: none)");
-DEFINE_string(label, "", "first column of the --output line (default: --target)");
+             "MultiPut per batch (rkv; Redis pipelines them; memcached: 1 only; workloads get, put, a, b "
+             "and c only; closed loop only) (default 1)");
+DEFINE_double(target_ops_per_s, 0,
+              "open loop: operations per second, all threads together, each thread its equal share on a "
+              "fixed schedule; latency counts from each operation's scheduled time, so a stall shows in "
+              "the latency of every operation due during it; with --duration_s, operations due before "
+              "its end are still sent for up to 1 s after it; 0 = closed loop (default 0)");
+DEFINE_bool(progress, true,
+            "print a progress line on stderr every second from the 3rd second of the timed phase "
+            "(operations, ops/s and p99 of the last second, p99 so far) (default true)");
+DEFINE_string(output_format, "text",
+              "text | json | csv: the format of the result on stdout and of what --output appends (text: "
+              "the summary, and the one-line format bench/run.sh reads; json: one object; csv: a header "
+              "and one row per kind of operation); with json or csv the summary goes to stderr "
+              "(default text)");
+DEFINE_string(output, "", "file to append the result to, in --output_format (default: none)");
+DEFINE_string(label, "", "first column of the --output line, label of the json and csv results (default: --target)");
 
 namespace rkv::bench {
 namespace {
@@ -109,25 +140,7 @@ constexpr uint64_t kMaxValueBytes = uint64_t{64} << 20;
 constexpr int kMaxThreads = 256;
 constexpr int kMaxBatch = 64;
 constexpr size_t kMaxTokenBytes = 4096;
-// Values are slices of a per-thread random pool at a rotating offset, so
-// consecutive PUTs do not store identical bytes.
-constexpr size_t kValueSlack = 64;
-// Error messages kept per thread to show what went wrong.
-constexpr size_t kErrorSamples = 3;
-
-struct Workload {
-  std::string_view name;
-  double read_fraction;
-  std::string_view description;
-};
-
-constexpr Workload kWorkloads[] = {
-    {"get", 1.0, "100% GET"},
-    {"put", 0.0, "100% PUT"},
-    {"a", 0.5, "YCSB A: 50% GET, 50% PUT"},
-    {"b", 0.95, "YCSB B: 95% GET, 5% PUT"},
-    {"c", 1.0, "YCSB C: 100% GET"},
-};
+constexpr double kMaxTargetOpsPerS = 1e9;
 
 struct Config {
   TargetOptions target;
@@ -142,40 +155,9 @@ struct Config {
   int threads = 1;
   int batch = 1;
   uint64_t seed = 1;
-};
-
-// Every error of one thread, by kind.
-struct Errors {
-  uint64_t load_failed = 0;
-  uint64_t get_failed = 0;
-  uint64_t get_not_found = 0;
-  uint64_t get_wrong_length = 0;
-  uint64_t put_failed = 0;
-  std::vector<std::string> samples;
-
-  uint64_t Total() const {
-    return load_failed + get_failed + get_not_found + get_wrong_length + put_failed;
-  }
-  void Sample(std::string message) {
-    if (samples.size() < kErrorSamples) samples.push_back(std::move(message));
-  }
-  void Merge(const Errors& other) {
-    load_failed += other.load_failed;
-    get_failed += other.get_failed;
-    get_not_found += other.get_not_found;
-    get_wrong_length += other.get_wrong_length;
-    put_failed += other.put_failed;
-    for (const std::string& s : other.samples) Sample(s);
-  }
-};
-
-// What one thread did in the timed phase. Histograms in nanoseconds.
-struct ThreadResult {
-  Histogram get_ns;    // per GET (with --batch: its MultiGet's time)
-  Histogram put_ns;    // per PUT (with --batch: its MultiPut's time)
-  Histogram batch_ns;  // per batch (--batch > 1 only)
-  uint64_t ops = 0;
-  Errors errors;
+  double target_ops_per_s = 0;  // 0: closed loop
+  bool progress = true;
+  OutputFormat format = OutputFormat::kText;
 };
 
 StatusOr<std::string> ReadToken(const std::string& path) {
@@ -251,17 +233,16 @@ StatusOr<Config> ConfigFromFlags() {
     if (!token.ok()) return token.status().WithContext("--token_file");
     c.target.token = std::move(*token);
   }
-  bool found = false;
-  for (const Workload& w : kWorkloads) {
-    if (w.name == FLAGS_workload) {
-      c.workload = w;
-      found = true;
-    }
+  StatusOr<Workload> workload = FindWorkload(FLAGS_workload);
+  if (!workload.ok()) return workload.status().WithContext("--workload");
+  c.workload = *workload;
+  if (FLAGS_key_distribution.empty()) {
+    c.distribution = c.workload.default_distribution.value_or(KeyDistribution::kUniform);
+  } else {
+    StatusOr<KeyDistribution> distribution = ParseKeyDistribution(FLAGS_key_distribution);
+    if (!distribution.ok()) return distribution.status().WithContext("--key_distribution");
+    c.distribution = *distribution;
   }
-  if (!found) return InvalidArgument("--workload must be get, put, a, b or c");
-  StatusOr<KeyDistribution> distribution = ParseKeyDistribution(FLAGS_key_distribution);
-  if (!distribution.ok()) return distribution.status().WithContext("--key_distribution");
-  c.distribution = *distribution;
   if (FLAGS_records < 1 || FLAGS_records > 1'000'000'000'000ULL) {
     return InvalidArgument("--records must be in 1..10^12");
   }
@@ -291,26 +272,24 @@ StatusOr<Config> ConfigFromFlags() {
         "per key, and timing single calls in a loop would not be a batch");
   }
   c.batch = FLAGS_batch;
+  if (c.batch > 1 && (c.workload.Has(OpType::kInsert) || c.workload.Has(OpType::kReadModifyWrite))) {
+    return InvalidArgument("--batch > 1 runs reads and updates only: workloads get, put, a, b and c");
+  }
   c.seed = FLAGS_seed;
+  if (!(FLAGS_target_ops_per_s >= 0) || FLAGS_target_ops_per_s > kMaxTargetOpsPerS) {
+    return InvalidArgument("--target_ops_per_s must be in 0..10^9");
+  }
+  c.target_ops_per_s = FLAGS_target_ops_per_s;
+  if (c.target_ops_per_s > 0 && c.batch > 1) {
+    return InvalidArgument("--target_ops_per_s (open loop) runs one operation at a time: use --batch=1");
+  }
+  c.progress = FLAGS_progress;
+  StatusOr<OutputFormat> format = ParseOutputFormat(FLAGS_output_format);
+  if (!format.ok()) return format.status().WithContext("--output_format");
+  c.format = *format;
   return c;
 }
 
-std::string RandomPool(size_t bytes, std::mt19937_64& rng) {
-  static constexpr std::string_view kAlphabet =
-      "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
-  std::string pool(bytes, '\0');
-  std::uniform_int_distribution<size_t> pick(0, kAlphabet.size() - 1);
-  for (char& ch : pool) ch = kAlphabet[pick(rng)];
-  return pool;
-}
-
-std::string_view ValueFor(const std::string& pool, uint64_t n, uint64_t value_bytes) {
-  return std::string_view(pool).substr(n % kValueSlack, value_bytes);
-}
-
-uint64_t NanosSince(Clock::time_point start, Clock::time_point end) {
-  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(end - start).count());
-}
 
 // Share `total` of thread `t` out of `threads`.
 uint64_t ShareOf(uint64_t total, int threads, int t) {
@@ -340,160 +319,10 @@ void WarmRecords(const Config& c, int t, KvTarget& target, Errors& errors) {
   }
 }
 
-// Timed phase of thread t.
-void RunOperations(const Config& c, int t, KvTarget& target, const std::string& pool,
-                   const KeyChooser& chooser, Clock::time_point deadline, bool has_deadline,
-                   ThreadResult& result) {
-  std::mt19937_64 rng(c.seed + static_cast<uint64_t>(t) * 0x9e3779b97f4a7c15ULL + 1);
-  std::uniform_real_distribution<double> coin(0.0, 1.0);
-  const uint64_t budget = c.operations == 0 ? UINT64_MAX : ShareOf(c.operations, c.threads, t);
-  // Keys and GET-or-PUT draws are made kDrawBatch operations ahead, so the
-  // operations run back to back, as perftest posts its work requests: no
-  // key formatting between two of them. (Under emulation the code run
-  // between two operations slows the next one measurably.) The draws are
-  // the same, in the same order, as one operation at a time.
-  constexpr uint64_t kDrawBatch = 256;
-  std::vector<std::string> keys(kDrawBatch);
-  std::vector<bool> gets(kDrawBatch);
-  for (uint64_t n = 0; n < budget; ++n) {
-    if (n % kDrawBatch == 0) {
-      const uint64_t ahead = std::min(kDrawBatch, budget - n);
-      for (uint64_t k = 0; k < ahead; ++k) {
-        keys[k] = RecordKey(chooser.Next(rng));
-        gets[k] = c.workload.read_fraction >= 1.0 ||
-                  (c.workload.read_fraction > 0.0 && coin(rng) < c.workload.read_fraction);
-      }
-    }
-    const std::string& key = keys[n % kDrawBatch];
-    const bool is_get = gets[n % kDrawBatch];
-    Clock::time_point end;
-    if (is_get) {
-      const Clock::time_point start = SteadyNow();
-      StatusOr<size_t> length = target.Get(key);
-      end = SteadyNow();
-      if (!length.ok()) {
-        if (length.status().code() == StatusCode::kNotFound) {
-          ++result.errors.get_not_found;
-        } else {
-          ++result.errors.get_failed;
-        }
-        result.errors.Sample("GET " + key + ": " + length.status().ToString());
-      } else {
-        result.get_ns.Record(NanosSince(start, end));
-        if (*length != c.value_bytes) {
-          ++result.errors.get_wrong_length;
-          result.errors.Sample("GET " + key + ": value of " + std::to_string(*length) +
-                               " bytes, want " + std::to_string(c.value_bytes));
-        }
-      }
-    } else {
-      const std::string_view value = ValueFor(pool, n + static_cast<uint64_t>(t), c.value_bytes);
-      const Clock::time_point start = SteadyNow();
-      Status s = target.Put(key, value);
-      end = SteadyNow();
-      if (!s.ok()) {
-        ++result.errors.put_failed;
-        result.errors.Sample("PUT " + key + ": " + s.ToString());
-      } else {
-        result.put_ns.Record(NanosSince(start, end));
-      }
-    }
-    ++result.ops;
-    if (has_deadline && end >= deadline) break;
-  }
-}
-
-// Timed phase of thread t with --batch > 1: the same draws as
-// RunOperations, c.batch at a time.
-void RunBatches(const Config& c, int t, KvTarget& target, const std::string& pool, const KeyChooser& chooser,
-                Clock::time_point deadline, bool has_deadline, ThreadResult& result) {
-  std::mt19937_64 rng(c.seed + static_cast<uint64_t>(t) * 0x9e3779b97f4a7c15ULL + 1);
-  std::uniform_real_distribution<double> coin(0.0, 1.0);
-  const uint64_t budget = c.operations == 0 ? UINT64_MAX : ShareOf(c.operations, c.threads, t);
-  std::vector<std::string> get_keys;
-  std::vector<std::string> put_keys;
-  std::vector<std::string_view> put_values;
-  for (uint64_t n = 0; n < budget;) {
-    const uint64_t size = std::min<uint64_t>(static_cast<uint64_t>(c.batch), budget - n);
-    get_keys.clear();
-    put_keys.clear();
-    put_values.clear();
-    for (uint64_t k = 0; k < size; ++k) {
-      std::string key = RecordKey(chooser.Next(rng));
-      const bool is_get = c.workload.read_fraction >= 1.0 ||
-                          (c.workload.read_fraction > 0.0 && coin(rng) < c.workload.read_fraction);
-      if (is_get) {
-        get_keys.push_back(std::move(key));
-      } else {
-        put_keys.push_back(std::move(key));
-        put_values.push_back(ValueFor(pool, n + k + static_cast<uint64_t>(t), c.value_bytes));
-      }
-    }
-    const Clock::time_point start = SteadyNow();
-    Clock::time_point end = start;
-    if (!get_keys.empty()) {
-      const std::vector<StatusOr<size_t>> lengths = target.MultiGet(get_keys);
-      end = SteadyNow();
-      for (size_t i = 0; i < get_keys.size(); ++i) {
-        const StatusOr<size_t>& length = lengths[i];
-        if (!length.ok()) {
-          if (length.status().code() == StatusCode::kNotFound) {
-            ++result.errors.get_not_found;
-          } else {
-            ++result.errors.get_failed;
-          }
-          result.errors.Sample("GET " + get_keys[i] + ": " + length.status().ToString());
-          continue;
-        }
-        result.get_ns.Record(NanosSince(start, end));
-        if (*length != c.value_bytes) {
-          ++result.errors.get_wrong_length;
-          result.errors.Sample("GET " + get_keys[i] + ": value of " + std::to_string(*length) + " bytes, want " +
-                               std::to_string(c.value_bytes));
-        }
-      }
-    }
-    if (!put_keys.empty()) {
-      const Clock::time_point put_start = end;
-      const std::vector<Status> put = target.MultiPut(put_keys, put_values);
-      end = SteadyNow();
-      for (size_t i = 0; i < put_keys.size(); ++i) {
-        if (!put[i].ok()) {
-          ++result.errors.put_failed;
-          result.errors.Sample("PUT " + put_keys[i] + ": " + put[i].ToString());
-        } else {
-          result.put_ns.Record(NanosSince(put_start, end));
-        }
-      }
-    }
-    result.batch_ns.Record(NanosSince(start, end));
-    result.ops += size;
-    n += size;
-    if (has_deadline && end >= deadline) break;
-  }
-}
-
-std::string Micros(uint64_t nanos) {
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), "%.1f", static_cast<double>(nanos) / 1000.0);
-  return buf;
-}
-
-// "p50_us p99_us" for the --output line, or "- -".
-std::string OutputPercentiles(const Histogram& h) {
-  if (h.count() == 0) return "- -";
-  return Micros(h.Percentile(50)) + " " + Micros(h.Percentile(99));
-}
-
-void PrintLatency(const char* op, const Histogram& h) {
-  if (h.count() == 0) return;
-  std::printf("  %-5s %10" PRIu64 " ok   mean %8.1f  p50 %8s  p90 %8s  p99 %8s  p99.9 %8s  max %8s  (us)\n",
-              op, h.count(), h.Mean() / 1000.0, Micros(h.Percentile(50)).c_str(),
-              Micros(h.Percentile(90)).c_str(), Micros(h.Percentile(99)).c_str(),
-              Micros(h.Percentile(99.9)).c_str(), Micros(h.max()).c_str());
-}
-
-Status AppendOutputLine(const std::string& path, const std::string& line) {
+// Appends the run's result to --output in the configured format; the text
+// and csv headers only when the file is empty.
+Status AppendOutput(const std::string& path, OutputFormat format, const RunParameters& params,
+                    const RunFigures& figures) {
   bool empty = true;
   {
     std::ifstream existing(path, std::ios::binary | std::ios::ate);
@@ -501,27 +330,44 @@ Status AppendOutputLine(const std::string& path, const std::string& line) {
   }
   std::ofstream out(path, std::ios::app);
   if (!out) return InvalidArgument("cannot open --output file '" + path + "'");
-  if (empty) {
-    out << "# target workload value_bytes threads ops ops_per_s get_p50_us get_p99_us "
-           "put_p50_us put_p99_us errors batch batch_p50_us batch_p99_us\n";
+  switch (format) {
+    case OutputFormat::kText:
+      if (empty) out << OutputLineHeader() << "\n";
+      out << OutputLine(params, figures) << "\n";
+      break;
+    case OutputFormat::kJson:
+      out << JsonReport(params, figures) << "\n";
+      break;
+    case OutputFormat::kCsv:
+      if (empty) out << CsvHeader();
+      out << CsvRows(params, figures);
+      break;
   }
-  out << line << "\n";
   out.flush();
   if (!out) return Internal("writing --output file '" + path + "' failed");
   return Status::Ok();
 }
 
 int Run(const Config& c) {
-  std::printf("rkv-ycsb: target %s at %s, workload %s (%s), %s keys, %" PRIu64
-              " records of %" PRIu64 " bytes, %d thread(s), batches of %d\n",
-              c.target.kind.c_str(),
-              c.target.coordinator.empty() ? c.target.server.c_str()
-                                           : ("coordinator " + c.target.coordinator).c_str(),
-              std::string(c.workload.name).c_str(),
-              std::string(c.workload.description).c_str(),
-              c.distribution == KeyDistribution::kZipfian ? "zipfian" : "uniform", c.records,
-              c.value_bytes, c.threads, c.batch);
-  std::fflush(stdout);
+  // The human-readable lines: on stdout for text, on stderr when stdout
+  // carries json or csv.
+  std::FILE* info = c.format == OutputFormat::kText ? stdout : stderr;
+  std::fprintf(info,
+               "rkv-ycsb: target %s at %s, workload %s (%s), %s keys, %" PRIu64 " records of %" PRIu64
+               " bytes, %d thread(s), batches of %d\n",
+               c.target.kind.c_str(),
+               c.target.coordinator.empty() ? c.target.server.c_str()
+                                            : ("coordinator " + c.target.coordinator).c_str(),
+               std::string(c.workload.name).c_str(), std::string(c.workload.description).c_str(),
+               std::string(KeyDistributionName(c.distribution)).c_str(), c.records, c.value_bytes, c.threads,
+               c.batch);
+  if (c.target_ops_per_s > 0) {
+    std::fprintf(info,
+                 "  open loop: %.0f ops/s in all (%.1f per thread), latency from each operation's scheduled "
+                 "time\n",
+                 c.target_ops_per_s, c.target_ops_per_s / c.threads);
+  }
+  std::fflush(info);
 
   // Connect every thread's target (connects run in parallel: rkv's may take
   // a while).
@@ -547,7 +393,7 @@ int Run(const Config& c) {
       return 1;
     }
   }
-  if (std::string d = targets[0]->Description(); !d.empty()) std::printf("  %s\n", d.c_str());
+  if (std::string d = targets[0]->Description(); !d.empty()) std::fprintf(info, "  %s\n", d.c_str());
   if (c.batch > 1 && !targets[0]->SupportsBatch()) {
     std::fprintf(stderr, "rkv-ycsb: ERROR: --target=%s has no batched path: use --batch=1\n", c.target.kind.c_str());
     return 1;
@@ -574,10 +420,10 @@ int Run(const Config& c) {
     const double load_s = std::chrono::duration<double>(Clock::now() - load_start).count();
     uint64_t load_errors = 0;
     for (const ThreadResult& r : results) load_errors += r.errors.load_failed;
-    std::printf("  load: %" PRIu64 " PUTs in %.2f s (%.0f ops/s), %" PRIu64 " failed\n", c.records,
-                load_s, static_cast<double>(c.records) / std::max(load_s, 1e-9), load_errors);
+    std::fprintf(info, "  load: %" PRIu64 " PUTs in %.2f s (%.0f ops/s), %" PRIu64 " failed\n", c.records,
+                 load_s, static_cast<double>(c.records) / std::max(load_s, 1e-9), load_errors);
   } else {
-    std::printf("  load: skipped (--noload: the %" PRIu64 " records of an earlier run)\n", c.records);
+    std::fprintf(info, "  load: skipped (--noload: the %" PRIu64 " records of an earlier run)\n", c.records);
   }
   if (c.warm_reads) {
     const Clock::time_point warm_start = Clock::now();
@@ -589,19 +435,21 @@ int Run(const Config& c) {
       });
     }
     for (std::thread& thread : threads) thread.join();
-    std::printf("  warm-up: %" PRIu64 " GETs in %.2f s, untimed\n", c.records,
-                std::chrono::duration<double>(Clock::now() - warm_start).count());
+    std::fprintf(info, "  warm-up: %" PRIu64 " GETs in %.2f s, untimed\n", c.records,
+                 std::chrono::duration<double>(Clock::now() - warm_start).count());
   }
-  std::fflush(stdout);
+  std::fflush(info);
 
   // Timed phase: every thread is created and waiting before the clock
   // starts.
-  const KeyChooser chooser(c.distribution, c.records);
-  const bool has_deadline = c.duration_s > 0;
+  InsertCounter inserts(c.records);
+  const KeyChooser chooser(c.distribution, c.records, &inserts);
+  SteadyRunClock clock;
+  std::vector<LiveCounters> live(static_cast<size_t>(c.threads));
+  ProgressReporter progress(live, stderr);
   std::latch ready(c.threads);
   std::latch go(1);
   Clock::time_point run_start;
-  Clock::time_point deadline;
   {
     std::vector<std::thread> threads;
     for (int t = 0; t < c.threads; ++t) {
@@ -609,65 +457,98 @@ int Run(const Config& c) {
         const size_t i = static_cast<size_t>(t);
         ready.count_down();
         go.wait();
-        if (c.batch > 1) {
-          RunBatches(c, t, *targets[i], pools[i], chooser, deadline, has_deadline, results[i]);
-        } else {
-          RunOperations(c, t, *targets[i], pools[i], chooser, deadline, has_deadline, results[i]);
+        // The latch's release/acquire makes run_start visible here.
+        RunSettings s;
+        s.workload = c.workload;
+        s.value_bytes = c.value_bytes;
+        s.budget = c.operations == 0 ? UINT64_MAX : ShareOf(c.operations, c.threads, t);
+        s.batch = c.batch;
+        s.start = run_start;
+        if (c.duration_s > 0) {
+          s.deadline = run_start + std::chrono::duration_cast<Clock::duration>(
+                                       std::chrono::duration<double>(c.duration_s));
         }
+        s.ops_per_s = c.target_ops_per_s / c.threads;
+        s.phase = static_cast<double>(t) / c.threads;
+        s.seed = c.seed + static_cast<uint64_t>(t) * 0x9e3779b97f4a7c15ULL + 1;
+        s.value_offset = static_cast<uint64_t>(t);
+        RunThread(s, *targets[i], pools[i], chooser, &inserts, clock, &live[i], results[i]);
       });
     }
     ready.wait();
     run_start = Clock::now();
-    deadline = run_start + std::chrono::duration_cast<Clock::duration>(
-                               std::chrono::duration<double>(c.duration_s));
-    // The latch's release/acquire makes run_start and deadline visible to
-    // the threads.
+    if (c.progress) progress.Start();
     go.count_down();
     for (std::thread& thread : threads) thread.join();
+    progress.Stop();
   }
-  const double run_s = std::chrono::duration<double>(Clock::now() - run_start).count();
+  RunFigures figures;
+  figures.run_s = std::chrono::duration<double>(Clock::now() - run_start).count();
   uint64_t cache_hits = 0;
   uint64_t cache_fallbacks = 0;
   uint64_t cache_misses = 0;
   for (const auto& t : targets) t->AddCacheCounts(&cache_hits, &cache_fallbacks, &cache_misses);
   targets.clear();
 
-  Histogram get_ns;
-  Histogram put_ns;
-  Histogram batch_ns;
-  Errors errors;
-  uint64_t ops = 0;
-  for (const ThreadResult& r : results) {
-    get_ns.Merge(r.get_ns);
-    put_ns.Merge(r.put_ns);
-    batch_ns.Merge(r.batch_ns);
-    errors.Merge(r.errors);
-    ops += r.ops;
-  }
-  const double ops_per_s = static_cast<double>(ops) / std::max(run_s, 1e-9);
-  std::printf("  run:  %" PRIu64 " ops in %.2f s = %.0f ops/s\n", ops, run_s, ops_per_s);
+  for (const ThreadResult& r : results) figures.result.Merge(r);
+  const ThreadResult& all = figures.result;
+  RunParameters params;
+  params.label = FLAGS_label.empty() ? c.target.kind : FLAGS_label;
+  params.target = c.target.kind;
+  params.server = c.target.coordinator.empty() ? c.target.server : c.target.coordinator;
+  params.workload = c.workload;
+  params.distribution = c.distribution;
+  params.records = c.records;
+  params.operations = c.operations;
+  params.duration_s = c.duration_s;
+  params.value_bytes = c.value_bytes;
+  params.threads = c.threads;
+  params.batch = c.batch;
+  params.target_ops_per_s = c.target_ops_per_s;
+  params.seed = c.seed;
+
+  const double ops_per_s = figures.OpsPerSecond();
+  std::fprintf(info, "  run:  %" PRIu64 " ops in %.2f s = %.0f ops/s\n", all.ops, figures.run_s, ops_per_s);
   if (c.batch > 1) {
-    std::printf("  per operation (the latency of the MultiGet or MultiPut call that carried it):\n");
+    std::fprintf(info, "  per operation (the latency of the MultiGet or MultiPut call that carried it):\n");
   }
-  PrintLatency("GET", get_ns);
-  PrintLatency("PUT", put_ns);
+  for (OpType op : ReportedOps(params, all)) {
+    if (op == OpType::kBatch) continue;
+    if (std::string line = TextLatencyLine(op, all.Of(op)); !line.empty()) std::fprintf(info, "%s\n", line.c_str());
+  }
   if (c.batch > 1) {
-    std::printf("  per batch of up to %d operations (%" PRIu64 " batches, %.0f keys/s):\n", c.batch,
-                batch_ns.count(), ops_per_s);
-    PrintLatency("BATCH", batch_ns);
+    std::fprintf(info, "  per batch of up to %d operations (%" PRIu64 " batches, %.0f keys/s):\n", c.batch,
+                 all.Of(OpType::kBatch).count(), ops_per_s);
+    const std::string line = TextLatencyLine(OpType::kBatch, all.Of(OpType::kBatch));
+    if (!line.empty()) std::fprintf(info, "%s\n", line.c_str());
+  }
+  if (all.unsent > 0) {
+    std::fprintf(info,
+                 "  behind schedule: %" PRIu64 " operations due before the end were never sent (the store "
+                 "did not keep up with %.0f ops/s); their latency is not in the figures\n",
+                 all.unsent, c.target_ops_per_s);
   }
   if (const uint64_t lookups = cache_hits + cache_fallbacks + cache_misses; lookups > 0) {
     // Load and run together: the client lives through both.
-    std::printf("  location cache: hit rate %.1f%% (%" PRIu64 " hits, %" PRIu64 " fallbacks, %" PRIu64
-                " misses)\n",
-                100.0 * static_cast<double>(cache_hits) / static_cast<double>(lookups), cache_hits,
-                cache_fallbacks, cache_misses);
+    std::fprintf(info,
+                 "  location cache: hit rate %.1f%% (%" PRIu64 " hits, %" PRIu64 " fallbacks, %" PRIu64
+                 " misses)\n",
+                 100.0 * static_cast<double>(cache_hits) / static_cast<double>(lookups), cache_hits,
+                 cache_fallbacks, cache_misses);
   }
+  const Errors& errors = all.errors;
   const uint64_t total_errors = errors.Total();
   if (total_errors == 0) {
-    std::printf("  errors: none\n");
+    std::fprintf(info, "  errors: none\n");
   } else {
-    std::printf("  errors: %" PRIu64 " *** THIS RUN HAD ERRORS: its figures are not valid ***\n", total_errors);
+    std::fprintf(info, "  errors: %" PRIu64 " *** THIS RUN HAD ERRORS: its figures are not valid ***\n",
+                 total_errors);
+  }
+  std::fflush(info);
+  if (c.format == OutputFormat::kJson) {
+    std::printf("%s\n", JsonReport(params, figures).c_str());
+  } else if (c.format == OutputFormat::kCsv) {
+    std::printf("%s%s", CsvHeader().c_str(), CsvRows(params, figures).c_str());
   }
   std::fflush(stdout);
 
@@ -675,23 +556,16 @@ int Run(const Config& c) {
   if (total_errors != 0) {
     std::fprintf(stderr,
                  "rkv-ycsb: *** %" PRIu64 " ERRORS *** load PUT failed %" PRIu64 ", GET failed %" PRIu64
-                 ", GET not found %" PRIu64 ", GET wrong length %" PRIu64 ", PUT failed %" PRIu64 "\n",
+                 ", GET not found %" PRIu64 ", GET wrong length %" PRIu64 ", PUT failed %" PRIu64
+                 ", insert failed %" PRIu64 "\n",
                  total_errors, errors.load_failed, errors.get_failed, errors.get_not_found,
-                 errors.get_wrong_length, errors.put_failed);
+                 errors.get_wrong_length, errors.put_failed, errors.insert_failed);
     for (const std::string& s : errors.samples) std::fprintf(stderr, "rkv-ycsb:   e.g. %s\n", s.c_str());
     rc = 1;
   }
 
   if (!FLAGS_output.empty()) {
-    char rate[32];
-    std::snprintf(rate, sizeof(rate), "%.0f", ops_per_s);
-    const std::string line = (FLAGS_label.empty() ? c.target.kind : FLAGS_label) + " " +
-                             std::string(c.workload.name) + " " + std::to_string(c.value_bytes) + " " +
-                             std::to_string(c.threads) + " " + std::to_string(ops) + " " + rate + " " +
-                             OutputPercentiles(get_ns) + " " + OutputPercentiles(put_ns) + " " +
-                             std::to_string(total_errors) + " " + std::to_string(c.batch) + " " +
-                             (c.batch > 1 ? OutputPercentiles(batch_ns) : std::string("- -"));
-    if (Status s = AppendOutputLine(FLAGS_output, line); !s.ok()) {
+    if (Status s = AppendOutput(FLAGS_output, c.format, params, figures); !s.ok()) {
       std::fprintf(stderr, "rkv-ycsb: ERROR: %s\n", s.ToString().c_str());
       rc = 1;
     }
@@ -705,7 +579,8 @@ int Run(const Config& c) {
 int main(int argc, char** argv) {
   gflags::SetUsageMessage(
       "rkv-ycsb --target=rkv|memcached|redis --server=HOST:PORT [--token_file=FILE] "
-      "[--workload=get|put|a|b|c] [--value_bytes=N] [--threads=N] [--batch=N] ...");
+      "[--workload=get|put|a|b|c|d|f] [--key_distribution=uniform|zipfian|latest] [--value_bytes=N] "
+      "[--threads=N] [--batch=N] [--target_ops_per_s=N] [--output_format=text|json|csv] ...");
   // librkv logs through glog: warnings and errors to stderr, its
   // per-connection INFO lines only with --minloglevel=0.
   FLAGS_logtostderr = true;
