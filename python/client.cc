@@ -338,7 +338,7 @@ py::list PyClient::Members() {
 
 py::dict PyClient::Stats() {
   std::shared_ptr<Client> client = Acquire();
-  LocationCacheStatsInfo cache;
+  ClientCounters counters;
   bool cluster_mode = false;
   uint64_t map_version = 0;
   uint32_t max_key_bytes = 0;
@@ -350,7 +350,7 @@ py::dict PyClient::Stats() {
   std::vector<StatusOr<ServerStatsInfo>> server_stats;
   {
     py::gil_scoped_release release;
-    cache = client->LocationCacheStats();
+    counters = client->Counters();
     cluster_mode = client->cluster_mode();
     map_version = client->cluster_map_version();
     max_key_bytes = client->max_key_bytes();
@@ -372,6 +372,7 @@ py::dict PyClient::Stats() {
     }
     client.reset();
   }
+  const LocationCacheStatsInfo& cache = counters.location_cache;
   py::dict location_cache;
   location_cache["enabled"] = cache.enabled;
   location_cache["entries"] = cache.entries;
@@ -384,6 +385,10 @@ py::dict PyClient::Stats() {
 
   py::dict out;
   out["location_cache"] = location_cache;
+  out["retries"] = counters.retries;
+  py::dict attempts;
+  for (const auto& [server, n] : counters.attempts_by_server) attempts[py::str(server)] = n;
+  out["attempts_by_server"] = attempts;
   out["cluster_mode"] = cluster_mode;
   out["cluster_map_version"] = map_version;
   out["max_key_bytes"] = max_key_bytes;

@@ -73,7 +73,8 @@ PYBIND11_MODULE(rkv, m) {
            "client of one server has no map: raises rkv.FailedPrecondition.")
       .def("stats", &PyClient::Stats,
            "A dict: location_cache (enabled, entries, bytes, capacity_bytes, hits, misses, fallbacks, "
-           "evictions), cluster_mode, cluster_map_version, max_key_bytes, max_value_bytes, server_epoch, "
+           "evictions), retries and attempts_by_server ({server: attempts}; the client's own counters), "
+           "cluster_mode, cluster_map_version, max_key_bytes, max_value_bytes, server_epoch, "
            "transport, transport_reason; in cluster mode also servers: {server_id: {epoch, counters: "
            "{name: value}}} from each server's admin service ({error: message} for one that did not "
            "answer).")

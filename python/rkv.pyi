@@ -84,7 +84,8 @@ class Client:
         """Cluster mode: the cached map's servers. rkv.FailedPrecondition
         for a client of one server."""
     def stats(self) -> dict[str, object]:
-        """Location-cache stats, the server's limits and transport; in
+        """Location-cache stats, the client's retries and attempts per
+        server (Client::Counters), the server's limits and transport; in
         cluster mode each server's counters too."""
     def get_into(self, key: Bytes, buffer: WriteableBuffer) -> int:
         """Writes the value into the writable buffer; returns its size.

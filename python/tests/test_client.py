@@ -225,6 +225,11 @@ def test_stats(client):
     assert stats["cluster_mode"] is False
     assert stats["server_epoch"] > 0
     assert "servers" not in stats
+    # The client's own counters: every call went through at once, and its
+    # attempts are counted by the server's address.
+    assert stats["retries"] == 0
+    assert list(stats["attempts_by_server"].values()) and all(
+        n >= 1 for n in stats["attempts_by_server"].values())
 
 
 def test_context_manager_and_close(server):
