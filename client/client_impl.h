@@ -201,6 +201,8 @@ class [[gnu::visibility("hidden")]] Client::Impl {
     uint64_t sent_epoch = 0;  // the server incarnation it was posted to
     std::string sent_address;  // and that server's data address
     bool outcome_reported = false;  // the call's error already says the outcome is unknown
+    protocol::Condition condition = protocol::Condition::kNone;  // a PUT's (PutCondition)
+    uint64_t expected_version = 0;
   };
 
   // One attempt of `w` on `conn`: resends it, with its request id, while

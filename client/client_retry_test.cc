@@ -3,12 +3,14 @@
 // reply was lost is resent with its request id and applied once; after a
 // server restart it is not resent and the call reports that its outcome is
 // unknown.
+#include <atomic>
 #include <chrono>
 #include <filesystem>
 #include <future>
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -194,6 +196,58 @@ TEST_F(ClientRetryTest, AfterAServerRestartTheOutcomeIsUnknownAndNothingIsResent
 
 // A client of one server has no cluster to administer; its attempts are
 // counted under the server's address.
+TEST_F(ClientRetryTest, AConditionalPutIsACompareAndSetAndItsResendIsAnsweredAsTheFirst) {
+  Connect();
+  ASSERT_EQ(VersionOf(client_->Put("c", "v1", PutCondition::Absent())), 1u);
+  auto again = client_->Put("c", "v2", PutCondition::Absent());
+  ASSERT_FALSE(again.ok());
+  EXPECT_EQ(again.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(again.status().reason(), Reason::kConditionFailed);
+  EXPECT_NE(again.status().message().find("version 1"), std::string::npos) << again.status();
+
+  // The reply of a compare-and-set is lost after it was applied: its resend
+  // gets the original OK, not a refusal from the version it wrote itself.
+  LoseTheNextReply();
+  ASSERT_EQ(VersionOf(client_->Put("c", "v2", PutCondition::VersionIs(1))), 2u);
+  EXPECT_EQ(server_->Stats().puts, 2u) << "applied once";
+  auto stale = client_->Put("c", "v3", PutCondition::VersionIs(1));
+  ASSERT_FALSE(stale.ok());
+  EXPECT_EQ(stale.status().reason(), Reason::kConditionFailed);
+  auto got = client_->Get("c");
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(*got, "v2");
+  EXPECT_EQ(client_->Put("c", "v", PutCondition::VersionIs(0)).status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST_F(ClientRetryTest, IncrementsByCompareAndSetLoopsLoseNone) {
+  Connect();
+  ASSERT_TRUE(client_->Put("counter", "0").ok());
+  constexpr int kThreads = 4;
+  constexpr int kEach = 50;
+  std::atomic<int> conflicts{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&] {
+      for (int i = 0; i < kEach; ++i) {
+        while (true) {
+          auto got = client_->GetVersioned("counter");
+          ASSERT_TRUE(got.ok()) << got.status();
+          const std::string next = std::to_string(std::stoi(got->value) + 1);
+          auto put = client_->Put("counter", next, PutCondition::VersionIs(got->version));
+          if (put.ok()) break;
+          ASSERT_EQ(put.status().reason(), Reason::kConditionFailed) << put.status();
+          conflicts.fetch_add(1);
+        }
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  auto final_value = client_->Get("counter");
+  ASSERT_TRUE(final_value.ok()) << final_value.status();
+  EXPECT_EQ(*final_value, std::to_string(kThreads * kEach));
+  EXPECT_EQ(server_->Stats().conditions_failed, static_cast<uint64_t>(conflicts.load()));
+}
+
 TEST_F(ClientRetryTest, AClientOfOneServerHasNoAdminAndCountsItsAttemptsByAddress) {
   Connect();
   ClusterAdmin admin(*client_);

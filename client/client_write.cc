@@ -24,7 +24,9 @@ Status Client::Impl::WriteAttempt(ServerConnection& conn, PendingWrite& w, std::
   if (w.request_id == 0) w.request_id = next_request_id_.fetch_add(1, std::memory_order_relaxed);
   bool posted = false;
   // Sent before means to this incarnation (CheckResend).
-  auto r = conn.Write(w.op, key, value, w.request_id, deadline, &posted, /*resent=*/w.sent);
+  auto r = conn.Write(client::WriteOp{w.op, key, value, w.request_id, /*resent=*/w.sent, w.condition,
+                                      w.expected_version},
+                      deadline, &posted);
   if (posted && !w.sent) {
     w.sent = true;
     w.sent_epoch = epoch;
@@ -89,7 +91,8 @@ Status Client::Impl::BatchAttempt(ServerConnection& conn, std::span<BatchItem* c
     }
     PendingWrite& w = item->write;
     if (w.request_id == 0) w.request_id = next_request_id_.fetch_add(1, std::memory_order_relaxed);
-    ops.push_back(client::WriteOp{w.op, item->key, item->value, w.request_id, /*resent=*/w.sent});
+    ops.push_back(client::WriteOp{w.op, item->key, item->value, w.request_id, /*resent=*/w.sent, w.condition,
+                                  w.expected_version});
     sent_items.push_back(item);
   }
   if (ops.empty()) return Status::Ok();
@@ -154,6 +157,14 @@ void Client::Impl::RunBatches(std::span<BatchItem> items, Deadline deadline) {
 
 StatusOr<uint64_t> Client::Put(std::string_view key, std::string_view value,
                                const CallOptions& call) {
+  return Put(key, value, PutCondition{}, call);
+}
+
+StatusOr<uint64_t> Client::Put(std::string_view key, std::string_view value, const PutCondition& condition,
+                               const CallOptions& call) {
+  if (condition.kind == PutCondition::Kind::kVersionIs && condition.version == 0) {
+    return InvalidArgument("PutCondition::VersionIs(0): versions start at 1 (PutCondition::Absent() for a new key)");
+  }
   auto routes = impl_->Routing();
   RKV_RETURN_IF_ERROR(impl_->CheckKey(routes->table(), key));
   RKV_RETURN_IF_ERROR(impl_->CheckValue(routes->table(), value));
@@ -161,6 +172,17 @@ StatusOr<uint64_t> Client::Put(std::string_view key, std::string_view value,
   client::WriteResult result;
   Impl::PendingWrite write;
   write.op = protocol::Op::kPut;
+  switch (condition.kind) {
+    case PutCondition::Kind::kNone:
+      break;
+    case PutCondition::Kind::kAbsent:
+      write.condition = protocol::Condition::kAbsent;
+      break;
+    case PutCondition::Kind::kVersionIs:
+      write.condition = protocol::Condition::kVersionIs;
+      write.expected_version = condition.version;
+      break;
+  }
   const Status s = impl_->WithKey(std::move(routes), key, deadline, [&](ServerConnection& conn) -> Status {
     // The limits may differ on a restarted server; the check above used the
     // newest connection's (or the map's), this one uses this connection's.

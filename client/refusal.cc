@@ -12,6 +12,7 @@ RefusalDecision DecideOnRefusal(const Status& answer) {
     case Reason::kNone:
     case Reason::kOutcomeUnknown:
     case Reason::kKeysMoved:
+    case Reason::kConditionFailed:
       break;
   }
   return {};

@@ -92,6 +92,10 @@ struct WriteOp {
   std::string_view value;  // empty for a DELETE
   uint64_t request_id = 0;
   bool resent = false;  // this request id was posted to this server incarnation before
+  // A PUT's precondition (protocol::Condition) and, for kVersionIs, the
+  // version it names; kNone and 0 otherwise.
+  protocol::Condition condition = protocol::Condition::kNone;
+  uint64_t expected_version = 0;
 };
 
 // What became of one WriteOp of a WriteBatch.
@@ -173,6 +177,8 @@ class ServerConnection {
   // protocol::kRequestResent, which the server's replay check needs).
   StatusOr<WriteResult> Write(protocol::Op op, std::string_view key, std::string_view value,
                               uint64_t request_id, Deadline deadline, bool* sent = nullptr, bool resent = false);
+  // The same for one WriteOp (its condition included).
+  StatusOr<WriteResult> Write(const WriteOp& op, Deadline deadline, bool* sent = nullptr);
 
   // Sends every op of `ops` (request ids as for Write, all distinct) with
   // many in flight: as many records as the staging ring, the request

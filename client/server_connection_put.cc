@@ -23,7 +23,10 @@ using std::to_string;
 
 StatusOr<WriteResult> ServerConnection::Write(protocol::Op op, std::string_view key, std::string_view value,
                                               uint64_t request_id, Deadline deadline, bool* sent, bool resent) {
-  const WriteOp one{op, key, value, request_id, resent};
+  return Write(WriteOp{op, key, value, request_id, resent}, deadline, sent);
+}
+
+StatusOr<WriteResult> ServerConnection::Write(const WriteOp& one, Deadline deadline, bool* sent) {
   WriteOutcome outcome;
   const Status s = WriteBatch(std::span<const WriteOp>(&one, 1), std::span<WriteOutcome>(&outcome, 1), deadline);
   if (sent != nullptr) *sent = outcome.sent;
@@ -36,7 +39,9 @@ Status ServerConnection::CheckWriteOps(std::span<const WriteOp> ops) const {
   for (const WriteOp& op : ops) {
     if (op.key.empty() || op.key.size() > accept_.max_key_bytes || op.value.size() > accept_.max_value_bytes ||
         (op.op == protocol::Op::kDelete && !op.value.empty()) ||
-        (op.op != protocol::Op::kPut && op.op != protocol::Op::kDelete)) {
+        (op.op != protocol::Op::kPut && op.op != protocol::Op::kDelete) ||
+        (op.condition != protocol::Condition::kNone && op.op != protocol::Op::kPut) ||
+        ((op.condition == protocol::Condition::kVersionIs) != (op.expected_version != 0))) {
       return InvalidArgument("a write of a " + to_string(op.key.size()) + "-byte key and a " +
                              to_string(op.value.size()) + "-byte value (op " +
                              to_string(static_cast<int>(op.op)) + ") is not a PUT or DELETE server " + address_ +
@@ -111,6 +116,8 @@ Status ServerConnection::PostWrites(std::span<const WriteOp> ops, size_t* next) 
     request.length = static_cast<uint32_t>(block);
     request.request_id = op.request_id;
     request.ring_offset = *at;
+    request.condition = static_cast<uint8_t>(op.condition);
+    request.expected_version = op.expected_version;
     const size_t msg = send_offset_ + size_t{slot} * kSendSlotBytes;
     std::memcpy(buffer_.get() + msg, &request, sizeof(request));
 

@@ -52,7 +52,7 @@ namespace rkv::protocol {
 inline constexpr uint32_t kConnectMagic = 0x43564B52;  // "RKVC"
 inline constexpr uint32_t kAcceptMagic = 0x41564B52;   // "RKVA"
 inline constexpr uint32_t kPeerConnectMagic = 0x50564B52;  // "RKVP"
-inline constexpr uint16_t kProtocolVersion = 4;
+inline constexpr uint16_t kProtocolVersion = 5;
 
 inline constexpr size_t kMaxConnectPrivateData = 56;
 inline constexpr size_t kMaxAcceptPrivateData = 196;
@@ -124,18 +124,30 @@ inline constexpr uint8_t kRequestResent = 1;  // client ops: this request id was
                                                // this server incarnation before
 inline constexpr uint8_t kRequestFlagsKnown = kRequestResent;
 
+// RequestMsg::condition: a client PUT's precondition on the key, checked by
+// the primary inside the apply (docs/design.md §5.10). Every other op: kNone.
+enum class Condition : uint8_t {
+  kNone = 0,
+  kAbsent = 1,     // the key has no record
+  kVersionIs = 2,  // the key's record has version RequestMsg::expected_version
+};
+inline constexpr uint8_t kConditionMax = static_cast<uint8_t>(Condition::kVersionIs);
+
 struct RequestMsg {
   uint8_t op;            // Op
   uint8_t flags;         // kRequestResent or 0 (client ops); replica ops: 0
-  uint8_t reserved[2];   // 0
+  uint8_t condition;     // Condition: kPut may carry one; every other op kNone
+  uint8_t reserved;      // 0
   uint32_t length;       // bytes of the record in the ring (block length)
   uint64_t request_id;   // client ops: unique per client_id; replica ops: the
                          // sender's own sequence; echoed in the reply
   uint64_t ring_offset;  // 64-byte aligned offset of the record in the ring
   uint64_t map_version;  // replica ops: the cluster map version the primary
                          // routed the write by (>= 1); client ops: 0
+  uint64_t expected_version;  // Condition::kVersionIs: the version (>= 1);
+                              // otherwise 0
 };
-static_assert(sizeof(RequestMsg) == 32);
+static_assert(sizeof(RequestMsg) == 40);
 
 struct ReplyMsg {
   uint64_t request_id;
@@ -147,7 +159,9 @@ struct ReplyMsg {
                          // kNone when status_code is 0 or the refusal
                          // needs no decision
   uint8_t reserved;      // 0
-  uint64_t version;      // the key's new version (PUT) or the deleted one
+  uint64_t version;      // the key's new version (PUT) or the deleted one;
+                         // FAILED_PRECONDITION: the key's version (0:
+                         // absent) that failed the condition
   uint64_t map_version;  // the cluster map version the refusal speaks of
                          // (0: none, or "this server has no map")
   char message[88];      // NUL-terminated error text when status_code != 0

@@ -38,6 +38,7 @@ std::string_view ReasonName(Reason reason) {
     case Reason::kNoLease: return "NO_LEASE";
     case Reason::kOutcomeUnknown: return "OUTCOME_UNKNOWN";
     case Reason::kKeysMoved: return "KEYS_MOVED";
+    case Reason::kConditionFailed: return "CONDITION_FAILED";
   }
   return "UNKNOWN";
 }

@@ -156,7 +156,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const size_t count = in.Take<uint8_t>() % 8 + 1;
   std::vector<std::vector<uint8_t>> msgs;
   for (size_t i = 0; i < count; ++i) {
-    const std::span<const uint8_t> m = in.Bytes(in.Take<uint8_t>() % 33);
+    const std::span<const uint8_t> m = in.Bytes(in.Take<uint8_t>() % (sizeof(protocol::RequestMsg) + 1));
     msgs.emplace_back(m.begin(), m.end());
   }
   const std::span<const uint8_t> rest = in.Rest();

@@ -168,6 +168,20 @@ void Apply() {
   m_short.resize(20);
   Write("apply", "bad_requests",
         Concat({Bytes{0, 3}, len(m_odd), m_odd, len(m_out), m_out, len(m_op), m_op, len(m_short), m_short, ring}));
+  // Conditional PUTs: if absent (written, then refused), then if the
+  // version is 1 (written) and 1 again (refused).
+  protocol::RequestMsg absent{};
+  std::memcpy(&absent, m_put.data(), sizeof(absent));
+  absent.condition = static_cast<uint8_t>(protocol::Condition::kAbsent);
+  protocol::RequestMsg is_v1 = absent;
+  is_v1.condition = static_cast<uint8_t>(protocol::Condition::kVersionIs);
+  is_v1.expected_version = 1;
+  Bytes m_absent;
+  Put(m_absent, absent);
+  Bytes m_is_v1;
+  Put(m_is_v1, is_v1);
+  Write("apply", "conditional_puts", Concat({Bytes{0, 3}, len(m_absent), m_absent, len(m_absent), m_absent,
+                                              len(m_is_v1), m_is_v1, len(m_is_v1), m_is_v1, ring}));
   Bytes torn = ring;
   torn[40] ^= 1;
   Write("apply", "torn_then_resealed", Concat({Bytes{1, 0}, len(m_put), m_put, torn}));

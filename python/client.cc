@@ -223,14 +223,19 @@ py::tuple PyClient::GetVersioned(py::handle key) {
   return py::make_tuple(py::bytes(got->value), got->version);
 }
 
-uint64_t PyClient::Put(py::handle key, py::handle value) {
+uint64_t PyClient::Put(py::handle key, py::handle value, std::optional<uint64_t> if_version, bool if_absent) {
+  if (if_version && if_absent) throw py::value_error("give if_version or if_absent, not both");
+  if (if_version && *if_version == 0) throw py::value_error("if_version must be a version (>= 1)");
+  PutCondition condition;
+  if (if_absent) condition = PutCondition::Absent();
+  if (if_version) condition = PutCondition::VersionIs(*if_version);
   const BytesArg k(key, "key");
   const BytesArg v(value, "value");
   std::shared_ptr<Client> client = Acquire();
   StatusOr<uint64_t> version = Status();
   {
     py::gil_scoped_release release;
-    version = client->Put(k.view(), v.view());
+    version = client->Put(k.view(), v.view(), condition);
     client.reset();
   }
   if (!version.ok()) ThrowStatus(version.status());

@@ -17,6 +17,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 
 #include <pybind11/pybind11.h>
 
@@ -38,7 +39,7 @@ class PyClient {
 
   pybind11::bytes Get(pybind11::handle key);
   pybind11::tuple GetVersioned(pybind11::handle key);
-  uint64_t Put(pybind11::handle key, pybind11::handle value);
+  uint64_t Put(pybind11::handle key, pybind11::handle value, std::optional<uint64_t> if_version, bool if_absent);
   void Delete(pybind11::handle key);
   // bytes per key, None for an absent one; another error raises the first
   // failing key's.

@@ -4,6 +4,7 @@
 #include <string>
 
 #include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
 
 #include "python/client.h"
 #include "python/errors.h"
@@ -49,8 +50,13 @@ PYBIND11_MODULE(rkv, m) {
            "linearizable.")
       .def("get_versioned", &PyClient::GetVersioned, py::arg("key"),
            "(value, version) of key. Raises rkv.NotFound when absent.")
-      .def("put", &PyClient::Put, py::arg("key"), py::arg("value"),
+      .def("put", &PyClient::Put, py::arg("key"), py::arg("value"), py::kw_only(),
+           py::arg("if_version") = py::none(), py::arg("if_absent") = false,
            "Stores value under key and returns the key's new version (versions of a key grow). "
+           "if_version=V writes only if the key's version is V (a compare-and-set: the version from "
+           "get_versioned or put), if_absent=True only if the key does not exist; otherwise "
+           "rkv.FailedPrecondition (reason CONDITION_FAILED, the key's version in the message) and "
+           "nothing is written. "
            "rkv.InvalidArgument for a key outside 1..max_key_bytes bytes or a value over max_value_bytes "
            "(see stats()).")
       .def("delete", &PyClient::Delete, py::arg("key"), "Removes key. Raises rkv.NotFound when it was absent.")

@@ -69,8 +69,10 @@ class Client:
         """The value of key; rkv.NotFound (a KeyError) when absent."""
     def get_versioned(self, key: Bytes) -> Tuple[bytes, int]:
         """(value, version) of key; rkv.NotFound when absent."""
-    def put(self, key: Bytes, value: Bytes) -> int:
-        """Stores value under key; returns the key's new version."""
+    def put(self, key: Bytes, value: Bytes, *, if_version: Optional[int] = None, if_absent: bool = False) -> int:
+        """Stores value under key; returns the key's new version. With
+        if_version (a compare-and-set) or if_absent, only if the key is so;
+        otherwise rkv.FailedPrecondition and nothing is written."""
     def delete(self, key: Bytes) -> None:
         """Removes key; rkv.NotFound when it was absent."""
     def multi_get(self, keys: Iterable[Bytes]) -> list[Optional[bytes]]:

@@ -179,6 +179,7 @@ std::vector<AdminCounter> ServerCounters(const CounterSources& s) {
       {"replica_stale", st.replica_stale, "forwarded writes acknowledged without a change (not newer)"},
       {"replica_refused", st.replica_refused, "forwarded writes refused as a backup (validation or policy)"},
       {"lease_refusals", st.lease_refusals, "client writes refused because the lease had expired"},
+      {"conditions_failed", st.conditions_failed, "conditional PUTs refused because the key was not as asked"},
   };
 }
 

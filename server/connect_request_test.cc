@@ -53,9 +53,10 @@ TEST(ConnectRequestTest, AClientOfAnEarlierVersionIsRefusedNamingBothVersions) {
   // Version 2 replies carried no reason: such a client would take a
   // resendable refusal for the call's answer. Version 3 requests carried no
   // kRequestResent: a server whose cache forgot such a client could apply
-  // its retry twice. Both are refused at once.
-  static_assert(protocol::kProtocolVersion == 4);
-  for (const uint16_t old : {uint16_t{2}, uint16_t{3}}) {
+  // its retry twice. Version 4 requests had no condition: a 32-byte request
+  // would be refused one by one. All are refused at once.
+  static_assert(protocol::kProtocolVersion == 5);
+  for (const uint16_t old : {uint16_t{2}, uint16_t{3}, uint16_t{4}}) {
     protocol::ConnectRequestData c = Valid("secret");
     c.protocol_version = old;
     const auto r = ParseConnectRequest(Bytes(c), TokenDigest("secret"));
@@ -63,7 +64,7 @@ TEST(ConnectRequestTest, AClientOfAnEarlierVersionIsRefusedNamingBothVersions) {
     EXPECT_NE(r.status().message().find("unsupported protocol/layout version " + std::to_string(old) + "/"),
               std::string::npos)
         << r.status();
-    EXPECT_NE(r.status().message().find("server speaks 4/"), std::string::npos) << r.status();
+    EXPECT_NE(r.status().message().find("server speaks 5/"), std::string::npos) << r.status();
   }
 }
 

@@ -604,6 +604,7 @@ ServerStats Server::Stats() const {
   s.replica_stale = a.replica_stale;
   s.replica_refused = a.replica_refused;
   s.lease_refusals = a.lease_refusals;
+  s.conditions_failed = a.conditions_failed;
   return s;
 }
 

@@ -99,6 +99,7 @@ struct ServerStats {
   uint64_t replica_stale = 0;
   uint64_t replica_refused = 0;
   uint64_t lease_refusals = 0;  // client writes refused because the lease had expired
+  uint64_t conditions_failed = 0;  // conditional PUTs whose condition did not hold
   // Connection scale: the polling threads, and what each open connection
   // costs (the transport's own share is in docs/design.md).
   uint64_t polling_threads = 0;

@@ -49,6 +49,8 @@ const std::vector<CounterMetric>& CounterMetrics() {
        "outcome", "installed"},
       {"replica_stale", "rkv_server_replica_writes_total", kCounter, "", "outcome", "stale"},
       {"replica_refused", "rkv_server_replica_writes_total", kCounter, "", "outcome", "refused"},
+      {"conditions_failed", "rkv_server_conditions_failed_total", kCounter,
+       "Conditional PUTs refused because the key was not as the condition asked (nothing written).", "", ""},
       {"lease_refusals", "rkv_server_lease_refusals_total", kCounter,
        "Client writes refused because the lease had expired.", "", ""},
       {"syncing_shards", "rkv_server_catchup_syncing_shards", kGauge, "Shards this server is catching up on now.", "",

@@ -547,11 +547,35 @@ TEST_F(ServerTest, KvctlCommandsAndExitCodes) {
   expect_usage_error({"where"}, "where: missing KEY");
   expect_usage_error({"shards", "extra"}, "shards: takes no arguments (1 given)");
 
+  expect_usage_error({"--if_absent", "--if_version=3", "put", "k", "v"}, "--if_version or --if_absent, not both");
+  expect_usage_error({"--if_absent", "get", "k"}, "--if_version and --if_absent are put's");
+  expect_usage_error({"--versioned", "put", "k", "v"}, "--versioned is get's");
+
+  // Compare-and-set from the shell: get --versioned gives the version that
+  // put --if_version takes; a condition that does not hold exits 1 and
+  // writes nothing.
+  r = Kvctl({"--if_absent", "put", "cas", "first"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::string created = r.out.substr(0, r.out.find('\n'));
+  r = Kvctl({"--if_absent", "put", "cas", "second"});
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_NE(r.err.find("FAILED_PRECONDITION: the key exists (version " + created + ")"), std::string::npos) << r.err;
+  r = Kvctl({"--versioned", "get", "cas"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, created + "\nfirst");
+  r = Kvctl({"--if_version=" + created, "put", "cas", "second"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  r = Kvctl({"--if_version=" + created, "put", "cas", "third"});
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  r = Kvctl({"get", "cas"});
+  EXPECT_EQ(r.out, "second");
+
   r = RunCommand({RKV_KVCTL_BIN, "--help"});
   EXPECT_EQ(r.exit_code, 0);
   const std::string help = r.out + r.err;
   for (const char* word : {"get", "put", "del", "members", "shards", "where KEY", "stats", "--server", "--token_file",
-                           "--transport", "--timeout", "--output", "--value_file"}) {
+                           "--transport", "--timeout", "--output", "--value_file", "--if_version", "--if_absent",
+                           "--versioned"}) {
     EXPECT_NE(help.find(word), std::string::npos) << "kvctl --help does not mention " << word;
   }
 }

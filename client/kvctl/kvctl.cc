@@ -36,6 +36,13 @@ DEFINE_int32(timeout, 5000,
 DEFINE_string(output, "text", "output format: text (raw value bytes) or json (default text)");
 DEFINE_bool(key_hex, false, "KEY is given as hex digits, for binary keys (default false)");
 DEFINE_string(value_file, "", "put: read the value from this file instead of VALUE (binary-safe)");
+DEFINE_uint64(if_version, 0,
+              "put: write only if the key's version is this one (a compare-and-set; 0: no condition; the "
+              "version from put or get --versioned); exit 1 when it is not (default 0)");
+DEFINE_bool(if_absent, false, "put: write only if the key does not exist; exit 1 when it does (default false)");
+DEFINE_bool(versioned, false,
+            "get: print the key's version on a line of its own before the value, the version put "
+            "--if_version takes (default false)");
 DEFINE_string(shards, "", "verify: the shards to check, e.g. 0,5,10-19 (default every shard)");
 DEFINE_int32(rounds, 5,
              "verify: how many times a shard whose replicas disagree is asked, 1..100 (default 5; writes in "
@@ -58,6 +65,7 @@ namespace {
 constexpr int kExitOk = 0;
 constexpr int kExitNotFound = 1;
 constexpr int kExitDisagree = 1;  // verify: replicas differ; drain: timed out
+constexpr int kExitConditionFailed = 1;  // put --if_version / --if_absent: nothing written
 constexpr int kExitError = 2;
 
 constexpr char kUsage[] =
@@ -66,11 +74,15 @@ constexpr char kUsage[] =
     "Usage:\n"
     "  kvctl [flags] get KEY          print KEY's value: piped, the raw bytes alone; on a\n"
     "                                 terminal, followed by a newline\n"
-    "                                 (--output=json: {\"key\":..,\"value\":..,\"version\":..})\n"
+    "                                 (--output=json: {\"key\":..,\"value\":..,\"version\":..});\n"
+    "                                 --versioned: the version's number on a line first\n"
     "  kvctl [flags] put KEY [VALUE]  store a value and print its new version ('version 3' on\n"
     "                                 a terminal, '3' piped); the value is\n"
     "                                 VALUE, or the contents of --value_file, or stdin when\n"
     "                                 VALUE is '-' or absent and stdin is not a terminal\n"
+    "                                 (--if_version=V or --if_absent: only if the key is at\n"
+    "                                 version V, or absent; exit 1, naming the key's version,\n"
+    "                                 when it is not: nothing written)\n"
     "  kvctl [flags] del KEY          delete KEY\n"
     "  kvctl --coordinator=H:P [flags] members\n"
     "                                 the cluster's servers: id, epoch, state (UP or DOWN;\n"
@@ -142,7 +154,7 @@ constexpr char kUsage[] =
     "flags with '--' before the command: kvctl --token_file=T -- put KEY -5\n"
     "\n"
     "Exit status: 0 done (found), 1 key not found (verify: replicas disagree; drain: timed\n"
-    "out), 2 any other error (one line on stderr; a usage error adds a second: run\n"
+    "out; put --if_version/--if_absent: the key was not as asked), 2 any other error (one line on stderr; a usage error adds a second: run\n"
     "'kvctl --help' for usage).\n";
 
 void PrintHelp() {
@@ -363,6 +375,15 @@ int Run(const rkv::kvctl::Invocation& inv) {
     }
   }
 
+  if (FLAGS_if_version != 0 && FLAGS_if_absent) {
+    return UsageError(cmd + ": give --if_version or --if_absent, not both");
+  }
+  if ((FLAGS_if_version != 0 || FLAGS_if_absent) && inv.command != rkv::kvctl::Command::kPut) {
+    return UsageError(cmd + ": --if_version and --if_absent are put's");
+  }
+  if (FLAGS_versioned && inv.command != rkv::kvctl::Command::kGet) {
+    return UsageError(cmd + ": --versioned is get's");
+  }
   std::string value;
   if (inv.command == rkv::kvctl::Command::kPut) {
     // No value, or two: a usage error.
@@ -399,11 +420,20 @@ int Run(const rkv::kvctl::Invocation& inv) {
       // its own.
       std::string out = json ? rkv::kvctl::FormatGetJson(inv.key, got->value, got->version) : got->value;
       if (!json && isatty(STDOUT_FILENO) == 1) out += "\n";
+      // The version first, on a line of its own (json has it already).
+      if (!json && FLAGS_versioned) out = std::to_string(got->version) + "\n" + out;
       if (!WriteAll(out)) return Fail(cmd, rkv::PosixError("write(stdout)", errno));
       return kExitOk;
     }
     case rkv::kvctl::Command::kPut: {
-      auto version = (*client)->Put(inv.key, value);
+      rkv::PutCondition condition;
+      if (FLAGS_if_absent) condition = rkv::PutCondition::Absent();
+      if (FLAGS_if_version != 0) condition = rkv::PutCondition::VersionIs(FLAGS_if_version);
+      auto version = (*client)->Put(inv.key, value, condition);
+      if (!version.ok() && version.status().reason() == rkv::Reason::kConditionFailed) {
+        Fail(cmd, version.status());
+        return kExitConditionFailed;
+      }
       if (!version.ok()) return Fail(cmd, version.status());
       // Piped, the bare number that scripts parse; on a terminal it says
       // what the number is.

@@ -118,6 +118,22 @@ def test_put_get_versions(client):
     assert client.get_versioned(b"k:put") == (b"two", v2)
 
 
+def test_conditional_put_is_a_compare_and_set(client):
+    v1 = client.put(b"k:cas", b"one", if_absent=True)
+    with pytest.raises(rkv.FailedPrecondition) as absent:
+        client.put(b"k:cas", b"two", if_absent=True)
+    assert absent.value.reason == "CONDITION_FAILED"
+    assert f"version {v1}" in str(absent.value)
+    v2 = client.put(b"k:cas", b"two", if_version=v1)
+    with pytest.raises(rkv.PreconditionFailed):
+        client.put(b"k:cas", b"three", if_version=v1)
+    assert client.get_versioned(b"k:cas") == (b"two", v2)
+    with pytest.raises(ValueError):
+        client.put(b"k:cas", b"x", if_version=v2, if_absent=True)
+    with pytest.raises(ValueError):
+        client.put(b"k:cas", b"x", if_version=0)
+
+
 def test_str_and_bytes_like_arguments(client):
     client.put("k:str", "h\u00e9llo")
     assert client.get(b"k:str") == "h\u00e9llo".encode()

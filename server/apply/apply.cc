@@ -85,8 +85,23 @@ std::optional<protocol::ReplyMsg> Applier::Validate(std::span<const uint8_t> msg
                                               " is a replica op: only a server of the cluster map, on a "
                                               "replication connection, may send it"));
   }
-  if (req.reserved[0] != 0 || req.reserved[1] != 0) {
-    return Error(request_id, InvalidArgument("request reserved bytes are not zero"));
+  if (req.reserved != 0) {
+    return Error(request_id, InvalidArgument("request reserved byte is not zero"));
+  }
+  if (req.condition > protocol::kConditionMax) {
+    return Error(request_id, InvalidArgument("request condition " + std::to_string(req.condition) + " is not known"));
+  }
+  const auto condition = static_cast<protocol::Condition>(req.condition);
+  if (condition != protocol::Condition::kNone && op != protocol::Op::kPut) {
+    return Error(request_id, InvalidArgument("op " + std::to_string(req.op) +
+                                             " carries a condition: only a client's PUT may"));
+  }
+  if ((condition == protocol::Condition::kVersionIs) != (req.expected_version != 0)) {
+    return Error(request_id, InvalidArgument(
+                                 condition == protocol::Condition::kVersionIs
+                                     ? std::string("a version condition names version 0 (versions start at 1)")
+                                     : "expected_version " + std::to_string(req.expected_version) +
+                                           " without a version condition"));
   }
   if ((req.flags & ~protocol::kRequestFlagsKnown) != 0 || (!client_op && req.flags != 0)) {
     return Error(request_id, InvalidArgument("request flags " + std::to_string(req.flags) + " are not known for op " +
@@ -156,7 +171,7 @@ std::optional<protocol::ReplyMsg> Applier::Validate(std::span<const uint8_t> msg
     return Error(request_id, InvalidArgument("PUT record carries the tombstone flag"));
   }
   *out = Request{request_id, op, r.key, r.value, r.version, req.map_version,
-                 (req.flags & protocol::kRequestResent) != 0};
+                 (req.flags & protocol::kRequestResent) != 0, condition, req.expected_version};
   return std::nullopt;
 }
 
@@ -214,6 +229,7 @@ Applier::Snapshot Applier::snapshot() const {
   Snapshot s;
   s.puts = puts_.load(std::memory_order_relaxed);
   s.deletes = deletes_.load(std::memory_order_relaxed);
+  s.conditions_failed = conditions_failed_.load(std::memory_order_relaxed);
   s.replays = replays_.load(std::memory_order_relaxed);
   s.resent = resent_.load(std::memory_order_relaxed);
   s.request_errors = errors_.load(std::memory_order_relaxed);

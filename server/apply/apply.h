@@ -23,7 +23,9 @@
 //
 // Validation (before any lock; a failure is an error reply, never a crash):
 //   - the message is exactly sizeof(RequestMsg), op is known, reserved is 0,
-//     flags only kRequestResent and only on a client op;
+//     flags only kRequestResent and only on a client op; a condition is
+//     known and only on a client PUT, and expected_version is non-zero
+//     exactly when the condition is kVersionIs;
 //   - ring_offset is 64-byte aligned and [ring_offset, ring_offset + length)
 //     lies inside the ring;
 //   - length is at least a block header and at most the block of the
@@ -231,6 +233,7 @@ class Applier {
     uint64_t replica_stale = 0;     // forwarded writes acknowledged without a change (not newer)
     uint64_t replica_refused = 0;   // forwarded writes refused (validation or policy)
     uint64_t lease_refusals = 0;    // client writes refused because the lease had expired
+    uint64_t conditions_failed = 0;  // conditional PUTs whose condition did not hold
     Heap::Stats heap;
   };
   Snapshot snapshot() const EXCLUDES(table_mu_);
@@ -345,6 +348,10 @@ class Applier {
     uint64_t version = 0;
     uint64_t map_version = 0;  // replica ops: the primary's map version (>= 1)
     bool resent = false;       // client ops: protocol::kRequestResent
+    // Client PUTs: the precondition (kNone for every other op) and, for
+    // kVersionIs, the version it names.
+    protocol::Condition condition = protocol::Condition::kNone;
+    uint64_t expected_version = 0;
   };
   // ---- Shared by the jobs (apply.cc) ----
   // Checks the message and its record (see Validation; `from_peer` selects
@@ -379,8 +386,15 @@ class Applier {
   // Applies a client write under writes_gate_ and the key's stripe.
   protocol::ReplyMsg ApplyWrite(const Request& req, bool* remember) EXCLUDES(cache_mu_, writes_gate_, table_mu_);
   // Both with writes_gate_ (shared) and the key's stripe held.
-  protocol::ReplyMsg ApplyPut(uint64_t request_id, std::string_view key, std::string_view value, bool* remember)
+  protocol::ReplyMsg ApplyPut(uint64_t request_id, std::string_view key, std::string_view value,
+                              protocol::Condition condition, uint64_t expected_version, bool* remember)
       REQUIRES_SHARED(writes_gate_) EXCLUDES(table_mu_);
+  // A client PUT's condition against the key's record in the table:
+  // nullopt when it holds (or there is none), else the FAILED_PRECONDITION
+  // reply (Reason::kConditionFailed, its version the key's: 0 when absent).
+  std::optional<protocol::ReplyMsg> CheckCondition(uint64_t request_id, std::string_view key,
+                                                   protocol::Condition condition, uint64_t expected_version)
+      REQUIRES(table_mu_);
   protocol::ReplyMsg ApplyDelete(uint64_t request_id, std::string_view key, bool* remember)
       REQUIRES_SHARED(writes_gate_) EXCLUDES(table_mu_);
   // With a policy, before a client write of `key` writes or forwards
@@ -471,6 +485,7 @@ class Applier {
   std::atomic<uint64_t> replica_stale_{0};
   std::atomic<uint64_t> replica_refused_{0};
   std::atomic<uint64_t> lease_refusals_{0};
+  std::atomic<uint64_t> conditions_failed_{0};
 };
 
 // Fills a reply; `message` is cut to fit and NUL-terminated.

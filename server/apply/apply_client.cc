@@ -88,17 +88,48 @@ protocol::ReplyMsg Applier::ApplyWrite(const Request& req, bool* remember) {
   }
   ReaderLock gate(writes_gate_);
   MutexLock key_lock(key_stripes_[KeyStripe(req.key)]);
-  return req.op == protocol::Op::kDelete ? ApplyDelete(req.request_id, req.key, remember)
-                                         : ApplyPut(req.request_id, req.key, req.value, remember);
+  return req.op == protocol::Op::kDelete
+             ? ApplyDelete(req.request_id, req.key, remember)
+             : ApplyPut(req.request_id, req.key, req.value, req.condition, req.expected_version, remember);
+}
+
+std::optional<protocol::ReplyMsg> Applier::CheckCondition(uint64_t request_id, std::string_view key,
+                                                          protocol::Condition condition, uint64_t expected_version) {
+  if (condition == protocol::Condition::kNone) return std::nullopt;
+  const std::optional<Table::Entry> e = table_->Lookup(key);
+  const uint64_t current = e ? e->version : 0;
+  if (condition == protocol::Condition::kAbsent && !e) return std::nullopt;
+  if (condition == protocol::Condition::kVersionIs && current == expected_version) return std::nullopt;
+  conditions_failed_.fetch_add(1, std::memory_order_relaxed);
+  std::string message = condition == protocol::Condition::kAbsent
+                            ? "the key exists (version " + std::to_string(current) + "): not written"
+                        : e ? "the key's version is " + std::to_string(current) + ", not " +
+                                  std::to_string(expected_version) + ": not written"
+                            : "the key does not exist (version " + std::to_string(expected_version) +
+                                  " expected): not written";
+  return MakeReply(request_id, StatusCode::kFailedPrecondition, current, message, Reason::kConditionFailed, 0);
 }
 
 protocol::ReplyMsg Applier::ApplyPut(uint64_t request_id, std::string_view key, std::string_view value,
-                                     bool* remember) {
+                                     protocol::Condition condition, uint64_t expected_version, bool* remember) {
   std::optional<WriteRoute> route;
   if (auto refused = RouteClientWrite(request_id, key, &route, remember)) return *refused;
   uint64_t version = 0;
   {
     MutexLock lock(table_mu_);
+    // The condition is read from the table under the key's stripe, which no
+    // other client write of the key passes until this one ends: what it
+    // found holds until the publish. A refusal reads the key like a GET,
+    // so a primary answers it only under a valid lease (as a DELETE's
+    // NOT_FOUND).
+    if (std::optional<protocol::ReplyMsg> failed = CheckCondition(request_id, key, condition, expected_version)) {
+      if (route) {
+        if (std::optional<protocol::ReplyMsg> refused = RefuseWithoutLease(request_id, key, *route, remember)) {
+          return *refused;
+        }
+      }
+      return *failed;
+    }
     // Refused before anything is written.
     if (Status room = PrepareSlot(key); !room.ok()) return Error(request_id, room);
     version = ReserveVersion();

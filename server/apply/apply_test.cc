@@ -159,6 +159,80 @@ TEST_F(ApplyTest, APutWhenEveryVersionIsTakenIsRefusedAndChangesNothing) {
   EXPECT_EQ(applier_->snapshot().puts, 1u);
 }
 
+// A conditional PUT: the request's condition and expected version.
+std::vector<uint8_t> WithCondition(std::vector<uint8_t> msg, protocol::Condition condition, uint64_t expected) {
+  protocol::RequestMsg m;
+  std::memcpy(&m, msg.data(), sizeof(m));
+  m.condition = static_cast<uint8_t>(condition);
+  m.expected_version = expected;
+  std::memcpy(msg.data(), &m, sizeof(m));
+  return msg;
+}
+
+TEST_F(ApplyTest, AConditionalPutWritesOnlyWhenTheKeyIsAsAskedAndNamesItsVersionOtherwise) {
+  const auto put_if = [&](std::string_view key, std::string_view value, protocol::Condition c, uint64_t expected,
+                          uint64_t id) {
+    const uint32_t len = Stage(0, key, value);
+    return Apply(WithCondition(Msg(protocol::Op::kPut, 0, len, id), c, expected));
+  };
+  // Absent: written once, refused after.
+  auto r = put_if("k", "v1", protocol::Condition::kAbsent, 0, 21);
+  ASSERT_EQ(r.status_code, 0) << r.message;
+  EXPECT_EQ(r.version, 1u);
+  r = put_if("k", "v2", protocol::Condition::kAbsent, 0, 22);
+  EXPECT_EQ(r.status_code, static_cast<int32_t>(StatusCode::kFailedPrecondition)) << r.message;
+  EXPECT_EQ(r.reason, static_cast<uint8_t>(Reason::kConditionFailed));
+  EXPECT_EQ(r.version, 1u) << "the refusal names the key's version";
+  EXPECT_NE(std::string(r.message).find("exists (version 1)"), std::string::npos) << r.message;
+  EXPECT_EQ(TableValue("k"), "v1");
+
+  // Version: the current one writes, a stale one is refused.
+  r = put_if("k", "v2", protocol::Condition::kVersionIs, 1, 23);
+  ASSERT_EQ(r.status_code, 0) << r.message;
+  EXPECT_EQ(r.version, 2u);
+  r = put_if("k", "v3", protocol::Condition::kVersionIs, 1, 24);
+  EXPECT_EQ(r.status_code, static_cast<int32_t>(StatusCode::kFailedPrecondition)) << r.message;
+  EXPECT_EQ(r.version, 2u);
+  EXPECT_NE(std::string(r.message).find("version is 2, not 1"), std::string::npos) << r.message;
+  EXPECT_EQ(TableValue("k"), "v2");
+  EXPECT_EQ(StoreValue("k"), "v2");
+
+  // A version condition on a missing key is refused with version 0.
+  r = put_if("missing", "v", protocol::Condition::kVersionIs, 7, 25);
+  EXPECT_EQ(r.status_code, static_cast<int32_t>(StatusCode::kFailedPrecondition)) << r.message;
+  EXPECT_EQ(r.version, 0u);
+  EXPECT_FALSE(TableValue("missing").has_value());
+
+  // A refusal is remembered like any reply: the same request again (a
+  // resend) gets it back even though the key has changed since.
+  ASSERT_EQ(Put("k", "v4", 26).status_code, 0);
+  r = put_if("k", "v5", protocol::Condition::kVersionIs, 1, 24);
+  EXPECT_EQ(r.status_code, static_cast<int32_t>(StatusCode::kFailedPrecondition));
+  EXPECT_EQ(r.version, 2u) << "the original refusal, replayed";
+  EXPECT_EQ(TableValue("k"), "v4");
+
+  const auto snap = applier_->snapshot();
+  EXPECT_EQ(snap.conditions_failed, 3u);
+  EXPECT_EQ(snap.request_errors, 0u) << "a condition that fails is an answer, not an error";
+  EXPECT_EQ(snap.puts, 3u);
+}
+
+TEST_F(ApplyTest, AMalformedConditionIsRefused) {
+  const uint32_t len = Stage(0, "k", "v");
+  // Unknown condition, a version condition naming 0, an expected version
+  // without a condition, a condition on a DELETE.
+  ExpectError(Apply(WithCondition(Msg(protocol::Op::kPut, 0, len, 31), static_cast<protocol::Condition>(3), 0)),
+              StatusCode::kInvalidArgument, 31);
+  ExpectError(Apply(WithCondition(Msg(protocol::Op::kPut, 0, len, 32), protocol::Condition::kVersionIs, 0)),
+              StatusCode::kInvalidArgument, 32);
+  ExpectError(Apply(WithCondition(Msg(protocol::Op::kPut, 0, len, 33), protocol::Condition::kNone, 5)),
+              StatusCode::kInvalidArgument, 33);
+  const uint32_t del_len = Stage(0, "k", "", layout::kBlockFlagTombstone);
+  ExpectError(Apply(WithCondition(Msg(protocol::Op::kDelete, 0, del_len, 34), protocol::Condition::kAbsent, 0)),
+              StatusCode::kInvalidArgument, 34);
+  EXPECT_FALSE(TableValue("k").has_value());
+}
+
 TEST_F(ApplyTest, DeleteOfAMissingKeyIsNotFound) {
   auto r = Del("nothing", 5);
   ExpectError(r, StatusCode::kNotFound, 5);
@@ -189,7 +263,7 @@ TEST_F(ApplyTest, MalformedMessagesGetClearErrors) {
   m[0] = 9;  // op
   ExpectError(Apply(m), StatusCode::kInvalidArgument, 77);
   m = good;
-  m[2] = 1;  // reserved
+  m[3] = 1;  // reserved
   ExpectError(Apply(m), StatusCode::kInvalidArgument, 77);
   m = good;
   m[1] = 4;  // an unknown flag

@@ -136,6 +136,23 @@ struct LocationCacheStatsInfo {
   uint64_t evictions = 0;
 };
 
+// A precondition on a PUT (Client::Put): the key must be absent, or hold
+// exactly a given version (the one GetVersioned returned, or a PUT). The
+// key's primary checks it inside the write, under the lock that orders the
+// key's writes, so a conditional PUT is a compare-and-set: linearizable,
+// replicated like any write, and retried like any write (a resend of one
+// that was applied gets its original reply). When the key is not as asked,
+// Put returns FAILED_PRECONDITION with Reason::kConditionFailed and the
+// key's version in the message, and nothing is written.
+struct PutCondition {
+  enum class Kind : uint8_t { kNone, kAbsent, kVersionIs };
+  Kind kind = Kind::kNone;
+  uint64_t version = 0;  // kVersionIs: the version the key must have (>= 1)
+
+  static PutCondition Absent() { return {Kind::kAbsent, 0}; }
+  static PutCondition VersionIs(uint64_t v) { return {Kind::kVersionIs, v}; }
+};
+
 // What a client has done since Connect (Client::Counters): its location
 // cache, how often its calls tried again, and its attempts per server.
 struct ClientCounters {
@@ -305,6 +322,9 @@ class RKV_EXPORT Client {
   // a key grow monotonically). Acknowledged means durable per the server's
   // durability setting.
   StatusOr<uint64_t> Put(std::string_view key, std::string_view value,
+                         const CallOptions& call = {});
+  // Put only if `condition` holds (PutCondition); PutCondition{} is Put.
+  StatusOr<uint64_t> Put(std::string_view key, std::string_view value, const PutCondition& condition,
                          const CallOptions& call = {});
   // Removes `key`; NOT_FOUND when it was absent.
   Status Delete(std::string_view key, const CallOptions& call = {});

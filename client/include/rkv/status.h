@@ -77,8 +77,12 @@ enum class Reason : uint8_t {
   // groups them again itself; a caller sees it only if the deadline passes
   // first.
   kKeysMoved = 5,
+  // A conditional PUT (Client::Put with a PutCondition) found the key not
+  // as the condition asked: nothing was written. The status's code is
+  // FAILED_PRECONDITION and its message names the key's version.
+  kConditionFailed = 6,
 };
-inline constexpr uint8_t kMaxReason = static_cast<uint8_t>(Reason::kKeysMoved);
+inline constexpr uint8_t kMaxReason = static_cast<uint8_t>(Reason::kConditionFailed);
 
 // Returns the upper-case name of `reason`, e.g. "NOT_PRIMARY".
 RKV_EXPORT std::string_view ReasonName(Reason reason);
