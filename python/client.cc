@@ -199,26 +199,14 @@ std::shared_ptr<Client> PyClient::Acquire() const {
 
 py::bytes PyClient::Get(py::handle key) {
   const BytesArg k(key, "key");
-  std::shared_ptr<Client> client = Acquire();
-  StatusOr<std::string> got = Status();
-  {
-    py::gil_scoped_release release;
-    got = client->Get(k.view());
-    client.reset();  // a close() meanwhile frees the client here, without the GIL
-  }
+  const StatusOr<std::string> got = WithoutGil([&](Client& client) { return client.Get(k.view()); });
   if (!got.ok()) ThrowStatus(got.status());
   return py::bytes(*got);
 }
 
 py::tuple PyClient::GetVersioned(py::handle key) {
   const BytesArg k(key, "key");
-  std::shared_ptr<Client> client = Acquire();
-  StatusOr<VersionedValue> got = Status();
-  {
-    py::gil_scoped_release release;
-    got = client->GetVersioned(k.view());
-    client.reset();
-  }
+  const StatusOr<VersionedValue> got = WithoutGil([&](Client& client) { return client.GetVersioned(k.view()); });
   if (!got.ok()) ThrowStatus(got.status());
   return py::make_tuple(py::bytes(got->value), got->version);
 }
@@ -231,38 +219,21 @@ uint64_t PyClient::Put(py::handle key, py::handle value, std::optional<uint64_t>
   if (if_version) condition = PutCondition::VersionIs(*if_version);
   const BytesArg k(key, "key");
   const BytesArg v(value, "value");
-  std::shared_ptr<Client> client = Acquire();
-  StatusOr<uint64_t> version = Status();
-  {
-    py::gil_scoped_release release;
-    version = client->Put(k.view(), v.view(), condition);
-    client.reset();
-  }
+  const StatusOr<uint64_t> version =
+      WithoutGil([&](Client& client) { return client.Put(k.view(), v.view(), condition); });
   if (!version.ok()) ThrowStatus(version.status());
   return *version;
 }
 
 void PyClient::Delete(py::handle key) {
   const BytesArg k(key, "key");
-  std::shared_ptr<Client> client = Acquire();
-  Status status;
-  {
-    py::gil_scoped_release release;
-    status = client->Delete(k.view());
-    client.reset();
-  }
+  const Status status = WithoutGil([&](Client& client) { return client.Delete(k.view()); });
   if (!status.ok()) ThrowStatus(status);
 }
 
 py::list PyClient::MultiGet(const py::iterable& keys) {
   const std::vector<std::string> k = KeyList(keys);
-  std::shared_ptr<Client> client = Acquire();
-  std::vector<StatusOr<std::string>> got;
-  {
-    py::gil_scoped_release release;
-    got = client->MultiGet(k);
-    client.reset();
-  }
+  const std::vector<StatusOr<std::string>> got = WithoutGil([&](Client& client) { return client.MultiGet(k); });
   py::list out;
   for (size_t i = 0; i < got.size(); ++i) {
     if (got[i].ok()) {
@@ -290,13 +261,8 @@ py::list PyClient::MultiPut(const py::object& items) {
   std::vector<KeyValueView> views;
   views.reserve(args.size() / 2);
   for (size_t i = 0; i < args.size(); i += 2) views.push_back({args[i].view(), args[i + 1].view()});
-  std::shared_ptr<Client> client = Acquire();
-  std::vector<StatusOr<uint64_t>> versions;
-  {
-    py::gil_scoped_release release;
-    versions = client->MultiPut(views);
-    client.reset();
-  }
+  const std::vector<StatusOr<uint64_t>> versions =
+      WithoutGil([&](Client& client) { return client.MultiPut(views); });
   py::list out;
   for (size_t i = 0; i < versions.size(); ++i) {
     if (!versions[i].ok()) ThrowItem("multi_put", i, versions[i].status());
@@ -307,13 +273,7 @@ py::list PyClient::MultiPut(const py::object& items) {
 
 py::list PyClient::MultiDelete(const py::iterable& keys) {
   const std::vector<std::string> k = KeyList(keys);
-  std::shared_ptr<Client> client = Acquire();
-  std::vector<Status> results;
-  {
-    py::gil_scoped_release release;
-    results = client->MultiDelete(k);
-    client.reset();
-  }
+  const std::vector<Status> results = WithoutGil([&](Client& client) { return client.MultiDelete(k); });
   py::list out;
   for (size_t i = 0; i < results.size(); ++i) {
     if (results[i].ok()) {
@@ -328,13 +288,7 @@ py::list PyClient::MultiDelete(const py::iterable& keys) {
 }
 
 py::list PyClient::Members() {
-  std::shared_ptr<Client> client = Acquire();
-  StatusOr<ClusterInfo> cluster = Status();
-  {
-    py::gil_scoped_release release;
-    cluster = client->Cluster();
-    client.reset();
-  }
+  const StatusOr<ClusterInfo> cluster = WithoutGil([&](Client& client) { return client.Cluster(); });
   if (!cluster.ok()) ThrowStatus(cluster.status());
   py::list out;
   for (const MemberInfo& m : cluster->members) out.append(MemberDict(m));
@@ -425,21 +379,18 @@ size_t PyClient::GetInto(py::handle key, py::handle buffer) {
   // A writable, contiguous buffer; while it is held, a bytearray cannot be
   // resized under the copy below.
   const BufferView into(buffer, PyBUF_WRITABLE);
-  std::shared_ptr<Client> client = Acquire();
   std::string value;
-  Status status;
   bool fits = false;
-  {
-    py::gil_scoped_release release;
+  const Status status = WithoutGil([&](Client& client) {
     // One copy today, from the value's std::string into the buffer: librkv
     // has no call that reads into caller memory yet.
-    status = client->Get(k.view(), &value);
-    if (status.ok() && value.size() <= into.size()) {
+    Status got = client.Get(k.view(), &value);
+    if (got.ok() && value.size() <= into.size()) {
       std::memcpy(into.data(), value.data(), value.size());
       fits = true;
     }
-    client.reset();
-  }
+    return got;
+  });
   if (!status.ok()) ThrowStatus(status);
   if (!fits) ThrowBufferTooSmall(value.size(), into.size());
   return value.size();

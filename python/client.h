@@ -64,6 +64,18 @@ class PyClient {
  private:
   // A reference to the client; FailedPrecondition once closed.
   std::shared_ptr<Client> Acquire() const;
+  // Runs `call(client)` with the GIL released and returns its result. The
+  // call holds its own reference to the client and drops it before the GIL
+  // is taken again: a close() from another thread meanwhile frees the
+  // client there, without the GIL.
+  template <typename Call>
+  auto WithoutGil(Call&& call) const {
+    std::shared_ptr<Client> client = Acquire();
+    pybind11::gil_scoped_release release;
+    auto result = call(*client);
+    client.reset();
+    return result;
+  }
 
   std::shared_ptr<Client> client_;
 };
