@@ -277,10 +277,24 @@ StatusOr<transport::Transport*> Client::Impl::TransportFor(const ServerEntry& e)
   return t.get();
 }
 
+StatusOr<BufferHandle> Client::Impl::RegisterBuffer(std::span<std::byte> memory) {
+  std::vector<transport::Transport*> made;
+  {
+    MutexLock lock(transports_mu_);
+    for (const auto& [kind, t] : transports_) made.push_back(t.get());
+  }
+  // Transports are never destroyed before the client: the pointers stay
+  // valid outside the lock.
+  RKV_ASSIGN_OR_RETURN(const uint64_t id, buffers_.Add(memory, made));
+  return BufferHandle{id};
+}
+
 ClientCounters Client::Impl::Counters() {
   ClientCounters c;
   c.location_cache = LocationCacheStats();
   c.retries = retries_.load(std::memory_order_relaxed);
+  c.get_into_in_place = get_into_in_place_.load(std::memory_order_relaxed);
+  c.get_into_copied = get_into_copied_.load(std::memory_order_relaxed);
   MutexLock lock(pools_mu_);
   for (const auto& [id, pool] : pools_) c.attempts_by_server.emplace(id, pool->attempts());
   return c;

@@ -35,6 +35,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "client/buffer_registry.h"
 #include "client/cluster_map.h"
 #include "client/connection_pool.h"
 #include "client/control_client.h"
@@ -190,6 +191,37 @@ class [[gnu::visibility("hidden")]] Client::Impl {
     if (from == ReadFrom::kPrimary) [[likely]] return table.OwnerIndexOf(key);
     return table.ReplicaIndexOf(key, turn);
   }
+
+  // ---- GETs (client_read.cc).
+
+  // A GetInto's memory: the target a lookup writes to and, when the
+  // memory lies in a registered buffer, that buffer's registration.
+  struct IntoTarget {
+    client::ValueTarget target;
+    std::shared_ptr<client::BufferRegistry::Registration> registration;
+  };
+  // The target of `out` (its registration found in buffers_).
+  IntoTarget TargetOf(std::span<std::byte> out) const;
+  // Points t.target.mr at its registration's region on conn's transport
+  // (null, so that the value is copied, when it has none or the transport
+  // refuses the memory: logged once).
+  static void AimAt(IntoTarget& t, client::ServerConnection& conn);
+  // Looks up every key whose result is not done, grouped by the server
+  // read and the key's owner, one WithServer call per group (MultiGet's
+  // and MultiGetInto's way). A key checked and refused is done with its
+  // error; a key a group could not finish gets the group's error in
+  // group_status. `targets`: empty, or one per key (GetInto's memory).
+  void LookupMany(std::span<const std::string> keys, std::span<client::LookupResult> results,
+                  std::span<Status> group_status, std::span<IntoTarget> targets, const CallOptions& call);
+  // GetInto's answer from its lookup's result (and counts the value).
+  Status FinishGetInto(client::LookupResult& r, GetIntoResult* result);
+  // Counts one value GetInto delivered (ClientCounters).
+  void NoteGetInto(bool in_place) {
+    (in_place ? get_into_in_place_ : get_into_copied_).fetch_add(1, std::memory_order_relaxed);
+  }
+  // Client::RegisterBuffer: registers with every transport made so far.
+  StatusOr<BufferHandle> RegisterBuffer(std::span<std::byte> memory) EXCLUDES(transports_mu_);
+  Status UnregisterBuffer(BufferHandle handle) { return buffers_.Remove(handle.id); }
 
   // ---- PUT and DELETE (client_write.cc).
 
@@ -355,6 +387,8 @@ class [[gnu::visibility("hidden")]] Client::Impl {
   // every connection, as the servers' replay caches need.
   std::atomic<uint64_t> next_request_id_{1};
   std::atomic<uint64_t> retries_{0};  // NextAttempt's that led to another attempt
+  std::atomic<uint64_t> get_into_in_place_{0};
+  std::atomic<uint64_t> get_into_copied_{0};
 
   // Set by Init* and read-only afterwards.
   std::optional<transport::Kind> fixed_kind_;  // the transport of every server, unless "auto" with a coordinator
@@ -382,6 +416,9 @@ class [[gnu::visibility("hidden")]] Client::Impl {
   // The routes calls take (Routing).
   Mutex routes_mu_;
   std::shared_ptr<client::Routes> routes_ GUARDED_BY(routes_mu_);
+  // Caller memory registered with transports_: declared after them, so
+  // its regions are deregistered before the transports go.
+  client::BufferRegistry buffers_;
 };
 
 }  // namespace rkv

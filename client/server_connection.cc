@@ -65,6 +65,7 @@ ServerConnection::~ServerConnection() {
 }
 
 Status ServerConnection::Init(transport::Transport& transport, Deadline deadline) {
+  transport_ = &transport;
   posted_recvs_ = std::min(accept_.request_credits, kMaxPostedRecvs);
   credits_ = posted_recvs_;
   max_credits_ = posted_recvs_;

@@ -48,6 +48,7 @@
 #include "common/hash.h"
 #include "common/layout.h"
 #include "common/protocol.h"
+#include "common/record.h"
 #include "common/status.h"
 #include "common/transport/transport.h"
 
@@ -72,11 +73,31 @@ inline constexpr int kCorruptRounds = 3;
 // The outcome of one key's lookup. `done` is false until the key has an
 // answer: OK (value and version valid), NOT_FOUND, DEADLINE_EXCEEDED (what
 // kept failing is in the message) or DATA_LOSS.
+//
+// A GetInto names its caller's memory in `into`: the value goes there
+// instead of `value`, and value_size is its size. With `into->mr` (that
+// memory registered with this connection's transport) a block READ
+// scatters the block's header and key into the connection's buffer and
+// its value straight into the caller's memory, where the checksum is
+// checked (`in_place`); without, the value is copied there once from the
+// connection's buffer. A value larger than into->capacity is
+// RESOURCE_EXHAUSTED with value_size the size needed; the memory's
+// contents are then unspecified.
+struct ValueTarget {
+  uint8_t* data = nullptr;
+  size_t capacity = 0;
+  const transport::MemoryRegion* mr = nullptr;  // null: not registered
+  size_t mr_offset = 0;                         // of `data` in mr
+};
+
 struct LookupResult {
   bool done = false;
   Status status;
   std::string value;
   uint64_t version = 0;
+  const ValueTarget* into = nullptr;  // set by the caller, or null
+  size_t value_size = 0;              // with `into`
+  bool in_place = false;              // with `into`: no copy was made
 };
 
 // The server's verdict on a PUT or DELETE.
@@ -120,6 +141,9 @@ class ServerConnection {
   ServerConnection& operator=(const ServerConnection&) = delete;
 
   bool broken() const { return broken_; }
+  // The transport this connection was opened on (memory a caller wants
+  // READs to land in is registered with it).
+  transport::Transport& transport() const { return *transport_; }
   const protocol::AcceptData& accept() const { return accept_; }
   // The address this connection was opened to.
   const std::string& address() const { return address_; }
@@ -228,19 +252,47 @@ class ServerConnection {
     uint64_t bytes = 0;        // of the newest match's block
     bool superseded = false;   // the newest match's block carried the mark
     std::string why;           // written only on a failure
+    // With the result's `into`: one candidate READ of this round was
+    // scattered into it (`direct_posted`); the newest match is that one
+    // (`in_place`), or is held in the result's string to be copied there
+    // (`held`), or was copied there (neither); value_size is its size.
+    bool direct_posted = false;
+    bool in_place = false;
+    bool held = false;
+    size_t value_size = 0;
   };
   // A key with a location cache entry (ReadCachedBlocks).
   struct CachedRead {
     size_t key_index = 0;  // into Lookup's keys
     CachedLocation location;
     size_t local_offset = 0;
+    uint32_t direct_bytes = 0;  // > 0: scattered into the result's `into` (ScatterInto)
   };
   struct Candidate {
     size_t t = 0;  // index into todo_
     uint64_t heap_offset = 0;
     uint64_t bytes = 0;
     size_t local_offset = 0;
+    uint32_t direct_bytes = 0;  // as CachedRead's
   };
+  // A block READ into the connection's buffer at `local_offset` (`bytes`
+  // reserved there), or, when `into` is registered and the block is longer
+  // than the header and `key_bytes`, scattered: header and key there, then
+  // up to into->capacity bytes into the caller's memory, the rest (padding,
+  // or a value too large) back in the buffer. Returns the bytes that go to
+  // the caller's memory (0: none).
+  uint32_t SetUpBlockRead(transport::ReadOp& op, size_t local_offset, uint64_t heap_offset, uint64_t bytes,
+                          const ValueTarget* into, size_t key_bytes);
+  // The block of a scattered READ (SetUpBlockRead), checked in place.
+  StatusOr<ScatteredRecord> DecodeScattered(size_t local_offset, uint64_t bytes, const ValueTarget& into,
+                                            uint32_t direct_bytes, size_t key_bytes) const;
+  void AcceptCachedScattered(std::string_view key, LookupResult& r, const CachedRead& cr, bool in_lease);
+  void ConsiderScattered(std::string_view key, LookupResult& r, const Candidate& cand, Outcome& o);
+  // Copies `value` into `r.into` when it fits; sets r.value_size.
+  static void CopyInto(LookupResult& r, std::string_view value);
+  // r.into's final answer from r.value_size: RESOURCE_EXHAUSTED when over
+  // its capacity.
+  static void SettleInto(LookupResult& r);
 
   // The time left before `deadline` as seen at `now`; zero once it passed.
   static std::chrono::microseconds Left(Deadline deadline, Clock::time_point now) {
@@ -358,6 +410,7 @@ class ServerConnection {
   // pair) goes first, then the registration, then the memory it covered.
   std::unique_ptr<uint8_t, FreeDeleter> buffer_;
   std::unique_ptr<transport::MemoryRegion> mr_;
+  transport::Transport* transport_ = nullptr;  // set by Init
   std::unique_ptr<transport::Connection> conn_;
 
   const std::string address_;

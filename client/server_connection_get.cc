@@ -116,6 +116,48 @@ Status ServerConnection::Lookup(std::span<const std::string_view> keys,
   return Status::Ok();
 }
 
+uint32_t ServerConnection::SetUpBlockRead(transport::ReadOp& op, size_t local_offset, uint64_t heap_offset,
+                                          uint64_t bytes, const ValueTarget* into, size_t key_bytes) {
+  op.remote = {accept_.heap.addr + heap_offset, accept_.heap.rkey};
+  const uint64_t head = layout::kBlockHeaderBytes + key_bytes;
+  if (into == nullptr || into->mr == nullptr || into->capacity == 0 || bytes <= head) [[likely]] {
+    op.local = {mr_.get(), local_offset, static_cast<uint32_t>(bytes)};
+    op.more[0].length = 0;
+    return 0;
+  }
+  // Header and key land where the whole block would have; the value (and
+  // what follows it in the block) in the caller's memory; what does not
+  // fit there (padding, or a value too large) after the key again.
+  const auto direct = static_cast<uint32_t>(std::min<uint64_t>(into->capacity, bytes - head));
+  op.local = {mr_.get(), local_offset, static_cast<uint32_t>(head)};
+  op.more[0] = {into->mr, into->mr_offset, direct};
+  op.more[1] = {mr_.get(), local_offset + head, static_cast<uint32_t>(bytes - head - direct)};
+  return direct;
+}
+
+StatusOr<ScatteredRecord> ServerConnection::DecodeScattered(size_t local_offset, uint64_t bytes,
+                                                            const ValueTarget& into, uint32_t direct_bytes,
+                                                            size_t key_bytes) const {
+  const size_t head = layout::kBlockHeaderBytes + key_bytes;
+  const std::span<const uint8_t> pieces[] = {
+      std::span<const uint8_t>(buffer_.get() + local_offset, head),
+      std::span<const uint8_t>(into.data, direct_bytes),
+      std::span<const uint8_t>(buffer_.get() + local_offset + head, bytes - head - direct_bytes)};
+  return DecodeScatteredHeapBlock(pieces);
+}
+
+void ServerConnection::CopyInto(LookupResult& r, std::string_view value) {
+  r.value_size = value.size();
+  r.in_place = false;
+  if (value.size() <= r.into->capacity && !value.empty()) std::memcpy(r.into->data, value.data(), value.size());
+}
+
+void ServerConnection::SettleInto(LookupResult& r) {
+  if (r.value_size <= r.into->capacity) [[likely]] return;
+  r.status = ResourceExhausted("the value of " + to_string(r.value_size) + " bytes does not fit the " +
+                               to_string(r.into->capacity) + "-byte buffer");
+}
+
 // Why a block accepted here is the key's current record (the full argument
 // is docs/design.md §4.4): the block was published before the entry was
 // made (a GET found it through a slot); the server marks a block
@@ -153,8 +195,8 @@ Status ServerConnection::ReadCachedBlocks(std::span<const std::string_view> keys
       CachedRead& cr = cached_[c];
       cr.local_offset = block_area_offset_ + used;
       transport::ReadOp& op = ops_.emplace_back();
-      op.local = {mr_.get(), cr.local_offset, static_cast<uint32_t>(cr.location.bytes)};
-      op.remote = {accept_.heap.addr + cr.location.heap_offset, accept_.heap.rkey};
+      cr.direct_bytes = SetUpBlockRead(op, cr.local_offset, cr.location.heap_offset, cr.location.bytes,
+                                       results[cr.key_index].into, keys[cr.key_index].size());
       used += cr.location.bytes;
       ++c;
     }
@@ -163,6 +205,10 @@ Status ServerConnection::ReadCachedBlocks(std::span<const std::string_view> keys
     const bool in_lease = SteadyNow() - posted < lease_;
     for (size_t i = first; i < c; ++i) {
       const CachedRead& cr = cached_[i];
+      if (cr.direct_bytes > 0) {
+        AcceptCachedScattered(keys[cr.key_index], results[cr.key_index], cr, in_lease);
+        continue;
+      }
       auto record = DecodeHeapBlock(std::span<const uint8_t>(buffer_.get() + cr.local_offset, cr.location.bytes));
       if (!in_lease || !record.ok() || record->superseded || record->key != keys[cr.key_index] ||
           record->version != cr.location.version || (record->flags & layout::kBlockFlagTombstone) != 0) {
@@ -174,12 +220,38 @@ Status ServerConnection::ReadCachedBlocks(std::span<const std::string_view> keys
       LookupResult& r = results[cr.key_index];
       r.done = true;
       r.status = Status::Ok();
-      r.value.assign(record->value);
+      if (r.into == nullptr) [[likely]] {
+        r.value.assign(record->value);
+      } else {
+        CopyInto(r, record->value);
+        SettleInto(r);
+      }
       r.version = record->version;
       cache_->NoteHit();
     }
   }
   return Status::Ok();
+}
+
+// ReadCachedBlocks' checks, for a block scattered into the result's
+// memory: the same proof of currency, then the value's place.
+void ServerConnection::AcceptCachedScattered(std::string_view key, LookupResult& r, const CachedRead& cr,
+                                             bool in_lease) {
+  StatusOr<ScatteredRecord> record =
+      DecodeScattered(cr.local_offset, cr.location.bytes, *r.into, cr.direct_bytes, key.size());
+  if (!in_lease || !record.ok() || record->superseded || record->key_length != key.size() ||
+      std::memcmp(buffer_.get() + cr.local_offset + layout::kBlockHeaderBytes, key.data(), key.size()) != 0 ||
+      record->version != cr.location.version || (record->flags & layout::kBlockFlagTombstone) != 0) {
+    cache_->NoteFallback();
+    return;
+  }
+  r.done = true;
+  r.status = Status::Ok();
+  r.version = record->version;
+  r.value_size = record->value_length;
+  r.in_place = true;
+  SettleInto(r);
+  cache_->NoteHit();
 }
 
 Status ServerConnection::LookupBatch(std::span<const std::string_view> keys,
@@ -244,6 +316,7 @@ Status ServerConnection::LookupBatch(std::span<const std::string_view> keys,
   for (size_t t = 0; t < todo_.size(); ++t) {
     Outcome& o = outcome_[t];
     o.found = o.lease_expired = o.unreadable = o.corrupt = o.superseded = false;
+    o.direct_posted = o.in_place = o.held = false;
     o.version = 0;
   }
   candidates_.clear();
@@ -276,8 +349,13 @@ Status ServerConnection::LookupBatch(std::span<const std::string_view> keys,
       Candidate& cand = candidates_[c];
       cand.local_offset = block_area_offset_ + used;
       transport::ReadOp& op = ops_.emplace_back();
-      op.local = {mr_.get(), cand.local_offset, static_cast<uint32_t>(cand.bytes)};
-      op.remote = {accept_.heap.addr + cand.heap_offset, accept_.heap.rkey};
+      // One candidate a key and round goes into the caller's memory: two
+      // READs into the same memory would leave only one block there.
+      const size_t key_index = batch[todo_[cand.t]];
+      Outcome& o = outcome_[cand.t];
+      cand.direct_bytes = SetUpBlockRead(op, cand.local_offset, cand.heap_offset, cand.bytes,
+                                         o.direct_posted ? nullptr : results[key_index].into, keys[key_index].size());
+      o.direct_posted |= cand.direct_bytes > 0;
       used += cand.bytes;
       ++c;
     }
@@ -296,6 +374,12 @@ Status ServerConnection::LookupBatch(std::span<const std::string_view> keys,
                 to_string(lease_.count()) + " us lease";
         continue;
       }
+      const size_t key_index = batch[todo_[cand.t]];
+      LookupResult& r = results[key_index];
+      if (cand.direct_bytes > 0) {
+        ConsiderScattered(keys[key_index], r, cand, o);
+        continue;
+      }
       // Either checksum form: a block found through a slot word is the
       // record current when that word was read, superseded since or not.
       auto record = DecodeHeapBlock(std::span<const uint8_t>(buffer_.get() + cand.local_offset, cand.bytes));
@@ -304,7 +388,6 @@ Status ServerConnection::LookupBatch(std::span<const std::string_view> keys,
         o.why = "block at heap offset " + to_string(cand.heap_offset) + ": " + record.status().ToString();
         continue;
       }
-      const size_t key_index = batch[todo_[cand.t]];
       if (record->key != keys[key_index]) continue;                      // fingerprint collision
       if ((record->flags & layout::kBlockFlagTombstone) != 0) continue;  // never live in a heap
       if (!o.found || record->version > o.version) {
@@ -313,11 +396,52 @@ Status ServerConnection::LookupBatch(std::span<const std::string_view> keys,
         o.heap_offset = cand.heap_offset;
         o.bytes = cand.bytes;
         o.superseded = record->superseded;
-        results[key_index].value.assign(record->value);
+        o.in_place = false;
+        if (r.into == nullptr) [[likely]] {
+          r.value.assign(record->value);
+        } else if (r.into->mr != nullptr) {
+          // A READ of this round may scatter into the caller's memory (in
+          // this list or a later one): this value waits in the string
+          // until the round settles.
+          r.value.assign(record->value);
+          o.held = true;
+        } else {
+          CopyInto(r, record->value);
+          o.held = false;
+        }
+        o.value_size = record->value.size();
       }
     }
   }
   return Status::Ok();
+}
+
+// ReadCandidates' checks for the candidate scattered into the result's
+// memory (its key in the connection's buffer, its value in place).
+void ServerConnection::ConsiderScattered(std::string_view key, LookupResult& r, const Candidate& cand,
+                                         Outcome& o) {
+  StatusOr<ScatteredRecord> record = DecodeScattered(cand.local_offset, cand.bytes, *r.into, cand.direct_bytes,
+                                                     key.size());
+  if (!record.ok()) {
+    o.unreadable = true;
+    o.why = "block at heap offset " + to_string(cand.heap_offset) + ": " + record.status().ToString();
+    return;
+  }
+  if (record->key_length != key.size() ||
+      std::memcmp(buffer_.get() + cand.local_offset + layout::kBlockHeaderBytes, key.data(), key.size()) != 0) {
+    return;  // fingerprint collision
+  }
+  if ((record->flags & layout::kBlockFlagTombstone) != 0) return;
+  if (!o.found || record->version > o.version) {
+    o.found = true;
+    o.version = record->version;
+    o.heap_offset = cand.heap_offset;
+    o.bytes = cand.bytes;
+    o.superseded = record->superseded;
+    o.in_place = true;
+    o.held = false;
+    o.value_size = record->value_length;
+  }
 }
 
 // A clean miss is confirmed by a second READ of the neighbourhood, posted
@@ -341,6 +465,12 @@ Status ServerConnection::LookupBatch(std::span<const std::string_view> keys,
       r.done = true;
       r.status = Status::Ok();
       r.version = o.version;
+      if (r.into != nullptr) {
+        if (o.held) CopyInto(r, r.value);
+        r.value_size = o.value_size;
+        r.in_place = o.in_place;
+        SettleInto(r);
+      }
       if (cache_ != nullptr) {
         // A superseded block is already not current: not worth a READ.
         if (o.superseded) {

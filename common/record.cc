@@ -1,6 +1,8 @@
 #include "common/record.h"
 
+#include <algorithm>
 #include <cstring>
+#include <string>
 
 // Inlined: the checksum runs on every GET, and a call into the shared
 // library costs more than the hash of a small record under emulation.
@@ -81,6 +83,48 @@ StatusOr<RecordView> DecodeRecord(std::span<const uint8_t> in) { return Decode(i
 
 StatusOr<RecordView> DecodeHeapBlock(std::span<const uint8_t> in) {
   return Decode(in, Forms::kValidOrSuperseded);
+}
+
+StatusOr<ScatteredRecord> DecodeScatteredHeapBlock(std::span<const std::span<const uint8_t>> pieces) {
+  if (pieces.empty() || pieces[0].size() < layout::kBlockHeaderBytes) {
+    return InvalidArgument("scattered record's first piece is shorter than its header");
+  }
+  layout::BlockHeader h;
+  std::memcpy(&h, pieces[0].data(), sizeof(h));
+  if (h.key_length == 0) return InvalidArgument("record has an empty key");
+  if ((h.flags & ~layout::kBlockFlagsKnown) != 0) {
+    return InvalidArgument("record has unknown flags " + std::to_string(h.flags));
+  }
+  uint64_t total = 0;
+  for (const std::span<const uint8_t> piece : pieces) total += piece.size();
+  const uint64_t used = layout::RecordBytes(h.key_length, h.value_length);
+  if (used > total) {
+    return InvalidArgument("record claims " + std::to_string(used) + " bytes but only " + std::to_string(total) +
+                           " are present");
+  }
+  // XXH64 of bytes [kBlockChecksumBytes, used) of the concatenation, fed
+  // piece by piece: the same value BlockChecksum computes over one span.
+  XXH64_state_t state;
+  XXH64_reset(&state, 0);
+  uint64_t at = 0;  // offset of the piece's first byte in the block
+  for (const std::span<const uint8_t> piece : pieces) {
+    const uint64_t begin = std::max<uint64_t>(at, layout::kBlockChecksumBytes);
+    const uint64_t end = std::min<uint64_t>(at + piece.size(), used);
+    if (begin < end) XXH64_update(&state, piece.data() + (begin - at), end - begin);
+    at += piece.size();
+    if (at >= used) break;
+  }
+  const uint64_t checksum = XXH64_digest(&state);
+  ScatteredRecord r;
+  if (checksum != h.checksum) {
+    if (h.checksum != layout::SupersededChecksum(checksum)) return DataLoss("record checksum mismatch");
+    r.superseded = true;
+  }
+  r.version = h.version;
+  r.flags = h.flags;
+  r.key_length = h.key_length;
+  r.value_length = h.value_length;
+  return r;
 }
 
 }  // namespace rkv

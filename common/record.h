@@ -44,6 +44,24 @@ StatusOr<RecordView> DecodeRecord(std::span<const uint8_t> in);
 // RecordView::superseded. A torn word (neither form) is DATA_LOSS.
 StatusOr<RecordView> DecodeHeapBlock(std::span<const uint8_t> in);
 
+// What DecodeScatteredHeapBlock read of a block: its header's fields, and
+// which checksum form it carried.
+struct ScatteredRecord {
+  uint64_t version = 0;
+  uint16_t flags = 0;
+  uint16_t key_length = 0;
+  uint32_t value_length = 0;
+  bool superseded = false;
+};
+
+// As DecodeHeapBlock, for a block READ in pieces (a client's GET straight
+// into its caller's memory, transport::ReadOp::more): the block is the
+// concatenation of `pieces`, and the header must lie wholly in the first.
+// The same checks and errors as DecodeHeapBlock; the checksum is computed
+// across the pieces, in place. The caller finds key and value in the
+// pieces from key_length and value_length.
+StatusOr<ScatteredRecord> DecodeScatteredHeapBlock(std::span<const std::span<const uint8_t>> pieces);
+
 // Recomputes the checksum of an encoded block in place (after the version
 // field was changed).
 void ResealRecord(std::span<uint8_t> block);

@@ -140,5 +140,63 @@ TEST(RecordTest, ResealAfterVersionChange) {
   EXPECT_EQ(v->version, 77u);
 }
 
+
+namespace scattered_test {
+
+// The block cut at `cuts` into consecutive pieces.
+std::vector<std::span<const uint8_t>> Cut(const std::vector<uint8_t>& block, std::vector<size_t> cuts) {
+  std::vector<std::span<const uint8_t>> pieces;
+  size_t from = 0;
+  cuts.push_back(block.size());
+  for (size_t to : cuts) {
+    pieces.push_back(std::span<const uint8_t>(block).subspan(from, to - from));
+    from = to;
+  }
+  return pieces;
+}
+
+TEST(ScatteredRecordTest, ChecksumHoldsWhereverTheBlockIsCut) {
+  const std::string key = "user:42";
+  std::string value(300, '\0');
+  for (size_t i = 0; i < value.size(); ++i) value[i] = static_cast<char>(i * 31 + 1);
+  const std::vector<uint8_t> block = Encode(key, value, 77);
+  const size_t head = layout::kBlockHeaderBytes + key.size();
+  for (const std::vector<size_t>& cuts : std::vector<std::vector<size_t>>{
+           {}, {head}, {head, head + 300}, {head, head + 100}, {layout::kBlockHeaderBytes, head + 5}}) {
+    const auto pieces = Cut(block, cuts);
+    StatusOr<ScatteredRecord> r = DecodeScatteredHeapBlock(pieces);
+    ASSERT_TRUE(r.ok()) << r.status() << " with " << cuts.size() << " cuts";
+    EXPECT_EQ(r->version, 77u);
+    EXPECT_EQ(r->key_length, key.size());
+    EXPECT_EQ(r->value_length, value.size());
+    EXPECT_FALSE(r->superseded);
+  }
+}
+
+TEST(ScatteredRecordTest, RefusesWhatDecodeHeapBlockRefuses) {
+  const std::string key = "k";
+  std::vector<uint8_t> block = Encode(key, std::string(100, 'v'), 3);
+  const size_t head = layout::kBlockHeaderBytes + key.size();
+  // A flipped value byte in the second piece: the checksum no longer holds.
+  block[head + 50] ^= 1;
+  EXPECT_EQ(DecodeScatteredHeapBlock(Cut(block, {head})).status().code(), StatusCode::kDataLoss);
+  block[head + 50] ^= 1;
+  // A header that does not fit the first piece.
+  EXPECT_EQ(DecodeScatteredHeapBlock(Cut(block, {10})).status().code(), StatusCode::kInvalidArgument);
+  // A record longer than the pieces hold.
+  const std::vector<uint8_t> shorter(block.begin(), block.begin() + static_cast<ptrdiff_t>(head + 20));
+  EXPECT_EQ(DecodeScatteredHeapBlock(Cut(shorter, {head})).status().code(), StatusCode::kInvalidArgument);
+  // The superseded form is read as such.
+  layout::BlockHeader h;
+  std::memcpy(&h, block.data(), sizeof(h));
+  h.checksum = layout::SupersededChecksum(h.checksum);
+  std::memcpy(block.data(), &h, sizeof(h));
+  StatusOr<ScatteredRecord> r = DecodeScatteredHeapBlock(Cut(block, {head, head + 100}));
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->superseded);
+}
+
+}  // namespace scattered_test
+
 }  // namespace
 }  // namespace rkv

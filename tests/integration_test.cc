@@ -363,6 +363,205 @@ TEST_F(ServerTest, GetsRacingPutsNeverSeeTornOrForeignValues) {
   }
 }
 
+// ---- GET into the caller's memory (Client::RegisterBuffer, GetInto).
+
+std::string ValueOf(std::span<const std::byte> memory) {
+  return std::string(reinterpret_cast<const char*>(memory.data()), memory.size());
+}
+
+// A registered buffer gets the value by the READ itself, on a location
+// cache miss and on a hit, whatever room the value leaves (the block's
+// padding goes back to the client's buffer when it does not fit): the
+// client copies nothing.
+TEST_F(ServerTest, GetIntoARegisteredBufferReadsTheValueInPlace) {
+  auto client = NewClient();
+  ASSERT_NE(client, nullptr);
+  const std::vector<size_t> sizes = {0, 1, 39, 40, 100, 1000, 5000, 70000};
+  std::map<std::string, std::string> values;
+  for (size_t size : sizes) {
+    const std::string key = "into-" + std::to_string(size);
+    values[key] = Tagged(key, 1, size);
+    ASSERT_TRUE(client->Put(key, values[key]).ok());
+  }
+  std::vector<std::byte> memory(256 * 1024, std::byte{0x5A});
+  StatusOr<BufferHandle> handle = client->RegisterBuffer(memory);
+  ASSERT_TRUE(handle.ok()) << handle.status();
+  const ClientCounters before = client->Counters();
+  int calls = 0;
+  for (const auto& [key, value] : values) {
+    for (const size_t room : {value.size(), value.size() + 64, size_t{100000}}) {
+      for (int pass = 0; pass < 2; ++pass) {  // a cache miss, then a hit
+        const std::span<std::byte> out = std::span<std::byte>(memory).subspan(1000, room);
+        GetIntoResult result;
+        const Status s = client->GetInto(key, out, &result);
+        ASSERT_TRUE(s.ok()) << key << " into " << room << " bytes: " << s;
+        ++calls;
+        EXPECT_EQ(result.value_bytes, value.size()) << key;
+        EXPECT_EQ(ValueOf(out.first(result.value_bytes)), value) << key << " into " << room << " bytes";
+        EXPECT_TRUE(result.in_place) << key << " into " << room << " bytes";
+        EXPECT_GT(result.version, 0u);
+      }
+    }
+  }
+  EXPECT_EQ(memory[999], std::byte{0x5A}) << "nothing is written before the buffer";
+  const ClientCounters after = client->Counters();
+  EXPECT_EQ(after.get_into_in_place - before.get_into_in_place, static_cast<uint64_t>(calls));
+  EXPECT_EQ(after.get_into_copied, before.get_into_copied) << "no value was copied";
+  EXPECT_GT(after.location_cache.hits, before.location_cache.hits) << "the second pass hit the cache";
+  ASSERT_TRUE(client->UnregisterBuffer(*handle).ok());
+}
+
+TEST_F(ServerTest, GetIntoRefusesWhatDoesNotFitAndCopiesIntoUnregisteredMemory) {
+  auto client = NewClient();
+  ASSERT_NE(client, nullptr);
+  const std::string value = Tagged("fit", 1, 3000);
+  ASSERT_TRUE(client->Put("fit", value).ok());
+  std::vector<std::byte> memory(8192);
+  // Unregistered: one copy.
+  GetIntoResult result;
+  ASSERT_TRUE(client->GetInto("fit", memory, &result).ok());
+  EXPECT_EQ(ValueOf(std::span<std::byte>(memory).first(result.value_bytes)), value);
+  EXPECT_FALSE(result.in_place);
+  EXPECT_EQ(client->Counters().get_into_copied, 1u);
+  // Too small, registered or not: RESOURCE_EXHAUSTED with the size needed.
+  for (const bool registered : {false, true}) {
+    std::optional<BufferHandle> handle;
+    if (registered) {
+      StatusOr<BufferHandle> h = client->RegisterBuffer(memory);
+      ASSERT_TRUE(h.ok()) << h.status();
+      handle = *h;
+    }
+    for (int pass = 0; pass < 2; ++pass) {
+      GetIntoResult small;
+      const Status s = client->GetInto("fit", std::span<std::byte>(memory).first(value.size() - 1), &small);
+      EXPECT_EQ(s.code(), StatusCode::kResourceExhausted) << s;
+      EXPECT_EQ(small.value_bytes, value.size()) << "the size the buffer needs";
+      StatusOr<size_t> none = client->GetInto("fit", std::span<std::byte>());
+      EXPECT_EQ(none.status().code(), StatusCode::kResourceExhausted) << none.status();
+    }
+    if (handle) {
+      ASSERT_TRUE(client->UnregisterBuffer(*handle).ok());
+    }
+  }
+  EXPECT_EQ(client->GetInto("absent", memory).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(client->GetInto("", memory).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(client->GetInto("fit", memory, nullptr).code(), StatusCode::kInvalidArgument);
+  // After UnregisterBuffer the memory is ordinary memory again.
+  ASSERT_TRUE(client->GetInto("fit", memory, &result).ok());
+  EXPECT_FALSE(result.in_place);
+}
+
+TEST_F(ServerTest, RegisterBufferRefusesEmptyAndOverlappingMemory) {
+  auto client = NewClient();
+  ASSERT_NE(client, nullptr);
+  std::vector<std::byte> memory(4096);
+  const std::span<std::byte> all(memory);
+  EXPECT_EQ(client->RegisterBuffer(std::span<std::byte>()).status().code(), StatusCode::kInvalidArgument);
+  StatusOr<BufferHandle> middle = client->RegisterBuffer(all.subspan(1024, 1024));
+  ASSERT_TRUE(middle.ok()) << middle.status();
+  EXPECT_EQ(client->RegisterBuffer(all.subspan(0, 1025)).status().code(), StatusCode::kAlreadyExists);
+  EXPECT_EQ(client->RegisterBuffer(all.subspan(2047, 10)).status().code(), StatusCode::kAlreadyExists);
+  EXPECT_EQ(client->RegisterBuffer(all).status().code(), StatusCode::kAlreadyExists);
+  StatusOr<BufferHandle> before = client->RegisterBuffer(all.subspan(0, 1024));
+  StatusOr<BufferHandle> after = client->RegisterBuffer(all.subspan(2048));
+  ASSERT_TRUE(before.ok()) << before.status();
+  ASSERT_TRUE(after.ok()) << after.status();
+  EXPECT_TRUE(client->UnregisterBuffer(*middle).ok());
+  EXPECT_EQ(client->UnregisterBuffer(*middle).code(), StatusCode::kNotFound);
+  EXPECT_TRUE(client->RegisterBuffer(all.subspan(1024, 1024)).ok()) << "the freed range can be registered again";
+}
+
+TEST_F(ServerTest, MultiGetIntoFillsEachKeysBuffer) {
+  auto client = NewClient("integration-token", 2);
+  ASSERT_NE(client, nullptr);
+  const int n = Scaled(200, 20);
+  std::vector<std::string> keys;
+  for (int i = 0; i < n; ++i) {
+    keys.push_back("mgi-" + std::to_string(i));
+    if (i % 7 != 3) {
+      ASSERT_TRUE(client->Put(keys.back(), Tagged(keys.back(), 1, 10 * i)).ok());
+    }
+  }
+  std::vector<std::byte> memory(static_cast<size_t>(n) * 4096);
+  ASSERT_TRUE(client->RegisterBuffer(memory).ok());
+  std::vector<std::span<std::byte>> outs;
+  for (int i = 0; i < n; ++i) {
+    // Key 5's buffer is one byte short.
+    const size_t room = i == 5 ? 10 * 5 - 1 + keys[5].size() + 3 : 4096;
+    outs.push_back(std::span<std::byte>(memory).subspan(static_cast<size_t>(i) * 4096, room));
+  }
+  std::vector<GetIntoResult> results(keys.size());
+  const std::vector<Status> got = client->MultiGetInto(keys, outs, results);
+  ASSERT_EQ(got.size(), keys.size());
+  for (int i = 0; i < n; ++i) {
+    const std::string want = Tagged(keys[i], 1, 10 * i);
+    if (i % 7 == 3) {
+      EXPECT_EQ(got[i].code(), StatusCode::kNotFound) << keys[i];
+    } else if (outs[i].size() < want.size()) {
+      EXPECT_EQ(got[i].code(), StatusCode::kResourceExhausted) << keys[i] << ": " << got[i];
+      EXPECT_EQ(results[i].value_bytes, want.size());
+    } else {
+      ASSERT_TRUE(got[i].ok()) << keys[i] << ": " << got[i];
+      EXPECT_EQ(ValueOf(outs[i].first(results[i].value_bytes)), want) << keys[i];
+      EXPECT_TRUE(results[i].in_place) << keys[i];
+    }
+  }
+  EXPECT_EQ(client->Counters().get_into_copied, 0u);
+  // Overlapping buffers and mismatched sizes are refused for every key.
+  outs[1] = std::span<std::byte>(memory).subspan(100, 4096);
+  for (const Status& s : client->MultiGetInto(keys, outs, results)) {
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s;
+  }
+  for (const Status& s : client->MultiGetInto(keys, std::span<const std::span<std::byte>>(outs).first(1), results)) {
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s;
+  }
+}
+
+// The checksum checked in place catches a block torn by a concurrent PUT,
+// as it does in the client's own buffer: a GetInto racing PUTs of the key
+// returns only whole values of that key, never going back in time.
+TEST_F(ServerTest, GetIntoRacingPutsNeverSeesTornValues) {
+  auto writer = NewClient();
+  auto reader = NewClient();
+  ASSERT_NE(writer, nullptr);
+  ASSERT_NE(reader, nullptr);
+  const std::string key = "into-race";
+  ASSERT_TRUE(writer->Put(key, Tagged(key, 0, 10)).ok());
+  std::vector<std::byte> memory(32768);
+  ASSERT_TRUE(reader->RegisterBuffer(memory).ok());
+  std::atomic<bool> done{false};
+  std::thread writes([&] {
+    std::mt19937_64 rng(11);
+    const int n = Scaled(2000, 100);
+    for (int g = 1; g <= n; ++g) {
+      const size_t size = std::uniform_int_distribution<size_t>(0, 20000)(rng);
+      EXPECT_TRUE(writer->Put(key, Tagged(key, g, size)).ok());
+    }
+    done = true;
+  });
+  uint64_t last_gen = 0;
+  long reads = 0;
+  std::string problem;
+  while (!done.load() && problem.empty()) {
+    GetIntoResult result;
+    const Status s = reader->GetInto(key, memory, &result);
+    ++reads;
+    uint64_t gen = 0;
+    if (!s.ok()) {
+      problem = "GetInto failed: " + s.ToString();
+    } else if (!CheckTagged(key, ValueOf(std::span<std::byte>(memory).first(result.value_bytes)), &gen)) {
+      problem = "a torn or foreign value";
+    } else if (gen < last_gen) {
+      problem = "went back in time";
+    }
+    last_gen = std::max(last_gen, gen);
+  }
+  writes.join();
+  EXPECT_TRUE(problem.empty()) << problem << " after " << reads << " reads";
+  EXPECT_GT(reads, 0);
+  EXPECT_EQ(reader->Counters().get_into_copied, 0u);
+}
+
 TEST_F(ServerTest, Kill9LosesNoAcknowledgedWrite) {
   std::map<std::string, std::optional<std::string>> acked;  // nullopt: deleted
   uint64_t epoch_before = 0;

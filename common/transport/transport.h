@@ -25,11 +25,13 @@
 // a Connection may be destroyed only when no call on it is in progress.
 #pragma once
 
+#include <array>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -118,12 +120,35 @@ struct WriteSendOp {
   bool signaled = true;
 };
 
+// The most local pieces one READ may scatter into: a verbs work request's
+// scatter list (every device rkv runs on allows many more; the queue pair
+// is created with this many).
+inline constexpr size_t kMaxReadPieces = 3;
+
 struct ReadOp {
   LocalBuf local;   // destination; its region needs kLocalWrite
   RemoteBuf remote;
   uint64_t wr_id = 0;
   bool signaled = false;
+  // Further destinations, after `local` in order: the READ reads the sum
+  // of the pieces' lengths from `remote` and scatters it over `local`,
+  // more[0] and more[1] (each in any region with kLocalWrite). The list
+  // ends at the first piece of length 0. A client READs a block's header
+  // into its own memory and the value into its caller's this way.
+  std::array<LocalBuf, kMaxReadPieces - 1> more{};
 };
+
+// The bytes `op` reads: the sum of its pieces' lengths, or nullopt when
+// that sum does not fit a READ's 32-bit length.
+inline std::optional<uint32_t> ReadLength(const ReadOp& op) {
+  uint64_t total = op.local.length;
+  for (const LocalBuf& piece : op.more) {
+    if (piece.length == 0) break;
+    total += piece.length;
+  }
+  if (total > UINT32_MAX) return std::nullopt;
+  return static_cast<uint32_t>(total);
+}
 
 // The most pairs one PostWriteSends may post: a client's whole batch
 // (kMaxBatchKeys in client/server_connection.h) fits in one list.

@@ -60,6 +60,45 @@ TEST_P(TransportTest, AReadListReportsOnlyItsSignaledReads) {
   EXPECT_EQ(*n, 0u) << "the unsignaled READs make no completion";
 }
 
+// A READ scattered over three pieces in two regions (ReadOp::more): the
+// remote bytes land in order across the pieces, and nothing around them is
+// touched. A piece outside its region is refused at post time.
+TEST_P(TransportTest, AReadScattersOverItsPiecesInOrder) {
+  Buffer table = MakeBuffer(*server_, 4096, kRemoteRead);
+  for (size_t i = 0; i < table.bytes.size(); ++i) table.bytes[i] = static_cast<uint8_t>(i * 13 + 5);
+  Pair pair = ConnectPair();
+  ASSERT_NE(pair.client, nullptr);
+  Buffer own = MakeBuffer(*client_, 1024, kLocalWrite, 0xAA);
+  Buffer callers = MakeBuffer(*client_, 2048, kLocalWrite, 0xBB);
+  // 40 bytes into own[100..140), 1000 into callers[8..1008), 24 into
+  // own[500..524): 1064 bytes from table[300..1364).
+  ReadOp op{own.At(100, 40), table.Remote(300), 7, true};
+  op.more[0] = callers.At(8, 1000);
+  op.more[1] = own.At(500, 24);
+  ASSERT_TRUE(pair.client->PostReads({&op, 1}).ok());
+  const Completion done = PollOne(*pair.client);
+  ASSERT_TRUE(done.status.ok()) << done.status;
+  EXPECT_EQ(done.wr_id, 7u);
+  EXPECT_EQ(std::memcmp(own.bytes.data() + 100, table.bytes.data() + 300, 40), 0);
+  EXPECT_EQ(std::memcmp(callers.bytes.data() + 8, table.bytes.data() + 340, 1000), 0);
+  EXPECT_EQ(std::memcmp(own.bytes.data() + 500, table.bytes.data() + 1340, 24), 0);
+  for (size_t i : {size_t{99}, size_t{140}, size_t{499}, size_t{524}}) EXPECT_EQ(own.bytes[i], 0xAA) << i;
+  EXPECT_EQ(callers.bytes[7], 0xBB);
+  EXPECT_EQ(callers.bytes[1008], 0xBB);
+
+  // Two pieces only (more[1] unused), waited for with PostReadsAndWait.
+  ReadOp two{own.At(0, 8), table.Remote(0), 8, true};
+  two.more[0] = callers.At(1500, 100);
+  std::vector<Completion> others;
+  ASSERT_TRUE(pair.client->PostReadsAndWait({&two, 1}, kWait, &others).ok());
+  EXPECT_EQ(std::memcmp(own.bytes.data(), table.bytes.data(), 8), 0);
+  EXPECT_EQ(std::memcmp(callers.bytes.data() + 1500, table.bytes.data() + 8, 100), 0);
+
+  ReadOp outside{own.At(0, 8), table.Remote(0), 9, true};
+  outside.more[0] = callers.At(2000, 100);  // past the region's 2048 bytes
+  EXPECT_EQ(pair.client->PostReads({&outside, 1}).code(), StatusCode::kInvalidArgument);
+}
+
 TEST_P(TransportTest, CompletionsComeInPostOrder) {
   Buffer table = MakeBuffer(*server_, 4096, kRemoteRead, 3);
   Buffer inbox = MakeBuffer(*server_, 256, kLocalWrite);

@@ -166,6 +166,27 @@ struct ClientCounters {
   // a server that restarted under a new epoch starts again from 0. Only
   // servers this client has reached are listed.
   std::map<std::string, uint64_t> attempts_by_server;
+  // GetInto and MultiGetInto values, by how they reached the caller's
+  // memory: put there by the READ itself (a registered buffer), or copied
+  // there from the client's own buffer (an unregistered one, or a block
+  // that needed a second look). Other calls count in neither.
+  uint64_t get_into_in_place = 0;
+  uint64_t get_into_copied = 0;
+};
+
+// Caller memory registered for GetInto (Client::RegisterBuffer).
+struct BufferHandle {
+  uint64_t id = 0;
+};
+
+// What GetInto wrote.
+struct GetIntoResult {
+  // The value's size; on RESOURCE_EXHAUSTED, the size the buffer needs.
+  size_t value_bytes = 0;
+  uint64_t version = 0;
+  // The READ put the value in the buffer (no copy): the buffer is
+  // registered and the transport could scatter into it.
+  bool in_place = false;
 };
 
 // Which replica of a key's shard a GET or MultiGet reads (cluster mode;
@@ -318,6 +339,49 @@ class RKV_EXPORT Client {
   // any error `*value` is empty.
   Status Get(std::string_view key, std::string* value, uint64_t* version = nullptr,
              const CallOptions& call = {});
+  // ---- GETs into the caller's memory.
+  //
+  // Registers `memory` so that GetInto and MultiGetInto READ values
+  // straight into it: on verbs the RDMA READ scatters the block's header
+  // and key into the client's buffer and its value into `memory`, where
+  // the checksum is checked in place, so no byte of the value is copied
+  // (tcp's emulated READ writes it there likewise). The memory is
+  // registered with the client's transports (ibv_reg_mr on verbs: it is
+  // pinned until UnregisterBuffer); it must stay valid until
+  // UnregisterBuffer returns, and no other call may write it while a
+  // GetInto into it runs. INVALID_ARGUMENT for empty memory,
+  // ALREADY_EXISTS when it overlaps a registered buffer, the transport's
+  // error when it cannot be registered (e.g. RLIMIT_MEMLOCK).
+  //
+  // Device memory (GPUDirect RDMA): the same call works for memory a NIC
+  // can reach through ibv_reg_mr (with nvidia-peermem loaded), except that
+  // the checksum is computed by the CPU over the value in place: the
+  // memory must be readable by the CPU (a host-mapped BAR, e.g. through
+  // gdrcopy). Memory the CPU cannot read is not supported.
+  StatusOr<BufferHandle> RegisterBuffer(std::span<std::byte> memory);
+  // Deregisters the buffer; once it returns, no READ of this client
+  // writes the memory. Waits for no call: a GetInto into the buffer that
+  // is still running keeps it registered until it returns. NOT_FOUND for
+  // an unknown handle.
+  Status UnregisterBuffer(BufferHandle handle);
+  // Get, into `out`: on OK the value is out[0, result->value_bytes) and
+  // *result says how it got there. `out` may be any memory: inside a
+  // registered buffer the READ lands there (result->in_place; only the
+  // block's padding or a too-large value's end fall back into the
+  // client's buffer), elsewhere the value is copied once from the client's
+  // buffer. RESOURCE_EXHAUSTED when the value is larger than `out`, with
+  // result->value_bytes the size needed. On any error the contents of
+  // `out` are unspecified. `result` must not be null.
+  Status GetInto(std::string_view key, std::span<std::byte> out, GetIntoResult* result,
+                 const CallOptions& call = {});
+  // Same; returns the value's size.
+  StatusOr<size_t> GetInto(std::string_view key, std::span<std::byte> out, const CallOptions& call = {});
+  // MultiGet into one buffer per key (outs.size() and results.size() equal
+  // keys.size()): one status per key, each as GetInto would return it,
+  // with results[i] filled likewise. The buffers must not overlap.
+  std::vector<Status> MultiGetInto(std::span<const std::string> keys, std::span<const std::span<std::byte>> outs,
+                                   std::span<GetIntoResult> results, const CallOptions& call = {});
+
   // Stores `value` under `key`; returns the key's new version (versions of
   // a key grow monotonically). Acknowledged means durable per the server's
   // durability setting.

@@ -119,10 +119,17 @@ void TcpConnection::Reject(const Rejection& why) {
 
 Status TcpConnection::PostReads(std::span<const ReadOp> ops) {
   if (ops.empty()) return Status::Ok();
-  read_dst_.clear();
+  read_wrs_.clear();
   for (const ReadOp& op : ops) {
     RKV_ASSIGN_OR_RETURN(uint8_t* dst, ResolveLocal(op.local, /*needs_local_write=*/true, "READ destination"));
-    read_dst_.push_back(dst);
+    const std::optional<uint32_t> length = ReadLength(op);
+    if (!length) return InvalidArgument("READ of more than 4 GiB in its pieces");
+    SendWr& wr = read_wrs_.emplace_back(SendWr{0, op.wr_id, OpType::kRead, op.signaled, dst, *length});
+    for (size_t p = 0; p < op.more.size() && op.more[p].length != 0; ++p) {
+      RKV_ASSIGN_OR_RETURN(wr.more_dst[p],
+                           ResolveLocal(op.more[p], /*needs_local_write=*/true, "READ destination piece"));
+      wr.more_len[p] = op.more[p].length;
+    }
   }
   uint64_t first_seq = 0;
   {
@@ -131,8 +138,8 @@ Status TcpConnection::PostReads(std::span<const ReadOp> ops) {
     first_seq = next_seq_;
     next_seq_ += ops.size();
     for (size_t i = 0; i < ops.size(); ++i) {
-      send_queue_.push_back(
-          SendWr{first_seq + i, ops[i].wr_id, OpType::kRead, ops[i].signaled, read_dst_[i], ops[i].local.length});
+      read_wrs_[i].seq = first_seq + i;
+      send_queue_.push_back(read_wrs_[i]);
     }
   }
   // One send for the whole chain: the peer serves it in one batch.
@@ -141,7 +148,7 @@ Status TcpConnection::PostReads(std::span<const ReadOp> ops) {
       FrameHeader h = MakeHeader(FrameType::kReadReq, first_seq + i);
       h.addr = ops[i].remote.addr;
       h.rkey = ops[i].remote.rkey;
-      h.op_len = ops[i].local.length;
+      h.op_len = read_wrs_[i].length;
       out.Append(&h, kHeaderBytes);
     }
   });

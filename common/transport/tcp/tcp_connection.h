@@ -68,6 +68,7 @@
 //     member's Disconnect or destructor while it lingers (LingerIfRefused).
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstddef>
@@ -181,8 +182,12 @@ class TcpConnection final : public Connection {
     uint64_t wr_id;
     OpType op;
     bool signaled;
-    uint8_t* dst;     // kRead: where the data goes
-    uint32_t length;  // bytes read, written or sent
+    uint8_t* dst;     // kRead: where the data goes (its first piece)
+    uint32_t length;  // bytes read (all pieces), written or sent
+    // kRead: the further pieces (ReadOp::more); dst takes length minus
+    // theirs. A piece of length 0 ends the list.
+    std::array<uint8_t*, kMaxReadPieces - 1> more_dst{};
+    std::array<uint32_t, kMaxReadPieces - 1> more_len{};
   };
   // A READ response whose payload is still being copied into out_.
   struct StreamedRead {
@@ -305,6 +310,8 @@ class TcpConnection final : public Connection {
   Status ServeSend(const FrameHeader& h, const uint8_t* payload) EXCLUDES(mu_, out_mu_);
   // A response to one of our work requests.
   Status HandleResponse(const FrameHeader& h, const uint8_t* payload) EXCLUDES(mu_);
+  // Copies a READ response's payload (wr.length bytes) into the READ's pieces.
+  static void ScatterReadPayload(const SendWr& wr, const uint8_t* payload);
 
   const std::shared_ptr<Registry> registry_;
   const uint64_t id_;  // owner id of private regions
@@ -324,7 +331,7 @@ class TcpConnection final : public Connection {
 
   // Application thread only.
   std::vector<std::unique_ptr<MemoryRegion>> private_regions_;
-  std::vector<uint8_t*> read_dst_;  // scratch of PostReads
+  std::vector<SendWr> read_wrs_;  // scratch of PostReads (seq set under mu_)
 
   Mutex mu_;
   // Signalled whenever a completion is queued or the connection fails.

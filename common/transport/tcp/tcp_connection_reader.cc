@@ -355,6 +355,19 @@ Status TcpConnection::ServeSend(const FrameHeader& h, const uint8_t* payload) {
   return Status::Ok();
 }
 
+void TcpConnection::ScatterReadPayload(const SendWr& wr, const uint8_t* payload) {
+  uint32_t rest = 0;
+  for (size_t p = 0; p < wr.more_len.size() && wr.more_len[p] != 0; ++p) rest += wr.more_len[p];
+  // PostReads made length the sum of the pieces.
+  const uint32_t first = wr.length - rest;
+  if (first > 0) std::memcpy(wr.dst, payload, first);
+  payload += first;
+  for (size_t p = 0; p < wr.more_len.size() && wr.more_len[p] != 0; ++p) {
+    std::memcpy(wr.more_dst[p], payload, wr.more_len[p]);
+    payload += wr.more_len[p];
+  }
+}
+
 Status TcpConnection::HandleResponse(const FrameHeader& h, const uint8_t* payload) {
   MutexLock lock(mu_);
   if (failed_) return Status::Ok();  // already flushed
@@ -382,7 +395,7 @@ Status TcpConnection::HandleResponse(const FrameHeader& h, const uint8_t* payloa
       return ProtocolViolation("response of " + std::to_string(h.payload_len) + " bytes to request " +
                                std::to_string(h.seq));
     }
-    if (wr.op == OpType::kRead && wr.length > 0) std::memcpy(wr.dst, payload, wr.length);
+    if (wr.op == OpType::kRead && wr.length > 0) ScatterReadPayload(wr, payload);
     send_queue_.pop_front();
     if (wr.signaled) {
       completions_.push_back(Completion{wr.wr_id, wr.op, Status::Ok(), wr.length});

@@ -259,6 +259,8 @@ class VerbsConnection final : public Connection {
   Status PostReadList(std::span<const ReadOp> ops);
   [[gnu::cold, gnu::noinline]] Status NotSendable() const;
   [[gnu::cold, gnu::noinline]] static Status BadLocal(const LocalBuf& buf, const char* what);
+  // A scattered READ's further pieces (ReadOp::more) and its total length.
+  [[gnu::cold, gnu::noinline]] Status CheckScatter(const ReadOp& op) const;
   [[gnu::cold, gnu::noinline]] Status WaitForSendRoom(uint32_t n);
   [[gnu::cold, gnu::noinline]] Status PostFailed(uint32_t count, const ibv_send_wr* bad, int ret, const char* what);
 
@@ -334,7 +336,7 @@ class VerbsConnection final : public Connection {
 
   std::vector<SendEntry> send_ring_;  // a power of two >= send_depth_, indexed by sequence & (size - 1)
   std::vector<ibv_send_wr> send_wrs_;
-  std::vector<ibv_sge> send_sges_;
+  std::vector<ibv_sge> send_sges_;  // kMaxReadPieces per work request
   uint64_t next_seq_ = 0;         // sequence number of the next send WR
   uint64_t retired_seq_ = 0;      // every send WR below this is retired
   uint32_t unsignaled_run_ = 0;   // unsignaled WRs since the last signaled

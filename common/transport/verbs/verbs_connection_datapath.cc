@@ -85,6 +85,15 @@ inline Status VerbsConnection::CheckLocal(const LocalBuf& buf, const char* what)
   return BadLocal(buf, what);
 }
 
+Status VerbsConnection::CheckScatter(const ReadOp& op) const {
+  for (const LocalBuf& piece : op.more) {
+    if (piece.length == 0) break;
+    RKV_RETURN_IF_ERROR(CheckLocal(piece, "READ destination piece"));
+  }
+  if (!ReadLength(op)) return InvalidArgument("READ of more than 4 GiB in its pieces");
+  return Status::Ok();
+}
+
 Status VerbsConnection::BadLocal(const LocalBuf& buf, const char* what) {
   if (buf.mr == nullptr) return InvalidArgument(std::string(what) + ": no memory region");
   return InvalidArgument(std::string(what) + ": [" + std::to_string(buf.offset) + ", +" +
@@ -127,21 +136,33 @@ Status VerbsConnection::PostReads(std::span<const ReadOp> ops) { return PostRead
 inline Status VerbsConnection::PostReadList(std::span<const ReadOp> ops) {
   RKV_RETURN_IF_ERROR(CheckSendable());
   if (ops.empty()) return Status::Ok();
-  for (const ReadOp& op : ops) RKV_RETURN_IF_ERROR(CheckLocal(op.local, "READ destination"));
+  for (const ReadOp& op : ops) {
+    RKV_RETURN_IF_ERROR(CheckLocal(op.local, "READ destination"));
+    if (op.more[0].length != 0) [[unlikely]] RKV_RETURN_IF_ERROR(CheckScatter(op));
+  }
   const auto n = static_cast<uint32_t>(std::min<size_t>(ops.size(), UINT32_MAX));
   if (n != ops.size()) return InvalidArgument("too many READs in one post");
   RKV_RETURN_IF_ERROR(ReserveSend(n));
   for (uint32_t i = 0; i < n; ++i) {
     const ReadOp& op = ops[i];
-    ibv_sge& sge = send_sges_[i];
-    sge.addr = reinterpret_cast<uint64_t>(op.local.mr->data() + op.local.offset);
-    sge.length = op.local.length;
-    sge.lkey = op.local.mr->lkey();
+    // Each READ has kMaxReadPieces scatter entries of its own.
+    ibv_sge* const sges = &send_sges_[size_t{i} * kMaxReadPieces];
+    sges[0].addr = reinterpret_cast<uint64_t>(op.local.mr->data() + op.local.offset);
+    sges[0].length = op.local.length;
+    sges[0].lkey = op.local.mr->lkey();
+    int num_sge = 1;
+    for (const LocalBuf& piece : op.more) {
+      if (piece.length == 0) break;
+      ibv_sge& sge = sges[num_sge++];
+      sge.addr = reinterpret_cast<uint64_t>(piece.mr->data() + piece.offset);
+      sge.length = piece.length;
+      sge.lkey = piece.mr->lkey();
+    }
     ibv_send_wr& wr = send_wrs_[i];
     wr = ibv_send_wr{};
     wr.opcode = IBV_WR_RDMA_READ;
-    wr.sg_list = &sge;
-    wr.num_sge = 1;
+    wr.sg_list = sges;
+    wr.num_sge = num_sge;
     wr.wr.rdma.remote_addr = op.remote.addr;
     wr.wr.rdma.rkey = op.remote.rkey;
     SendEntry entry;

@@ -307,7 +307,7 @@ Status VerbsConnection::CreateQueues() {
   ibv_qp_cap cap{};
   cap.max_send_wr = send_depth_;
   cap.max_recv_wr = recv_depth_;
-  cap.max_send_sge = 1;
+  cap.max_send_sge = kMaxReadPieces;  // a READ's scatter list (ReadOp::more)
   cap.max_recv_sge = 1;
   cap.max_inline_data = config_.max_inline_wish;
   RKV_ASSIGN_OR_RETURN(qp_, QueuePair::Create(config_.pd, send_cq_, recv_cq_, cap));
@@ -316,7 +316,7 @@ Status VerbsConnection::CreateQueues() {
   // Powers of two: the rings are indexed with a mask, not a division.
   send_ring_.assign(std::bit_ceil(send_depth_), SendEntry{});
   send_wrs_.assign(send_depth_, ibv_send_wr{});
-  send_sges_.assign(send_depth_, ibv_sge{});
+  send_sges_.assign(size_t{send_depth_} * kMaxReadPieces, ibv_sge{});
   // Room for every completion the queues can have outstanding at once.
   pending_.assign(std::bit_ceil(size_t{send_depth_} + recv_depth_), Completion{});
   pending_head_ = 0;
