@@ -589,6 +589,9 @@ ServerStats Server::Stats() const {
     const Store::Unwritten u = store_->unwritten();
     s.store_unwritten_writes = u.writes;
     s.store_unwritten_bytes = u.bytes;
+    const Store::Activity a = store_->activity();
+    s.store_write_stall_micros = a.write_stall_micros;
+    s.store_wal_bytes = a.wal_bytes;
   }
   if (applier_ == nullptr) return s;
   const Applier::Snapshot a = applier_->snapshot();

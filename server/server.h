@@ -108,6 +108,9 @@ struct ServerStats {
   // buffer (a crash loses them; docs/design.md "Durability modes").
   uint64_t store_unwritten_writes = 0;
   uint64_t store_unwritten_bytes = 0;
+  // RocksDB's own work (Store::Activity).
+  uint64_t store_write_stall_micros = 0;
+  uint64_t store_wal_bytes = 0;
 };
 
 class Server {

@@ -39,6 +39,10 @@ const std::vector<CounterMetric>& CounterMetrics() {
        "With --durability=none: acknowledged writes not yet in RocksDB (a crash loses them).", "", ""},
       {"store_unwritten_bytes", "rkv_server_store_unwritten_bytes", kGauge,
        "With --durability=none: bytes of the acknowledged writes not yet in RocksDB.", "", ""},
+      {"store_write_stall_micros", "rkv_server_store_write_stall_seconds_total", kCounter,
+       "Time RocksDB delayed or stopped writes (write stalls: too many memtables or level-0 files).", "", "", 1e-6},
+      {"store_wal_bytes", "rkv_server_store_wal_written_bytes_total", kCounter,
+       "Bytes RocksDB appended to its write-ahead log.", "", ""},
       {"forwarded_writes", "rkv_server_replication_forwarded_writes_total", kCounter,
        "Writes forwarded to backups as a primary.", "", ""},
       {"backup_failures", "rkv_server_replication_backup_failures_total", kCounter,
@@ -97,7 +101,7 @@ std::vector<MetricFamily> ServerMetricFamilies(const std::vector<AdminCounter>& 
     MetricFamily& f = family(std::string(m.family), m.type, help_of[m.family]);
     metrics::Sample s;
     if (!m.label_name.empty()) s.labels.push_back({std::string(m.label_name), std::string(m.label_value)});
-    s.value = static_cast<double>(v->second);
+    s.value = static_cast<double>(v->second) * m.scale;
     f.samples.push_back(std::move(s));
   }
   for (const AdminCounter& c : counters) {

@@ -30,6 +30,9 @@ struct CounterMetric {
   std::string_view help;
   std::string_view label_name;
   std::string_view label_value;
+  // The counter's value times this is the metric's (a counter in
+  // microseconds exported in seconds, the base unit).
+  double scale = 1;
 };
 
 // Every Admin Stats counter's export, one entry per counter name that

@@ -13,6 +13,7 @@
 #include <rocksdb/iterator.h>
 #include <rocksdb/listener.h>
 #include <rocksdb/options.h>
+#include <rocksdb/statistics.h>
 #include <rocksdb/write_batch.h>
 
 #include "common/crc32c.h"
@@ -215,6 +216,10 @@ StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& dir, const Store
     options.env = store->env_.get();
   }
   options.info_log = std::make_shared<GlogLogger>();
+  // Tickers only (activity()): no histogram or timer on the write path.
+  store->statistics_ = rocksdb::CreateDBStatistics();
+  store->statistics_->set_stats_level(rocksdb::StatsLevel::kExceptHistogramOrTimers);
+  options.statistics = store->statistics_;
   store->listener_ = std::make_shared<ManualRecoveryOnly>();
   options.listeners.push_back(store->listener_);
   store->db_options_ = std::make_unique<rocksdb::Options>(options);
@@ -470,6 +475,11 @@ Store::Unwritten Store::unwritten() const {
   if (!background()) return {};
   MutexLock lock(queue_mu_);
   return Unwritten{pending_.size() + writing_count_, pending_bytes_ + writing_bytes_};
+}
+
+Store::Activity Store::activity() const {
+  return Activity{statistics_->getTickerCount(rocksdb::STALL_MICROS),
+                  statistics_->getTickerCount(rocksdb::WAL_FILE_BYTES)};
 }
 
 bool Store::in_error_state() const {

@@ -106,6 +106,7 @@ class Env;
 class EventListener;
 class FileSystem;
 struct Options;
+class Statistics;
 class WriteBatch;
 }
 
@@ -211,6 +212,17 @@ class Store {
   };
   Unwritten unwritten() const EXCLUDES(queue_mu_);
 
+  // What RocksDB reports of its own work since the store was opened
+  // (its statistics tickers, kept across a reopen): the time writes were
+  // delayed or stopped by its write controller (too many memtables or L0
+  // files, pending compaction), and the bytes appended to its write-ahead
+  // log. Lock-free reads of RocksDB's per-core counters.
+  struct Activity {
+    uint64_t write_stall_micros = 0;
+    uint64_t wal_bytes = 0;
+  };
+  Activity activity() const;
+
   // Whether writes are refused until a DB::Resume() succeeds.
   bool in_error_state() const;
 
@@ -266,6 +278,7 @@ class Store {
   std::unique_ptr<rocksdb::Env> env_;
   std::shared_ptr<rocksdb::EventListener> listener_;
   std::unique_ptr<rocksdb::Options> db_options_;  // to reopen with
+  std::shared_ptr<rocksdb::Statistics> statistics_;  // db_options_'s, read by activity()
   std::unique_ptr<rocksdb::DB> db_;  // null only while a reopen failed
   std::optional<ErrorState> error_;
   uint64_t epoch_ = 0;

@@ -44,7 +44,9 @@ namespace rkv {
 // gets_served_by_cpu (always 0: GETs are one-sided reads), heap_bytes,
 // heap_bytes_used, heap_bytes_quarantined, polling_threads,
 // bytes_per_connection, store_unwritten_writes and store_unwritten_bytes
-// (--durability=none's exposure), the catch-up and replication counters.
+// (--durability=none's exposure), store_write_stall_micros and
+// store_wal_bytes (RocksDB's own work), the catch-up and replication
+// counters.
 struct StatCounter {
   std::string name;
   uint64_t value = 0;
