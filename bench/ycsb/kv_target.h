@@ -64,6 +64,11 @@ struct TargetOptions {
   bool read_any_replica = false;
   // rkv: rkv::ClientOptions::location_cache_bytes (0: off).
   uint64_t location_cache_bytes = uint64_t{32} << 20;
+  // rkv: GETs go into one registered buffer per target (Client::GetInto),
+  // room for `batch` values of the server's largest size, instead of into
+  // a string.
+  bool get_into = false;
+  int batch = 1;
 };
 
 // Opens a new connection. INVALID_ARGUMENT for an unknown kind or a bad

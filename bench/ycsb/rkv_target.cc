@@ -1,6 +1,9 @@
 // The rkv target: one rkv::Client with a single connection per benchmark
 // thread, so --threads is also the number of connections, as for the
 // baselines.
+#include <algorithm>
+#include <cstddef>
+#include <span>
 #include <utility>
 #include <vector>
 
@@ -16,6 +19,16 @@ class RkvTarget final : public KvTarget {
     if (read_any_replica) get_options_.read_from = ReadFrom::kAnyReplica;
   }
 
+  // --get_into: `slots` slots of the largest value each, registered.
+  Status UseGetInto(int slots) {
+    slot_bytes_ = client_->max_value_bytes();
+    memory_.assign(slot_bytes_ * static_cast<size_t>(slots), std::byte{0});
+    StatusOr<BufferHandle> handle = client_->RegisterBuffer(memory_);
+    if (!handle.ok()) return handle.status().WithContext("--get_into");
+    get_into_ = true;
+    return Status::Ok();
+  }
+
   Status Put(std::string_view key, std::string_view value) override {
     StatusOr<uint64_t> version = client_->Put(key, value);
     return version.ok() ? Status::Ok() : version.status();
@@ -23,7 +36,9 @@ class RkvTarget final : public KvTarget {
 
   // Into one string per target (one per benchmark thread), as a caller
   // that reads many values would: no allocation per GET.
+  // With --get_into, into the registered buffer (the READ lands there).
   StatusOr<size_t> Get(std::string_view key) override {
+    if (get_into_) return client_->GetInto(key, memory_, get_options_);
     if (Status s = client_->Get(key, &value_, nullptr, get_options_); !s.ok()) return s;
     return value_.size();
   }
@@ -31,6 +46,7 @@ class RkvTarget final : public KvTarget {
   bool SupportsBatch() const override { return true; }
 
   std::vector<StatusOr<size_t>> MultiGet(std::span<const std::string> keys) override {
+    if (get_into_) return MultiGetInto(keys);
     std::vector<StatusOr<std::string>> values = client_->MultiGet(keys, get_options_);
     std::vector<StatusOr<size_t>> out;
     out.reserve(values.size());
@@ -39,6 +55,28 @@ class RkvTarget final : public KvTarget {
         out.emplace_back(v->size());
       } else {
         out.emplace_back(v.status());
+      }
+    }
+    return out;
+  }
+
+  std::vector<StatusOr<size_t>> MultiGetInto(std::span<const std::string> keys) {
+    outs_.clear();
+    const size_t slots = memory_.size() / slot_bytes_;
+    for (size_t i = 0; i < keys.size(); ++i) {
+      // More keys than slots (not with --batch as given): the tail shares
+      // the last slot, and MultiGetInto refuses the overlap.
+      outs_.push_back(std::span<std::byte>(memory_).subspan(std::min(i, slots - 1) * slot_bytes_, slot_bytes_));
+    }
+    results_.resize(keys.size());
+    const std::vector<Status> got = client_->MultiGetInto(keys, outs_, results_, get_options_);
+    std::vector<StatusOr<size_t>> out;
+    out.reserve(got.size());
+    for (size_t i = 0; i < got.size(); ++i) {
+      if (got[i].ok()) {
+        out.emplace_back(results_[i].value_bytes);
+      } else {
+        out.emplace_back(got[i]);
       }
     }
     return out;
@@ -57,7 +95,8 @@ class RkvTarget final : public KvTarget {
   std::string Description() const override {
     const std::string reason = client_->transport_reason();
     return "rkv " + (reason.empty() ? "transport " + client_->transport_name() : reason) +
-           (get_options_.read_from == ReadFrom::kAnyReplica ? "; GETs read any replica" : "");
+           (get_options_.read_from == ReadFrom::kAnyReplica ? "; GETs read any replica" : "") +
+           (get_into_ ? "; GETs into a registered buffer" : "");
   }
 
   void AddCacheCounts(uint64_t* hits, uint64_t* fallbacks, uint64_t* misses) const override {
@@ -70,6 +109,11 @@ class RkvTarget final : public KvTarget {
  private:
   std::unique_ptr<Client> client_;
   std::string value_;
+  bool get_into_ = false;
+  size_t slot_bytes_ = 0;
+  std::vector<std::byte> memory_;  // --get_into: registered with the client
+  std::vector<std::span<std::byte>> outs_;
+  std::vector<GetIntoResult> results_;
   std::vector<KeyValueView> items_;
   CallOptions get_options_;
 };
@@ -94,7 +138,11 @@ StatusOr<std::unique_ptr<KvTarget>> OpenRkvTarget(const TargetOptions& options) 
     return client.status().WithContext(options.coordinator.empty() ? "rkv connect to " + options.server
                                                                    : "rkv connect to coordinator " + options.coordinator);
   }
-  return std::unique_ptr<KvTarget>(std::make_unique<RkvTarget>(std::move(*client), options.read_any_replica));
+  auto target = std::make_unique<RkvTarget>(std::move(*client), options.read_any_replica);
+  if (options.get_into) {
+    if (Status s = target->UseGetInto(std::max(options.batch, 1)); !s.ok()) return s;
+  }
+  return std::unique_ptr<KvTarget>(std::move(target));
 }
 
 }  // namespace rkv::bench

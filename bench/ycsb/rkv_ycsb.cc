@@ -88,6 +88,9 @@ DEFINE_string(token_file, "", "rkv: file holding the server's token (required fo
 DEFINE_string(transport, "auto", "rkv: auto | tcp | verbs (default auto)");
 DEFINE_uint64(location_cache_bytes, uint64_t{32} << 20,
               "rkv: bytes of each client's location cache, 0 = off (default 33554432)");
+DEFINE_bool(get_into, false,
+            "rkv: GETs read into one registered buffer per thread (Client::GetInto: the READ puts the value "
+            "there, no copy) instead of into a string (default false)");
 DEFINE_int32(timeout_ms, 5000, "per-call deadline and connect timeout in milliseconds (default 5000)");
 DEFINE_string(workload, "get",
               "get (100% GET) | put (100% PUT) | YCSB's a (50% read, 50% update) | b (95/5) | c (100% "
@@ -226,6 +229,8 @@ StatusOr<Config> ConfigFromFlags() {
   if (FLAGS_timeout_ms < 1) return InvalidArgument("--timeout_ms must be >= 1");
   c.target.timeout_ms = FLAGS_timeout_ms;
   c.target.location_cache_bytes = FLAGS_location_cache_bytes;
+  if (FLAGS_get_into && c.target.kind != "rkv") return InvalidArgument("--get_into applies to --target=rkv only");
+  c.target.get_into = FLAGS_get_into;
   c.target.transport = FLAGS_transport;
   if (c.target.kind == "rkv") {
     if (FLAGS_token_file.empty()) return InvalidArgument("--token_file is required with --target=rkv");
@@ -272,6 +277,7 @@ StatusOr<Config> ConfigFromFlags() {
         "per key, and timing single calls in a loop would not be a batch");
   }
   c.batch = FLAGS_batch;
+  c.target.batch = FLAGS_batch;
   if (c.batch > 1 && (c.workload.Has(OpType::kInsert) || c.workload.Has(OpType::kReadModifyWrite))) {
     return InvalidArgument("--batch > 1 runs reads and updates only: workloads get, put, a, b and c");
   }

@@ -370,8 +370,10 @@ class RKV_EXPORT Client {
   // block's padding or a too-large value's end fall back into the
   // client's buffer), elsewhere the value is copied once from the client's
   // buffer. RESOURCE_EXHAUSTED when the value is larger than `out`, with
-  // result->value_bytes the size needed. On any error the contents of
-  // `out` are unspecified. `result` must not be null.
+  // result->value_bytes the size needed. Bytes of `out` past the value may
+  // be overwritten too (with up to 63 bytes of the block's padding), and
+  // on any error the contents of `out` are unspecified. `result` must not
+  // be null.
   Status GetInto(std::string_view key, std::span<std::byte> out, GetIntoResult* result,
                  const CallOptions& call = {});
   // Same; returns the value's size.
