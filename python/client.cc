@@ -2,12 +2,12 @@
 
 #include <chrono>
 #include <cmath>
-#include <cstring>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
 
+#include "python/buffer_view.h"
 #include "python/bytes_arg.h"
 #include "python/errors.h"
 #include "rkv/admin.h"
@@ -120,22 +120,6 @@ py::dict MemberDict(const MemberInfo& m) {
   return d;
 }
 
-// Releases a buffer got with PyObject_GetBuffer (with the GIL held).
-class BufferView {
- public:
-  BufferView(py::handle object, int flags) {
-    if (PyObject_GetBuffer(object.ptr(), &view_, flags) != 0) throw py::error_already_set();
-  }
-  ~BufferView() { PyBuffer_Release(&view_); }
-  BufferView(const BufferView&) = delete;
-  BufferView& operator=(const BufferView&) = delete;
-  char* data() const { return static_cast<char*>(view_.buf); }
-  size_t size() const { return static_cast<size_t>(view_.len); }
-
- private:
-  Py_buffer view_;
-};
-
 }  // namespace
 
 PyClient::PyClient(const py::object& server, const py::object& coordinators, const py::object& token,
@@ -190,7 +174,7 @@ PyClient::PyClient(const py::object& server, const py::object& coordinators, con
   client_ = std::move(*connected);
 }
 
-PyClient::~PyClient() = default;
+PyClient::~PyClient() { EndRegistrations(); }
 
 std::shared_ptr<Client> PyClient::Acquire() const {
   if (client_ == nullptr) ThrowStatus(FailedPrecondition("the rkv.Client is closed"));
@@ -345,6 +329,8 @@ py::dict PyClient::Stats() {
   py::dict out;
   out["location_cache"] = location_cache;
   out["retries"] = counters.retries;
+  out["get_into_in_place"] = counters.get_into_in_place;
+  out["get_into_copied"] = counters.get_into_copied;
   py::dict attempts;
   for (const auto& [server, n] : counters.attempts_by_server) attempts[py::str(server)] = n;
   out["attempts_by_server"] = attempts;
@@ -376,27 +362,50 @@ py::dict PyClient::Stats() {
 
 size_t PyClient::GetInto(py::handle key, py::handle buffer) {
   const BytesArg k(key, "key");
-  // A writable, contiguous buffer; while it is held, a bytearray cannot be
-  // resized under the copy below.
-  const BufferView into(buffer, PyBUF_WRITABLE);
-  std::string value;
-  bool fits = false;
-  const Status status = WithoutGil([&](Client& client) {
-    // One copy today, from the value's std::string into the buffer: librkv
-    // has no call that reads into caller memory yet.
-    Status got = client.Get(k.view(), &value);
-    if (got.ok() && value.size() <= into.size()) {
-      std::memcpy(into.data(), value.data(), value.size());
-      fits = true;
-    }
-    return got;
-  });
+  // Held until the call returned: a bytearray cannot be resized, nor its
+  // memory freed, while the value is written there without the GIL.
+  const BufferView into(buffer);
+  GetIntoResult result;
+  const Status status =
+      WithoutGil([&](Client& client) { return client.GetInto(k.view(), into.bytes(), &result); });
+  // RESOURCE_EXHAUSTED with a size over the buffer's is the value's; any
+  // other (a server out of connection slots) is an ordinary error.
+  if (status.code() == StatusCode::kResourceExhausted && result.value_bytes > into.size()) {
+    ThrowBufferTooSmall(result.value_bytes, into.size());
+  }
   if (!status.ok()) ThrowStatus(status);
-  if (!fits) ThrowBufferTooSmall(value.size(), into.size());
-  return value.size();
+  return result.value_bytes;
+}
+
+std::shared_ptr<PyRegisteredBuffer> PyClient::RegisterBuffer(py::handle buffer) {
+  std::shared_ptr<Client> client = Acquire();
+  auto registration = std::make_shared<PyRegisteredBuffer>(client, buffer);
+  if (client_ == nullptr) {
+    // Closed by another thread while the memory was being registered.
+    (void)registration->End();
+    {
+      py::gil_scoped_release release;
+      client.reset();
+    }
+    ThrowStatus(FailedPrecondition("the rkv.Client is closed"));
+  }
+  std::erase_if(registrations_, [](const std::weak_ptr<PyRegisteredBuffer>& r) { return r.expired(); });
+  registrations_.push_back(registration);
+  return registration;
+}
+
+void PyClient::EndRegistrations() {
+  std::vector<std::weak_ptr<PyRegisteredBuffer>> registrations = std::move(registrations_);
+  registrations_.clear();
+  for (const std::weak_ptr<PyRegisteredBuffer>& weak : registrations) {
+    // Its error (NOT_FOUND cannot happen: only the registration removes
+    // its handle) does not stop the close.
+    if (std::shared_ptr<PyRegisteredBuffer> r = weak.lock()) (void)r->End();
+  }
 }
 
 void PyClient::Close() {
+  EndRegistrations();
   std::shared_ptr<Client> client = std::move(client_);
   client_ = nullptr;
   py::gil_scoped_release release;

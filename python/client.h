@@ -11,16 +11,19 @@
 // Every member function is entered with the GIL held. client_ is read and
 // written only with the GIL held; a call copies it (a reference) before it
 // releases the GIL, so close() from one thread while another is inside a
-// call frees the rkv::Client only once that call returned.
+// call frees the rkv::Client only once that call returned. registrations_
+// too is read and written only with the GIL held.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <vector>
 
 #include <pybind11/pybind11.h>
 
+#include "python/registered_buffer.h"
 #include "rkv/client.h"
 
 namespace rkv::python {
@@ -33,6 +36,7 @@ class PyClient {
   // kvctl does) and connects (the rkv.Error of rkv::Client::Connect).
   PyClient(const pybind11::object& server, const pybind11::object& coordinators, const pybind11::object& token,
            const pybind11::object& token_file, const std::string& transport, double timeout_s, int connections);
+  // Ends the registrations still held (as Close does).
   ~PyClient();
   PyClient(const PyClient&) = delete;
   PyClient& operator=(const PyClient&) = delete;
@@ -54,10 +58,17 @@ class PyClient {
   // for a client of one server.
   pybind11::list Members();
   pybind11::dict Stats();
-  // Writes the value of `key` into the writable buffer `buffer`; returns its
-  // size. rkv.BufferTooSmall (nothing written) when it does not fit.
+  // Writes the value of `key` into the writable contiguous `buffer`
+  // (rkv::Client::GetInto on its memory: in place when it lies in a
+  // registered buffer, else one copy); returns its size. rkv.BufferTooSmall
+  // with the size needed when it does not fit. Bytes of `buffer` past the
+  // value may be overwritten; on any error its contents are unspecified.
   size_t GetInto(pybind11::handle key, pybind11::handle buffer);
-  // Disconnects; later calls raise FailedPrecondition. Idempotent.
+  // Registers the writable contiguous `buffer` for GetInto
+  // (PyRegisteredBuffer); FailedPrecondition once closed.
+  std::shared_ptr<PyRegisteredBuffer> RegisterBuffer(pybind11::handle buffer);
+  // Ends every registration still held, then disconnects; later calls
+  // raise FailedPrecondition. Idempotent.
   void Close();
   bool closed() const { return client_ == nullptr; }
 
@@ -77,7 +88,14 @@ class PyClient {
     return result;
   }
 
+  // Unregisters each registration of RegisterBuffer still alive, and
+  // forgets them.
+  void EndRegistrations();
+
   std::shared_ptr<Client> client_;
+  // What RegisterBuffer made: Close ends those still alive, so that
+  // close() disconnects and their memory is released.
+  std::vector<std::weak_ptr<PyRegisteredBuffer>> registrations_;
 };
 
 }  // namespace rkv::python

@@ -107,8 +107,8 @@ void RegisterErrors(py::module_& module) {
     }
     PyObject* out_of_range = g_by_code[static_cast<size_t>(StatusCode::kOutOfRange)];
     g_buffer_too_small = NewClass("BufferTooSmall",
-                                  "Client.get_into: the value does not fit the buffer; nothing was written. "
-                                  "Attribute needed: the value's size in bytes.",
+                                  "Client.get_into: the value does not fit the buffer, whose contents are "
+                                  "then unspecified. Attribute needed: the value's size in bytes.",
                                   out_of_range);
     PyObject_SetAttrString(g_buffer_too_small, "needed", Py_None);
   }

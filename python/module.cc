@@ -1,6 +1,6 @@
-// The Python module rkv: its exceptions (errors.h) and rkv.Client
-// (client.h). rkv.pyi beside this file gives the types; docs/design.md
-// ("Python module") the rules.
+// The Python module rkv: its exceptions (errors.h), rkv.Client (client.h)
+// and rkv.RegisteredBuffer (registered_buffer.h). rkv.pyi beside this file
+// gives the types; docs/design.md ("Python module") the rules.
 #include <string>
 
 #include <pybind11/pybind11.h>
@@ -8,9 +8,11 @@
 
 #include "python/client.h"
 #include "python/errors.h"
+#include "python/registered_buffer.h"
 
 namespace py = pybind11;
 using rkv::python::PyClient;
+using rkv::python::PyRegisteredBuffer;
 
 PYBIND11_MODULE(rkv, m) {
   m.doc() =
@@ -24,6 +26,32 @@ PYBIND11_MODULE(rkv, m) {
       "and a Client may be shared by threads.";
 
   rkv::python::RegisterErrors(m);
+
+  // Before Client, whose register_buffer returns one.
+  py::class_<PyRegisteredBuffer, std::shared_ptr<PyRegisteredBuffer>>(
+      m, "RegisteredBuffer",
+      "A buffer registered with a Client by Client.register_buffer: get_into into it (or into a slice of "
+      "it) gets the value by the READ itself, with no copy. While registered it holds the buffer (a "
+      "bytearray cannot be resized: BufferError) and the client's connection. The registration ends "
+      "with unregister(), when the object is collected, or when its Client is closed. A context "
+      "manager: leaving the with block unregisters it.")
+      .def("unregister", &PyRegisteredBuffer::Unregister,
+           "Deregisters the memory and releases the buffer; later get_into calls into it copy the value "
+           "once. Unregistering again, or after the Client was closed, does nothing.")
+      .def_property_readonly("registered", &PyRegisteredBuffer::registered,
+                             "True until unregister() or the Client's close().")
+      .def_property_readonly("buffer", &PyRegisteredBuffer::buffer, "The object that was registered.")
+      .def_property_readonly("nbytes", &PyRegisteredBuffer::nbytes,
+                             "The registered memory's size in bytes; 0 once unregistered.")
+      .def(
+          "__enter__", [](py::object self) { return self; }, "Returns the registration itself.")
+      .def(
+          "__exit__",
+          [](PyRegisteredBuffer& self, const py::object&, const py::object&, const py::object&) {
+            self.Unregister();
+            return false;
+          },
+          "Unregisters; exceptions propagate.");
 
   py::class_<PyClient>(m, "Client",
                        "A connection to one rkv server or to a cluster (through its coordinators). Thread-safe: "
@@ -80,18 +108,31 @@ PYBIND11_MODULE(rkv, m) {
       .def("stats", &PyClient::Stats,
            "A dict: location_cache (enabled, entries, bytes, capacity_bytes, hits, misses, fallbacks, "
            "evictions), retries and attempts_by_server ({server: attempts}; the client's own counters), "
-           "cluster_mode, cluster_map_version, max_key_bytes, max_value_bytes, server_epoch, "
-           "transport, transport_reason; in cluster mode also servers: {server_id: {epoch, counters: "
-           "{name: value}}} from each server's admin service ({error: message} for one that did not "
-           "answer).")
+           "get_into_in_place and get_into_copied (get_into values the READ put into a registered "
+           "buffer, and values copied into the buffer once), cluster_mode, cluster_map_version, "
+           "max_key_bytes, max_value_bytes, server_epoch, transport, transport_reason; in cluster mode "
+           "also servers: {server_id: {epoch, counters: {name: value}}} from each server's admin service "
+           "({error: message} for one that did not answer).")
       .def("get_into", &PyClient::GetInto, py::arg("key"), py::arg("buffer"),
            "Writes the value of key into buffer, any writable contiguous bytes-like object (bytearray, "
-           "memoryview, array), from its start; returns the value's size. Raises rkv.BufferTooSmall, "
-           "whose needed attribute is the value's size, when the value does not fit (nothing written), "
-           "and rkv.NotFound when absent. Today the value is copied once on its way (from librkv's "
-           "string into the buffer): librkv has no call that reads into caller memory yet.")
+           "memoryview, array, a C-contiguous numpy array), from its start; returns the value's size. "
+           "Within a buffer registered with register_buffer (the buffer itself or a slice of it) the "
+           "READ puts the value there, with no copy; elsewhere it is copied once from the client's own "
+           "memory. Bytes of buffer past the value may be overwritten too (the stored block's padding, "
+           "up to 63 bytes), never bytes outside buffer. Raises rkv.BufferTooSmall, whose needed "
+           "attribute is the value's size, when the value does not fit, and rkv.NotFound when absent; "
+           "on any error the contents of buffer are unspecified.")
+      .def("register_buffer", &PyClient::RegisterBuffer, py::arg("buffer"),
+           "Registers buffer, a writable contiguous bytes-like object, for get_into and returns its "
+           "rkv.RegisteredBuffer (a context manager); get_into into it, or into a slice of it, then "
+           "reads the value in place. The buffer is held (a bytearray cannot be resized) until the "
+           "registration ends. Raises rkv.InvalidArgument for an empty buffer, rkv.AlreadyExists when "
+           "it overlaps a registered buffer, TypeError or BufferError for one that is not writable and "
+           "contiguous, and the transport's error when the memory cannot be registered (on verbs it is "
+           "pinned: RLIMIT_MEMLOCK applies).")
       .def("close", &PyClient::Close,
-           "Disconnects. Later calls raise rkv.FailedPrecondition; closing again does nothing.")
+           "Unregisters the buffers still registered, then disconnects. Later calls raise "
+           "rkv.FailedPrecondition; closing again does nothing.")
       .def_property_readonly("closed", &PyClient::closed, "True once close() was called.")
       .def(
           "__enter__", [](py::object self) { return self; }, "Returns the client itself.")

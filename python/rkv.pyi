@@ -44,10 +44,39 @@ class DataLoss(Error): ...
 class Unauthenticated(Error): ...
 
 class BufferTooSmall(OutOfRange):
-    """get_into: the value does not fit the buffer; nothing was written."""
+    """get_into: the value does not fit the buffer (whose contents are then
+    unspecified)."""
 
     needed: int
     """The value's size in bytes."""
+
+class RegisteredBuffer:
+    """A buffer registered with a Client (Client.register_buffer): get_into
+    into it, or into a slice of it, gets the value by the READ itself, with
+    no copy. While registered it holds the buffer (a bytearray cannot be
+    resized: BufferError). The registration ends with unregister(), when
+    this object is collected, or when its Client is closed. A context
+    manager: leaving the with block unregisters it."""
+
+    def unregister(self) -> None:
+        """Deregisters the memory and releases the buffer. Idempotent; does
+        nothing after the Client was closed."""
+    @property
+    def registered(self) -> bool:
+        """True until unregister() or the Client's close()."""
+    @property
+    def buffer(self) -> WriteableBuffer:
+        """The object that was registered."""
+    @property
+    def nbytes(self) -> int:
+        """The registered memory's size in bytes; 0 once unregistered."""
+    def __enter__(self) -> Self: ...
+    def __exit__(
+        self,
+        exc_type: Optional[Type[BaseException]],
+        exc: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> bool: ...
 
 class Client:
     """A connection to one rkv server or to a cluster (thread-safe)."""
@@ -87,14 +116,24 @@ class Client:
         for a client of one server."""
     def stats(self) -> dict[str, object]:
         """Location-cache stats, the client's retries and attempts per
-        server (Client::Counters), the server's limits and transport; in
-        cluster mode each server's counters too."""
+        server, get_into_in_place and get_into_copied (get_into values read
+        into a registered buffer, and values copied once) (Client::Counters),
+        the server's limits and transport; in cluster mode each server's
+        counters too."""
     def get_into(self, key: Bytes, buffer: WriteableBuffer) -> int:
-        """Writes the value into the writable buffer; returns its size.
-        rkv.BufferTooSmall (with .needed) when it does not fit. Copies the
-        value once today."""
+        """Writes the value into the writable contiguous buffer from its
+        start; returns its size. In place (no copy) when buffer lies in a
+        registered buffer, else copied once. Bytes past the value may be
+        overwritten (the block's padding, up to 63 bytes), never bytes
+        outside buffer. rkv.BufferTooSmall (with .needed) when it does not
+        fit; on any error the contents of buffer are unspecified."""
+    def register_buffer(self, buffer: WriteableBuffer) -> RegisteredBuffer:
+        """Registers the writable contiguous buffer for get_into, holding it
+        until unregistered. rkv.InvalidArgument when empty,
+        rkv.AlreadyExists when it overlaps a registered buffer."""
     def close(self) -> None:
-        """Disconnects; later calls raise rkv.FailedPrecondition."""
+        """Unregisters the buffers still registered, then disconnects;
+        later calls raise rkv.FailedPrecondition."""
     @property
     def closed(self) -> bool:
         """True once close() was called."""

@@ -4,6 +4,7 @@ The ctest python_module runs this with PYTHONPATH set to the built module's
 folder and RKV_SERVER_BIN naming the rkv-server binary.
 """
 
+import array
 import os
 import signal
 import socket
@@ -189,12 +190,19 @@ def test_multi_item_error_raises(client):
         client.multi_put([(b"x" * (MAX_KEY_BYTES + 1), b"v")])
 
 
+def get_into_counts(client):
+    """(get_into_in_place, get_into_copied) of the client's stats()."""
+    stats = client.stats()
+    return stats["get_into_in_place"], stats["get_into_copied"]
+
+
 def test_get_into(client):
+    # Unregistered memory: each value is copied once.
     client.put(b"k:into", b"0123456789")
+    in_place, copied = get_into_counts(client)
     buffer = bytearray(16)
     assert client.get_into(b"k:into", buffer) == 10
     assert bytes(buffer[:10]) == b"0123456789"
-    assert bytes(buffer[10:]) == bytes(6)
 
     backing = bytearray(b"." * 20)
     assert client.get_into(b"k:into", memoryview(backing)[5:15]) == 10
@@ -202,21 +210,164 @@ def test_get_into(client):
 
     exact = bytearray(10)
     assert client.get_into(b"k:into", exact) == 10 and exact == b"0123456789"
+    assert get_into_counts(client) == (in_place, copied + 3)
 
 
 def test_get_into_too_small(client):
     client.put(b"k:into-big", b"x" * 100)
-    small = bytearray(b"untouched")
-    with pytest.raises(rkv.BufferTooSmall) as got:
-        client.get_into(b"k:into-big", small)
-    assert got.value.needed == 100
-    assert got.value.code == "OUT_OF_RANGE"
-    assert isinstance(got.value, rkv.OutOfRange)
-    assert small == b"untouched"
-    with pytest.raises(rkv.NotFound):
-        client.get_into(b"k:into-absent", small)
+    for registered in (False, True):
+        small = bytearray(99)
+        registration = client.register_buffer(small) if registered else None
+        with pytest.raises(rkv.BufferTooSmall) as got:
+            client.get_into(b"k:into-big", small)
+        assert got.value.needed == 100
+        assert got.value.code == "OUT_OF_RANGE"
+        assert isinstance(got.value, rkv.OutOfRange)
+        with pytest.raises(rkv.BufferTooSmall) as empty:
+            client.get_into(b"k:into-big", bytearray())
+        assert empty.value.needed == 100
+        with pytest.raises(rkv.NotFound):
+            client.get_into(b"k:into-absent", small)
+        if registration is not None:
+            registration.unregister()
     with pytest.raises((TypeError, BufferError)):
         client.get_into(b"k:into-big", b"read-only bytes")
+
+
+def test_get_into_a_registered_buffer_reads_in_place(client):
+    values = {b"k:reg:%d" % n: (bytes(range(256)) * 40)[:n] for n in (0, 1, 10, 100, 5000)}
+    for key, value in values.items():
+        client.put(key, value)
+    in_place, copied = get_into_counts(client)
+    buffer = bytearray(8192)
+    calls = 0
+    with client.register_buffer(buffer) as registration:
+        assert registration.registered
+        assert registration.nbytes == len(buffer)
+        assert registration.buffer is buffer
+        for key, value in values.items():
+            for _ in range(2):  # a location cache miss, then a hit
+                assert client.get_into(key, buffer) == len(value)
+                assert buffer[:len(value)] == value
+                # A slice of the registered buffer is read into in place too.
+                with memoryview(buffer)[1000:1000 + len(value) + 64] as view:
+                    assert client.get_into(key, view) == len(value)
+                    assert view[:len(value)] == value
+                calls += 2
+        assert get_into_counts(client) == (in_place + calls, copied)
+    assert not registration.registered and registration.nbytes == 0
+
+
+def test_get_into_writes_nothing_outside_the_buffer(client):
+    client.put(b"k:reg-bounds", b"0123456789")
+    backing = bytearray(b"." * 300)
+    with client.register_buffer(backing):
+        # An exact fit: the block's padding goes elsewhere.
+        assert client.get_into(b"k:reg-bounds", memoryview(backing)[5:15]) == 10
+        assert backing == b"....." + b"0123456789" + b"." * 285
+        # Room to spare: bytes past the value may be overwritten, those past
+        # the buffer never are.
+        assert client.get_into(b"k:reg-bounds", memoryview(backing)[100:200]) == 10
+        assert backing[100:110] == b"0123456789"
+        assert backing[:100] == b"....." + b"0123456789" + b"." * 85
+        assert backing[200:] == b"." * 100
+
+
+def test_get_into_an_array_in_place(client):
+    value = bytes(range(256)) * 8
+    client.put(b"k:reg-array", value)
+    in_place, copied = get_into_counts(client)
+    buffer = array.array("B", bytes(4096))
+    with client.register_buffer(buffer):
+        assert client.get_into(b"k:reg-array", buffer) == len(value)
+    assert buffer.tobytes()[:len(value)] == value
+    assert get_into_counts(client) == (in_place + 1, copied)
+
+
+def test_get_into_a_numpy_array_in_place(client):
+    numpy = pytest.importorskip("numpy")
+    value = bytes(range(256)) * 8
+    client.put(b"k:reg-numpy", value)
+    in_place, copied = get_into_counts(client)
+    buffer = numpy.zeros(4096, dtype=numpy.uint8)
+    with client.register_buffer(buffer):
+        assert client.get_into(b"k:reg-numpy", buffer) == len(value)
+        assert client.get_into(b"k:reg-numpy", buffer[1024:]) == len(value)
+    assert buffer[:len(value)].tobytes() == value
+    assert buffer[1024:1024 + len(value)].tobytes() == value
+    assert get_into_counts(client) == (in_place + 2, copied)
+    with pytest.raises((BufferError, ValueError, TypeError)):
+        client.register_buffer(buffer[::2])  # not contiguous
+
+
+def test_register_buffer_refuses_overlaps_and_bad_buffers(client):
+    backing = bytearray(4096)
+    with client.register_buffer(memoryview(backing)[1024:2048]):
+        with pytest.raises(rkv.AlreadyExists) as got:
+            client.register_buffer(backing)
+        assert got.value.code == "ALREADY_EXISTS"
+        with pytest.raises(rkv.AlreadyExists):
+            client.register_buffer(memoryview(backing)[2047:2057])
+        # Memory beside it is free.
+        with client.register_buffer(memoryview(backing)[2048:]):
+            pass
+    # The freed range can be registered again.
+    client.register_buffer(backing).unregister()
+    with pytest.raises(rkv.InvalidArgument):
+        client.register_buffer(bytearray())
+    with pytest.raises((TypeError, BufferError)):
+        client.register_buffer(b"read-only bytes")
+    with pytest.raises(TypeError):
+        client.register_buffer(42)
+
+
+def test_unregister_then_get_into_copies(client):
+    client.put(b"k:reg-unreg", b"value")
+    buffer = bytearray(64)
+    registration = client.register_buffer(buffer)
+    in_place, copied = get_into_counts(client)
+    assert client.get_into(b"k:reg-unreg", buffer) == 5
+    assert get_into_counts(client) == (in_place + 1, copied)
+    registration.unregister()
+    registration.unregister()  # again: nothing
+    assert not registration.registered
+    assert client.get_into(b"k:reg-unreg", buffer) == 5
+    assert buffer[:5] == b"value"
+    assert get_into_counts(client) == (in_place + 1, copied + 1)
+
+
+def test_registered_bytearray_cannot_be_resized(client):
+    buffer = bytearray(128)
+    registration = client.register_buffer(buffer)
+    with pytest.raises(BufferError):
+        buffer.extend(b"more")
+    with pytest.raises(BufferError):
+        del buffer[:10]
+    assert len(buffer) == 128
+    registration.unregister()
+    buffer.extend(b"more")
+    assert len(buffer) == 132
+
+
+def test_registration_ends_when_collected(client):
+    buffer = bytearray(128)
+    client.register_buffer(buffer)  # dropped at once: unregistered
+    buffer.extend(b"more")
+    client.register_buffer(buffer).unregister()
+
+
+def test_close_ends_registrations(server):
+    buffer = bytearray(128)
+    c = rkv.Client(server=server.address, token=TOKEN, transport="tcp")
+    registration = c.register_buffer(buffer)
+    c.close()
+    assert not registration.registered
+    buffer.extend(b"more")  # released by the close
+    registration.unregister()  # after the close: nothing
+    with registration:
+        pass
+    with pytest.raises(rkv.FailedPrecondition):
+        c.register_buffer(bytearray(8))
 
 
 def test_members_of_one_server(client):
