@@ -145,9 +145,31 @@ std::vector<uint32_t> AdminServer::ShardsHeldBy(const v1::ClusterMap& map, std::
   return out;
 }
 
+const std::vector<ErrorReplyCounter>& ErrorReplyCounters() {
+  static const std::vector<ErrorReplyCounter> kCounters = {
+      {StatusCode::kCancelled, "error_replies_cancelled", "CANCELLED"},
+      {StatusCode::kUnknown, "error_replies_unknown", "UNKNOWN"},
+      {StatusCode::kInvalidArgument, "error_replies_invalid_argument", "INVALID_ARGUMENT"},
+      {StatusCode::kDeadlineExceeded, "error_replies_deadline_exceeded", "DEADLINE_EXCEEDED"},
+      {StatusCode::kNotFound, "error_replies_not_found", "NOT_FOUND"},
+      {StatusCode::kAlreadyExists, "error_replies_already_exists", "ALREADY_EXISTS"},
+      {StatusCode::kPermissionDenied, "error_replies_permission_denied", "PERMISSION_DENIED"},
+      {StatusCode::kResourceExhausted, "error_replies_resource_exhausted", "RESOURCE_EXHAUSTED"},
+      {StatusCode::kFailedPrecondition, "error_replies_failed_precondition", "FAILED_PRECONDITION"},
+      {StatusCode::kAborted, "error_replies_aborted", "ABORTED"},
+      {StatusCode::kOutOfRange, "error_replies_out_of_range", "OUT_OF_RANGE"},
+      {StatusCode::kUnimplemented, "error_replies_unimplemented", "UNIMPLEMENTED"},
+      {StatusCode::kInternal, "error_replies_internal", "INTERNAL"},
+      {StatusCode::kUnavailable, "error_replies_unavailable", "UNAVAILABLE"},
+      {StatusCode::kDataLoss, "error_replies_data_loss", "DATA_LOSS"},
+      {StatusCode::kUnauthenticated, "error_replies_unauthenticated", "UNAUTHENTICATED"},
+  };
+  return kCounters;
+}
+
 std::vector<AdminCounter> ServerCounters(const CounterSources& s) {
   const ServerStats& st = s.server;
-  return {
+  std::vector<AdminCounter> counters = {
       {"keys", st.keys, "records in the table"},
       {"puts", st.puts, "PUTs applied since start"},
       {"deletes", st.deletes, "DELETEs applied since start"},
@@ -184,6 +206,11 @@ std::vector<AdminCounter> ServerCounters(const CounterSources& s) {
       {"lease_refusals", st.lease_refusals, "client writes refused because the lease had expired"},
       {"conditions_failed", st.conditions_failed, "conditional PUTs refused because the key was not as asked"},
   };
+  for (const ErrorReplyCounter& e : ErrorReplyCounters()) {
+    counters.push_back({e.counter, st.error_replies[static_cast<size_t>(e.code)],
+                        "replies with this status code since start (clients' and forwarded writes)"});
+  }
+  return counters;
 }
 
 StatusOr<std::unique_ptr<AdminServer>> AdminServer::Start(const std::string& listen, const std::string& token,

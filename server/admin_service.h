@@ -48,6 +48,16 @@ struct AdminCounter {
   std::string_view help;
 };
 
+// The replies counted by status code (ServerStats::error_replies): every
+// code but OK, each as an Admin counter and a `code` label of
+// rkv_server_error_replies_total.
+struct ErrorReplyCounter {
+  StatusCode code;
+  std::string_view counter;    // AdminCounter::name
+  std::string_view code_name;  // StatusCodeName(code)
+};
+const std::vector<ErrorReplyCounter>& ErrorReplyCounters();
+
 struct AdminStats {
   std::string server_id;
   uint64_t epoch = 0;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstddef>
 #include <cstring>
 #include <optional>
 #include <random>
@@ -515,6 +516,11 @@ void Server::SendReplies(Poller* p, std::vector<OwedReply>* owed) {
       continue;
     }
     (s.peer_id.empty() ? client_apply_latency_ : replica_apply_latency_).Record(answered - o.start);
+    int32_t code = 0;
+    std::memcpy(&code, reply_bytes + offsetof(protocol::ReplyMsg, status_code), sizeof(code));
+    if (code != 0 && static_cast<uint32_t>(code) < kStatusCodeCount) [[unlikely]] {
+      error_replies_[static_cast<size_t>(code)].fetch_add(1, std::memory_order_relaxed);
+    }
   }
   owed->clear();
   for (Served* s : broken) {
@@ -592,6 +598,9 @@ ServerStats Server::Stats() const {
     const Store::Activity a = store_->activity();
     s.store_write_stall_micros = a.write_stall_micros;
     s.store_wal_bytes = a.wal_bytes;
+  }
+  for (size_t code = 1; code < kStatusCodeCount; ++code) {
+    s.error_replies[code] = error_replies_[code].load(std::memory_order_relaxed);
   }
   if (applier_ == nullptr) return s;
   const Applier::Snapshot a = applier_->snapshot();

@@ -47,6 +47,7 @@
 // destructor calls it.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -81,6 +82,9 @@ struct ConnectionCost {
   uint64_t total() const { return ring_bytes + message_bytes + state_bytes; }
 };
 
+// StatusCode's values are 0..kStatusCodeCount - 1.
+inline constexpr size_t kStatusCodeCount = static_cast<size_t>(StatusCode::kUnauthenticated) + 1;
+
 struct ServerStats {
   uint64_t puts = 0;
   uint64_t deletes = 0;
@@ -111,6 +115,9 @@ struct ServerStats {
   // RocksDB's own work (Store::Activity).
   uint64_t store_write_stall_micros = 0;
   uint64_t store_wal_bytes = 0;
+  // Replies sent, by status code (indexed by StatusCode; [0], OK, is not
+  // counted): clients' and forwarded writes alike.
+  std::array<uint64_t, kStatusCodeCount> error_replies{};
 };
 
 class Server {
@@ -240,6 +247,8 @@ class Server {
   std::atomic<uint64_t> connections_rejected_{0};
   LatencyHistogram client_apply_latency_;
   LatencyHistogram replica_apply_latency_;
+  // Replies other than OK, by status code (SendReplies).
+  std::array<std::atomic<uint64_t>, kStatusCodeCount> error_replies_{};
 };
 
 }  // namespace rkv::server

@@ -72,7 +72,19 @@ const std::vector<CounterMetric>& CounterMetrics() {
       {"catchup_records_served", "rkv_server_catchup_records_served_total", kCounter,
        "Catch-up: records this server sent as a primary.", "", ""},
   };
-  return kMetrics;
+  // One series a status code, after the rest.
+  static const std::vector<CounterMetric> kWithCodes = [] {
+    std::vector<CounterMetric> all = kMetrics;
+    for (const ErrorReplyCounter& e : ErrorReplyCounters()) {
+      all.push_back({e.counter, "rkv_server_error_replies_total", MetricType::kCounter,
+                     all.back().family == "rkv_server_error_replies_total"
+                         ? ""
+                         : "Replies other than OK sent since start (clients' and forwarded writes), by status code.",
+                     "code", e.code_name});
+    }
+    return all;
+  }();
+  return kWithCodes;
 }
 
 std::vector<MetricFamily> ServerMetricFamilies(const std::vector<AdminCounter>& counters,

@@ -55,6 +55,28 @@ TEST(ServerMetricsTest, LabelsTellASeriesFromItsFamilysOthers) {
   }
 }
 
+TEST(ServerMetricsTest, ErrorRepliesAreOneSeriesAStatusCodeAndStallsAreInSeconds) {
+  CounterSources sources;
+  sources.server.error_replies[static_cast<size_t>(StatusCode::kInvalidArgument)] = 3;
+  sources.server.error_replies[static_cast<size_t>(StatusCode::kFailedPrecondition)] = 2;
+  sources.server.store_write_stall_micros = 1'500'000;
+  sources.server.store_wal_bytes = 4096;
+  const StatusOr<std::string> text = metrics::Render(ServerMetricFamilies(ServerCounters(sources), ServerMetricsInfo{}));
+  ASSERT_TRUE(text.ok()) << text.status();
+  for (const char* line : {
+           "# TYPE rkv_server_error_replies_total counter\n"
+           "rkv_server_error_replies_total{code=\"CANCELLED\"} 0\n",
+           "rkv_server_error_replies_total{code=\"INVALID_ARGUMENT\"} 3\n",
+           "rkv_server_error_replies_total{code=\"FAILED_PRECONDITION\"} 2\n",
+           "rkv_server_error_replies_total{code=\"UNAUTHENTICATED\"} 0\n",
+           "rkv_server_store_write_stall_seconds_total 1.5\n",
+           "rkv_server_store_wal_written_bytes_total 4096\n",
+       }) {
+    EXPECT_NE(text->find(line), std::string::npos) << line << "\nnot in:\n" << *text;
+  }
+  EXPECT_EQ(text->find("code=\"OK\""), std::string::npos) << "OK replies are not errors";
+}
+
 TEST(ServerMetricsTest, ACounterWithoutAnEntryIsStillExported) {
   const std::vector<AdminCounter> counters = {{"new_counter", 11, "a counter added later"}};
   const StatusOr<std::string> text = metrics::Render(ServerMetricFamilies(counters, ServerMetricsInfo{}));

@@ -196,12 +196,18 @@ TEST_F(MetricsTest, CoordinatorAndServerPassPromtoolAndFollowTheCluster) {
 
   const auto put = client->Put("metrics-key", "metrics-value");
   ASSERT_TRUE(put.ok()) << put.status();
+  // A conditional PUT refused by the server: one error reply of its code.
+  const auto refused = client->Put("metrics-key", "other", PutCondition::Absent());
+  ASSERT_EQ(refused.status().code(), StatusCode::kFailedPrecondition) << refused.status();
   std::string after;
   ASSERT_TRUE(Scrape(server_metrics, &after));
   EXPECT_TRUE(PromtoolAccepts(promtool, after));
   EXPECT_GE(ValueOf(after, puts), puts_before + 1) << after;
   EXPECT_GE(ValueOf(after, "rkv_server_keys"), 1) << after;
   EXPECT_GT(ValueOf(after, "rkv_server_heap_used_bytes"), 0) << after;
+  const std::string precondition = "rkv_server_error_replies_total{code=\"FAILED_PRECONDITION\"}";
+  EXPECT_GE(ValueOf(after, precondition), ValueOf(before, precondition) + 1) << after;
+  EXPECT_GT(ValueOf(after, "rkv_server_store_wal_written_bytes_total"), 0) << after;
   // The PUT's apply was timed: one more observation of a client's write.
   EXPECT_GE(ValueOf(after, "rkv_server_apply_seconds_count{from=\"client\"}"),
             ValueOf(before, "rkv_server_apply_seconds_count{from=\"client\"}") + 1)
