@@ -219,6 +219,34 @@ TEST_F(ClientRetryTest, AConditionalPutIsACompareAndSetAndItsResendIsAnsweredAsT
   EXPECT_EQ(client_->Put("c", "v", PutCondition::VersionIs(0)).status().code(), StatusCode::kInvalidArgument);
 }
 
+// MultiPut's items carry their own conditions, checked in the batch's
+// order: an item may rely on an earlier item of its batch.
+TEST_F(ClientRetryTest, MultiPutChecksEachItemsConditionInOrder) {
+  Connect();
+  ASSERT_EQ(VersionOf(client_->Put("m-old", "v1")), 1u);
+  const KeyValueView items[] = {
+      {"m-new", "a", PutCondition::Absent()},        // absent: stored
+      {"m-new", "b", PutCondition::VersionIs(2)},    // the item before made version 2: stored
+      {"m-old", "c", PutCondition::Absent()},        // exists: refused
+      {"m-old", "d", PutCondition::VersionIs(1)},    // as asked: stored
+      {"m-old", "e", PutCondition::VersionIs(1)},    // now version 4: refused
+      {"m-free", "f"},                               // no condition
+      {"m-bad", "g", PutCondition::VersionIs(0)},    // no key has version 0
+  };
+  const std::vector<StatusOr<uint64_t>> got = client_->MultiPut(items);
+  ASSERT_EQ(got.size(), std::size(items));
+  EXPECT_TRUE(got[0].ok()) << got[0].status();
+  EXPECT_TRUE(got[1].ok()) << got[1].status();
+  EXPECT_EQ(got[2].status().reason(), Reason::kConditionFailed) << got[2].status();
+  EXPECT_TRUE(got[3].ok()) << got[3].status();
+  EXPECT_EQ(got[4].status().reason(), Reason::kConditionFailed) << got[4].status();
+  EXPECT_TRUE(got[5].ok()) << got[5].status();
+  EXPECT_EQ(got[6].status().code(), StatusCode::kInvalidArgument) << got[6].status();
+  EXPECT_EQ(*client_->Get("m-new"), "b");
+  EXPECT_EQ(*client_->Get("m-old"), "d");
+  EXPECT_EQ(client_->Get("m-bad").status().code(), StatusCode::kNotFound) << "a refused item is not sent";
+}
+
 TEST_F(ClientRetryTest, IncrementsByCompareAndSetLoopsLoseNone) {
   Connect();
   ASSERT_TRUE(client_->Put("counter", "0").ok());

@@ -17,6 +17,31 @@ using client::Deadline;
 using client::ServerConnection;
 using std::to_string;
 
+namespace {
+
+// A PutCondition as the request carries it; INVALID_ARGUMENT for one no
+// key can meet as asked.
+Status SetCondition(const PutCondition& condition, protocol::Condition* wire, uint64_t* expected_version) {
+  switch (condition.kind) {
+    case PutCondition::Kind::kNone:
+      return Status::Ok();
+    case PutCondition::Kind::kAbsent:
+      *wire = protocol::Condition::kAbsent;
+      return Status::Ok();
+    case PutCondition::Kind::kVersionIs:
+      if (condition.version == 0) {
+        return InvalidArgument(
+            "PutCondition::VersionIs(0): versions start at 1 (PutCondition::Absent() for a new key)");
+      }
+      *wire = protocol::Condition::kVersionIs;
+      *expected_version = condition.version;
+      return Status::Ok();
+  }
+  return InvalidArgument("PutCondition of unknown kind " + to_string(static_cast<int>(condition.kind)));
+}
+
+}  // namespace
+
 Status Client::Impl::WriteAttempt(ServerConnection& conn, PendingWrite& w, std::string_view key,
                                   std::string_view value, Deadline deadline, client::WriteResult* result) {
   const uint64_t epoch = conn.accept().epoch;
@@ -162,9 +187,6 @@ StatusOr<uint64_t> Client::Put(std::string_view key, std::string_view value,
 
 StatusOr<uint64_t> Client::Put(std::string_view key, std::string_view value, const PutCondition& condition,
                                const CallOptions& call) {
-  if (condition.kind == PutCondition::Kind::kVersionIs && condition.version == 0) {
-    return InvalidArgument("PutCondition::VersionIs(0): versions start at 1 (PutCondition::Absent() for a new key)");
-  }
   auto routes = impl_->Routing();
   RKV_RETURN_IF_ERROR(impl_->CheckKey(routes->table(), key));
   RKV_RETURN_IF_ERROR(impl_->CheckValue(routes->table(), value));
@@ -172,17 +194,7 @@ StatusOr<uint64_t> Client::Put(std::string_view key, std::string_view value, con
   client::WriteResult result;
   Impl::PendingWrite write;
   write.op = protocol::Op::kPut;
-  switch (condition.kind) {
-    case PutCondition::Kind::kNone:
-      break;
-    case PutCondition::Kind::kAbsent:
-      write.condition = protocol::Condition::kAbsent;
-      break;
-    case PutCondition::Kind::kVersionIs:
-      write.condition = protocol::Condition::kVersionIs;
-      write.expected_version = condition.version;
-      break;
-  }
+  RKV_RETURN_IF_ERROR(SetCondition(condition, &write.condition, &write.expected_version));
   const Status s = impl_->WithKey(std::move(routes), key, deadline, [&](ServerConnection& conn) -> Status {
     // The limits may differ on a restarted server; the check above used the
     // newest connection's (or the map's), this one uses this connection's.
@@ -227,7 +239,8 @@ std::vector<StatusOr<uint64_t>> Client::MultiPut(std::span<const KeyValueView> i
       b.write.op = protocol::Op::kPut;
       b.key = items[i].key;
       b.value = items[i].value;
-      b.error = impl_->CheckKey(routes->table(), b.key);
+      b.error = SetCondition(items[i].condition, &b.write.condition, &b.write.expected_version);
+      if (b.error.ok()) b.error = impl_->CheckKey(routes->table(), b.key);
       if (b.error.ok()) b.error = impl_->CheckValue(routes->table(), b.value);
       b.done = !b.error.ok();
     }

@@ -218,6 +218,9 @@ struct VersionedValue {
 struct KeyValueView {
   std::string_view key;
   std::string_view value;
+  // MultiPut: this item is stored only if the condition holds (as Put with
+  // a PutCondition); the default, none, always stores.
+  PutCondition condition{};
 };
 
 // One server of the cluster, as the client's cached map lists it. keys and
@@ -413,7 +416,11 @@ class RKV_EXPORT Client {
   // same server incarnation only; otherwise its error says the outcome is
   // unknown. Should a failover move the keys of one batch to several
   // servers during the call, its unanswered items are grouped again by
-  // the newest map and sent on, within the deadline.
+  // the newest map and sent on, within the deadline. An item with a
+  // KeyValueView::condition is a compare-and-set checked by the key's
+  // primary when it applies that item, in the batch's order (an earlier
+  // item of the same key in the batch counts): FAILED_PRECONDITION for
+  // that item alone when it does not hold.
   std::vector<StatusOr<uint64_t>> MultiPut(std::span<const KeyValueView> items, const CallOptions& call = {});
   // Removes many keys likewise: one result per key, in order, each as
   // Delete would return it (NOT_FOUND for an absent key).
