@@ -25,6 +25,7 @@ using testing::MemoryStoreData;
 
 constexpr char kClientToken[] = "roles-test-client-token";
 constexpr char kClusterToken[] = "roles-test-cluster-credential";
+constexpr char kOperatorToken[] = "roles-test-operator-credential";
 constexpr auto kCallDeadline = std::chrono::seconds(20);
 
 std::unique_ptr<grpc::ClientContext> Ctx(const std::string& token) {
@@ -49,7 +50,8 @@ class CoordinatorRolesTest : public ::testing::Test {
  protected:
   // Two servers, 8 shards, two copies each; `cluster_token` "" for none.
   void Start(const std::string& cluster_token,
-             std::chrono::milliseconds heartbeat_timeout = std::chrono::seconds(600)) {
+             std::chrono::milliseconds heartbeat_timeout = std::chrono::seconds(600),
+             const std::string& operator_token = "") {
     CoordinatorConfig config;
     config.expected_servers = 2;
     config.shard_count = 8;
@@ -60,7 +62,7 @@ class CoordinatorRolesTest : public ::testing::Test {
     auto state = CoordinatorState::Open(config, std::make_unique<MemoryStore>(std::make_shared<MemoryStoreData>()));
     ASSERT_TRUE(state.ok()) << state.status();
     auto server = CoordinatorServer::Start("127.0.0.1:0", kClientToken, std::move(state).value(), nullptr,
-                                           cluster_token);
+                                           cluster_token, operator_token);
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = std::move(server).value();
     stub_ = v1::Coordinator::NewStub(grpc::CreateChannel(server_->address(), grpc::InsecureChannelCredentials()));
@@ -230,7 +232,7 @@ TEST_F(CoordinatorRolesTest, ClientCallsTakeEitherCredential) {
       stream->WritesDone();
       (void)stream->Finish();
     }
-    // The operator's calls (no operator credential yet): past the token
+    // The operator's calls (no operator credential here): past the token
     // check to the state machine, which knows no such server.
     v1::DrainRequest drain;
     drain.set_server_id("nobody");
@@ -264,6 +266,71 @@ TEST_F(CoordinatorRolesTest, WithoutAClusterCredentialTheClientTokenServesEveryR
   v1::LeaveResponse left;
   s = stub_->Leave(Ctx(kClientToken).get(), leave, &left);
   EXPECT_TRUE(s.ok()) << s.error_message();
+}
+
+// With an operator credential, Drain and Forget take it alone: the client
+// token and the cluster credential are refused naming the role, and
+// nothing changes; the operator credential also reads the map (kvctl works
+// with it alone) but cannot act as a server.
+TEST_F(CoordinatorRolesTest, DrainAndForgetTakeOnlyTheOperatorCredential) {
+  Start(kClusterToken, std::chrono::seconds(600), kOperatorToken);
+  JoinBoth(kClusterToken);
+  const uint64_t version = server_->state()->version();
+  for (const auto& [token, whose] : {std::pair<std::string, std::string>{kClientToken, "a client's"},
+                                     std::pair<std::string, std::string>{kClusterToken, "the servers'"}}) {
+    v1::DrainRequest drain;
+    drain.set_server_id("a");
+    v1::DrainResponse drained;
+    grpc::Status s = stub_->Drain(Ctx(token).get(), drain, &drained);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED) << whose;
+    EXPECT_EQ(s.error_message(),
+              "Drain needs the operator credential (the coordinator's --operator_token_file); this credential is " +
+                  whose);
+    v1::ForgetRequest forget;
+    forget.set_server_id("b");
+    v1::ForgetResponse forgot;
+    s = stub_->Forget(Ctx(token).get(), forget, &forgot);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED) << whose;
+  }
+  v1::DrainRequest drain;
+  drain.set_server_id("a");
+  v1::DrainResponse drained;
+  EXPECT_EQ(stub_->Drain(Ctx("no-such-token").get(), drain, &drained).error_code(),
+            grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(server_->state()->version(), version) << "nothing changed";
+  const v1::ClusterMap after = server_->state()->Map();
+  for (const v1::ServerInfo& s : after.servers()) EXPECT_FALSE(s.draining()) << s.server_id();
+
+  // The operator's credential reads the map and drains.
+  v1::ClusterMap map;
+  grpc::Status s = stub_->GetClusterMap(Ctx(kOperatorToken).get(), v1::GetClusterMapRequest(), &map);
+  EXPECT_TRUE(s.ok()) << s.error_message();
+  v1::ForgetRequest forget;
+  forget.set_server_id("nobody");
+  v1::ForgetResponse forgot;
+  EXPECT_EQ(stub_->Forget(Ctx(kOperatorToken).get(), forget, &forgot).error_code(), grpc::StatusCode::NOT_FOUND)
+      << "past the credential check";
+  s = stub_->Drain(Ctx(kOperatorToken).get(), drain, &drained);
+  EXPECT_TRUE(s.ok()) << s.error_message();
+  // It is no server's.
+  s = Heartbeat(kOperatorToken, "a", 1);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(s.error_message(),
+            "Heartbeat needs the cluster credential (the servers' role); this credential is the operator's");
+}
+
+TEST(CoordinatorRolesStartTest, RefusesAnOperatorCredentialEqualToAnother) {
+  for (const std::string& same : {std::string(kClientToken), std::string(kClusterToken)}) {
+    CoordinatorConfig config;
+    config.expected_servers = 1;
+    config.shard_count = 8;
+    auto state = CoordinatorState::Open(config, std::make_unique<MemoryStore>(std::make_shared<MemoryStoreData>()));
+    ASSERT_TRUE(state.ok()) << state.status();
+    auto server =
+        CoordinatorServer::Start("127.0.0.1:0", kClientToken, std::move(state).value(), nullptr, kClusterToken, same);
+    ASSERT_FALSE(server.ok()) << same;
+    EXPECT_EQ(server.status().code(), StatusCode::kInvalidArgument);
+  }
 }
 
 TEST(CoordinatorRolesStartTest, RefusesAClusterCredentialEqualToTheClientToken) {

@@ -17,14 +17,38 @@ using control::CheckToken;
 using control::ToGrpc;
 
 CoordinatorService::CoordinatorService(CoordinatorState* state, std::string token_digest_hex,
-                                       const LeaderGate* gate, std::string cluster_digest_hex)
+                                       const LeaderGate* gate, std::string cluster_digest_hex,
+                                       std::string operator_digest_hex)
     : state_(state),
       gate_(gate),
       token_digest_hex_(std::move(token_digest_hex)),
-      cluster_digest_hex_(std::move(cluster_digest_hex)) {}
+      cluster_digest_hex_(std::move(cluster_digest_hex)),
+      operator_digest_hex_(std::move(operator_digest_hex)) {}
+
+grpc::Status CoordinatorService::CheckOperatorCaller(const grpc::ServerContextBase* context,
+                                                     std::string_view rpc) const {
+  if (operator_digest_hex_.empty()) return CheckCaller(context, rpc);
+  if (CheckToken(context, operator_digest_hex_).ok()) return grpc::Status::OK;
+  const char* whose = nullptr;
+  if (CheckToken(context, token_digest_hex_).ok()) whose = "a client's";
+  if (!cluster_digest_hex_.empty() && CheckToken(context, cluster_digest_hex_).ok()) whose = "the servers'";
+  if (whose == nullptr) return Refused(context, rpc, CheckToken(context, operator_digest_hex_));
+  return Refused(context, rpc,
+                 grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
+                              std::string(rpc) + " needs the operator credential (the coordinator's "
+                                                 "--operator_token_file); this credential is " +
+                                  whose));
+}
 
 grpc::Status CoordinatorService::CheckServerCaller(const grpc::ServerContextBase* context,
                                                    std::string_view rpc) const {
+  if (!operator_digest_hex_.empty() && CheckToken(context, operator_digest_hex_).ok()) {
+    return Refused(context, rpc,
+                   grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
+                                std::string(rpc) +
+                                    " needs the cluster credential (the servers' role); this credential is the "
+                                    "operator's"));
+  }
   if (cluster_digest_hex_.empty()) return Refused(context, rpc, CheckToken(context, token_digest_hex_));
   if (CheckToken(context, cluster_digest_hex_).ok()) return grpc::Status::OK;
   grpc::Status client = CheckToken(context, token_digest_hex_);
@@ -148,7 +172,7 @@ grpc::Status CoordinatorService::ReportCaughtUp(grpc::ServerContext* context, co
 
 grpc::Status CoordinatorService::Drain(grpc::ServerContext* context, const v1::DrainRequest* request,
                                        v1::DrainResponse* response) {
-  if (grpc::Status s = CheckCaller(context, "Drain"); !s.ok()) return s;
+  if (grpc::Status s = CheckOperatorCaller(context, "Drain"); !s.ok()) return s;
   if (grpc::Status s = CheckLeader(context); !s.ok()) return s;
   auto result = state_->Drain(*request);
   if (!result.ok()) {
@@ -161,7 +185,7 @@ grpc::Status CoordinatorService::Drain(grpc::ServerContext* context, const v1::D
 
 grpc::Status CoordinatorService::Forget(grpc::ServerContext* context, const v1::ForgetRequest* request,
                                         v1::ForgetResponse* response) {
-  if (grpc::Status s = CheckCaller(context, "Forget"); !s.ok()) return s;
+  if (grpc::Status s = CheckOperatorCaller(context, "Forget"); !s.ok()) return s;
   if (grpc::Status s = CheckLeader(context); !s.ok()) return s;
   auto result = state_->Forget(*request);
   if (!result.ok()) {
@@ -174,6 +198,7 @@ grpc::Status CoordinatorService::Forget(grpc::ServerContext* context, const v1::
 
 grpc::Status CoordinatorService::CheckCaller(const grpc::ServerContextBase* context, std::string_view rpc) const {
   if (!cluster_digest_hex_.empty() && CheckToken(context, cluster_digest_hex_).ok()) return grpc::Status::OK;
+  if (!operator_digest_hex_.empty() && CheckToken(context, operator_digest_hex_).ok()) return grpc::Status::OK;
   return Refused(context, rpc, CheckToken(context, token_digest_hex_));
 }
 
@@ -261,11 +286,16 @@ StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(const std:
                                                                       const std::string& token,
                                                                       std::unique_ptr<CoordinatorState> state,
                                                                       const LeaderGate* gate,
-                                                                      const std::string& cluster_token) {
+                                                                      const std::string& cluster_token,
+                                                                      const std::string& operator_token) {
   RKV_RETURN_IF_ERROR(control::ValidateHostPort(listen, /*allow_port_zero=*/true).WithContext("--listen"));
   if (token.empty()) return InvalidArgument("the token is empty");
   if (!cluster_token.empty() && cluster_token == token) {
     return InvalidArgument("the cluster credential is the client token: it must be one no client holds");
+  }
+  if (!operator_token.empty() && (operator_token == token || operator_token == cluster_token)) {
+    return InvalidArgument("the operator credential is the client token or the cluster credential: it must be "
+                           "one of its own");
   }
   if (state == nullptr) return InvalidArgument("no coordinator state");
   std::unique_ptr<CoordinatorServer> server(new CoordinatorServer());
@@ -273,7 +303,8 @@ StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(const std:
   server->gate_ = gate;
   server->service_ =
       std::make_unique<CoordinatorService>(server->state_.get(), control::TokenDigestHex(token), gate,
-                                           cluster_token.empty() ? "" : control::TokenDigestHex(cluster_token));
+                                           cluster_token.empty() ? "" : control::TokenDigestHex(cluster_token),
+                                           operator_token.empty() ? "" : control::TokenDigestHex(operator_token));
   if (server->state_->config().suspect_after.count() > 0) {
     server->prober_ = std::make_unique<Prober>(server->state_.get(), control::TokenDigestHex(token));
     server->service_->set_prober(server->prober_.get());

@@ -73,7 +73,7 @@ class CoordinatorService final : public v1::Coordinator::WithAsyncMethod_KeepLea
   // `cluster_digest_hex` is TokenDigestHex of the cluster credential, or ""
   // for none (the client token then serves every role).
   CoordinatorService(CoordinatorState* state, std::string token_digest_hex, const LeaderGate* gate = nullptr,
-                     std::string cluster_digest_hex = "");
+                     std::string cluster_digest_hex = "", std::string operator_digest_hex = "");
 
   grpc::Status Join(grpc::ServerContext* context, const v1::JoinRequest* request, v1::JoinResponse* response) override;
   grpc::Status Heartbeat(grpc::ServerContext* context, const v1::HeartbeatRequest* request,
@@ -109,8 +109,14 @@ class CoordinatorService final : public v1::Coordinator::WithAsyncMethod_KeepLea
   void set_address(const std::string& address) EXCLUDES(address_mu_);
 
   // The token check of every call open to clients (a KeepLease stream's
-  // when it opens): the client token or the cluster credential.
+  // when it opens): the client token, the cluster credential or the
+  // operator credential.
   grpc::Status CheckCaller(const grpc::ServerContextBase* context, std::string_view rpc) const;
+  // The token check of a call that changes membership on an operator's
+  // word (Drain, Forget): the operator credential when there is one
+  // (PERMISSION_DENIED naming the role for the client token or the cluster
+  // credential, UNAUTHENTICATED for any other digest), else CheckCaller's.
+  grpc::Status CheckOperatorCaller(const grpc::ServerContextBase* context, std::string_view rpc) const;
   // Each refusal of either check is counted (refusals()) and logged as a
   // WARNING naming the RPC, the peer and why, at most once a second (the
   // line says how many refusals it stands for).
@@ -171,6 +177,7 @@ class CoordinatorService final : public v1::Coordinator::WithAsyncMethod_KeepLea
   std::string address_ GUARDED_BY(address_mu_);
   const std::string token_digest_hex_;
   const std::string cluster_digest_hex_;  // "" when there is no cluster credential
+  const std::string operator_digest_hex_;  // "" when there is no operator credential
   mutable std::atomic<uint64_t> refused_unauthenticated_{0};
   mutable std::atomic<uint64_t> refused_permission_{0};
   mutable std::atomic<uint64_t> refusals_unlogged_{0};
@@ -189,10 +196,17 @@ class CoordinatorServer {
   // client token. With a `gate` (which must outlive the server), the expiry
   // thread acts only while the gate says this coordinator leads. The prober
   // presents `token` to the servers' Admin service, which takes it.
+  //
+  // `operator_token` ("" for none: the client token may then Drain and
+  // Forget, as before roles existed): the operator credential, the only
+  // one Drain and Forget take when set; it also serves what a client may
+  // do (the map, leases, status), so that kvctl works with it alone. It
+  // must differ from the other two (INVALID_ARGUMENT).
   static StatusOr<std::unique_ptr<CoordinatorServer>> Start(const std::string& listen, const std::string& token,
                                                             std::unique_ptr<CoordinatorState> state,
                                                             const LeaderGate* gate = nullptr,
-                                                            const std::string& cluster_token = "");
+                                                            const std::string& cluster_token = "",
+                                                            const std::string& operator_token = "");
 
   ~CoordinatorServer();
   CoordinatorServer(const CoordinatorServer&) = delete;

@@ -60,8 +60,13 @@ DEFINE_string(cluster_token_file, "",
               "file holding the cluster credential, the one given to every rkv-server of the cluster with its "
               "--cluster_token_file: with it, only that credential may Join, Heartbeat, Leave, ReportReplicaFailure "
               "and ReportCaughtUp (a client token gets PERMISSION_DENIED), and both are accepted for the map, "
-              "leases, status, ReportUnresponsive, Drain and Forget (default: none; the client token then serves "
-              "every role, so any client can act as a server on the control plane, with a warning)");
+              "leases, status and ReportUnresponsive (default: none; the client token then serves every role, "
+              "so any client can act as a server on the control plane, with a warning)");
+DEFINE_string(operator_token_file, "",
+              "file holding the operator credential: with it, only that credential may Drain and Forget servers "
+              "(kvctl drain and forget with --token_file naming it; the client token and the cluster credential "
+              "get PERMISSION_DENIED), and it is also accepted for the map, leases and status; it must differ "
+              "from both (default: none; the client token then drains and forgets, with a warning)");
 DEFINE_uint32(shards, 1024, "number of shards, 1..65536; fixed for the life of the data dir (default 1024)");
 DEFINE_uint32(servers, 3,
               "cluster size N: shards are assigned when the N-th server joins; a server with a new id joining "
@@ -147,7 +152,7 @@ int TransferState(const rkv::coordinator::CoordinatorConfig& config, const std::
 
 int main(int argc, char** argv) {
   FLAGS_logtostderr = true;
-  gflags::SetUsageMessage("rkv-coordinator (--data_dir=DIR | --etcd=HOST:PORT,... [--etcd_prefix=/P/]) --token_file=FILE [--cluster_token_file=FILE] [--listen=HOST:PORT] [--servers=N] [--replicas=R] [--lease_ms=MS] [--replace_after_ms=MS] ...");
+  gflags::SetUsageMessage("rkv-coordinator (--data_dir=DIR | --etcd=HOST:PORT,... [--etcd_prefix=/P/]) --token_file=FILE [--cluster_token_file=FILE] [--operator_token_file=FILE] [--listen=HOST:PORT] [--servers=N] [--replicas=R] [--lease_ms=MS] [--replace_after_ms=MS] ...");
   gflags::ParseCommandLineFlags(&argc, &argv, true);
   google::InitGoogleLogging(argv[0]);
   if (argc > 1) return BadFlag(std::string("unexpected argument '") + argv[1] + "'");
@@ -248,6 +253,20 @@ int main(int argc, char** argv) {
                     "(docs/design.md §10)";
   }
 
+  std::string operator_token;
+  if (!FLAGS_operator_token_file.empty()) {
+    auto read = rkv::ReadTokenFile(FLAGS_operator_token_file);
+    if (!read.ok()) return CannotStart(read.status().WithContext("--operator_token_file"));
+    if (*read == *token || *read == cluster_token) {
+      return BadFlag("--operator_token_file holds the client token or the cluster credential: the operator "
+                     "credential must be one of its own");
+    }
+    operator_token = std::move(read).value();
+  } else {
+    LOG(WARNING) << "no --operator_token_file: any client can Drain and Forget servers; give the coordinator an "
+                    "operator credential for kvctl drain and forget (docs/design.md §10)";
+  }
+
   // SIGTERM and SIGINT are taken by sigwait below; block them before any
   // thread (RocksDB's, gRPC's) exists so that every thread inherits the mask.
   sigset_t signals;
@@ -276,7 +295,7 @@ int main(int argc, char** argv) {
     state = std::move(opened).value();
   }
   auto server = rkv::coordinator::CoordinatorServer::Start(FLAGS_listen, *token, std::move(state), shared.get(),
-                                                           cluster_token);
+                                                           cluster_token, operator_token);
   if (!server.ok()) return CannotStart(server.status());
   if (shared != nullptr) shared->StartCampaign(FLAGS_advertise.empty() ? (*server)->address() : FLAGS_advertise);
   std::unique_ptr<rkv::metrics::MetricsEndpoint> metrics;

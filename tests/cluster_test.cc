@@ -347,6 +347,46 @@ TEST_F(CoordinatorFlagsTest, ClusterTokenFileMustBeReadableAndNoClientToken) {
   EXPECT_NE(missing.Log().find("--cluster_token_file"), std::string::npos) << missing.Log();
 }
 
+// With an operator credential, kvctl drains and forgets with it alone: the
+// cluster's client token is refused naming the credential needed, and the
+// server is left as it was.
+TEST_F(CoordinatorFlagsTest, DrainAndForgetNeedTheOperatorCredentialWhenOneIsSet) {
+  TestClusterOptions options = SmallCluster(2);
+  cluster_ = std::make_unique<TestCluster>(options);
+  const std::string operator_file = cluster().dir() + "/operator_token";
+  WriteFile(operator_file, "the-operators-own-credential\n");
+  cluster().options().coordinator_flags = {"--operator_token_file=" + operator_file};
+  ASSERT_TRUE(cluster().Start().ok()) << cluster().Logs();
+  auto client = cluster().ClusterClient();
+  ASSERT_NE(client, nullptr);
+  const std::string id = cluster().IdOf(*client, 1);
+  ASSERT_FALSE(id.empty());
+
+  CommandResult r = cluster().Kvctl({"drain", id});
+  EXPECT_NE(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.err.find("Drain needs the operator credential (the coordinator's --operator_token_file); this "
+                       "credential is a client's"),
+            std::string::npos)
+      << r.err;
+  r = cluster().Kvctl({"forget", id});
+  EXPECT_NE(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.err.find("Forget needs the operator credential"), std::string::npos) << r.err;
+  r = cluster().Kvctl({"members"});
+  EXPECT_EQ(r.out.find("DRAINING"), std::string::npos) << r.out;
+
+  // The operator's credential reads the members and drains.
+  r = cluster().Kvctl({"members"}, operator_file);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  r = cluster().Kvctl({"drain", id}, operator_file);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(cluster().WaitForMap(*client, [&](const ClusterInfo& map) {
+    for (const MemberInfo& m : map.members) {
+      if (m.server_id == id) return m.draining;
+    }
+    return false;
+  }));
+}
+
 // A server that presents the client token where the coordinator holds a
 // cluster credential is refused at its Join, and says what it lacks.
 TEST_F(CoordinatorFlagsTest, AServerWithoutTheClusterCredentialCannotJoin) {
