@@ -17,11 +17,36 @@ namespace rkv::server {
 
 class AdminServer::Service final : public v1::Admin::Service {
  public:
-  Service(std::string digest_hex, std::function<AdminStats()> stats, AdminShards shards)
-      : digest_hex_(std::move(digest_hex)), stats_(std::move(stats)), shards_(std::move(shards)) {}
+  Service(std::string digest_hex, std::string operator_digest_hex, std::function<AdminStats()> stats,
+          AdminShards shards)
+      : digest_hex_(std::move(digest_hex)),
+        operator_digest_hex_(std::move(operator_digest_hex)),
+        stats_(std::move(stats)),
+        shards_(std::move(shards)) {}
+
+  // Health and Stats: the client token, or the operator credential.
+  grpc::Status CheckClient(const grpc::ServerContext* context) const {
+    if (!operator_digest_hex_.empty() && control::CheckToken(context, operator_digest_hex_).ok()) {
+      return grpc::Status::OK;
+    }
+    return control::CheckToken(context, digest_hex_);
+  }
+
+  // The replica verification and listings: the operator credential when
+  // the server has one (the client token is then PERMISSION_DENIED naming
+  // it), else the client token.
+  grpc::Status CheckOperator(const grpc::ServerContext* context, std::string_view rpc) const {
+    if (operator_digest_hex_.empty()) return control::CheckToken(context, digest_hex_);
+    if (control::CheckToken(context, operator_digest_hex_).ok()) return grpc::Status::OK;
+    if (!control::CheckToken(context, digest_hex_).ok()) return control::CheckToken(context, operator_digest_hex_);
+    return grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
+                        std::string(rpc) +
+                            " needs the operator credential (the server's --operator_token_file); this credential "
+                            "is a client's");
+  }
 
   grpc::Status Health(grpc::ServerContext* context, const v1::HealthRequest*, v1::HealthResponse* response) override {
-    if (grpc::Status s = control::CheckToken(context, digest_hex_); !s.ok()) return s;
+    if (grpc::Status s = CheckClient(context); !s.ok()) return s;
     const AdminStats st = stats_();
     response->set_server_id(st.server_id);
     response->set_epoch(st.epoch);
@@ -30,7 +55,7 @@ class AdminServer::Service final : public v1::Admin::Service {
   }
 
   grpc::Status Stats(grpc::ServerContext* context, const v1::StatsRequest*, v1::StatsResponse* response) override {
-    if (grpc::Status s = control::CheckToken(context, digest_hex_); !s.ok()) return s;
+    if (grpc::Status s = CheckClient(context); !s.ok()) return s;
     const AdminStats st = stats_();
     response->set_server_id(st.server_id);
     response->set_epoch(st.epoch);
@@ -46,7 +71,7 @@ class AdminServer::Service final : public v1::Admin::Service {
 
   grpc::Status ShardChecksums(grpc::ServerContext* context, const v1::ShardChecksumsRequest* request,
                               v1::ShardChecksumsResponse* response) override {
-    if (grpc::Status s = control::CheckToken(context, digest_hex_); !s.ok()) return s;
+    if (grpc::Status s = CheckOperator(context, "ShardChecksums"); !s.ok()) return s;
     std::shared_ptr<const v1::ClusterMap> map;
     if (grpc::Status s = CurrentMap(&map); !s.ok()) return s;
     std::vector<uint32_t> shards;
@@ -73,7 +98,7 @@ class AdminServer::Service final : public v1::Admin::Service {
 
   grpc::Status ListShard(grpc::ServerContext* context, const v1::ListShardRequest* request,
                          grpc::ServerWriter<v1::ShardChunk>* writer) override {
-    if (grpc::Status s = control::CheckToken(context, digest_hex_); !s.ok()) return s;
+    if (grpc::Status s = CheckOperator(context, "ListShard"); !s.ok()) return s;
     std::shared_ptr<const v1::ClusterMap> map;
     if (grpc::Status s = CurrentMap(&map); !s.ok()) return s;
     if (grpc::Status s = CheckShard(*map, request->shard()); !s.ok()) return s;
@@ -124,6 +149,7 @@ class AdminServer::Service final : public v1::Admin::Service {
   }
 
   const std::string digest_hex_;
+  const std::string operator_digest_hex_;  // "" when the server has no operator credential
   const std::function<AdminStats()> stats_;
   const AdminShards shards_;
 };
@@ -215,12 +241,18 @@ std::vector<AdminCounter> ServerCounters(const CounterSources& s) {
 
 StatusOr<std::unique_ptr<AdminServer>> AdminServer::Start(const std::string& listen, const std::string& token,
                                                           std::function<AdminStats()> stats, AdminShards shards,
-                                                          const std::vector<grpc::Service*>& also) {
+                                                          const std::vector<grpc::Service*>& also,
+                                                          const std::string& operator_token) {
   RKV_RETURN_IF_ERROR(control::ValidateHostPort(listen, /*allow_port_zero=*/true).WithContext("--admin_listen"));
   if (token.empty()) return InvalidArgument("the token is empty");
   if (!stats) return InvalidArgument("no stats function");
+  if (!operator_token.empty() && operator_token == token) {
+    return InvalidArgument("the operator credential is the client token: it must be one of its own");
+  }
   std::unique_ptr<AdminServer> server(new AdminServer());
-  server->service_ = std::make_unique<Service>(control::TokenDigestHex(token), std::move(stats), std::move(shards));
+  server->service_ = std::make_unique<Service>(control::TokenDigestHex(token),
+                                               operator_token.empty() ? "" : control::TokenDigestHex(operator_token),
+                                               std::move(stats), std::move(shards));
   std::vector<grpc::Service*> services{server->service_.get()};
   services.insert(services.end(), also.begin(), also.end());
   RKV_ASSIGN_OR_RETURN(control::StartedGrpcServer started,

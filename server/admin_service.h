@@ -104,10 +104,15 @@ class AdminServer {
   // callers presenting `token`. INVALID_ARGUMENT for a bad address, an
   // empty token or no stats function; UNAVAILABLE when it cannot bind.
   // `also`: more services to serve on the same port (the Replica
-  // service), each outliving the AdminServer.
+  // service), each outliving the AdminServer. `operator_token` ("" for
+  // none): the operator credential, then the only one ShardChecksums and
+  // ListShard take (the client token gets PERMISSION_DENIED naming it);
+  // Health and Stats take it as well as the client token. It must differ
+  // from `token` (INVALID_ARGUMENT).
   static StatusOr<std::unique_ptr<AdminServer>> Start(const std::string& listen, const std::string& token,
                                                       std::function<AdminStats()> stats, AdminShards shards = {},
-                                                      const std::vector<grpc::Service*>& also = {});
+                                                      const std::vector<grpc::Service*>& also = {},
+                                                      const std::string& operator_token = "");
 
   // The shards `server_id` holds a role in (primary, backup or syncing) in
   // `map`, ascending. A map without replica lists gives the shards it owns.

@@ -136,7 +136,8 @@ TEST(AdminServiceTest, BadStartArgumentsAreRefused) {
 // service reading it through an Applier and a map the test sets.
 class ShardHost {
  public:
-  ShardHost(const std::string& name, std::string server_id) : server_id_(std::move(server_id)) {
+  ShardHost(const std::string& name, std::string server_id, const std::string& operator_token = "")
+      : server_id_(std::move(server_id)) {
     const Status opened = local_.Open("rkv_admin_test_" + name, /*log2=*/8, /*heap_bytes=*/1 << 20,
                                       std::chrono::milliseconds(100));
     EXPECT_TRUE(opened.ok()) << opened;
@@ -149,7 +150,8 @@ class ShardHost {
       MutexLock lock(mu_);
       return map_;
     };
-    auto admin = AdminServer::Start("127.0.0.1:0", kToken, [] { return AdminStats(); }, std::move(shards));
+    auto admin =
+        AdminServer::Start("127.0.0.1:0", kToken, [] { return AdminStats(); }, std::move(shards), {}, operator_token);
     EXPECT_TRUE(admin.ok()) << admin.status();
     admin_ = std::move(admin).value();
     stub_ = v1::Admin::NewStub(grpc::CreateChannel(admin_->address(), grpc::InsecureChannelCredentials()));
@@ -387,6 +389,48 @@ TEST(AdminServiceTest, ShardRpcsRefuseBadShardsNoMapAndNoToken) {
   auto stub = v1::Admin::NewStub(grpc::CreateChannel((*standalone)->address(), grpc::InsecureChannelCredentials()));
   EXPECT_EQ(stub->ShardChecksums(Context().get(), request, &response).error_code(),
             grpc::StatusCode::FAILED_PRECONDITION);
+}
+
+// With an operator credential the replica verification and listings take
+// it alone (the client token is refused naming it); Health and Stats take
+// either, so kvctl works with the operator's credential alone.
+TEST(AdminServiceTest, ShardRpcsTakeOnlyTheOperatorCredentialWhenOneIsSet) {
+  const std::string operator_token = "admin-test-operator-credential";
+  ShardHost host("operator", "s-a", operator_token);
+  host.Put("k", "v", 1);
+  host.SetMap(TestMap(3));
+  v1::ShardChecksumsRequest request;
+  v1::ShardChecksumsResponse response;
+  const grpc::Status client = host.stub().ShardChecksums(Context().get(), request, &response);
+  EXPECT_EQ(client.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(client.error_message(),
+            "ShardChecksums needs the operator credential (the server's --operator_token_file); this credential is "
+            "a client's");
+  v1::ListShardRequest list;
+  v1::ShardChunk chunk;
+  {
+    auto ctx = Context();
+    auto reader = host.stub().ListShard(ctx.get(), list);
+    EXPECT_FALSE(reader->Read(&chunk));
+    EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  }
+  EXPECT_EQ(host.stub().ShardChecksums(Context("not-the-token").get(), request, &response).error_code(),
+            grpc::StatusCode::UNAUTHENTICATED);
+  const grpc::Status ok = host.stub().ShardChecksums(Context(operator_token).get(), request, &response);
+  EXPECT_TRUE(ok.ok()) << ok.error_message();
+  {
+    auto ctx = Context(operator_token);
+    auto reader = host.stub().ListShard(ctx.get(), list);
+    while (reader->Read(&chunk)) {
+    }
+    EXPECT_TRUE(reader->Finish().ok());
+  }
+  v1::StatsResponse stats;
+  EXPECT_TRUE(host.stub().Stats(Context(operator_token).get(), v1::StatsRequest(), &stats).ok());
+  EXPECT_TRUE(host.stub().Stats(Context().get(), v1::StatsRequest(), &stats).ok());
+  // One equal to the client token is refused at start.
+  EXPECT_EQ(AdminServer::Start("127.0.0.1:0", kToken, [] { return AdminStats(); }, {}, {}, kToken).status().code(),
+            StatusCode::kInvalidArgument);
 }
 
 }  // namespace

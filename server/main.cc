@@ -82,6 +82,11 @@ DEFINE_string(cluster_token_file, "", "file holding the cluster credential the s
                                       "rkv-coordinator (its --cluster_token_file) must be given the same one and no "
                                       "client may hold it (default: none; the client token then serves both, with "
                                       "a warning)");
+DEFINE_string(operator_token_file, "",
+              "file holding the operator credential (the coordinator's --operator_token_file): with it, only that "
+              "credential may call the Admin service's replica verification and listings (kvctl verify), the "
+              "client token gets PERMISSION_DENIED; it must differ from the other two (default: none; the client "
+              "token then serves them)");
 DEFINE_string(transport, "auto", "auto | tcp | verbs; auto picks verbs when an RDMA port is active (default auto)");
 DEFINE_int32(gid_index, -1, "verbs: RoCE GID index, -1 picks one (default -1)");
 DEFINE_string(ring_bytes, "4M", "staging ring per connection in bytes, >= 2x the largest block; suffixes K, M, G (default 4M)");
@@ -266,6 +271,16 @@ int main(int argc, char** argv) {
     o.cluster_token = *cluster_token;
     o.cluster_token.shrink_to_fit();
   }
+  std::string operator_token;
+  if (!FLAGS_operator_token_file.empty()) {
+    auto read = rkv::ReadTokenFile(FLAGS_operator_token_file);
+    if (!read.ok()) return BadFlag("--operator_token_file: " + read.status().ToString());
+    if (*read == o.token || *read == o.cluster_token) {
+      return BadFlag("--operator_token_file holds the client token or the cluster credential: the operator "
+                     "credential must be one of its own");
+    }
+    operator_token = std::move(read).value();
+  }
   if (rkv::Status s = rkv::server::ValidateOptions(o); !s.ok()) return BadFlag(s.message());
   rkv::server::ControlOptions control;
   control.coordinator = FLAGS_coordinator;
@@ -404,7 +419,7 @@ int main(int argc, char** argv) {
       a.serving = true;  // the data plane listens for as long as the Admin service runs
       a.counters = read_counters();
       return a;
-    }, AdminShardsOf(srv, &map_source, server_id), also);
+    }, AdminShardsOf(srv, &map_source, server_id), also, operator_token);
     if (!started.ok()) return fail("starting the Admin service on " + admin_listen + " failed: " + started.status().ToString());
     admin = std::move(*started);
     // A wildcard admin host is announced with the data address's host.

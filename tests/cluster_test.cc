@@ -347,15 +347,16 @@ TEST_F(CoordinatorFlagsTest, ClusterTokenFileMustBeReadableAndNoClientToken) {
   EXPECT_NE(missing.Log().find("--cluster_token_file"), std::string::npos) << missing.Log();
 }
 
-// With an operator credential, kvctl drains and forgets with it alone: the
-// cluster's client token is refused naming the credential needed, and the
-// server is left as it was.
+// With an operator credential, kvctl drains, forgets and verifies with it
+// alone: the cluster's client token is refused naming the credential
+// needed, and the server is left as it was.
 TEST_F(CoordinatorFlagsTest, DrainAndForgetNeedTheOperatorCredentialWhenOneIsSet) {
   TestClusterOptions options = SmallCluster(2);
   cluster_ = std::make_unique<TestCluster>(options);
   const std::string operator_file = cluster().dir() + "/operator_token";
   WriteFile(operator_file, "the-operators-own-credential\n");
   cluster().options().coordinator_flags = {"--operator_token_file=" + operator_file};
+  cluster().options().server_flags = {"--operator_token_file=" + operator_file};
   ASSERT_TRUE(cluster().Start().ok()) << cluster().Logs();
   auto client = cluster().ClusterClient();
   ASSERT_NE(client, nullptr);
@@ -373,10 +374,16 @@ TEST_F(CoordinatorFlagsTest, DrainAndForgetNeedTheOperatorCredentialWhenOneIsSet
   EXPECT_NE(r.err.find("Forget needs the operator credential"), std::string::npos) << r.err;
   r = cluster().Kvctl({"members"});
   EXPECT_EQ(r.out.find("DRAINING"), std::string::npos) << r.out;
+  // The servers' replica verification likewise.
+  r = cluster().Kvctl({"verify", "--rounds=1"});
+  EXPECT_NE(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.err.find("ShardChecksums needs the operator credential"), std::string::npos) << r.out << r.err;
 
-  // The operator's credential reads the members and drains.
+  // The operator's credential reads the members, verifies and drains.
   r = cluster().Kvctl({"members"}, operator_file);
   EXPECT_EQ(r.exit_code, 0) << r.err;
+  r = cluster().Kvctl({"verify", "--rounds=1"}, operator_file);
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
   r = cluster().Kvctl({"drain", id}, operator_file);
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_TRUE(cluster().WaitForMap(*client, [&](const ClusterInfo& map) {
