@@ -13,7 +13,9 @@
 # Each package is one install component. Dependencies on Debian's
 # libraries come from dpkg-shlibdeps (dpkg-dev), with the packages' own
 # shared libraries found in the build tree; rkv-server and python3-rkv
-# depend on the rkv-client of the same version for librkv_proto and librkv.
+# depend on the rkv-client of the same version for librkv_proto and librkv,
+# rkv-server on passwd for its postinst. deploy/check-packages.sh installs
+# them on a fresh Debian 12 root and runs them there.
 # The packages install under /usr, whatever CMAKE_INSTALL_PREFIX says.
 
 set(CPACK_GENERATOR DEB)
@@ -41,11 +43,23 @@ set(CPACK_COMPONENT_CLIENT_DESCRIPTION
     "rkv client library, kvctl and C++ headers\n librkv (one-sided GETs over RDMA or tcp, PUTs through the servers' staging rings), kvctl and the CMake package.")
 
 set(CPACK_DEBIAN_SERVER_PACKAGE_NAME rkv-server)
-set(CPACK_DEBIAN_SERVER_PACKAGE_DEPENDS "rkv-client (= ${PROJECT_VERSION})")
+# passwd: the postinst's useradd (Debian 12's apt pulls it in through
+# adduser, but a system need not have apt).
+set(CPACK_DEBIAN_SERVER_PACKAGE_DEPENDS "rkv-client (= ${PROJECT_VERSION}), passwd")
 set(CPACK_DEBIAN_SERVER_PACKAGE_SUGGESTS "etcd-server")
 set(CPACK_COMPONENT_SERVER_DESCRIPTION
     "rkv server and coordinator with their systemd units\n rkv-server serves a hash table in RDMA-registered memory, kept durable in RocksDB; rkv-coordinator keeps the membership and shard map.")
-set(CPACK_DEBIAN_SERVER_PACKAGE_CONTROL_EXTRA ${PROJECT_SOURCE_DIR}/deploy/debian/rkv-server.postinst)
+# CPack ships a CONTROL_EXTRA file under its own name, and dpkg runs only
+# the one named postinst: the script is copied to that name (under another
+# name it was dead weight in the package, and the user rkv was never made).
+# A postinst of our own replaces the ldconfig CPack would have written for
+# librkv_etcd_proto; dpkg's ldconfig trigger does that job, as debhelper's
+# packages have it.
+configure_file(${PROJECT_SOURCE_DIR}/deploy/debian/rkv-server.postinst
+               ${PROJECT_BINARY_DIR}/packaging/postinst COPYONLY)
+file(WRITE ${PROJECT_BINARY_DIR}/packaging/triggers "activate-noawait ldconfig\n")
+set(CPACK_DEBIAN_SERVER_PACKAGE_CONTROL_EXTRA
+    ${PROJECT_BINARY_DIR}/packaging/postinst ${PROJECT_BINARY_DIR}/packaging/triggers)
 set(CPACK_DEBIAN_SERVER_PACKAGE_CONTROL_STRICT_PERMISSION ON)
 
 set(CPACK_DEBIAN_PYTHON_PACKAGE_NAME python3-rkv)
