@@ -8,11 +8,32 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "rkv/status.h"
 
 namespace rkv::bench {
+
+// A read-modify-write retries at most this many conflicts; when the try
+// after the last of them meets one too, it fails with ABORTED.
+inline constexpr uint64_t kReadModifyWriteRetries = 100;
+
+// What one KvTarget::ReadModifyWrite did. The read and the write keep
+// their own outcome, so that the caller counts a failed read as a GET's
+// error and a failed write as a PUT's without reading a message.
+struct ReadModifyWriteResult {
+  // The last read: the length of the value it got, or its error (then
+  // nothing was written: NOT_FOUND when the key was absent).
+  StatusOr<size_t> read = size_t{0};
+  // The compare-and-set that followed the last read: OK when it stored
+  // the value; its error otherwise, ABORTED after kReadModifyWriteRetries
+  // conflicts. OK and meaningless when the read failed.
+  Status write;
+  // Conflicts met and retried: compare-and-sets refused because another
+  // write of the key came between the read and them.
+  uint64_t conflicts = 0;
+};
 
 // One connection to one store. Thread safety: none; each benchmark thread
 // opens its own.
@@ -25,6 +46,15 @@ class KvTarget {
   // Fetches `key` and returns the length of its value (the bytes themselves
   // are fetched in full and dropped). NOT_FOUND when absent.
   virtual StatusOr<size_t> Get(std::string_view key) = 0;
+  // Workload f's read-modify-write, a compare-and-set loop: reads `key`
+  // (its value fetched in full and dropped, as Get), then stores `value`
+  // under it only if no other write of the key came between, with the
+  // store's own compare-and-set (rkv: a PUT conditioned on the version
+  // read; memcached: gets, then cas; Redis: WATCH and GET, then SET in a
+  // MULTI/EXEC). When another write came between (a conflict), reads
+  // again and tries again, up to kReadModifyWriteRetries times
+  // (RetryConflicts). The value is stored whatever the length read.
+  virtual ReadModifyWriteResult ReadModifyWrite(std::string_view key, std::string_view value) = 0;
   // Batches (rkv-ycsb --batch): whether this target has a batched path of
   // its own (rkv: MultiGet / MultiPut; Redis: pipelining). Without one
   // rkv-ycsb refuses --batch > 1 rather than time a loop of single calls.
@@ -41,6 +71,38 @@ class KvTarget {
   // (rkv::Client::LocationCacheStats) to the counts; other stores: nothing.
   virtual void AddCacheCounts(uint64_t* /*hits*/, uint64_t* /*fallbacks*/, uint64_t* /*misses*/) const {}
 };
+
+// One try of a read-modify-write, as a ReadModifyWrite implementation
+// makes it: read.ok() false, or the compare-and-set's outcome in write and
+// conflict.
+struct ReadModifyWriteTry {
+  StatusOr<size_t> read = size_t{0};
+  Status write;
+  bool conflict = false;  // the compare-and-set was refused: retry
+};
+
+// The retry loop of every ReadModifyWrite: calls `attempt()` (returning a
+// ReadModifyWriteTry) until a try meets no conflict, at most
+// 1 + kReadModifyWriteRetries times; when the last try also meets one,
+// write is ABORTED naming `key`. A template, not a std::function: the
+// loop runs once per timed operation.
+template <typename Attempt>
+ReadModifyWriteResult RetryConflicts(std::string_view key, Attempt&& attempt) {
+  ReadModifyWriteResult result;
+  for (;;) {
+    ReadModifyWriteTry t = attempt();
+    result.read = std::move(t.read);
+    result.write = std::move(t.write);
+    if (!t.conflict) return result;
+    if (result.conflicts == kReadModifyWriteRetries) {
+      result.write = Aborted("read-modify-write of " + std::string(key) + ": " +
+                             std::to_string(kReadModifyWriteRetries + 1) +
+                             " compare-and-sets in a row met a conflict");
+      return result;
+    }
+    ++result.conflicts;
+  }
+}
 
 // Settings shared by every kind of target.
 struct TargetOptions {

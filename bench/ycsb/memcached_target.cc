@@ -1,7 +1,7 @@
 // The memcached baseline: libmemcached's text protocol (binary protocol off:
 // it is deprecated in memcached) with TCP_NODELAY, memcached_set and
-// memcached_get, one memcached_st per benchmark thread. No batched path:
-// rkv-ycsb refuses --batch > 1 for it.
+// memcached_get, one memcached_st per benchmark thread; a read-modify-write
+// is gets then cas. No batched path: rkv-ycsb refuses --batch > 1 for it.
 #include <libmemcached/memcached.h>
 
 #include <cstdlib>
@@ -42,9 +42,22 @@ Status MemcachedError(const char* call, memcached_st* memc, memcached_return_t r
 
 class MemcachedTarget final : public KvTarget {
  public:
+  MemcachedTarget() = default;
+  // The result belongs to handle_'s memcached_st: freed here, before the
+  // members (handle_ among them) are destroyed.
+  ~MemcachedTarget() override {
+    if (result_ready_) memcached_result_free(&result_);
+  }
+  MemcachedTarget(const MemcachedTarget&) = delete;
+  MemcachedTarget& operator=(const MemcachedTarget&) = delete;
+
   Status Init(const TargetOptions& options) {
     memcached_st* memc = handle_.get();
     if (memc == nullptr) return Internal("memcached_create failed");
+    // Not heap-allocated by libmemcached (whose fetch would free such a
+    // result when the reply ends): ours, reused by every gets.
+    if (memcached_result_create(memc, &result_) == nullptr) return Internal("memcached_result_create failed");
+    result_ready_ = true;
     std::string host;
     int port = 0;
     if (Status s = SplitHostPort(options.server, &host, &port); !s.ok()) return s;
@@ -89,8 +102,62 @@ class MemcachedTarget final : public KvTarget {
     return length;
   }
 
+  // gets (memcached_mget with MEMCACHED_BEHAVIOR_SUPPORT_CAS) returns the
+  // value with its cas id; memcached_cas stores only if the item still has
+  // that id, and MEMCACHED_DATA_EXISTS (EXISTS) is a conflict. The
+  // behavior is on for the gets only, so that Get stays a plain get.
+  ReadModifyWriteResult ReadModifyWrite(std::string_view key, std::string_view value) override {
+    memcached_st* memc = handle_.get();
+    return RetryConflicts(key, [&]() -> ReadModifyWriteTry {
+      ReadModifyWriteTry t;
+      uint64_t cas = 0;
+      StatusOr<size_t> read = Gets(key, &cas);
+      if (!read.ok()) {
+        t.read = std::move(read);
+        return t;
+      }
+      t.read = *read;
+      const memcached_return_t rc = memcached_cas(memc, key.data(), key.size(), value.data(), value.size(),
+                                                  /*expiration=*/0, /*flags=*/0, cas);
+      if (rc == MEMCACHED_DATA_EXISTS) {
+        t.conflict = true;
+        t.write = FailedPrecondition("memcached_cas: the item changed since the gets");
+      } else if (rc != MEMCACHED_SUCCESS) {
+        t.write = MemcachedError("memcached_cas", memc, rc);
+      }
+      return t;
+    });
+  }
+
  private:
+  // One key's gets: its value's length, and its cas id in *cas.
+  StatusOr<size_t> Gets(std::string_view key, uint64_t* cas) {
+    memcached_st* memc = handle_.get();
+    const char* keys[] = {key.data()};
+    const size_t lengths[] = {key.size()};
+    memcached_return_t rc = memcached_behavior_set(memc, MEMCACHED_BEHAVIOR_SUPPORT_CAS, 1);
+    if (rc == MEMCACHED_SUCCESS) rc = memcached_mget(memc, keys, lengths, 1);
+    const memcached_return_t off = memcached_behavior_set(memc, MEMCACHED_BEHAVIOR_SUPPORT_CAS, 0);
+    if (rc != MEMCACHED_SUCCESS) return MemcachedError("memcached_mget (gets)", memc, rc);
+    if (off != MEMCACHED_SUCCESS) return MemcachedError("memcached_behavior_set", memc, off);
+    if (memcached_fetch_result(memc, &result_, &rc) == nullptr) {
+      // No item: the reply was END alone (NOTFOUND).
+      return MemcachedError("memcached_fetch_result (gets)", memc, rc == MEMCACHED_END ? MEMCACHED_NOTFOUND : rc);
+    }
+    const size_t length = memcached_result_length(&result_);
+    *cas = memcached_result_cas(&result_);
+    // Read the reply's END, so that the connection has no reply pending.
+    while (memcached_fetch_result(memc, &result_, &rc) != nullptr) {
+    }
+    if (rc != MEMCACHED_END && rc != MEMCACHED_SUCCESS) {
+      return MemcachedError("memcached_fetch_result (gets)", memc, rc);
+    }
+    return length;
+  }
+
   MemcachedHandle handle_;
+  memcached_result_st result_{};
+  bool result_ready_ = false;
 };
 
 }  // namespace

@@ -137,21 +137,22 @@ void RunSingles(const RunSettings& s, KvTarget& target, const std::string& pool,
       }
       case OpType::kReadModifyWrite: {
         // The new value differs from the one the last PUT of this thread
-        // wrote (another offset in the pool).
+        // wrote (another offset in the pool). One operation, one latency,
+        // however many conflicts it retried.
         const std::string_view value = ValueFor(pool, n + s.value_offset + 1, s.value_bytes);
         start = clock.Now();
-        StatusOr<size_t> length = target.Get(key);
+        ReadModifyWriteResult rmw = target.ReadModifyWrite(key, value);
+        end = clock.Now();
+        result.rmw_conflicts += rmw.conflicts;
         bool answered = false;
-        NoteGet(length, key, s.value_bytes, result.errors, &answered);
+        NoteGet(rmw.read, key, s.value_bytes, result.errors, &answered);
         if (answered) {
-          Status st = target.Put(key, value);
-          ok = st.ok();
+          ok = rmw.write.ok();
           if (!ok) {
             ++result.errors.put_failed;
-            result.errors.Sample("RMW PUT " + key + ": " + st.ToString());
+            result.errors.Sample("RMW PUT " + key + ": " + rmw.write.ToString());
           }
         }
-        end = clock.Now();
         break;
       }
       case OpType::kBatch:
@@ -263,6 +264,7 @@ void ThreadResult::Merge(const ThreadResult& other) {
   for (size_t i = 0; i < kOpTypeCount; ++i) latency_ns[i].Merge(other.latency_ns[i]);
   ops += other.ops;
   unsent += other.unsent;
+  rmw_conflicts += other.rmw_conflicts;
   errors.Merge(other.errors);
 }
 

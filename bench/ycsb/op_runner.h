@@ -53,8 +53,9 @@ std::string RandomPool(size_t bytes, std::mt19937_64& rng);
 // The value of the n-th PUT from `pool`.
 std::string_view ValueFor(const std::string& pool, uint64_t n, uint64_t value_bytes);
 
-// Every error of one thread, by kind. A read-modify-write's GET and PUT
-// count as a GET and a PUT here.
+// Every error of one thread, by kind. A read-modify-write's read and
+// compare-and-set count as a GET and a PUT here (those of its last try:
+// conflicts retried are no error; running out of retries is a failed PUT).
 struct Errors {
   uint64_t load_failed = 0;
   uint64_t get_failed = 0;
@@ -83,6 +84,10 @@ struct ThreadResult {
   uint64_t ops = 0;
   // Open loop: operations due before the end but never sent.
   uint64_t unsent = 0;
+  // Read-modify-writes: compare-and-sets that met a conflict and were
+  // retried from the read (KvTarget::ReadModifyWrite), within the
+  // operation's one latency.
+  uint64_t rmw_conflicts = 0;
   Errors errors;
 
   Histogram& Of(OpType op) { return latency_ns[static_cast<size_t>(op)]; }

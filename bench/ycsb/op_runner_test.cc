@@ -36,7 +36,8 @@ class FakeClock final : public RunClock {
 };
 
 // A store in memory whose every call takes `service` of fake time, and
-// call number `stall_at` (0-based) `stall` more.
+// call number `stall_at` (0-based) `stall` more. A read-modify-write makes
+// two calls per try, a GET and a compare-and-set on the key's version.
 class FakeTarget final : public KvTarget {
  public:
   FakeTarget(FakeClock& clock, nanoseconds service) : clock_(clock), service_(service) {}
@@ -45,15 +46,40 @@ class FakeTarget final : public KvTarget {
     stall_at_ = call;
     stall_ = stall;
   }
+  // The next `n` compare-and-sets meet a conflict: another writer writes
+  // the key between their read and them.
+  void Conflicts(uint64_t n) { conflicts_left_ = n; }
   void Load(uint64_t records) {
-    for (uint64_t i = 0; i < records; ++i) values_[RecordKey(i)] = kValueBytes;
+    for (uint64_t i = 0; i < records; ++i) Store(RecordKey(i), kValueBytes);
   }
 
   Status Put(std::string_view key, std::string_view value) override {
     Serve(false);
-    values_[std::string(key)] = value.size();
+    Store(std::string(key), value.size());
     ++puts_;
     return Status::Ok();
+  }
+  ReadModifyWriteResult ReadModifyWrite(std::string_view key, std::string_view value) override {
+    return RetryConflicts(key, [&]() -> ReadModifyWriteTry {
+      ReadModifyWriteTry t;
+      t.read = Get(key);
+      if (!t.read.ok()) return t;
+      const std::string k(key);
+      const uint64_t read_version = versions_[k];
+      if (conflicts_left_ > 0) {
+        --conflicts_left_;
+        Store(k, kValueBytes);  // the other writer
+      }
+      Serve(false);
+      ++puts_;
+      if (versions_[k] != read_version) {
+        t.conflict = true;
+        t.write = FailedPrecondition("version changed");
+        return t;
+      }
+      Store(k, value.size());
+      return t;
+    });
   }
   StatusOr<size_t> Get(std::string_view key) override {
     Serve(true);
@@ -74,7 +100,7 @@ class FakeTarget final : public KvTarget {
   }
   std::vector<Status> MultiPut(std::span<const std::string> keys, std::span<const std::string_view> values) override {
     Serve(false);
-    for (size_t i = 0; i < keys.size(); ++i) values_[keys[i]] = values[i].size();
+    for (size_t i = 0; i < keys.size(); ++i) Store(keys[i], values[i].size());
     return std::vector<Status>(keys.size(), Status::Ok());
   }
 
@@ -84,6 +110,10 @@ class FakeTarget final : public KvTarget {
   bool Has(const std::string& key) const { return values_.count(key) != 0; }
 
  private:
+  void Store(const std::string& key, size_t value_bytes) {
+    values_[key] = value_bytes;
+    ++versions_[key];
+  }
   void Serve(bool /*read*/) {
     call_starts_.push_back(clock_.Now());
     clock_.Advance(service_);
@@ -97,8 +127,10 @@ class FakeTarget final : public KvTarget {
   uint64_t calls_ = 0;
   uint64_t gets_ = 0;
   uint64_t puts_ = 0;
+  uint64_t conflicts_left_ = 0;
   std::vector<TimePoint> call_starts_;
   std::map<std::string, size_t> values_;
+  std::map<std::string, uint64_t> versions_;
 };
 
 struct FakeRun {
@@ -266,6 +298,45 @@ TEST(OpRunnerTest, ReadModifyWriteIsItsOwnKindAndTimesBothCalls) {
   EXPECT_EQ(run.result.Of(OpType::kReadModifyWrite).max(), static_cast<uint64_t>(2 * kServiceNs));
   EXPECT_EQ(run.result.Of(OpType::kReadModifyWrite).min(), static_cast<uint64_t>(2 * kServiceNs));
   EXPECT_EQ(run.result.errors.Total(), 0u);
+  EXPECT_EQ(run.result.rmw_conflicts, 0u);
+}
+
+TEST(OpRunnerTest, ReadModifyWriteRetriesAConflictFromTheReadAndCountsIt) {
+  FakeRun run("f");
+  run.settings.budget = 200;
+  run.target.Conflicts(1);
+  run.Go();
+  const Histogram& rmw = run.result.Of(OpType::kReadModifyWrite);
+  ASSERT_GT(rmw.count(), 0u);
+  EXPECT_EQ(run.result.rmw_conflicts, 1u);
+  // The conflict is no error: every operation succeeded.
+  EXPECT_EQ(run.result.errors.Total(), 0u);
+  EXPECT_EQ(rmw.count() + run.result.Of(OpType::kRead).count(), 200u);
+  // The refused compare-and-set was retried from the read: one GET and
+  // one compare-and-set more.
+  EXPECT_EQ(run.target.gets(), 200u + 1);
+  EXPECT_EQ(run.target.puts(), rmw.count() + 1);
+  // Timed as one operation: its two tries, four calls.
+  EXPECT_EQ(rmw.max(), static_cast<uint64_t>(4 * kServiceNs));
+  EXPECT_EQ(rmw.min(), static_cast<uint64_t>(2 * kServiceNs));
+}
+
+TEST(OpRunnerTest, ReadModifyWriteGivesUpAfterItsRetriesAsAFailedPut) {
+  FakeRun run("f");
+  run.settings.budget = 20;
+  run.target.Conflicts(UINT64_MAX);
+  run.Go();
+  // Every read-modify-write met a conflict on each of its tries.
+  const uint64_t failed = run.result.errors.put_failed;
+  ASSERT_GT(failed, 0u);
+  EXPECT_EQ(run.result.errors.Total(), failed);
+  EXPECT_EQ(run.result.Of(OpType::kReadModifyWrite).count(), 0u);
+  EXPECT_EQ(run.target.puts(), failed * (kReadModifyWriteRetries + 1));
+  EXPECT_EQ(run.result.rmw_conflicts, failed * kReadModifyWriteRetries);
+  ASSERT_FALSE(run.result.errors.samples.empty());
+  EXPECT_NE(run.result.errors.samples[0].find("ABORTED"), std::string::npos) << run.result.errors.samples[0];
+  EXPECT_NE(run.result.errors.samples[0].find("read-modify-write of user"), std::string::npos)
+      << run.result.errors.samples[0];
 }
 
 TEST(OpRunnerTest, WorkloadDInsertsNewRecordsAndReadsOnlyExistingOnes) {
@@ -312,10 +383,13 @@ TEST(OpRunnerTest, MergeAddsThreads) {
   a.ops = 1;
   b.ops = 2;
   b.unsent = 4;
+  a.rmw_conflicts = 5;
+  b.rmw_conflicts = 6;
   b.errors.insert_failed = 1;
   a.Merge(b);
   EXPECT_EQ(a.ops, 3u);
   EXPECT_EQ(a.unsent, 4u);
+  EXPECT_EQ(a.rmw_conflicts, 11u);
   EXPECT_EQ(a.Of(OpType::kRead).count(), 2u);
   EXPECT_EQ(a.Of(OpType::kInsert).count(), 1u);
   EXPECT_EQ(a.errors.Total(), 1u);

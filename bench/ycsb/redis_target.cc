@@ -1,8 +1,9 @@
 // The Redis baseline: hiredis, synchronous GET and SET (binary-safe %b
 // arguments), one redisContext per benchmark thread; with
 // --redis_wait_replicas=N each SET is followed by WAIT N (a synchronously
-// replicated write). With rkv-ycsb --batch, the commands of a batch are
-// pipelined.
+// replicated write). A read-modify-write is an optimistic transaction:
+// WATCH and GET, then MULTI, SET, EXEC. With rkv-ycsb --batch, the
+// commands of a batch are pipelined.
 #include <hiredis.h>
 
 #include <string>
@@ -44,20 +45,8 @@ class RedisTarget final : public KvTarget {
     ReplyPtr reply(static_cast<redisReply*>(
         redisCommand(c_.get(), "SET %b %b", key.data(), key.size(), value.data(), value.size())));
     if (reply == nullptr) return ContextError("SET", c_.get());
-    if (reply->type != REDIS_REPLY_STATUS || std::string_view(reply->str, reply->len) != "OK") {
-      return UnexpectedReply("SET", reply.get());
-    }
-    if (wait_replicas_ == 0) return Status::Ok();
-    // A synchronously replicated write: the SET counts only once
-    // wait_replicas_ replicas have acknowledged it.
-    ReplyPtr waited(static_cast<redisReply*>(redisCommand(c_.get(), "WAIT %d %d", wait_replicas_, timeout_ms_)));
-    if (waited == nullptr) return ContextError("WAIT", c_.get());
-    if (waited->type != REDIS_REPLY_INTEGER) return UnexpectedReply("WAIT", waited.get());
-    if (waited->integer < wait_replicas_) {
-      return DeadlineExceeded("WAIT: " + std::to_string(waited->integer) + " of " + std::to_string(wait_replicas_) +
-                              " replicas acknowledged the SET within " + std::to_string(timeout_ms_) + " ms");
-    }
-    return Status::Ok();
+    if (!IsStatus(reply.get(), "OK")) return UnexpectedReply("SET", reply.get());
+    return WaitReplicas();
   }
 
   StatusOr<size_t> Get(std::string_view key) override {
@@ -67,6 +56,53 @@ class RedisTarget final : public KvTarget {
     if (reply->type == REDIS_REPLY_NIL) return NotFound("GET: key not found");
     if (reply->type != REDIS_REPLY_STRING) return UnexpectedReply("GET", reply.get());
     return static_cast<size_t>(reply->len);
+  }
+
+  // WATCH and GET, pipelined (one round trip); then MULTI, SET and EXEC,
+  // pipelined likewise. EXEC answers nil when another client wrote the key
+  // after the WATCH (a conflict: the SET was not applied). A successful
+  // EXEC is followed by WAIT with --redis_wait_replicas, as Put's SET.
+  ReadModifyWriteResult ReadModifyWrite(std::string_view key, std::string_view value) override {
+    return RetryConflicts(key, [&]() -> ReadModifyWriteTry {
+      ReadModifyWriteTry t;
+      t.read = WatchAndGet(key);
+      if (!t.read.ok()) return t;
+      redisAppendCommand(c_.get(), "MULTI");
+      redisAppendCommand(c_.get(), "SET %b %b", key.data(), key.size(), value.data(), value.size());
+      redisAppendCommand(c_.get(), "EXEC");
+      ReplyPtr multi;
+      ReplyPtr queued;
+      ReplyPtr exec;
+      if (Status s = ReadReply("MULTI", &multi); !s.ok()) {
+        t.write = std::move(s);
+        return t;
+      }
+      if (Status s = ReadReply("SET", &queued); !s.ok()) {
+        t.write = std::move(s);
+        return t;
+      }
+      if (Status s = ReadReply("EXEC", &exec); !s.ok()) {
+        t.write = std::move(s);
+        return t;
+      }
+      // A refused MULTI or SET makes EXEC fail (EXECABORT): report the
+      // first refusal.
+      if (!IsStatus(multi.get(), "OK")) {
+        t.write = UnexpectedReply("MULTI", multi.get());
+      } else if (!IsStatus(queued.get(), "QUEUED")) {
+        t.write = UnexpectedReply("SET in MULTI", queued.get());
+      } else if (exec->type == REDIS_REPLY_NIL) {
+        t.conflict = true;
+        t.write = FailedPrecondition("EXEC: the watched key changed since the GET");
+      } else if (exec->type != REDIS_REPLY_ARRAY || exec->elements != 1) {
+        t.write = UnexpectedReply("EXEC", exec.get());
+      } else if (!IsStatus(exec->element[0], "OK")) {
+        t.write = UnexpectedReply("SET in EXEC", exec->element[0]);
+      } else {
+        t.write = WaitReplicas();
+      }
+      return t;
+    });
   }
 
   // Pipelining: every command of the batch is written before the first
@@ -138,6 +174,56 @@ class RedisTarget final : public KvTarget {
   }
 
  private:
+  static bool IsStatus(const redisReply* r, std::string_view want) {
+    return r->type == REDIS_REPLY_STATUS && std::string_view(r->str, r->len) == want;
+  }
+
+  // The next reply of a pipeline into *reply.
+  Status ReadReply(const char* call, ReplyPtr* reply) {
+    void* raw = nullptr;
+    if (redisGetReply(c_.get(), &raw) != REDIS_OK || raw == nullptr) return ContextError(call, c_.get());
+    reply->reset(static_cast<redisReply*>(raw));
+    return Status::Ok();
+  }
+
+  // With --redis_wait_replicas, a synchronously replicated write: the SET
+  // just applied counts only once wait_replicas_ replicas acknowledged it.
+  Status WaitReplicas() {
+    if (wait_replicas_ == 0) return Status::Ok();
+    ReplyPtr waited(static_cast<redisReply*>(redisCommand(c_.get(), "WAIT %d %d", wait_replicas_, timeout_ms_)));
+    if (waited == nullptr) return ContextError("WAIT", c_.get());
+    if (waited->type != REDIS_REPLY_INTEGER) return UnexpectedReply("WAIT", waited.get());
+    if (waited->integer < wait_replicas_) {
+      return DeadlineExceeded("WAIT: " + std::to_string(waited->integer) + " of " + std::to_string(wait_replicas_) +
+                              " replicas acknowledged the SET within " + std::to_string(timeout_ms_) + " ms");
+    }
+    return Status::Ok();
+  }
+
+  // WATCH key and GET key in one round trip: the value's length. When the
+  // GET fails, UNWATCH, so that no watch outlives this read-modify-write.
+  StatusOr<size_t> WatchAndGet(std::string_view key) {
+    redisAppendCommand(c_.get(), "WATCH %b", key.data(), key.size());
+    redisAppendCommand(c_.get(), "GET %b", key.data(), key.size());
+    ReplyPtr watched;
+    ReplyPtr got;
+    if (Status s = ReadReply("WATCH", &watched); !s.ok()) return s;
+    if (Status s = ReadReply("GET", &got); !s.ok()) return s;
+    Status failed;
+    if (!IsStatus(watched.get(), "OK")) {
+      failed = UnexpectedReply("WATCH", watched.get());
+    } else if (got->type == REDIS_REPLY_NIL) {
+      failed = NotFound("GET: key not found");
+    } else if (got->type != REDIS_REPLY_STRING) {
+      failed = UnexpectedReply("GET", got.get());
+    } else {
+      return static_cast<size_t>(got->len);
+    }
+    ReplyPtr unwatched(static_cast<redisReply*>(redisCommand(c_.get(), "UNWATCH")));
+    if (unwatched == nullptr) return ContextError("UNWATCH", c_.get());
+    return failed;
+  }
+
   ContextPtr c_;
   const int wait_replicas_;
   const int timeout_ms_;

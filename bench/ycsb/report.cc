@@ -88,6 +88,11 @@ std::string TextLatencyLine(OpType op, const Histogram& h) {
   return line;
 }
 
+std::string TextConflictsLine(const RunParameters& params, const ThreadResult& result) {
+  if (!params.workload.Has(OpType::kReadModifyWrite) && result.rmw_conflicts == 0) return "";
+  return "  read-modify-write conflicts retried: " + std::to_string(result.rmw_conflicts);
+}
+
 std::string_view OutputLineHeader() {
   return "# target workload value_bytes threads ops ops_per_s get_p50_us get_p99_us "
          "put_p50_us put_p99_us errors batch batch_p50_us batch_p99_us";
@@ -124,6 +129,7 @@ std::string JsonReport(const RunParameters& params, const RunFigures& figures) {
   out += ",\"ops_per_s\":" + Number(figures.OpsPerSecond(), "%.0f");
   out += ",\"unsent\":" + std::to_string(r.unsent);
   out += ",\"errors\":" + std::to_string(r.errors.Total());
+  out += ",\"rmw_conflicts\":" + std::to_string(r.rmw_conflicts);
   out += ",\"latency\":{";
   bool first = true;
   for (OpType op : ReportedOps(params, r)) {
@@ -144,7 +150,7 @@ std::string JsonReport(const RunParameters& params, const RunFigures& figures) {
 std::string CsvHeader() {
   std::string header =
       "label,target,workload,key_distribution,value_bytes,threads,batch,target_ops_per_s,run_s,ops,ops_per_s,"
-      "errors,op,count,mean_us";
+      "errors,rmw_conflicts,op,count,mean_us";
   for (const Quantile& q : kQuantiles) header += "," + std::string(q.name);
   return header + ",max_us\n";
 }
@@ -157,7 +163,8 @@ std::string CsvRows(const RunParameters& params, const RunFigures& figures) {
                              std::to_string(params.value_bytes) + "," + std::to_string(params.threads) + "," +
                              std::to_string(params.batch) + "," + Number(params.target_ops_per_s, "%.0f") + "," +
                              Number(figures.run_s, "%.3f") + "," + std::to_string(r.ops) + "," +
-                             Number(figures.OpsPerSecond(), "%.0f") + "," + std::to_string(r.errors.Total());
+                             Number(figures.OpsPerSecond(), "%.0f") + "," + std::to_string(r.errors.Total()) +
+                             "," + std::to_string(r.rmw_conflicts);
   std::string rows;
   for (OpType op : ReportedOps(params, r)) {
     const Histogram& h = r.Of(op);

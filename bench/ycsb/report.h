@@ -1,15 +1,19 @@
 // rkv-ycsb's final figures in the formats --output_format names.
 //
 //   text  the summary on stdout (one line per kind of operation: count,
-//         mean, p50, p90, p99, p99.9, max) and, with --output, one line
+//         mean, p50, p90, p99, p99.9, max; for a workload with
+//         read-modify-writes, the conflicts they retried) and, with
+//         --output, one line
 //         appended per run in the format bench/run.sh and
 //         bench/run-verbs.sh read (OutputLine; unchanged since the first
 //         release: GET and PUT columns only).
-//   json  one object: the run's parameters, its totals and, under "ops",
+//   json  one object: the run's parameters, its totals (rmw_conflicts
+//         among them, 0 without read-modify-writes) and, under "latency",
 //         every kind of operation's figures. With --output, appended as
 //         one line (JSON Lines).
-//   csv   a header, then one row per kind of operation. With --output,
-//         the header only when the file is empty.
+//   csv   a header, then one row per kind of operation, each with the
+//         run's totals (rmw_conflicts among them). With --output, the
+//         header only when the file is empty.
 // Latencies are in microseconds, from bench/ycsb/histogram.h (within
 // 1/256 of a recorded value; max exact).
 #pragma once
@@ -65,6 +69,11 @@ std::string Micros(uint64_t nanos);
 // The text summary's line for one kind ("" when it has no figures):
 //   "  GET       1234 ok   mean ...  p50 ...  p90 ...  p99 ...  p99.9 ...  max ...  (us)"
 std::string TextLatencyLine(OpType op, const Histogram& h);
+
+// The text summary's line for the conflicts read-modify-writes retried
+// ("" when the workload has none and none were met):
+//   "  read-modify-write conflicts retried: 12"
+std::string TextConflictsLine(const RunParameters& params, const ThreadResult& result);
 
 // The --output line of the text format (no newline) and its header.
 std::string OutputLine(const RunParameters& params, const RunFigures& figures);

@@ -56,8 +56,8 @@ TEST(ReportTest, JsonHasTheParametersAndEveryKind) {
   EXPECT_EQ(json.front(), '{');
   EXPECT_EQ(json.back(), '}');
   for (const char* want : {"\"workload\":\"a\"", "\"key_distribution\":\"zipfian\"", "\"threads\":2",
-                           "\"ops\":3", "\"get\":{\"count\":2", "\"put\":{\"count\":1", "\"p99_9_us\":",
-                           "\"max_us\":30.0"}) {
+                           "\"ops\":3", "\"rmw_conflicts\":0", "\"get\":{\"count\":2", "\"put\":{\"count\":1",
+                           "\"p99_9_us\":", "\"max_us\":30.0"}) {
     EXPECT_NE(json.find(want), std::string::npos) << want << " in " << json;
   }
   EXPECT_EQ(json.find("\"rmw\""), std::string::npos);
@@ -66,10 +66,13 @@ TEST(ReportTest, JsonHasTheParametersAndEveryKind) {
 TEST(ReportTest, CsvHasAHeaderAndOneRowPerKind) {
   RunFigures f = Figures();
   f.result.Of(OpType::kReadModifyWrite).Record(40'000);
+  f.result.rmw_conflicts = 7;
   const std::string rows = CsvRows(Params("f"), f);
   // f: get and rmw; the put has figures too, so it is listed.
   EXPECT_EQ(std::count(rows.begin(), rows.end(), '\n'), 3);
-  EXPECT_NE(rows.find(",rmw,1,40.0,"), std::string::npos) << rows;
+  // The run's errors and conflicts, then the kind's figures.
+  EXPECT_NE(rows.find(",0,7,rmw,1,40.0,"), std::string::npos) << rows;
+  EXPECT_NE(CsvHeader().find(",errors,rmw_conflicts,op,"), std::string::npos);
   const std::string header = CsvHeader();
   const auto fields = [](const std::string& line) { return std::count(line.begin(), line.end(), ','); };
   EXPECT_EQ(fields(header), fields(rows.substr(0, rows.find('\n') + 1)));
@@ -82,6 +85,15 @@ TEST(ReportTest, TextLineKeepsTheFormatScriptsParse) {
   EXPECT_EQ(line.rfind("  GET ", 0), 0u) << line;
   EXPECT_NE(line.find(" 1 ok   mean     12.3  p50     12.3  p90"), std::string::npos) << line;
   EXPECT_EQ(TextLatencyLine(OpType::kInsert, Histogram()), "");
+}
+
+TEST(ReportTest, TextGivesTheConflictsOfReadModifyWrites) {
+  RunFigures f = Figures();
+  f.result.rmw_conflicts = 12;
+  EXPECT_EQ(TextConflictsLine(Params("f"), f.result), "  read-modify-write conflicts retried: 12");
+  EXPECT_EQ(TextConflictsLine(Params("f"), ThreadResult()), "  read-modify-write conflicts retried: 0");
+  // Other workloads have no read-modify-write: no line.
+  EXPECT_EQ(TextConflictsLine(Params("a"), ThreadResult()), "");
 }
 
 TEST(ProgressTest, LiveCountsGiveTheIntervalsP99) {

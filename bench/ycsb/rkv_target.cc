@@ -43,6 +43,40 @@ class RkvTarget final : public KvTarget {
     return value_.size();
   }
 
+  // A GET with the value's version (into value_, or with --get_into into
+  // the registered buffer), then Put with PutCondition::VersionIs(that
+  // version); FAILED_PRECONDITION with Reason::kConditionFailed is a
+  // conflict. The read goes to the key's primary even with
+  // --read_any_replica: the primary checks the condition, and a backup's
+  // older version would only fail it.
+  ReadModifyWriteResult ReadModifyWrite(std::string_view key, std::string_view value) override {
+    return RetryConflicts(key, [&]() -> ReadModifyWriteTry {
+      ReadModifyWriteTry t;
+      uint64_t version = 0;
+      if (get_into_) {
+        GetIntoResult got;
+        if (Status s = client_->GetInto(key, memory_, &got); !s.ok()) {
+          t.read = std::move(s);
+          return t;
+        }
+        t.read = got.value_bytes;
+        version = got.version;
+      } else {
+        if (Status s = client_->Get(key, &value_, &version); !s.ok()) {
+          t.read = std::move(s);
+          return t;
+        }
+        t.read = value_.size();
+      }
+      StatusOr<uint64_t> put = client_->Put(key, value, PutCondition::VersionIs(version));
+      if (put.ok()) return t;
+      t.conflict = put.status().code() == StatusCode::kFailedPrecondition &&
+                   put.status().reason() == Reason::kConditionFailed;
+      t.write = put.status();
+      return t;
+    });
+  }
+
   bool SupportsBatch() const override { return true; }
 
   std::vector<StatusOr<size_t>> MultiGet(std::span<const std::string> keys) override {

@@ -13,7 +13,7 @@ constexpr Workload kWorkloads[] = {
     {"c", 1.0, 0, 0, 0, std::nullopt, "YCSB C: 100% read (GET)"},
     {"d", 0.95, 0, 0.05, 0, KeyDistribution::kLatest, "YCSB D: 95% read (GET) of the latest, 5% insert (PUT)"},
     {"f", 0.5, 0, 0, 0.5, std::nullopt,
-     "YCSB F: 50% read (GET), 50% read-modify-write (GET then PUT, no compare-and-set)"},
+     "YCSB F: 50% read (GET), 50% read-modify-write (GET then compare-and-set PUT, retried on conflict)"},
 };
 
 }  // namespace

@@ -7,8 +7,9 @@
 //   c  100% read
 //   d  95% read, 5% insert                (latest keys by default)
 //   e  refused: 95% scans, which a hash store does not have
-//   f  50% read, 50% read-modify-write (a GET, then a PUT of a new value:
-//      plain GET + PUT, the store has no compare-and-set)
+//   f  50% read, 50% read-modify-write (a GET, then a PUT of a new value
+//      that the store's compare-and-set refuses if another write came
+//      between; then both again: KvTarget::ReadModifyWrite)
 // and rkv's own: get (100% GET) and put (100% PUT of loaded records).
 // A read is a GET, an update a PUT of a loaded record, an insert a PUT of a
 // new record (bench/ycsb/insert_counter.h).
