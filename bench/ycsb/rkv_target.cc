@@ -47,7 +47,7 @@ class RkvTarget final : public KvTarget {
   // the registered buffer), then Put with PutCondition::VersionIs(that
   // version); FAILED_PRECONDITION with Reason::kConditionFailed is a
   // conflict. The read goes to the key's primary even with
-  // --read_any_replica: the primary checks the condition, and a backup's
+  // --read_from=any: the primary checks the condition, and a backup's
   // older version would only fail it.
   ReadModifyWriteResult ReadModifyWrite(std::string_view key, std::string_view value) override {
     return RetryConflicts(key, [&]() -> ReadModifyWriteTry {

@@ -92,9 +92,11 @@ std::optional<protocol::ReplyMsg> Applier::Validate(std::span<const uint8_t> msg
     return Error(request_id, InvalidArgument("request condition " + std::to_string(req.condition) + " is not known"));
   }
   const auto condition = static_cast<protocol::Condition>(req.condition);
-  if (condition != protocol::Condition::kNone && op != protocol::Op::kPut) {
+  if (condition != protocol::Condition::kNone && op != protocol::Op::kPut &&
+      !(op == protocol::Op::kDelete && condition == protocol::Condition::kVersionIs)) {
     return Error(request_id, InvalidArgument("op " + std::to_string(req.op) +
-                                             " carries a condition: only a client's PUT may"));
+                                             " carries a condition: only a client's PUT may, or a client's DELETE "
+                                             "a version condition"));
   }
   if ((condition == protocol::Condition::kVersionIs) != (req.expected_version != 0)) {
     return Error(request_id, InvalidArgument(

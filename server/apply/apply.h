@@ -395,7 +395,8 @@ class Applier {
   std::optional<protocol::ReplyMsg> CheckCondition(uint64_t request_id, std::string_view key,
                                                    protocol::Condition condition, uint64_t expected_version)
       REQUIRES(table_mu_);
-  protocol::ReplyMsg ApplyDelete(uint64_t request_id, std::string_view key, bool* remember)
+  protocol::ReplyMsg ApplyDelete(uint64_t request_id, std::string_view key, protocol::Condition condition,
+                                 uint64_t expected_version, bool* remember)
       REQUIRES_SHARED(writes_gate_) EXCLUDES(table_mu_);
   // With a policy, before a client write of `key` writes or forwards
   // anything: sets *route and returns nullopt when RouteWrite routes it

@@ -89,7 +89,7 @@ protocol::ReplyMsg Applier::ApplyWrite(const Request& req, bool* remember) {
   ReaderLock gate(writes_gate_);
   MutexLock key_lock(key_stripes_[KeyStripe(req.key)]);
   return req.op == protocol::Op::kDelete
-             ? ApplyDelete(req.request_id, req.key, remember)
+             ? ApplyDelete(req.request_id, req.key, req.condition, req.expected_version, remember)
              : ApplyPut(req.request_id, req.key, req.value, req.condition, req.expected_version, remember);
 }
 
@@ -176,12 +176,24 @@ protocol::ReplyMsg Applier::ApplyPut(uint64_t request_id, std::string_view key, 
   return InstallPut(request_id, key, value, version);
 }
 
-protocol::ReplyMsg Applier::ApplyDelete(uint64_t request_id, std::string_view key, bool* remember) {
+protocol::ReplyMsg Applier::ApplyDelete(uint64_t request_id, std::string_view key, protocol::Condition condition,
+                                        uint64_t expected_version, bool* remember) {
   std::optional<WriteRoute> route;
   if (auto refused = RouteClientWrite(request_id, key, &route, remember)) return *refused;
   uint64_t version = 0;
   {
     MutexLock lock(table_mu_);
+    // A version condition (Validate allows no other on a DELETE) is checked
+    // as a PUT's is, under the key's stripe, and refused under a valid
+    // lease only.
+    if (std::optional<protocol::ReplyMsg> failed = CheckCondition(request_id, key, condition, expected_version)) {
+      if (route) {
+        if (std::optional<protocol::ReplyMsg> refused = RefuseWithoutLease(request_id, key, *route, remember)) {
+          return *refused;
+        }
+      }
+      return *failed;
+    }
     const std::optional<Table::Entry> e = table_->Lookup(key);
     if (!route) return e ? DeleteLocal(request_id, key) : Error(request_id, NotFound("key not found"));
     // Even NOT_FOUND (local only: nothing to forward) is answered under a
