@@ -225,6 +225,9 @@ class [[gnu::visibility("hidden")]] Client::Impl {
 
   // ---- PUT and DELETE (client_write.cc).
 
+  // Client::Delete and DeleteIfVersion (`if_version` 0: no condition).
+  Status Delete(std::string_view key, uint64_t if_version, const CallOptions& call);
+
   // One PUT or DELETE call's request, as its attempts send it.
   struct PendingWrite {
     protocol::Op op = protocol::Op::kPut;

@@ -247,6 +247,25 @@ TEST_F(ClientRetryTest, MultiPutChecksEachItemsConditionInOrder) {
   EXPECT_EQ(client_->Get("m-bad").status().code(), StatusCode::kNotFound) << "a refused item is not sent";
 }
 
+// DeleteIfVersion removes the key only at the version asked for; its
+// resend after a lost reply is answered as the first, not refused by the
+// deletion it made itself.
+TEST_F(ClientRetryTest, DeleteIfVersionRemovesOnlyThatVersion) {
+  Connect();
+  const uint64_t v1 = VersionOf(client_->Put("d", "v1"));
+  const uint64_t v2 = VersionOf(client_->Put("d", "v2"));
+  const Status stale = client_->DeleteIfVersion("d", v1);
+  EXPECT_EQ(stale.code(), StatusCode::kFailedPrecondition) << stale;
+  EXPECT_EQ(stale.reason(), Reason::kConditionFailed);
+  EXPECT_NE(stale.message().find("version is " + std::to_string(v2)), std::string::npos) << stale;
+  EXPECT_EQ(*client_->Get("d"), "v2");
+  LoseTheNextReply();
+  ASSERT_TRUE(client_->DeleteIfVersion("d", v2).ok());
+  EXPECT_EQ(client_->Get("d").status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(client_->DeleteIfVersion("d", v2).reason(), Reason::kConditionFailed) << "absent now";
+  EXPECT_EQ(client_->DeleteIfVersion("d", 0).code(), StatusCode::kInvalidArgument);
+}
+
 TEST_F(ClientRetryTest, IncrementsByCompareAndSetLoopsLoseNone) {
   Connect();
   ASSERT_TRUE(client_->Put("counter", "0").ok());

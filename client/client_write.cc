@@ -211,21 +211,32 @@ StatusOr<uint64_t> Client::Put(std::string_view key, std::string_view value, con
   return result.version;
 }
 
-Status Client::Delete(std::string_view key, const CallOptions& call) {
-  auto routes = impl_->Routing();
-  RKV_RETURN_IF_ERROR(impl_->CheckKey(routes->table(), key));
-  const Deadline deadline = impl_->DeadlineOf(call);
+Status Client::Delete(std::string_view key, const CallOptions& call) { return impl_->Delete(key, 0, call); }
+
+Status Client::DeleteIfVersion(std::string_view key, uint64_t version, const CallOptions& call) {
+  if (version == 0) return InvalidArgument("DeleteIfVersion(0): versions start at 1");
+  return impl_->Delete(key, version, call);
+}
+
+Status Client::Impl::Delete(std::string_view key, uint64_t if_version, const CallOptions& call) {
+  auto routes = Routing();
+  RKV_RETURN_IF_ERROR(CheckKey(routes->table(), key));
+  const Deadline deadline = DeadlineOf(call);
   client::WriteResult result;
-  Impl::PendingWrite write;
+  PendingWrite write;
   write.op = protocol::Op::kDelete;
-  const Status s = impl_->WithKey(std::move(routes), key, deadline, [&](ServerConnection& conn) -> Status {
+  if (if_version != 0) {
+    write.condition = protocol::Condition::kVersionIs;
+    write.expected_version = if_version;
+  }
+  const Status s = WithKey(std::move(routes), key, deadline, [&](ServerConnection& conn) -> Status {
     if (key.size() > conn.accept().max_key_bytes) {
       return InvalidArgument("key of " + to_string(key.size()) + " bytes: over the server's max_key_bytes " +
                              to_string(conn.accept().max_key_bytes));
     }
-    return impl_->WriteAttempt(conn, write, key, {}, deadline, &result);
+    return WriteAttempt(conn, write, key, {}, deadline, &result);
   });
-  if (!s.ok()) return Impl::WriteFailed(write, s);
+  if (!s.ok()) return WriteFailed(write, s);
   return result.status;
 }
 

@@ -40,7 +40,8 @@ Status ServerConnection::CheckWriteOps(std::span<const WriteOp> ops) const {
     if (op.key.empty() || op.key.size() > accept_.max_key_bytes || op.value.size() > accept_.max_value_bytes ||
         (op.op == protocol::Op::kDelete && !op.value.empty()) ||
         (op.op != protocol::Op::kPut && op.op != protocol::Op::kDelete) ||
-        (op.condition != protocol::Condition::kNone && op.op != protocol::Op::kPut) ||
+        (op.condition != protocol::Condition::kNone && op.op != protocol::Op::kPut &&
+         !(op.op == protocol::Op::kDelete && op.condition == protocol::Condition::kVersionIs)) ||
         ((op.condition == protocol::Condition::kVersionIs) != (op.expected_version != 0))) {
       return InvalidArgument("a write of a " + to_string(op.key.size()) + "-byte key and a " +
                              to_string(op.value.size()) + "-byte value (op " +

@@ -209,9 +209,12 @@ uint64_t PyClient::Put(py::handle key, py::handle value, std::optional<uint64_t>
   return *version;
 }
 
-void PyClient::Delete(py::handle key) {
+void PyClient::Delete(py::handle key, std::optional<uint64_t> if_version) {
   const BytesArg k(key, "key");
-  const Status status = WithoutGil([&](Client& client) { return client.Delete(k.view()); });
+  if (if_version && *if_version == 0) throw py::value_error("if_version must be a version (>= 1)");
+  const Status status = WithoutGil([&](Client& client) {
+    return if_version ? client.DeleteIfVersion(k.view(), *if_version) : client.Delete(k.view());
+  });
   if (!status.ok()) ThrowStatus(status);
 }
 

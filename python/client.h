@@ -44,7 +44,7 @@ class PyClient {
   pybind11::bytes Get(pybind11::handle key);
   pybind11::tuple GetVersioned(pybind11::handle key);
   uint64_t Put(pybind11::handle key, pybind11::handle value, std::optional<uint64_t> if_version, bool if_absent);
-  void Delete(pybind11::handle key);
+  void Delete(pybind11::handle key, std::optional<uint64_t> if_version);
   // bytes per key, None for an absent one; another error raises the first
   // failing key's.
   pybind11::list MultiGet(const pybind11::iterable& keys);

@@ -87,7 +87,10 @@ PYBIND11_MODULE(rkv, m) {
            "nothing is written. "
            "rkv.InvalidArgument for a key outside 1..max_key_bytes bytes or a value over max_value_bytes "
            "(see stats()).")
-      .def("delete", &PyClient::Delete, py::arg("key"), "Removes key. Raises rkv.NotFound when it was absent.")
+      .def("delete", &PyClient::Delete, py::arg("key"), py::kw_only(), py::arg("if_version") = py::none(),
+           "Removes key. Raises rkv.NotFound when it was absent. With if_version, only if the key's version is "
+           "that one (a compare-and-delete): rkv.PreconditionFailed, nothing removed, when it is another or the "
+           "key is absent.")
       .def("multi_get", &PyClient::MultiGet, py::arg("keys"),
            "The values of many keys with pipelined reads: a list, one item per key in order, bytes or None "
            "for an absent key. Any other error of an item raises (the first one, its message naming the "

@@ -102,8 +102,9 @@ class Client:
         """Stores value under key; returns the key's new version. With
         if_version (a compare-and-set) or if_absent, only if the key is so;
         otherwise rkv.FailedPrecondition and nothing is written."""
-    def delete(self, key: Bytes) -> None:
-        """Removes key; rkv.NotFound when it was absent."""
+    def delete(self, key: Bytes, *, if_version: Optional[int] = None) -> None:
+        """Removes key; rkv.NotFound when it was absent. With if_version, only
+        if the key is at that version: rkv.PreconditionFailed otherwise."""
     def multi_get(self, keys: Iterable[Bytes]) -> list[Optional[bytes]]:
         """One value per key, None for an absent key; other errors raise."""
     def multi_put(self, items: Union[Mapping[Bytes, Bytes], Iterable[Tuple[Bytes, Bytes]]]) -> list[int]:

@@ -747,7 +747,8 @@ TEST_F(ServerTest, KvctlCommandsAndExitCodes) {
   expect_usage_error({"shards", "extra"}, "shards: takes no arguments (1 given)");
 
   expect_usage_error({"--if_absent", "--if_version=3", "put", "k", "v"}, "--if_version or --if_absent, not both");
-  expect_usage_error({"--if_absent", "get", "k"}, "--if_version and --if_absent are put's");
+  expect_usage_error({"--if_absent", "get", "k"}, "--if_absent is put's");
+  expect_usage_error({"--if_version=3", "get", "k"}, "--if_version is put's and del's");
   expect_usage_error({"--versioned", "put", "k", "v"}, "--versioned is get's");
 
   // Compare-and-set from the shell: get --versioned gives the version that
@@ -768,6 +769,14 @@ TEST_F(ServerTest, KvctlCommandsAndExitCodes) {
   EXPECT_EQ(r.exit_code, 1) << r.err;
   r = Kvctl({"get", "cas"});
   EXPECT_EQ(r.out, "second");
+  // Compare-and-delete likewise: a stale version exits 1 and keeps the key.
+  r = Kvctl({"--if_version=" + created, "del", "cas"});
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  r = Kvctl({"--versioned", "get", "cas"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  r = Kvctl({"--if_version=" + r.out.substr(0, r.out.find('\n')), "del", "cas"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(Kvctl({"get", "cas"}).exit_code, 1) << "deleted";
 
   r = RunCommand({RKV_KVCTL_BIN, "--help"});
   EXPECT_EQ(r.exit_code, 0);

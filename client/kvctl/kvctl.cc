@@ -37,8 +37,9 @@ DEFINE_string(output, "text", "output format: text (raw value bytes) or json (de
 DEFINE_bool(key_hex, false, "KEY is given as hex digits, for binary keys (default false)");
 DEFINE_string(value_file, "", "put: read the value from this file instead of VALUE (binary-safe)");
 DEFINE_uint64(if_version, 0,
-              "put: write only if the key's version is this one (a compare-and-set; 0: no condition; the "
-              "version from put or get --versioned); exit 1 when it is not (default 0)");
+              "put, del: write or delete only if the key's version is this one (a compare-and-set or "
+              "-delete; 0: no condition; the version from put or get --versioned); exit 1 when it is not "
+              "(default 0)");
 DEFINE_bool(if_absent, false, "put: write only if the key does not exist; exit 1 when it does (default false)");
 DEFINE_bool(versioned, false,
             "get: print the key's version on a line of its own before the value, the version put "
@@ -83,7 +84,8 @@ constexpr char kUsage[] =
     "                                 (--if_version=V or --if_absent: only if the key is at\n"
     "                                 version V, or absent; exit 1, naming the key's version,\n"
     "                                 when it is not: nothing written)\n"
-    "  kvctl [flags] del KEY          delete KEY\n"
+    "  kvctl [flags] del KEY          delete KEY (--if_version=V: only if the key is at version\n"
+    "                                 V; exit 1, naming its version, when it is not)\n"
     "  kvctl --coordinator=H:P [flags] members\n"
     "                                 the cluster's servers: id, epoch, state (UP or DOWN;\n"
     "                                 ',DRAINING' while drained; 'DOWN for 3m12s': since the\n"
@@ -154,7 +156,7 @@ constexpr char kUsage[] =
     "flags with '--' before the command: kvctl --token_file=T -- put KEY -5\n"
     "\n"
     "Exit status: 0 done (found), 1 key not found (verify: replicas disagree; drain: timed\n"
-    "out; put --if_version/--if_absent: the key was not as asked), 2 any other error (one line on stderr; a usage error adds a second: run\n"
+    "out; put or del --if_version, put --if_absent: the key was not as asked), 2 any other error (one line on stderr; a usage error adds a second: run\n"
     "'kvctl --help' for usage).\n";
 
 void PrintHelp() {
@@ -378,8 +380,11 @@ int Run(const rkv::kvctl::Invocation& inv) {
   if (FLAGS_if_version != 0 && FLAGS_if_absent) {
     return UsageError(cmd + ": give --if_version or --if_absent, not both");
   }
-  if ((FLAGS_if_version != 0 || FLAGS_if_absent) && inv.command != rkv::kvctl::Command::kPut) {
-    return UsageError(cmd + ": --if_version and --if_absent are put's");
+  if (FLAGS_if_absent && inv.command != rkv::kvctl::Command::kPut) {
+    return UsageError(cmd + ": --if_absent is put's");
+  }
+  if (FLAGS_if_version != 0 && inv.command != rkv::kvctl::Command::kPut && inv.command != rkv::kvctl::Command::kDel) {
+    return UsageError(cmd + ": --if_version is put's and del's");
   }
   if (FLAGS_versioned && inv.command != rkv::kvctl::Command::kGet) {
     return UsageError(cmd + ": --versioned is get's");
@@ -448,7 +453,12 @@ int Run(const rkv::kvctl::Invocation& inv) {
       return kExitOk;
     }
     case rkv::kvctl::Command::kDel: {
-      const rkv::Status s = (*client)->Delete(inv.key);
+      const rkv::Status s =
+          FLAGS_if_version != 0 ? (*client)->DeleteIfVersion(inv.key, FLAGS_if_version) : (*client)->Delete(inv.key);
+      if (s.reason() == rkv::Reason::kConditionFailed) {
+        Fail(cmd, s);
+        return kExitConditionFailed;
+      }
       if (!s.ok()) return FailKey(cmd, s);
       if (json && !WriteAll(rkv::kvctl::FormatDelJson(inv.key))) {
         return Fail(cmd, rkv::PosixError("write(stdout)", errno));

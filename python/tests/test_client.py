@@ -135,6 +135,20 @@ def test_conditional_put_is_a_compare_and_set(client):
         client.put(b"k:cas", b"x", if_version=0)
 
 
+def test_conditional_delete_removes_only_that_version(client):
+    v1 = client.put(b"k:cad", b"one")
+    v2 = client.put(b"k:cad", b"two")
+    with pytest.raises(rkv.PreconditionFailed) as stale:
+        client.delete(b"k:cad", if_version=v1)
+    assert f"version is {v2}" in str(stale.value)
+    assert client.get(b"k:cad") == b"two"
+    client.delete(b"k:cad", if_version=v2)
+    with pytest.raises(rkv.NotFound):
+        client.get(b"k:cad")
+    with pytest.raises(ValueError):
+        client.delete(b"k:cad", if_version=0)
+
+
 def test_str_and_bytes_like_arguments(client):
     client.put("k:str", "h\u00e9llo")
     assert client.get(b"k:str") == "h\u00e9llo".encode()

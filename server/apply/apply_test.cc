@@ -220,7 +220,7 @@ TEST_F(ApplyTest, AConditionalPutWritesOnlyWhenTheKeyIsAsAskedAndNamesItsVersion
 TEST_F(ApplyTest, AMalformedConditionIsRefused) {
   const uint32_t len = Stage(0, "k", "v");
   // Unknown condition, a version condition naming 0, an expected version
-  // without a condition, a condition on a DELETE.
+  // without a condition, an absence condition on a DELETE.
   ExpectError(Apply(WithCondition(Msg(protocol::Op::kPut, 0, len, 31), static_cast<protocol::Condition>(3), 0)),
               StatusCode::kInvalidArgument, 31);
   ExpectError(Apply(WithCondition(Msg(protocol::Op::kPut, 0, len, 32), protocol::Condition::kVersionIs, 0)),
@@ -231,6 +231,34 @@ TEST_F(ApplyTest, AMalformedConditionIsRefused) {
   ExpectError(Apply(WithCondition(Msg(protocol::Op::kDelete, 0, del_len, 34), protocol::Condition::kAbsent, 0)),
               StatusCode::kInvalidArgument, 34);
   EXPECT_FALSE(TableValue("k").has_value());
+}
+
+// A DELETE with a version condition removes the key only at that version
+// (compare-and-delete): a stale one is refused naming the key's version,
+// a missing key too, and nothing changes.
+TEST_F(ApplyTest, AConditionalDeleteRemovesOnlyTheVersionAskedFor) {
+  auto r = Put("k", "v1");
+  ASSERT_EQ(r.status_code, 0) << r.message;
+  const uint64_t v1 = r.version;
+  r = Put("k", "v2");
+  ASSERT_EQ(r.status_code, 0) << r.message;
+  const uint64_t v2 = r.version;
+  const auto del_if = [&](std::string_view key, uint64_t expected, uint64_t id) {
+    const uint32_t len = Stage(0, key, "", layout::kBlockFlagTombstone);
+    return Apply(WithCondition(Msg(protocol::Op::kDelete, 0, len, id), protocol::Condition::kVersionIs, expected));
+  };
+  r = del_if("k", v1, 41);
+  EXPECT_EQ(r.status_code, static_cast<int32_t>(StatusCode::kFailedPrecondition)) << r.message;
+  EXPECT_EQ(r.reason, static_cast<uint8_t>(Reason::kConditionFailed));
+  EXPECT_EQ(r.version, v2) << "the refusal names the key's version";
+  EXPECT_EQ(TableValue("k"), "v2");
+  r = del_if("missing", 3, 42);
+  EXPECT_EQ(r.status_code, static_cast<int32_t>(StatusCode::kFailedPrecondition)) << r.message;
+  EXPECT_EQ(r.version, 0u);
+  r = del_if("k", v2, 43);
+  ASSERT_EQ(r.status_code, 0) << r.message;
+  EXPECT_FALSE(TableValue("k").has_value());
+  EXPECT_FALSE(StoreValue("k").has_value());
 }
 
 TEST_F(ApplyTest, DeleteOfAMissingKeyIsNotFound) {

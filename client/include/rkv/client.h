@@ -397,6 +397,12 @@ class RKV_EXPORT Client {
                          const CallOptions& call = {});
   // Removes `key`; NOT_FOUND when it was absent.
   Status Delete(std::string_view key, const CallOptions& call = {});
+  // Removes `key` only if its version is `version` (>= 1; a
+  // compare-and-delete, checked by the key's primary as a conditional
+  // Put's condition is): FAILED_PRECONDITION with Reason::kConditionFailed,
+  // nothing removed, when the key is at another version or absent (the
+  // message names its version). Retried like Delete.
+  Status DeleteIfVersion(std::string_view key, uint64_t version, const CallOptions& call = {});
   // Gets many keys with pipelined reads: one result per key, in order,
   // each as Get would return it (call.read_from included: kAnyReplica reads
   // all keys of one shard from the same replica). All keys share one
