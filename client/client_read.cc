@@ -126,8 +126,11 @@ void Client::Impl::LookupMany(std::span<const std::string> keys, std::span<clien
     if (results[i].done) continue;
     groups[{ReadIndexOf(table, keys[i], call.read_from, turn), table.OwnerIndexOf(keys[i])}].push_back(i);
   }
-  for (const auto& [servers, positions] : groups) {
+  for (const auto& [servers, group_positions] : groups) {
     const size_t server = servers.first;
+    // A structured binding cannot be captured by a lambda before C++20's
+    // rules that clang 14 lacks: a reference of its own.
+    const std::vector<size_t>& positions = group_positions;
     std::vector<std::string_view> views;
     std::vector<client::LookupResult> group(positions.size());
     views.reserve(positions.size());

@@ -188,7 +188,15 @@ Status CallWithFailover(Channels& channels, std::string_view what, CallKind kind
       const std::string& endpoint = channels.endpoints()[i];
       const auto now = std::chrono::steady_clock::now();
       if (now >= deadline) break;
-      const Deadline attempt_deadline = std::min(deadline, now + channels.options().attempt_timeout);
+      Deadline attempt_deadline = std::min(deadline, now + channels.options().attempt_timeout);
+      // A read goes on to the next endpoint when this one fails: one that
+      // does not answer at all (a frozen member) takes at most an even
+      // share of what is left for this round, so that the others are
+      // still tried within the call (a keepalive of the election lease
+      // must reach a live member before the lease runs out).
+      if (kind == CallKind::kRead && k + 1 < n) {
+        attempt_deadline = std::min(attempt_deadline, now + (deadline - now) / static_cast<int>(n - k));
+      }
       tried = true;
       std::shared_ptr<grpc::Channel> channel = channels.Connected(i, attempt_deadline, &last_error[i]);
       if (channel == nullptr) {

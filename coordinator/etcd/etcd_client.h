@@ -125,6 +125,8 @@ class EtcdClient {
   struct Options {
     // The longest one attempt on one endpoint may take before the call
     // moves to the next (a stopped or partitioned member answers nothing).
+    // A read's attempt also takes at most an even share of the time the
+    // call has left for the endpoints not yet tried in its round.
     std::chrono::milliseconds attempt_timeout{2000};
   };
 
