@@ -15,6 +15,8 @@ PACKAGES=(
   librocksdb-dev libgflags-dev libgoogle-glog-dev libxxhash-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   memcached libmemcached-dev libhiredis-dev redis-server redis-tools
+  # bench/compare's charts (PNG, through gnuplot's pngcairo terminal)
+  gnuplot-nox
   qemu-system-x86 busybox-static cpio kmod iproute2
   clang libclang-rt-14-dev
   # etcd (the coordinator's state and leader election): the server and

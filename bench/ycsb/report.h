@@ -4,9 +4,9 @@
 //         mean, p50, p90, p99, p99.9, max; for a workload with
 //         read-modify-writes, the conflicts they retried) and, with
 //         --output, one line
-//         appended per run in the format bench/run.sh and
-//         bench/run-verbs.sh read (OutputLine; unchanged since the first
-//         release: GET and PUT columns only).
+//         appended per run in the format bench/run-verbs.sh reads
+//         (OutputLine; unchanged since the first release: GET and PUT
+//         columns only; bench/compare reads json).
 //   json  one object: the run's parameters, its totals (rmw_conflicts
 //         among them, 0 without read-modify-writes) and, under "latency",
 //         every kind of operation's figures. With --output, appended as

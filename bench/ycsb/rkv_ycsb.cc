@@ -132,7 +132,8 @@ DEFINE_bool(progress, true,
             "(operations, ops/s and p99 of the last second, p99 so far) (default true)");
 DEFINE_string(output_format, "text",
               "text | json | csv: the format of the result on stdout and of what --output appends (text: "
-              "the summary, and the one-line format bench/run.sh reads; json: one object; csv: a header "
+              "the summary, and the one-line format bench/run-verbs.sh reads; json: one object, as bench/compare "
+              "reads it; csv: a header "
               "and one row per kind of operation); with json or csv the summary goes to stderr "
               "(default text)");
 DEFINE_string(output, "", "file to append the result to, in --output_format (default: none)");
