@@ -754,8 +754,11 @@ TEST(ServerConnectionTest, ASlowReadAsksTheAbandonCheckAndEndsWhenItSaysSo) {
     return excluded ? Unavailable("server fake is being failed over") : Status::Ok();
   });
   // A READ that completes late, within kReadLimit: waited for in slices,
-  // the check asked between them, and the lookup succeeds.
-  ASSERT_TRUE(t->faults().AddSpec("read:delay:nth=1,ms=400").ok());
+  // the check asked between them, and the lookup succeeds. 900 ms: the
+  // slices come every 50 ms after the first 100, so even a process kept off
+  // the CPU for most of that time is asked twice, and the READ still ends
+  // over a second before kReadLimit.
+  ASSERT_TRUE(t->faults().AddSpec("read:delay:nth=1,ms=900").ok());
   LookupResult found = LookupOne(*c, "k");
   EXPECT_EQ(found.status.code(), StatusCode::kNotFound) << found.status;
   ASSERT_GE(asked.size(), 2u);
