@@ -152,6 +152,45 @@ TEST_P(TransportTest, PollWaitsAtMostItsTimeoutAndReportsNothingIdle) {
   }
 }
 
+TEST_P(TransportTest, ASideThatStoppedPollingStillServesItsPeer) {
+  // A side serves its peer's READs of its memory and takes its SENDs
+  // whether or not anything polls it: after the client waited in Poll once
+  // (on tcp the polling thread then serves the socket itself), and while it
+  // polls no more, the server's READ of the client's memory completes with
+  // the data, and its SEND completes and lands in the receive the client
+  // posted, which the client's next Poll reports.
+  Buffer exposed = MakeBuffer(*client_, 4096, kRemoteRead);
+  for (size_t i = 0; i < exposed.bytes.size(); ++i) exposed.bytes[i] = static_cast<uint8_t>(i * 13 + 1);
+  Buffer inbox = MakeBuffer(*client_, 256, kLocalWrite);
+  Pair pair = ConnectPair();
+  ASSERT_NE(pair.client, nullptr);
+  ASSERT_TRUE(pair.client->PostRecv(inbox.At(0, 64), 70).ok());
+  Completion idle[2];
+  StatusOr<size_t> n = pair.client->Poll(idle, 20ms);
+  ASSERT_TRUE(n.ok()) << n.status();
+  ASSERT_EQ(*n, 0u);
+
+  Buffer local = MakeBuffer(*server_, 4096, kLocalWrite, 0);
+  const ReadOp read{local.At(0, 1024), exposed.Remote(512), 71, true};
+  ASSERT_TRUE(pair.server->PostReads({&read, 1}).ok());
+  Completion c = PollOne(*pair.server);
+  EXPECT_TRUE(c.status.ok()) << c.status;
+  EXPECT_EQ(c.wr_id, 71u);
+  EXPECT_EQ(std::memcmp(local.bytes.data(), exposed.bytes.data() + 512, 1024), 0);
+
+  Buffer message = MakeBuffer(*server_, 64, kLocalWrite, 5);
+  ASSERT_TRUE(pair.server->PostSend(message.At(0, 64), 72).ok());
+  c = PollOne(*pair.server);
+  EXPECT_TRUE(c.status.ok()) << c.status;
+  EXPECT_EQ(c.wr_id, 72u);
+
+  c = PollOne(*pair.client);
+  EXPECT_TRUE(c.status.ok()) << c.status;
+  EXPECT_EQ(c.wr_id, 70u);
+  EXPECT_EQ(c.op, OpType::kRecv);
+  EXPECT_EQ(std::memcmp(inbox.bytes.data(), message.bytes.data(), 64), 0);
+}
+
 TEST_P(TransportTest, AWriteIsVisibleWhenTheSendAfterItIsReceived) {
   // The PUT pattern: WRITE a record into the server's private ring and
   // SEND a message naming it, in one post; the server checks the ring when

@@ -279,9 +279,19 @@ StatusOr<size_t> TcpConnection::Poll(std::span<Completion> out, std::chrono::mic
   // A group member's Poll never waits: the group's Wait collects its
   // completions, on this same thread.
   if (group_ != nullptr) timeout = std::chrono::microseconds(0);
+  const std::chrono::microseconds asked = timeout;
+  Clock::time_point start{};
+  bool slept = false;
+  if (group_ == nullptr && !out.empty() && timeout.count() > 0 && !ready_.load(std::memory_order_acquire) &&
+      state_.load(std::memory_order_acquire) == State::kActive && !reader_done_.load(std::memory_order_acquire)) {
+    // Wait by serving the socket here: this thread reads its completions
+    // itself, and takes what it queued below without waiting.
+    start = Clock::now();
+    slept = ServeWhilePolling(timeout);
+    timeout = std::chrono::microseconds(0);
+  }
   const auto window = std::chrono::microseconds(spin_window_us_.load(std::memory_order_relaxed));
   const bool may_spin = !out.empty() && timeout.count() > 0 && window.count() > 0;
-  Clock::time_point start{};
   if (may_spin && !ready_.load(std::memory_order_acquire)) {
     // Spin first: a completion that comes within the window is taken
     // without the reader having to wake this thread.
@@ -297,7 +307,6 @@ StatusOr<size_t> TcpConnection::Poll(std::span<Completion> out, std::chrono::mic
   }
   MutexLock lock(mu_);
   if (out.empty()) return failed_ && completions_.empty() ? StatusOr<size_t>(error_) : StatusOr<size_t>(0);
-  bool slept = false;
   if (completions_.empty() && !failed_ && timeout.count() > 0) {
     // The reader pushes completions under mu_ and then notifies: waking
     // here with the lock held sees everything it copied (READ data,
@@ -318,7 +327,7 @@ StatusOr<size_t> TcpConnection::Poll(std::span<Completion> out, std::chrono::mic
   if (slept && max_spin_.count() > 0) {
     // Adapt the window to a wait that outlasted it (nothing to learn from
     // one that ended within it, or from a timeout no longer than any spin).
-    if (n > 0 || timeout > max_spin_) {
+    if (n > 0 || asked > max_spin_) {
       const auto window = NextSpinWindow(std::chrono::microseconds(spin_window_us_.load(std::memory_order_relaxed)),
                                          Clock::now() - start, max_spin_);
       spin_window_us_.store(std::chrono::duration_cast<std::chrono::microseconds>(window).count(),

@@ -14,14 +14,23 @@
 // Serving the socket. Once the connection is established, something reads
 // the peer's frames: serves its READ/WRITE/SEND frames straight from (into)
 // registered memory, completes local work requests from the peer's
-// responses, and sends what waits in the outgoing queue. That is the
-// connection's own reader thread, or, for a server-side connection handed
-// out with a PollGroup, the thread in that group's Wait (TcpPollGroup,
-// tcp_poll_group.h): a group member has no thread of its own. Both run the
-// same step (ServeStep: drain the wake fd, read and handle frames, resume a
-// paused peer or a streamed READ response, flush, check the peer's
-// deadlines); only the waiting between steps differs (poll(2) on the
-// socket and wake fd, or the group's epoll). A refused remote access is
+// responses, and sends what waits in the outgoing queue. For a server-side
+// connection handed out with a PollGroup that is the thread in that
+// group's Wait (TcpPollGroup, tcp_poll_group.h): a group member has no
+// thread of its own. Otherwise it is the thread in Poll, while one waits
+// there for a completion: it reads its own responses from the socket (no
+// other thread wakes, none hands it the completion), spinning briefly and
+// then sleeping in poll(2) on the socket. The connection's reader thread
+// serves the socket while nobody polls: it leaves the socket to the
+// polling thread while one polled within kHandBack (it then waits on the
+// wake fd and for room to send only), and takes it back after that, so a
+// frame that comes while nobody polls (a peer's READ of this side's
+// memory, a SEND before its Poll) is served within kHandBack. Whoever
+// serves holds serve_mu_ for each step. All run the same step (ServeStep:
+// drain the wake fd, read and handle frames, resume a paused peer or a
+// streamed READ response, flush, check the peer's deadlines); only the
+// waiting between steps differs (poll(2) on the socket and wake fd, or the
+// group's epoll). A refused remote access is
 // answered, moves the connection to the error state (as both queue pairs do
 // on a remote access error) and closes it once the answer is out; the rest
 // of the process is untouched.
@@ -263,6 +272,15 @@ class TcpConnection final : public Connection {
 
   // The reader thread's body.
   void ReaderLoop();
+  // Poll's wait on a connection with a reader thread: serves the socket
+  // on this thread until a completion is queued (ready_), the connection
+  // breaks or `timeout` passes; spins (non-blocking reads) within the
+  // adaptive window, then sleeps in ppoll(2) on the socket and the wake
+  // fd. Returns whether it slept.
+  bool ServeWhilePolling(std::chrono::microseconds timeout) EXCLUDES(mu_, out_mu_, serve_mu_);
+  // The reader's poll(2) events for the socket after a step that asked
+  // for `watch`: none for reading while a polling thread serves it.
+  short ReaderEvents(const Watch& watch) const;
   // Serves the socket on the calling thread, waiting in poll(2) between
   // steps, until the connection ends (then it is broken) or `until`
   // passes. `begin`: first handle what setup left in rx_.
@@ -373,7 +391,21 @@ class TcpConnection final : public Connection {
   // or the socket takes all of it.
   StallClock out_stall_ GUARDED_BY(out_mu_){frame_timeout_};
 
-  // The serving thread only (and the constructor).
+  // Serving from Poll (see "Serving the socket" above). serve_mu_ is held
+  // for each serving step by whoever runs it (the reader thread, or the
+  // application thread in Poll); it orders the serving state below between
+  // them. poller_serves_: a polling thread has served the socket and may
+  // again, so the reader reads it only once that thread has stayed out of
+  // Poll for kHandBack; polling_: a thread is in Poll's wait now;
+  // poll_left_at_ns_: when it last left it (steady clock).
+  static constexpr auto kHandBack = std::chrono::milliseconds(5);
+  Mutex serve_mu_ ACQUIRED_BEFORE(mu_);
+  std::atomic<bool> poller_serves_{false};
+  std::atomic<bool> polling_{false};
+  std::atomic<int64_t> poll_left_at_ns_{0};
+
+  // The serving thread only (whoever holds serve_mu_ on a connection with
+  // a reader thread; the group's thread for a member), and the constructor.
   ByteBuffer rx_;
   bool discard_ = false;                  // ignore the peer's frames (after an access error)
   bool close_after_flush_ = false;        // shut down our side once out_ is sent

@@ -12,7 +12,9 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <ctime>
 #include <string>
+#include <thread>
 
 #include "common/transport/tcp/shared_copy.h"
 #include "common/transport/tcp/tcp_connection.h"
@@ -38,20 +40,30 @@ void TcpConnection::ReaderLoop() {
 }
 
 void TcpConnection::ServeOnThisThread(Clock::time_point until, bool begin) {
-  Status end = begin ? BeginServing() : Status::Ok();
+  Status end = Status::Ok();
+  if (begin) {
+    MutexLock serve(serve_mu_);
+    end = BeginServing();
+  }
   bool readable = false;
   bool woken = false;
   while (end.ok()) {
-    StatusOr<Watch> watch = ServeStep(readable, woken);
+    StatusOr<Watch> watch = [&] {
+      MutexLock serve(serve_mu_);
+      return ServeStep(readable, woken);
+    }();
     if (!watch.ok()) {
       end = watch.status();
       break;
     }
-    const Clock::time_point wake_at = std::min(watch->give_up, until);
+    Clock::time_point wake_at = std::min(watch->give_up, until);
     if (until != Clock::time_point::max() && Clock::now() >= until) return;
-    short events = watch->read ? POLLIN : 0;
-    if (watch->write) events |= POLLOUT;
-    pollfd fds[2] = {{fd_.get(), events, 0}, {wake_fd_.get(), POLLIN, 0}};
+    const short events = ReaderEvents(*watch);
+    // The socket is a polling thread's for now: look again within
+    // kHandBack whether it still is.
+    const bool handed_over = watch->read && (events & POLLIN) == 0;
+    if (handed_over) wake_at = std::min(wake_at, Clock::now() + kHandBack);
+    pollfd fds[2] = {{events != 0 ? fd_.get() : -1, events, 0}, {wake_fd_.get(), POLLIN, 0}};
     if (::poll(fds, 2, wake_at == Clock::time_point::max() ? -1 : MillisUntil(wake_at)) < 0) {
       readable = woken = false;
       if (errno == EINTR) continue;
@@ -64,8 +76,80 @@ void TcpConnection::ServeOnThisThread(Clock::time_point until, bool begin) {
     }
     woken = (fds[1].revents & POLLIN) != 0;
     readable = (fds[0].revents & (POLLIN | POLLHUP | POLLERR)) != 0;
+    if (handed_over && !polling_.load(std::memory_order_acquire)) {
+      const int64_t now_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
+      const int64_t away_ns = now_ns - poll_left_at_ns_.load(std::memory_order_acquire);
+      if (away_ns >= std::chrono::duration_cast<std::chrono::nanoseconds>(kHandBack).count()) {
+        // Nobody polled for kHandBack: serve the socket here again, from
+        // whatever came meanwhile.
+        poller_serves_.store(false, std::memory_order_release);
+        readable = true;
+      }
+    }
   }
   Break(end.message());
+}
+
+short TcpConnection::ReaderEvents(const Watch& watch) const {
+  short events = 0;
+  if (watch.read && !poller_serves_.load(std::memory_order_acquire)) events |= POLLIN;
+  if (watch.write) events |= POLLOUT;
+  return events;
+}
+
+bool TcpConnection::ServeWhilePolling(std::chrono::microseconds timeout) {
+  const Clock::time_point start = Clock::now();
+  const Clock::time_point deadline = DeadlineAfter(timeout);
+  const auto window = std::chrono::microseconds(spin_window_us_.load(std::memory_order_relaxed));
+  polling_.store(true, std::memory_order_release);
+  poller_serves_.store(true, std::memory_order_release);
+  bool slept = false;
+  {
+    MutexLock serve(serve_mu_);
+    bool readable = true;
+    bool woken = false;
+    for (uint32_t rounds = 1;; ++rounds) {
+      StatusOr<Watch> watch = ServeStep(readable, woken);
+      if (!watch.ok()) {
+        Break(watch.status().message());
+        break;
+      }
+      if (ready_.load(std::memory_order_acquire) || reader_done_.load(std::memory_order_acquire)) break;
+      const Clock::time_point now = Clock::now();
+      if (now >= deadline) break;
+      readable = true;
+      woken = false;
+      if (now - start < window) {
+        // Spin: each step tries a non-blocking read. Lets another runnable
+        // thread on this CPU (the peer) go first every few rounds.
+        if (rounds % kSpinRoundsPerCheck == 0) std::this_thread::yield();
+        continue;
+      }
+      short events = watch->read ? POLLIN : 0;
+      if (watch->write) events |= POLLOUT;
+      pollfd fds[2] = {{fd_.get(), events, 0}, {wake_fd_.get(), POLLIN, 0}};
+      const auto wait = std::max(std::chrono::nanoseconds(0), std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                                                   std::min(deadline, watch->give_up) - now));
+      const timespec ts{static_cast<time_t>(wait.count() / 1'000'000'000), static_cast<long>(wait.count() % 1'000'000'000)};
+      slept = true;
+      if (::ppoll(fds, 2, &ts, nullptr) < 0) {
+        readable = false;
+        if (errno == EINTR) continue;
+        Break(PosixError("ppoll", errno).message());
+        break;
+      }
+      if ((fds[0].revents & POLLNVAL) != 0) {
+        Break("socket closed under the poller");
+        break;
+      }
+      woken = (fds[1].revents & POLLIN) != 0;
+      readable = (fds[0].revents & (POLLIN | POLLHUP | POLLERR)) != 0;
+    }
+  }
+  poll_left_at_ns_.store(std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count(),
+                         std::memory_order_release);
+  polling_.store(false, std::memory_order_release);
+  return slept;
 }
 
 Status TcpConnection::BeginServing() {
