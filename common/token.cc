@@ -50,24 +50,6 @@ void Compress(uint32_t state[8], const uint8_t block[64]) {
   state[4] += e; state[5] += f; state[6] += g; state[7] += h;
 }
 
-// The first `limit` bytes of the open file `fd` (all of it if shorter).
-StatusOr<std::string> ReadAtMost(int fd, const std::string& path, size_t limit) {
-  struct stat st;
-  if (::fstat(fd, &st) != 0) return PosixError("stat token file " + path, errno);
-  if (S_ISDIR(st.st_mode)) return InvalidArgument("token file " + path + " is a directory");
-  std::string out(limit, '\0');
-  size_t got = 0;
-  while (got < limit) {
-    const ssize_t n = ::read(fd, out.data() + got, limit - got);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return PosixError("read token file " + path, errno);
-    if (n == 0) break;
-    got += static_cast<size_t>(n);
-  }
-  out.resize(got);
-  return out;
-}
-
 }  // namespace
 
 Sha256Digest Sha256(std::string_view data) {
@@ -110,14 +92,42 @@ bool DigestEqual(const uint8_t* a, const uint8_t* b, size_t n) {
   return diff == 0;
 }
 
-StatusOr<std::string> ReadTokenFile(const std::string& path) {
+StatusOr<std::string> ReadFileAtMost(const std::string& path, size_t limit, std::string_view what) {
+  const std::string name = std::string(what) + " " + path;
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return PosixError("open token file " + path, errno);
+  if (fd < 0) return PosixError("open " + name, errno);
+  struct stat st;
+  if (::fstat(fd, &st) != 0) {
+    const int err = errno;
+    ::close(fd);
+    return PosixError("stat " + name, err);
+  }
+  if (S_ISDIR(st.st_mode)) {
+    ::close(fd);
+    return InvalidArgument(name + " is a directory");
+  }
+  std::string out(limit, '\0');
+  size_t got = 0;
+  while (got < limit) {
+    const ssize_t n = ::read(fd, out.data() + got, limit - got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const int err = errno;
+      ::close(fd);
+      return PosixError("read " + name, err);
+    }
+    if (n == 0) break;
+    got += static_cast<size_t>(n);
+  }
+  ::close(fd);
+  out.resize(got);
+  return out;
+}
+
+StatusOr<std::string> ReadTokenFile(const std::string& path) {
   // One byte past the limit tells an over-long file from one at the limit,
   // and no more is read: the path may name /dev/zero or a pipe.
-  StatusOr<std::string> read = ReadAtMost(fd, path, kMaxTokenFileBytes + 1);
-  ::close(fd);
-  RKV_ASSIGN_OR_RETURN(std::string token, std::move(read));
+  RKV_ASSIGN_OR_RETURN(std::string token, ReadFileAtMost(path, kMaxTokenFileBytes + 1, "token file"));
   if (token.size() > kMaxTokenFileBytes) {
     return InvalidArgument("token file " + path + " holds more than " + std::to_string(kMaxTokenFileBytes) +
                            " bytes");

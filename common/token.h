@@ -27,6 +27,13 @@ bool DigestEqual(const uint8_t* a, const uint8_t* b, size_t n);
 // The most bytes a token file may hold, trailing whitespace included.
 inline constexpr size_t kMaxTokenFileBytes = 4096;
 
+// The first `limit` bytes of the file at `path` (all of it if shorter),
+// read without looking further: the path may name /dev/zero or a pipe.
+// `what` names the file in errors ("token file"). Errors: NOT_FOUND /
+// PERMISSION_DENIED (or INTERNAL, with the errno text) from the file
+// system; INVALID_ARGUMENT for a directory.
+StatusOr<std::string> ReadFileAtMost(const std::string& path, size_t limit, std::string_view what);
+
 // Reads a token file: the whole file less trailing whitespace. Reads at
 // most kMaxTokenFileBytes + 1 bytes, whatever the path names (/dev/zero, a
 // pipe). Errors: NOT_FOUND / PERMISSION_DENIED (or INTERNAL, with the

@@ -51,7 +51,8 @@ class CoordinatorRolesTest : public ::testing::Test {
   // Two servers, 8 shards, two copies each; `cluster_token` "" for none.
   void Start(const std::string& cluster_token,
              std::chrono::milliseconds heartbeat_timeout = std::chrono::seconds(600),
-             const std::string& operator_token = "") {
+             const std::string& operator_token = "",
+             std::shared_ptr<LiveClientCredentials> clients = nullptr) {
     CoordinatorConfig config;
     config.expected_servers = 2;
     config.shard_count = 8;
@@ -62,7 +63,7 @@ class CoordinatorRolesTest : public ::testing::Test {
     auto state = CoordinatorState::Open(config, std::make_unique<MemoryStore>(std::make_shared<MemoryStoreData>()));
     ASSERT_TRUE(state.ok()) << state.status();
     auto server = CoordinatorServer::Start("127.0.0.1:0", kClientToken, std::move(state).value(), nullptr,
-                                           cluster_token, operator_token);
+                                           cluster_token, operator_token, std::move(clients));
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = std::move(server).value();
     stub_ = v1::Coordinator::NewStub(grpc::CreateChannel(server_->address(), grpc::InsecureChannelCredentials()));
@@ -266,6 +267,49 @@ TEST_F(CoordinatorRolesTest, WithoutAClusterCredentialTheClientTokenServesEveryR
   v1::LeaveResponse left;
   s = stub_->Leave(Ctx(kClientToken).get(), leave, &left);
   EXPECT_TRUE(s.ok()) << s.error_message();
+}
+
+// Named client credentials (--client_credentials_file): each reads the map
+// and its revocation refuses it from the next call on, naming it; unlike
+// --token_file's ("token"), they never serve the servers' or the
+// operator's role, not even without a cluster or operator credential.
+TEST_F(CoordinatorRolesTest, NamedClientCredentialsAreClientsOnlyAndRevocable) {
+  ClientCredentials initial;
+  ASSERT_TRUE(initial.Add("token", kClientToken).ok());
+  ASSERT_TRUE(initial.Add("alice", "alice-secret").ok());
+  ASSERT_TRUE(initial.Add("bob", "bob-secret").ok());
+  auto live = std::make_shared<LiveClientCredentials>(initial);
+  Start("", std::chrono::seconds(600), "", live);
+  v1::ClusterMap map;
+  for (const char* token : {kClientToken, "alice-secret", "bob-secret"}) {
+    grpc::Status s = stub_->GetClusterMap(Ctx(token).get(), v1::GetClusterMapRequest(), &map);
+    EXPECT_TRUE(s.ok()) << token << ": " << s.error_message();
+  }
+  v1::JoinResponse join;
+  grpc::Status named = stub_->Join(Ctx("alice-secret").get(), MakeJoin("a", 1, 0), &join);
+  EXPECT_EQ(named.error_code(), grpc::StatusCode::PERMISSION_DENIED) << named.error_message();
+  EXPECT_EQ(named.error_message(), Refusal("Join"));
+  v1::DrainRequest drain;
+  drain.set_server_id("a");
+  v1::DrainResponse drained;
+  grpc::Status drain_status = stub_->Drain(Ctx("alice-secret").get(), drain, &drained);
+  EXPECT_EQ(drain_status.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(drain_status.error_message(),
+            "Drain needs the operator credential (the coordinator's --operator_token_file) or --token_file's; this "
+            "credential is client credential alice");
+  JoinBoth(kClientToken);  // --token_file's credential serves every role here
+
+  ClientCredentials without_bob;
+  ASSERT_TRUE(without_bob.Add("token", kClientToken).ok());
+  ASSERT_TRUE(without_bob.Add("alice", "alice-secret").ok());
+  live->Replace(without_bob);
+  grpc::Status revoked = stub_->GetClusterMap(Ctx("bob-secret").get(), v1::GetClusterMapRequest(), &map);
+  EXPECT_EQ(revoked.error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(revoked.error_message(), "client credential bob was revoked");
+  v1::RenewLeaseResponse lease;
+  EXPECT_EQ(stub_->RenewLease(Ctx("bob-secret").get(), v1::RenewLeaseRequest(), &lease).error_code(),
+            grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_TRUE(stub_->GetClusterMap(Ctx("alice-secret").get(), v1::GetClusterMapRequest(), &map).ok());
 }
 
 // With an operator credential, Drain and Forget take it alone: the client

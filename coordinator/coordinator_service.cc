@@ -16,28 +16,43 @@ namespace rkv::coordinator {
 using control::CheckToken;
 using control::ToGrpc;
 
-CoordinatorService::CoordinatorService(CoordinatorState* state, std::string token_digest_hex,
+CoordinatorService::CoordinatorService(CoordinatorState* state, std::shared_ptr<LiveClientCredentials> clients,
                                        const LeaderGate* gate, std::string cluster_digest_hex,
                                        std::string operator_digest_hex)
     : state_(state),
       gate_(gate),
-      token_digest_hex_(std::move(token_digest_hex)),
+      clients_(std::move(clients)),
       cluster_digest_hex_(std::move(cluster_digest_hex)),
       operator_digest_hex_(std::move(operator_digest_hex)) {}
 
 grpc::Status CoordinatorService::CheckOperatorCaller(const grpc::ServerContextBase* context,
                                                      std::string_view rpc) const {
-  if (operator_digest_hex_.empty()) return CheckCaller(context, rpc);
+  std::string name;
+  if (operator_digest_hex_.empty()) {
+    // Without an operator credential, --token_file's credential and the
+    // cluster credential serve the role, as before roles existed; the
+    // credentials file's are clients' only.
+    if (!cluster_digest_hex_.empty() && CheckToken(context, cluster_digest_hex_).ok()) return grpc::Status::OK;
+    grpc::Status client = control::CheckClientCredential(context, *clients_->current(), &name);
+    if (!client.ok() || name == kTokenFileCredentialName) return Refused(context, rpc, client, name);
+    return Refused(context, rpc,
+                   grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
+                                std::string(rpc) + " needs the operator credential (the coordinator's "
+                                                   "--operator_token_file) or --token_file's; this credential is "
+                                                   "client credential " + name),
+                   name);
+  }
   if (CheckToken(context, operator_digest_hex_).ok()) return grpc::Status::OK;
-  const char* whose = nullptr;
-  if (CheckToken(context, token_digest_hex_).ok()) whose = "a client's";
+  std::string whose;
+  if (control::CheckClientCredential(context, *clients_->current(), &name).ok()) whose = "a client's";
   if (!cluster_digest_hex_.empty() && CheckToken(context, cluster_digest_hex_).ok()) whose = "the servers'";
-  if (whose == nullptr) return Refused(context, rpc, CheckToken(context, operator_digest_hex_));
+  if (whose.empty()) return Refused(context, rpc, CheckToken(context, operator_digest_hex_), name);
   return Refused(context, rpc,
                  grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
                               std::string(rpc) + " needs the operator credential (the coordinator's "
                                                  "--operator_token_file); this credential is " +
-                                  whose));
+                                  whose),
+                 name);
 }
 
 grpc::Status CoordinatorService::CheckServerCaller(const grpc::ServerContextBase* context,
@@ -49,18 +64,21 @@ grpc::Status CoordinatorService::CheckServerCaller(const grpc::ServerContextBase
                                     " needs the cluster credential (the servers' role); this credential is the "
                                     "operator's"));
   }
-  if (cluster_digest_hex_.empty()) return Refused(context, rpc, CheckToken(context, token_digest_hex_));
-  if (CheckToken(context, cluster_digest_hex_).ok()) return grpc::Status::OK;
-  grpc::Status client = CheckToken(context, token_digest_hex_);
-  if (!client.ok()) return Refused(context, rpc, client);  // neither credential: UNAUTHENTICATED
+  if (!cluster_digest_hex_.empty() && CheckToken(context, cluster_digest_hex_).ok()) return grpc::Status::OK;
+  std::string name;
+  grpc::Status client = control::CheckClientCredential(context, *clients_->current(), &name);
+  if (!client.ok()) return Refused(context, rpc, client, name);  // no credential of any role: UNAUTHENTICATED
+  // Without a cluster credential, --token_file's serves the servers' role.
+  if (cluster_digest_hex_.empty() && name == kTokenFileCredentialName) return grpc::Status::OK;
   return Refused(context, rpc,
                  grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
-                              std::string(rpc) +
-                                  " needs the cluster credential (the servers' role); this credential is a client's"));
+                              std::string(rpc) + " needs the cluster credential (the servers' role); this credential "
+                                                 "is a client's"),
+                 name);
 }
 
 grpc::Status CoordinatorService::Refused(const grpc::ServerContextBase* context, std::string_view rpc,
-                                         grpc::Status status) const {
+                                         grpc::Status status, const std::string& credential) const {
   if (status.ok()) return status;
   const bool denied = status.error_code() == grpc::StatusCode::PERMISSION_DENIED;
   (denied ? refused_permission_ : refused_unauthenticated_).fetch_add(1, std::memory_order_relaxed);
@@ -73,8 +91,9 @@ grpc::Status CoordinatorService::Refused(const grpc::ServerContextBase* context,
   int64_t last = last_refusal_log_ms_.load(std::memory_order_relaxed);
   if (now - last >= 1000 && last_refusal_log_ms_.compare_exchange_strong(last, now, std::memory_order_relaxed)) {
     refusals_unlogged_.fetch_sub(unlogged, std::memory_order_relaxed);
-    LOG(WARNING) << rpc << " from " << context->peer() << " refused (" << (denied ? "PERMISSION_DENIED" : "UNAUTHENTICATED")
-                 << "): " << status.error_message() << " [" << unlogged
+    LOG(WARNING) << rpc << " from " << context->peer()
+                 << (credential.empty() ? "" : " (credential " + credential + ")") << " refused ("
+                 << (denied ? "PERMISSION_DENIED" : "UNAUTHENTICATED") << "): " << status.error_message() << " [" << unlogged
                  << " refused call(s) since the last such line, this one included]";
   }
   return status;
@@ -199,7 +218,9 @@ grpc::Status CoordinatorService::Forget(grpc::ServerContext* context, const v1::
 grpc::Status CoordinatorService::CheckCaller(const grpc::ServerContextBase* context, std::string_view rpc) const {
   if (!cluster_digest_hex_.empty() && CheckToken(context, cluster_digest_hex_).ok()) return grpc::Status::OK;
   if (!operator_digest_hex_.empty() && CheckToken(context, operator_digest_hex_).ok()) return grpc::Status::OK;
-  return Refused(context, rpc, CheckToken(context, token_digest_hex_));
+  std::string name;
+  grpc::Status client = control::CheckClientCredential(context, *clients_->current(), &name);
+  return Refused(context, rpc, client, name);
 }
 
 grpc::Status CoordinatorService::AnswerRenewal(grpc::ServerContextBase* context,
@@ -287,9 +308,21 @@ StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(const std:
                                                                       std::unique_ptr<CoordinatorState> state,
                                                                       const LeaderGate* gate,
                                                                       const std::string& cluster_token,
-                                                                      const std::string& operator_token) {
+                                                                      const std::string& operator_token,
+                                                                      std::shared_ptr<LiveClientCredentials> clients) {
   RKV_RETURN_IF_ERROR(control::ValidateHostPort(listen, /*allow_port_zero=*/true).WithContext("--listen"));
   if (token.empty()) return InvalidArgument("the token is empty");
+  if (clients == nullptr) {
+    ClientCredentials one;
+    RKV_RETURN_IF_ERROR(one.Add(kTokenFileCredentialName, token));
+    clients = std::make_shared<LiveClientCredentials>(std::move(one));
+  }
+  for (const std::string* other : {&cluster_token, &operator_token}) {
+    if (!other->empty() && token != *other && clients->current()->Holds(*other)) {
+      return InvalidArgument("a client credential is the cluster or the operator credential: those must be ones no "
+                             "client holds");
+    }
+  }
   if (!cluster_token.empty() && cluster_token == token) {
     return InvalidArgument("the cluster credential is the client token: it must be one no client holds");
   }
@@ -302,7 +335,7 @@ StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(const std:
   server->state_ = std::move(state);
   server->gate_ = gate;
   server->service_ =
-      std::make_unique<CoordinatorService>(server->state_.get(), control::TokenDigestHex(token), gate,
+      std::make_unique<CoordinatorService>(server->state_.get(), std::move(clients), gate,
                                            cluster_token.empty() ? "" : control::TokenDigestHex(cluster_token),
                                            operator_token.empty() ? "" : control::TokenDigestHex(operator_token));
   if (server->state_->config().suspect_after.count() > 0) {

@@ -9,11 +9,14 @@
 // onto the RPC status unchanged. Roles (docs/design.md §10): with a cluster
 // credential (rkv-coordinator --cluster_token_file) the calls only a server
 // makes about itself (Join, Heartbeat, Leave, ReportReplicaFailure,
-// ReportCaughtUp) take that credential alone: the client token gets
+// ReportCaughtUp) take that credential alone: a client credential gets
 // PERMISSION_DENIED, an unknown digest UNAUTHENTICATED. Every other call
-// (the map, leases, status, ReportUnresponsive, and for now the operator's
-// Drain and Forget) takes either. Without one, the client token serves
-// every role.
+// (the map, leases, status, ReportUnresponsive) takes either, or the
+// operator credential. Without a cluster credential, --token_file's client
+// credential (named "token") serves every role. Client credentials are
+// the set in force in a LiveClientCredentials (rkv-coordinator reloads it
+// on SIGHUP): each call checks the set in force when it starts, and a
+// revoked credential is refused UNAUTHENTICATED naming it.
 //
 // Thread safety: the service is called from gRPC's threads concurrently;
 // CoordinatorServer::Shutdown may be called from any thread, also
@@ -30,6 +33,7 @@
 
 #include <grpcpp/server.h>
 
+#include "common/client_credentials.h"
 #include "common/metrics/exposition.h"
 #include "common/mutex.h"
 #include "common/status.h"
@@ -71,9 +75,10 @@ class CoordinatorService final : public v1::Coordinator::WithAsyncMethod_KeepLea
   // the reports, Drain, Forget, RenewLease) are answered only while `gate`
   // says this coordinator leads; the map is answered by every coordinator.
   // `cluster_digest_hex` is TokenDigestHex of the cluster credential, or ""
-  // for none (the client token then serves every role).
-  CoordinatorService(CoordinatorState* state, std::string token_digest_hex, const LeaderGate* gate = nullptr,
-                     std::string cluster_digest_hex = "", std::string operator_digest_hex = "");
+  // for none (--token_file's client credential then serves every role).
+  CoordinatorService(CoordinatorState* state, std::shared_ptr<LiveClientCredentials> clients,
+                     const LeaderGate* gate = nullptr, std::string cluster_digest_hex = "",
+                     std::string operator_digest_hex = "");
 
   grpc::Status Join(grpc::ServerContext* context, const v1::JoinRequest* request, v1::JoinResponse* response) override;
   grpc::Status Heartbeat(grpc::ServerContext* context, const v1::HeartbeatRequest* request,
@@ -164,7 +169,9 @@ class CoordinatorService final : public v1::Coordinator::WithAsyncMethod_KeepLea
   // answer, with the leader in the trailing metadata.
   grpc::Status CheckLeader(grpc::ServerContextBase* context) const;
   // `status` as returned; a refusal (not OK) counted and logged (above).
-  grpc::Status Refused(const grpc::ServerContextBase* context, std::string_view rpc, grpc::Status status) const;
+  // `credential`: the client credential's name when known ("" otherwise).
+  grpc::Status Refused(const grpc::ServerContextBase* context, std::string_view rpc, grpc::Status status,
+                       const std::string& credential = "") const;
   // AnswerRenewal without its count.
   grpc::Status AnswerRenewalUncounted(grpc::ServerContextBase* context, v1::RenewLeaseResponse* response) const;
 
@@ -175,7 +182,7 @@ class CoordinatorService final : public v1::Coordinator::WithAsyncMethod_KeepLea
   std::atomic<Prober*> prober_{nullptr};
   mutable Mutex address_mu_;
   std::string address_ GUARDED_BY(address_mu_);
-  const std::string token_digest_hex_;
+  const std::shared_ptr<LiveClientCredentials> clients_;
   const std::string cluster_digest_hex_;  // "" when there is no cluster credential
   const std::string operator_digest_hex_;  // "" when there is no operator credential
   mutable std::atomic<uint64_t> refused_unauthenticated_{0};
@@ -202,11 +209,16 @@ class CoordinatorServer {
   // one Drain and Forget take when set; it also serves what a client may
   // do (the map, leases, status), so that kvctl works with it alone. It
   // must differ from the other two (INVALID_ARGUMENT).
+  //
+  // `clients` (null: `token` alone, named "token"): the client
+  // credentials in force, reloaded by the caller; it must hold `token`'s
+  // and neither the cluster nor the operator credential (INVALID_ARGUMENT).
   static StatusOr<std::unique_ptr<CoordinatorServer>> Start(const std::string& listen, const std::string& token,
                                                             std::unique_ptr<CoordinatorState> state,
                                                             const LeaderGate* gate = nullptr,
                                                             const std::string& cluster_token = "",
-                                                            const std::string& operator_token = "");
+                                                            const std::string& operator_token = "",
+                                                            std::shared_ptr<LiveClientCredentials> clients = nullptr);
 
   ~CoordinatorServer();
   CoordinatorServer(const CoordinatorServer&) = delete;

@@ -6,9 +6,14 @@
 // (CoordinatorServer::Metrics) and logs "metrics on http://HOST:PORT/metrics"
 // at INFO once it listens.
 //
+// SIGHUP re-reads --client_credentials_file (docs/design.md §10): a good
+// file is put in force for every call that starts after it (logged at
+// INFO with the names added and removed), a bad one is logged at ERROR and
+// changes nothing.
+//
 // Exit codes: 0 after SIGTERM/SIGINT and a clean shutdown; 1 when it
-// cannot start (data dir, etcd, token file, listen address, metrics
-// address); 2 for a bad flag.
+// cannot start (data dir, etcd, token or credentials file, listen address,
+// metrics address); 2 for a bad flag.
 
 #include <csignal>
 #include <iostream>
@@ -22,6 +27,7 @@
 #include <pthread.h>
 #include <sys/stat.h>
 
+#include "common/client_credentials.h"
 #include "common/metrics/metrics_endpoint.h"
 #include "common/token.h"
 #include "proto/validation.h"
@@ -54,8 +60,13 @@ DEFINE_string(export_state, "",
 DEFINE_string(import_state, "",
               "read a file written by --export_state into --data_dir or --etcd, which must hold no cluster yet, "
               "and exit; --shards, --servers and --replicas must match the state's");
-DEFINE_string(token_file, "", "file holding the client token: every client must present it, and so must every "
-                              "server when there is no --cluster_token_file (required)");
+DEFINE_string(token_file, "", "file holding the client token: a client credential named \"token\" that only a "
+                              "restart changes, the one the coordinator presents to the servers' Admin service, and "
+                              "the servers' when there is no --cluster_token_file (required)");
+DEFINE_string(client_credentials_file, "",
+              "file of more client credentials, valid beside --token_file's for the map, leases and status: one "
+              "\"NAME TOKEN\" a line (NAME: 1 to 64 of [A-Za-z0-9._-], shown in the log of refused calls), # "
+              "comments; re-read on SIGHUP (a bad file changes nothing) (default: none)");
 DEFINE_string(cluster_token_file, "",
               "file holding the cluster credential, the one given to every rkv-server of the cluster with its "
               "--cluster_token_file: with it, only that credential may Join, Heartbeat, Leave, ReportReplicaFailure "
@@ -267,12 +278,21 @@ int main(int argc, char** argv) {
                     "operator credential for kvctl drain and forget (docs/design.md §10)";
   }
 
-  // SIGTERM and SIGINT are taken by sigwait below; block them before any
-  // thread (RocksDB's, gRPC's) exists so that every thread inherits the mask.
+  // The client credentials: --token_file's, named "token", and the file's;
+  // SIGHUP re-reads the file (below).
+  const std::vector<std::string> other_roles = {cluster_token, operator_token};
+  auto loaded = rkv::LoadClientCredentials(*token, FLAGS_client_credentials_file, other_roles);
+  if (!loaded.ok()) return CannotStart(loaded.status().WithContext("--client_credentials_file"));
+  auto client_credentials = std::make_shared<rkv::LiveClientCredentials>(std::move(loaded).value());
+
+  // SIGTERM, SIGINT and SIGHUP are taken by sigwait below; block them
+  // before any thread (RocksDB's, gRPC's) exists so that every thread
+  // inherits the mask.
   sigset_t signals;
   sigemptyset(&signals);
   sigaddset(&signals, SIGTERM);
   sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
   std::unique_ptr<rkv::coordinator::EtcdCoordinator> shared;
@@ -295,7 +315,7 @@ int main(int argc, char** argv) {
     state = std::move(opened).value();
   }
   auto server = rkv::coordinator::CoordinatorServer::Start(FLAGS_listen, *token, std::move(state), shared.get(),
-                                                           cluster_token, operator_token);
+                                                           cluster_token, operator_token, client_credentials);
   if (!server.ok()) return CannotStart(server.status());
   if (shared != nullptr) shared->StartCampaign(FLAGS_advertise.empty() ? (*server)->address() : FLAGS_advertise);
   std::unique_ptr<rkv::metrics::MetricsEndpoint> metrics;
@@ -321,8 +341,25 @@ int main(int argc, char** argv) {
             << " ms, replace after " << config.replace_after.count() << " ms, suspect after "
             << config.suspect_after.count() << " ms (probe " << config.probe_timeout.count() << " ms)";
 
+  // SIGHUP re-reads the client credentials: what changed is logged at
+  // INFO, a bad file at ERROR (the credentials in force stay).
   int signal_number = 0;
-  sigwait(&signals, &signal_number);
+  for (;;) {
+    sigwait(&signals, &signal_number);
+    if (signal_number != SIGHUP) break;
+    if (FLAGS_client_credentials_file.empty()) {
+      LOG(INFO) << "SIGHUP: no --client_credentials_file, nothing to reload";
+      continue;
+    }
+    const auto change = client_credentials->Reload(*token, FLAGS_client_credentials_file, other_roles);
+    if (!change.ok()) {
+      LOG(ERROR) << "SIGHUP: --client_credentials_file " << FLAGS_client_credentials_file
+                 << " refused, the client credentials in force stay: " << change.status();
+    } else {
+      LOG(INFO) << "SIGHUP: client credentials reloaded from " << FLAGS_client_credentials_file << ": "
+                << rkv::DescribeChange(*change);
+    }
+  }
   LOG(INFO) << "signal " << signal_number << ": shutting down";
   // The metrics endpoint reads the server: it stops first. A leader then
   // resigns, so that a standby takes over at once.

@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <iterator>
+#include <optional>
 
 #include "common/token.h"
 
@@ -39,6 +40,39 @@ grpc::Status CheckToken(const grpc::ServerContextBase* context, std::string_view
   if (!DigestEqual(reinterpret_cast<const uint8_t*>(presented.data()),
                    reinterpret_cast<const uint8_t*>(expected_digest_hex.data()), presented.size())) {
     return refused;
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status CheckClientCredential(const grpc::ServerContextBase* context, const ClientCredentials& credentials,
+                                   std::string* name) {
+  name->clear();
+  const grpc::Status refused(grpc::StatusCode::UNAUTHENTICATED, "missing or invalid token");
+  const auto& metadata = context->client_metadata();
+  auto [begin, end] = metadata.equal_range(kTokenMetadataKey);
+  if (begin == end || std::next(begin) != end) return refused;
+  const grpc::string_ref presented = begin->second;
+  if (presented.size() != kTokenDigestHexChars) return refused;
+  Sha256Digest digest{};
+  // The presented digest is the caller's own, no secret: only the
+  // comparison with the credentials' digests must be constant time. A
+  // character that is no lowercase hex digit refuses the whole digest.
+  bool valid = true;
+  const auto nibble = [&valid](char c) -> uint8_t {
+    const bool digit = c >= '0' && c <= '9';
+    const bool letter = c >= 'a' && c <= 'f';
+    valid &= digit || letter;
+    return static_cast<uint8_t>(digit ? c - '0' : c - 'a' + 10);
+  };
+  for (size_t i = 0; i < digest.size(); ++i) {
+    digest[i] = static_cast<uint8_t>((nibble(presented.data()[2 * i]) << 4) | nibble(presented.data()[2 * i + 1]));
+  }
+  if (!valid) return refused;
+  const std::optional<ClientCredentials::Match> match = credentials.Find(digest.data());
+  if (!match) return refused;
+  *name = match->name;
+  if (match->revoked) {
+    return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "client credential " + match->name + " was revoked");
   }
   return grpc::Status::OK;
 }

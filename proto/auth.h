@@ -15,6 +15,8 @@
 #include <grpcpp/server_context.h>
 #include <grpcpp/support/status.h>
 
+#include "common/client_credentials.h"
+
 namespace rkv::control {
 
 inline constexpr char kTokenMetadataKey[] = "rkv-token-digest";
@@ -33,5 +35,14 @@ void AttachTokenDigest(grpc::ClientContext* context, const std::string& digest_h
 // (constant time) to `expected_digest_hex`; UNAUTHENTICATED "missing or
 // invalid token" otherwise. Works for sync and callback server contexts.
 grpc::Status CheckToken(const grpc::ServerContextBase* context, std::string_view expected_digest_hex);
+
+// The client credential `context` presents: OK with `*name` set to its
+// name when the one kTokenMetadataKey entry is the digest of a credential
+// of `credentials` (compared as ClientCredentials::Find does: each in
+// constant time). UNAUTHENTICATED otherwise: "missing or invalid token",
+// or "client credential NAME was revoked" (then `*name` is NAME, for the
+// caller's log). `*name` is cleared first.
+grpc::Status CheckClientCredential(const grpc::ServerContextBase* context, const ClientCredentials& credentials,
+                                   std::string* name);
 
 }  // namespace rkv::control

@@ -1,8 +1,10 @@
 #include "server/admin_service.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 
+#include <glog/logging.h>
 #include <grpcpp/security/server_credentials.h>
 #include <grpcpp/server.h>
 #include <grpcpp/server_builder.h>
@@ -17,36 +19,70 @@ namespace rkv::server {
 
 class AdminServer::Service final : public v1::Admin::Service {
  public:
-  Service(std::string digest_hex, std::string operator_digest_hex, std::function<AdminStats()> stats,
-          AdminShards shards)
-      : digest_hex_(std::move(digest_hex)),
+  Service(std::shared_ptr<LiveClientCredentials> credentials, std::string operator_digest_hex,
+          std::function<AdminStats()> stats, AdminShards shards)
+      : credentials_(std::move(credentials)),
         operator_digest_hex_(std::move(operator_digest_hex)),
         stats_(std::move(stats)),
         shards_(std::move(shards)) {}
 
-  // Health and Stats: the client token, or the operator credential.
-  grpc::Status CheckClient(const grpc::ServerContext* context) const {
+  uint64_t auth_failures() const { return auth_failures_.load(std::memory_order_relaxed); }
+
+  // Health and Stats: a client credential in force, or the operator
+  // credential.
+  grpc::Status CheckClient(const grpc::ServerContext* context, std::string_view rpc) const {
     if (!operator_digest_hex_.empty() && control::CheckToken(context, operator_digest_hex_).ok()) {
       return grpc::Status::OK;
     }
-    return control::CheckToken(context, digest_hex_);
+    std::string name;
+    return Counted(context, rpc, control::CheckClientCredential(context, *credentials_->current(), &name), name);
   }
 
   // The replica verification and listings: the operator credential when
-  // the server has one (the client token is then PERMISSION_DENIED naming
-  // it), else the client token.
+  // the server has one (a client credential is then PERMISSION_DENIED),
+  // else --token_file's client credential (the credentials file's are
+  // clients' only: PERMISSION_DENIED).
   grpc::Status CheckOperator(const grpc::ServerContext* context, std::string_view rpc) const {
-    if (operator_digest_hex_.empty()) return control::CheckToken(context, digest_hex_);
+    std::string name;
+    if (operator_digest_hex_.empty()) {
+      grpc::Status client = control::CheckClientCredential(context, *credentials_->current(), &name);
+      if (!client.ok() || name == kTokenFileCredentialName) return Counted(context, rpc, client, name);
+      return grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
+                          std::string(rpc) + " needs the operator credential (the server's --operator_token_file) "
+                                             "or --token_file's; this credential is client credential " + name);
+    }
     if (control::CheckToken(context, operator_digest_hex_).ok()) return grpc::Status::OK;
-    if (!control::CheckToken(context, digest_hex_).ok()) return control::CheckToken(context, operator_digest_hex_);
+    const grpc::Status client = control::CheckClientCredential(context, *credentials_->current(), &name);
+    if (!client.ok()) return Counted(context, rpc, control::CheckToken(context, operator_digest_hex_), name);
     return grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
                         std::string(rpc) +
                             " needs the operator credential (the server's --operator_token_file); this credential "
                             "is a client's");
   }
 
+  // `status` as returned; an UNAUTHENTICATED one counted and logged as a
+  // WARNING naming the RPC, the peer and the credential when known, at
+  // most once a second (the line says how many refusals it stands for).
+  grpc::Status Counted(const grpc::ServerContext* context, std::string_view rpc, grpc::Status status,
+                       const std::string& name) const {
+    if (status.error_code() != grpc::StatusCode::UNAUTHENTICATED) return status;
+    auth_failures_.fetch_add(1, std::memory_order_relaxed);
+    const uint64_t unlogged = refusals_unlogged_.fetch_add(1, std::memory_order_relaxed) + 1;
+    const int64_t now = std::chrono::duration_cast<std::chrono::milliseconds>(
+                            std::chrono::steady_clock::now().time_since_epoch())
+                            .count();
+    int64_t last = last_refusal_log_ms_.load(std::memory_order_relaxed);
+    if (now - last >= 1000 && last_refusal_log_ms_.compare_exchange_strong(last, now, std::memory_order_relaxed)) {
+      refusals_unlogged_.fetch_sub(unlogged, std::memory_order_relaxed);
+      LOG(WARNING) << "Admin." << rpc << " from " << context->peer() << " refused (UNAUTHENTICATED"
+                   << (name.empty() ? "" : ", credential " + name) << "): " << status.error_message() << " ["
+                   << unlogged << " refused call(s) since the last such line, this one included]";
+    }
+    return status;
+  }
+
   grpc::Status Health(grpc::ServerContext* context, const v1::HealthRequest*, v1::HealthResponse* response) override {
-    if (grpc::Status s = CheckClient(context); !s.ok()) return s;
+    if (grpc::Status s = CheckClient(context, "Health"); !s.ok()) return s;
     const AdminStats st = stats_();
     response->set_server_id(st.server_id);
     response->set_epoch(st.epoch);
@@ -55,7 +91,7 @@ class AdminServer::Service final : public v1::Admin::Service {
   }
 
   grpc::Status Stats(grpc::ServerContext* context, const v1::StatsRequest*, v1::StatsResponse* response) override {
-    if (grpc::Status s = CheckClient(context); !s.ok()) return s;
+    if (grpc::Status s = CheckClient(context, "Stats"); !s.ok()) return s;
     const AdminStats st = stats_();
     response->set_server_id(st.server_id);
     response->set_epoch(st.epoch);
@@ -148,10 +184,13 @@ class AdminServer::Service final : public v1::Admin::Service {
     return grpc::Status::OK;
   }
 
-  const std::string digest_hex_;
+  const std::shared_ptr<LiveClientCredentials> credentials_;
   const std::string operator_digest_hex_;  // "" when the server has no operator credential
   const std::function<AdminStats()> stats_;
   const AdminShards shards_;
+  mutable std::atomic<uint64_t> auth_failures_{0};
+  mutable std::atomic<uint64_t> refusals_unlogged_{0};
+  mutable std::atomic<int64_t> last_refusal_log_ms_{-1'000'000};  // steady clock, ms
 };
 
 std::vector<uint32_t> AdminServer::ShardsHeldBy(const v1::ClusterMap& map, std::string_view server_id) {
@@ -224,6 +263,8 @@ std::vector<AdminCounter> ServerCounters(const CounterSources& s) {
       {"catchup_records_served", s.catchup_records_served, "catch-up: records this server sent as a primary"},
       {"connections_accepted", st.connections_accepted, "data-plane connections accepted since start"},
       {"connections_rejected", st.connections_rejected, "data-plane connections refused since start"},
+      {"auth_failures", st.auth_failures + s.admin_auth_failures,
+       "failed authentications since start: data-plane connections and Admin calls refused for their credential"},
       {"forwarded_writes", st.forwarded_writes, "writes forwarded to backups as a primary"},
       {"backup_failures", st.backup_failures, "backups that did not acknowledge a forwarded write"},
       {"replica_writes", st.replica_writes, "forwarded writes installed as a backup"},
@@ -243,14 +284,26 @@ StatusOr<std::unique_ptr<AdminServer>> AdminServer::Start(const std::string& lis
                                                           std::function<AdminStats()> stats, AdminShards shards,
                                                           const std::vector<grpc::Service*>& also,
                                                           const std::string& operator_token) {
-  RKV_RETURN_IF_ERROR(control::ValidateHostPort(listen, /*allow_port_zero=*/true).WithContext("--admin_listen"));
   if (token.empty()) return InvalidArgument("the token is empty");
+  ClientCredentials credentials;
+  RKV_RETURN_IF_ERROR(credentials.Add(kTokenFileCredentialName, token));
+  return Start(listen, std::make_shared<LiveClientCredentials>(std::move(credentials)), std::move(stats),
+               std::move(shards), also, operator_token);
+}
+
+StatusOr<std::unique_ptr<AdminServer>> AdminServer::Start(const std::string& listen,
+                                                          std::shared_ptr<LiveClientCredentials> credentials,
+                                                          std::function<AdminStats()> stats, AdminShards shards,
+                                                          const std::vector<grpc::Service*>& also,
+                                                          const std::string& operator_token) {
+  RKV_RETURN_IF_ERROR(control::ValidateHostPort(listen, /*allow_port_zero=*/true).WithContext("--admin_listen"));
+  if (credentials == nullptr || credentials->current()->size() == 0) return InvalidArgument("no client credential");
   if (!stats) return InvalidArgument("no stats function");
-  if (!operator_token.empty() && operator_token == token) {
-    return InvalidArgument("the operator credential is the client token: it must be one of its own");
+  if (!operator_token.empty() && credentials->current()->Holds(operator_token)) {
+    return InvalidArgument("the operator credential is a client credential: it must be one of its own");
   }
   std::unique_ptr<AdminServer> server(new AdminServer());
-  server->service_ = std::make_unique<Service>(control::TokenDigestHex(token),
+  server->service_ = std::make_unique<Service>(std::move(credentials),
                                                operator_token.empty() ? "" : control::TokenDigestHex(operator_token),
                                                std::move(stats), std::move(shards));
   std::vector<grpc::Service*> services{server->service_.get()};
@@ -272,5 +325,7 @@ void AdminServer::Shutdown() {
 }
 
 AdminServer::~AdminServer() { Shutdown(); }
+
+uint64_t AdminServer::auth_failures() const { return service_->auth_failures(); }
 
 }  // namespace rkv::server

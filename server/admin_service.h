@@ -1,7 +1,9 @@
 // The Admin gRPC service of an rkv-server (Health, Stats, and the replica
 // verification reads ShardChecksums and ListShard), on its own
 // grpc::Server bound to --admin_listen. Like every control-plane service it
-// answers only callers presenting the token digest.
+// answers only callers presenting a credential's digest: a client
+// credential in force (server/main.cc reloads them on SIGHUP) or the
+// operator credential.
 //
 // ShardChecksums: for each requested shard (none: every shard the server's
 // current map gives it a role in, as primary, backup or syncing server),
@@ -27,6 +29,7 @@
 #include <string_view>
 #include <vector>
 
+#include "common/client_credentials.h"
 #include "common/status.h"
 #include "proto/rkv.pb.h"
 #include "server/replication/catchup.h"
@@ -71,6 +74,7 @@ struct CounterSources {
   uint64_t heap_bytes = 0;
   CatchUp::Stats catch_up;  // zero until the fetcher runs
   uint64_t catchup_records_served = 0;  // ReplicaService::records_served
+  uint64_t admin_auth_failures = 0;     // AdminServer::auth_failures
 };
 
 // The counters of a server's Admin Stats: the one list of their names,
@@ -113,6 +117,15 @@ class AdminServer {
                                                       std::function<AdminStats()> stats, AdminShards shards = {},
                                                       const std::vector<grpc::Service*>& also = {},
                                                       const std::string& operator_token = "");
+  // The same for callers presenting a client credential in force in
+  // `credentials` (a reload takes effect on the next call; a revoked
+  // credential is refused UNAUTHENTICATED naming it). INVALID_ARGUMENT
+  // for no credentials, or an operator credential that is a client's.
+  static StatusOr<std::unique_ptr<AdminServer>> Start(const std::string& listen,
+                                                      std::shared_ptr<LiveClientCredentials> credentials,
+                                                      std::function<AdminStats()> stats, AdminShards shards = {},
+                                                      const std::vector<grpc::Service*>& also = {},
+                                                      const std::string& operator_token = "");
 
   // The shards `server_id` holds a role in (primary, backup or syncing) in
   // `map`, ascending. A map without replica lists gives the shards it owns.
@@ -127,6 +140,10 @@ class AdminServer {
 
   // "HOST:PORT" actually bound (the real port when 0 was asked).
   const std::string& address() const { return address_; }
+
+  // Calls refused UNAUTHENTICATED since start (no, an unknown or a revoked
+  // credential); each is logged at most once a second.
+  uint64_t auth_failures() const;
 
  private:
   class Service;

@@ -91,6 +91,8 @@ TEST(AdminServiceTest, ServerCountersNameEachSourceOnce) {
   sources.catch_up.values_fetched = 16;
   sources.catch_up.bytes_fetched = 17;
   sources.catchup_records_served = 17;
+  sources.server.auth_failures = 18;
+  sources.admin_auth_failures = 2;
   const std::vector<AdminCounter> counters = ServerCounters(sources);
   std::map<std::string, uint64_t> values;
   for (const AdminCounter& c : counters) {
@@ -111,6 +113,7 @@ TEST(AdminServiceTest, ServerCountersNameEachSourceOnce) {
   EXPECT_EQ(values["catchup_bytes_fetched"], 17u);
   EXPECT_EQ(values["catchup_records_served"], 17u);
   EXPECT_EQ(values["gets_served_by_cpu"], 0u);
+  EXPECT_EQ(values["auth_failures"], 20u);  // the data plane's and the Admin service's
   // The names kvctl's text table shows (client/kvctl/kvctl_util.cc) are all
   // there, first and in kvctl --output=json's order of old.
   const std::vector<std::string> first = {"keys", "puts", "deletes", "request_errors", "connections",
@@ -430,6 +433,53 @@ TEST(AdminServiceTest, ShardRpcsTakeOnlyTheOperatorCredentialWhenOneIsSet) {
   EXPECT_TRUE(host.stub().Stats(Context().get(), v1::StatsRequest(), &stats).ok());
   // One equal to the client token is refused at start.
   EXPECT_EQ(AdminServer::Start("127.0.0.1:0", kToken, [] { return AdminStats(); }, {}, {}, kToken).status().code(),
+            StatusCode::kInvalidArgument);
+}
+
+// Named client credentials (a LiveClientCredentials the server reloads):
+// each in force serves Health and Stats; a removed one is refused from the
+// next call on, naming it, and counted; the file's credentials never serve
+// the listings, which without an operator credential only --token_file's
+// ("token") takes.
+TEST(AdminServiceTest, ClientCredentialsAreCheckedPerCallAndARemovedOneIsRefused) {
+  ClientCredentials initial;
+  ASSERT_TRUE(initial.Add("token", kToken).ok());
+  ASSERT_TRUE(initial.Add("alice", "alice-secret").ok());
+  ASSERT_TRUE(initial.Add("bob", "bob-secret").ok());
+  auto live = std::make_shared<LiveClientCredentials>(initial);
+  auto admin = AdminServer::Start("127.0.0.1:0", live, [] { return AdminStats(); });
+  ASSERT_TRUE(admin.ok()) << admin.status();
+  auto stub = v1::Admin::NewStub(grpc::CreateChannel((*admin)->address(), grpc::InsecureChannelCredentials()));
+  v1::StatsResponse stats;
+  for (const char* token : {kToken, "alice-secret", "bob-secret"}) {
+    EXPECT_TRUE(stub->Stats(Context(token).get(), v1::StatsRequest(), &stats).ok()) << token;
+  }
+  v1::ShardChecksumsRequest request;
+  v1::ShardChecksumsResponse response;
+  const grpc::Status listing = stub->ShardChecksums(Context("alice-secret").get(), request, &response);
+  EXPECT_EQ(listing.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(listing.error_message(),
+            "ShardChecksums needs the operator credential (the server's --operator_token_file) or --token_file's; "
+            "this credential is client credential alice");
+  EXPECT_EQ((*admin)->auth_failures(), 0u);
+
+  ClientCredentials without_bob;
+  ASSERT_TRUE(without_bob.Add("token", kToken).ok());
+  ASSERT_TRUE(without_bob.Add("alice", "alice-secret").ok());
+  const ClientCredentials::Change change = live->Replace(without_bob);
+  EXPECT_EQ(change.removed, std::vector<std::string>{"bob"});
+  const grpc::Status revoked = stub->Stats(Context("bob-secret").get(), v1::StatsRequest(), &stats);
+  EXPECT_EQ(revoked.error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(revoked.error_message(), "client credential bob was revoked");
+  v1::HealthResponse health;
+  EXPECT_EQ(stub->Health(Context("nobody").get(), v1::HealthRequest(), &health).error_code(),
+            grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ((*admin)->auth_failures(), 2u);
+  EXPECT_TRUE(stub->Stats(Context("alice-secret").get(), v1::StatsRequest(), &stats).ok());
+  // An operator credential that is a client credential is refused at start.
+  EXPECT_EQ(AdminServer::Start("127.0.0.1:0", live, [] { return AdminStats(); }, {}, {}, "alice-secret")
+                .status()
+                .code(),
             StatusCode::kInvalidArgument);
 }
 

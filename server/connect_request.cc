@@ -1,6 +1,7 @@
 #include "server/connect_request.h"
 
 #include <cstring>
+#include <optional>
 #include <string>
 #include <tuple>
 
@@ -10,6 +11,13 @@ namespace rkv::server {
 
 StatusOr<ConnectRequest> ParseConnectRequest(std::span<const uint8_t> data, const Sha256Digest& client_digest,
                                              const Sha256Digest& cluster_digest) {
+  ClientCredentials clients;
+  RKV_RETURN_IF_ERROR(clients.AddDigest(kTokenFileCredentialName, client_digest));
+  return ParseConnectRequest(data, clients, cluster_digest);
+}
+
+StatusOr<ConnectRequest> ParseConnectRequest(std::span<const uint8_t> data, const ClientCredentials& clients,
+                                             const Sha256Digest& cluster_digest, std::string* refused_credential) {
   protocol::ConnectRequestData req{};
   if (data.size() < sizeof(req)) {
     return InvalidArgument("malformed connect request (" + std::to_string(data.size()) + " bytes)");
@@ -43,8 +51,15 @@ StatusOr<ConnectRequest> ParseConnectRequest(std::span<const uint8_t> data, cons
     if (!DigestEqual(req.token_digest, cluster_digest.data(), cluster_digest.size())) {
       return Unauthenticated("invalid cluster credential: replication connections are for servers");
     }
-  } else if (!DigestEqual(req.token_digest, client_digest.data(), client_digest.size())) {
-    return Unauthenticated("invalid token");
+  } else {
+    const std::optional<ClientCredentials::Match> match = clients.Find(req.token_digest);
+    if (!match) return Unauthenticated("invalid token");
+    if (match->revoked) {
+      if (refused_credential != nullptr) *refused_credential = match->name;
+      return Unauthenticated("client credential " + match->name + " was revoked");
+    }
+    out.credential = match->name;
+    std::memcpy(out.credential_digest.data(), req.token_digest, out.credential_digest.size());
   }
   return out;
 }

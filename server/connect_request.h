@@ -9,7 +9,9 @@
 
 #include <cstdint>
 #include <span>
+#include <string>
 
+#include "common/client_credentials.h"
 #include "common/protocol.h"
 #include "common/status.h"
 #include "common/token.h"
@@ -27,6 +29,10 @@ struct ConnectRequest {
   // client.
   uint64_t peer_fingerprint = 0;
   uint64_t peer_epoch = 0;  // a peer's epoch (>= 1); 0 for a client
+  // A client: the name of the client credential it presented, and that
+  // credential's digest (what a reload's revocation is checked against).
+  std::string credential;
+  Sha256Digest credential_digest{};
 };
 
 // Parses the connect private data (which rdmacm may pad with zeros beyond
@@ -42,6 +48,18 @@ struct ConnectRequest {
 // token or cluster credential; each message is the reason the server sends
 // back in its refusal. Whether a peer is a server of the cluster map is
 // the caller's check.
+//
+// A client's digest is matched against every credential of `clients`
+// (ClientCredentials::Find): one revoked by a reload is refused
+// UNAUTHENTICATED "client credential NAME was revoked"; in every refusal
+// for a client's credential, `*refused_credential` (when not null) gets
+// the name when one is known, for the server's log.
+StatusOr<ConnectRequest> ParseConnectRequest(std::span<const uint8_t> data, const ClientCredentials& clients,
+                                             const Sha256Digest& cluster_digest,
+                                             std::string* refused_credential = nullptr);
+
+// The same with one client credential, named "token", of digest
+// `client_digest`.
 StatusOr<ConnectRequest> ParseConnectRequest(std::span<const uint8_t> data, const Sha256Digest& client_digest,
                                              const Sha256Digest& cluster_digest);
 

@@ -147,5 +147,35 @@ TEST(ConnectRequestTest, OnlyTheClusterCredentialOpensAReplicationConnection) {
   EXPECT_TRUE(ParseConnectRequest(Bytes(Valid("client-secret")), client, cluster).ok());
 }
 
+TEST(ConnectRequestTest, NamesTheClientCredentialAndRefusesARevokedOne) {
+  auto parsed = ClientCredentials::Parse("alice alice-secret\nbob bob-secret\n", "test");
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  LiveClientCredentials live(*parsed);
+  const Sha256Digest cluster = TokenDigest("cluster-secret");
+  std::string refused;
+  auto bob = ParseConnectRequest(Bytes(Valid("bob-secret")), *live.current(), cluster, &refused);
+  ASSERT_TRUE(bob.ok()) << bob.status();
+  EXPECT_EQ(bob->credential, "bob");
+  EXPECT_EQ(bob->credential_digest, TokenDigest("bob-secret"));
+  EXPECT_TRUE(refused.empty());
+
+  auto only_alice = ClientCredentials::Parse("alice alice-secret\n", "test");
+  ASSERT_TRUE(only_alice.ok());
+  live.Replace(*only_alice);
+  auto revoked = ParseConnectRequest(Bytes(Valid("bob-secret")), *live.current(), cluster, &refused);
+  ASSERT_FALSE(revoked.ok());
+  EXPECT_EQ(revoked.status().code(), StatusCode::kUnauthenticated);
+  EXPECT_EQ(revoked.status().message(), "client credential bob was revoked");
+  EXPECT_EQ(refused, "bob");
+  auto unknown = ParseConnectRequest(Bytes(Valid("carol-secret")), *live.current(), cluster, &refused);
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_EQ(unknown.status().message(), "invalid token");
+  auto alice = ParseConnectRequest(Bytes(Valid("alice-secret")), *live.current(), cluster);
+  ASSERT_TRUE(alice.ok()) << alice.status();
+  EXPECT_EQ(alice->credential, "alice");
+  // A client credential is no cluster credential.
+  EXPECT_FALSE(ParseConnectRequest(PeerBytes(Peer("alice-secret", 1, 9)), *live.current(), cluster).ok());
+}
+
 }  // namespace
 }  // namespace rkv::server

@@ -18,6 +18,10 @@
 // format (server/server_metrics.h) and logs "metrics on
 // http://HOST:PORT/metrics" at INFO once it listens.
 //
+// SIGHUP re-reads --client_credentials_file (docs/design.md §10): a good
+// file is put in force at once (logged at INFO with the names added and
+// removed), a bad one is logged at ERROR and changes nothing.
+//
 // Exit codes: 0 after SIGTERM/SIGINT and a clean shutdown (which first
 // leaves the cluster); 1 when the server cannot start (data directory,
 // memory, transport, listen, Admin service, metrics endpoint) or the
@@ -46,6 +50,7 @@
 #include "common/metrics/metrics_endpoint.h"
 #include "common/mutex.h"
 #include "common/net_address.h"
+#include "common/client_credentials.h"
 #include "common/token.h"
 #include "common/transport/factory.h"
 #include "common/transport/transport.h"
@@ -75,7 +80,12 @@ DEFINE_uint32(threads, 0, "polling threads serving the data plane's connections,
                           "(default 0: one per CPU this process may run on)");
 DEFINE_uint32(max_value_bytes, 1048576, "largest value in bytes (default 1048576; at most 4063232)");
 DEFINE_uint32(max_key_bytes, 1024, "largest key in bytes (default 1024; at most 65535)");
-DEFINE_string(token_file, "", "file holding the token clients must present (required)");
+DEFINE_string(token_file, "", "file holding the token clients must present, a client credential named \"token\" "
+                              "that only a restart changes (required)");
+DEFINE_string(client_credentials_file, "",
+              "file of more client credentials, valid beside --token_file's: one \"NAME TOKEN\" a line (NAME: 1 "
+              "to 64 of [A-Za-z0-9._-], shown in logs and metrics), # comments; re-read on SIGHUP (a removed "
+              "credential's connections are closed; a bad file changes nothing) (default: none)");
 DEFINE_string(cluster_token_file, "", "file holding the cluster credential the servers of a cluster present to "
                                       "each other (replication connections and the Replica service) and to the "
                                       "coordinator (every call); every server of the cluster and every "
@@ -207,6 +217,23 @@ rkv::server::AdminShards AdminShardsOf(const rkv::server::Server* srv,
   return shards;
 }
 
+// SIGHUP: re-reads the client credentials; logs what changed at INFO, or
+// at ERROR why the file was refused (the credentials in force stay).
+void ReloadClientCredentials(rkv::LiveClientCredentials& live, const std::string& token, const std::string& path,
+                             const std::vector<std::string>& other_roles) {
+  if (path.empty()) {
+    LOG(INFO) << "SIGHUP: no --client_credentials_file, nothing to reload";
+    return;
+  }
+  const auto change = live.Reload(token, path, other_roles);
+  if (!change.ok()) {
+    LOG(ERROR) << "SIGHUP: --client_credentials_file " << path << " refused, the client credentials in force stay: "
+               << change.status();
+    return;
+  }
+  LOG(INFO) << "SIGHUP: client credentials reloaded from " << path << ": " << rkv::DescribeChange(*change);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -281,6 +308,12 @@ int main(int argc, char** argv) {
     }
     operator_token = std::move(read).value();
   }
+  // The client credentials: --token_file's, named "token", and the file's;
+  // SIGHUP re-reads the file (below).
+  const std::vector<std::string> other_roles = {o.cluster_token, operator_token};
+  auto loaded = rkv::LoadClientCredentials(o.token, FLAGS_client_credentials_file, other_roles);
+  if (!loaded.ok()) return BadFlag("--client_credentials_file: " + loaded.status().message());
+  auto client_credentials = std::make_shared<rkv::LiveClientCredentials>(std::move(loaded).value());
   if (rkv::Status s = rkv::server::ValidateOptions(o); !s.ok()) return BadFlag(s.message());
   rkv::server::ControlOptions control;
   control.coordinator = FLAGS_coordinator;
@@ -301,12 +334,13 @@ int main(int argc, char** argv) {
     return 1;
   }
 
-  // SIGTERM and SIGINT are taken by sigwait below: block them before any
-  // thread starts so that every thread inherits the mask.
+  // SIGTERM, SIGINT and SIGHUP are taken by sigtimedwait below: block them
+  // before any thread starts so that every thread inherits the mask.
   sigset_t signals;
   sigemptyset(&signals);
   sigaddset(&signals, SIGTERM);
   sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
   LOG(INFO) << why;
@@ -353,7 +387,8 @@ int main(int argc, char** argv) {
   }
   // Standalone: no policy, every write is this server's alone.
   auto server = rkv::server::Server::Start(o, transport->get(), policy ? &*policy : nullptr,
-                                           policy ? std::string_view(server_id) : std::string_view());
+                                           policy ? std::string_view(server_id) : std::string_view(),
+                                           client_credentials);
   if (!server.ok()) {
     std::cerr << "rkv-server: " << server.status() << "\n";
     return 1;
@@ -384,8 +419,10 @@ int main(int argc, char** argv) {
   // Where the Admin service and the metrics read the fetcher's counters:
   // null until the fetcher runs (it starts once the membership exists).
   auto catch_up_counters = std::make_shared<std::atomic<rkv::server::CatchUp*>>(nullptr);
+  // The Admin service's refusals, once it runs.
+  auto admin_counters = std::make_shared<std::atomic<const rkv::server::AdminServer*>>(nullptr);
   // The counters of Admin Stats and GET /metrics, read when asked.
-  const auto read_counters = [srv, catch_up_counters, replica = replica_service.get()] {
+  const auto read_counters = [srv, catch_up_counters, admin_counters, replica = replica_service.get()] {
     rkv::server::CounterSources sources;
     sources.server = srv->Stats();
     sources.heap_bytes = srv->heap_bytes();
@@ -393,6 +430,9 @@ int main(int argc, char** argv) {
       sources.catch_up = c->stats();
     }
     if (replica != nullptr) sources.catchup_records_served = replica->records_served();
+    if (const rkv::server::AdminServer* a = admin_counters->load(std::memory_order_acquire)) {
+      sources.admin_auth_failures = a->auth_failures();
+    }
     return rkv::server::ServerCounters(sources);
   };
   // The Admin service reads the membership's map once it exists.
@@ -412,7 +452,7 @@ int main(int argc, char** argv) {
     const uint64_t epoch = srv->epoch();
     std::vector<grpc::Service*> also;
     if (replica_service) also.push_back(replica_service.get());
-    auto started = rkv::server::AdminServer::Start(admin_listen, o.token, [read_counters, server_id, epoch] {
+    auto started = rkv::server::AdminServer::Start(admin_listen, client_credentials, [read_counters, server_id, epoch] {
       rkv::server::AdminStats a;
       a.server_id = server_id;
       a.epoch = epoch;
@@ -422,6 +462,7 @@ int main(int argc, char** argv) {
     }, AdminShardsOf(srv, &map_source, server_id), also, operator_token);
     if (!started.ok()) return fail("starting the Admin service on " + admin_listen + " failed: " + started.status().ToString());
     admin = std::move(*started);
+    admin_counters->store(admin.get(), std::memory_order_release);
     // A wildcard admin host is announced with the data address's host.
     std::string data_host;
     uint16_t data_port = 0;
@@ -448,6 +489,7 @@ int main(int argc, char** argv) {
       const rkv::server::Server::ApplyLatency latency = srv->apply_latency();
       now.client_apply = latency.client;
       now.replica_apply = latency.replica;
+      now.connections_by_credential = srv->Stats().connections_by_credential;
       // Acquire: the membership is fully built before it is published.
       if (const rkv::server::MapSource* s = map_source.load(std::memory_order_acquire)) {
         if (const auto map = s->map()) now.map_version = map->version();
@@ -520,11 +562,18 @@ int main(int argc, char** argv) {
     join.emplace(membership.get());
   }
 
-  // Wait for SIGTERM/SIGINT, or for the coordinator to refuse this server.
+  // Wait for SIGTERM/SIGINT, or for the coordinator to refuse this server;
+  // SIGHUP re-reads the client credentials (the data plane and the Admin
+  // service read the set in force per request; the pollers close the
+  // connections of a removed credential).
   int sig = 0;
   const timespec poll{0, 200'000'000};
   for (;;) {
     sig = sigtimedwait(&signals, nullptr, &poll);
+    if (sig == SIGHUP) {
+      ReloadClientCredentials(*client_credentials, o.token, FLAGS_client_credentials_file, other_roles);
+      continue;
+    }
     if (sig > 0) break;
     if (join && join->failed()) break;
   }

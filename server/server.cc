@@ -86,6 +86,9 @@ struct Server::Served {
   transport::MemoryRegion* ring_mr = nullptr;
   transport::MemoryRegion* messages_mr = nullptr;
   uint64_t client_id = 0;
+  // A client's credential (its name and digest); empty for a peer.
+  std::string credential;
+  Sha256Digest credential_digest{};
   std::optional<ClientPin> pin;  // a client's, once accepted
   std::string peer_id;  // a replication connection: the sending server's id; empty for a client
   std::string peer;
@@ -126,19 +129,39 @@ struct Server::Poller {
   std::vector<std::unique_ptr<Served>> inbox GUARDED_BY(inbox_mu);
   // The polling thread only.
   std::unordered_map<transport::Connection*, std::unique_ptr<Served>> served;
+  // The client credentials' generation its connections were last checked
+  // against (CloseRevoked).
+  uint64_t credentials_checked = 0;
 };
 
+namespace {
+
+std::shared_ptr<LiveClientCredentials> TokenCredentials(const std::string& token) {
+  ClientCredentials one;
+  // ValidateOptions checked the token (non-empty, bounded).
+  if (Status s = one.Add(kTokenFileCredentialName, token); !s.ok()) LOG(ERROR) << "the server's token: " << s;
+  return std::make_shared<LiveClientCredentials>(std::move(one));
+}
+
+}  // namespace
+
 Server::Server(const ServerOptions& options, transport::Transport* transport, ReplicationPolicy* replication,
-               std::string_view server_id)
-    : options_(options), transport_(transport), replication_(replication), server_id_(server_id) {}
+               std::string_view server_id, std::shared_ptr<LiveClientCredentials> client_credentials)
+    : options_(options),
+      transport_(transport),
+      replication_(replication),
+      server_id_(server_id),
+      client_credentials_(client_credentials != nullptr ? std::move(client_credentials)
+                                                        : TokenCredentials(options.token)) {}
 
 StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& options, transport::Transport* transport,
-                                                ReplicationPolicy* replication, std::string_view server_id) {
+                                                ReplicationPolicy* replication, std::string_view server_id,
+                                                std::shared_ptr<LiveClientCredentials> client_credentials) {
   RKV_RETURN_IF_ERROR(ValidateOptions(options));
   if (replication != nullptr && server_id.empty()) {
     return InvalidArgument("a replicating server needs its server id");
   }
-  std::unique_ptr<Server> server(new Server(options, transport, replication, server_id));
+  std::unique_ptr<Server> server(new Server(options, transport, replication, server_id, std::move(client_credentials)));
   RKV_RETURN_IF_ERROR(server->Init());
   return server;
 }
@@ -278,19 +301,35 @@ void Server::AcceptLoop() {
   }
 }
 
-void Server::Refuse(transport::Connection& conn, StatusCode code, const std::string& message) {
-  LOG(WARNING) << "refusing connection from " << conn.peer_address() << ": " << StatusCodeName(code) << ": "
-               << message;
+void Server::Refuse(transport::Connection& conn, StatusCode code, const std::string& message,
+                    const std::string& credential) {
+  // At most one line a second: a flood of bad requests cannot flood the
+  // log, and the line says how many refusals it stands for.
+  ++refusals_unlogged_;
+  const auto now = std::chrono::steady_clock::now();
+  if (now - last_refusal_log_ >= std::chrono::seconds(1)) {
+    LOG(WARNING) << "refusing connection from " << conn.peer_address()
+                 << (credential.empty() ? "" : " (credential " + credential + ")") << ": " << StatusCodeName(code)
+                 << ": " << message << " [" << refusals_unlogged_
+                 << " refused connection(s) since the last such line, this one included]";
+    last_refusal_log_ = now;
+    refusals_unlogged_ = 0;
+  }
   // Counted before the peer can see the refusal.
+  if (code == StatusCode::kUnauthenticated) auth_failures_.fetch_add(1, std::memory_order_relaxed);
   connections_rejected_.fetch_add(1, std::memory_order_relaxed);
   conn.Reject({code, message});
 }
 
 void Server::HandlePending(std::unique_ptr<transport::Connection> conn) {
   // Validate the connect request before anything is allocated for it.
+  std::string refused_credential;
   const StatusOr<ConnectRequest> parsed =
-      ParseConnectRequest(conn->peer_private_data(), TokenDigest(options_.token), TokenDigest(ClusterToken(options_)));
-  if (!parsed.ok()) return Refuse(*conn, parsed.status().code(), parsed.status().message());
+      ParseConnectRequest(conn->peer_private_data(), *client_credentials_->current(),
+                          TokenDigest(ClusterToken(options_)), &refused_credential);
+  if (!parsed.ok()) {
+    return Refuse(*conn, parsed.status().code(), parsed.status().message(), refused_credential);
+  }
   const ConnectRequest& req = *parsed;
   std::string peer_id;
   if (req.role == ConnectRequest::Role::kPeer) {
@@ -318,6 +357,8 @@ void Server::HandlePending(std::unique_ptr<transport::Connection> conn) {
   // connection (and its registrations) goes before the memory it covers.
   auto w = std::make_unique<Served>();
   w->client_id = req.client_id;
+  w->credential = req.credential;
+  w->credential_digest = req.credential_digest;
   w->peer_id = std::move(peer_id);
   w->peer = conn->peer_address();
   w->conn = std::move(conn);
@@ -362,7 +403,16 @@ void Server::HandlePending(std::unique_ptr<transport::Connection> conn) {
   }
   if (w->peer_id.empty()) {
     w->pin.emplace(applier_.get(), w->client_id);
-    LOG(INFO) << "accepted client " << std::hex << w->client_id << std::dec << " from " << w->peer;
+    LOG(INFO) << "accepted client " << std::hex << w->client_id << std::dec << " from " << w->peer
+              << " (credential " << w->credential << ")";
+    MutexLock lock(accepted_by_credential_mu_);
+    auto it = accepted_by_credential_.find(w->credential);
+    if (it == accepted_by_credential_.end() && accepted_by_credential_.size() >= kMaxCredentialSeries) {
+      it = accepted_by_credential_.try_emplace(std::string(kOtherCredentials), 0).first;
+    } else if (it == accepted_by_credential_.end()) {
+      it = accepted_by_credential_.emplace(w->credential, 0).first;
+    }
+    ++it->second;
   } else {
     LOG(INFO) << "accepted replication from server " << w->peer_id << " (epoch " << req.peer_epoch << ") at "
               << w->peer;
@@ -385,6 +435,7 @@ void Server::PollLoop(Poller* p) {
   std::vector<Completion> completions(2 * size_t{credits});
   std::vector<transport::Connection*> ready(kReadyPerWait);
   std::vector<std::unique_ptr<Served>> arrived;
+  std::vector<transport::Connection*> arrived_keys;
   std::vector<OwedReply> owed;
   while (!stopping_.load(std::memory_order_acquire)) {
     StatusOr<size_t> n = p->group->Wait(ready, kPollTimeout);
@@ -404,9 +455,21 @@ void Server::PollLoop(Poller* p) {
     }
     for (auto& s : arrived) {
       transport::Connection* key = s->conn.get();
+      arrived_keys.push_back(key);
       p->served.emplace(key, std::move(s));
     }
     arrived.clear();
+    // After a reload every connection is checked against the set in force;
+    // otherwise only those just taken, which the accept thread may have
+    // checked against the set before (the generation is read first: a
+    // reload after this read is seen by the next round).
+    if (const uint64_t generation = client_credentials_->generation(); generation != p->credentials_checked) {
+      p->credentials_checked = generation;
+      CloseRevoked(p, nullptr);
+    } else if (!arrived_keys.empty()) {
+      CloseRevoked(p, &arrived_keys);
+    }
+    arrived_keys.clear();
     // One round: apply what every reported connection has, then commit
     // the round (one fsync with --durability=sync) and reply.
     for (size_t i = 0; i < *n; ++i) {
@@ -530,6 +593,24 @@ void Server::SendReplies(Poller* p, std::vector<OwedReply>* owed) {
   }
 }
 
+void Server::CloseRevoked(Poller* p, const std::vector<transport::Connection*>* only) {
+  const std::shared_ptr<const ClientCredentials> now = client_credentials_->current();
+  std::vector<transport::Connection*> revoked;
+  const auto check = [&](transport::Connection* conn, const Served& s) {
+    if (s.peer_id.empty() && !now->Contains(s.credential, s.credential_digest)) revoked.push_back(conn);
+  };
+  if (only == nullptr) {
+    for (auto& [conn, s] : p->served) check(conn, *s);
+  } else {
+    for (transport::Connection* conn : *only) check(conn, *p->served.at(conn));
+  }
+  for (transport::Connection* conn : revoked) {
+    Served& s = *p->served.at(conn);
+    Close(s, Unauthenticated("client credential " + s.credential + " was revoked"));
+    Forget(p, conn);
+  }
+}
+
 void Server::Forget(Poller* p, transport::Connection* conn) {
   if (p->served.erase(conn) > 0) p->load.fetch_sub(1, std::memory_order_relaxed);
 }
@@ -540,7 +621,7 @@ void Server::Close(Served& s, const Status& why) {
               << " (server shutting down)";
   } else {
     LOG(INFO) << "connection of client " << std::hex << s.client_id << std::dec << " from " << s.peer
-              << " closed: " << why;
+              << (s.credential.empty() ? "" : " (credential " + s.credential + ")") << " closed: " << why;
   }
   s.conn->Disconnect();
   s.conn.reset();
@@ -588,6 +669,16 @@ ServerStats Server::Stats() const {
   s.connections = connections_open_.load(std::memory_order_relaxed);
   s.connections_accepted = connections_accepted_.load(std::memory_order_relaxed);
   s.connections_rejected = connections_rejected_.load(std::memory_order_relaxed);
+  s.auth_failures = auth_failures_.load(std::memory_order_relaxed);
+  {
+    std::map<std::string, uint64_t, std::less<>> by_name;
+    for (const ClientCredentials::Credential& c : client_credentials_->current()->credentials()) {
+      by_name.emplace(c.name, 0);
+    }
+    MutexLock lock(accepted_by_credential_mu_);
+    for (const auto& [name, count] : accepted_by_credential_) by_name[name] = count;
+    s.connections_by_credential.assign(by_name.begin(), by_name.end());
+  }
   s.gets_served_by_cpu = 0;
   s.polling_threads = polling_threads_;
   s.connection_cost = Cost();

@@ -51,13 +51,17 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
+#include <map>
 #include <span>
 #include <memory>
 #include <string>
 #include <string_view>
 #include <thread>
+#include <utility>
 #include <vector>
 
+#include "common/client_credentials.h"
 #include "common/latency_histogram.h"
 #include "common/mutex.h"
 #include "common/protocol.h"
@@ -92,6 +96,14 @@ struct ServerStats {
   uint64_t connections = 0;           // open now
   uint64_t connections_accepted = 0;  // since start
   uint64_t connections_rejected = 0;  // since start
+  // Connection requests refused for their credential (none, unknown or
+  // revoked; a client's or a peer server's) since start.
+  uint64_t auth_failures = 0;
+  // Client connections accepted since start, by the name of the client
+  // credential they presented: every credential in force (0 when none
+  // yet) and those counted before a reload removed them, at most
+  // kMaxCredentialSeries names (the rest under kOtherCredentials).
+  std::vector<std::pair<std::string, uint64_t>> connections_by_credential;
   uint64_t keys = 0;
   uint64_t heap_bytes_used = 0;
   uint64_t heap_bytes_quarantined = 0;
@@ -122,6 +134,12 @@ struct ServerStats {
 
 class Server {
  public:
+  // ServerStats::connections_by_credential: the most names it keeps apart,
+  // and the name the others are counted under (no credential name has
+  // parentheses).
+  static constexpr size_t kMaxCredentialSeries = 2 * ClientCredentials::kMaxCredentials;
+  static constexpr std::string_view kOtherCredentials = "(other)";
+
   // Starts a server with validated `options` (see ValidateOptions) on
   // `transport`, which must outlive the server. Errors name what failed.
   //
@@ -131,9 +149,17 @@ class Server {
   // accepts replicas from the servers it names; `server_id` is then this
   // server's id in the cluster map (required: INVALID_ARGUMENT when empty),
   // which it presents to its backups. The policy must outlive the server.
+  //
+  // `client_credentials`: the client credentials a client's connection
+  // request must present one of (null: one, named "token", of
+  // options.token). A reload (LiveClientCredentials::Replace) takes
+  // effect for the next request; the pollers then close, within about
+  // their poll timeout (50 ms), every client connection opened with a
+  // credential no longer in force, and other connections go on.
   static StatusOr<std::unique_ptr<Server>> Start(const ServerOptions& options, transport::Transport* transport,
                                                  ReplicationPolicy* replication = nullptr,
-                                                 std::string_view server_id = {});
+                                                 std::string_view server_id = {},
+                                                 std::shared_ptr<LiveClientCredentials> client_credentials = nullptr);
 
   ~Server();
   Server(const Server&) = delete;
@@ -181,7 +207,7 @@ class Server {
   struct OwedReply;
 
   Server(const ServerOptions& options, transport::Transport* transport, ReplicationPolicy* replication,
-         std::string_view server_id);
+         std::string_view server_id, std::shared_ptr<LiveClientCredentials> client_credentials);
   Status Init();
   Status Rebuild();
   Status StartPollers();
@@ -190,7 +216,15 @@ class Server {
   // replication request, else the client poller with the fewest.
   transport::PollGroup* ChooseGroup(std::span<const uint8_t> private_data);
   void HandlePending(std::unique_ptr<transport::Connection> conn);
-  void Refuse(transport::Connection& conn, StatusCode code, const std::string& message);
+  // Refuses a pending connection; logs it as a WARNING at most once a
+  // second (the line says how many refusals it stands for), naming
+  // `credential` when known. Accept thread only.
+  void Refuse(transport::Connection& conn, StatusCode code, const std::string& message,
+              const std::string& credential = "");
+  // Closes `p`'s client connections whose credential is not in force: all
+  // of them (`only` null: after a reload), or those of `only`, just taken
+  // from the inbox. Polling thread `p` only.
+  void CloseRevoked(Poller* p, const std::vector<transport::Connection*>* only);
   void PollLoop(Poller* p);
   // Takes `s`'s completions and applies what it can, adding the replies
   // to `*owed`; false once the connection has ended (then closed).
@@ -245,6 +279,14 @@ class Server {
   std::atomic<uint64_t> connections_open_{0};
   std::atomic<uint64_t> connections_accepted_{0};
   std::atomic<uint64_t> connections_rejected_{0};
+  std::atomic<uint64_t> auth_failures_{0};
+  const std::shared_ptr<LiveClientCredentials> client_credentials_;
+  // Client connections accepted, by credential name (ServerStats).
+  mutable Mutex accepted_by_credential_mu_;
+  std::map<std::string, uint64_t, std::less<>> accepted_by_credential_ GUARDED_BY(accepted_by_credential_mu_);
+  // Refuse's rate limit (the accept thread's).
+  std::chrono::steady_clock::time_point last_refusal_log_{};
+  uint64_t refusals_unlogged_ = 0;
   LatencyHistogram client_apply_latency_;
   LatencyHistogram replica_apply_latency_;
   // Replies other than OK, by status code (SendReplies).

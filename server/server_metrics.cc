@@ -27,6 +27,10 @@ const std::vector<CounterMetric>& CounterMetrics() {
        "Data-plane connections accepted since start.", "", ""},
       {"connections_rejected", "rkv_server_connections_rejected_total", kCounter,
        "Data-plane connections refused since start.", "", ""},
+      {"auth_failures", "rkv_server_auth_failures_total", kCounter,
+       "Failed authentications since start: data-plane connections and Admin calls refused for their credential "
+       "(none, unknown or revoked).",
+       "", ""},
       {"polling_threads", "rkv_server_polling_threads", kGauge,
        "Data-plane polling threads (fixed, whatever the connections).", "", ""},
       {"bytes_per_connection", "rkv_server_connection_cost_bytes", kGauge,
@@ -142,6 +146,13 @@ std::vector<MetricFamily> ServerMetricFamilies(const std::vector<AdminCounter>& 
                                "included, by where the write came from (a client, or a primary forwarding it).");
   apply.histograms.push_back(LatencySample(info.client_apply, {{"from", "client"}}));
   apply.histograms.push_back(LatencySample(info.replica_apply, {{"from", "replica"}}));
+  MetricFamily& by_credential =
+      family("rkv_server_client_connections_accepted_total", MetricType::kCounter,
+             "Client connections accepted since start, by the name of the client credential they presented "
+             "(--token_file's is \"token\"; names from --client_credentials_file).");
+  for (const auto& [name, count] : info.connections_by_credential) {
+    by_credential.samples.push_back({{{"credential", name}}, static_cast<double>(count)});
+  }
   return out;
 }
 

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "common/latency_histogram.h"
@@ -49,6 +50,9 @@ struct ServerMetricsInfo {
   // Server::apply_latency(): clients' writes and forwarded writes.
   LatencyHistogram::Counts client_apply;
   LatencyHistogram::Counts replica_apply;
+  // ServerStats::connections_by_credential: client connections accepted,
+  // by credential name (bounded by Server::kMaxCredentialSeries).
+  std::vector<std::pair<std::string, uint64_t>> connections_by_credential;
 };
 
 // A LatencyHistogram's counts as one series of a histogram in seconds.
@@ -57,8 +61,9 @@ metrics::HistogramSample LatencySample(const LatencyHistogram::Counts& counts, s
 // The families of one scrape: each counter of `counters` under its
 // CounterMetrics entry (a counter without one, under rkv_server_<name>
 // as a gauge with its Admin help), then rkv_server_info, _epoch,
-// _map_version, _table_slots, _table_fill_ratio and the histogram
-// rkv_server_apply_seconds{from="client"|"replica"}.
+// _map_version, _table_slots, _table_fill_ratio, the histogram
+// rkv_server_apply_seconds{from="client"|"replica"} and
+// rkv_server_client_connections_accepted_total{credential="NAME"}.
 std::vector<metrics::MetricFamily> ServerMetricFamilies(const std::vector<AdminCounter>& counters,
                                                         const ServerMetricsInfo& info);
 

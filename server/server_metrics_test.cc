@@ -116,5 +116,24 @@ TEST(ServerMetricsTest, ApplyLatencyIsAHistogramInSecondsByWhereTheWriteCameFrom
   }
 }
 
+TEST(ServerMetricsTest, AuthFailuresAndConnectionsByCredentialAreCounters) {
+  CounterSources sources;
+  sources.server.auth_failures = 4;
+  sources.admin_auth_failures = 1;
+  ServerMetricsInfo info;
+  info.connections_by_credential = {{"alice", 3}, {"token", 0}};
+  const StatusOr<std::string> text = metrics::Render(ServerMetricFamilies(ServerCounters(sources), info));
+  ASSERT_TRUE(text.ok()) << text.status();
+  for (const char* line : {
+           "# TYPE rkv_server_auth_failures_total counter\n",
+           "rkv_server_auth_failures_total 5\n",
+           "# TYPE rkv_server_client_connections_accepted_total counter\n",
+           "rkv_server_client_connections_accepted_total{credential=\"alice\"} 3\n"
+           "rkv_server_client_connections_accepted_total{credential=\"token\"} 0\n",
+       }) {
+    EXPECT_NE(text->find(line), std::string::npos) << line << "\nnot in:\n" << *text;
+  }
+}
+
 }  // namespace
 }  // namespace rkv::server

@@ -1,6 +1,8 @@
 // The cluster suite: a real rkv-coordinator and three rkv-servers on this
 // machine, driven through librkv in cluster mode and kvctl. Runs over the
 // transport named by $RKV_TEST_TRANSPORT, like the single-server suite.
+#include <signal.h>
+
 #include <atomic>
 #include <chrono>
 #include <cstring>
@@ -19,6 +21,7 @@
 
 #include "rkv/admin.h"
 #include "rkv/client.h"
+#include "tests/temp_dir.h"
 #include "tests/test_cluster.h"
 
 namespace rkv::testing {
@@ -416,6 +419,121 @@ TEST_F(CoordinatorFlagsTest, AServerWithoutTheClusterCredentialCannotJoin) {
             std::string::npos)
       << log;
   EXPECT_NE(log.find("give this server the coordinator's --cluster_token_file"), std::string::npos) << log;
+}
+
+// Named client credentials (--client_credentials_file on the coordinator
+// and every server, docs/design.md §10): two clients with credentials of
+// their own both work; the operator removes one from the file and sends
+// SIGHUP; the revoked client's open connections are closed and its calls
+// refused, while the other's go on; a bad file on SIGHUP keeps the set.
+TEST_F(CoordinatorFlagsTest, ARevokedClientCredentialIsRefusedAndItsConnectionsClosedOnSighup) {
+  TempDir files;
+  const std::string credentials = files.path() + "/client_credentials";
+  WriteFile(credentials, "# NAME TOKEN\nalice alice-secret\nbob bob-secret\n");
+  TestClusterOptions options = SmallCluster(2);
+  options.coordinator_flags = {"--client_credentials_file=" + credentials};
+  options.server_flags = {"--client_credentials_file=" + credentials};
+  ASSERT_NO_FATAL_FAILURE(StartCluster(options));
+  std::vector<ServerProcess*> processes = {&cluster().coordinator()};
+  for (int i = 0; i < cluster().server_count(); ++i) processes.push_back(&cluster().server(i));
+  // Sends SIGHUP to every process and waits until each logged the reload's
+  // outcome (its `count`-th line with `expected`).
+  const auto reload = [&](const std::string& expected, size_t count) {
+    for (ServerProcess* p : processes) ASSERT_EQ(::kill(p->pid(), SIGHUP), 0);
+    for (ServerProcess* p : processes) {
+      ASSERT_TRUE(WaitFor("the reload's log line \"" + expected + "\"", [&] {
+        const std::string log = p->Log();
+        size_t found = 0;
+        for (size_t at = log.find(expected); at != std::string::npos; at = log.find(expected, at + 1)) ++found;
+        return found >= count;
+      })) << p->Log();
+    }
+  };
+
+  TestClientOptions alice_options(std::chrono::milliseconds(10000));
+  alice_options.token = "alice-secret";
+  TestClientOptions bob_options(std::chrono::milliseconds(10000));
+  bob_options.token = "bob-secret";
+  auto alice = cluster().ClusterClient(alice_options);
+  ASSERT_NE(alice, nullptr);
+  auto bob = cluster().ClusterClient(bob_options);
+  ASSERT_NE(bob, nullptr);
+  // Enough keys that each client holds a connection to every server.
+  constexpr int kKeys = 32;
+  for (int i = 0; i < kKeys; ++i) {
+    ASSERT_TRUE(alice->Put("alice-" + std::to_string(i), "a").ok());
+    ASSERT_TRUE(bob->Put("bob-" + std::to_string(i), "b").ok());
+  }
+  for (int i = 0; i < cluster().server_count(); ++i) {
+    EXPECT_NE(cluster().server(i).Log().find("(credential bob)"), std::string::npos) << cluster().server(i).Log();
+  }
+
+  // bob revoked.
+  WriteFile(credentials, "alice alice-secret\n");
+  ASSERT_NO_FATAL_FAILURE(reload("client credentials reloaded from " + credentials + ": removed bob", 1));
+  // Every server closes bob's open connection by itself, before bob calls.
+  for (int i = 0; i < cluster().server_count(); ++i) {
+    EXPECT_TRUE(WaitFor("bob's connection closed", [&] {
+      return cluster().server(i).Log().find("(credential bob) closed: UNAUTHENTICATED: client credential bob was "
+                                            "revoked") != std::string::npos;
+    })) << cluster().server(i).Log();
+  }
+  // bob's next calls are refused, on every server and at the coordinator.
+  for (int i = 0; i < kKeys; ++i) {
+    const Status put = bob->Put("bob-" + std::to_string(i), "again").status();
+    ASSERT_FALSE(put.ok());
+    EXPECT_TRUE(put.code() == StatusCode::kUnauthenticated || put.code() == StatusCode::kPermissionDenied) << put;
+  }
+  auto bob_again = Client::Connect(cluster().ClusterClientOptions(bob_options));
+  ASSERT_FALSE(bob_again.ok());
+  EXPECT_EQ(bob_again.status().code(), StatusCode::kUnauthenticated) << bob_again.status();
+  for (int i = 0; i < cluster().server_count(); ++i) {
+    auto direct = Client::Connect(cluster().DirectClientOptions(i, bob_options));
+    ASSERT_FALSE(direct.ok());
+    // The client names a data-plane rejection PERMISSION_DENIED, the
+    // server's code in its message.
+    EXPECT_TRUE(direct.status().code() == StatusCode::kPermissionDenied ||
+                direct.status().code() == StatusCode::kUnauthenticated)
+        << direct.status();
+    EXPECT_NE(direct.status().message().find("client credential bob was revoked"), std::string::npos)
+        << direct.status();
+  }
+  // alice goes on, on the connections she had.
+  for (int i = 0; i < kKeys; ++i) {
+    ASSERT_TRUE(alice->Put("alice-" + std::to_string(i), "after").ok());
+    auto got = alice->Get("bob-" + std::to_string(i));
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_EQ(*got, "b");
+  }
+  // The servers counted the refused connections.
+  ClusterAdmin admin(*alice);
+  auto members = admin.Members();
+  ASSERT_TRUE(members.ok()) << members.status();
+  uint64_t failures = 0;
+  for (const MemberInfo& m : *members) {
+    auto stats = admin.ServerStats(m.server_id);
+    ASSERT_TRUE(stats.ok()) << stats.status();
+    failures += stats->Find("auth_failures").value_or(0);
+  }
+  EXPECT_GE(failures, static_cast<uint64_t>(cluster().server_count()));
+
+  // A bad file (a name given twice) keeps the set in force.
+  WriteFile(credentials, "alice alice-secret\nalice other\nbob bob-secret\n");
+  ASSERT_NO_FATAL_FAILURE(reload("refused, the client credentials in force stay", 1));
+  EXPECT_NE(cluster().coordinator().Log().find(credentials + ":2: credential name alice is given twice"),
+            std::string::npos);
+  EXPECT_FALSE(Client::Connect(cluster().ClusterClientOptions(bob_options)).ok());
+  auto alice_again = cluster().ClusterClient(alice_options);
+  ASSERT_NE(alice_again, nullptr);
+  ASSERT_TRUE(alice_again->Put("alice-new", "a").ok());
+  ASSERT_TRUE(alice->Put("alice-0", "still").ok());
+
+  // bob given back: valid again.
+  WriteFile(credentials, "alice alice-secret\nbob bob-secret\n");
+  ASSERT_NO_FATAL_FAILURE(reload("client credentials reloaded from " + credentials + ": added bob", 1));
+  auto bob_back = cluster().ClusterClient(bob_options);
+  ASSERT_NE(bob_back, nullptr);
+  ASSERT_TRUE(bob_back->Put("bob-0", "back").ok());
 }
 
 TEST_F(ClusterTest, GetsNeverReachAServerCpu) {
