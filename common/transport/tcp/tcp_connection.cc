@@ -300,9 +300,7 @@ StatusOr<size_t> TcpConnection::Poll(std::span<Completion> out, std::chrono::mic
     for (uint32_t rounds = 1; !ready_.load(std::memory_order_acquire); ++rounds) {
       if (rounds % kSpinRoundsPerCheck != 0) continue;
       if (Clock::now() >= until) break;
-      // Lets another runnable thread on this CPU go first (the peer, or
-      // this connection's own reader).
-      std::this_thread::yield();
+      SpinPause();
     }
   }
   MutexLock lock(mu_);
@@ -324,9 +322,10 @@ StatusOr<size_t> TcpConnection::Poll(std::span<Completion> out, std::chrono::mic
     completions_.pop_front();
   }
   ready_.store(!completions_.empty() || failed_, std::memory_order_release);
-  if (slept && max_spin_.count() > 0) {
+  if (slept && max_spin_.count() > 0 && !spin_cooldown_.Active(Clock::now())) {
     // Adapt the window to a wait that outlasted it (nothing to learn from
-    // one that ended within it, or from a timeout no longer than any spin).
+    // one that ended within it, or from a timeout no longer than any spin;
+    // none while spinning cools down).
     if (n > 0 || asked > max_spin_) {
       const auto window = NextSpinWindow(std::chrono::microseconds(spin_window_us_.load(std::memory_order_relaxed)),
                                          Clock::now() - start, max_spin_);

@@ -94,6 +94,7 @@
 #include "common/mutex.h"
 #include "common/status.h"
 #include "common/thread_annotations.h"
+#include "common/transport/spin_window.h"
 #include "common/transport/tcp/byte_buffer.h"
 #include "common/transport/tcp/region_registry.h"
 #include "common/transport/tcp/socket_io.h"
@@ -268,6 +269,9 @@ class TcpConnection final : public Connection {
     bool read;
     bool write;
     Clock::time_point give_up;
+    // A group member's bytes left in out_ on purpose (ServeStep): the
+    // group flushes them at its next Wait unless a post sent them first.
+    bool flush_deferred = false;
   };
 
   // The reader thread's body.
@@ -373,6 +377,8 @@ class TcpConnection final : public Connection {
   std::atomic<bool> ready_{false};
   const std::chrono::microseconds max_spin_;
   std::atomic<int64_t> spin_window_us_;  // touched by the polling thread only; atomic for Poll from several
+  // No spinning for a while after a spin lost its CPU (spin_window.h).
+  SpinCooldown spin_cooldown_;
   // Stores ready_ and wakes threads sleeping in Poll.
   void NotifyPollersLocked() REQUIRES(mu_);
   Status error_ GUARDED_BY(mu_);

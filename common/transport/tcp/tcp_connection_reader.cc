@@ -14,8 +14,8 @@
 #include <cstring>
 #include <ctime>
 #include <string>
-#include <thread>
 
+#include "common/transport/spin_window.h"
 #include "common/transport/tcp/shared_copy.h"
 #include "common/transport/tcp/tcp_connection.h"
 
@@ -100,7 +100,11 @@ short TcpConnection::ReaderEvents(const Watch& watch) const {
 bool TcpConnection::ServeWhilePolling(std::chrono::microseconds timeout) {
   const Clock::time_point start = Clock::now();
   const Clock::time_point deadline = DeadlineAfter(timeout);
-  const auto window = std::chrono::microseconds(spin_window_us_.load(std::memory_order_relaxed));
+  // Busy polling (the largest bound) spins whatever the machine does.
+  const bool busy = max_spin_.count() >= kMaxPollSpinUs;
+  const auto window = !busy && spin_cooldown_.Active(start)
+                          ? std::chrono::microseconds(0)
+                          : std::chrono::microseconds(spin_window_us_.load(std::memory_order_relaxed));
   polling_.store(true, std::memory_order_release);
   poller_serves_.store(true, std::memory_order_release);
   bool slept = false;
@@ -108,7 +112,9 @@ bool TcpConnection::ServeWhilePolling(std::chrono::microseconds timeout) {
     MutexLock serve(serve_mu_);
     bool readable = true;
     bool woken = false;
-    for (uint32_t rounds = 1;; ++rounds) {
+    bool spinning = window.count() > 0;
+    Clock::time_point last = start;
+    for (;;) {
       StatusOr<Watch> watch = ServeStep(readable, woken);
       if (!watch.ok()) {
         Break(watch.status().message());
@@ -119,10 +125,14 @@ bool TcpConnection::ServeWhilePolling(std::chrono::microseconds timeout) {
       if (now >= deadline) break;
       readable = true;
       woken = false;
-      if (now - start < window) {
-        // Spin: each step tries a non-blocking read. Lets another runnable
-        // thread on this CPU (the peer) go first every few rounds.
-        if (rounds % kSpinRoundsPerCheck == 0) std::this_thread::yield();
+      if (spinning && !busy && now - last > kPreemptedGap) {
+        spinning = false;
+        spin_cooldown_.Start(now);
+      }
+      last = now;
+      if (spinning && now - start < window) {
+        // Spin: each step tries a non-blocking read.
+        SpinPause();
         continue;
       }
       short events = watch->read ? POLLIN : 0;
@@ -162,8 +172,18 @@ Status TcpConnection::BeginServing() {
 StatusOr<TcpConnection::Watch> TcpConnection::ServeStep(bool readable, bool woken) {
   if (stop_.load(std::memory_order_acquire)) return Unavailable("disconnected locally");
   if (woken) DrainEventFd(wake_fd_.get());
+  const bool was_ready = ready_.load(std::memory_order_acquire);
   if (readable && !paused_) RKV_RETURN_IF_ERROR(ReadAvailable());
-  RKV_RETURN_IF_ERROR(FlushFromReader());
+  // A group member that this step gave completions for its application (a
+  // request came): the group's thread takes them as soon as this Wait
+  // returns and posts its replies, whose write carries what this step
+  // queued (the SENDs' acknowledgements) in the same segment, so the peer
+  // wakes once for both, not once for the acknowledgement and again for
+  // the reply. The group's next Wait steps the member again, which sends
+  // whatever no post took (that step reads nothing, so it defers nothing).
+  const bool defer_flush =
+      group_ != nullptr && !was_ready && ready_.load(std::memory_order_acquire) && !close_after_flush_;
+  if (!defer_flush) RKV_RETURN_IF_ERROR(FlushFromReader());
   Backlog backlog = OutBacklog();
   for (;;) {
     const bool can_stream = streaming_.has_value() && backlog.bytes <= kOutLowWater;
@@ -179,7 +199,8 @@ StatusOr<TcpConnection::Watch> TcpConnection::ServeStep(bool readable, bool woke
   // No limits (a connection we made): no clock read on the data path.
   const bool limited = frame_timeout_.count() > 0 || idle_timeout_.count() > 0;
   const Clock::time_point now = limited ? Clock::now() : Clock::time_point();
-  const Watch watch{!paused_, backlog.bytes > 0, PeerDeadline(backlog, now, &limit)};
+  const bool deferred = defer_flush && backlog.bytes > 0;
+  const Watch watch{!paused_, backlog.bytes > 0 && !deferred, PeerDeadline(backlog, now, &limit), deferred};
   if (limit != PeerLimit::kNone && now >= watch.give_up) {
     const std::string why = DescribePeerLimit(limit, backlog);
     LOG(WARNING) << "tcp transport: closing the connection of " << peer_address_ << ": it " << why;

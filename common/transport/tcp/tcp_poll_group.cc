@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <cerrno>
 #include <string>
-#include <thread>
 #include <utility>
 
 #include "common/transport/spin_window.h"
@@ -84,6 +83,7 @@ void TcpPollGroup::Remove(GroupMember* member) {
     ::epoll_ctl(epoll_fd_.get(), EPOLL_CTL_DEL, c->wake_fd_.get(), nullptr);
   }
   if (member->listed) listed_.erase(std::find(listed_.begin(), listed_.end(), member));
+  if (member->deferred) deferred_.erase(std::find(deferred_.begin(), deferred_.end(), member));
   const size_t i = member->index;
   if (i + 1 != members_.size()) {
     members_[i] = std::move(members_.back());
@@ -161,6 +161,20 @@ void TcpPollGroup::Step(GroupMember* member, bool readable, bool woken) {
   }
   member->give_up = watch->give_up;
   earliest_give_up_ = std::min(earliest_give_up_, watch->give_up);
+  if (watch->flush_deferred && !member->deferred) {
+    member->deferred = true;
+    deferred_.push_back(member);
+  }
+}
+
+void TcpPollGroup::FlushDeferred() {
+  if (deferred_.empty()) return;
+  deferred_scratch_.swap(deferred_);
+  for (GroupMember* m : deferred_scratch_) {
+    m->deferred = false;
+    if (m->in_epoll) Step(m, /*readable=*/false, /*woken=*/false);
+  }
+  deferred_scratch_.clear();
 }
 
 void TcpPollGroup::Retire(GroupMember* member, const Status& why) {
@@ -238,6 +252,7 @@ StatusOr<size_t> TcpPollGroup::Wait(std::span<Connection*> ready, std::chrono::m
   const Clock::time_point start = Clock::now();
   const Clock::time_point deadline = DeadlineAfter(timeout);
   TakeJoiners();
+  FlushDeferred();
   // Serve the sockets even when listed members make this Wait return at
   // once: a server that always has completions must still serve every
   // member's peer (its READs, WRITEs, SENDs).
@@ -247,17 +262,26 @@ StatusOr<size_t> TcpPollGroup::Wait(std::span<Connection*> ready, std::chrono::m
 
   // Spin first: readiness that comes within the window is served without
   // the kernel having to wake this thread.
-  const auto window = std::chrono::microseconds(spin_window_us_);
+  // Busy polling (the largest bound) spins whatever the machine does.
+  const bool busy = max_spin_.count() >= kMaxPollSpinUs;
+  const auto window = !busy && spin_cooldown_.Active(start) ? std::chrono::microseconds(0)
+                                                             : std::chrono::microseconds(spin_window_us_);
   if (window.count() > 0 && timeout.count() > 0) {
     const Clock::time_point spin_until = start + std::min(timeout, window);
+    Clock::time_point last = start;
     for (;;) {
       RKV_ASSIGN_OR_RETURN(const bool woke, Serve(0));
       n = Collect(ready);
       if (n > 0 || woke) return n;
-      if (Clock::now() >= spin_until) break;
-      // Lets another runnable thread on this CPU go first (a peer on
-      // loopback, or the thread that posts to the members).
-      std::this_thread::yield();
+      const Clock::time_point now = Clock::now();
+      if (now >= spin_until) break;
+      if (!busy && now - last > kPreemptedGap) {
+        // This thread lost its CPU while spinning (spin_window.h).
+        spin_cooldown_.Start(now);
+        break;
+      }
+      last = now;
+      SpinPause();
     }
   }
 
@@ -272,7 +296,7 @@ StatusOr<size_t> TcpPollGroup::Wait(std::span<Connection*> ready, std::chrono::m
     n = Collect(ready);
     if (n > 0 || woke) break;
   }
-  if (slept && !woke && max_spin_.count() > 0) {
+  if (slept && !woke && max_spin_.count() > 0 && !spin_cooldown_.Active(Clock::now())) {
     // The rule of TcpConnection::Poll: a wait that ended within max_spin_
     // after the window grows it, one that outlasted max_spin_ shrinks it.
     // (A Wake says nothing of the members' traffic.)

@@ -13,6 +13,12 @@
 // frame_timeout) are checked every kDeadlineCheckInterval at most, and
 // only once the earliest of them is due.
 //
+// Deferred sends. A step that queued completions for the application
+// leaves what it queued for the peer (acknowledgements) in the member's
+// out_ for the application's replies to carry (TcpConnection::ServeStep);
+// the member goes on deferred_, and the next Wait steps each member there,
+// which sends whatever no post took.
+//
 // Readiness. A member becomes a candidate when a completion is queued or
 // it fails (TcpConnection::NotifyPollersLocked calls NoteReady); Wait
 // reports the candidates that Poll would still return something for and
@@ -31,7 +37,8 @@
 //     registered) and members_ (registered, or broken and out of epoll).
 //   - in_epoll: both of the member's descriptors are in the epoll set;
 //     its connection is open and served only by this group.
-//   - listed_ holds each member at most once, those with `listed` set.
+//   - listed_ holds each member at most once, those with `listed` set;
+//     deferred_ likewise, those with `deferred` set.
 //   - The group outlives its members; destroying it first breaks them.
 #pragma once
 
@@ -49,6 +56,7 @@
 #include "common/mutex.h"
 #include "common/status.h"
 #include "common/thread_annotations.h"
+#include "common/transport/spin_window.h"
 #include "common/transport/tcp/socket_io.h"
 #include "common/transport/transport.h"
 
@@ -68,6 +76,7 @@ struct GroupMember {
   bool in_epoll = false;   // the socket and wake fd are registered
   uint32_t events = 0;     // the socket's registered interest
   bool listed = false;     // in listed_
+  bool deferred = false;   // in deferred_
   Clock::time_point give_up = Clock::time_point::max();  // the peer's deadline, as of the last step
 };
 
@@ -112,6 +121,8 @@ class TcpPollGroup final : public PollGroup {
   void TakeJoiners() EXCLUDES(mu_);
   // Runs one step for `member` and applies the watch it returns.
   void Step(GroupMember* member, bool readable, bool woken);
+  // Steps every member on deferred_ (see "Deferred sends").
+  void FlushDeferred();
   // The member's connection ended with `why`: out of epoll, and broken.
   void Retire(GroupMember* member, const Status& why);
   // Waits up to `timeout_ms` (0: not at all; -1: without limit) for
@@ -137,9 +148,13 @@ class TcpPollGroup final : public PollGroup {
   // The group's thread only (see the class comment).
   std::vector<std::unique_ptr<GroupMember>> members_;
   std::vector<GroupMember*> listed_;
+  std::vector<GroupMember*> deferred_;
+  std::vector<GroupMember*> deferred_scratch_;
   std::array<epoll_event, kEventsPerWait> events_{};
   // Adaptive spinning, as TcpConnection::Poll's (Options::poll_spin_us).
   int64_t spin_window_us_;
+  // No spinning for a while after a spin lost its CPU.
+  SpinCooldown spin_cooldown_;
   // No member's peer deadline is before this (max(): none has one).
   Clock::time_point earliest_give_up_ = Clock::time_point::max();
   Clock::time_point next_deadline_check_{};
