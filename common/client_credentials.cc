@@ -55,8 +55,10 @@ Status ClientCredentials::AddDigest(std::string_view name, const Sha256Digest& d
   return Status::Ok();
 }
 
-StatusOr<ClientCredentials> ClientCredentials::Parse(std::string_view text, std::string_view origin) {
+StatusOr<ClientCredentials> ClientCredentials::Parse(std::string_view text, std::string_view origin,
+                                                     std::string_view own_name, std::string* own_token) {
   ClientCredentials out;
+  bool own_found = false;
   // The line each credential came from, for a duplicate's message.
   std::vector<size_t> line_of;
   size_t line_number = 0;
@@ -94,18 +96,27 @@ StatusOr<ClientCredentials> ClientCredentials::Parse(std::string_view text, std:
       return InvalidArgument(message);
     }
     line_of.push_back(line_number);
+    if (own_token != nullptr && name == own_name) {
+      own_token->assign(token);
+      own_found = true;
+    }
   }
   if (out.credentials_.empty()) return InvalidArgument(std::string(origin) + ": holds no credential");
+  if (own_token != nullptr && !own_found) {
+    return InvalidArgument(std::string(origin) + ": holds no credential named \"" +
+                           std::string(own_name.substr(0, kMaxNameBytes + 1)) + "\"");
+  }
   return out;
 }
 
-StatusOr<ClientCredentials> ClientCredentials::ReadFile(const std::string& path) {
+StatusOr<ClientCredentials> ClientCredentials::ReadFile(const std::string& path, std::string_view own_name,
+                                                        std::string* own_token) {
   RKV_ASSIGN_OR_RETURN(std::string text, ReadFileAtMost(path, kMaxFileBytes + 1, "credentials file"));
   if (text.size() > kMaxFileBytes) {
     return InvalidArgument("credentials file " + path + " holds more than " + std::to_string(kMaxFileBytes) +
                            " bytes");
   }
-  return Parse(text, path);
+  return Parse(text, path, own_name, own_token);
 }
 
 bool ClientCredentials::Holds(std::string_view token) const {
@@ -181,8 +192,9 @@ ClientCredentials::Change LiveClientCredentials::Replace(const ClientCredentials
 }
 
 StatusOr<ClientCredentials::Change> LiveClientCredentials::Reload(const std::string& token, const std::string& path,
-                                                                  const std::vector<std::string>& other_roles) {
-  RKV_ASSIGN_OR_RETURN(ClientCredentials next, LoadClientCredentials(token, path, other_roles));
+                                                                  const std::vector<std::string>& other_roles,
+                                                                  const ClientCredentials* servers) {
+  RKV_ASSIGN_OR_RETURN(ClientCredentials next, LoadClientCredentials(token, path, other_roles, servers));
   return Replace(next);
 }
 
@@ -200,7 +212,8 @@ std::string DescribeChange(const ClientCredentials::Change& change) {
 }
 
 StatusOr<ClientCredentials> LoadClientCredentials(const std::string& token, const std::string& path,
-                                                  const std::vector<std::string>& other_roles) {
+                                                  const std::vector<std::string>& other_roles,
+                                                  const ClientCredentials* servers) {
   ClientCredentials out;
   if (!token.empty()) RKV_RETURN_IF_ERROR(out.Add(kTokenFileCredentialName, token));
   if (!path.empty()) {
@@ -223,6 +236,14 @@ StatusOr<ClientCredentials> LoadClientCredentials(const std::string& token, cons
     if (const auto match = out.Find(digest.data())) {
       return InvalidArgument("client credential " + match->name +
                              " is the cluster or the operator credential: those must be ones no client holds");
+    }
+  }
+  if (servers != nullptr) {
+    for (const ClientCredentials::Credential& c : out.credentials_) {
+      if (const auto match = servers->Find(c.digest.data())) {
+        return InvalidArgument("client credential " + c.name + " is server credential " + match->name +
+                               ": a server's credential must be one no client holds");
+      }
     }
   }
   return out;

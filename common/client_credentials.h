@@ -1,6 +1,9 @@
 // Named client credentials: the set of tokens clients may present, each
 // with a name that logs and metrics show, so that one can be revoked
-// (docs/design.md §10).
+// (docs/design.md §10). The same set and file format hold the per-server
+// credentials (--server_credentials_file): one per server, its NAME the
+// server's name for the operator, which the coordinator binds server ids
+// to.
 //
 // A credentials file (--client_credentials_file) holds one credential a
 // line, `NAME TOKEN` (separated by spaces or tabs); `#` starts a comment
@@ -55,12 +58,18 @@ class ClientCredentials {
   // The credentials of a file's text; `origin` names it in errors
   // ("FILE:LINE: ..."). INVALID_ARGUMENT for a malformed line, a bad name
   // or token, a duplicate name or token (naming the earlier line), more
-  // than kMaxCredentials, or no credential at all.
-  static StatusOr<ClientCredentials> Parse(std::string_view text, std::string_view origin);
+  // than kMaxCredentials, or no credential at all. When `own_token` is not
+  // null, the token of the credential named `own_name` is copied to it
+  // (a server's own credential, which it presents; the set keeps only
+  // digests), and a file without that name is INVALID_ARGUMENT.
+  static StatusOr<ClientCredentials> Parse(std::string_view text, std::string_view origin,
+                                           std::string_view own_name = {}, std::string* own_token = nullptr);
   // Reads at most kMaxFileBytes (+1 to tell an over-long file) and
-  // parses it. Errors: ReadFileAtMost's (a directory, a missing file),
+  // parses it (with `own_name` and `own_token` as Parse takes them).
+  // Errors: ReadFileAtMost's (a directory, a missing file),
   // INVALID_ARGUMENT for a file over kMaxFileBytes, Parse's.
-  static StatusOr<ClientCredentials> ReadFile(const std::string& path);
+  static StatusOr<ClientCredentials> ReadFile(const std::string& path, std::string_view own_name = {},
+                                              std::string* own_token = nullptr);
 
   // Adds one credential (e.g. --token_file's, named "token").
   // INVALID_ARGUMENT for a bad name or token, or one the set already holds.
@@ -98,7 +107,8 @@ class ClientCredentials {
 
  private:
   friend StatusOr<ClientCredentials> LoadClientCredentials(const std::string& token, const std::string& path,
-                                                           const std::vector<std::string>& other_roles);
+                                                           const std::vector<std::string>& other_roles,
+                                                           const ClientCredentials* servers);
 
   std::vector<Credential> credentials_;
   std::vector<Credential> revoked_;  // oldest first
@@ -112,9 +122,11 @@ inline constexpr std::string_view kTokenFileCredentialName = "token";
 // `path` ("" for none). INVALID_ARGUMENT with the file's error, for a file
 // that names a credential "token" or holds --token_file's token, for no
 // credential at all, or when a client credential is one of `other_roles`
-// (the cluster and operator credentials; "" entries are skipped).
+// (the cluster and operator credentials; "" entries are skipped) or a
+// credential of `servers` (the per-server credentials; null for none).
 StatusOr<ClientCredentials> LoadClientCredentials(const std::string& token, const std::string& path,
-                                                  const std::vector<std::string>& other_roles);
+                                                  const std::vector<std::string>& other_roles,
+                                                  const ClientCredentials* servers = nullptr);
 
 // "added NAME, ...; removed NAME, ..." (or "no change"), for a log line.
 std::string DescribeChange(const ClientCredentials::Change& change);
@@ -144,7 +156,8 @@ class LiveClientCredentials {
   // with Replace, and what changed; on error (the file's, naming the line)
   // the set in force stays as it was.
   StatusOr<ClientCredentials::Change> Reload(const std::string& token, const std::string& path,
-                                             const std::vector<std::string>& other_roles) EXCLUDES(mu_);
+                                             const std::vector<std::string>& other_roles,
+                                             const ClientCredentials* servers = nullptr) EXCLUDES(mu_);
   // Starts at 0; +1 for each Replace. Acquire: a reader that sees a new
   // generation then reads the set it stands for (or a newer one).
   uint64_t generation() const { return generation_.load(std::memory_order_acquire); }

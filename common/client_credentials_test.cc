@@ -160,5 +160,26 @@ TEST(ClientCredentialsTest, ReplaceReportsTheChangeAndRemembersRevokedNames) {
   EXPECT_TRUE(live.current()->Find(dave.data())->revoked);
 }
 
+TEST(ClientCredentialsTest, ParseGivesTheTokenOfTheOwnNameOnly) {
+  std::string own;
+  auto set = ClientCredentials::Parse("# servers\nsrv-a token-a\nsrv-b token-b\n", "servers", "srv-b", &own);
+  ASSERT_TRUE(set.ok()) << set.status();
+  EXPECT_EQ(own, "token-b");
+  EXPECT_EQ(set->size(), 2u);
+  const auto missing = ClientCredentials::Parse("srv-a token-a\n", "servers", "srv-c", &own);
+  EXPECT_EQ(missing.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(missing.status().message(), "servers: holds no credential named \"srv-c\"");
+}
+
+TEST(ClientCredentialsTest, AClientCredentialMayNotBeAServers) {
+  auto servers = ClientCredentials::Parse("srv-a token-a\n", "servers");
+  ASSERT_TRUE(servers.ok()) << servers.status();
+  const auto refused = LoadClientCredentials("token-a", "", {}, &*servers);
+  EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(refused.status().message(),
+            "client credential token is server credential srv-a: a server's credential must be one no client holds");
+  EXPECT_TRUE(LoadClientCredentials("client", "", {}, &*servers).ok());
+}
+
 }  // namespace
 }  // namespace rkv

@@ -61,7 +61,7 @@ void CoordinatorState::FenceLocked(size_t i, const std::string& why) {
     suspect_fenced_since_.erase(s);
   }
   fenced_since_[id] = since;
-  LOG(INFO) << Describe(servers_[i].info) << " is FENCED (" << why << "): primary of "
+  LOG(INFO) << Describe(servers_[i]) << " is FENCED (" << why << "): primary of "
             << servers_[i].info.shards_size() << " shards, excluded from every lease from now; those with an UP "
             << "backup move in " << FenceWait(config_.lease).count() << " ms; map version " << version_;
 }
@@ -179,7 +179,7 @@ StatusOr<int> CoordinatorState::PromoteFenced() {
   }
   for (size_t x : ripe_list) {
     fenced_since_.erase(servers_[x].info.server_id());
-    LOG(INFO) << Describe(servers_[x].info) << " is no longer fenced: " << plan.moved[x]
+    LOG(INFO) << Describe(servers_[x]) << " is no longer fenced: " << plan.moved[x]
               << " of its shards promoted to their UP backups, " << plan.kept[x]
               << " stay its own (no UP backup); map version " << version_;
   }
@@ -187,7 +187,7 @@ StatusOr<int> CoordinatorState::PromoteFenced() {
     int gained = 0;
     for (uint32_t shard = 0; shard < config_.shard_count; ++shard) gained += new_primary[shard] == i ? 1 : 0;
     if (gained > 0) {
-      LOG(INFO) << Describe(servers_[i].info) << " promoted to primary (sole replica) of " << gained
+      LOG(INFO) << Describe(servers_[i]) << " promoted to primary (sole replica) of " << gained
                 << " shards; map version " << version_;
     }
   }
@@ -196,12 +196,13 @@ StatusOr<int> CoordinatorState::PromoteFenced() {
 }
 
 StatusOr<v1::ReportReplicaFailureResponse> CoordinatorState::ReportReplicaFailure(
-    const v1::ReportReplicaFailureRequest& r) {
+    const v1::ReportReplicaFailureRequest& r, std::string_view credential) {
   RKV_RETURN_IF_ERROR(control::ValidateReportReplicaFailure(r));
   MutexLock lock(mu_);
   const int reporter_index = FindLocked(r.server_id());
   if (reporter_index < 0) return NotFound("unknown server " + r.server_id() + "; join first");
   const Server& reporter = servers_[static_cast<size_t>(reporter_index)];
+  RKV_RETURN_IF_ERROR(CheckBound(reporter, credential, "ReportReplicaFailure"));
   if (r.epoch() != reporter.info.epoch()) {
     return FailedPrecondition("server " + r.server_id() + ": epoch " + std::to_string(r.epoch()) +
                               " is not the joined epoch " + std::to_string(reporter.info.epoch()) + "; join again");
@@ -261,8 +262,8 @@ StatusOr<v1::ReportReplicaFailureResponse> CoordinatorState::ReportReplicaFailur
   reported_at_[r.backup_id()] = clock_();
   const std::string reason = control::Printable(r.reason(), control::kMaxReasonBytes);
   for (uint32_t shard : removed) {
-    LOG(INFO) << Describe(servers_[b].info) << " taken out of the replica set of shard " << shard << " on report of "
-              << Describe(servers_[static_cast<size_t>(reporter_index)].info) << ": " << reason << "; map version "
+    LOG(INFO) << Describe(servers_[b]) << " taken out of the replica set of shard " << shard << " on report of "
+              << Describe(servers_[static_cast<size_t>(reporter_index)]) << ": " << reason << "; map version "
               << version_;
   }
   resp.set_map_version(version_);

@@ -54,7 +54,7 @@ std::string ShardList(std::vector<uint32_t> shards) {
 
 }  // namespace
 
-StatusOr<v1::JoinResponse> CoordinatorState::Join(const v1::JoinRequest& r) {
+StatusOr<v1::JoinResponse> CoordinatorState::Join(const v1::JoinRequest& r, std::string_view credential) {
   RKV_RETURN_IF_ERROR(control::ValidateJoinRequest(r));
   MutexLock lock(mu_);
   const steady_clock::time_point now = clock_();
@@ -69,6 +69,11 @@ StatusOr<v1::JoinResponse> CoordinatorState::Join(const v1::JoinRequest& r) {
   if (found >= 0) {
     index = static_cast<size_t>(found);
     Server& s = next[index];
+    // An id bound to a credential joins only with it; one not bound yet
+    // (stored before binding, or joined with the shared cluster
+    // credential) is bound by this Join.
+    if (!s.credential.empty()) RKV_RETURN_IF_ERROR(CheckBound(s, credential, "Join"));
+    const bool binding = !credential.empty() && s.credential.empty();
     const uint64_t known_epoch = s.info.epoch();
     if (r.epoch() < known_epoch) {
       return FailedPrecondition("server " + r.server_id() + ": epoch " + std::to_string(r.epoch()) +
@@ -84,13 +89,14 @@ StatusOr<v1::JoinResponse> CoordinatorState::Join(const v1::JoinRequest& r) {
         return FailedPrecondition("server " + r.server_id() + ": epoch " + std::to_string(r.epoch()) +
                                   " already joined with other addresses or regions; a restart must use a new epoch");
       }
-      if (s.info.state() == v1::UP) {
+      if (s.info.state() == v1::UP && !binding) {
         // A retried Join (its reply was lost): nothing changes.
         servers_[index].last_heartbeat = now;
         EndSuspicionFenceLocked(r.server_id(), "it joined");
         return JoinReplyLocked(s.info);
       }
-      what = "is UP again (rejoined with the same epoch)";
+      what = s.info.state() == v1::UP ? "is UP (rejoined with the same epoch)"
+                                      : "is UP again (rejoined with the same epoch)";
     } else {
       what = "is UP (restarted: epoch " + std::to_string(known_epoch) + " -> " + std::to_string(r.epoch()) + ")";
       // Its store may lack writes forwarded while it was away: it stays
@@ -116,6 +122,10 @@ StatusOr<v1::JoinResponse> CoordinatorState::Join(const v1::JoinRequest& r) {
     s.info.clear_keys();
     s.info.clear_heap_bytes_used();
     s.last_heartbeat = now;
+    if (binding) {
+      s.credential = std::string(credential);
+      what += "; bound to credential " + s.credential;
+    }
   } else {
     if (assigned_) {
       // A server added to a complete cluster: N grows; Rebalance gives it
@@ -132,6 +142,7 @@ StatusOr<v1::JoinResponse> CoordinatorState::Join(const v1::JoinRequest& r) {
     s.info.set_state(v1::UP);
     s.join_order = index;
     s.last_heartbeat = now;
+    s.credential = std::string(credential);
     what = assigned_ ? "added to the cluster (now " + std::to_string(next_expected) + " servers; it gets roles as "
                            "the coordinator rebalances)"
                      : "joined (" + std::to_string(next.size()) + " of " + std::to_string(expected_servers_) +
@@ -152,9 +163,9 @@ StatusOr<v1::JoinResponse> CoordinatorState::Join(const v1::JoinRequest& r) {
   UnfenceLocked(s.info.server_id());  // back before its shards moved: they stay
   down_since_.erase(s.info.server_id());
   for (uint32_t shard : ended_handovers) handover_since_.erase(shard);
-  LOG(INFO) << Describe(s.info) << " " << what << "; map version " << version_;
+  LOG(INFO) << Describe(s) << " " << what << "; map version " << version_;
   if (left_backups > 0 || !ended_handovers.empty()) {
-    LOG(INFO) << Describe(s.info) << " catches up on the " << left_backups
+    LOG(INFO) << Describe(s) << " catches up on the " << left_backups
               << " shards it was a backup of (restarted: now syncing them), " << ended_handovers.size()
               << " handovers from it ended; it stays primary of " << s.info.shards_size() << " shards; map version "
               << version_;
@@ -176,12 +187,14 @@ v1::JoinResponse CoordinatorState::JoinReplyLocked(const v1::ServerInfo& info) c
   return resp;
 }
 
-StatusOr<v1::HeartbeatResponse> CoordinatorState::Heartbeat(const v1::HeartbeatRequest& r) {
+StatusOr<v1::HeartbeatResponse> CoordinatorState::Heartbeat(const v1::HeartbeatRequest& r,
+                                                            std::string_view credential) {
   RKV_RETURN_IF_ERROR(control::ValidateServerAndEpoch(r.server_id(), r.epoch()));
   MutexLock lock(mu_);
   const int found = FindLocked(r.server_id());
   if (found < 0) return NotFound("unknown server " + r.server_id() + "; join first");
   Server& s = servers_[static_cast<size_t>(found)];
+  RKV_RETURN_IF_ERROR(CheckBound(s, credential, "Heartbeat"));
   if (r.epoch() != s.info.epoch()) {
     return FailedPrecondition("server " + r.server_id() + ": epoch " + std::to_string(r.epoch()) +
                               " is not the joined epoch " + std::to_string(s.info.epoch()) + "; join again");
@@ -199,12 +212,13 @@ StatusOr<v1::HeartbeatResponse> CoordinatorState::Heartbeat(const v1::HeartbeatR
   return resp;
 }
 
-Status CoordinatorState::Leave(const v1::LeaveRequest& r) {
+Status CoordinatorState::Leave(const v1::LeaveRequest& r, std::string_view credential) {
   RKV_RETURN_IF_ERROR(control::ValidateServerAndEpoch(r.server_id(), r.epoch()));
   MutexLock lock(mu_);
   const int found = FindLocked(r.server_id());
   if (found < 0) return NotFound("unknown server " + r.server_id());
   const size_t index = static_cast<size_t>(found);
+  RKV_RETURN_IF_ERROR(CheckBound(servers_[index], credential, "Leave"));
   if (r.epoch() != servers_[index].info.epoch()) {
     return FailedPrecondition("server " + r.server_id() + ": epoch " + std::to_string(r.epoch()) +
                               " is not the joined epoch " + std::to_string(servers_[index].info.epoch()));
@@ -215,7 +229,7 @@ Status CoordinatorState::Leave(const v1::LeaveRequest& r) {
   next[index].info.set_down_since_unix_ms(WallMs());
   RKV_RETURN_IF_ERROR(CommitLocked(std::move(next), {index}, assigned_));
   MarkDownLocked(index);
-  LOG(INFO) << Describe(servers_[index].info) << " is DOWN: it left; map version " << version_;
+  LOG(INFO) << Describe(servers_[index]) << " is DOWN: it left; map version " << version_;
   FenceLocked(index, "it left");
   return Status::Ok();
 }
@@ -241,7 +255,7 @@ Status CoordinatorState::MarkServerDownLocked(size_t i, const std::string& why) 
   next[i].info.set_down_since_unix_ms(WallMs());
   RKV_RETURN_IF_ERROR(CommitLocked(std::move(next), {i}, assigned_));
   MarkDownLocked(i);
-  LOG(INFO) << Describe(servers_[i].info) << " is DOWN: " << why << "; map version " << version_;
+  LOG(INFO) << Describe(servers_[i]) << " is DOWN: " << why << "; map version " << version_;
   FenceLocked(i, why);
   return Status::Ok();
 }
@@ -310,7 +324,7 @@ StatusOr<v1::DrainResponse> CoordinatorState::Drain(const v1::DrainRequest& r) {
     std::vector<Server> next = servers_;
     next[index].info.set_draining(true);
     RKV_RETURN_IF_ERROR(CommitLocked(std::move(next), {index}, assigned_));
-    LOG(INFO) << Describe(servers_[index].info) << " is draining: its " << RoleCount(servers_[index].info)
+    LOG(INFO) << Describe(servers_[index]) << " is draining: its " << RoleCount(servers_[index].info)
               << " roles move to other servers; map version " << version_;
   }
   resp.set_map_version(version_);
@@ -325,7 +339,8 @@ StatusOr<v1::ForgetResponse> CoordinatorState::Forget(const v1::ForgetRequest& r
   const int found = FindLocked(id);
   if (found < 0) return NotFound("unknown server " + id + " (never joined, or forgotten already)");
   const size_t index = static_cast<size_t>(found);
-  const v1::ServerInfo gone = servers_[index].info;  // servers_ changes below
+  const Server gone_server = servers_[index];  // servers_ changes below
+  const v1::ServerInfo& gone = gone_server.info;
   if (gone.state() == v1::UP) {
     return FailedPrecondition("cannot forget server " + id + ": it is UP; only a DOWN server that holds no role "
                               "can be forgotten (drain it, then stop it); nothing changed");
@@ -375,7 +390,7 @@ StatusOr<v1::ForgetResponse> CoordinatorState::Forget(const v1::ForgetRequest& r
   down_since_.erase(id);
   reported_at_.erase(id);
   if (fenced_since_.erase(id) > 0) PublishLeaseLocked();
-  LOG(INFO) << Describe(gone) << " forgotten" << down_for << ": it held no role; " << servers_.size() << " of "
+  LOG(INFO) << Describe(gone_server) << " forgotten" << down_for << ": it held no role; " << servers_.size() << " of "
             << expected_servers_ << " servers remain; map version " << version_;
   v1::ForgetResponse resp;
   resp.set_map_version(version_);

@@ -8,6 +8,7 @@
 
 #include <glog/logging.h>
 
+#include "common/client_credentials.h"
 #include "coordinator/coordinator_state_util.h"
 #include "proto/validation.h"
 
@@ -81,6 +82,11 @@ Status CoordinatorState::LoadLocked(bool quiet) {
     s.join_order = order;
     s.last_heartbeat = now;  // a restarted coordinator gives every UP server a full timeout
     s.handover_shards.assign(stored.handover_shards().begin(), stored.handover_shards().end());
+    if (!stored.credential().empty() && !IsValidCredentialName(stored.credential())) {
+      return DataLoss("server '" + control::Printable(s.info.server_id()) +
+                      "' is bound to a credential whose name is not one a credentials file can hold");
+    }
+    s.credential = stored.credential();
   }
   servers_ = std::move(servers);
   version_ = meta.map_version();
@@ -143,6 +149,7 @@ Status CoordinatorState::CommitLocked(std::vector<Server> next, const std::vecto
     r.mutable_info()->clear_heap_bytes_used();
     r.set_join_order(next[i].join_order);
     r.mutable_handover_shards()->Assign(next[i].handover_shards.begin(), next[i].handover_shards.end());
+    r.set_credential(next[i].credential);
   }
   RKV_RETURN_IF_ERROR(store_->Commit(meta, records, removed));
   NoteSyncingLocked(next);

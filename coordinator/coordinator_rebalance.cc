@@ -30,7 +30,8 @@ void CoordinatorState::AssignShards(std::vector<Server>* next) const {
   }
 }
 
-StatusOr<v1::ReportCaughtUpResponse> CoordinatorState::ReportCaughtUp(const v1::ReportCaughtUpRequest& r) {
+StatusOr<v1::ReportCaughtUpResponse> CoordinatorState::ReportCaughtUp(const v1::ReportCaughtUpRequest& r,
+                                                                      std::string_view credential) {
   RKV_RETURN_IF_ERROR(control::ValidateReportCaughtUp(r));
   if (static_cast<uint32_t>(r.shards_size()) > config_.shard_count) {
     return InvalidArgument("shards lists " + std::to_string(r.shards_size()) + " entries, more than the " +
@@ -47,6 +48,7 @@ StatusOr<v1::ReportCaughtUpResponse> CoordinatorState::ReportCaughtUp(const v1::
   if (found < 0) return NotFound("unknown server " + r.server_id() + "; join first");
   const size_t index = static_cast<size_t>(found);
   const Server& server = servers_[index];
+  RKV_RETURN_IF_ERROR(CheckBound(server, credential, "ReportCaughtUp"));
   if (r.epoch() != server.info.epoch()) {
     return FailedPrecondition("server " + r.server_id() + ": epoch " + std::to_string(r.epoch()) +
                               " is not the joined epoch " + std::to_string(server.info.epoch()) + "; join again");
@@ -87,11 +89,11 @@ StatusOr<v1::ReportCaughtUpResponse> CoordinatorState::ReportCaughtUp(const v1::
     std::vector<size_t> changed;
     ApplyRoles(roles, &next, &changed);
     RKV_RETURN_IF_ERROR(CommitLocked(std::move(next), changed, assigned_));
-    LOG(INFO) << Describe(servers_[index].info) << " caught up on " << moved.size()
+    LOG(INFO) << Describe(servers_[index]) << " caught up on " << moved.size()
               << " shards and is now a replica of them (" << refused.size() << " refused); map version "
               << version_;
   } else if (!refused.empty()) {
-    LOG(INFO) << Describe(servers_[index].info) << " reported " << refused.size()
+    LOG(INFO) << Describe(servers_[index]) << " reported " << refused.size()
               << " shards caught up that it no longer syncs from that primary; map version " << version_;
   }
   resp.set_map_version(version_);
@@ -141,7 +143,7 @@ StatusOr<int> CoordinatorState::Rebalance() {
   for (size_t i = 0; i < n; ++i) {
     if (plan.replaced[i] == 0) continue;
     replaced_total += plan.replaced[i];
-    LOG(INFO) << Describe(servers_[i].info) << " DOWN for " << Seconds(now - down_since_[servers_[i].info.server_id()])
+    LOG(INFO) << Describe(servers_[i]) << " DOWN for " << Seconds(now - down_since_[servers_[i].info.server_id()])
               << ": its " << plan.replaced[i] << " backup and syncing roles are replaced; map version " << version_;
   }
   LOG(INFO) << "rebalanced: " << plan.added << " syncing roles added to shards below " << replicas_ << " replicas, "

@@ -16,24 +16,54 @@ namespace rkv::coordinator {
 using control::CheckToken;
 using control::ToGrpc;
 
+namespace {
+
+// A refusal of a server call by the state's identity binding (its only
+// PERMISSION_DENIED): counted and logged as the role checks' refusals are.
+bool IsIdentityRefusal(const Status& s) { return s.code() == StatusCode::kPermissionDenied; }
+
+}  // namespace
+
 CoordinatorService::CoordinatorService(CoordinatorState* state, std::shared_ptr<LiveClientCredentials> clients,
                                        const LeaderGate* gate, std::string cluster_digest_hex,
-                                       std::string operator_digest_hex)
+                                       std::string operator_digest_hex,
+                                       std::shared_ptr<const ClientCredentials> servers)
     : state_(state),
       gate_(gate),
       clients_(std::move(clients)),
       cluster_digest_hex_(std::move(cluster_digest_hex)),
-      operator_digest_hex_(std::move(operator_digest_hex)) {}
+      operator_digest_hex_(std::move(operator_digest_hex)),
+      servers_(servers != nullptr ? std::move(servers) : std::make_shared<const ClientCredentials>()) {}
 
-grpc::Status CoordinatorService::CheckOperatorCaller(const grpc::ServerContextBase* context,
-                                                     std::string_view rpc) const {
+std::string CoordinatorService::ServerCredentialOf(const grpc::ServerContextBase* context) const {
   std::string name;
+  if (servers_->size() == 0 || !control::CheckClientCredential(context, *servers_, &name).ok()) return "";
+  return name;
+}
+
+grpc::Status CoordinatorService::CheckOperatorCaller(const grpc::ServerContextBase* context, std::string_view rpc,
+                                                     std::string* credential) const {
+  std::string name;
+  std::string ignored;
+  std::string& accepted = credential != nullptr ? *credential : ignored;
+  if (const std::string server = ServerCredentialOf(context); !server.empty()) {
+    return Refused(context, rpc,
+                   grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
+                                std::string(rpc) + " needs the operator credential (the coordinator's "
+                                                   "--operator_token_file); this credential is server credential " +
+                                    server),
+                   server);
+  }
   if (operator_digest_hex_.empty()) {
     // Without an operator credential, --token_file's credential and the
     // cluster credential serve the role, as before roles existed; the
     // credentials file's are clients' only.
-    if (!cluster_digest_hex_.empty() && CheckToken(context, cluster_digest_hex_).ok()) return grpc::Status::OK;
+    if (!cluster_digest_hex_.empty() && CheckToken(context, cluster_digest_hex_).ok()) {
+      accepted = "cluster";
+      return grpc::Status::OK;
+    }
     grpc::Status client = control::CheckClientCredential(context, *clients_->current(), &name);
+    if (client.ok() && name == kTokenFileCredentialName) accepted = name;
     if (!client.ok() || name == kTokenFileCredentialName) return Refused(context, rpc, client, name);
     return Refused(context, rpc,
                    grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
@@ -42,7 +72,10 @@ grpc::Status CoordinatorService::CheckOperatorCaller(const grpc::ServerContextBa
                                                    "client credential " + name),
                    name);
   }
-  if (CheckToken(context, operator_digest_hex_).ok()) return grpc::Status::OK;
+  if (CheckToken(context, operator_digest_hex_).ok()) {
+    accepted = "operator";
+    return grpc::Status::OK;
+  }
   std::string whose;
   if (control::CheckClientCredential(context, *clients_->current(), &name).ok()) whose = "a client's";
   if (!cluster_digest_hex_.empty() && CheckToken(context, cluster_digest_hex_).ok()) whose = "the servers'";
@@ -55,25 +88,32 @@ grpc::Status CoordinatorService::CheckOperatorCaller(const grpc::ServerContextBa
                  name);
 }
 
-grpc::Status CoordinatorService::CheckServerCaller(const grpc::ServerContextBase* context,
-                                                   std::string_view rpc) const {
+grpc::Status CoordinatorService::CheckServerCaller(const grpc::ServerContextBase* context, std::string_view rpc,
+                                                   std::string* credential) const {
+  credential->clear();
+  const char* const needed = servers_->size() > 0 ? " needs a server credential (the servers' role)"
+                                                  : " needs the cluster credential (the servers' role)";
   if (!operator_digest_hex_.empty() && CheckToken(context, operator_digest_hex_).ok()) {
     return Refused(context, rpc,
                    grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
-                                std::string(rpc) +
-                                    " needs the cluster credential (the servers' role); this credential is the "
-                                    "operator's"));
+                                std::string(rpc) + needed + "; this credential is the operator's"),
+                   "operator");
+  }
+  if (servers_->size() > 0) {
+    *credential = ServerCredentialOf(context);
+    if (!credential->empty()) return grpc::Status::OK;
   }
   if (!cluster_digest_hex_.empty() && CheckToken(context, cluster_digest_hex_).ok()) return grpc::Status::OK;
   std::string name;
   grpc::Status client = control::CheckClientCredential(context, *clients_->current(), &name);
   if (!client.ok()) return Refused(context, rpc, client, name);  // no credential of any role: UNAUTHENTICATED
   // Without a cluster credential, --token_file's serves the servers' role.
-  if (cluster_digest_hex_.empty() && name == kTokenFileCredentialName) return grpc::Status::OK;
+  if (cluster_digest_hex_.empty() && servers_->size() == 0 && name == kTokenFileCredentialName) {
+    return grpc::Status::OK;
+  }
   return Refused(context, rpc,
                  grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
-                              std::string(rpc) + " needs the cluster credential (the servers' role); this credential "
-                                                 "is a client's"),
+                              std::string(rpc) + needed + "; this credential is a client's"),
                  name);
 }
 
@@ -110,10 +150,12 @@ grpc::Status CoordinatorService::CheckLeader(grpc::ServerContextBase* context) c
 
 grpc::Status CoordinatorService::Join(grpc::ServerContext* context, const v1::JoinRequest* request,
                                       v1::JoinResponse* response) {
-  if (grpc::Status s = CheckServerCaller(context, "Join"); !s.ok()) return s;
+  std::string credential;
+  if (grpc::Status s = CheckServerCaller(context, "Join", &credential); !s.ok()) return s;
   if (grpc::Status s = CheckLeader(context); !s.ok()) return s;
-  auto result = state_->Join(*request);
+  auto result = state_->Join(*request, credential);
   if (!result.ok()) {
+    if (IsIdentityRefusal(result.status())) return Refused(context, "Join", ToGrpc(result.status()), credential);
     LOG(WARNING) << "Join from " << context->peer() << " refused: " << result.status();
     return ToGrpc(result.status());
   }
@@ -123,10 +165,16 @@ grpc::Status CoordinatorService::Join(grpc::ServerContext* context, const v1::Jo
 
 grpc::Status CoordinatorService::Heartbeat(grpc::ServerContext* context, const v1::HeartbeatRequest* request,
                                            v1::HeartbeatResponse* response) {
-  if (grpc::Status s = CheckServerCaller(context, "Heartbeat"); !s.ok()) return s;
+  std::string credential;
+  if (grpc::Status s = CheckServerCaller(context, "Heartbeat", &credential); !s.ok()) return s;
   if (grpc::Status s = CheckLeader(context); !s.ok()) return s;
-  auto result = state_->Heartbeat(*request);
-  if (!result.ok()) return ToGrpc(result.status());
+  auto result = state_->Heartbeat(*request, credential);
+  if (!result.ok()) {
+    if (IsIdentityRefusal(result.status())) {
+      return Refused(context, "Heartbeat", ToGrpc(result.status()), credential);
+    }
+    return ToGrpc(result.status());
+  }
   // The answer grants the server a lease: only a coordinator that still
   // leads once it has the answer may send it (docs/design.md section 8.8).
   if (grpc::Status s = CheckLeader(context); !s.ok()) return s;
@@ -136,18 +184,25 @@ grpc::Status CoordinatorService::Heartbeat(grpc::ServerContext* context, const v
 
 grpc::Status CoordinatorService::Leave(grpc::ServerContext* context, const v1::LeaveRequest* request,
                                        v1::LeaveResponse*) {
-  if (grpc::Status s = CheckServerCaller(context, "Leave"); !s.ok()) return s;
+  std::string credential;
+  if (grpc::Status s = CheckServerCaller(context, "Leave", &credential); !s.ok()) return s;
   if (grpc::Status s = CheckLeader(context); !s.ok()) return s;
-  return ToGrpc(state_->Leave(*request));
+  const Status left = state_->Leave(*request, credential);
+  if (IsIdentityRefusal(left)) return Refused(context, "Leave", ToGrpc(left), credential);
+  return ToGrpc(left);
 }
 
 grpc::Status CoordinatorService::ReportReplicaFailure(grpc::ServerContext* context,
                                                       const v1::ReportReplicaFailureRequest* request,
                                                       v1::ReportReplicaFailureResponse* response) {
-  if (grpc::Status s = CheckServerCaller(context, "ReportReplicaFailure"); !s.ok()) return s;
+  std::string credential;
+  if (grpc::Status s = CheckServerCaller(context, "ReportReplicaFailure", &credential); !s.ok()) return s;
   if (grpc::Status s = CheckLeader(context); !s.ok()) return s;
-  auto result = state_->ReportReplicaFailure(*request);
+  auto result = state_->ReportReplicaFailure(*request, credential);
   if (!result.ok()) {
+    if (IsIdentityRefusal(result.status())) {
+      return Refused(context, "ReportReplicaFailure", ToGrpc(result.status()), credential);
+    }
     LOG(WARNING) << "ReportReplicaFailure from " << context->peer() << " refused: " << result.status();
     return ToGrpc(result.status());
   }
@@ -178,10 +233,14 @@ grpc::Status CoordinatorService::ReportUnresponsive(grpc::ServerContext* context
 
 grpc::Status CoordinatorService::ReportCaughtUp(grpc::ServerContext* context, const v1::ReportCaughtUpRequest* request,
                                                 v1::ReportCaughtUpResponse* response) {
-  if (grpc::Status s = CheckServerCaller(context, "ReportCaughtUp"); !s.ok()) return s;
+  std::string credential;
+  if (grpc::Status s = CheckServerCaller(context, "ReportCaughtUp", &credential); !s.ok()) return s;
   if (grpc::Status s = CheckLeader(context); !s.ok()) return s;
-  auto result = state_->ReportCaughtUp(*request);
+  auto result = state_->ReportCaughtUp(*request, credential);
   if (!result.ok()) {
+    if (IsIdentityRefusal(result.status())) {
+      return Refused(context, "ReportCaughtUp", ToGrpc(result.status()), credential);
+    }
     LOG(WARNING) << "ReportCaughtUp from " << context->peer() << " refused: " << result.status();
     return ToGrpc(result.status());
   }
@@ -191,32 +250,42 @@ grpc::Status CoordinatorService::ReportCaughtUp(grpc::ServerContext* context, co
 
 grpc::Status CoordinatorService::Drain(grpc::ServerContext* context, const v1::DrainRequest* request,
                                        v1::DrainResponse* response) {
-  if (grpc::Status s = CheckOperatorCaller(context, "Drain"); !s.ok()) return s;
+  std::string credential;
+  if (grpc::Status s = CheckOperatorCaller(context, "Drain", &credential); !s.ok()) return s;
   if (grpc::Status s = CheckLeader(context); !s.ok()) return s;
   auto result = state_->Drain(*request);
   if (!result.ok()) {
-    LOG(WARNING) << "Drain from " << context->peer() << " refused: " << result.status();
+    LOG(WARNING) << "Drain from " << context->peer() << " (credential " << credential << ") refused: "
+                 << result.status();
     return ToGrpc(result.status());
   }
+  LOG(INFO) << "Drain of server " << request->server_id() << " by credential " << credential << " from "
+            << context->peer() << ": map version " << result->map_version() << ", " << result->roles_to_move()
+            << " roles to move";
   *response = std::move(result).value();
   return grpc::Status::OK;
 }
 
 grpc::Status CoordinatorService::Forget(grpc::ServerContext* context, const v1::ForgetRequest* request,
                                         v1::ForgetResponse* response) {
-  if (grpc::Status s = CheckOperatorCaller(context, "Forget"); !s.ok()) return s;
+  std::string credential;
+  if (grpc::Status s = CheckOperatorCaller(context, "Forget", &credential); !s.ok()) return s;
   if (grpc::Status s = CheckLeader(context); !s.ok()) return s;
   auto result = state_->Forget(*request);
   if (!result.ok()) {
-    LOG(WARNING) << "Forget from " << context->peer() << " refused: " << result.status();
+    LOG(WARNING) << "Forget from " << context->peer() << " (credential " << credential << ") refused: "
+                 << result.status();
     return ToGrpc(result.status());
   }
+  LOG(INFO) << "Forget of server " << request->server_id() << " by credential " << credential << " from "
+            << context->peer() << ": map version " << result->map_version();
   *response = std::move(result).value();
   return grpc::Status::OK;
 }
 
 grpc::Status CoordinatorService::CheckCaller(const grpc::ServerContextBase* context, std::string_view rpc) const {
   if (!cluster_digest_hex_.empty() && CheckToken(context, cluster_digest_hex_).ok()) return grpc::Status::OK;
+  if (!ServerCredentialOf(context).empty()) return grpc::Status::OK;
   if (!operator_digest_hex_.empty() && CheckToken(context, operator_digest_hex_).ok()) return grpc::Status::OK;
   std::string name;
   grpc::Status client = control::CheckClientCredential(context, *clients_->current(), &name);
@@ -303,13 +372,10 @@ grpc::Status CoordinatorService::GetCoordinatorStatus(grpc::ServerContext* conte
   return grpc::Status::OK;
 }
 
-StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(const std::string& listen,
-                                                                      const std::string& token,
-                                                                      std::unique_ptr<CoordinatorState> state,
-                                                                      const LeaderGate* gate,
-                                                                      const std::string& cluster_token,
-                                                                      const std::string& operator_token,
-                                                                      std::shared_ptr<LiveClientCredentials> clients) {
+StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
+    const std::string& listen, const std::string& token, std::unique_ptr<CoordinatorState> state,
+    const LeaderGate* gate, const std::string& cluster_token, const std::string& operator_token,
+    std::shared_ptr<LiveClientCredentials> clients, std::shared_ptr<const ClientCredentials> servers) {
   RKV_RETURN_IF_ERROR(control::ValidateHostPort(listen, /*allow_port_zero=*/true).WithContext("--listen"));
   if (token.empty()) return InvalidArgument("the token is empty");
   if (clients == nullptr) {
@@ -330,6 +396,23 @@ StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(const std:
     return InvalidArgument("the operator credential is the client token or the cluster credential: it must be "
                            "one of its own");
   }
+  if (servers != nullptr && servers->size() > 0) {
+    if (!cluster_token.empty()) {
+      return InvalidArgument("both a cluster credential and per-server credentials: give one of the two");
+    }
+    for (const std::string* other : {&token, &operator_token}) {
+      if (!other->empty() && servers->Holds(*other)) {
+        return InvalidArgument("a server credential is the client token or the operator credential: each must be "
+                               "one of its own");
+      }
+    }
+    for (const ClientCredentials::Credential& c : clients->current()->credentials()) {
+      if (const auto match = servers->Find(c.digest.data())) {
+        return InvalidArgument("server credential " + match->name + " is client credential " + c.name +
+                               ": a server's credential must be one no client holds");
+      }
+    }
+  }
   if (state == nullptr) return InvalidArgument("no coordinator state");
   std::unique_ptr<CoordinatorServer> server(new CoordinatorServer());
   server->state_ = std::move(state);
@@ -337,7 +420,8 @@ StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(const std:
   server->service_ =
       std::make_unique<CoordinatorService>(server->state_.get(), std::move(clients), gate,
                                            cluster_token.empty() ? "" : control::TokenDigestHex(cluster_token),
-                                           operator_token.empty() ? "" : control::TokenDigestHex(operator_token));
+                                           operator_token.empty() ? "" : control::TokenDigestHex(operator_token),
+                                           std::move(servers));
   if (server->state_->config().suspect_after.count() > 0) {
     server->prober_ = std::make_unique<Prober>(server->state_.get(), control::TokenDigestHex(token));
     server->service_->set_prober(server->prober_.get());

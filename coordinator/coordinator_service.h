@@ -18,6 +18,17 @@
 // on SIGHUP): each call checks the set in force when it starts, and a
 // revoked credential is refused UNAUTHENTICATED naming it.
 //
+// Per-server credentials (rkv-coordinator --server_credentials_file, in
+// place of the shared cluster credential): each server presents its own,
+// named credential, which serves the servers' role as the cluster
+// credential does, and binds identity: CoordinatorState binds a server id
+// to the credential it first joined with, and refuses (PERMISSION_DENIED
+// naming the credential, the id and its binding) every later server call
+// for the id made with another one (coordinator_state.h, "Identity
+// binding"). Drain and Forget are logged at INFO with the operator's
+// credential; Join, Leave, DOWN and promotions by the state, with the
+// server's bound credential.
+//
 // Thread safety: the service is called from gRPC's threads concurrently;
 // CoordinatorServer::Shutdown may be called from any thread, also
 // concurrently (the calls are serialized), and the destructor calls it.
@@ -76,9 +87,12 @@ class CoordinatorService final : public v1::Coordinator::WithAsyncMethod_KeepLea
   // says this coordinator leads; the map is answered by every coordinator.
   // `cluster_digest_hex` is TokenDigestHex of the cluster credential, or ""
   // for none (--token_file's client credential then serves every role).
+  // `servers` (null or empty: none) are the per-server credentials; with
+  // them `cluster_digest_hex` must be "" (CoordinatorServer::Start checks).
   CoordinatorService(CoordinatorState* state, std::shared_ptr<LiveClientCredentials> clients,
                      const LeaderGate* gate = nullptr, std::string cluster_digest_hex = "",
-                     std::string operator_digest_hex = "");
+                     std::string operator_digest_hex = "",
+                     std::shared_ptr<const ClientCredentials> servers = nullptr);
 
   grpc::Status Join(grpc::ServerContext* context, const v1::JoinRequest* request, v1::JoinResponse* response) override;
   grpc::Status Heartbeat(grpc::ServerContext* context, const v1::HeartbeatRequest* request,
@@ -121,16 +135,24 @@ class CoordinatorService final : public v1::Coordinator::WithAsyncMethod_KeepLea
   // word (Drain, Forget): the operator credential when there is one
   // (PERMISSION_DENIED naming the role for the client token or the cluster
   // credential, UNAUTHENTICATED for any other digest), else CheckCaller's.
-  grpc::Status CheckOperatorCaller(const grpc::ServerContextBase* context, std::string_view rpc) const;
+  // `*credential` (when not null) gets the accepted caller's name:
+  // "operator", "cluster" or the client credential's.
+  grpc::Status CheckOperatorCaller(const grpc::ServerContextBase* context, std::string_view rpc,
+                                   std::string* credential = nullptr) const;
   // Each refusal of either check is counted (refusals()) and logged as a
   // WARNING naming the RPC, the peer and why, at most once a second (the
   // line says how many refusals it stands for).
   //
   // The token check of a call only servers make (`rpc` names it in the
-  // refusal): the cluster credential when there is one, else the client
-  // token. PERMISSION_DENIED for the client token when a cluster credential
-  // is set, UNAUTHENTICATED for any other digest.
-  grpc::Status CheckServerCaller(const grpc::ServerContextBase* context, std::string_view rpc) const;
+  // refusal): a per-server credential when there are some (`*credential`
+  // gets its name, which the state checks the call's server id against),
+  // else the cluster credential when there is one, else the client token
+  // (`*credential` then gets "": a shared credential binds no identity).
+  // PERMISSION_DENIED for a client's or the operator's credential where a
+  // server credential or the cluster credential is needed,
+  // UNAUTHENTICATED for any other digest.
+  grpc::Status CheckServerCaller(const grpc::ServerContextBase* context, std::string_view rpc,
+                                 std::string* credential) const;
   // RenewLease's answer (and each KeepLease answer): the lease view,
   // granted only while this coordinator leads before and after it is read.
   grpc::Status AnswerRenewal(grpc::ServerContextBase* context, v1::RenewLeaseResponse* response) const;
@@ -174,6 +196,9 @@ class CoordinatorService final : public v1::Coordinator::WithAsyncMethod_KeepLea
                        const std::string& credential = "") const;
   // AnswerRenewal without its count.
   grpc::Status AnswerRenewalUncounted(grpc::ServerContextBase* context, v1::RenewLeaseResponse* response) const;
+  // The name of the per-server credential `context` presents; "" when
+  // there are none or it presents another.
+  std::string ServerCredentialOf(const grpc::ServerContextBase* context) const;
 
   CoordinatorState* const state_;
   const LeaderGate* const gate_;
@@ -185,6 +210,9 @@ class CoordinatorService final : public v1::Coordinator::WithAsyncMethod_KeepLea
   const std::shared_ptr<LiveClientCredentials> clients_;
   const std::string cluster_digest_hex_;  // "" when there is no cluster credential
   const std::string operator_digest_hex_;  // "" when there is no operator credential
+  // The per-server credentials (empty: none; the cluster credential or the
+  // client token then serves the servers' role).
+  const std::shared_ptr<const ClientCredentials> servers_;
   mutable std::atomic<uint64_t> refused_unauthenticated_{0};
   mutable std::atomic<uint64_t> refused_permission_{0};
   mutable std::atomic<uint64_t> refusals_unlogged_{0};
@@ -213,12 +241,16 @@ class CoordinatorServer {
   // `clients` (null: `token` alone, named "token"): the client
   // credentials in force, reloaded by the caller; it must hold `token`'s
   // and neither the cluster nor the operator credential (INVALID_ARGUMENT).
-  static StatusOr<std::unique_ptr<CoordinatorServer>> Start(const std::string& listen, const std::string& token,
-                                                            std::unique_ptr<CoordinatorState> state,
-                                                            const LeaderGate* gate = nullptr,
-                                                            const std::string& cluster_token = "",
-                                                            const std::string& operator_token = "",
-                                                            std::shared_ptr<LiveClientCredentials> clients = nullptr);
+  //
+  // `servers` (null: none): the per-server credentials, which take the
+  // servers' role in place of `cluster_token` (INVALID_ARGUMENT when both
+  // are given, or when one of them is `token`, `operator_token` or a
+  // client credential).
+  static StatusOr<std::unique_ptr<CoordinatorServer>> Start(
+      const std::string& listen, const std::string& token, std::unique_ptr<CoordinatorState> state,
+      const LeaderGate* gate = nullptr, const std::string& cluster_token = "", const std::string& operator_token = "",
+      std::shared_ptr<LiveClientCredentials> clients = nullptr,
+      std::shared_ptr<const ClientCredentials> servers = nullptr);
 
   ~CoordinatorServer();
   CoordinatorServer(const CoordinatorServer&) = delete;

@@ -106,6 +106,20 @@ std::string CoordinatorState::Describe(const v1::ServerInfo& info) {
   return "server " + info.server_id() + " (epoch " + std::to_string(info.epoch()) + ", " + info.data_address() + ")";
 }
 
+std::string CoordinatorState::Describe(const Server& s) {
+  const v1::ServerInfo& info = s.info;
+  return "server " + info.server_id() + " (epoch " + std::to_string(info.epoch()) + ", " + info.data_address() +
+         (s.credential.empty() ? "" : ", credential " + s.credential) + ")";
+}
+
+Status CoordinatorState::CheckBound(const Server& s, std::string_view credential, std::string_view rpc) {
+  if (credential.empty() || credential == s.credential) return Status::Ok();
+  const std::string prefix = std::string(rpc) + " refused: server credential " + std::string(credential) +
+                             " cannot act as server " + s.info.server_id();
+  if (s.credential.empty()) return PermissionDenied(prefix + ", which is bound to no credential yet; join first");
+  return PermissionDenied(prefix + ", which is bound to credential " + s.credential);
+}
+
 uint64_t CoordinatorState::WallMs() const {
   const auto ms =
       std::chrono::duration_cast<std::chrono::milliseconds>(wall_clock_().time_since_epoch()).count();

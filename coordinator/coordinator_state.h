@@ -91,6 +91,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -192,11 +193,26 @@ class CoordinatorState {
   CoordinatorState(const CoordinatorState&) = delete;
   CoordinatorState& operator=(const CoordinatorState&) = delete;
 
+  // Identity binding (docs/design.md §10). `credential` is the name of
+  // the server credential (rkv-coordinator --server_credentials_file) a
+  // server call was made with, or "" when servers share the cluster
+  // credential (then nothing is bound or checked). Join binds an id to the
+  // credential it joins with when the id is new or not bound yet (a record
+  // stored before binding existed, or joined with the shared credential);
+  // the binding is persisted with the server's record and lasts until
+  // Forget. Every server call for a bound id with another credential is
+  // refused PERMISSION_DENIED, naming both, and changes nothing. With a
+  // credential, Heartbeat, Leave and the reports of an id not bound yet
+  // are refused the same way: the server must Join first. The reports are
+  // checked against the reporter's id only (not the backup it names).
+
   // Errors: INVALID_ARGUMENT (malformed request), FAILED_PRECONDITION
   // (stale epoch, conflicting rejoin, another zone than the id joined
-  // with, a new id in a cluster of control::kMaxExpectedServers), or the
+  // with, a new id in a cluster of control::kMaxExpectedServers),
+  // PERMISSION_DENIED (the id is bound to another credential), or the
   // store's error when the change could not be committed.
-  StatusOr<v1::JoinResponse> Join(const v1::JoinRequest& request) EXCLUDES(mu_, lease_mu_);
+  StatusOr<v1::JoinResponse> Join(const v1::JoinRequest& request, std::string_view credential = {})
+      EXCLUDES(mu_, lease_mu_);
 
   // Takes request.backup_id out of the replica set of every listed shard
   // whose primary is the reporter and which lists the backup, keeping the
@@ -207,16 +223,18 @@ class CoordinatorState {
   // NOT_FOUND (unknown reporter or backup), FAILED_PRECONDITION (the
   // reporter's epoch is not its current one, it is DOWN, the backup is the
   // reporter itself, or shards are not assigned yet), or the store's error.
-  StatusOr<v1::ReportReplicaFailureResponse> ReportReplicaFailure(const v1::ReportReplicaFailureRequest& request)
+  StatusOr<v1::ReportReplicaFailureResponse> ReportReplicaFailure(const v1::ReportReplicaFailureRequest& request,
+                                                                  std::string_view credential = {})
       EXCLUDES(mu_, lease_mu_);
 
   // Errors: INVALID_ARGUMENT, NOT_FOUND (unknown id), FAILED_PRECONDITION
   // (another epoch, or the server is DOWN): the server must Join again.
-  StatusOr<v1::HeartbeatResponse> Heartbeat(const v1::HeartbeatRequest& request) EXCLUDES(mu_);
+  StatusOr<v1::HeartbeatResponse> Heartbeat(const v1::HeartbeatRequest& request, std::string_view credential = {})
+      EXCLUDES(mu_);
 
   // Marks the server DOWN. OK as well when it already is. Errors as for
   // Heartbeat (a DOWN server excepted), or the store's.
-  Status Leave(const v1::LeaveRequest& request) EXCLUDES(mu_, lease_mu_);
+  Status Leave(const v1::LeaveRequest& request, std::string_view credential = {}) EXCLUDES(mu_, lease_mu_);
 
   // Marks DOWN every UP server whose deadline has passed, one version
   // each. Returns how many; on a commit error the servers stay UP and the
@@ -278,8 +296,8 @@ class CoordinatorState {
   // INVALID_ARGUMENT (malformed, a shard not below the shard count, more
   // entries than shards), NOT_FOUND (unknown server), FAILED_PRECONDITION
   // (epoch not current, DOWN, or shards not assigned), or the store's.
-  StatusOr<v1::ReportCaughtUpResponse> ReportCaughtUp(const v1::ReportCaughtUpRequest& request)
-      EXCLUDES(mu_, lease_mu_);
+  StatusOr<v1::ReportCaughtUpResponse> ReportCaughtUp(const v1::ReportCaughtUpRequest& request,
+                                                      std::string_view credential = {}) EXCLUDES(mu_, lease_mu_);
 
   // Marks the server draining (persisted; idempotent): it gets no new
   // role and Rebalance moves each of its roles away. Answers the version
@@ -336,7 +354,14 @@ class CoordinatorState {
     std::chrono::steady_clock::time_point last_heartbeat;
     // Shards it hands over (handover_from), ascending; persisted.
     std::vector<uint32_t> handover_shards;
+    // The server credential the id is bound to ("" for none); persisted.
+    std::string credential;
   };
+
+  // OK when a server call for `s` with `credential` may act for it (see
+  // "Identity binding" above); PERMISSION_DENIED naming the call, the
+  // credential, the id and its binding otherwise.
+  static Status CheckBound(const Server& s, std::string_view credential, std::string_view rpc);
 
   // The roles of every shard in `servers` (assigned): the planners' input
   // (placement.h), read from the servers' records.
@@ -400,6 +425,9 @@ class CoordinatorState {
   v1::JoinResponse JoinReplyLocked(const v1::ServerInfo& info) const REQUIRES(mu_);
   int FindLocked(const std::string& id) const REQUIRES(mu_);
   static std::string Describe(const v1::ServerInfo& info);
+  // Describe(s.info), with the credential it is bound to (for the audit
+  // lines: join, leave, DOWN, promotion, drain, forget).
+  static std::string Describe(const Server& s);
 
   const CoordinatorConfig config_;
   const uint32_t replicas_;  // EffectiveReplicas(config_)

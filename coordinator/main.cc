@@ -62,17 +62,27 @@ DEFINE_string(import_state, "",
               "and exit; --shards, --servers and --replicas must match the state's");
 DEFINE_string(token_file, "", "file holding the client token: a client credential named \"token\" that only a "
                               "restart changes, the one the coordinator presents to the servers' Admin service, and "
-                              "the servers' when there is no --cluster_token_file (required)");
+                              "the servers' when there is neither --cluster_token_file nor --server_credentials_file "
+                              "(required)");
 DEFINE_string(client_credentials_file, "",
               "file of more client credentials, valid beside --token_file's for the map, leases and status: one "
               "\"NAME TOKEN\" a line (NAME: 1 to 64 of [A-Za-z0-9._-], shown in the log of refused calls), # "
               "comments; re-read on SIGHUP (a bad file changes nothing) (default: none)");
 DEFINE_string(cluster_token_file, "",
               "file holding the cluster credential, the one given to every rkv-server of the cluster with its "
-              "--cluster_token_file: with it, only that credential may Join, Heartbeat, Leave, ReportReplicaFailure "
-              "and ReportCaughtUp (a client token gets PERMISSION_DENIED), and both are accepted for the map, "
-              "leases, status and ReportUnresponsive (default: none; the client token then serves every role, "
-              "so any client can act as a server on the control plane, with a warning)");
+              "--cluster_token_file (one credential shared by all servers: it binds no identity, so any server "
+              "can act as another; --server_credentials_file does): with it, only that credential may Join, "
+              "Heartbeat, Leave, ReportReplicaFailure and ReportCaughtUp (a client token gets PERMISSION_DENIED), "
+              "and both are accepted for the map, leases, status and ReportUnresponsive (default: none; the "
+              "client token then serves every role, so any client can act as a server on the control plane, "
+              "with a warning)");
+DEFINE_string(server_credentials_file, "",
+              "file of per-server credentials, in place of --cluster_token_file: one \"NAME TOKEN\" a line (NAME: "
+              "the server's name for the operator, 1 to 64 of [A-Za-z0-9._-]), # comments; each rkv-server gets "
+              "the same file and --server_credential_name. Each credential serves the servers' role and binds "
+              "identity: a server id is bound (in the cluster state) to the credential it first joined with, "
+              "and a Join, Heartbeat, Leave or report for it with another credential gets PERMISSION_DENIED; "
+              "read at start only (default: none)");
 DEFINE_string(operator_token_file, "",
               "file holding the operator credential: with it, only that credential may Drain and Forget servers "
               "(kvctl drain and forget with --token_file naming it; the client token and the cluster credential "
@@ -163,7 +173,7 @@ int TransferState(const rkv::coordinator::CoordinatorConfig& config, const std::
 
 int main(int argc, char** argv) {
   FLAGS_logtostderr = true;
-  gflags::SetUsageMessage("rkv-coordinator (--data_dir=DIR | --etcd=HOST:PORT,... [--etcd_prefix=/P/]) --token_file=FILE [--cluster_token_file=FILE] [--operator_token_file=FILE] [--listen=HOST:PORT] [--servers=N] [--replicas=R] [--lease_ms=MS] [--replace_after_ms=MS] ...");
+  gflags::SetUsageMessage("rkv-coordinator (--data_dir=DIR | --etcd=HOST:PORT,... [--etcd_prefix=/P/]) --token_file=FILE [--cluster_token_file=FILE | --server_credentials_file=FILE] [--operator_token_file=FILE] [--listen=HOST:PORT] [--servers=N] [--replicas=R] [--lease_ms=MS] [--replace_after_ms=MS] ...");
   gflags::ParseCommandLineFlags(&argc, &argv, true);
   google::InitGoogleLogging(argv[0]);
   if (argc > 1) return BadFlag(std::string("unexpected argument '") + argv[1] + "'");
@@ -257,7 +267,7 @@ int main(int argc, char** argv) {
                      "holds");
     }
     cluster_token = std::move(read).value();
-  } else {
+  } else if (FLAGS_server_credentials_file.empty()) {
     LOG(WARNING) << "no --cluster_token_file: the client token also serves the servers' role, so any client can act "
                     "as a server on the control plane (Join, Heartbeat, Leave, ReportReplicaFailure, "
                     "ReportCaughtUp in a server's name); give the coordinator the servers' --cluster_token_file "
@@ -280,8 +290,30 @@ int main(int argc, char** argv) {
 
   // The client credentials: --token_file's, named "token", and the file's;
   // SIGHUP re-reads the file (below).
+  // The per-server credentials: the servers' role with identity bound
+  // (coordinator_state.h, "Identity binding").
+  std::shared_ptr<const rkv::ClientCredentials> server_credentials;
+  if (!FLAGS_server_credentials_file.empty()) {
+    if (!FLAGS_cluster_token_file.empty()) {
+      return BadFlag("--server_credentials_file and --cluster_token_file are two ways to give the servers' role: "
+                     "give one");
+    }
+    auto read = rkv::ClientCredentials::ReadFile(FLAGS_server_credentials_file);
+    if (!read.ok()) return CannotStart(read.status().WithContext("--server_credentials_file"));
+    for (const std::string* other : {&*token, &operator_token}) {
+      if (!other->empty() && read->Holds(*other)) {
+        return BadFlag("--server_credentials_file holds the client token or the operator credential: each server "
+                       "credential must be one of its own");
+      }
+    }
+    server_credentials = std::make_shared<const rkv::ClientCredentials>(std::move(read).value());
+    LOG(INFO) << "servers' role: " << server_credentials->size() << " per-server credentials from "
+              << FLAGS_server_credentials_file << " (server ids bound to them)";
+  }
+
   const std::vector<std::string> other_roles = {cluster_token, operator_token};
-  auto loaded = rkv::LoadClientCredentials(*token, FLAGS_client_credentials_file, other_roles);
+  auto loaded =
+      rkv::LoadClientCredentials(*token, FLAGS_client_credentials_file, other_roles, server_credentials.get());
   if (!loaded.ok()) return CannotStart(loaded.status().WithContext("--client_credentials_file"));
   auto client_credentials = std::make_shared<rkv::LiveClientCredentials>(std::move(loaded).value());
 
@@ -315,7 +347,8 @@ int main(int argc, char** argv) {
     state = std::move(opened).value();
   }
   auto server = rkv::coordinator::CoordinatorServer::Start(FLAGS_listen, *token, std::move(state), shared.get(),
-                                                           cluster_token, operator_token, client_credentials);
+                                                           cluster_token, operator_token, client_credentials,
+                                                           server_credentials);
   if (!server.ok()) return CannotStart(server.status());
   if (shared != nullptr) shared->StartCampaign(FLAGS_advertise.empty() ? (*server)->address() : FLAGS_advertise);
   std::unique_ptr<rkv::metrics::MetricsEndpoint> metrics;
@@ -351,7 +384,8 @@ int main(int argc, char** argv) {
       LOG(INFO) << "SIGHUP: no --client_credentials_file, nothing to reload";
       continue;
     }
-    const auto change = client_credentials->Reload(*token, FLAGS_client_credentials_file, other_roles);
+    const auto change =
+        client_credentials->Reload(*token, FLAGS_client_credentials_file, other_roles, server_credentials.get());
     if (!change.ok()) {
       LOG(ERROR) << "SIGHUP: --client_credentials_file " << FLAGS_client_credentials_file
                  << " refused, the client credentials in force stay: " << change.status();

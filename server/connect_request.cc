@@ -18,6 +18,13 @@ StatusOr<ConnectRequest> ParseConnectRequest(std::span<const uint8_t> data, cons
 
 StatusOr<ConnectRequest> ParseConnectRequest(std::span<const uint8_t> data, const ClientCredentials& clients,
                                              const Sha256Digest& cluster_digest, std::string* refused_credential) {
+  ClientCredentials peers;
+  RKV_RETURN_IF_ERROR(peers.AddDigest("cluster", cluster_digest));
+  return ParseConnectRequest(data, clients, peers, refused_credential);
+}
+
+StatusOr<ConnectRequest> ParseConnectRequest(std::span<const uint8_t> data, const ClientCredentials& clients,
+                                             const ClientCredentials& peers, std::string* refused_credential) {
   protocol::ConnectRequestData req{};
   if (data.size() < sizeof(req)) {
     return InvalidArgument("malformed connect request (" + std::to_string(data.size()) + " bytes)");
@@ -48,8 +55,9 @@ StatusOr<ConnectRequest> ParseConnectRequest(std::span<const uint8_t> data, cons
   }
   static_assert(sizeof(req.token_digest) == std::tuple_size_v<Sha256Digest>);
   if (out.role == ConnectRequest::Role::kPeer) {
-    if (!DigestEqual(req.token_digest, cluster_digest.data(), cluster_digest.size())) {
-      return Unauthenticated("invalid cluster credential: replication connections are for servers");
+    if (!peers.Find(req.token_digest).has_value()) {
+      return Unauthenticated("invalid cluster credential (or server credential): replication connections are for "
+                             "servers");
     }
   } else {
     const std::optional<ClientCredentials::Match> match = clients.Find(req.token_digest);

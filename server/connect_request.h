@@ -58,6 +58,13 @@ StatusOr<ConnectRequest> ParseConnectRequest(std::span<const uint8_t> data, cons
                                              const Sha256Digest& cluster_digest,
                                              std::string* refused_credential = nullptr);
 
+// The same with the credentials a peer server may present: any of `peers`
+// (with per-server credentials, every server's own; PeerCredentials,
+// server/options.h).
+StatusOr<ConnectRequest> ParseConnectRequest(std::span<const uint8_t> data, const ClientCredentials& clients,
+                                             const ClientCredentials& peers,
+                                             std::string* refused_credential = nullptr);
+
 // The same with one client credential, named "token", of digest
 // `client_digest`.
 StatusOr<ConnectRequest> ParseConnectRequest(std::span<const uint8_t> data, const Sha256Digest& client_digest,

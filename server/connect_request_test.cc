@@ -177,5 +177,24 @@ TEST(ConnectRequestTest, NamesTheClientCredentialAndRefusesARevokedOne) {
   EXPECT_FALSE(ParseConnectRequest(PeerBytes(Peer("alice-secret", 1, 9)), *live.current(), cluster).ok());
 }
 
+TEST(ConnectRequestTest, WithPerServerCredentialsAPeerPresentsItsOwn) {
+  auto peers = ClientCredentials::Parse("srv-a server-a-secret\nsrv-b server-b-secret\n", "servers");
+  ASSERT_TRUE(peers.ok()) << peers.status();
+  ClientCredentials clients;
+  ASSERT_TRUE(clients.Add("token", "client-secret").ok());
+  // Each server's own credential opens a replication connection ...
+  for (const char* own : {"server-a-secret", "server-b-secret"}) {
+    auto peer = ParseConnectRequest(PeerBytes(Peer(own, 0xF1F2, 9)), clients, *peers);
+    ASSERT_TRUE(peer.ok()) << peer.status();
+    EXPECT_EQ(peer->role, ConnectRequest::Role::kPeer);
+  }
+  // ... a client's does not, and a server's is no client's.
+  auto forged = ParseConnectRequest(PeerBytes(Peer("client-secret", 0xF1F2, 9)), clients, *peers);
+  EXPECT_EQ(forged.status().code(), StatusCode::kUnauthenticated) << forged.status();
+  EXPECT_EQ(ParseConnectRequest(Bytes(Valid("server-a-secret")), clients, *peers).status().code(),
+            StatusCode::kUnauthenticated);
+  EXPECT_TRUE(ParseConnectRequest(Bytes(Valid("client-secret")), clients, *peers).ok());
+}
+
 }  // namespace
 }  // namespace rkv::server

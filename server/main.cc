@@ -92,6 +92,16 @@ DEFINE_string(cluster_token_file, "", "file holding the cluster credential the s
                                       "rkv-coordinator (its --cluster_token_file) must be given the same one and no "
                                       "client may hold it (default: none; the client token then serves both, with "
                                       "a warning)");
+DEFINE_string(server_credentials_file, "",
+              "file of per-server credentials, in place of --cluster_token_file: one \"NAME TOKEN\" a line, # "
+              "comments, the same file on every server and on rkv-coordinator (its --server_credentials_file). "
+              "This server presents the credential --server_credential_name names wherever it would present the "
+              "cluster credential (coordinator calls, replication connections, catch-up fetches) and accepts any "
+              "credential of the file from peers; the coordinator binds this server's id to that name, so it "
+              "cannot act as another server (default: none)");
+DEFINE_string(server_credential_name, "",
+              "with --server_credentials_file: the NAME of this server's own credential in it (required with the "
+              "file)");
 DEFINE_string(operator_token_file, "",
               "file holding the operator credential (the coordinator's --operator_token_file): with it, only that "
               "credential may call the Admin service's replica verification and listings (kvctl verify), the "
@@ -220,12 +230,12 @@ rkv::server::AdminShards AdminShardsOf(const rkv::server::Server* srv,
 // SIGHUP: re-reads the client credentials; logs what changed at INFO, or
 // at ERROR why the file was refused (the credentials in force stay).
 void ReloadClientCredentials(rkv::LiveClientCredentials& live, const std::string& token, const std::string& path,
-                             const std::vector<std::string>& other_roles) {
+                             const std::vector<std::string>& other_roles, const rkv::ClientCredentials& servers) {
   if (path.empty()) {
     LOG(INFO) << "SIGHUP: no --client_credentials_file, nothing to reload";
     return;
   }
-  const auto change = live.Reload(token, path, other_roles);
+  const auto change = live.Reload(token, path, other_roles, &servers);
   if (!change.ok()) {
     LOG(ERROR) << "SIGHUP: --client_credentials_file " << path << " refused, the client credentials in force stay: "
                << change.status();
@@ -298,20 +308,38 @@ int main(int argc, char** argv) {
     o.cluster_token = *cluster_token;
     o.cluster_token.shrink_to_fit();
   }
+  if (!FLAGS_server_credentials_file.empty()) {
+    if (!FLAGS_cluster_token_file.empty()) {
+      return BadFlag("--server_credentials_file and --cluster_token_file are two ways to give the servers' "
+                     "credential: give one");
+    }
+    if (FLAGS_server_credential_name.empty()) {
+      return BadFlag("--server_credentials_file needs --server_credential_name: the NAME of this server's own "
+                     "credential in the file");
+    }
+    auto read = rkv::ClientCredentials::ReadFile(FLAGS_server_credentials_file, FLAGS_server_credential_name,
+                                                 &o.cluster_token);
+    if (!read.ok()) return BadFlag("--server_credentials_file: " + read.status().message());
+    o.server_credentials = std::move(read).value();
+    o.server_credential_name = FLAGS_server_credential_name;
+  } else if (!FLAGS_server_credential_name.empty()) {
+    return BadFlag("--server_credential_name needs --server_credentials_file");
+  }
   std::string operator_token;
   if (!FLAGS_operator_token_file.empty()) {
     auto read = rkv::ReadTokenFile(FLAGS_operator_token_file);
     if (!read.ok()) return BadFlag("--operator_token_file: " + read.status().ToString());
-    if (*read == o.token || *read == o.cluster_token) {
-      return BadFlag("--operator_token_file holds the client token or the cluster credential: the operator "
-                     "credential must be one of its own");
+    if (*read == o.token || *read == o.cluster_token || o.server_credentials.Holds(*read)) {
+      return BadFlag("--operator_token_file holds the client token, the cluster credential or a server "
+                     "credential: the operator credential must be one of its own");
     }
     operator_token = std::move(read).value();
   }
   // The client credentials: --token_file's, named "token", and the file's;
   // SIGHUP re-reads the file (below).
   const std::vector<std::string> other_roles = {o.cluster_token, operator_token};
-  auto loaded = rkv::LoadClientCredentials(o.token, FLAGS_client_credentials_file, other_roles);
+  auto loaded =
+      rkv::LoadClientCredentials(o.token, FLAGS_client_credentials_file, other_roles, &o.server_credentials);
   if (!loaded.ok()) return BadFlag("--client_credentials_file: " + loaded.status().message());
   auto client_credentials = std::make_shared<rkv::LiveClientCredentials>(std::move(loaded).value());
   if (rkv::Status s = rkv::server::ValidateOptions(o); !s.ok()) return BadFlag(s.message());
@@ -369,6 +397,10 @@ int main(int argc, char** argv) {
   // the membership it reads is attached once the server has an identity.
   std::optional<rkv::server::MapPolicy> policy;
   if (!control.coordinator.empty()) policy.emplace();
+  if (!o.server_credential_name.empty()) {
+    LOG(INFO) << "server credential " << o.server_credential_name << " (one of " << o.server_credentials.size()
+              << " in " << FLAGS_server_credentials_file << ", each accepted from peers)";
+  }
   if (!control.coordinator.empty() && o.cluster_token.empty()) {
     LOG(WARNING) << "no --cluster_token_file: the client token is also the cluster credential, so any client can "
                     "open a replication connection and forge a primary's writes; give the servers a credential "
@@ -412,7 +444,8 @@ int main(int argc, char** argv) {
   std::unique_ptr<rkv::server::ReplicaService> replica_service;
   std::unique_ptr<rkv::server::CatchUp> catch_up;
   if (!control.coordinator.empty() && !admin_listen.empty()) {
-    auto created = rkv::server::ReplicaService::Create(rkv::server::ClusterToken(o), srv->applier(), o.max_key_bytes);
+    auto created = rkv::server::ReplicaService::Create(rkv::server::PeerCredentials(o), srv->applier(),
+                                                       o.max_key_bytes);
     if (!created.ok()) return fail("creating the Replica service failed: " + created.status().ToString());
     replica_service = std::move(*created);
   }
@@ -571,7 +604,8 @@ int main(int argc, char** argv) {
   for (;;) {
     sig = sigtimedwait(&signals, nullptr, &poll);
     if (sig == SIGHUP) {
-      ReloadClientCredentials(*client_credentials, o.token, FLAGS_client_credentials_file, other_roles);
+      ReloadClientCredentials(*client_credentials, o.token, FLAGS_client_credentials_file, other_roles,
+                              o.server_credentials);
       continue;
     }
     if (sig > 0) break;
@@ -585,7 +619,14 @@ int main(int argc, char** argv) {
     std::cerr << "rkv-server: the coordinator (" << control.coordinator << ") refused this server: " << why;
     // The likely cause of a refused credential at start: the coordinator
     // was not given the same cluster credential (or this server none).
-    if (why.code() == rkv::StatusCode::kUnauthenticated && !o.cluster_token.empty()) {
+    if (why.code() == rkv::StatusCode::kUnauthenticated && !o.server_credential_name.empty()) {
+      std::cerr << " (this server presents credential " << o.server_credential_name
+                << " of its --server_credentials_file; give rkv-coordinator the same file with its "
+                   "--server_credentials_file)";
+    } else if (why.code() == rkv::StatusCode::kPermissionDenied && !o.server_credential_name.empty()) {
+      std::cerr << " (this server's id, kept in its --data_dir, is bound to another server credential: give it "
+                   "that one)";
+    } else if (why.code() == rkv::StatusCode::kUnauthenticated && !o.cluster_token.empty()) {
       std::cerr << " (this server presents its --cluster_token_file; give rkv-coordinator the same file with "
                    "its --cluster_token_file)";
     } else if (why.code() == rkv::StatusCode::kPermissionDenied) {

@@ -10,6 +10,7 @@
 
 #include "common/layout.h"
 #include "common/net_address.h"
+#include "common/token.h"
 #include "common/transport/transport.h"
 #include "server/table/heap.h"
 #include "server/table/table.h"
@@ -51,6 +52,16 @@ uint64_t MaxBlockBytes(const ServerOptions& o) { return layout::BlockBytes(o.max
 
 const std::string& ClusterToken(const ServerOptions& o) { return o.cluster_token.empty() ? o.token : o.cluster_token; }
 
+ClientCredentials PeerCredentials(const ServerOptions& o) {
+  if (o.server_credentials.size() > 0) return o.server_credentials;
+  ClientCredentials one;
+  // Add fails only for a token ReadTokenFile never returns (empty, or
+  // longer than kMaxTokenFileBytes): the set then stays empty and accepts
+  // no peer.
+  (void)one.Add("cluster", ClusterToken(o));
+  return one;
+}
+
 Status ValidateOptions(const ServerOptions& o) {
   std::string host;
   uint16_t port = 0;
@@ -59,6 +70,22 @@ Status ValidateOptions(const ServerOptions& o) {
   }
   if (o.data_dir.empty()) return InvalidArgument("--data_dir is required");
   if (o.token.empty()) return InvalidArgument("--token_file must name a file holding a non-empty token");
+  if (o.server_credentials.size() > 0) {
+    if (o.server_credential_name.empty()) {
+      return InvalidArgument("--server_credentials_file needs --server_credential_name: the credential of the file "
+                             "this server presents");
+    }
+    if (!o.server_credentials.Contains(o.server_credential_name, TokenDigest(o.cluster_token))) {
+      return InvalidArgument("--server_credential_name " + o.server_credential_name +
+                             " is not a credential of --server_credentials_file");
+    }
+    if (o.server_credentials.Holds(o.token)) {
+      return InvalidArgument("--server_credentials_file holds the client token: a server's credential must be one "
+                             "no client holds");
+    }
+  } else if (!o.server_credential_name.empty()) {
+    return InvalidArgument("--server_credential_name needs --server_credentials_file");
+  }
   if (o.max_key_bytes < 1 || o.max_key_bytes > layout::kMaxKeyBytesLimit) {
     return InvalidArgument("--max_key_bytes " + std::to_string(o.max_key_bytes) + " is outside [1, " +
                            std::to_string(layout::kMaxKeyBytesLimit) + "]");

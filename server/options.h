@@ -7,6 +7,7 @@
 #include <string>
 #include <string_view>
 
+#include "common/client_credentials.h"
 #include "common/status.h"
 #include "server/store/store.h"
 
@@ -55,6 +56,13 @@ struct ServerOptions {
   // every role, with which any client can forge a primary's forward
   // (docs/design.md §10). ClusterToken() gives the one in force.
   std::string cluster_token;
+  // Per-server credentials (--server_credentials_file; empty: none): every
+  // server's, which peers are accepted with (PeerCredentials). With them,
+  // `cluster_token` is this server's own credential, the file's entry for
+  // `server_credential_name`: what it presents to peers and to the
+  // coordinator, which binds its id to that name (docs/design.md §10).
+  ClientCredentials server_credentials;
+  std::string server_credential_name;
   uint64_t ring_bytes = 4ULL << 20;       // staging ring per connection
   // --durability=none only (0: unset, kDefaultWriteBackBytes): the
   // store's write-back buffer (server/store/store.h) holds at most this many
@@ -173,6 +181,11 @@ uint64_t MaxBlockBytes(const ServerOptions& o);
 // The cluster credential in force: `cluster_token`, or `token` when none
 // was given.
 const std::string& ClusterToken(const ServerOptions& o);
+
+// The credentials a peer server may present (replication connections, the
+// Replica service): the per-server credentials when there are some, else
+// ClusterToken's alone, named "cluster".
+ClientCredentials PeerCredentials(const ServerOptions& o);
 
 // Checks every option; INVALID_ARGUMENT with a one-line reason naming the
 // flag otherwise (e.g. "--ring_bytes 65536 is below twice the largest block

@@ -231,5 +231,37 @@ TEST(ControlOptionsTest, AdvertisedAddressNeverAnnouncesAWildcard) {
   EXPECT_FALSE(AdvertisedAddress("garbage", "", "").ok());
 }
 
+TEST(OptionsTest, PerServerCredentialsNameThisServersOwn) {
+  auto servers = ClientCredentials::Parse("srv-a token-a\nsrv-b token-b\n", "servers");
+  ASSERT_TRUE(servers.ok()) << servers.status();
+  ServerOptions o = Valid();
+  o.server_credentials = *servers;
+  o.server_credential_name = "srv-a";
+  o.cluster_token = "token-a";
+  EXPECT_TRUE(ValidateOptions(o).ok()) << ValidateOptions(o);
+  // Peers are accepted with any server's credential.
+  EXPECT_TRUE(PeerCredentials(o).Holds("token-b"));
+  EXPECT_FALSE(PeerCredentials(o).Holds("secret"));
+
+  ServerOptions unnamed = o;
+  unnamed.server_credential_name.clear();
+  EXPECT_NE(ValidateOptions(unnamed).message().find("needs --server_credential_name"), std::string::npos);
+  ServerOptions wrong = o;
+  wrong.cluster_token = "token-b";  // not srv-a's
+  EXPECT_EQ(ValidateOptions(wrong).message(),
+            "--server_credential_name srv-a is not a credential of --server_credentials_file");
+  ServerOptions client = o;
+  client.token = "token-b";
+  EXPECT_NE(ValidateOptions(client).message().find("holds the client token"), std::string::npos);
+  ServerOptions no_file = Valid();
+  no_file.server_credential_name = "srv-a";
+  EXPECT_EQ(ValidateOptions(no_file).message(), "--server_credential_name needs --server_credentials_file");
+  // Without them, the cluster credential alone is a peer's.
+  ServerOptions shared = Valid();
+  shared.cluster_token = "cluster";
+  EXPECT_TRUE(PeerCredentials(shared).Holds("cluster"));
+  EXPECT_EQ(PeerCredentials(shared).size(), 1u);
+}
+
 }  // namespace
 }  // namespace rkv::server

@@ -152,7 +152,8 @@ Server::Server(const ServerOptions& options, transport::Transport* transport, Re
       replication_(replication),
       server_id_(server_id),
       client_credentials_(client_credentials != nullptr ? std::move(client_credentials)
-                                                        : TokenCredentials(options.token)) {}
+                                                        : TokenCredentials(options.token)),
+      peer_credentials_(PeerCredentials(options)) {}
 
 StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& options, transport::Transport* transport,
                                                 ReplicationPolicy* replication, std::string_view server_id,
@@ -325,8 +326,8 @@ void Server::HandlePending(std::unique_ptr<transport::Connection> conn) {
   // Validate the connect request before anything is allocated for it.
   std::string refused_credential;
   const StatusOr<ConnectRequest> parsed =
-      ParseConnectRequest(conn->peer_private_data(), *client_credentials_->current(),
-                          TokenDigest(ClusterToken(options_)), &refused_credential);
+      ParseConnectRequest(conn->peer_private_data(), *client_credentials_->current(), peer_credentials_,
+                          &refused_credential);
   if (!parsed.ok()) {
     return Refuse(*conn, parsed.status().code(), parsed.status().message(), refused_credential);
   }

@@ -281,6 +281,9 @@ class Server {
   std::atomic<uint64_t> connections_rejected_{0};
   std::atomic<uint64_t> auth_failures_{0};
   const std::shared_ptr<LiveClientCredentials> client_credentials_;
+  // What a peer server's replication connection must present
+  // (PeerCredentials: the cluster credential, or any server's own).
+  const ClientCredentials peer_credentials_;
   // Client connections accepted, by credential name (ServerStats).
   mutable Mutex accepted_by_credential_mu_;
   std::map<std::string, uint64_t, std::less<>> accepted_by_credential_ GUARDED_BY(accepted_by_credential_mu_);

@@ -421,6 +421,79 @@ TEST_F(CoordinatorFlagsTest, AServerWithoutTheClusterCredentialCannotJoin) {
   EXPECT_NE(log.find("give this server the coordinator's --cluster_token_file"), std::string::npos) << log;
 }
 
+// --server_credentials_file takes the place of --cluster_token_file (both
+// refused), and a server must name its own credential, one of the file's.
+TEST_F(CoordinatorFlagsTest, ServerCredentialsFlagsAreChecked) {
+  TestClusterOptions options = SmallCluster(1);
+  cluster_ = std::make_unique<TestCluster>(options);
+  const std::string file = cluster().dir() + "/server_credentials";
+  cluster().options().coordinator_flags = {"--server_credentials_file=" + file};
+  ServerProcess& both = cluster().coordinator();
+  EXPECT_FALSE(both.Start().ok());
+  EXPECT_NE(both.Log().find("--server_credentials_file and --cluster_token_file are two ways"), std::string::npos)
+      << both.Log();
+
+  cluster().options().coordinator_flags = {};
+  ASSERT_TRUE(cluster().RemakeCoordinator().Start().ok()) << cluster().coordinator().Log();
+  cluster().options().cluster_token = "";
+  cluster().options().server_flags = {"--server_credentials_file=" + file, "--server_credential_name=nobody"};
+  cluster().AddServer();
+  EXPECT_FALSE(cluster().server(0).Start().ok());
+  EXPECT_NE(cluster().server(0).Log().find("holds no credential named \"nobody\""), std::string::npos)
+      << cluster().server(0).Log();
+}
+
+// Per-server credentials (--server_credentials_file on the coordinator and
+// every server, docs/design.md §10): each server presents its own to the
+// coordinator and to its peers; the cluster replicates (R = 3) and serves,
+// and a Heartbeat forged for server 1 with server 0's credential is
+// refused, naming both, while server 1's own is accepted.
+TEST_F(CoordinatorFlagsTest, PerServerCredentialsReplicateAndBindEachServersIdentity) {
+  TestClusterOptions options = SmallCluster(3);
+  options.shards = 64;
+  options.replicas = 3;
+  options.per_server_credentials = true;
+  cluster_ = std::make_unique<TestCluster>(options);
+  ASSERT_TRUE(cluster().Start().ok()) << cluster().Logs();
+  auto client = cluster().ClusterClient();
+  ASSERT_NE(client, nullptr);
+  for (int k = 0; k < 50; ++k) {
+    const std::string key = "per-server-" + std::to_string(k);
+    ASSERT_TRUE(client->Put(key, ValueFor(key, 1)).ok()) << cluster().Logs();
+  }
+  for (int k = 0; k < 50; ++k) {
+    const std::string key = "per-server-" + std::to_string(k);
+    auto got = client->Get(key);
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_EQ(*got, ValueFor(key, 1));
+  }
+  // Every copy agrees: the forwards crossed replication connections made
+  // with the servers' own credentials.
+  CommandResult r = cluster().Kvctl({"verify", "--rounds=1"});
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+
+  const std::string id1 = cluster().IdOf(*client, 1);
+  ASSERT_FALSE(id1.empty());
+  uint64_t epoch1 = 0;
+  auto members = ClusterAdmin(*client).Members();
+  ASSERT_TRUE(members.ok()) << members.status();
+  for (const MemberInfo& m : *members) {
+    if (m.server_id == id1) epoch1 = m.epoch;
+  }
+  ASSERT_NE(epoch1, 0u);
+  const Status forged = cluster().CoordinatorHeartbeat(ServerCredential(0), id1, epoch1);
+  EXPECT_EQ(forged.code(), StatusCode::kPermissionDenied) << forged;
+  EXPECT_EQ(forged.message(), "Heartbeat refused: server credential server0 cannot act as server " + id1 +
+                                  ", which is bound to credential server1");
+  EXPECT_TRUE(cluster().CoordinatorHeartbeat(ServerCredential(1), id1, epoch1).ok());
+  // The client token is no server's.
+  EXPECT_EQ(cluster().CoordinatorHeartbeat(cluster().token(), id1, epoch1).code(), StatusCode::kPermissionDenied);
+  const std::string log = cluster().coordinator().Log();
+  EXPECT_NE(log.find("credential server0) refused (PERMISSION_DENIED)"), std::string::npos) << log;
+  EXPECT_NE(cluster().server(2).Log().find("server credential server2 (one of 16"), std::string::npos)
+      << cluster().server(2).Log();
+}
+
 // Named client credentials (--client_credentials_file on the coordinator
 // and every server, docs/design.md §10): two clients with credentials of
 // their own both work; the operator removes one from the file and sends

@@ -6,8 +6,13 @@
 #include <mutex>
 #include <utility>
 
+#include <grpcpp/create_channel.h>
+#include <grpcpp/security/credentials.h>
+
 #include "coordinator/etcd/etcd_client.h"
+#include "proto/auth.h"
 #include "proto/coordinator_store.pb.h"
+#include "proto/rkv.grpc.pb.h"
 #include "rkv/admin.h"
 
 #if !defined(RKV_KVCTL_BIN)
@@ -15,13 +20,48 @@
 #endif
 
 namespace rkv::testing {
+namespace {
+
+// Entries of the per-server credentials file: more than any suite starts.
+constexpr int kServerCredentials = 16;
+
+}  // namespace
 
 int Scaled(int n, int minimum) { return std::max(minimum, static_cast<int>(std::lround(n * TestScale()))); }
 
 TestCluster::TestCluster(TestClusterOptions options)
-    : options_(std::move(options)), token_file_(dir_.path() + "/token"), cluster_token_file_(dir_.path() + "/cluster_token") {
+    : options_(std::move(options)),
+      token_file_(dir_.path() + "/token"),
+      cluster_token_file_(dir_.path() + "/cluster_token"),
+      server_credentials_file_(dir_.path() + "/server_credentials") {
   WriteFile(token_file_, options_.token + "\n");
   if (!options_.cluster_token.empty()) WriteFile(cluster_token_file_, options_.cluster_token + "\n");
+  std::string credentials = "# NAME TOKEN: one credential per server\n";
+  for (int i = 0; i < kServerCredentials; ++i) {
+    credentials += "server" + std::to_string(i) + " " + ServerCredential(i) + "\n";
+  }
+  WriteFile(server_credentials_file_, credentials);
+}
+
+std::string ServerCredential(int i) { return "rkv-test-server-credential-" + std::to_string(i); }
+
+Status TestCluster::CoordinatorHeartbeat(const std::string& token, const std::string& server_id,
+                                         uint64_t epoch) const {
+  if (coordinators_.empty() || coordinators_[0] == nullptr || coordinators_[0]->address().empty()) {
+    return FailedPrecondition("no coordinator started");
+  }
+  auto stub = v1::Coordinator::NewStub(
+      grpc::CreateChannel(coordinators_[0]->address(), grpc::InsecureChannelCredentials()));
+  grpc::ClientContext context;
+  control::AttachToken(&context, token);
+  context.set_deadline(std::chrono::system_clock::now() + kCallTimeout);
+  v1::HeartbeatRequest request;
+  request.set_server_id(server_id);
+  request.set_epoch(epoch);
+  v1::HeartbeatResponse response;
+  const grpc::Status s = stub->Heartbeat(&context, request, &response);
+  if (s.ok()) return Status::Ok();
+  return Status(static_cast<StatusCode>(s.error_code()), s.error_message());
 }
 
 TestCluster::~TestCluster() = default;  // each ServerProcess SIGKILLs its process
@@ -64,7 +104,11 @@ std::unique_ptr<ServerProcess> TestCluster::MakeCoordinator(int i) const {
   }
   if (o.lease_ms > 0) flags.push_back("--lease_ms=" + std::to_string(o.lease_ms));
   // The servers' credential, so that only they act as servers.
-  if (!o.cluster_token.empty()) flags.push_back("--cluster_token_file=" + cluster_token_file_);
+  if (o.per_server_credentials) {
+    flags.push_back("--server_credentials_file=" + server_credentials_file_);
+  } else if (!o.cluster_token.empty()) {
+    flags.push_back("--cluster_token_file=" + cluster_token_file_);
+  }
   flags.insert(flags.end(), o.coordinator_flags.begin(), o.coordinator_flags.end());
   if (etcd_ == nullptr) {
     return std::make_unique<ServerProcess>(dir() + "/coordinator", token_file_, std::move(flags),
@@ -131,7 +175,12 @@ std::vector<std::string> TestCluster::ServerFlags(int i) const {
   const TestClusterOptions& o = options_;
   std::vector<std::string> flags;
   if (o.coordinator) flags.push_back("--coordinator=" + coordinator_address());
-  if (o.coordinator && !o.cluster_token.empty()) flags.push_back("--cluster_token_file=" + cluster_token_file_);
+  if (o.coordinator && o.per_server_credentials) {
+    flags.push_back("--server_credentials_file=" + server_credentials_file_);
+    flags.push_back("--server_credential_name=server" + std::to_string(i));
+  } else if (o.coordinator && !o.cluster_token.empty()) {
+    flags.push_back("--cluster_token_file=" + cluster_token_file_);
+  }
   flags.push_back("--memory=" + std::to_string(o.server_memory));
   flags.push_back("--max_keys=" + std::to_string(o.max_keys));
   if (!o.durability.empty()) flags.push_back("--durability=" + o.durability);

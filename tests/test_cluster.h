@@ -76,7 +76,16 @@ struct TestClusterOptions {
   // the coordinators), which no client holds; empty: none, the client token
   // then serves both roles.
   std::string cluster_token = "rkv-test-cluster-credential";
+  // Per-server credentials in place of the cluster credential: the
+  // coordinator and every server get --server_credentials_file (names
+  // server0..server15, tokens ServerCredential(i)), server i presents
+  // server<i>'s (--server_credential_name), and the coordinator binds each
+  // id to its server's credential.
+  bool per_server_credentials = false;
 };
+
+// The token of server i's credential with per_server_credentials.
+std::string ServerCredential(int i);
 
 // What a client of the cluster is made with (the rest from the cluster).
 struct TestClientOptions {
@@ -108,6 +117,11 @@ class TestCluster {
   const std::string& token() const { return options_.token; }
   const std::string& token_file() const { return token_file_; }
   const std::string& cluster_token() const { return options_.cluster_token; }
+
+  // Sends one Heartbeat for `server_id` at `epoch` to coordinator 0,
+  // presenting `token` (as a forger holding it would); the coordinator's
+  // answer: OK, or its code and message.
+  Status CoordinatorHeartbeat(const std::string& token, const std::string& server_id, uint64_t epoch) const;
 
   // The coordinator's process (made on first use: Start, Kill9, Terminate,
   // Freeze, Continue, Restart, Wipe, Log). Its flags are read from
@@ -183,6 +197,7 @@ class TestCluster {
   TempDir dir_;
   std::string token_file_;
   std::string cluster_token_file_;
+  std::string server_credentials_file_;
   std::unique_ptr<EtcdCluster> etcd_;
   // coordinators_[0] is coordinator(); made on first use.
   std::vector<std::unique_ptr<ServerProcess>> coordinators_;

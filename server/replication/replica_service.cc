@@ -29,8 +29,21 @@ void Fill(v1::ShardRecord* out, const Applier::ShardRecord& r) {
 StatusOr<std::unique_ptr<ReplicaService>> ReplicaService::Create(const std::string& token, Applier* applier,
                                                                  uint32_t max_key_bytes) {
   if (token.empty()) return InvalidArgument("the token is empty");
+  ClientCredentials peers;
+  RKV_RETURN_IF_ERROR(peers.Add("cluster", token));
+  return Create(std::move(peers), applier, max_key_bytes);
+}
+
+StatusOr<std::unique_ptr<ReplicaService>> ReplicaService::Create(ClientCredentials peers, Applier* applier,
+                                                                 uint32_t max_key_bytes) {
+  if (peers.size() == 0) return InvalidArgument("no peer credential");
   if (applier == nullptr) return InvalidArgument("no applier");
-  return std::unique_ptr<ReplicaService>(new ReplicaService(control::TokenDigestHex(token), applier, max_key_bytes));
+  return std::unique_ptr<ReplicaService>(new ReplicaService(std::move(peers), applier, max_key_bytes));
+}
+
+grpc::Status ReplicaService::CheckPeer(const grpc::ServerContext* context) const {
+  std::string name;
+  return control::CheckClientCredential(context, peers_, &name);
 }
 
 void ReplicaService::Attach(MapSource* source) {
@@ -81,7 +94,7 @@ Status ReplicaService::CheckFetcher(const MapSource& source, const v1::ClusterMa
 
 grpc::Status ReplicaService::FetchShard(grpc::ServerContext* context, const v1::FetchShardRequest* request,
                                         grpc::ServerWriter<v1::ShardChunk>* writer) {
-  if (grpc::Status s = control::CheckToken(context, digest_hex_); !s.ok()) return s;
+  if (grpc::Status s = CheckPeer(context); !s.ok()) return s;
   if (Status s = control::ValidateServerAndEpoch(request->server_id(), request->epoch()); !s.ok()) {
     return control::ToGrpc(s.WithContext("FetchShard"));
   }
@@ -190,7 +203,7 @@ grpc::Status ReplicaService::FetchShard(grpc::ServerContext* context, const v1::
 
 grpc::Status ReplicaService::FetchKeys(grpc::ServerContext* context, const v1::FetchKeysRequest* request,
                                        v1::FetchKeysResponse* response) {
-  if (grpc::Status s = control::CheckToken(context, digest_hex_); !s.ok()) return s;
+  if (grpc::Status s = CheckPeer(context); !s.ok()) return s;
   if (Status s = control::ValidateServerAndEpoch(request->server_id(), request->epoch()); !s.ok()) {
     return control::ToGrpc(s.WithContext("FetchKeys"));
   }

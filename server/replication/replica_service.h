@@ -1,7 +1,8 @@
 // The Replica gRPC service of an rkv-server (catch-up, server to server;
 // docs/design.md, "Catch-up"), served beside Admin on --admin_listen and
 // answering only callers presenting the cluster credential's digest
-// (ClusterToken, server/options.h), which no client holds.
+// (ClusterToken, server/options.h), which no client holds, or, with
+// per-server credentials, any server's (PeerCredentials).
 //
 // FetchShard(server S, epoch, map_version V, shards s1..sn each with its
 // since_version): 1..kMaxFetchShards distinct shards (INVALID_ARGUMENT
@@ -36,6 +37,7 @@
 #include <memory>
 #include <string>
 
+#include "common/client_credentials.h"
 #include "common/status.h"
 #include "proto/rkv.grpc.pb.h"
 #include "server/apply/apply.h"
@@ -57,6 +59,10 @@ class ReplicaService final : public v1::Replica::Service {
   // every call is refused with FAILED_PRECONDITION (no cluster map yet).
   static StatusOr<std::unique_ptr<ReplicaService>> Create(const std::string& token, Applier* applier,
                                                           uint32_t max_key_bytes);
+  // The same, answering a caller that presents any credential of `peers`
+  // (the per-server credentials; INVALID_ARGUMENT when empty).
+  static StatusOr<std::unique_ptr<ReplicaService>> Create(ClientCredentials peers, Applier* applier,
+                                                          uint32_t max_key_bytes);
 
   // Gives the service the map it follows (the server's membership, known
   // only after the Admin port is bound), which must outlive the service. A
@@ -72,8 +78,11 @@ class ReplicaService final : public v1::Replica::Service {
   uint64_t records_served() const { return records_served_.load(std::memory_order_relaxed); }
 
  private:
-  ReplicaService(std::string digest_hex, Applier* applier, uint32_t max_key_bytes)
-      : digest_hex_(std::move(digest_hex)), applier_(applier), max_key_bytes_(max_key_bytes) {}
+  ReplicaService(ClientCredentials peers, Applier* applier, uint32_t max_key_bytes)
+      : peers_(std::move(peers)), applier_(applier), max_key_bytes_(max_key_bytes) {}
+
+  // OK when the caller presents a credential of peers_; UNAUTHENTICATED.
+  grpc::Status CheckPeer(const grpc::ServerContext* context) const;
 
   MapSource* source() const { return source_.load(std::memory_order_acquire); }
 
@@ -83,7 +92,7 @@ class ReplicaService final : public v1::Replica::Service {
   Status CheckFetcher(const MapSource& source, const v1::ClusterMap* map, const std::string& fetcher,
                       uint64_t epoch, uint32_t shard) const;
 
-  const std::string digest_hex_;
+  const ClientCredentials peers_;
   std::atomic<MapSource*> source_{nullptr};
   Applier* const applier_;
   const uint32_t max_key_bytes_;
