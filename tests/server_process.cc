@@ -12,6 +12,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <sstream>
 #include <thread>
 
@@ -169,8 +170,34 @@ int ServerProcess::Terminate() {
   return wstatus;
 }
 
+namespace {
+
+// Whether every thread of `pid` is stopped (state T), or the process is
+// gone. SIGSTOP stops a process asynchronously: kill() returns before its
+// threads stop, and a thread running on another CPU answers a request or
+// two meanwhile.
+bool AllThreadsStopped(pid_t pid) {
+  const std::filesystem::path tasks = "/proc/" + std::to_string(pid) + "/task";
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(tasks, ec)) {
+    std::ifstream stat(entry.path() / "stat");
+    std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+    const size_t close = text.rfind(')');
+    if (close == std::string::npos) continue;  // the thread ended meanwhile
+    if (close + 2 >= text.size() || (text[close + 2] != 'T' && text[close + 2] != 't')) return false;
+  }
+  return true;  // stopped, or gone (ec)
+}
+
+}  // namespace
+
 void ServerProcess::Freeze() {
-  if (pid_ > 0) ::kill(pid_, SIGSTOP);
+  if (pid_ <= 0) return;
+  ::kill(pid_, SIGSTOP);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!AllThreadsStopped(pid_) && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
 }
 
 void ServerProcess::Continue() {

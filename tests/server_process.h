@@ -57,7 +57,9 @@ class ServerProcess {
   int Terminate();
   // SIGSTOP: the process stays alive and keeps its sockets and memory (on
   // verbs its NIC still serves one-sided reads) but runs nothing until
-  // Continue. Kill9 and the destructor work on a stopped process.
+  // Continue. Returns once every thread has stopped (the signal stops them
+  // asynchronously; at most 10 s). Kill9 and the destructor work on a
+  // stopped process.
   void Freeze();
   // SIGCONT after Freeze.
   void Continue();

@@ -61,7 +61,23 @@ class Server:
             return f.read()
 
     def freeze(self):
+        """SIGSTOP, then waits until every thread stopped: the signal stops
+        them asynchronously, and a thread running on another CPU answers a
+        request or two meanwhile."""
         self.process.send_signal(signal.SIGSTOP)
+        tasks = "/proc/%d/task" % self.process.pid
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                states = []
+                for tid in os.listdir(tasks):
+                    with open(os.path.join(tasks, tid, "stat")) as f:
+                        states.append(f.read().rsplit(")", 1)[1].split()[0])
+            except OSError:  # a thread, or the process, ended meanwhile
+                continue
+            if all(state in ("T", "t") for state in states):
+                return
+            time.sleep(0.0002)
 
     def thaw(self):
         self.process.send_signal(signal.SIGCONT)
