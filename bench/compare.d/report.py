@@ -53,13 +53,16 @@ REASONS = {
         "GET over tcp",
         "An rkv GET is one-sided: over verbs the client READs the server's memory and no "
         "server thread takes part. The tcp transport, rkv's fallback for machines without "
-        "RDMA, emulates those READs: a GET whose location the client has cached crosses the "
-        "client's write, the server's poller and the client's reader thread, which hands the "
-        "response to the spinning waiter; one whose location is not cached yet takes two "
-        "round trips (the key's neighbourhood, then the block). memcached and Redis answer a "
-        "GET with one request and one response on one thread. Where a sleeping thread's "
-        "wake-up is fast, that extra hand-off is what rkv loses; where it is slow (some VMs), "
-        "rkv's spinning wins instead (docs/design.md §7.4).",
+        "RDMA, emulates those READs: a GET whose location the client has cached is the "
+        "client's write of a READ frame, the server's poller serving it from the table's "
+        "memory, and the response read by the client's waiting thread itself; one whose "
+        "location is not cached yet takes two round trips (the key's neighbourhood, then the "
+        "block). memcached and Redis answer a GET with one request and one response too, but "
+        "an emulated READ frame (a 40-byte header each way, the access check against the "
+        "registered region, the copy out of the table's memory) and the client's checks of "
+        "the block (checksum, key, lease) cost more CPU per GET than their lookup does, and "
+        "where a machine has no CPU to spare the CPU per operation is what decides "
+        "(docs/design.md §7.4).",
     ),
     "put": (
         "PUT over tcp",
@@ -90,19 +93,21 @@ REASONS = {
     ),
     "spin": (
         "Spinning",
-        "rkv's polling threads spin while requests come (--poll=adaptive), and the spinning "
-        "counts as the server's CPU time whether or not a request arrives during it; "
-        "memcached and Redis sleep in epoll between requests. With one client thread the "
-        "server waits most of the time, so rkv's CPU per operation is mostly that spinning "
-        "(docs/design.md §7.4, §7.7). It buys latency where a wake-up is slow.",
+        "rkv's polling threads and its clients' waiters spin while requests come "
+        "(--poll=adaptive), and the spinning counts as the server's CPU time whether or not a "
+        "request arrives during it; memcached and Redis sleep in epoll between requests. With "
+        "one client thread the server waits most of the time, so rkv's CPU per operation is "
+        "mostly that spinning (docs/design.md §7.4, §7.7). It buys latency where a wake-up is "
+        "slow.",
     ),
     "cpus": (
         "Shared CPUs",
-        "The clients and every store process share this machine's {cpus} CPU(s). Spinning "
-        "threads (rkv's pollers, and its clients' waiters) and the client's threads take "
-        "turns on them when there are more runnable threads than CPUs: with 4 client threads, "
-        "and in rkv-r2 with three servers and a coordinator, a spinner can hold a CPU another "
-        "thread needs. memcached and Redis sleep instead.",
+        "The clients and every store process share this machine's {cpus} CPU(s). With more "
+        "runnable threads than CPUs (4 client threads, or rkv-r2's three servers and a "
+        "coordinator) nothing of rkv spins (docs/design.md §7.4, \"Spinning only where it "
+        "pays\"): its threads sleep and are woken like memcached's and Redis's, and each "
+        "costs a wake-up per request. rkv-r2 also runs three servers' pollers and "
+        "replication threads on those CPUs.",
     ),
 }
 
