@@ -29,12 +29,7 @@ constexpr char kTokenA[] = "identity-test-server-a-credential";
 constexpr char kTokenB[] = "identity-test-server-b-credential";
 constexpr auto kCallDeadline = std::chrono::seconds(20);
 
-std::unique_ptr<grpc::ClientContext> Ctx(const std::string& token) {
-  auto ctx = std::make_unique<grpc::ClientContext>();
-  control::AttachToken(ctx.get(), token);
-  ctx->set_deadline(std::chrono::system_clock::now() + kCallDeadline);
-  return ctx;
-}
+std::unique_ptr<grpc::ClientContext> Ctx(const std::string& token) { return testing::CallContext(token, kCallDeadline); }
 
 std::shared_ptr<const ClientCredentials> ServerCredentials() {
   auto parsed = ClientCredentials::Parse(std::string("srv-a ") + kTokenA + "\nsrv-b " + kTokenB + "\n", "servers");

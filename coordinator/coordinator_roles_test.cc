@@ -28,12 +28,7 @@ constexpr char kClusterToken[] = "roles-test-cluster-credential";
 constexpr char kOperatorToken[] = "roles-test-operator-credential";
 constexpr auto kCallDeadline = std::chrono::seconds(20);
 
-std::unique_ptr<grpc::ClientContext> Ctx(const std::string& token) {
-  auto ctx = std::make_unique<grpc::ClientContext>();
-  control::AttachToken(ctx.get(), token);
-  ctx->set_deadline(std::chrono::system_clock::now() + kCallDeadline);
-  return ctx;
-}
+std::unique_ptr<grpc::ClientContext> Ctx(const std::string& token) { return testing::CallContext(token, kCallDeadline); }
 
 std::string Refusal(const std::string& rpc) {
   return rpc + " needs the cluster credential (the servers' role); this credential is a client's";

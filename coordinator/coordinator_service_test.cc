@@ -42,10 +42,7 @@ class CoordinatorServiceTest : public ::testing::Test {
 
   // A context with the given token ("" for none) and a deadline.
   std::unique_ptr<grpc::ClientContext> Ctx(const std::string& token = kToken) {
-    auto ctx = std::make_unique<grpc::ClientContext>();
-    if (!token.empty()) control::AttachToken(ctx.get(), token);
-    ctx->set_deadline(std::chrono::system_clock::now() + kCallDeadline);
-    return ctx;
+    return testing::CallContext(token, kCallDeadline);
   }
 
   std::unique_ptr<CoordinatorServer> server_;

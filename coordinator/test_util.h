@@ -14,14 +14,27 @@
 #include <string>
 #include <vector>
 
+#include <grpcpp/client_context.h>
+
 #include "common/layout.h"
 #include "common/mutex.h"
+#include "proto/auth.h"
 #include "proto/rkv.pb.h"
 #include "coordinator/coordinator_state.h"
 #include "coordinator/state_store.h"
 #include "tests/temp_dir.h"
 
 namespace rkv::coordinator::testing {
+
+// A call's context that presents `token` ("" for none), with a deadline
+// `deadline` from now.
+inline std::unique_ptr<grpc::ClientContext> CallContext(const std::string& token,
+                                                        std::chrono::seconds deadline = std::chrono::seconds(20)) {
+  auto ctx = std::make_unique<grpc::ClientContext>();
+  if (!token.empty()) control::AttachToken(ctx.get(), token);
+  ctx->set_deadline(std::chrono::system_clock::now() + deadline);
+  return ctx;
+}
 
 // The tests' one temp dir.
 using rkv::testing::TempDir;
