@@ -49,17 +49,34 @@ struct MemcacheCounters {
   std::atomic<uint64_t> backend_errors{0};     // rkv calls that failed (SERVER_ERROR replies)
 };
 
+// What the memcached sessions of one gateway share: the counters, and the
+// flush_all time the gateway last read from rkv (see docs/design.md: an
+// item stored before the newest flush_all's time reads as absent).
+//
+// Thread safety: atomics, read and written by every session; the flush
+// fields are a cache (a stale pair only delays seeing another gateway's
+// flush_all, by at most kFlushRefreshMs).
+struct MemcacheShared {
+  MemcacheCounters counters;
+  // The flush times, Unix ms (0: none): `flush_applied_ms` is in force
+  // until `flush_pending_ms` (a flush_all with a delay) is reached.
+  std::atomic<int64_t> flush_applied_ms{0};
+  std::atomic<int64_t> flush_pending_ms{0};
+  // When they were last read from rkv (Unix ms; 0: never).
+  std::atomic<int64_t> flush_read_ms{0};
+  // When the gateway started (Unix seconds), for `stats` uptime.
+  std::atomic<int64_t> started_unix_s{0};
+};
+
 struct MemcacheOptions {
   Limits limits;
   // flush_all is refused unless set (it hides every item written through
   // the memcached side before it, on every gateway of the cluster).
   bool allow_flush = false;
-  // Shared by the gateway's sessions; null: the session keeps its own.
-  // Must outlive every session made with it.
-  MemcacheCounters* counters = nullptr;
-  // Unix time in seconds at which the gateway started (`stats` uptime);
-  // 0: when the first session was made.
-  int64_t started_unix_s = 0;
+  // Shared by the gateway's sessions; must outlive them. Null: one
+  // process-wide instance (what a gateway with one memcached listener
+  // wants).
+  MemcacheShared* shared = nullptr;
 };
 
 // A session of the memcached text protocol executing on `client`, which
