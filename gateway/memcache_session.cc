@@ -119,8 +119,8 @@ class MemcacheSession final : public Session {
   // The flush time in force now (0: none), refreshed from rkv at most
   // every kFlushRefreshMs.
   int64_t FlushTime(int64_t now_ms);
-  // When an item stored now is stamped: never before the flush time in
-  // force, so an item stored right after a flush_all survives it.
+  // When an item stored now is stamped: after the flush time in force, so
+  // an item stored right after a flush_all (same millisecond) survives it.
   int64_t StampNow();
 
   void Reply(const MemcacheRequest& req, std::string* out, std::string_view line) {
@@ -271,7 +271,8 @@ int64_t MemcacheSession::FlushTime(int64_t now_ms) {
 
 int64_t MemcacheSession::StampNow() {
   const int64_t now = Client::NowUnixMs();
-  return std::max(now, FlushTime(now));
+  const int64_t flush = FlushTime(now);
+  return flush == 0 ? now : std::max(now, flush + 1);
 }
 
 std::optional<Found> MemcacheSession::Visible(std::string value, uint64_t version, int64_t expires_at_unix_ms) {
@@ -282,7 +283,7 @@ std::optional<Found> MemcacheSession::Visible(std::string value, uint64_t versio
   auto item = DecodeItem(f.value);
   if (!item.has_value()) return std::nullopt;
   const int64_t flush = FlushTime(Client::NowUnixMs());
-  if (flush != 0 && item->stored_unix_ms < flush) return std::nullopt;
+  if (flush != 0 && item->stored_unix_ms <= flush) return std::nullopt;
   f.item = *item;
   return f;
 }
@@ -631,11 +632,11 @@ void MemcacheSession::FlushAll(const MemcacheRequest& req, std::string* out) {
       Reply(req, out, BackendError(old.status()));
       return;
     }
-    // The flush in force now stays in force until the new one's time;
-    // items stored up to now (this millisecond included) are flushed by
-    // an immediate flush_all.
+    // The flush in force now stays in force until the new one's time. An
+    // immediate flush_all takes this millisecond: items stamped up to it
+    // are flushed, and items stored after it are stamped later (StampNow).
     const int64_t in_force = pending != 0 && pending <= now ? pending : applied;
-    int64_t at = now + 1;
+    int64_t at = now;
     if (req.has_delay && req.delay > 0) at = std::max(at, ExptimeToDeadlineMs(req.delay, now));
     std::string value = std::to_string(in_force) + " " + std::to_string(at);
     auto v = client_->Put(kFlushKey, value, condition);

@@ -51,7 +51,7 @@ struct MemcacheCounters {
 
 // What the memcached sessions of one gateway share: the counters, and the
 // flush_all time the gateway last read from rkv (see docs/design.md: an
-// item stored before the newest flush_all's time reads as absent).
+// item stamped at or before the flush_all time in force reads as absent).
 //
 // Thread safety: atomics, read and written by every session; the flush
 // fields are a cache (a stale pair only delays seeing another gateway's
