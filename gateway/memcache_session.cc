@@ -21,6 +21,13 @@
 #define RKV_GATEWAY_VERSION "unknown"
 #endif
 
+// What `version` answers: first the memcached release whose text protocol
+// this follows, then the gateway's own. Clients parse the first word as a
+// memcached version (libmemcached refuses one whose major number is not a
+// positive integer, Node.js's memcached throws on one that is not
+// N.N.N) and pick features by it.
+#define RKV_MEMCACHE_VERSION_LINE "1.6.18 rkv-gateway " RKV_GATEWAY_VERSION
+
 namespace rkv::gateway {
 namespace {
 
@@ -223,7 +230,7 @@ bool MemcacheSession::Execute(const MemcacheRequest& req, std::string* out, size
       Touch(req, out);
       return true;
     case MemcacheCommand::kVersion:
-      out->append("VERSION rkv-gateway " RKV_GATEWAY_VERSION "\r\n");
+      out->append("VERSION " RKV_MEMCACHE_VERSION_LINE "\r\n");
       return true;
     case MemcacheCommand::kVerbosity:
       Reply(req, out, "OK\r\n");  // accepted; the gateway's logging is its flags'
@@ -708,7 +715,7 @@ void MemcacheSession::Stats(const MemcacheRequest& req, std::string* out) {
   num("pid", static_cast<uint64_t>(getpid()));
   num("uptime", static_cast<uint64_t>(std::max<int64_t>(0, now_s - started)));
   num("time", static_cast<uint64_t>(now_s));
-  stat("version", "rkv-gateway " RKV_GATEWAY_VERSION);
+  stat("version", RKV_MEMCACHE_VERSION_LINE);
   num("pointer_size", sizeof(void*) * 8);
   stat("rusage_user", seconds(usage.ru_utime));
   stat("rusage_system", seconds(usage.ru_stime));

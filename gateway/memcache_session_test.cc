@@ -362,7 +362,7 @@ TEST_F(MemcacheSessionTest, PipelineSplitAtEveryByteAnswersTheSame) {
   EXPECT_EQ(whole,
             "STORED\r\nVALUE " + k + " 1 3\r\nabc\r\nEND\r\nSTORED\r\n"
             "CLIENT_ERROR cannot increment or decrement non-numeric value\r\nDELETED\r\nERROR\r\n"
-            "CLIENT_ERROR bad data chunk\r\nERROR\r\nVERSION rkv-gateway " +
+            "CLIENT_ERROR bad data chunk\r\nERROR\r\nVERSION 1.6.18 rkv-gateway " +
                 std::string(whole.substr(whole.rfind(' ') + 1)));
   for (size_t chunk = 1; chunk < 8; ++chunk) {
     auto session = NewSession();
