@@ -2,14 +2,20 @@
 # gateway/CMakeLists.txt): its parser, item encoding and sessions, their
 # tests, and the real-client suite (memccapable, memcslap, Node.js's
 # memcached package).
-add_library(rkv_gateway_memcache STATIC
+#
+# The parser and the item encoding are pure (no rkv: the fuzz target
+# links them alone); the sessions execute on librkv.
+add_library(rkv_gateway_memcache_parser STATIC
   ${CMAKE_CURRENT_LIST_DIR}/memcache_item.cc
   ${CMAKE_CURRENT_LIST_DIR}/memcache_parser.cc
-  ${CMAKE_CURRENT_LIST_DIR}/memcache_session.cc
 )
-target_include_directories(rkv_gateway_memcache PUBLIC ${PROJECT_SOURCE_DIR})
+target_include_directories(rkv_gateway_memcache_parser PUBLIC ${PROJECT_SOURCE_DIR})
+target_link_libraries(rkv_gateway_memcache_parser PRIVATE rkv_warnings)
+rkv_layer_check(rkv_gateway_memcache_parser)
+
+add_library(rkv_gateway_memcache STATIC ${CMAKE_CURRENT_LIST_DIR}/memcache_session.cc)
 target_compile_definitions(rkv_gateway_memcache PRIVATE RKV_GATEWAY_VERSION="${PROJECT_VERSION}")
-target_link_libraries(rkv_gateway_memcache PUBLIC rkv PRIVATE rkv_warnings)
+target_link_libraries(rkv_gateway_memcache PUBLIC rkv_gateway_memcache_parser rkv PRIVATE rkv_warnings)
 rkv_layer_check(rkv_gateway_memcache)
 target_link_libraries(rkv-gateway PRIVATE rkv_gateway_memcache)
 
@@ -20,7 +26,7 @@ if(RKV_BUILD_TESTS)
   add_executable(gateway_memcache_test
     ${CMAKE_CURRENT_LIST_DIR}/memcache_parser_test.cc
     ${CMAKE_CURRENT_LIST_DIR}/memcache_item_test.cc)
-  target_link_libraries(gateway_memcache_test PRIVATE rkv_gateway_memcache rkv_warnings rkv_test_main)
+  target_link_libraries(gateway_memcache_test PRIVATE rkv_gateway_memcache_parser rkv_warnings rkv_test_main)
   gtest_discover_tests(gateway_memcache_test DISCOVERY_MODE PRE_TEST PROPERTIES TIMEOUT 300)
 
   # Sessions executing on a real rkv-server (started by the test).

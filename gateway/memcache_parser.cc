@@ -328,7 +328,9 @@ ParseResult ParseMemcacheRequest(std::string_view in, const ParserLimits& limits
   line.consumed = end + 1;
   line.text = in.substr(0, end);
   if (!line.text.empty() && line.text.back() == '\r') line.text.remove_suffix(1);
-  if (line.text.size() > kMaxLineBytes && !IsRetrievalLine(line.text)) {
+  // The bytes before "\n" count, as they do in a partial line: a line is
+  // refused the same however it was split.
+  if (end > kMaxLineBytes && !IsRetrievalLine(line.text)) {
     ParseResult r;
     r.kind = ParseKind::kClose;
     return r;
