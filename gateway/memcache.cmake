@@ -17,7 +17,9 @@ add_library(rkv_gateway_memcache STATIC ${CMAKE_CURRENT_LIST_DIR}/memcache_sessi
 target_compile_definitions(rkv_gateway_memcache PRIVATE RKV_GATEWAY_VERSION="${PROJECT_VERSION}")
 target_link_libraries(rkv_gateway_memcache PUBLIC rkv_gateway_memcache_parser rkv PRIVATE rkv_warnings)
 rkv_layer_check(rkv_gateway_memcache)
-target_link_libraries(rkv-gateway PRIVATE rkv_gateway_memcache)
+if(TARGET rkv-gateway)
+  target_link_libraries(rkv-gateway PRIVATE rkv_gateway_memcache)
+endif()
 
 if(RKV_BUILD_TESTS)
   include(GoogleTest)
