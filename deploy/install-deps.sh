@@ -14,7 +14,7 @@ PACKAGES=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   librocksdb-dev libgflags-dev libgoogle-glog-dev libxxhash-dev
   libgtest-dev libgmock-dev libbenchmark-dev
-  memcached libmemcached-dev libhiredis-dev redis-server redis-tools
+  memcached libmemcached-dev libmemcached-tools libhiredis-dev redis-server redis-tools
   # bench/compare's charts (PNG, through gnuplot's pngcairo terminal)
   gnuplot-nox
   qemu-system-x86 busybox-static cpio kmod iproute2
