@@ -28,15 +28,28 @@ PACKAGES=(
   # The Python module rkv (python/): pybind11 and Python's headers to build
   # it, pytest for its ctest python_module
   python3-pybind11 python3-dev python3-pytest
+  # rkv-gateway's real-client ctests: redis-cli and redis-benchmark
+  # (redis-tools, above), Python's redis client, Node.js and npm for the
+  # npm clients (deploy/install-node-modules.sh, run below)
+  python3-redis nodejs npm
 )
 
+# The npm packages of the gateway's ctests, once node and npm are there.
+node_modules() { "$(dirname "$0")/install-node-modules.sh"; }
+
+# A package counts as present when it is installed, or provided by one that
+# is (NodeSource's nodejs provides npm, and conflicts with Debian's).
+provided="$(dpkg-query -W -f='${Status}|${Provides}\n' 2>/dev/null | sed -n 's/^[^|]*ok installed|//p' \
+  | tr ',' '\n' | sed 's/^ *//; s/[ (].*//' | sort -u)"
 missing=()
 for p in "${PACKAGES[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" && continue
+  grep -qx -- "$p" <<< "${provided}" || missing+=("$p")
 done
 
 if [ ${#missing[@]} -eq 0 ]; then
   echo "install-deps: all ${#PACKAGES[@]} packages present"
+  node_modules
   exit 0
 fi
 
@@ -89,3 +102,4 @@ for svc in memcached redis-server etcd; do
   if command -v systemctl >/dev/null 2>&1; then $SUDO systemctl stop "$svc" 2>/dev/null || true; fi
 done
 echo "install-deps: ${total} packages installed in $((SECONDS - start)) s"
+node_modules

@@ -56,7 +56,7 @@ struct Connection {
 
 class EventLoop::Thread {
  public:
-  explicit Thread(Shared* shared) : shared_(shared) {}
+  Thread(Shared* shared, int index) : shared_(shared), index_(index) {}
   ~Thread() {
     if (epoll_fd_ >= 0) close(epoll_fd_);
     if (wake_fd_ >= 0) close(wake_fd_);
@@ -171,7 +171,7 @@ class EventLoop::Thread {
       shared_->accepted.fetch_add(1, std::memory_order_relaxed);
       auto c = std::make_unique<Connection>();
       c->fd = fd;
-      c->session = listener.make_session();
+      c->session = listener.make_session(index_);
       epoll_event ev{};
       ev.events = EPOLLIN;
       ev.data.u64 = static_cast<uint64_t>(fd);
@@ -319,6 +319,7 @@ class EventLoop::Thread {
   };
 
   Shared* shared_;
+  const int index_;
   int epoll_fd_ = -1;
   int wake_fd_ = -1;
   std::atomic<bool> stop_{false};
@@ -340,7 +341,7 @@ rkv::StatusOr<std::unique_ptr<EventLoop>> EventLoop::Start(std::vector<ListenerS
   loop->shared_->listeners = std::move(listeners);
   loop->shared_->options = options;
   for (int i = 0; i < options.threads; ++i) {
-    auto thread = std::make_unique<Thread>(loop->shared_.get());
+    auto thread = std::make_unique<Thread>(loop->shared_.get(), i);
     rkv::Status init = thread->Init();
     if (!init.ok()) return init;
     loop->threads_.push_back(std::move(thread));

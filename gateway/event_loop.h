@@ -46,8 +46,10 @@ namespace rkv::gateway {
 struct ListenerSpec {
   std::string protocol;  // for logs: "redis", "memcached"
   int fd = -1;           // a listening, non-blocking socket (Listen); the loop does not own it
-  // Makes the session of each accepted connection (called on a loop thread).
-  std::function<std::unique_ptr<Session>()> make_session;
+  // Makes the session of each connection accepted by loop thread `thread`
+  // (0..threads-1), called on that thread: a factory may give each thread
+  // its own rkv::Client.
+  std::function<std::unique_ptr<Session>(int thread)> make_session;
   // Sent to a connection refused for max_clients before it is closed.
   std::string refusal;
 };

@@ -107,7 +107,7 @@ class EventLoopTest : public ::testing::Test {
     ListenerSpec spec;
     spec.protocol = "line";
     spec.fd = listen_fd_;
-    spec.make_session = [] { return std::make_unique<LineSession>(); };
+    spec.make_session = [](int) { return std::make_unique<LineSession>(); };
     spec.refusal = "too many\n";
     std::vector<ListenerSpec> specs;
     specs.push_back(std::move(spec));
