@@ -215,6 +215,10 @@ class [[gnu::visibility("hidden")]] Client::Impl {
                   std::span<Status> group_status, std::span<IntoTarget> targets, const CallOptions& call);
   // GetInto's answer from its lookup's result (and counts the value).
   Status FinishGetInto(client::LookupResult& r, GetIntoResult* result);
+  // Client::Get's work, with the record's expiry (`expires_at_ms` may be
+  // null).
+  Status GetOne(std::string_view key, std::string* value, uint64_t* version, int64_t* expires_at_ms,
+                const CallOptions& call);
   // Counts one value GetInto delivered (ClientCounters).
   void NoteGetInto(bool in_place) {
     (in_place ? get_into_in_place_ : get_into_copied_).fetch_add(1, std::memory_order_relaxed);
@@ -238,6 +242,7 @@ class [[gnu::visibility("hidden")]] Client::Impl {
     bool outcome_reported = false;  // the call's error already says the outcome is unknown
     protocol::Condition condition = protocol::Condition::kNone;  // a PUT's (PutCondition)
     uint64_t expected_version = 0;
+    int64_t expires_at_ms = 0;  // a PUT's (PutOptions::expires_at_unix_ms)
   };
 
   // One attempt of `w` on `conn`: resends it, with its request id, while

@@ -12,6 +12,7 @@
 #include <glog/logging.h>
 
 #include "client/client_impl.h"
+#include "common/clock.h"
 
 namespace rkv {
 
@@ -62,17 +63,22 @@ Status CheckDisjoint(std::span<const std::span<std::byte>> outs) {
 
 Status Client::Get(std::string_view key, std::string* value, uint64_t* version,
                    const CallOptions& call) {
+  return impl_->GetOne(key, value, version, nullptr, call);
+}
+
+Status Client::Impl::GetOne(std::string_view key, std::string* value, uint64_t* version, int64_t* expires_at_ms,
+                            const CallOptions& call) {
   if (value == nullptr) return InvalidArgument("Get: no string to put the value in (value is null)");
   value->clear();
-  auto routes = impl_->Routing();
-  RKV_RETURN_IF_ERROR(impl_->CheckKey(routes->table(), key));
+  auto routes = Routing();
+  RKV_RETURN_IF_ERROR(CheckKey(routes->table(), key));
   RKV_RETURN_IF_ERROR(CheckReadFrom(call.read_from));
-  const Deadline deadline = impl_->DeadlineOf(call);
+  const Deadline deadline = DeadlineOf(call);
   client::LookupResult result;
   result.value.swap(*value);  // the lookup copies the value into the caller's memory
   const size_t reader = Impl::ReadIndexOf(routes->table(), key, call.read_from,
                                           call.read_from == ReadFrom::kPrimary ? 0 : NextReadTurn());
-  Status s = impl_->WithServer(
+  Status s = WithServer(
       std::move(routes), reader, deadline,
       [&](ServerConnection& conn) {
         return conn.Lookup(std::span<const std::string_view>(&key, 1),
@@ -85,14 +91,17 @@ Status Client::Get(std::string_view key, std::string* value, uint64_t* version,
     return s.ok() ? std::move(result.status) : s;
   }
   if (version != nullptr) *version = result.version;
+  if (expires_at_ms != nullptr) *expires_at_ms = result.expires_at_ms;
   return Status::Ok();
 }
 
 StatusOr<VersionedValue> Client::GetVersioned(std::string_view key, const CallOptions& call) {
   VersionedValue v;
-  RKV_RETURN_IF_ERROR(Get(key, &v.value, &v.version, call));
+  RKV_RETURN_IF_ERROR(impl_->GetOne(key, &v.value, &v.version, &v.expires_at_unix_ms, call));
   return v;
 }
+
+int64_t Client::NowUnixMs() { return UnixNowMs(); }
 
 StatusOr<std::string> Client::Get(std::string_view key, const CallOptions& call) {
   std::string value;

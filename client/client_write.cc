@@ -50,7 +50,7 @@ Status Client::Impl::WriteAttempt(ServerConnection& conn, PendingWrite& w, std::
   bool posted = false;
   // Sent before means to this incarnation (CheckResend).
   auto r = conn.Write(client::WriteOp{w.op, key, value, w.request_id, /*resent=*/w.sent, w.condition,
-                                      w.expected_version},
+                                      w.expected_version, w.expires_at_ms},
                       deadline, &posted);
   if (posted && !w.sent) {
     w.sent = true;
@@ -117,7 +117,7 @@ Status Client::Impl::BatchAttempt(ServerConnection& conn, std::span<BatchItem* c
     PendingWrite& w = item->write;
     if (w.request_id == 0) w.request_id = next_request_id_.fetch_add(1, std::memory_order_relaxed);
     ops.push_back(client::WriteOp{w.op, item->key, item->value, w.request_id, /*resent=*/w.sent, w.condition,
-                                  w.expected_version});
+                                  w.expected_version, w.expires_at_ms});
     sent_items.push_back(item);
   }
   if (ops.empty()) return Status::Ok();
@@ -187,6 +187,16 @@ StatusOr<uint64_t> Client::Put(std::string_view key, std::string_view value,
 
 StatusOr<uint64_t> Client::Put(std::string_view key, std::string_view value, const PutCondition& condition,
                                const CallOptions& call) {
+  return Put(key, value, PutOptions{condition, kNoExpiry}, call);
+}
+
+StatusOr<uint64_t> Client::Put(std::string_view key, std::string_view value, const PutOptions& options,
+                               const CallOptions& call) {
+  const PutCondition& condition = options.condition;
+  if (options.expires_at_unix_ms < 0) {
+    return InvalidArgument("PutOptions::expires_at_unix_ms " + to_string(options.expires_at_unix_ms) +
+                           " is negative (kNoExpiry, 0, for none)");
+  }
   auto routes = impl_->Routing();
   RKV_RETURN_IF_ERROR(impl_->CheckKey(routes->table(), key));
   RKV_RETURN_IF_ERROR(impl_->CheckValue(routes->table(), value));
@@ -194,6 +204,7 @@ StatusOr<uint64_t> Client::Put(std::string_view key, std::string_view value, con
   client::WriteResult result;
   Impl::PendingWrite write;
   write.op = protocol::Op::kPut;
+  write.expires_at_ms = options.expires_at_unix_ms;
   RKV_RETURN_IF_ERROR(SetCondition(condition, &write.condition, &write.expected_version));
   const Status s = impl_->WithKey(std::move(routes), key, deadline, [&](ServerConnection& conn) -> Status {
     // The limits may differ on a restarted server; the check above used the
@@ -212,6 +223,34 @@ StatusOr<uint64_t> Client::Put(std::string_view key, std::string_view value, con
 }
 
 Status Client::Delete(std::string_view key, const CallOptions& call) { return impl_->Delete(key, 0, call); }
+
+StatusOr<uint64_t> Client::SetExpiry(std::string_view key, int64_t expires_at_unix_ms, const CallOptions& call) {
+  if (expires_at_unix_ms < 0) {
+    return InvalidArgument("SetExpiry: expiry " + to_string(expires_at_unix_ms) +
+                           " is negative (kNoExpiry, 0, for none)");
+  }
+  // Every attempt shares the call's deadline; a write of the key between
+  // the read and the conditional write sends the loop round again.
+  const client::Deadline deadline = impl_->DeadlineOf(call);
+  CallOptions each;  // always the primary: the version read is the one the condition names
+  for (;;) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - SteadyNow());
+    if (left.count() <= 0) {
+      return Status(StatusCode::kDeadlineExceeded, "SetExpiry: the key kept changing until the deadline");
+    }
+    each.timeout = left;
+    RKV_ASSIGN_OR_RETURN(VersionedValue current, GetVersioned(key, each));
+    if (expires_at_unix_ms != kNoExpiry && expires_at_unix_ms <= NowUnixMs()) {
+      const Status removed = DeleteIfVersion(key, current.version, each);
+      if (removed.ok()) return uint64_t{0};
+      if (removed.reason() == Reason::kConditionFailed) continue;
+      return removed;
+    }
+    StatusOr<uint64_t> written =
+        Put(key, current.value, PutOptions{PutCondition::VersionIs(current.version), expires_at_unix_ms}, each);
+    if (written.ok() || written.status().reason() != Reason::kConditionFailed) return written;
+  }
+}
 
 Status Client::DeleteIfVersion(std::string_view key, uint64_t version, const CallOptions& call) {
   if (version == 0) return InvalidArgument("DeleteIfVersion(0): versions start at 1");
@@ -251,6 +290,11 @@ std::vector<StatusOr<uint64_t>> Client::MultiPut(std::span<const KeyValueView> i
       b.key = items[i].key;
       b.value = items[i].value;
       b.error = SetCondition(items[i].condition, &b.write.condition, &b.write.expected_version);
+      b.write.expires_at_ms = items[i].expires_at_unix_ms;
+      if (b.error.ok() && b.write.expires_at_ms < 0) {
+        b.error = InvalidArgument("KeyValueView::expires_at_unix_ms " + to_string(b.write.expires_at_ms) +
+                                  " is negative (kNoExpiry, 0, for none)");
+      }
       if (b.error.ok()) b.error = impl_->CheckKey(routes->table(), b.key);
       if (b.error.ok()) b.error = impl_->CheckValue(routes->table(), b.value);
       b.done = !b.error.ok();

@@ -95,6 +95,7 @@ struct LookupResult {
   Status status;
   std::string value;
   uint64_t version = 0;
+  int64_t expires_at_ms = 0;  // of the record found (0: none); an expired one is NOT_FOUND
   const ValueTarget* into = nullptr;  // set by the caller, or null
   size_t value_size = 0;              // with `into`
   bool in_place = false;              // with `into`: no copy was made
@@ -117,6 +118,7 @@ struct WriteOp {
   // version it names; kNone and 0 otherwise.
   protocol::Condition condition = protocol::Condition::kNone;
   uint64_t expected_version = 0;
+  int64_t expires_at_ms = 0;  // a PUT's expiry (layout::BlockHeader); 0 otherwise
 };
 
 // What became of one WriteOp of a WriteBatch.
@@ -248,6 +250,7 @@ class ServerConnection {
     bool unreadable = false;  // a candidate block failed to decode
     bool corrupt = false;     // a candidate slot points outside the heap
     uint64_t version = 0;     // of the newest match (its value is in the result)
+    int64_t expires_at_ms = 0;  // of the newest match
     uint64_t heap_offset = 0;  // of the newest match's block
     uint64_t bytes = 0;        // of the newest match's block
     bool superseded = false;   // the newest match's block carried the mark
@@ -293,6 +296,9 @@ class ServerConnection {
   // r.into's final answer from r.value_size: RESOURCE_EXHAUSTED when over
   // its capacity.
   static void SettleInto(LookupResult& r);
+  // A found record's last step: its expiry, and NOT_FOUND when this
+  // client's clock has reached it (docs/design.md §5.11).
+  static void SettleExpiry(LookupResult& r, int64_t expires_at_ms);
 
   // The time left before `deadline` as seen at `now`; zero once it passed.
   static std::chrono::microseconds Left(Deadline deadline, Clock::time_point now) {

@@ -227,10 +227,23 @@ Status ServerConnection::ReadCachedBlocks(std::span<const std::string_view> keys
         SettleInto(r);
       }
       r.version = record->version;
+      SettleExpiry(r, record->expires_at_ms);
       cache_->NoteHit();
     }
   }
   return Status::Ok();
+}
+
+void ServerConnection::SettleExpiry(LookupResult& r, int64_t expires_at_ms) {
+  r.expires_at_ms = expires_at_ms;
+  if (expires_at_ms == 0 || !Expired(expires_at_ms, UnixNowMs())) [[likely]] {
+    return;
+  }
+  r.status = NotFound("key not found");
+  r.value.clear();
+  r.version = 0;
+  r.value_size = 0;
+  r.in_place = false;
 }
 
 // ReadCachedBlocks' checks, for a block scattered into the result's
@@ -251,6 +264,7 @@ void ServerConnection::AcceptCachedScattered(std::string_view key, LookupResult&
   r.value_size = record->value_length;
   r.in_place = true;
   SettleInto(r);
+  SettleExpiry(r, record->expires_at_ms);
   cache_->NoteHit();
 }
 
@@ -318,6 +332,7 @@ Status ServerConnection::LookupBatch(std::span<const std::string_view> keys,
     o.found = o.lease_expired = o.unreadable = o.corrupt = o.superseded = false;
     o.direct_posted = o.in_place = o.held = false;
     o.version = 0;
+    o.expires_at_ms = 0;
   }
   candidates_.clear();
   for (size_t t = 0; t < todo_.size(); ++t) {
@@ -393,6 +408,7 @@ Status ServerConnection::LookupBatch(std::span<const std::string_view> keys,
       if (!o.found || record->version > o.version) {
         o.found = true;
         o.version = record->version;
+        o.expires_at_ms = record->expires_at_ms;
         o.heap_offset = cand.heap_offset;
         o.bytes = cand.bytes;
         o.superseded = record->superseded;
@@ -435,6 +451,7 @@ void ServerConnection::ConsiderScattered(std::string_view key, LookupResult& r, 
   if (!o.found || record->version > o.version) {
     o.found = true;
     o.version = record->version;
+    o.expires_at_ms = record->expires_at_ms;
     o.heap_offset = cand.heap_offset;
     o.bytes = cand.bytes;
     o.superseded = record->superseded;
@@ -471,6 +488,7 @@ void ServerConnection::ConsiderScattered(std::string_view key, LookupResult& r, 
         r.in_place = o.in_place;
         SettleInto(r);
       }
+      SettleExpiry(r, o.expires_at_ms);
       if (cache_ != nullptr) {
         // A superseded block is already not current: not worth a READ.
         if (o.superseded) {

@@ -108,7 +108,7 @@ Status ServerConnection::PostWrites(std::span<const WriteOp> ops, size_t* next) 
     const size_t local = staging_offset_ + *at;
     const uint16_t flags = op.op == protocol::Op::kDelete ? layout::kBlockFlagTombstone : 0;
     const uint64_t block = EncodeRecord(std::span<uint8_t>(buffer_.get() + local, bytes), op.key, op.value,
-                                        /*version=*/0, flags);
+                                        /*version=*/0, flags, op.expires_at_ms);
     const uint32_t slot = free_send_slots_.back();
     free_send_slots_.pop_back();
     protocol::RequestMsg request{};

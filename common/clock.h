@@ -12,6 +12,7 @@
 #include <time.h>
 
 #include <chrono>
+#include <cstdint>
 
 namespace rkv {
 
@@ -22,6 +23,14 @@ inline std::chrono::steady_clock::time_point SteadyNow() {
   return std::chrono::steady_clock::time_point(
       std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::seconds(ts.tv_sec) +
                                                                       std::chrono::nanoseconds(ts.tv_nsec)));
+}
+
+// The wall clock as expiry reads it (docs/design.md §5.11): Unix time in
+// milliseconds, CLOCK_REALTIME.
+inline int64_t UnixNowMs() {
+  timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1000 + ts.tv_nsec / 1000000;
 }
 
 }  // namespace rkv

@@ -30,9 +30,10 @@
 namespace rkv::layout {
 
 inline constexpr uint64_t kTableMagic = 0x454C4241'54564B52ULL;  // "RKVTABLE"
-inline constexpr uint32_t kLayoutVersion = 5;  // 2: neighbourhoods; 3: of 8 buckets;
+inline constexpr uint32_t kLayoutVersion = 6;  // 2: neighbourhoods; 3: of 8 buckets;
                                                // 4: XXH64 block checksum;
-                                               // 5: superseded checksum form
+                                               // 5: superseded checksum form;
+                                               // 6: a block carries its expiry
 
 inline constexpr size_t kCacheLine = 64;
 inline constexpr size_t kSlotsPerBucket = 8;
@@ -155,18 +156,22 @@ inline constexpr uint16_t kBlockFlagsKnown = kBlockFlagTombstone;
 // been superseded when its checksum word was read. A staging-ring record
 // never carries the superseded form (DecodeRecord refuses it).
 struct BlockHeader {
-  uint64_t checksum;      // XXH64, seed 0, of bytes [8, 24 + key_length + value_length);
+  uint64_t checksum;      // XXH64, seed 0, of bytes [8, 32 + key_length + value_length);
                           // its complement once superseded (above)
   uint16_t key_length;    // 1..65535 (server limit is lower)
   uint16_t flags;         // kBlockFlag*; unknown bits are rejected
   uint32_t value_length;  // bytes of value
   uint64_t version;       // per-key version, monotonically increasing;
                           // 0 in a staging-ring record (the server assigns)
+  int64_t expires_at_ms;  // Unix time in milliseconds from which the record
+                          // reads as absent (docs/design.md §5.11); 0:
+                          // never; never negative. A DELETE carries 0.
 };
-static_assert(sizeof(BlockHeader) == 24);
+static_assert(sizeof(BlockHeader) == 32);
 static_assert(offsetof(BlockHeader, key_length) == 8);
 static_assert(offsetof(BlockHeader, value_length) == 12);
 static_assert(offsetof(BlockHeader, version) == 16);
+static_assert(offsetof(BlockHeader, expires_at_ms) == 24);
 inline constexpr size_t kBlockChecksumBytes = sizeof(BlockHeader::checksum);
 static_assert(offsetof(BlockHeader, checksum) == 0);
 

@@ -23,8 +23,8 @@ TEST(LayoutTest, SlotRoundTripsEveryField) {
 
 TEST(LayoutTest, BlockSizes) {
   EXPECT_EQ(BlockBytes(1, 0), 64u);
-  EXPECT_EQ(BlockBytes(40, 0), 64u);
-  EXPECT_EQ(BlockBytes(41, 0), 128u);
+  EXPECT_EQ(BlockBytes(32, 0), 64u);
+  EXPECT_EQ(BlockBytes(33, 0), 128u);
   EXPECT_EQ(RecordBytes(3, 5), kBlockHeaderBytes + 8);
   EXPECT_LE(BlockBytes(1024, 1 << 20), kMaxBlockBytes);
 }

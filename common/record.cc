@@ -16,13 +16,14 @@ uint64_t BlockChecksum(const uint8_t* record, uint64_t record_bytes) {
 }
 
 uint64_t EncodeRecord(std::span<uint8_t> out, std::string_view key, std::string_view value,
-                      uint64_t version, uint16_t flags) {
+                      uint64_t version, uint16_t flags, int64_t expires_at_ms) {
   const uint64_t block = layout::BlockBytes(key.size(), value.size());
   layout::BlockHeader h{};
   h.key_length = static_cast<uint16_t>(key.size());
   h.flags = flags;
   h.value_length = static_cast<uint32_t>(value.size());
   h.version = version;
+  h.expires_at_ms = expires_at_ms;
   uint8_t* p = out.data();
   std::memcpy(p, &h, sizeof(h));
   if (!key.empty()) std::memcpy(p + sizeof(h), key.data(), key.size());
@@ -55,6 +56,7 @@ StatusOr<RecordView> Decode(std::span<const uint8_t> in, Forms forms) {
   if ((h.flags & ~layout::kBlockFlagsKnown) != 0) {
     return InvalidArgument("record has unknown flags " + std::to_string(h.flags));
   }
+  if (h.expires_at_ms < 0) return InvalidArgument("record has a negative expiry");
   const uint64_t used = layout::RecordBytes(h.key_length, h.value_length);
   if (used > in.size()) {
     return InvalidArgument("record claims " + std::to_string(used) + " bytes but only " +
@@ -73,6 +75,7 @@ StatusOr<RecordView> Decode(std::span<const uint8_t> in, Forms forms) {
   v.value = std::string_view(base + layout::kBlockHeaderBytes + h.key_length, h.value_length);
   v.version = h.version;
   v.flags = h.flags;
+  v.expires_at_ms = h.expires_at_ms;
   v.superseded = superseded;
   return v;
 }
@@ -95,6 +98,7 @@ StatusOr<ScatteredRecord> DecodeScatteredHeapBlock(std::span<const std::span<con
   if ((h.flags & ~layout::kBlockFlagsKnown) != 0) {
     return InvalidArgument("record has unknown flags " + std::to_string(h.flags));
   }
+  if (h.expires_at_ms < 0) return InvalidArgument("record has a negative expiry");
   uint64_t total = 0;
   for (const std::span<const uint8_t> piece : pieces) total += piece.size();
   const uint64_t used = layout::RecordBytes(h.key_length, h.value_length);
@@ -122,6 +126,7 @@ StatusOr<ScatteredRecord> DecodeScatteredHeapBlock(std::span<const std::span<con
   }
   r.version = h.version;
   r.flags = h.flags;
+  r.expires_at_ms = h.expires_at_ms;
   r.key_length = h.key_length;
   r.value_length = h.value_length;
   return r;

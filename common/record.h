@@ -17,6 +17,7 @@ struct RecordView {
   std::string_view value;
   uint64_t version = 0;
   uint16_t flags = 0;
+  int64_t expires_at_ms = 0;  // layout::BlockHeader::expires_at_ms
   // DecodeHeapBlock only: the checksum word held the superseded form
   // (common/layout.h): the block was no longer its key's current block
   // when that word was read.
@@ -25,15 +26,21 @@ struct RecordView {
 
 // Writes header, key, value and zero padding into `out`, which must hold at
 // least layout::BlockBytes(key.size(), value.size()) bytes; computes the
-// checksum.
+// checksum. `expires_at_ms`: layout::BlockHeader::expires_at_ms.
 // Returns the block length. Caller checks the sizes against its limits.
 uint64_t EncodeRecord(std::span<uint8_t> out, std::string_view key, std::string_view value,
-                      uint64_t version, uint16_t flags);
+                      uint64_t version, uint16_t flags, int64_t expires_at_ms = 0);
+
+// Whether a record with `expires_at_ms` (layout::BlockHeader) reads as
+// absent at `now_ms` (Unix milliseconds by the reader's clock).
+constexpr bool Expired(int64_t expires_at_ms, int64_t now_ms) {
+  return expires_at_ms != 0 && expires_at_ms <= now_ms;
+}
 
 // Parses and verifies the record at the start of `in` (bytes that came from
 // another machine: nothing is trusted). Checks that the header fits, that
 // key and value fit inside `in`, that key_length > 0, that no unknown flag
-// is set, and the checksum. The views point into `in`.
+// is set, that the expiry is not negative, and the checksum. The views point into `in`.
 // DATA_LOSS when the checksum does not hold (a torn or reused block, or a
 // heap block's superseded form, which no staging-ring record may carry),
 // INVALID_ARGUMENT for any other malformation.
@@ -49,6 +56,7 @@ StatusOr<RecordView> DecodeHeapBlock(std::span<const uint8_t> in);
 struct ScatteredRecord {
   uint64_t version = 0;
   uint16_t flags = 0;
+  int64_t expires_at_ms = 0;
   uint16_t key_length = 0;
   uint32_t value_length = 0;
   bool superseded = false;

@@ -30,6 +30,26 @@ TEST(RecordTest, RoundTripBinary) {
   EXPECT_EQ(v->version, 9u);
 }
 
+TEST(RecordTest, ExpiryRoundTripsAndIsCoveredByTheChecksum) {
+  std::vector<uint8_t> buf(layout::BlockBytes(1, 2));
+  EncodeRecord(buf, "k", "vv", 4, 0, 1'700'000'000'123);
+  auto v = DecodeRecord(buf);
+  ASSERT_TRUE(v.ok()) << v.status();
+  EXPECT_EQ(v->expires_at_ms, 1'700'000'000'123);
+  EXPECT_EQ(DecodeRecord(Encode("k", "vv", 4))->expires_at_ms, 0);
+  // The expiry is inside the checksummed bytes.
+  buf[offsetof(layout::BlockHeader, expires_at_ms)] ^= 1;
+  EXPECT_EQ(DecodeRecord(buf).status().code(), StatusCode::kDataLoss);
+  // A negative expiry is refused, even with a good checksum.
+  EncodeRecord(buf, "k", "vv", 4, 0, -5);
+  EXPECT_EQ(DecodeRecord(buf).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(DecodeHeapBlock(buf).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(Expired(100, 100));
+  EXPECT_TRUE(Expired(100, 101));
+  EXPECT_FALSE(Expired(100, 99));
+  EXPECT_FALSE(Expired(0, 1'000'000));
+}
+
 TEST(RecordTest, EmptyValue) {
   auto buf = Encode("key", "", 1, layout::kBlockFlagTombstone);
   auto v = DecodeRecord(buf);
@@ -44,12 +64,13 @@ TEST(RecordTest, BlockBytesAreTheLayoutContract) {
   auto buf = Encode("key", "value", 7);
   ASSERT_EQ(buf.size(), 64u);
   std::vector<uint8_t> expected(64, 0);
-  const uint64_t checksum = 0x3b88e01b3f534a80ULL;  // XXH64, seed 0, of bytes [8, 32)
+  const uint64_t checksum = 0x1342219497574421ULL;  // XXH64, seed 0, of bytes [8, 40)
   std::memcpy(expected.data(), &checksum, 8);
   expected[8] = 3;   // key_length
   expected[12] = 5;  // value_length
   expected[16] = 7;  // version
-  std::memcpy(expected.data() + 24, "keyvalue", 8);
+                     // [24, 32): expires_at_ms, 0
+  std::memcpy(expected.data() + 32, "keyvalue", 8);
   EXPECT_EQ(buf, expected);
 }
 

@@ -49,9 +49,10 @@ Bytes Concat(std::initializer_list<Bytes> parts) {
   return out;
 }
 
-Bytes Record(std::string_view key, std::string_view value, uint16_t flags = 0, uint64_t version = 0) {
+Bytes Record(std::string_view key, std::string_view value, uint16_t flags = 0, uint64_t version = 0,
+             int64_t expires_at_ms = 0) {
   Bytes out(layout::BlockBytes(key.size(), value.size()));
-  EncodeRecord(out, key, value, version, flags);
+  EncodeRecord(out, key, value, version, flags, expires_at_ms);
   return out;
 }
 
@@ -123,6 +124,7 @@ void Records() {
   Write("record", "put", Record("key", "value"));
   Write("record", "tombstone", Record("gone", "", layout::kBlockFlagTombstone));
   Write("record", "versioned", Record("k", std::string(100, 'v'), 0, 57));
+  Write("record", "expiring", Record("k", "v", 0, 9, 1'700'000'000'000));
   Bytes torn = Record("key", "value");
   torn[30] ^= 0xff;
   Write("record", "bad_checksum", torn);
@@ -475,6 +477,9 @@ void Kvctl() {
     return out;
   };
   Write("kvctl_args", "get", args(0, {"get", "key"}));
+  Write("kvctl_args", "ttl", args(0, {"ttl", "key"}));
+  Write("kvctl_args", "expire", args(0, {"expire", "key", "-30"}));
+  Write("kvctl_args", "persist", args(0, {"persist", "key"}));
   Write("kvctl_args", "put_value", args(0, {"put", "key", "value"}));
   Write("kvctl_args", "put_stdin", args(0, {"put", "key", "-"}));
   Write("kvctl_args", "put_file", args(2, {"put", "key"}));

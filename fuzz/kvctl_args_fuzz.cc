@@ -119,7 +119,19 @@ void CheckCommandLine(const std::vector<std::string>& args, uint8_t mode) {
     case Command::kGet:
     case Command::kDel:
     case Command::kWhere:
+    case Command::kTtl:
+    case Command::kPersist:
       RKV_FUZZ_CHECK(args.size() == 2 && !inv->has_value_arg);
+      break;
+    case Command::kExpire:
+      RKV_FUZZ_CHECK(args.size() == 3 && inv->has_value_arg && inv->value_arg == args[2]);
+      // What kvctl then does with SECONDS: a number within ten years, or
+      // INVALID_ARGUMENT.
+      if (const StatusOr<int64_t> s = ParseSeconds(args[2], "SECONDS"); s.ok()) {
+        RKV_FUZZ_CHECK(*s >= -int64_t{10} * 366 * 24 * 3600 && *s <= int64_t{10} * 366 * 24 * 3600);
+      } else {
+        RKV_FUZZ_CHECK(s.status().code() == StatusCode::kInvalidArgument);
+      }
       break;
     case Command::kPut:
       RKV_FUZZ_CHECK(args.size() == 2 || args.size() == 3);

@@ -2,7 +2,7 @@
 // server's heap or a server finds it in a client's staging ring.
 //
 // Properties: an accepted record's key and value lie inside the input, the
-// key is not empty, no unknown flag is set; encoding the decoded fields
+// key is not empty, no unknown flag is set, the expiry is not negative; encoding the decoded fields
 // again reproduces the input's record bytes exactly (the checksum covers
 // every byte after itself, so nothing else can decode). DecodeHeapBlock
 // accepts what DecodeRecord accepts, as not superseded, and beyond that
@@ -39,14 +39,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   RKV_FUZZ_CHECK(r->value.data() == r->key.data() + r->key.size());
   RKV_FUZZ_CHECK(r->value.data() + r->value.size() <= begin + size);
   RKV_FUZZ_CHECK((r->flags & ~rkv::layout::kBlockFlagsKnown) == 0);
+  RKV_FUZZ_CHECK(r->expires_at_ms >= 0);
 
   const uint64_t used = rkv::layout::RecordBytes(r->key.size(), r->value.size());
   std::vector<uint8_t> again(rkv::layout::BlockBytes(r->key.size(), r->value.size()));
-  const uint64_t block = rkv::EncodeRecord(again, r->key, r->value, r->version, r->flags);
+  const uint64_t block = rkv::EncodeRecord(again, r->key, r->value, r->version, r->flags, r->expires_at_ms);
   RKV_FUZZ_CHECK(block == again.size() && used <= block);
   RKV_FUZZ_CHECK(std::memcmp(again.data(), data, used) == 0);
   const rkv::StatusOr<rkv::RecordView> back = rkv::DecodeRecord(again);
   RKV_FUZZ_CHECK(back.ok() && back->key == r->key && back->value == r->value && back->version == r->version &&
-                 back->flags == r->flags);
+                 back->flags == r->flags && back->expires_at_ms == r->expires_at_ms);
   return 0;
 }

@@ -1,5 +1,6 @@
 #include "python/client.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <string>
@@ -188,6 +189,14 @@ py::bytes PyClient::Get(py::handle key) {
   return py::bytes(*got);
 }
 
+std::optional<double> PyClient::Ttl(py::handle key) {
+  const BytesArg k(key, "key");
+  const StatusOr<VersionedValue> got = WithoutGil([&](Client& client) { return client.GetVersioned(k.view()); });
+  if (!got.ok()) ThrowStatus(got.status());
+  if (got->expires_at_unix_ms == kNoExpiry) return std::nullopt;
+  return std::max<int64_t>(0, got->expires_at_unix_ms - Client::NowUnixMs()) / 1000.0;
+}
+
 py::tuple PyClient::GetVersioned(py::handle key) {
   const BytesArg k(key, "key");
   const StatusOr<VersionedValue> got = WithoutGil([&](Client& client) { return client.GetVersioned(k.view()); });
@@ -195,16 +204,23 @@ py::tuple PyClient::GetVersioned(py::handle key) {
   return py::make_tuple(py::bytes(got->value), got->version);
 }
 
-uint64_t PyClient::Put(py::handle key, py::handle value, std::optional<uint64_t> if_version, bool if_absent) {
+uint64_t PyClient::Put(py::handle key, py::handle value, std::optional<uint64_t> if_version, bool if_absent,
+                       std::optional<double> ttl) {
   if (if_version && if_absent) throw py::value_error("give if_version or if_absent, not both");
   if (if_version && *if_version == 0) throw py::value_error("if_version must be a version (>= 1)");
-  PutCondition condition;
-  if (if_absent) condition = PutCondition::Absent();
-  if (if_version) condition = PutCondition::VersionIs(*if_version);
+  // Ten years bounds a deadline far inside int64 milliseconds.
+  constexpr double kMaxTtlSeconds = 10.0 * 366 * 24 * 3600;
+  if (ttl && !(*ttl > 0 && *ttl <= kMaxTtlSeconds)) {
+    throw py::value_error("ttl must be seconds, more than 0 and at most ten years");
+  }
+  PutOptions options;
+  if (if_absent) options.condition = PutCondition::Absent();
+  if (if_version) options.condition = PutCondition::VersionIs(*if_version);
+  if (ttl) options.expires_at_unix_ms = Client::NowUnixMs() + static_cast<int64_t>(std::ceil(*ttl * 1000));
   const BytesArg k(key, "key");
   const BytesArg v(value, "value");
   const StatusOr<uint64_t> version =
-      WithoutGil([&](Client& client) { return client.Put(k.view(), v.view(), condition); });
+      WithoutGil([&](Client& client) { return client.Put(k.view(), v.view(), options); });
   if (!version.ok()) ThrowStatus(version.status());
   return *version;
 }

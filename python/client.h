@@ -43,7 +43,10 @@ class PyClient {
 
   pybind11::bytes Get(pybind11::handle key);
   pybind11::tuple GetVersioned(pybind11::handle key);
-  uint64_t Put(pybind11::handle key, pybind11::handle value, std::optional<uint64_t> if_version, bool if_absent);
+  uint64_t Put(pybind11::handle key, pybind11::handle value, std::optional<uint64_t> if_version, bool if_absent,
+               std::optional<double> ttl);
+  // Seconds until key expires; nullopt (None) when it has no deadline.
+  std::optional<double> Ttl(pybind11::handle key);
   void Delete(pybind11::handle key, std::optional<uint64_t> if_version);
   // bytes per key, None for an absent one; another error raises the first
   // failing key's.

@@ -78,9 +78,13 @@ PYBIND11_MODULE(rkv, m) {
            "linearizable.")
       .def("get_versioned", &PyClient::GetVersioned, py::arg("key"),
            "(value, version) of key. Raises rkv.NotFound when absent.")
+      .def("ttl", &PyClient::Ttl, py::arg("key"),
+           "Seconds until key expires, or None when it does not. Raises rkv.NotFound when absent "
+           "(an expired key included).")
       .def("put", &PyClient::Put, py::arg("key"), py::arg("value"), py::kw_only(),
-           py::arg("if_version") = py::none(), py::arg("if_absent") = false,
+           py::arg("if_version") = py::none(), py::arg("if_absent") = false, py::arg("ttl") = py::none(),
            "Stores value under key and returns the key's new version (versions of a key grow). "
+           "ttl=SECONDS: the key expires (reads as absent) that long from now, by this machine's clock. "
            "if_version=V writes only if the key's version is V (a compare-and-set: the version from "
            "get_versioned or put), if_absent=True only if the key does not exist; otherwise "
            "rkv.FailedPrecondition (reason CONDITION_FAILED, the key's version in the message) and "

@@ -98,10 +98,15 @@ class Client:
         """The value of key; rkv.NotFound (a KeyError) when absent."""
     def get_versioned(self, key: Bytes) -> Tuple[bytes, int]:
         """(value, version) of key; rkv.NotFound when absent."""
-    def put(self, key: Bytes, value: Bytes, *, if_version: Optional[int] = None, if_absent: bool = False) -> int:
+    def put(self, key: Bytes, value: Bytes, *, if_version: Optional[int] = None, if_absent: bool = False,
+            ttl: Optional[float] = None) -> int:
         """Stores value under key; returns the key's new version. With
         if_version (a compare-and-set) or if_absent, only if the key is so;
-        otherwise rkv.FailedPrecondition and nothing is written."""
+        otherwise rkv.FailedPrecondition and nothing is written. With ttl
+        (seconds), the key expires that long from now."""
+    def ttl(self, key: Bytes) -> Optional[float]:
+        """Seconds until key expires, None when it does not; rkv.NotFound
+        when absent."""
     def delete(self, key: Bytes, *, if_version: Optional[int] = None) -> None:
         """Removes key; rkv.NotFound when it was absent. With if_version, only
         if the key is at that version: rkv.PreconditionFailed otherwise."""

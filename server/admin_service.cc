@@ -272,6 +272,7 @@ std::vector<AdminCounter> ServerCounters(const CounterSources& s) {
       {"replica_refused", st.replica_refused, "forwarded writes refused as a backup (validation or policy)"},
       {"lease_refusals", st.lease_refusals, "client writes refused because the lease had expired"},
       {"conditions_failed", st.conditions_failed, "conditional PUTs refused because the key was not as asked"},
+      {"expired_reclaimed", st.expired_reclaimed, "expired records removed (as their primary, replicated)"},
   };
   for (const ErrorReplyCounter& e : ErrorReplyCounters()) {
     counters.push_back({e.counter, st.error_replies[static_cast<size_t>(e.code)],

@@ -116,6 +116,7 @@ struct ServerStats {
   uint64_t replica_refused = 0;
   uint64_t lease_refusals = 0;  // client writes refused because the lease had expired
   uint64_t conditions_failed = 0;  // conditional PUTs whose condition did not hold
+  uint64_t expired_reclaimed = 0;  // expired records this server removed as their primary
   // Connection scale: the polling threads, and what each open connection
   // costs (the transport's own share is in docs/design.md).
   uint64_t polling_threads = 0;
@@ -212,6 +213,14 @@ class Server {
   Status Rebuild();
   Status StartPollers();
   void AcceptLoop();
+  // The reclaimer of expired records (docs/design.md §5.11): while the
+  // table holds records with an expiry, one slice of the index at a time
+  // (Applier::ExpiredKeys, so writes wait for one slice at most), each
+  // expired record removed by Applier::ReclaimExpired (on the primary of
+  // its key; a backup's are removed by the primary's forwarded deletes);
+  // a pass over the whole index at most every second. Sleeps while no
+  // record has an expiry.
+  void ExpiryLoop() EXCLUDES(expiry_mu_);
   // The group a connection request goes to: the peers' poller for a
   // replication request, else the client poller with the fewest.
   transport::PollGroup* ChooseGroup(std::span<const uint8_t> private_data);
@@ -267,6 +276,10 @@ class Server {
 
   std::atomic<bool> stopping_{false};
   std::thread accept_thread_;
+  // Reclaims expired records (ExpiryLoop); woken by Shutdown.
+  std::thread expiry_thread_;
+  Mutex expiry_mu_;
+  CondVar expiry_cv_;
   // The client pollers, then (replicating servers) the peers' poller.
   std::vector<std::unique_ptr<Poller>> pollers_;
   size_t client_pollers_ = 0;

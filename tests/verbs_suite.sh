@@ -196,6 +196,8 @@ plan_gtest_binary "${build}/tests/rkv_linearizability_test" 900 \
 plan_gtest_binary "${build}/tests/rkv_replication_test" 900
 plan_gtest_binary "${build}/tests/rkv_failover_test" 900
 plan_gtest_binary "${build}/tests/rkv_backup_read_test" 900
+# Expiry on the one-sided GET (the deadline in the block READ).
+plan_gtest_binary "${build}/tests/rkv_expiry_test" 600
 plan_gtest_binary "${build}/tests/rkv_connection_scale_test" 600
 # Several coordinators on etcd: the leader killed under a load over verbs
 # (the etcd suites of the control plane alone run on the host).

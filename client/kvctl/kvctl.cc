@@ -40,6 +40,9 @@ DEFINE_uint64(if_version, 0,
               "put, del: write or delete only if the key's version is this one (a compare-and-set or "
               "-delete; 0: no condition; the version from put or get --versioned); exit 1 when it is not "
               "(default 0)");
+DEFINE_int64(ttl, 0,
+             "put: the key expires (reads as absent) this many seconds after the put, by this machine's clock; "
+             "0: never (default 0)");
 DEFINE_bool(if_absent, false, "put: write only if the key does not exist; exit 1 when it does (default false)");
 DEFINE_bool(versioned, false,
             "get: print the key's version on a line of its own before the value, the version put "
@@ -86,6 +89,15 @@ constexpr char kUsage[] =
     "                                 when it is not: nothing written)\n"
     "  kvctl [flags] del KEY          delete KEY (--if_version=V: only if the key is at version\n"
     "                                 V; exit 1, naming its version, when it is not)\n"
+    "  kvctl [flags] put --ttl=S KEY VALUE\n"
+    "                                 store a value that expires (reads as absent) S seconds\n"
+    "                                 from now, by this machine's clock\n"
+    "  kvctl [flags] ttl KEY          the seconds KEY has left, rounded up, or 'none' when it\n"
+    "                                 does not expire (--output=json: {\"key\",\"expires_at_ms\",\n"
+    "                                 \"ttl_seconds\"})\n"
+    "  kvctl [flags] expire KEY S     KEY expires S seconds from now (its value kept; S <= 0\n"
+    "                                 removes it); prints the new version\n"
+    "  kvctl [flags] persist KEY      KEY no longer expires; prints the new version\n"
     "  kvctl --coordinator=H:P [flags] members\n"
     "                                 the cluster's servers: id, epoch, state (UP or DOWN;\n"
     "                                 ',DRAINING' while drained; 'DOWN for 3m12s': since the\n"
@@ -156,7 +168,8 @@ constexpr char kUsage[] =
     "flags with '--' before the command: kvctl --token_file=T -- put KEY -5\n"
     "\n"
     "Exit status: 0 done (found), 1 key not found (verify: replicas disagree; drain: timed\n"
-    "out; put or del --if_version, put --if_absent: the key was not as asked), 2 any other error (one line on stderr; a usage error adds a second: run\n"
+    "out; put or del --if_version, put --if_absent: the key was not as asked; ttl, expire,\n"
+    "persist: key not found), 2 any other error (one line on stderr; a usage error adds a second: run\n"
     "'kvctl --help' for usage).\n";
 
 void PrintHelp() {
@@ -389,6 +402,22 @@ int Run(const rkv::kvctl::Invocation& inv) {
   if (FLAGS_versioned && inv.command != rkv::kvctl::Command::kGet) {
     return UsageError(cmd + ": --versioned is get's");
   }
+  if (FLAGS_ttl != 0 && inv.command != rkv::kvctl::Command::kPut) {
+    return UsageError(cmd + ": --ttl is put's (expire KEY SECONDS changes a stored key's)");
+  }
+  int64_t ttl_seconds = 0;
+  if (FLAGS_ttl != 0) {
+    auto ttl = rkv::kvctl::ParseSeconds(std::to_string(FLAGS_ttl), "--ttl");
+    if (!ttl.ok()) return UsageError(cmd + ": " + ttl.status().message());
+    if (*ttl < 0) return UsageError(cmd + ": --ttl must not be negative");
+    ttl_seconds = *ttl;
+  }
+  int64_t expire_seconds = 0;
+  if (inv.command == rkv::kvctl::Command::kExpire) {
+    auto seconds = rkv::kvctl::ParseSeconds(inv.value_arg, "expire SECONDS");
+    if (!seconds.ok()) return UsageError(cmd + ": " + seconds.status().message());
+    expire_seconds = *seconds;
+  }
   std::string value;
   if (inv.command == rkv::kvctl::Command::kPut) {
     // No value, or two: a usage error.
@@ -431,10 +460,11 @@ int Run(const rkv::kvctl::Invocation& inv) {
       return kExitOk;
     }
     case rkv::kvctl::Command::kPut: {
-      rkv::PutCondition condition;
-      if (FLAGS_if_absent) condition = rkv::PutCondition::Absent();
-      if (FLAGS_if_version != 0) condition = rkv::PutCondition::VersionIs(FLAGS_if_version);
-      auto version = (*client)->Put(inv.key, value, condition);
+      rkv::PutOptions put;
+      if (FLAGS_if_absent) put.condition = rkv::PutCondition::Absent();
+      if (FLAGS_if_version != 0) put.condition = rkv::PutCondition::VersionIs(FLAGS_if_version);
+      if (ttl_seconds != 0) put.expires_at_unix_ms = rkv::kvctl::DeadlineAfter(rkv::Client::NowUnixMs(), ttl_seconds);
+      auto version = (*client)->Put(inv.key, value, put);
       if (!version.ok() && version.status().reason() == rkv::Reason::kConditionFailed) {
         Fail(cmd, version.status());
         return kExitConditionFailed;
@@ -463,6 +493,35 @@ int Run(const rkv::kvctl::Invocation& inv) {
       if (json && !WriteAll(rkv::kvctl::FormatDelJson(inv.key))) {
         return Fail(cmd, rkv::PosixError("write(stdout)", errno));
       }
+      return kExitOk;
+    }
+    case rkv::kvctl::Command::kTtl: {
+      auto got = (*client)->GetVersioned(inv.key);
+      if (!got.ok()) return FailKey(cmd, got.status());
+      const int64_t now = rkv::Client::NowUnixMs();
+      const std::string out = json ? rkv::kvctl::FormatTtlJson(inv.key, got->expires_at_unix_ms, now)
+                                   : rkv::kvctl::FormatTtl(got->expires_at_unix_ms, now) + "\n";
+      if (!WriteAll(out)) return Fail(cmd, rkv::PosixError("write(stdout)", errno));
+      return kExitOk;
+    }
+    case rkv::kvctl::Command::kExpire:
+    case rkv::kvctl::Command::kPersist: {
+      const int64_t expires_at = inv.command == rkv::kvctl::Command::kPersist
+                                     ? rkv::kNoExpiry
+                                     : rkv::kvctl::DeadlineAfter(rkv::Client::NowUnixMs(), expire_seconds);
+      // expire with S <= 0 gives a deadline already reached: SetExpiry
+      // removes the key.
+      auto version = (*client)->SetExpiry(inv.key, expires_at);
+      if (!version.ok()) return FailKey(cmd, version.status());
+      std::string out = std::to_string(*version) + "\n";
+      if (json) {
+        out = rkv::kvctl::FormatExpiryJson(inv.key, *version, *version == 0 ? 0 : expires_at);
+      } else if (*version == 0) {
+        out = isatty(STDOUT_FILENO) == 1 ? "removed (expired)\n" : "0\n";
+      } else if (isatty(STDOUT_FILENO) == 1) {
+        out = "version " + out;
+      }
+      if (!WriteAll(out)) return Fail(cmd, rkv::PosixError("write(stdout)", errno));
       return kExitOk;
     }
     case rkv::kvctl::Command::kMembers: {

@@ -14,9 +14,13 @@
 
 namespace rkv::kvctl {
 
-enum class Command { kGet, kPut, kDel, kMembers, kStats, kShards, kWhere, kVerify, kDrain, kCoordinators, kForget };
+enum class Command {
+  kGet, kPut, kDel, kMembers, kStats, kShards, kWhere, kVerify, kDrain, kCoordinators, kForget,
+  kTtl, kExpire, kPersist,
+};
 
-// A parsed command line (after flags): get|del|where KEY, put KEY [VALUE],
+// A parsed command line (after flags): get|del|where|ttl|persist KEY, put
+// KEY [VALUE], expire KEY SECONDS (in value_arg),
 // members, shards, verify, stats [SERVER_ID], drain SERVER_ID or forget
 // SERVER_ID.
 struct Invocation {
@@ -46,6 +50,17 @@ StatusOr<ValueSource> ChooseValueSource(const Invocation& inv, bool has_value_fi
 // digit.
 StatusOr<std::string> DecodeHex(std::string_view hex);
 
+// A time to live in seconds as put --ttl and expire take it: a decimal
+// integer, 0 <= seconds <= 10 years for put --ttl (0: none), any integer
+// for expire (0 or less: the key is removed, as Redis's EXPIRE does).
+// INVALID_ARGUMENT naming `what` otherwise.
+StatusOr<int64_t> ParseSeconds(std::string_view text, std::string_view what);
+// The Unix time in milliseconds `seconds` after `now_ms`.
+int64_t DeadlineAfter(int64_t now_ms, int64_t seconds);
+// kvctl ttl's answer: "none" for kNoExpiry, else the whole seconds left
+// (rounded up, at least 0) e.g. "42".
+std::string FormatTtl(int64_t expires_at_ms, int64_t now_ms);
+
 // True when `s` is well-formed UTF-8 (no overlongs, surrogates or code
 // points over U+10FFFF).
 bool IsValidUtf8(std::string_view s);
@@ -64,6 +79,11 @@ std::string JsonBytesField(std::string_view name, std::string_view bytes);
 std::string FormatGetJson(std::string_view key, std::string_view value, uint64_t version);
 std::string FormatPutJson(std::string_view key, uint64_t version);
 std::string FormatDelJson(std::string_view key);
+// ttl: {"key", "expires_at_ms" (0: none), "ttl_seconds" (FormatTtl's, or
+// null for none)}.
+std::string FormatTtlJson(std::string_view key, int64_t expires_at_ms, int64_t now_ms);
+// expire, persist: {"key", "version" (0: the key was removed), "expires_at_ms"}.
+std::string FormatExpiryJson(std::string_view key, uint64_t version, int64_t expires_at_ms);
 
 // "512 B", "1.5 KiB", "3.0 GiB".
 std::string FormatBytes(uint64_t bytes);

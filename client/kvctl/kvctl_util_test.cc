@@ -29,6 +29,41 @@ TEST(ParseInvocationTest, ParsesEachCommand) {
   EXPECT_EQ(del->command, Command::kDel);
 }
 
+TEST(ParseInvocationTest, ExpiryCommands) {
+  auto ttl = ParseInvocation({"ttl", "k"}, false);
+  ASSERT_TRUE(ttl.ok());
+  EXPECT_EQ(ttl->command, Command::kTtl);
+  auto persist = ParseInvocation({"persist", "k"}, false);
+  ASSERT_TRUE(persist.ok());
+  EXPECT_EQ(persist->command, Command::kPersist);
+  auto expire = ParseInvocation({"expire", "k", "30"}, false);
+  ASSERT_TRUE(expire.ok());
+  EXPECT_EQ(expire->command, Command::kExpire);
+  EXPECT_EQ(expire->value_arg, "30");
+  EXPECT_FALSE(ParseInvocation({"expire", "k"}, false).ok());
+  EXPECT_FALSE(ParseInvocation({"ttl", "k", "x"}, false).ok());
+  EXPECT_FALSE(ParseInvocation({"persist"}, false).ok());
+}
+
+TEST(ParseSecondsTest, WholeSecondsWithinTenYears) {
+  EXPECT_EQ(*ParseSeconds("0", "x"), 0);
+  EXPECT_EQ(*ParseSeconds("600", "x"), 600);
+  EXPECT_EQ(*ParseSeconds("-3", "x"), -3);
+  for (const char* bad : {"", "-", "1.5", "10s", " 1", "99999999999999999999", "400000000"}) {
+    EXPECT_EQ(ParseSeconds(bad, "x").status().code(), StatusCode::kInvalidArgument) << bad;
+  }
+  EXPECT_EQ(DeadlineAfter(1'000, 2), 3'000);
+}
+
+TEST(FormatTtlTest, SecondsLeftRoundedUpOrNone) {
+  EXPECT_EQ(FormatTtl(0, 5'000), "none");
+  EXPECT_EQ(FormatTtl(10'000, 5'000), "5");
+  EXPECT_EQ(FormatTtl(10'001, 5'000), "6");
+  EXPECT_EQ(FormatTtl(4'000, 5'000), "0");
+  EXPECT_EQ(FormatTtlJson("k", 0, 1), "{\"key\":\"k\",\"expires_at_ms\":0,\"ttl_seconds\":null}\n");
+  EXPECT_EQ(FormatExpiryJson("k", 7, 9), "{\"key\":\"k\",\"version\":7,\"expires_at_ms\":9}\n");
+}
+
 TEST(ParseInvocationTest, RejectsBadCommandLines) {
   EXPECT_FALSE(ParseInvocation({}, false).ok());
   EXPECT_FALSE(ParseInvocation({"frob", "k"}, false).ok());

@@ -151,6 +151,30 @@ def test_conditional_put_is_a_compare_and_set(client):
         client.put(b"k:cas", b"x", if_version=0)
 
 
+def test_a_key_put_with_a_ttl_expires(client):
+    client.put(b"k:ttl-long", b"stays", ttl=3600)
+    left = client.ttl(b"k:ttl-long")
+    assert 3500 < left <= 3600
+    client.put(b"k:ttl-none", b"forever")
+    assert client.ttl(b"k:ttl-none") is None
+    client.put(b"k:ttl-short", b"soon gone", ttl=0.2)
+    # Waited for, never timed: the key reads as absent once its deadline
+    # has passed, whatever the machine's load.
+    for _ in range(600):
+        try:
+            client.get(b"k:ttl-short")
+        except rkv.NotFound:
+            break
+        time.sleep(0.05)
+    with pytest.raises(rkv.NotFound):
+        client.get(b"k:ttl-short")
+    with pytest.raises(rkv.NotFound):
+        client.ttl(b"k:ttl-short")
+    for bad in (0, -1, 1e12):
+        with pytest.raises(ValueError):
+            client.put(b"k:ttl-bad", b"x", ttl=bad)
+
+
 def test_conditional_delete_removes_only_that_version(client):
     v1 = client.put(b"k:cad", b"one")
     v2 = client.put(b"k:cad", b"two")

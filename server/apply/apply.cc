@@ -14,6 +14,7 @@
 
 #include <glog/logging.h>
 
+#include "common/clock.h"
 #include "common/record.h"
 
 namespace rkv::server {
@@ -169,21 +170,22 @@ std::optional<protocol::ReplyMsg> Applier::Validate(std::span<const uint8_t> msg
   if (IsDelete(op)) {
     if (!tombstone) return Error(request_id, InvalidArgument("DELETE record lacks the tombstone flag"));
     if (!r.value.empty()) return Error(request_id, InvalidArgument("DELETE record carries a value"));
+    if (r.expires_at_ms != 0) return Error(request_id, InvalidArgument("DELETE record carries an expiry"));
   } else if (tombstone) {
     return Error(request_id, InvalidArgument("PUT record carries the tombstone flag"));
   }
   *out = Request{request_id, op, r.key, r.value, r.version, req.map_version,
-                 (req.flags & protocol::kRequestResent) != 0, condition, req.expected_version};
+                 (req.flags & protocol::kRequestResent) != 0, condition, req.expected_version, r.expires_at_ms};
   return std::nullopt;
 }
 
 protocol::ReplyMsg Applier::InstallPut(uint64_t request_id, std::string_view key, std::string_view value,
-                                       uint64_t version) {
-  if (Status s = store_->Put(key, value, version); !s.ok()) {
+                                       uint64_t version, int64_t expires_at_ms) {
+  if (Status s = store_->Put(key, value, version, expires_at_ms); !s.ok()) {
     LOG(ERROR) << "durable write failed: " << s;
     return Error(request_id, s.WithContext("durable write failed"));
   }
-  StatusOr<Table::Entry> placed = Publish(key, value, version);
+  StatusOr<Table::Entry> placed = Publish(key, value, version, expires_at_ms);
   if (!placed.ok()) {
     // Undo the durable write so store and table agree: restore the value
     // the table still publishes, or remove the key.
@@ -200,14 +202,15 @@ protocol::ReplyMsg Applier::InstallPut(uint64_t request_id, std::string_view key
   return MakeReply(request_id, StatusCode::kOk, version, "");
 }
 
-StatusOr<Table::Entry> Applier::Publish(std::string_view key, std::string_view value, uint64_t version) {
-  StatusOr<Table::Entry> placed = table_->Upsert(key, value, version, Heap::Clock::now());
+StatusOr<Table::Entry> Applier::Publish(std::string_view key, std::string_view value, uint64_t version,
+                                        int64_t expires_at_ms) {
+  StatusOr<Table::Entry> placed = table_->Upsert(key, value, version, Heap::Clock::now(), expires_at_ms);
   if (!placed.ok() && placed.status().code() == StatusCode::kResourceExhausted) {
     if (const auto at = heap_->ReclaimableAt()) {
       // The heap is full but quarantined blocks will come back within one
       // grace period: wait for the oldest, then retry once.
       std::this_thread::sleep_until(*at);
-      placed = table_->Upsert(key, value, version, Heap::Clock::now());
+      placed = table_->Upsert(key, value, version, Heap::Clock::now(), expires_at_ms);
     }
   }
   return placed;
@@ -222,9 +225,15 @@ Status Applier::PrepareSlot(std::string_view key) {
 Status Applier::UndoDurable(std::string_view key) {
   if (const std::optional<Table::Entry> prev = table_->Lookup(key)) {
     const Table::Record old = table_->RecordAt(prev->slot);
-    return store_->Put(key, old.value, old.version);
+    return store_->Put(key, old.value, old.version, old.expires_at_ms);
   }
   return store_->Delete(key);
+}
+
+std::optional<Table::Entry> Applier::LiveEntry(std::string_view key, bool with_expired) const {
+  std::optional<Table::Entry> e = table_->Lookup(key);
+  if (e && !with_expired && Expired(table_->RecordAt(e->slot).expires_at_ms, UnixNowMs())) return std::nullopt;
+  return e;
 }
 
 Applier::Snapshot Applier::snapshot() const {

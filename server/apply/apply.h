@@ -252,6 +252,7 @@ class Applier {
     uint64_t version = 0;
     bool has_value = false;
     std::string value;
+    int64_t expires_at_ms = 0;  // with the value: the record's expiry (0: none)
   };
   // Primary: the cut of `shards` for catch-up (keys k with ShardOf(k,
   // shard_count) among them). First, holding writes_gate_ exclusively (it
@@ -335,7 +336,34 @@ class Applier {
   ShardListing ListShard(uint32_t shard_count, uint32_t shard) const EXCLUDES(table_mu_);
   // One record's share of a shard checksum: XXH64, seed 0, of key ||
   // version as 8 little-endian bytes || value.
-  static uint64_t RecordChecksum(std::string_view key, uint64_t version, std::string_view value);
+  static uint64_t RecordChecksum(std::string_view key, uint64_t version, std::string_view value,
+                                 int64_t expires_at_ms = 0);
+
+  // ---- Expiry (server/apply/apply_expiry.cc; docs/design.md §5.11) ----
+  // A key whose record has expired, with the record's version.
+  struct ExpiredKey {
+    std::string key;
+    uint64_t version = 0;
+  };
+  // The records of buckets [*cursor, *cursor + max_buckets) expired at
+  // `now_ms` (Unix ms); *cursor moves past them, back to 0 after the last
+  // bucket. table_mu_ is held for that slice only, so writes wait for at
+  // most one slice, never for a pass over the table.
+  std::vector<ExpiredKey> ExpiredKeys(uint64_t* cursor, uint64_t max_buckets, int64_t now_ms) const
+      EXCLUDES(table_mu_);
+  // Removes an expired record of `key` at `version` as a client's DELETE
+  // conditional on that version would (the route, the lease, the forward
+  // to the backups: a backup never reclaims on its own, so replicas stay
+  // alike), under the key's stripe. Only the key's primary removes it
+  // (elsewhere the route's refusal is returned); FAILED_PRECONDITION when
+  // the key was written meanwhile, nothing removed. Not cached: a reclaim
+  // is never resent.
+  Status ReclaimExpired(std::string_view key, uint64_t version) EXCLUDES(cache_mu_, writes_gate_, table_mu_);
+  // Records with an expiry in the table (Table::expiring): 0 lets the
+  // reclaimer sleep.
+  uint64_t expiring_records() const EXCLUDES(table_mu_);
+  // Records reclaimed (ReclaimExpired that removed one).
+  uint64_t expired_reclaimed() const { return expired_reclaimed_.load(std::memory_order_relaxed); }
 
  private:
   // A request that passed validation; the views point into a buffer of
@@ -352,6 +380,11 @@ class Applier {
     // kVersionIs, the version it names.
     protocol::Condition condition = protocol::Condition::kNone;
     uint64_t expected_version = 0;
+    int64_t expires_at_ms = 0;  // PUTs: the record's expiry (0: none)
+    // The primary's reclaim of an expired record (ReclaimExpired): a
+    // DELETE whose version condition sees expired records (a client's
+    // sees them as absent).
+    bool reclaim = false;
   };
   // ---- Shared by the jobs (apply.cc) ----
   // Checks the message and its record (see Validation; `from_peer` selects
@@ -362,12 +395,15 @@ class Applier {
   // The durable write and publish of a PUT with `version` (a client's, a
   // backup's, a fetched record's).
   protocol::ReplyMsg InstallPut(uint64_t request_id, std::string_view key, std::string_view value,
-                                uint64_t version) REQUIRES(table_mu_);
+                                uint64_t version, int64_t expires_at_ms) REQUIRES(table_mu_);
   protocol::ReplyMsg Error(uint64_t request_id, const Status& status);
   // Publishes a record already written to the store in the table (waiting
   // once for quarantined heap blocks when the heap is full).
-  StatusOr<Table::Entry> Publish(std::string_view key, std::string_view value, uint64_t version)
-      REQUIRES(table_mu_);
+  StatusOr<Table::Entry> Publish(std::string_view key, std::string_view value, uint64_t version,
+                                 int64_t expires_at_ms) REQUIRES(table_mu_);
+  // The key's entry as a client's write sees it: nullopt when absent or
+  // expired by this server's clock (unless `with_expired`).
+  std::optional<Table::Entry> LiveEntry(std::string_view key, bool with_expired) const REQUIRES(table_mu_);
   // Makes room for `key` in the table (Table::PrepareInsert); the refusal
   // every write path gives when its neighbourhood has no slot.
   Status PrepareSlot(std::string_view key) REQUIRES(table_mu_);
@@ -386,18 +422,14 @@ class Applier {
   // Applies a client write under writes_gate_ and the key's stripe.
   protocol::ReplyMsg ApplyWrite(const Request& req, bool* remember) EXCLUDES(cache_mu_, writes_gate_, table_mu_);
   // Both with writes_gate_ (shared) and the key's stripe held.
-  protocol::ReplyMsg ApplyPut(uint64_t request_id, std::string_view key, std::string_view value,
-                              protocol::Condition condition, uint64_t expected_version, bool* remember)
-      REQUIRES_SHARED(writes_gate_) EXCLUDES(table_mu_);
+  protocol::ReplyMsg ApplyPut(const Request& req, bool* remember) REQUIRES_SHARED(writes_gate_) EXCLUDES(table_mu_);
   // A client PUT's condition against the key's record in the table:
   // nullopt when it holds (or there is none), else the FAILED_PRECONDITION
   // reply (Reason::kConditionFailed, its version the key's: 0 when absent).
-  std::optional<protocol::ReplyMsg> CheckCondition(uint64_t request_id, std::string_view key,
-                                                   protocol::Condition condition, uint64_t expected_version)
-      REQUIRES(table_mu_);
-  protocol::ReplyMsg ApplyDelete(uint64_t request_id, std::string_view key, protocol::Condition condition,
-                                 uint64_t expected_version, bool* remember)
-      REQUIRES_SHARED(writes_gate_) EXCLUDES(table_mu_);
+  // An expired record counts as absent but for a reclaim (Request::reclaim).
+  std::optional<protocol::ReplyMsg> CheckCondition(const Request& req) REQUIRES(table_mu_);
+  protocol::ReplyMsg ApplyDelete(const Request& req, bool* remember) REQUIRES_SHARED(writes_gate_)
+      EXCLUDES(table_mu_);
   // With a policy, before a client write of `key` writes or forwards
   // anything: sets *route and returns nullopt when RouteWrite routes it
   // here and CheckLease allows it; else the refusal, not to be remembered:
@@ -424,7 +456,7 @@ class Applier {
   // Forwards the record {key, value, version} to every backup of `route` and
   // reports the ones that fail: OK when the write may go on locally.
   Status Replicate(const WriteRoute& route, protocol::Op op, std::string_view key, std::string_view value,
-                   uint64_t version) REQUIRES_SHARED(writes_gate_) EXCLUDES(table_mu_);
+                   uint64_t version, int64_t expires_at_ms) REQUIRES_SHARED(writes_gate_) EXCLUDES(table_mu_);
 
   // ---- Backup install (apply_backup.cc) ----
   // Installs a validated, accepted replica op by the replica rule.
@@ -487,6 +519,7 @@ class Applier {
   std::atomic<uint64_t> replica_refused_{0};
   std::atomic<uint64_t> lease_refusals_{0};
   std::atomic<uint64_t> conditions_failed_{0};
+  std::atomic<uint64_t> expired_reclaimed_{0};
 };
 
 // Fills a reply; `message` is cut to fit and NUL-terminated.

@@ -40,7 +40,7 @@ protocol::ReplyMsg Applier::InstallReplica(const Request& req) {
       return MakeReply(req.request_id, StatusCode::kOk, have, "");
     }
     if (Status room = PrepareSlot(req.key); !room.ok()) return Error(req.request_id, room);
-    protocol::ReplyMsg reply = InstallPut(req.request_id, req.key, req.value, req.version);
+    protocol::ReplyMsg reply = InstallPut(req.request_id, req.key, req.value, req.version, req.expires_at_ms);
     if (reply.status_code == static_cast<int32_t>(StatusCode::kOk)) {
       replica_writes_.fetch_add(1, std::memory_order_relaxed);
     }

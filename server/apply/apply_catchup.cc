@@ -76,7 +76,7 @@ std::vector<Applier::ShardRecord> Applier::ReadKeys(const std::vector<std::strin
     const std::optional<Table::Entry> e = table_->Lookup(key);
     if (!e) continue;
     const Table::Record rec = table_->RecordAt(e->slot);
-    found.push_back(ShardRecord{std::string(rec.key), rec.version, true, std::string(rec.value)});
+    found.push_back(ShardRecord{std::string(rec.key), rec.version, true, std::string(rec.value), rec.expires_at_ms});
   }
   return found;
 }
@@ -134,6 +134,7 @@ Status CheckFetched(const Applier::ShardRecord& record, const ApplyLimits& limit
   const auto where = [&] { return "fetched record of key '" + PrintableKey(record.key) + "'"; };
   if (record.version == 0) return InvalidArgument(where() + " carries version 0");
   if (!record.has_value) return InvalidArgument(where() + " carries no value");
+  if (record.expires_at_ms < 0) return InvalidArgument(where() + " carries a negative expiry");
   if (record.value.size() > limits.max_value_bytes) {
     return InvalidArgument(where() + " has a value of " + std::to_string(record.value.size()) +
                            " bytes, above max_value_bytes " + std::to_string(limits.max_value_bytes));
@@ -158,7 +159,7 @@ StatusOr<Applier::FetchedOutcome> Applier::InstallFetched(const ShardRecord& rec
   const std::optional<Table::Entry> current = table_->Lookup(record.key);
   if (current && current->version >= record.version) return FetchedOutcome::kNotNewer;
   RKV_RETURN_IF_ERROR(PrepareSlot(record.key));
-  const protocol::ReplyMsg reply = InstallPut(0, record.key, record.value, record.version);
+  const protocol::ReplyMsg reply = InstallPut(0, record.key, record.value, record.version, record.expires_at_ms);
   if (reply.status_code != static_cast<int32_t>(StatusCode::kOk)) {
     return Status(static_cast<StatusCode>(reply.status_code), reply.message)
         .WithContext("fetched record of key '" + PrintableKey(record.key) + "'");
@@ -184,7 +185,7 @@ StatusOr<size_t> Applier::InstallFetchedBatch(std::span<const ShardRecord> recor
     if (DeletedDuringSync(record.key, record.version)) continue;
     const std::optional<Table::Entry> current = table_->Lookup(record.key);
     if (current && current->version >= record.version) continue;
-    items.push_back(Store::PutItem{record.key, record.value, record.version});
+    items.push_back(Store::PutItem{record.key, record.value, record.version, record.expires_at_ms});
   }
   size_t written = 0;
   const Status durable = store_->PutMany(items, &written);
@@ -193,7 +194,7 @@ StatusOr<size_t> Applier::InstallFetchedBatch(std::span<const ShardRecord> recor
   for (size_t i = 0; i < written; ++i) {
     const Store::PutItem& item = items[i];
     Status placed = PrepareSlot(item.key);
-    if (placed.ok()) placed = Publish(item.key, item.value, item.version).status();
+    if (placed.ok()) placed = Publish(item.key, item.value, item.version, item.expires_at_ms).status();
     if (!placed.ok()) {
       for (size_t j = i; j < written; ++j) {
         if (Status undo = UndoDurable(items[j].key); !undo.ok()) {

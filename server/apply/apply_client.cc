@@ -88,15 +88,17 @@ protocol::ReplyMsg Applier::ApplyWrite(const Request& req, bool* remember) {
   }
   ReaderLock gate(writes_gate_);
   MutexLock key_lock(key_stripes_[KeyStripe(req.key)]);
-  return req.op == protocol::Op::kDelete
-             ? ApplyDelete(req.request_id, req.key, req.condition, req.expected_version, remember)
-             : ApplyPut(req.request_id, req.key, req.value, req.condition, req.expected_version, remember);
+  return req.op == protocol::Op::kDelete ? ApplyDelete(req, remember) : ApplyPut(req, remember);
 }
 
-std::optional<protocol::ReplyMsg> Applier::CheckCondition(uint64_t request_id, std::string_view key,
-                                                          protocol::Condition condition, uint64_t expected_version) {
+std::optional<protocol::ReplyMsg> Applier::CheckCondition(const Request& req) {
+  const protocol::Condition condition = req.condition;
+  const uint64_t expected_version = req.expected_version;
+  const uint64_t request_id = req.request_id;
   if (condition == protocol::Condition::kNone) return std::nullopt;
-  const std::optional<Table::Entry> e = table_->Lookup(key);
+  // An expired record reads as absent (docs/design.md §5.11) by this
+  // server's clock, but to its reclaim.
+  const std::optional<Table::Entry> e = LiveEntry(req.key, /*with_expired=*/req.reclaim);
   const uint64_t current = e ? e->version : 0;
   if (condition == protocol::Condition::kAbsent && !e) return std::nullopt;
   if (condition == protocol::Condition::kVersionIs && current == expected_version) return std::nullopt;
@@ -110,8 +112,10 @@ std::optional<protocol::ReplyMsg> Applier::CheckCondition(uint64_t request_id, s
   return MakeReply(request_id, StatusCode::kFailedPrecondition, current, message, Reason::kConditionFailed, 0);
 }
 
-protocol::ReplyMsg Applier::ApplyPut(uint64_t request_id, std::string_view key, std::string_view value,
-                                     protocol::Condition condition, uint64_t expected_version, bool* remember) {
+protocol::ReplyMsg Applier::ApplyPut(const Request& req, bool* remember) {
+  const uint64_t request_id = req.request_id;
+  const std::string_view key = req.key;
+  const std::string_view value = req.value;
   std::optional<WriteRoute> route;
   if (auto refused = RouteClientWrite(request_id, key, &route, remember)) return *refused;
   uint64_t version = 0;
@@ -122,7 +126,7 @@ protocol::ReplyMsg Applier::ApplyPut(uint64_t request_id, std::string_view key, 
     // found holds until the publish. A refusal reads the key like a GET,
     // so a primary answers it only under a valid lease (as a DELETE's
     // NOT_FOUND).
-    if (std::optional<protocol::ReplyMsg> failed = CheckCondition(request_id, key, condition, expected_version)) {
+    if (std::optional<protocol::ReplyMsg> failed = CheckCondition(req)) {
       if (route) {
         if (std::optional<protocol::ReplyMsg> refused = RefuseWithoutLease(request_id, key, *route, remember)) {
           return *refused;
@@ -141,19 +145,19 @@ protocol::ReplyMsg Applier::ApplyPut(uint64_t request_id, std::string_view key, 
                                                  std::to_string(store_->version_high_water()) +
                                                  ": the key space's versions are exhausted"));
     }
-    if (!route) return InstallPut(request_id, key, value, version);
+    if (!route) return InstallPut(request_id, key, value, version, req.expires_at_ms);
     if (route->backups.empty()) {
       if (std::optional<protocol::ReplyMsg> refused = RefuseWithoutLease(request_id, key, *route, remember)) {
         return *refused;
       }
-      return InstallPut(request_id, key, value, version);
+      return InstallPut(request_id, key, value, version, req.expires_at_ms);
     }
   }
   // table_mu_ is free while the backups are waited for. `version`
   // is reserved (no other write takes it) and the key's stripe is held (no
   // other client write of the key passes this one); writes of other keys
   // may publish meanwhile, with versions above or below this one.
-  const Status replicated = Replicate(*route, protocol::Op::kReplicatePut, key, value, version);
+  const Status replicated = Replicate(*route, protocol::Op::kReplicatePut, key, value, version, req.expires_at_ms);
   // A forward that outlasted the lease waits for the next grant (without
   // table_mu_) rather than end "outcome unknown" below.
   if (replicated.ok()) (void)replication_.policy->AwaitLease(kLeaseRenewalWait);
@@ -173,11 +177,12 @@ protocol::ReplyMsg Applier::ApplyPut(uint64_t request_id, std::string_view key, 
   // keeps the larger one. The slot PrepareInsert found may have been taken
   // meanwhile by a write of another key: then Upsert refuses and the store
   // write is undone (InstallPut).
-  return InstallPut(request_id, key, value, version);
+  return InstallPut(request_id, key, value, version, req.expires_at_ms);
 }
 
-protocol::ReplyMsg Applier::ApplyDelete(uint64_t request_id, std::string_view key, protocol::Condition condition,
-                                        uint64_t expected_version, bool* remember) {
+protocol::ReplyMsg Applier::ApplyDelete(const Request& req, bool* remember) {
+  const uint64_t request_id = req.request_id;
+  const std::string_view key = req.key;
   std::optional<WriteRoute> route;
   if (auto refused = RouteClientWrite(request_id, key, &route, remember)) return *refused;
   uint64_t version = 0;
@@ -186,7 +191,7 @@ protocol::ReplyMsg Applier::ApplyDelete(uint64_t request_id, std::string_view ke
     // A version condition (Validate allows no other on a DELETE) is checked
     // as a PUT's is, under the key's stripe, and refused under a valid
     // lease only.
-    if (std::optional<protocol::ReplyMsg> failed = CheckCondition(request_id, key, condition, expected_version)) {
+    if (std::optional<protocol::ReplyMsg> failed = CheckCondition(req)) {
       if (route) {
         if (std::optional<protocol::ReplyMsg> refused = RefuseWithoutLease(request_id, key, *route, remember)) {
           return *refused;
@@ -194,7 +199,9 @@ protocol::ReplyMsg Applier::ApplyDelete(uint64_t request_id, std::string_view ke
       }
       return *failed;
     }
-    const std::optional<Table::Entry> e = table_->Lookup(key);
+    // A client's DELETE finds an expired record absent (NOT_FOUND, the
+    // record left to its reclaim); the reclaim removes it.
+    const std::optional<Table::Entry> e = LiveEntry(key, /*with_expired=*/req.reclaim);
     if (!route) return e ? DeleteLocal(request_id, key) : Error(request_id, NotFound("key not found"));
     // Even NOT_FOUND (local only: nothing to forward) is answered under a
     // valid lease: without one, the shard may have moved and the key may
@@ -207,7 +214,7 @@ protocol::ReplyMsg Applier::ApplyDelete(uint64_t request_id, std::string_view ke
     }
     version = e->version;
   }
-  if (Status s = Replicate(*route, protocol::Op::kReplicateDelete, key, {}, version); !s.ok()) {
+  if (Status s = Replicate(*route, protocol::Op::kReplicateDelete, key, {}, version, 0); !s.ok()) {
     *remember = false;
     return Error(request_id, s);
   }

@@ -16,7 +16,8 @@
 
 namespace rkv::server {
 
-uint64_t Applier::RecordChecksum(std::string_view key, uint64_t version, std::string_view value) {
+uint64_t Applier::RecordChecksum(std::string_view key, uint64_t version, std::string_view value,
+                                 int64_t expires_at_ms) {
   XXH64_state_t state;
   XXH64_reset(&state, 0);
   XXH64_update(&state, key.data(), key.size());
@@ -24,6 +25,12 @@ uint64_t Applier::RecordChecksum(std::string_view key, uint64_t version, std::st
   for (int i = 0; i < 8; ++i) le[i] = static_cast<uint8_t>(version >> (8 * i));
   XXH64_update(&state, le, sizeof(le));
   XXH64_update(&state, value.data(), value.size());
+  // A record with an expiry adds it, so replicas that disagree on one
+  // differ; one without hashes as before expiry existed.
+  if (expires_at_ms != 0) {
+    for (int i = 0; i < 8; ++i) le[i] = static_cast<uint8_t>(static_cast<uint64_t>(expires_at_ms) >> (8 * i));
+    XXH64_update(&state, le, sizeof(le));
+  }
   return XXH64_digest(&state);
 }
 
@@ -43,7 +50,7 @@ std::vector<Applier::ShardDigest> Applier::DigestShards(uint32_t shard_count, st
       if (it == wanted.end()) return;
       ShardDigest& d = out[it->second];
       ++d.keys;
-      d.checksum += RecordChecksum(r.key, r.version, r.value);  // unsigned: wraps mod 2^64
+      d.checksum += RecordChecksum(r.key, r.version, r.value, r.expires_at_ms);  // unsigned: wraps mod 2^64
       if (r.version > d.max_version) d.max_version = r.version;
     });
   }

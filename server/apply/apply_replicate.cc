@@ -30,12 +30,12 @@ uint64_t Applier::ReserveVersion() {
 }
 
 Status Applier::Replicate(const WriteRoute& route, protocol::Op op, std::string_view key, std::string_view value,
-                          uint64_t version) {
+                          uint64_t version, int64_t expires_at_ms) {
   if (route.backups.empty()) return Status::Ok();
   const uint16_t flags = op == protocol::Op::kReplicateDelete ? layout::kBlockFlagTombstone : 0;
   thread_local std::vector<uint8_t> record;
   record.assign(layout::BlockBytes(key.size(), value.size()), 0);
-  const uint64_t bytes = EncodeRecord(record, key, value, version, flags);
+  const uint64_t bytes = EncodeRecord(record, key, value, version, flags, expires_at_ms);
   const std::vector<Status> acks =
       replication_.forwarder->Forward(route.backups, route.map_version, op, std::span(record.data(), bytes));
   forwarded_.fetch_add(1, std::memory_order_relaxed);

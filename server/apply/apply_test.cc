@@ -13,6 +13,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include "common/clock.h"
 #include "common/record.h"
 #include "server/apply/local_table_test_util.h"
 
@@ -167,6 +168,62 @@ std::vector<uint8_t> WithCondition(std::vector<uint8_t> msg, protocol::Condition
   m.expected_version = expected;
   std::memcpy(msg.data(), &m, sizeof(m));
   return msg;
+}
+
+// Expiry (docs/design.md §5.11): the deadline is stored in the table and
+// the store; an expired record is absent to a client's condition and
+// DELETE, and only its reclaim removes it.
+TEST_F(ApplyTest, AnExpiredRecordIsAbsentToWritesAndReclaimedByItsVersion) {
+  const auto put_with = [&](std::string_view key, std::string_view value, int64_t expires, protocol::Condition c,
+                            uint64_t expected) {
+    const uint32_t len = static_cast<uint32_t>(EncodeRecord(ring_, key, value, 0, 0, expires));
+    return Apply(WithCondition(Msg(protocol::Op::kPut, 0, len, next_id_++), c, expected));
+  };
+  const int64_t past = UnixNowMs() - 1000;
+  const int64_t future = UnixNowMs() + 3'600'000;
+  ASSERT_EQ(put_with("gone", "v", past, protocol::Condition::kNone, 0).status_code, 0);
+  ASSERT_EQ(put_with("kept", "v", future, protocol::Condition::kNone, 0).status_code, 0);
+  auto e = local_.table->Lookup("kept");
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ(local_.table->RecordAt(e->slot).expires_at_ms, future);
+  EXPECT_EQ((*local_.store->Get("kept"))->expires_at_ms, future);
+  EXPECT_EQ(local_.table->expiring(), 2u);
+
+  // Absent to a client: its DELETE, and a version condition on it.
+  auto r = Del("gone");
+  EXPECT_EQ(r.status_code, static_cast<int32_t>(StatusCode::kNotFound)) << r.message;
+  r = put_with("gone", "w", 0, protocol::Condition::kVersionIs, 1);
+  EXPECT_EQ(r.reason, static_cast<uint8_t>(Reason::kConditionFailed)) << r.message;
+  EXPECT_EQ(r.version, 0u);
+  EXPECT_EQ(TableValue("gone"), "v") << "a client's refusal removes nothing";
+
+  // The reclaimer finds it (and not the live one), and removes it only at
+  // the version it found.
+  uint64_t cursor = 0;
+  const auto expired = applier_->ExpiredKeys(&cursor, local_.table->bucket_count(), UnixNowMs());
+  ASSERT_EQ(expired.size(), 1u);
+  EXPECT_EQ(expired[0].key, "gone");
+  EXPECT_EQ(cursor, 0u) << "one slice covered the table";
+  EXPECT_EQ(applier_->ReclaimExpired("gone", expired[0].version + 1).reason(), Reason::kConditionFailed);
+  ASSERT_TRUE(applier_->ReclaimExpired("gone", expired[0].version).ok());
+  EXPECT_FALSE(TableValue("gone").has_value());
+  EXPECT_FALSE(StoreValue("gone").has_value());
+  EXPECT_EQ(applier_->expired_reclaimed(), 1u);
+  EXPECT_EQ(local_.table->expiring(), 1u);
+
+  // Absent holds for an expired key, and the new record has only its own
+  // deadline.
+  ASSERT_EQ(put_with("lease", "a", past, protocol::Condition::kNone, 0).status_code, 0);
+  r = put_with("lease", "b", 0, protocol::Condition::kAbsent, 0);
+  ASSERT_EQ(r.status_code, 0) << r.message;
+  e = local_.table->Lookup("lease");
+  EXPECT_EQ(local_.table->RecordAt(e->slot).expires_at_ms, 0);
+  EXPECT_EQ(local_.table->expiring(), 1u);
+
+  // A DELETE record carrying an expiry is malformed.
+  const uint32_t len = static_cast<uint32_t>(EncodeRecord(ring_, "kept", "", 0, layout::kBlockFlagTombstone, future));
+  r = Apply(Msg(protocol::Op::kDelete, 0, len, next_id_++));
+  EXPECT_EQ(r.status_code, static_cast<int32_t>(StatusCode::kInvalidArgument)) << r.message;
 }
 
 TEST_F(ApplyTest, AConditionalPutWritesOnlyWhenTheKeyIsAsAskedAndNamesItsVersionOtherwise) {

@@ -26,7 +26,7 @@ std::chrono::system_clock::time_point DeadlineIn(std::chrono::milliseconds d) {
 }
 
 Applier::ShardRecord FromProto(const v1::ShardRecord& r) {
-  return Applier::ShardRecord{r.key(), r.version(), r.has_value(), r.value()};
+  return Applier::ShardRecord{r.key(), r.version(), r.has_value(), r.value(), r.expires_at_ms()};
 }
 
 // The shards whose syncing_ids list this server, when `map` lists it at
@@ -352,6 +352,10 @@ Status CatchUp::Sync(const v1::ClusterMap& map, const std::vector<uint32_t>& sha
       return InvalidArgument(where() + " is of shard " + std::to_string(shard) + ", not asked for");
     }
     if (!r.has_value() && !r.value().empty()) return InvalidArgument(where() + " carries a value but has_value unset");
+    if (r.expires_at_ms() < 0 || (!r.has_value() && r.expires_at_ms() != 0)) {
+      return InvalidArgument(where() + " carries the expiry " + std::to_string(r.expires_at_ms()) +
+                             (r.has_value() ? "" : " without a value"));
+    }
     if (!listed.insert(r.key()).second) return InvalidArgument(where() + " is listed twice");
     if (r.has_value()) {
       batch.push_back(FromProto(r));

@@ -22,6 +22,7 @@ void Fill(v1::ShardRecord* out, const Applier::ShardRecord& r) {
   out->set_version(r.version);
   out->set_has_value(r.has_value);
   if (r.has_value) out->set_value(r.value);
+  if (r.has_value && r.expires_at_ms != 0) out->set_expires_at_ms(r.expires_at_ms);
 }
 
 }  // namespace

@@ -27,8 +27,10 @@ constexpr std::string_view kVersionKey = "mversion";
 constexpr std::string_view kEpochKey = "mepoch";
 static_assert(kVersionKey[0] == kMetaPrefix && kEpochKey[0] == kMetaPrefix);
 
-constexpr uint8_t kRecordFormat = 1;
+constexpr uint8_t kRecordFormat = 1;         // no expiry
+constexpr uint8_t kRecordFormatExpiry = 2;   // with an expiry
 constexpr size_t kRecordHeaderBytes = 1 + 8 + 4;
+constexpr size_t kRecordExpiryHeaderBytes = 1 + 8 + 8 + 4;
 
 rocksdb::Slice ToSlice(std::string_view s) { return rocksdb::Slice(s.data(), s.size()); }
 
@@ -48,10 +50,12 @@ uint32_t GetU32(const char* p) {
   return v;
 }
 
-uint32_t RecordCrc(uint8_t format, uint64_t version, std::string_view key, std::string_view value) {
+uint32_t RecordCrc(uint8_t format, uint64_t version, int64_t expires_at_ms, std::string_view key,
+                   std::string_view value) {
   std::string head;
   head.push_back(static_cast<char>(format));
   PutU64(&head, version);
+  if (format == kRecordFormatExpiry) PutU64(&head, static_cast<uint64_t>(expires_at_ms));
   uint32_t crc = Crc32c(head.data(), head.size());
   crc = Crc32cExtend(crc, key.data(), key.size());
   return Crc32cExtend(crc, value.data(), value.size());
@@ -60,6 +64,7 @@ uint32_t RecordCrc(uint8_t format, uint64_t version, std::string_view key, std::
 struct Decoded {
   uint64_t version;
   std::string_view value;
+  int64_t expires_at_ms;
 };
 
 StatusOr<Decoded> DecodeStored(std::string_view key, std::string_view stored) {
@@ -70,13 +75,25 @@ StatusOr<Decoded> DecodeStored(std::string_view key, std::string_view stored) {
     return DataLoss(where() + " is " + std::to_string(stored.size()) + " bytes, shorter than its header");
   }
   const uint8_t format = static_cast<uint8_t>(stored[0]);
-  if (format != kRecordFormat) return DataLoss(where() + " has unknown format " + std::to_string(format));
+  if (format != kRecordFormat && format != kRecordFormatExpiry) {
+    return DataLoss(where() + " has unknown format " + std::to_string(format));
+  }
   const uint64_t version = GetU64(stored.data() + 1);
-  const uint32_t crc = GetU32(stored.data() + 9);
-  const std::string_view value = stored.substr(kRecordHeaderBytes);
+  int64_t expires_at_ms = 0;
+  size_t header = kRecordHeaderBytes;
+  if (format == kRecordFormatExpiry) {
+    if (stored.size() < kRecordExpiryHeaderBytes) {
+      return DataLoss(where() + " is " + std::to_string(stored.size()) + " bytes, shorter than its header");
+    }
+    expires_at_ms = static_cast<int64_t>(GetU64(stored.data() + 9));
+    if (expires_at_ms <= 0) return DataLoss(where() + " has the expiry " + std::to_string(expires_at_ms));
+    header = kRecordExpiryHeaderBytes;
+  }
+  const uint32_t crc = GetU32(stored.data() + header - 4);
+  const std::string_view value = stored.substr(header);
   if (version == 0) return DataLoss(where() + " has version 0");
-  if (RecordCrc(format, version, key, value) != crc) return DataLoss(where() + " fails its checksum");
-  return Decoded{version, value};
+  if (RecordCrc(format, version, expires_at_ms, key, value) != crc) return DataLoss(where() + " fails its checksum");
+  return Decoded{version, value, expires_at_ms};
 }
 
 StatusOr<uint64_t> ReadMeta(rocksdb::DB* db, std::string_view key, const std::string& dir) {
@@ -255,7 +272,7 @@ StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& dir, const Store
 }
 
 Status Store::AddToBatch(rocksdb::WriteBatch* batch, bool put, std::string_view key, std::string_view value,
-                         uint64_t version, uint64_t hw, bool mark) {
+                         uint64_t version, int64_t expires_at_ms, uint64_t hw, bool mark) {
   // One buffer per calling thread for the prefixed key and the encoded
   // record: WriteBatch copies them.
   thread_local std::string dkey;
@@ -264,9 +281,11 @@ Status Store::AddToBatch(rocksdb::WriteBatch* batch, bool put, std::string_view 
   dkey.append(key);
   if (!put) return FromRocks(batch->Delete(dkey), "batch");
   stored.clear();
-  stored.push_back(static_cast<char>(kRecordFormat));
+  const uint8_t format = expires_at_ms == 0 ? kRecordFormat : kRecordFormatExpiry;
+  stored.push_back(static_cast<char>(format));
   PutU64(&stored, version);
-  const uint32_t crc = RecordCrc(kRecordFormat, version, key, value);
+  if (format == kRecordFormatExpiry) PutU64(&stored, static_cast<uint64_t>(expires_at_ms));
+  const uint32_t crc = RecordCrc(format, version, expires_at_ms, key, value);
   for (int i = 0; i < 4; ++i) stored.push_back(static_cast<char>(crc >> (8 * i)));
   stored.append(value);
   RKV_RETURN_IF_ERROR(FromRocks(batch->Put(dkey, stored), "batch"));
@@ -300,23 +319,24 @@ Status Store::Commit(rocksdb::WriteBatch* batch, const std::function<std::string
 }
 
 Status Store::Write(std::string_view what, std::string_view key, bool put, std::string_view value,
-                    uint64_t version) {
+                    uint64_t version, int64_t expires_at_ms) {
   const uint64_t new_hw = std::max(version_hw_, version);
   if (background()) {
-    RKV_RETURN_IF_ERROR(Enqueue(put, key, value, version, new_hw));
+    RKV_RETURN_IF_ERROR(Enqueue(put, key, value, version, expires_at_ms, new_hw));
     version_hw_ = new_hw;
     return Status::Ok();
   }
   thread_local rocksdb::WriteBatch batch;
   batch.Clear();
-  RKV_RETURN_IF_ERROR(AddToBatch(&batch, put, key, value, version, new_hw));
+  RKV_RETURN_IF_ERROR(AddToBatch(&batch, put, key, value, version, expires_at_ms, new_hw));
   RKV_RETURN_IF_ERROR(
       Commit(&batch, [&] { return "rocksdb " + std::string(what) + " of key '" + PrintableKey(key) + "'"; }));
   version_hw_ = new_hw;
   return Status::Ok();
 }
 
-Status Store::Enqueue(bool put, std::string_view key, std::string_view value, uint64_t version, uint64_t hw) {
+Status Store::Enqueue(bool put, std::string_view key, std::string_view value, uint64_t version,
+                      int64_t expires_at_ms, uint64_t hw) {
   const uint64_t bytes = key.size() + value.size();
   MutexLock lock(queue_mu_);
   // A write of a key already pending replaces it in place (no new entry);
@@ -358,6 +378,7 @@ Status Store::Enqueue(bool put, std::string_view key, std::string_view value, ui
   w.put = put;
   w.value.assign(value);
   w.version = version;
+  w.expires_at_ms = expires_at_ms;
   pending_bytes_ += bytes;
   pending_hw_ = std::max(pending_hw_, hw);
   // Below the trigger a write wakes nobody; past it, a notify while the
@@ -436,8 +457,8 @@ void Store::WriterLoop() {
     auto it = writing_.begin();
     for (; it != writing_.end() && s.ok() && n < kChunkWrites && (n == 0 || bytes < kChunkBytes); ++it, ++n) {
       bytes += it->first.size() + it->second.value.size();
-      s = AddToBatch(&batch, it->second.put, it->first, it->second.value, it->second.version, writing_hw_,
-                     /*mark=*/false);
+      s = AddToBatch(&batch, it->second.put, it->first, it->second.value, it->second.version,
+                     it->second.expires_at_ms, writing_hw_, /*mark=*/false);
     }
     if (s.ok()) s = AddMark(&batch, writing_hw_);
     if (s.ok()) s = Commit(&batch, [n] { return "rocksdb write of " + std::to_string(n) + " buffered writes"; });
@@ -610,10 +631,11 @@ Status Store::SyncWrites() {
   return Status::Ok();
 }
 
-Status Store::Put(std::string_view key, std::string_view value, uint64_t version) {
+Status Store::Put(std::string_view key, std::string_view value, uint64_t version, int64_t expires_at_ms) {
   if (key.empty()) return InvalidArgument("empty key");
   if (version == 0) return InvalidArgument("version 0 is reserved");
-  return Write("put", key, /*put=*/true, value, version);
+  if (expires_at_ms < 0) return InvalidArgument("negative expiry");
+  return Write("put", key, /*put=*/true, value, version, expires_at_ms);
 }
 
 Status Store::PutMany(std::span<const PutItem> items, size_t* written) {
@@ -622,12 +644,13 @@ Status Store::PutMany(std::span<const PutItem> items, size_t* written) {
   for (const PutItem& item : items) {
     if (item.key.empty()) return InvalidArgument("empty key");
     if (item.version == 0) return InvalidArgument("version 0 is reserved");
+    if (item.expires_at_ms < 0) return InvalidArgument("negative expiry");
     new_hw = std::max(new_hw, item.version);
   }
   if (items.empty()) return Status::Ok();
   if (background()) {
     for (const PutItem& item : items) {
-      RKV_RETURN_IF_ERROR(Enqueue(/*put=*/true, item.key, item.value, item.version, new_hw));
+      RKV_RETURN_IF_ERROR(Enqueue(/*put=*/true, item.key, item.value, item.version, item.expires_at_ms, new_hw));
       version_hw_ = std::max(version_hw_, item.version);
       ++*written;
     }
@@ -636,7 +659,8 @@ Status Store::PutMany(std::span<const PutItem> items, size_t* written) {
   thread_local rocksdb::WriteBatch batch;
   batch.Clear();
   for (const PutItem& item : items) {
-    RKV_RETURN_IF_ERROR(AddToBatch(&batch, /*put=*/true, item.key, item.value, item.version, new_hw, /*mark=*/false));
+    RKV_RETURN_IF_ERROR(AddToBatch(&batch, /*put=*/true, item.key, item.value, item.version, item.expires_at_ms,
+                                   new_hw, /*mark=*/false));
   }
   RKV_RETURN_IF_ERROR(AddMark(&batch, new_hw));
   RKV_RETURN_IF_ERROR(Commit(&batch, [&] {
@@ -652,7 +676,7 @@ Status Store::Delete(std::string_view key) {
   if (key.empty()) return InvalidArgument("empty key");
   // Versions come from one counter for all keys, so a delete need not
   // advance the high-water mark: the key's next PUT still gets a higher one.
-  return Write("delete", key, /*put=*/false, {}, 0);
+  return Write("delete", key, /*put=*/false, {}, 0, 0);
 }
 
 StatusOr<std::optional<Store::Value>> Store::Get(std::string_view key) const {
@@ -665,10 +689,16 @@ StatusOr<std::optional<Store::Value>> Store::Get(std::string_view key) const {
   if (s.IsNotFound()) return std::optional<Value>();
   RKV_RETURN_IF_ERROR(FromRocks(s, "rocksdb get of key '" + PrintableKey(key) + "'"));
   RKV_ASSIGN_OR_RETURN(const Decoded d, DecodeStored(key, stored));
-  return std::optional<Value>(Value{d.version, std::string(d.value)});
+  return std::optional<Value>(Value{d.version, std::string(d.value), d.expires_at_ms});
 }
 
 Status Store::Scan(const ScanFn& fn) const {
+  return ScanRecords([&](std::string_view key, uint64_t version, std::string_view value, int64_t) {
+    return fn(key, version, value);
+  });
+}
+
+Status Store::ScanRecords(const ScanRecordsFn& fn) const {
   RKV_RETURN_IF_ERROR(Flush());
   if (!db_) return Unavailable("store in " + dir_ + " is being reopened: " + error_->status.message());
   rocksdb::ReadOptions ro;
@@ -686,7 +716,7 @@ Status Store::Scan(const ScanFn& fn) const {
       return DataLoss("stored record of key '" + PrintableKey(key) + "' has version " +
                       std::to_string(d.version) + " above the high-water mark " + std::to_string(version_hw_));
     }
-    RKV_RETURN_IF_ERROR(fn(key, d.version, d.value));
+    RKV_RETURN_IF_ERROR(fn(key, d.version, d.value, d.expires_at_ms));
   }
   return FromRocks(it->status(), "rocksdb scan of " + dir_);
 }

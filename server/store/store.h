@@ -4,7 +4,13 @@
 // RocksDB keys and values (one keyspace, split by a one-byte prefix):
 //   'd' + key        -> StoredRecord: format byte (1), version (8, LE),
 //                       CRC32C (4, LE) of format, version, key and value;
-//                       then the value bytes.
+//                       then the value bytes. A record with an expiry
+//                       (docs/design.md §5.11) is format 2: format byte
+//                       (2), version (8, LE), expiry (8, LE: Unix ms,
+//                       > 0), CRC32C (4, LE) of format, version, expiry,
+//                       key and value; then the value bytes. A record
+//                       without one is written as format 1, so stores
+//                       written before expiry existed read unchanged.
 //   'm' + "version"  -> the version high-water mark (8, LE): every version
 //                       ever assigned is <= it. Written in the same
 //                       WriteBatch as each Put, so versions stay monotonic
@@ -142,6 +148,7 @@ class Store {
   struct Value {
     uint64_t version = 0;
     std::string value;
+    int64_t expires_at_ms = 0;  // 0: never
   };
 
   // Opens (creating if missing) the database in `dir`, increments and
@@ -172,7 +179,8 @@ class Store {
   // version) in one batch, durable per the store's durability. On error
   // nothing was written; RESOURCE_EXHAUSTED for a full disk, also while the
   // store waits to retry recovery (see "Full disk" above).
-  Status Put(std::string_view key, std::string_view value, uint64_t version);
+  // `expires_at_ms`: the record's expiry (0: none; never negative).
+  Status Put(std::string_view key, std::string_view value, uint64_t version, int64_t expires_at_ms = 0);
   // Removes `key` (not an error if absent), durable per the durability.
   // Errors as for Put.
   Status Delete(std::string_view key);
@@ -181,6 +189,7 @@ class Store {
     std::string_view key;
     std::string_view value;
     uint64_t version = 0;
+    int64_t expires_at_ms = 0;
   };
   // Writes every item as Put would, in one WriteBatch with one high-water
   // mark (the highest of theirs): one WAL append for all of them, which is
@@ -235,23 +244,29 @@ class Store {
   // malformed record. The views are valid during the call only.
   using ScanFn = std::function<Status(std::string_view key, uint64_t version, std::string_view value)>;
   Status Scan(const ScanFn& fn) const;
+  // As Scan, with each record's expiry (0: none).
+  using ScanRecordsFn =
+      std::function<Status(std::string_view key, uint64_t version, std::string_view value, int64_t expires_at_ms)>;
+  Status ScanRecords(const ScanRecordsFn& fn) const;
 
  private:
   Store(std::string dir, const StoreOptions& options);
-  Status Write(std::string_view what, std::string_view key, bool put, std::string_view value, uint64_t version);
+  Status Write(std::string_view what, std::string_view key, bool put, std::string_view value, uint64_t version,
+               int64_t expires_at_ms);
   bool background() const { return options_.background_queue > 0; }
   // Adds one write (a put carries the new high-water mark `hw`) to `batch`.
   // With mark false a put's mark is left out: the caller adds one for the
   // whole batch (AddMark, the highest), as the background writer does.
   static Status AddToBatch(rocksdb::WriteBatch* batch, bool put, std::string_view key, std::string_view value,
-                           uint64_t version, uint64_t hw, bool mark = true);
+                           uint64_t version, int64_t expires_at_ms, uint64_t hw, bool mark = true);
   // Adds the version high-water mark `hw` to `batch`.
   static Status AddMark(rocksdb::WriteBatch* batch, uint64_t hw);
   // Writes `batch` durable per the durability, through the error state;
   // `describe` names the write in an error (called only on one).
   Status Commit(rocksdb::WriteBatch* batch, const std::function<std::string()>& describe);
   // Background writes: buffers one write, waiting for room.
-  Status Enqueue(bool put, std::string_view key, std::string_view value, uint64_t version, uint64_t hw);
+  Status Enqueue(bool put, std::string_view key, std::string_view value, uint64_t version, int64_t expires_at_ms,
+                 uint64_t hw);
   // The writer thread's loop; returns once stopping with the buffer written.
   void WriterLoop();
   // Enters the error state after a failed write, or backs off further.
@@ -296,6 +311,7 @@ class Store {
     bool put = false;
     std::string value;
     uint64_t version = 0;
+    int64_t expires_at_ms = 0;
   };
   // Looked up by string_view: no key string is built for a lookup.
   struct KeyHash {

@@ -176,6 +176,48 @@ TEST_F(StoreTest, PutGetDeleteAndVersions) {
   EXPECT_EQ(s->Put("x", "x", 0).code(), StatusCode::kInvalidArgument);
 }
 
+TEST_F(StoreTest, ExpiryIsStoredAndRecordsWithoutOneKeepTheFirstFormat) {
+  {
+    auto s = MustOpen();
+    ASSERT_TRUE(s->Put("timed", "v", 1, 1'700'000'000'000).ok());
+    ASSERT_TRUE(s->Put("plain", "w", 2).ok());
+    size_t written = 0;
+    const Store::PutItem items[] = {{"batch", "x", 3, 1'800'000'000'000}};
+    ASSERT_TRUE(s->PutMany(items, &written).ok());
+    EXPECT_EQ(s->Put("bad", "v", 4, -1).code(), StatusCode::kInvalidArgument);
+    auto timed = s->Get("timed");
+    ASSERT_TRUE(timed.ok() && timed->has_value());
+    EXPECT_EQ((*timed)->expires_at_ms, 1'700'000'000'000);
+    EXPECT_EQ((*s->Get("plain"))->expires_at_ms, 0);
+  }
+  // After a reopen, ScanRecords gives every record's expiry.
+  auto s = MustOpen();
+  std::map<std::string, int64_t> expiry;
+  ASSERT_TRUE(s->ScanRecords([&](std::string_view k, uint64_t, std::string_view, int64_t e) {
+                 expiry[std::string(k)] = e;
+                 return Status::Ok();
+               }).ok());
+  EXPECT_EQ(expiry, (std::map<std::string, int64_t>{
+                        {"batch", 1'800'000'000'000}, {"plain", 0}, {"timed", 1'700'000'000'000}}));
+  s.reset();
+  // A record without an expiry is format 1 on disk, as before expiry
+  // existed; one with an expiry is format 2.
+  rocksdb::DB* db = nullptr;
+  rocksdb::Options o;
+  ASSERT_TRUE(rocksdb::DB::OpenForReadOnly(o, dir_.string(), &db).ok());
+  std::string raw;
+  ASSERT_TRUE(db->Get(rocksdb::ReadOptions(), "dplain", &raw).ok());
+  EXPECT_EQ(raw[0], 1);
+  ASSERT_TRUE(db->Get(rocksdb::ReadOptions(), "dtimed", &raw).ok());
+  EXPECT_EQ(raw[0], 2);
+  delete db;
+  // A format-2 record with a zero expiry is refused as corrupt.
+  raw[9] = raw[10] = raw[11] = raw[12] = raw[13] = raw[14] = raw[15] = raw[16] = 0;
+  RawPut("dtimed", raw);
+  auto again = MustOpen();
+  EXPECT_EQ(again->Get("timed").status().code(), StatusCode::kDataLoss);
+}
+
 TEST_F(StoreTest, PutManyWritesEveryItemWithOneHighWaterMark) {
   for (Durability d : {Durability::kNone, Durability::kWal, Durability::kSync}) {
     SCOPED_TRACE(DurabilityName(d));

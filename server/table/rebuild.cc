@@ -26,7 +26,8 @@ struct Batch {
     uint32_t key_bytes;
     uint32_t value_bytes;
     uint64_t version;
-    uint64_t hash;  // TableHash(key, seed)
+    int64_t expires_at_ms;  // 0: never
+    uint64_t hash;          // TableHash(key, seed)
   };
   std::string bytes;
   std::vector<Record> records;
@@ -91,14 +92,19 @@ class BatchQueue {
 Status ScanInto(const Store& store, uint64_t seed, const RebuildLimits& limits, BatchQueue& queue) {
   auto batch = std::make_unique<Batch>();
   bool stopped = false;
-  Status s = store.Scan([&](std::string_view key, uint64_t version, std::string_view value) -> Status {
+  // Expired records are loaded like any other: they read as absent, and
+  // the primary's reclaimer deletes them (replicated) as it does at run
+  // time, so replicas stay alike.
+  Status s = store.ScanRecords([&](std::string_view key, uint64_t version, std::string_view value,
+                                   int64_t expires_at_ms) -> Status {
     if (key.size() > limits.max_key_bytes || value.size() > limits.max_value_bytes) {
       return FailedPrecondition("stored key '" + PrintableKey(key) + "' (" + std::to_string(key.size()) +
                                 "-byte key, " + std::to_string(value.size()) +
                                 "-byte value) exceeds --max_key_bytes/--max_value_bytes; raise them");
     }
     batch->records.push_back(Batch::Record{batch->bytes.size(), static_cast<uint32_t>(key.size()),
-                                           static_cast<uint32_t>(value.size()), version, TableHash(key, seed)});
+                                           static_cast<uint32_t>(value.size()), version, expires_at_ms,
+                                           TableHash(key, seed)});
     batch->bytes.append(key);
     batch->bytes.append(value);
     if (batch->records.size() == kBatchRecords) {
@@ -135,7 +141,7 @@ StatusOr<uint64_t> RebuildTable(const Store& store, Table& table, const RebuildL
       const Batch::Record& r = records[i];
       const std::string_view key(batch->bytes.data() + r.offset, r.key_bytes);
       const std::string_view value(batch->bytes.data() + r.offset + r.key_bytes, r.value_bytes);
-      Status s = table.InsertAbsent(key, value, r.version, r.hash, now).status();
+      Status s = table.InsertAbsent(key, value, r.version, r.hash, now, r.expires_at_ms).status();
       if (!s.ok()) {
         failed = s.WithContext("rebuilding the table at key '" + PrintableKey(key) + "' after " +
                                std::to_string(n) + " keys (raise --max_keys or --memory)");

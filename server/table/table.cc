@@ -114,7 +114,7 @@ Table::Record Table::RecordAt(uint64_t slot) const {
   std::memcpy(&h, p, sizeof(h));
   const char* base = reinterpret_cast<const char*>(p) + layout::kBlockHeaderBytes;
   return Record{std::string_view(base, h.key_length), std::string_view(base + h.key_length, h.value_length),
-                h.version};
+                h.version, h.expires_at_ms};
 }
 
 bool Table::SlotHoldsKey(uint64_t slot, uint16_t fingerprint, std::string_view key) const {
@@ -256,8 +256,8 @@ StatusOr<Table::Position> Table::FreeSlotFor(const Neighborhood& nb, Heap::Clock
 }
 
 StatusOr<uint64_t> Table::PublishRecord(Position at, uint16_t fingerprint, std::string_view key,
-                                        std::string_view value, uint64_t version, uint64_t replaced,
-                                        Heap::Clock::time_point now) {
+                                        std::string_view value, uint64_t version, int64_t expires_at_ms,
+                                        uint64_t replaced, Heap::Clock::time_point now) {
   const uint64_t block_bytes = layout::BlockBytes(key.size(), value.size());
   RKV_ASSIGN_OR_RETURN(const uint64_t offset, heap_->Allocate(block_bytes, now));
   // The block is private until published: plain stores are fine here. A
@@ -266,7 +266,7 @@ StatusOr<uint64_t> Table::PublishRecord(Position at, uint16_t fingerprint, std::
   // it got).
   {
     RacyByDesign racy;
-    EncodeRecord(heap_memory_.subspan(offset, block_bytes), key, value, version, /*flags=*/0);
+    EncodeRecord(heap_memory_.subspan(offset, block_bytes), key, value, version, /*flags=*/0, expires_at_ms);
   }
   const uint64_t slot = layout::MakeSlot(fingerprint, offset, block_bytes);
   // Only once nothing can fail any more: a refused replace leaves the old
@@ -277,7 +277,7 @@ StatusOr<uint64_t> Table::PublishRecord(Position at, uint16_t fingerprint, std::
 }
 
 StatusOr<Table::Entry> Table::Upsert(std::string_view key, std::string_view value, uint64_t version,
-                                     Heap::Clock::time_point now) {
+                                     Heap::Clock::time_point now, int64_t expires_at_ms) {
   const Neighborhood nb = NeighborhoodOf(TableHash(key, seed_), log2_);
   const std::optional<Entry> existing = Lookup(key);
   Position at;
@@ -286,9 +286,12 @@ StatusOr<Table::Entry> Table::Upsert(std::string_view key, std::string_view valu
   } else {
     RKV_ASSIGN_OR_RETURN(at, FreeSlotFor(nb, now));
   }
+  const bool had_expiry = existing && RecordAt(existing->slot).expires_at_ms != 0;
   RKV_ASSIGN_OR_RETURN(const uint64_t slot,
-                       PublishRecord(at, nb.fingerprint, key, value, version,
+                       PublishRecord(at, nb.fingerprint, key, value, version, expires_at_ms,
                                      existing ? existing->slot : layout::kEmptySlot, now));
+  expiring_ += (expires_at_ms != 0 ? 1 : 0);
+  expiring_ -= (had_expiry ? 1 : 0);
   if (existing) {
     heap_->Retire(layout::SlotBlockOffset(existing->slot), layout::SlotBlockBytes(existing->slot), now);
   } else {
@@ -298,12 +301,13 @@ StatusOr<Table::Entry> Table::Upsert(std::string_view key, std::string_view valu
 }
 
 StatusOr<Table::Entry> Table::InsertAbsent(std::string_view key, std::string_view value, uint64_t version,
-                                           uint64_t hash, Heap::Clock::time_point now) {
+                                           uint64_t hash, Heap::Clock::time_point now, int64_t expires_at_ms) {
   const Neighborhood nb = NeighborhoodOf(hash, log2_);
   RKV_ASSIGN_OR_RETURN(const Position at, FreeSlotFor(nb, now));
   RKV_ASSIGN_OR_RETURN(const uint64_t slot,
-                       PublishRecord(at, nb.fingerprint, key, value, version, layout::kEmptySlot, now));
+                       PublishRecord(at, nb.fingerprint, key, value, version, expires_at_ms, layout::kEmptySlot, now));
   ++size_;
+  if (expires_at_ms != 0) ++expiring_;
   return Entry{at.bucket, at.slot_index, slot, version};
 }
 
@@ -318,6 +322,7 @@ void Table::Prefetch(uint64_t hash) const {
 StatusOr<uint64_t> Table::Delete(std::string_view key, Heap::Clock::time_point now) {
   const std::optional<Entry> e = Lookup(key);
   if (!e) return NotFound("key not found");
+  if (RecordAt(e->slot).expires_at_ms != 0) --expiring_;
   Supersede(e->slot);
   PublishSlot(bucket(e->bucket)->slots[e->slot_index], layout::kEmptySlot);
   heap_->Retire(layout::SlotBlockOffset(e->slot), layout::SlotBlockBytes(e->slot), now);

@@ -134,14 +134,15 @@ class Table {
   // no block; no key's value changed then (keys may have moved, each within
   // its own neighbourhood) and the old value, if any, stays readable.
   // Returns where the key now lives.
+  // `expires_at_ms`: the block's expiry (layout::BlockHeader; 0: none).
   StatusOr<Entry> Upsert(std::string_view key, std::string_view value, uint64_t version,
-                         Heap::Clock::time_point now);
+                         Heap::Clock::time_point now, int64_t expires_at_ms = 0);
 
   // Rebuild only, before ServeReaders: inserts `key`, which must be absent
   // (the keys of one store scan are distinct), without looking it up; `hash`
   // is TableHash(key, hash_seed()). Otherwise as Upsert.
   StatusOr<Entry> InsertAbsent(std::string_view key, std::string_view value, uint64_t version, uint64_t hash,
-                               Heap::Clock::time_point now);
+                               Heap::Clock::time_point now, int64_t expires_at_ms = 0);
   // Asks the CPU to fetch the first buckets of the neighbourhood of `hash`
   // into its cache, so that inserts of many keys overlap their misses.
   void Prefetch(uint64_t hash) const;
@@ -160,10 +161,13 @@ class Table {
     std::string_view key;
     std::string_view value;
     uint64_t version;
+    int64_t expires_at_ms;  // 0: never
   };
   Record RecordAt(uint64_t slot) const;
 
   uint64_t size() const { return size_; }
+  // Records with an expiry (expired or not).
+  uint64_t expiring() const { return expiring_; }
   uint64_t bucket_count() const { return uint64_t{1} << log2_; }
   uint64_t slot_count() const { return bucket_count() * layout::kSlotsPerBucket; }
   double load_factor() const { return static_cast<double>(size_) / static_cast<double>(slot_count()); }
@@ -207,7 +211,8 @@ class Table {
   // `replaced` (the slot word at `at`, kEmptySlot for an insert) superseded,
   // then publishes the new block at `at`.
   StatusOr<uint64_t> PublishRecord(Position at, uint16_t fingerprint, std::string_view key, std::string_view value,
-                                   uint64_t version, uint64_t replaced, Heap::Clock::time_point now);
+                                   uint64_t version, int64_t expires_at_ms, uint64_t replaced,
+                                   Heap::Clock::time_point now);
   // Marks the block `slot` names superseded (common/layout.h), before the
   // slot store that stops naming it.
   void Supersede(uint64_t slot);
@@ -220,6 +225,7 @@ class Table {
   uint32_t log2_ = 0;
   uint64_t seed_ = 0;
   uint64_t size_ = 0;
+  uint64_t expiring_ = 0;
   uint64_t relocations_ = 0;
   bool serving_readers_ = false;
   // Positions (bucket * kSlotsPerBucket + slot) that received a moved key,

@@ -153,6 +153,26 @@ struct PutCondition {
   static PutCondition VersionIs(uint64_t v) { return {Kind::kVersionIs, v}; }
 };
 
+// Expiry (docs/design.md §5.11). A key written with an expiry reads as
+// absent (NOT_FOUND, on every path: the one-sided GET checks the deadline
+// stored in the block) once the reader's clock has reached it, and a
+// condition finds it absent once the primary's clock has; the servers
+// reclaim expired records in the background. The deadline is an absolute
+// Unix time in milliseconds (CLOCK_REALTIME), kept with the record across
+// restarts, failovers and catch-up; so clocks must agree to within the
+// precision an application needs (a reader whose clock is ahead by d sees
+// a key expire d early). kNoExpiry: the key never expires.
+inline constexpr int64_t kNoExpiry = 0;
+
+// A PUT's options (Client::Put): its precondition and its expiry.
+struct PutOptions {
+  PutCondition condition{};
+  // Unix time in milliseconds from which the key reads as absent (a time
+  // already past stores a record that reads as absent at once);
+  // kNoExpiry: never. Negative: INVALID_ARGUMENT.
+  int64_t expires_at_unix_ms = kNoExpiry;
+};
+
 // What a client has done since Connect (Client::Counters): its location
 // cache, how often its calls tried again, and its attempts per server.
 struct ClientCounters {
@@ -211,6 +231,9 @@ struct CallOptions {
 struct VersionedValue {
   std::string value;
   uint64_t version = 0;
+  // The key's expiry (PutOptions::expires_at_unix_ms): kNoExpiry or a Unix
+  // time in milliseconds still ahead of the reader's clock when read.
+  int64_t expires_at_unix_ms = kNoExpiry;
 };
 
 // One write of a MultiPut: views of the caller's bytes, read during the
@@ -221,6 +244,8 @@ struct KeyValueView {
   // MultiPut: this item is stored only if the condition holds (as Put with
   // a PutCondition); the default, none, always stores.
   PutCondition condition{};
+  // The item's expiry, as PutOptions::expires_at_unix_ms.
+  int64_t expires_at_unix_ms = kNoExpiry;
 };
 
 // One server of the cluster, as the client's cached map lists it. keys and
@@ -395,6 +420,19 @@ class RKV_EXPORT Client {
   // Put only if `condition` holds (PutCondition); PutCondition{} is Put.
   StatusOr<uint64_t> Put(std::string_view key, std::string_view value, const PutCondition& condition,
                          const CallOptions& call = {});
+  // Put with a condition and an expiry (PutOptions).
+  StatusOr<uint64_t> Put(std::string_view key, std::string_view value, const PutOptions& options,
+                         const CallOptions& call = {});
+  // Gives `key` the expiry `expires_at_unix_ms` (kNoExpiry: none, as
+  // Redis's PERSIST), keeping its value: GetVersioned and a Put conditional
+  // on the version read, again while another write slips between them, so
+  // a concurrent write is never undone. Returns the key's new version
+  // (changing the expiry is a write). A deadline the client's clock has
+  // already reached removes the key (DeleteIfVersion) and returns 0.
+  // NOT_FOUND when the key is absent or expired; otherwise Put's errors.
+  StatusOr<uint64_t> SetExpiry(std::string_view key, int64_t expires_at_unix_ms, const CallOptions& call = {});
+  // This client's clock as expiry reads it: Unix time in milliseconds.
+  static int64_t NowUnixMs();
   // Removes `key`; NOT_FOUND when it was absent.
   Status Delete(std::string_view key, const CallOptions& call = {});
   // Removes `key` only if its version is `version` (>= 1; a
