@@ -7,7 +7,8 @@ and runs each one with bash from the repository root, in the order a
 newcomer follows: `deploy/quickstart.sh` as it stands (its prefix under a
 temporary $HOME, as for a user who is not root through sudo), then the one
 `export PATH=...` line it prints for a prefix that is not on PATH, then the
-`kvctl` lines against its server and the Python example; `deploy/cluster.sh
+`kvctl` lines against its server, the Python example, and rkv-gateway's
+line (in the background) with its memcached lines; `deploy/cluster.sh
 start`, the cluster's `kvctl` lines, the metrics lines (a real Prometheus
 until it has scraped every process) and `stop`; then the etcd cluster of
 `start --ha` with its lines; last `deploy/quickstart.sh stop`.
@@ -19,7 +20,7 @@ Each command must exit 0, and where the README says what it prints, its
 output must say it.
 
 The fixed ports of the README (7600-7602, 7700-7703, 8600-8703, etcd's
-2379-2580, Prometheus's 9090) and the folders .rkv-local/ and
+2379-2580, Prometheus's 9090, rkv-gateway's 6380 and 11212) and the folders .rkv-local/ and
 .rkv-cluster/ must be free: otherwise the test is skipped (exit 77) with
 the reason, unless RKV_NO_SKIP=1 (then it fails). It removes what it made,
 also on a failure.
@@ -30,6 +31,7 @@ import os
 import re
 import shlex
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -133,7 +135,7 @@ def busy_reasons(root):
             reasons.append(f"{d}/ exists (a local server or cluster of yours; "
                            f"stop it and remove {d}/ to run this test)")
     ports = [7600, 7601, 7602, 7700, 7701, 7702, 7703, 8600, 8601, 8602, 8700, 8701, 8702, 8703,
-             2379, 2380, 2479, 2480, 2579, 2580, 9090]
+             2379, 2380, 2479, 2480, 2579, 2580, 9090, 6380, 11212]
     taken = [p for p in ports if port_in_use(p)]
     if taken:
         reasons.append("ports the README uses are taken: " + ", ".join(map(str, taken)))
@@ -169,6 +171,35 @@ def prometheus_scrapes_everything(runner, command):
         raise Failed(f"prometheus did not scrape the four processes within 120 s: {health}")
     finally:
         p.terminate()
+        try:
+            p.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+
+
+def with_gateway(runner, command, listening, body):
+    """Starts the README's rkv-gateway line, waits for its `listening`
+    line, runs body(), then stops it as the README's Ctrl-C does."""
+    print(f"$ {command}    (in the background while its lines run, then SIGINT)", flush=True)
+    log_path = os.path.join(runner.log_dir, "rkv-gateway.log")
+    with open(log_path, "wb") as log:
+        p = subprocess.Popen(["bash", "-c", "exec " + command], cwd=runner.root, env=runner.env,
+                             stdout=log, stderr=subprocess.STDOUT)
+    runner.ran.append(command)
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            with open(log_path, encoding="utf-8", errors="replace") as f:
+                text = f.read()
+            if listening in text:
+                break
+            if p.poll() is not None or time.monotonic() > deadline:
+                raise Failed(f"rkv-gateway did not print `{listening}` (exit {p.poll()}):\n{text[-3000:]}")
+            time.sleep(0.1)
+        body()
+    finally:
+        p.send_signal(signal.SIGINT)
         try:
             p.wait(timeout=30)
         except subprocess.TimeoutExpired:
@@ -225,6 +256,18 @@ def scenario(runner, commands):
     out, _ = runner.run(python[0])
     need("the Python example did not print its GET and MultiGet",
          "b'hello'" in out and "[b'hello', None]" in out, out)
+
+    # rkv-gateway on the same server, and its memcached lines.
+    def memcached_lines():
+        out, _ = runner.run(starting("bash -c 'exec 3<>/dev/tcp/127.0.0.1/11212;")[0])
+        need("the memcached session did not store and get mc-greeting",
+             out == "STORED\r\nVALUE mc-greeting 0 5\r\nhello\r\nEND\r\n", out)
+        out, _ = runner.run(take("memccat --servers=127.0.0.1:11212 mc-greeting"))
+        need("memccat did not print the value", out.strip() == "hello", out)
+        out, _ = runner.run(take("memcstat --servers=127.0.0.1:11212"))
+        need("memcstat showed no cmd_get", "cmd_get" in out, out)
+    with_gateway(runner, take("rkv-gateway --server=127.0.0.1:7700 --token_file=.rkv-local/token --allow_flush"),
+                 "memcached listening on 127.0.0.1:11212", memcached_lines)
 
     # A local cluster, its kvctl lines and its metrics.
     runner.run(take("deploy/cluster.sh start"))
