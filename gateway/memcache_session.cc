@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cstdio>
+#include <ctime>
 #include <optional>
 #include <string>
 #include <vector>
@@ -50,6 +51,12 @@ MemcacheShared& DefaultShared() {
   static MemcacheShared shared;
   return shared;
 }
+// The process-wide instance counts uptime from the process's start, not
+// from its first connection.
+[[maybe_unused]] const bool kDefaultSharedStarted = [] {
+  DefaultShared().started_unix_s.store(static_cast<int64_t>(std::time(nullptr)), std::memory_order_relaxed);
+  return true;
+}();
 
 bool IsConditionFailed(const Status& s) {
   return s.code() == StatusCode::kFailedPrecondition && s.reason() == Reason::kConditionFailed;
