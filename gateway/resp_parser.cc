@@ -42,7 +42,7 @@ struct HeaderLine {
 HeaderLine ReadHeaderLine(std::string_view in, size_t pos, size_t max_line) {
   HeaderLine line;
   size_t cr = in.find('\r', pos);
-  if (cr == std::string_view::npos || cr + 1 >= in.size()) {
+  if (cr == std::string_view::npos) {
     // Redis refuses a header that has not ended within its inline limit.
     line.too_long = in.size() - pos > max_line;
     return line;
@@ -51,6 +51,7 @@ HeaderLine ReadHeaderLine(std::string_view in, size_t pos, size_t max_line) {
     line.too_long = true;
     return line;
   }
+  if (cr + 1 >= in.size()) return line;  // the '\n' is still to come
   line.complete = true;
   line.text = in.substr(pos + 1, cr - pos - 1);
   line.next = cr + 2;
@@ -216,7 +217,9 @@ RespParse RespParser::ParseMultibulk(std::string_view in, bool authenticated) co
   for (int64_t i = 0; i < *count; ++i) {
     if (pos >= in.size()) return Incomplete(std::max(declared, pos) + 1);
     if (in[pos] != '$') {
-      return Error(std::string("ERR Protocol error: expected '$', got '") + in[pos] + "'");
+      // Redis's reply shows a line break as a space.
+      char got = in[pos] == '\r' || in[pos] == '\n' ? ' ' : in[pos];
+      return Error(std::string("ERR Protocol error: expected '$', got '") + got + "'");
     }
     HeaderLine len_line = ReadHeaderLine(in, pos, limits_.max_inline_bytes);
     if (len_line.too_long) return Error("ERR Protocol error: too big bulk count string");

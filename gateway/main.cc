@@ -1,0 +1,276 @@
+// rkv-gateway: serves Redis (RESP2) and memcached text-protocol clients on
+// an rkv server or cluster, through one librkv Client (docs/design.md, the
+// gateway's section).
+//
+// Exit codes: 0 after SIGTERM/SIGINT and a clean shutdown; 1 when it
+// cannot start (a listen address taken, rkv unreachable, a refused token:
+// the message says which); 2 for bad flags.
+#include <gflags/gflags.h>
+#include <glog/logging.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <ctime>
+#include <iostream>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/token.h"
+#include "gateway/event_loop.h"
+#include "gateway/listener.h"
+#include "gateway/resp_session.h"
+#include "rkv/client.h"
+#ifdef RKV_GATEWAY_MEMCACHE
+#include "gateway/memcache_session.h"
+#endif
+
+// The protocols.
+DEFINE_string(redis_listen, "127.0.0.1:6380",
+              "HOST:PORT for Redis (RESP2) clients (default 127.0.0.1:6380, beside a redis-server's 6379; "
+              "empty: none)");
+DEFINE_string(memcached_listen, "127.0.0.1:11212",
+              "HOST:PORT for memcached text-protocol clients (default 127.0.0.1:11212, beside a memcached's "
+              "11211; empty: none)");
+DEFINE_bool(allow_flush, false,
+            "memcached: allow flush_all, which hides every item the memcached side wrote before it, on every "
+            "gateway of the cluster (default false: refused)");
+DEFINE_string(requirepass, "",
+              "Redis: clients must AUTH with this password before any other command (redis-server's "
+              "requirepass; default empty: no AUTH needed unless --auth_with_token)");
+DEFINE_bool(auth_with_token, false,
+            "Redis: clients must AUTH with the rkv token of --token_file (or --requirepass's password when "
+            "set) before any other command (default false)");
+
+// The event loop.
+DEFINE_int32(threads, 0,
+             "event-loop threads, 1..1024; each has its own rkv client and executes its connections' rkv "
+             "calls (default 0: one per CPU)");
+DEFINE_uint64(max_clients, 10000,
+              "most client connections at once, all protocols together; one more is answered the protocol's "
+              "error and closed (default 10000)");
+DEFINE_uint64(output_limit_bytes, 1 << 20,
+              "unsent reply bytes at which a connection is no longer read until its client reads (default "
+              "1048576)");
+DEFINE_uint64(max_request_bytes, 64 << 20,
+              "largest Redis request, framing included; raised to rkv's max value size + 1 MiB when smaller "
+              "(default 67108864)");
+DEFINE_uint64(max_batch, 32,
+              "Redis: most consecutive pipelined GETs (plain SETs) executed as one MultiGet (MultiPut), 1..4096 "
+              "(default 32)");
+
+// rkv, as kvctl names them.
+DEFINE_string(server, "127.0.0.1:7700", "HOST:PORT of the rkv server's data plane (default 127.0.0.1:7700)");
+DEFINE_string(coordinator, "",
+              "HOST:PORT of the rkv-coordinator, or a comma-separated list of the cluster's coordinators: "
+              "cluster mode (instead of --server)");
+DEFINE_string(token_file, "", "file holding the access token (required)");
+DEFINE_string(transport, "auto", "data-plane transport: auto, tcp or verbs (default auto)");
+DEFINE_int32(timeout, 5000,
+             "deadline of connecting to rkv and of every rkv call, in milliseconds (default 5000)");
+DEFINE_int32(connections, 1,
+             "rkv connections of each loop thread's client (per server in cluster mode), 1..64 (default 1: a "
+             "thread makes one rkv call at a time)");
+DEFINE_uint64(location_cache_bytes, uint64_t{32} << 20,
+              "bytes of the location cache of each loop thread's client (a GET of a key read before costs one "
+              "READ); 0 turns it off (default 33554432)");
+
+DECLARE_bool(help);
+
+namespace {
+
+constexpr int kExitCannotStart = 1;
+constexpr int kExitBadFlag = 2;
+
+constexpr char kUsage[] =
+    "serves Redis and memcached clients on an rkv server or cluster.\n"
+    "\n"
+    "  rkv-gateway --token_file=FILE [--server=HOST:PORT | --coordinator=HOST:PORT[,...]]\n"
+    "              [--redis_listen=HOST:PORT] [--memcached_listen=HOST:PORT] ...\n"
+    "\n"
+    "Redis clients connect to --redis_listen (default 127.0.0.1:6380), memcached clients to\n"
+    "--memcached_listen (default 127.0.0.1:11212); an empty address turns a protocol off. On start it\n"
+    "prints one line per protocol, 'rkv-gateway PROTOCOL listening on HOST:PORT'. SIGTERM or SIGINT\n"
+    "stops it. KEYS, SCAN and FLUSHALL are refused (rkv has no keyspace listing); DBSIZE and INFO's\n"
+    "key count are approximate (cluster mode only).\n"
+    "\n"
+    "Exit status: 0 after SIGTERM/SIGINT, 1 when it cannot start, 2 for bad flags.";
+
+int BadFlag(const std::string& message) {
+  std::cerr << "rkv-gateway: " << message << " (rkv-gateway --help lists the flags)\n";
+  return kExitBadFlag;
+}
+
+int CannotStart(const std::string& message) {
+  std::cerr << "rkv-gateway: " << message << "\n";
+  return kExitCannotStart;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  FLAGS_logtostderr = true;
+  gflags::SetUsageMessage(kUsage);
+  gflags::SetVersionString(RKV_VERSION);
+  gflags::ParseCommandLineFlags(&argc, &argv, true);
+  google::InitGoogleLogging(argv[0]);
+  if (argc > 1) return BadFlag(std::string("unexpected argument '") + argv[1] + "'");
+
+  if (FLAGS_token_file.empty()) return BadFlag("--token_file is required");
+  if (FLAGS_redis_listen.empty() && FLAGS_memcached_listen.empty()) {
+    return BadFlag("--redis_listen and --memcached_listen are both empty: nothing to serve");
+  }
+#ifndef RKV_GATEWAY_MEMCACHE
+  if (!FLAGS_memcached_listen.empty()) {
+    return BadFlag("--memcached_listen: this build has no memcached protocol; give --memcached_listen=");
+  }
+#endif
+  int threads = FLAGS_threads;
+  if (threads == 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  if (threads < 1 || threads > 1024) return BadFlag("--threads must be 0 (one per CPU) or 1..1024");
+  if (FLAGS_max_clients < 1) return BadFlag("--max_clients must be at least 1");
+  if (FLAGS_output_limit_bytes < 1024) return BadFlag("--output_limit_bytes must be at least 1024");
+  if (FLAGS_max_batch < 1 || FLAGS_max_batch > 4096) return BadFlag("--max_batch must be 1..4096");
+  if (FLAGS_timeout <= 0) return BadFlag("--timeout must be a positive number of milliseconds");
+  int connections = FLAGS_connections;
+  if (connections < 1 || connections > 64) return BadFlag("--connections must be 1..64");
+  if (!FLAGS_requirepass.empty() && FLAGS_requirepass.find_first_of("\r\n") != std::string::npos) {
+    return BadFlag("--requirepass must not hold a line break");
+  }
+  auto token = rkv::ReadTokenFile(FLAGS_token_file);
+  if (!token.ok()) return BadFlag("--token_file: " + token.status().ToString());
+
+  // SIGTERM and SIGINT are taken by sigwait below: blocked before any
+  // thread starts (librkv's, the loop's), so every thread inherits the
+  // mask. A peer gone while a reply is sent is EPIPE, not a signal.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  // Listen first: a taken port is reported before rkv is even asked.
+  struct Bound {
+    std::string protocol;
+    std::string flag;
+    int fd;
+  };
+  std::vector<Bound> bound;
+  auto close_all = [&] {
+    for (const Bound& b : bound) close(b.fd);
+  };
+  for (auto [protocol, flag, address] :
+       {std::tuple{"redis", "--redis_listen", FLAGS_redis_listen},
+        std::tuple{"memcached", "--memcached_listen", FLAGS_memcached_listen}}) {
+    if (address.empty()) continue;
+    auto fd = rkv::gateway::Listen(address);
+    if (!fd.ok()) {
+      close_all();
+      return CannotStart(std::string(flag) + ": " + fd.status().message());
+    }
+    bound.push_back({protocol, flag, *fd});
+  }
+
+  rkv::ClientOptions options;
+  if (!FLAGS_coordinator.empty()) {
+    options.server.clear();
+    options.coordinator = FLAGS_coordinator;
+  } else {
+    options.server = FLAGS_server;
+  }
+  options.token = *token;
+  options.transport = FLAGS_transport;
+  options.timeout = std::chrono::milliseconds(FLAGS_timeout);
+  options.connections = connections;
+  options.location_cache_bytes = FLAGS_location_cache_bytes;
+  // One Client per loop thread: a thread executes its connections' calls
+  // one at a time, so each Client sees one call at a time and its
+  // requests reach rkv in the order they were numbered (docs/design.md,
+  // the gateway's section, says why that matters for writes).
+  std::vector<std::unique_ptr<rkv::Client>> clients;
+  for (int i = 0; i < threads; ++i) {
+    auto client = rkv::Client::Connect(options);
+    if (!client.ok()) {
+      close_all();
+      return CannotStart("cannot connect to rkv (" +
+                         (FLAGS_coordinator.empty() ? "--server=" + FLAGS_server : "--coordinator=" + FLAGS_coordinator) +
+                         "): " + client.status().ToString());
+    }
+    clients.push_back(std::move(*client));
+  }
+  rkv::gateway::Limits limits;
+  limits.max_key_bytes = clients[0]->max_key_bytes();
+  limits.max_value_bytes = clients[0]->max_value_bytes();
+
+  rkv::gateway::RespShared resp_shared;
+  resp_shared.started_unix_s = static_cast<int64_t>(std::time(nullptr));
+  rkv::gateway::RespOptions resp;
+  resp.limits = limits;
+  resp.requirepass = FLAGS_requirepass;
+  if (FLAGS_auth_with_token) resp.token = *token;
+  resp.max_batch = FLAGS_max_batch;
+  resp.max_request_bytes = std::max<size_t>(FLAGS_max_request_bytes, limits.max_value_bytes + (size_t{1} << 20));
+  resp.shared = &resp_shared;
+#ifdef RKV_GATEWAY_MEMCACHE
+  // Its sessions share the process-wide MemcacheShared (counters, flush
+  // times): one memcached listener.
+  rkv::gateway::MemcacheOptions memcache;
+  memcache.limits = limits;
+  memcache.allow_flush = FLAGS_allow_flush;
+#endif
+
+  std::vector<rkv::Client*> by_thread;
+  for (const auto& client : clients) by_thread.push_back(client.get());
+  std::vector<rkv::gateway::ListenerSpec> listeners;
+  for (const Bound& b : bound) {
+    rkv::gateway::ListenerSpec spec;
+    spec.protocol = b.protocol;
+    spec.fd = b.fd;
+    if (b.protocol == "redis") {
+      resp_shared.tcp_port = rkv::gateway::BoundPort(b.fd);
+      spec.make_session = [by_thread, &resp](int thread) {
+        return rkv::gateway::NewRespSession(by_thread[static_cast<size_t>(thread)], resp);
+      };
+      spec.refusal = "-ERR max number of clients reached\r\n";
+    } else {
+#ifdef RKV_GATEWAY_MEMCACHE
+      spec.make_session = [by_thread, &memcache](int thread) {
+        return rkv::gateway::NewMemcacheSession(by_thread[static_cast<size_t>(thread)], memcache);
+      };
+      spec.refusal = "SERVER_ERROR Too many open connections\r\n";
+#endif
+    }
+    listeners.push_back(std::move(spec));
+  }
+  rkv::gateway::LoopOptions loop_options;
+  loop_options.threads = threads;
+  loop_options.max_clients = FLAGS_max_clients;
+  loop_options.output_limit_bytes = FLAGS_output_limit_bytes;
+  auto loop = rkv::gateway::EventLoop::Start(std::move(listeners), loop_options);
+  if (!loop.ok()) {
+    close_all();
+    return CannotStart("cannot start the event loop: " + loop.status().ToString());
+  }
+  LOG(INFO) << "rkv-gateway " << RKV_VERSION << ": " << threads << " threads, rkv over "
+            << clients[0]->transport_name() << " ("
+            << (FLAGS_coordinator.empty() ? "server " + FLAGS_server : "cluster " + FLAGS_coordinator)
+            << "), max key " << limits.max_key_bytes << " bytes, max value " << limits.max_value_bytes << " bytes";
+  for (const Bound& b : bound) {
+    std::printf("rkv-gateway %s listening on %s\n", b.protocol.c_str(), rkv::gateway::BoundAddress(b.fd).c_str());
+  }
+  std::fflush(stdout);
+
+  int signal_number = 0;
+  while (sigwait(&signals, &signal_number) != 0) {
+  }
+  LOG(INFO) << "rkv-gateway: " << (signal_number == SIGINT ? "SIGINT" : "SIGTERM") << ", stopping";
+  (*loop)->Stop();
+  close_all();
+  LOG(INFO) << "rkv-gateway: stopped (" << (*loop)->Stats().accepted << " connections served)";
+  return 0;
+}
