@@ -8,7 +8,7 @@ newcomer follows: `deploy/quickstart.sh` as it stands (its prefix under a
 temporary $HOME, as for a user who is not root through sudo), then the one
 `export PATH=...` line it prints for a prefix that is not on PATH, then the
 `kvctl` lines against its server, the Python example, and rkv-gateway's
-line (in the background) with its memcached lines; `deploy/cluster.sh
+line (in the background) with its memcached and Redis lines; `deploy/cluster.sh
 start`, the cluster's `kvctl` lines, the metrics lines (a real Prometheus
 until it has scraped every process) and `stop`; then the etcd cluster of
 `start --ha` with its lines; last `deploy/quickstart.sh stop`.
@@ -266,8 +266,32 @@ def scenario(runner, commands):
         need("memccat did not print the value", out.strip() == "hello", out)
         out, _ = runner.run(take("memcstat --servers=127.0.0.1:11212"))
         need("memcstat showed no cmd_get", "cmd_get" in out, out)
+    # Its Redis lines, with what the README says each prints.
+    def redis_lines():
+        expected = {
+            "redis-cli -p 6380 SET greeting hello": "OK",
+            "redis-cli -p 6380 GET greeting": "hello",
+            "redis-cli -p 6380 INCR visits": "1",
+            "redis-cli -p 6380 SET session:1 alice EX 60": "OK",
+            "redis-cli -p 6380 MGET greeting visits absent": "hello\n1\n",
+        }
+        for command in starting("redis-cli -p 6380 "):
+            out, _ = runner.run(command)
+            if command.endswith("TTL session:1"):
+                need("TTL after EX 60 is not 59 or 60", out.strip() in ("59", "60"), out)
+            else:
+                need(f"`{command}` did not print {expected[command]!r}", out.rstrip("\n") == expected[command].rstrip("\n"),
+                     out)
+        out, _ = runner.run(starting("redis-benchmark -p 6380 ")[0])
+        for test in ("SET", "GET", "INCR"):
+            need(f"redis-benchmark printed no {test} result", re.search(rf"(^|\r|\n){test}: [0-9.]+ requests per second", out),
+                 out)
+
+    def gateway_lines():
+        memcached_lines()
+        redis_lines()
     with_gateway(runner, take("rkv-gateway --server=127.0.0.1:7700 --token_file=.rkv-local/token --allow_flush"),
-                 "memcached listening on 127.0.0.1:11212", memcached_lines)
+                 "memcached listening on 127.0.0.1:11212", gateway_lines)
 
     # A local cluster, its kvctl lines and its metrics.
     runner.run(take("deploy/cluster.sh start"))
