@@ -43,11 +43,13 @@ std::vector<std::string> ParseAll(std::string_view in, const RespParser& parser,
   std::vector<std::string> seen;
   std::string buffer(in.substr(0, split));
   size_t delivered = split;
+  size_t hint = 0;  // the last wait's hint for the request at the front
   while (true) {
     const RespParse r = parser.Parse(buffer, authenticated);
     if (r.kind == Kind::kIncomplete) {
       RKV_FUZZ_CHECK(r.consumed == 0 && r.args.empty());
       RKV_FUZZ_CHECK(r.needed > buffer.size());
+      hint = r.needed;
       RKV_FUZZ_CHECK(buffer.size() <= limits.max_request_bytes + limits.max_inline_bytes);
       if (delivered == in.size()) break;
       buffer.append(in.substr(delivered));
@@ -61,6 +63,9 @@ std::vector<std::string> ParseAll(std::string_view in, const RespParser& parser,
       break;
     }
     RKV_FUZZ_CHECK(r.consumed >= 1 && r.consumed <= buffer.size());
+    // The hint was a lower bound: the request took at least that much.
+    RKV_FUZZ_CHECK(r.consumed >= hint);
+    hint = 0;
     std::string line = r.kind == Kind::kSkip ? "skip" : "command";
     if (r.kind == Kind::kCommand) {
       RKV_FUZZ_CHECK(!r.args.empty());

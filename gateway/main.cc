@@ -98,7 +98,8 @@ constexpr char kUsage[] =
     "stops it. KEYS, SCAN and FLUSHALL are refused (rkv has no keyspace listing); DBSIZE and INFO's\n"
     "key count are approximate (cluster mode only).\n"
     "\n"
-    "Exit status: 0 after SIGTERM/SIGINT, 1 when it cannot start, 2 for bad flags.";
+    "Exit status: 0 after SIGTERM/SIGINT, 1 when it cannot start, 2 for bad flags. --helpshort lists\n"
+    "rkv-gateway's own flags alone.";
 
 int BadFlag(const std::string& message) {
   std::cerr << "rkv-gateway: " << message << " (rkv-gateway --help lists the flags)\n";

@@ -211,11 +211,16 @@ RespParse RespParser::ParseMultibulk(std::string_view in, bool authenticated) co
   // The arguments are collected only once the whole request is known to
   // be here, so an incomplete request costs a scan of its headers, no copy.
   size_t pos = count_line.next;
-  size_t declared = count_line.next;  // framing plus the bulks' declared sizes so far
+  size_t declared = count_line.next;  // the request's bytes up to the end of the bulk at hand
   std::vector<std::pair<size_t, size_t>> spans;
   spans.reserve(static_cast<size_t>(std::min<int64_t>(*count, 1024)));
+  // Every bulk still to come takes at least "$0\r\n\r\n": a lower bound
+  // on the request's size that spares a client sending many small
+  // arguments a scan of its headers on every read.
+  constexpr size_t kMinBulkBytes = 6;
+  const auto still = [&](int64_t from) { return static_cast<size_t>(*count - from) * kMinBulkBytes; };
   for (int64_t i = 0; i < *count; ++i) {
-    if (pos >= in.size()) return Incomplete(std::max(declared, pos) + 1);
+    if (pos >= in.size()) return Incomplete(pos + still(i));
     if (in[pos] != '$') {
       // Redis's reply shows a line break as a space.
       char got = in[pos] == '\r' || in[pos] == '\n' ? ' ' : in[pos];
@@ -223,7 +228,7 @@ RespParse RespParser::ParseMultibulk(std::string_view in, bool authenticated) co
     }
     HeaderLine len_line = ReadHeaderLine(in, pos, limits_.max_inline_bytes);
     if (len_line.too_long) return Error("ERR Protocol error: too big bulk count string");
-    if (!len_line.complete) return Incomplete(in.size() + 1);
+    if (!len_line.complete) return Incomplete(std::max(in.size() + 1, pos + still(i)));
     auto len = ParseRedisInteger(len_line.text);
     if (!len || *len < 0 || *len > limits_.max_bulk_bytes) return Error("ERR Protocol error: invalid bulk length");
     if (!authenticated && *len > limits_.unauthenticated_bulk_bytes) {
@@ -236,7 +241,7 @@ RespParse RespParser::ParseMultibulk(std::string_view in, bool authenticated) co
                    " bytes)");
     }
     // Redis skips the two bytes after a bulk without looking at them.
-    if (in.size() < declared) return Incomplete(declared);
+    if (in.size() < declared) return Incomplete(declared + still(i + 1));
     spans.emplace_back(len_line.next, bulk);
     pos = declared;
   }

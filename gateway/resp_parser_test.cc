@@ -139,6 +139,11 @@ TEST(RespParserTest, UnterminatedLinesWaitWithAHint) {
   RespParse r = parser.Parse("*1\r\n$100\r\nabc");
   EXPECT_EQ(r.kind, Kind::kIncomplete);
   EXPECT_EQ(r.needed, std::string("*1\r\n$100\r\n").size() + 102);
+  // Many arguments still to come: each takes at least "$0\r\n\r\n", so
+  // the parser is not asked again for every few bytes of them.
+  r = parser.Parse("*1000\r\n$1\r\na\r\n");
+  EXPECT_EQ(r.kind, Kind::kIncomplete);
+  EXPECT_EQ(r.needed, 14u + 999u * 6u);
 }
 
 TEST(RespParserTest, SplitAtEveryByteBoundaryParsesTheSame) {
