@@ -649,8 +649,11 @@ void MemcacheSession::FlushAll(const MemcacheRequest& req, std::string* out) {
     // The flush in force now stays in force until the new one's time. An
     // immediate flush_all takes this millisecond: items stamped up to it
     // are flushed, and items stored after it are stamped later (StampNow).
+    // Items stored since the flush in force are stamped after it, maybe
+    // in this very millisecond: the new time is later than it, so that
+    // they are flushed too.
     const int64_t in_force = pending != 0 && pending <= now ? pending : applied;
-    int64_t at = now;
+    int64_t at = std::max(now, in_force + 1);
     if (req.has_delay && req.delay > 0) at = std::max(at, ExptimeToDeadlineMs(req.delay, now));
     std::string value = std::to_string(in_force) + " " + std::to_string(at);
     auto v = client_->Put(kFlushKey, value, condition);
