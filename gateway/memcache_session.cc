@@ -43,7 +43,7 @@ constexpr int64_t kFlushRefreshMs = 1000;
 constexpr int kMaxCasAttempts = 1000;
 // Keys of one get read with one MultiGet; back-pressure is checked
 // between batches.
-constexpr size_t kGetBatch = 64;
+constexpr size_t kGetBatch = 32;
 
 void Add(std::atomic<uint64_t>& counter, uint64_t n = 1) { counter.fetch_add(n, std::memory_order_relaxed); }
 
