@@ -151,6 +151,11 @@ TEST_F(CoordinatorIdentityTest, EachServersOwnCallsWork) {
   v1::ClusterMap map;
   s = stub_->GetClusterMap(Ctx(kTokenA).get(), v1::GetClusterMapRequest(), &map);
   EXPECT_TRUE(s.ok()) << s.error_message();
+  // The map names each server's binding, which peers check
+  // (ServerInfo.credential).
+  for (const v1::ServerInfo& info : map.servers()) {
+    EXPECT_EQ(info.credential(), info.server_id() == "a" ? "srv-a" : "srv-b") << info.server_id();
+  }
   // a, primary of shard 0, reports b, its backup there: its own report
   // about another server is checked against a alone.
   const std::string owner = map.shard_owner(0);

@@ -214,7 +214,16 @@ v1::ClusterMap CoordinatorState::MapLocked() const {
       if (r.handover_from != kNone) replicas->set_handover_from(id(r.handover_from));
     }
   }
-  for (const Server& s : servers_) *map.add_servers() = s.info;
+  for (const Server& s : servers_) {
+    v1::ServerInfo* info = map.add_servers();
+    *info = s.info;
+    // The binding, for peers to check (ServerInfo.credential).
+    if (s.credential.empty()) {
+      info->clear_credential();
+    } else {
+      info->set_credential(s.credential);
+    }
+  }
   return map;
 }
 

@@ -55,10 +55,12 @@ StatusOr<ConnectRequest> ParseConnectRequest(std::span<const uint8_t> data, cons
   }
   static_assert(sizeof(req.token_digest) == std::tuple_size_v<Sha256Digest>);
   if (out.role == ConnectRequest::Role::kPeer) {
-    if (!peers.Find(req.token_digest).has_value()) {
+    const std::optional<ClientCredentials::Match> match = peers.Find(req.token_digest);
+    if (!match) {
       return Unauthenticated("invalid cluster credential (or server credential): replication connections are for "
                              "servers");
     }
+    out.credential = match->name;
   } else {
     const std::optional<ClientCredentials::Match> match = clients.Find(req.token_digest);
     if (!match) return Unauthenticated("invalid token");

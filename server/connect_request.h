@@ -31,6 +31,9 @@ struct ConnectRequest {
   uint64_t peer_epoch = 0;  // a peer's epoch (>= 1); 0 for a client
   // A client: the name of the client credential it presented, and that
   // credential's digest (what a reload's revocation is checked against).
+  // A peer: the name of the peer credential it presented (the cluster
+  // credential's, or its own server credential's), which the server
+  // checks against the binding the map names (ServerInfo.credential).
   std::string credential;
   Sha256Digest credential_digest{};
 };

@@ -187,6 +187,8 @@ TEST(ConnectRequestTest, WithPerServerCredentialsAPeerPresentsItsOwn) {
     auto peer = ParseConnectRequest(PeerBytes(Peer(own, 0xF1F2, 9)), clients, *peers);
     ASSERT_TRUE(peer.ok()) << peer.status();
     EXPECT_EQ(peer->role, ConnectRequest::Role::kPeer);
+    // Named, for the check against the map's binding.
+    EXPECT_EQ(peer->credential, std::string(own) == "server-a-secret" ? "srv-a" : "srv-b");
   }
   // ... a client's does not, and a server's is no client's.
   auto forged = ParseConnectRequest(PeerBytes(Peer("client-secret", 0xF1F2, 9)), clients, *peers);

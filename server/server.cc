@@ -344,6 +344,15 @@ void Server::HandlePending(std::unique_ptr<transport::Connection> conn) {
     // restarted: the accept thread waits that long at most.
     std::optional<std::string> id = replication_->FindPeer(req.peer_fingerprint, req.peer_epoch);
     if (!id) return Refuse(*conn, StatusCode::kPermissionDenied, "not a server of the current cluster map");
+    // With per-server credentials a server's id is bound to its own: a
+    // peer credential of another server cannot forward (or pose) as it.
+    if (const std::string bound = replication_->BoundCredential(*id); !bound.empty() && bound != req.credential) {
+      LOG(WARNING) << "replication connection from " << conn->peer_address() << " refused: credential "
+                   << req.credential << " claimed to be server " << *id << ", which is bound to credential "
+                   << bound;
+      return Refuse(*conn, StatusCode::kPermissionDenied,
+                    "credential " + req.credential + " cannot act as server " + *id + " (bound to another)");
+    }
     peer_id = std::move(*id);
   }
   if (connections_open_.load(std::memory_order_relaxed) >= options_.max_connections) {

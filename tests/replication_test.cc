@@ -170,6 +170,58 @@ TEST_F(ReplicationTest, AClientCredentialCannotForgeAPrimarysForward) {
   }
 }
 
+// With per-server credentials, a server's credential opens replication
+// connections as that server only: server 2's credential posing as server
+// 0 (its fingerprint and current epoch, both in the map) to server 1 is
+// refused at the handshake, while as itself it is let through.
+TEST_F(ReplicationTest, AServerCredentialCannotReplicateAsAnotherServer) {
+  TestClusterOptions o;
+  o.servers = kServers;
+  o.shards = 64;
+  o.replicas = 3;
+  o.per_server_credentials = true;
+  ASSERT_NO_FATAL_FAILURE(TestClusterTest::StartCluster(o));
+  auto client = ClusterClient();
+  ASSERT_NE(client, nullptr);
+  ASSERT_TRUE(WaitFor("a write acknowledged", [&] { return client->Put("k", "v").ok(); }));
+  auto members = client->Cluster();
+  ASSERT_TRUE(members.ok()) << members.status();
+  const std::string victim = cluster().IdOf(*client, 0);
+  const std::string poser = cluster().IdOf(*client, 2);
+  ASSERT_FALSE(victim.empty());
+  ASSERT_FALSE(poser.empty());
+  const auto epoch_of = [&](const std::string& id) -> uint64_t {
+    for (const MemberInfo& m : members->members) {
+      if (m.server_id == id) return m.epoch;
+    }
+    return 0;
+  };
+  auto kind = transport::ResolveKind(TestTransport(), nullptr);
+  ASSERT_TRUE(kind.ok()) << kind.status();
+  auto t = transport::CreateTransport(*kind, transport::Options{});
+  ASSERT_TRUE(t.ok()) << t.status();
+  const auto hello_as = [&](const std::string& id) {
+    protocol::PeerConnectData hello{};
+    hello.magic = protocol::kPeerConnectMagic;
+    hello.protocol_version = protocol::kProtocolVersion;
+    hello.layout_version = layout::kLayoutVersion;
+    hello.sender_fingerprint = server::PeerFingerprint(id);
+    const Sha256Digest digest = TokenDigest(ServerCredential(2));
+    std::memcpy(hello.token_digest, digest.data(), digest.size());
+    hello.sender_epoch = epoch_of(id);
+    return (*t)->Connect(cluster().server(1).address(),
+                         std::span(reinterpret_cast<const uint8_t*>(&hello), sizeof(hello)),
+                         std::chrono::milliseconds(30000));
+  };
+  auto posed = hello_as(victim);
+  ASSERT_FALSE(posed.ok()) << "server 1 accepted server 2's credential as server 0";
+  EXPECT_EQ(posed.status().code(), StatusCode::kPermissionDenied) << posed.status();
+  EXPECT_NE(posed.status().message().find("cannot act as server " + victim), std::string::npos) << posed.status();
+  // As itself, the same credential is a server's own and is accepted.
+  auto own = hello_as(poser);
+  EXPECT_TRUE(own.ok()) << own.status();
+}
+
 TEST_F(ReplicationTest, WithTwoReplicasEveryKeyIsOnExactlyTwoServers) {
   ASSERT_NO_FATAL_FAILURE(StartCluster(2));
   auto client = ClusterClient();

@@ -560,6 +560,40 @@ TEST_F(CatchUpTest, ABatchWithOneBadRecordInstallsNothing) {
   EXPECT_TRUE(s_->StoredContents().empty());
 }
 
+// With per-server credentials the map binds each server id to its
+// credential (ServerInfo.credential): a fetch naming s is refused unless
+// it presents s's own.
+TEST_F(CatchUpTest, AFetchAsAServerBoundToAnotherCredentialIsRefused) {
+  service_->Attach(&p_->source);
+  const auto fetch = [&] {
+    grpc::ClientContext ctx;
+    control::AttachToken(&ctx, kToken);  // the service's one peer credential, named "cluster"
+    ctx.set_deadline(std::chrono::system_clock::now() + kDeadline);
+    v1::FetchShardRequest req;
+    req.set_server_id("s");
+    req.set_epoch(2);
+    req.add_shards()->set_shard(1);
+    req.set_map_version(board_.map() != nullptr ? board_.map()->version() : 0);
+    const auto stub = v1::Replica::NewStub(grpc::CreateChannel(p_admin_, grpc::InsecureChannelCredentials()));
+    auto reader = stub->FetchShard(&ctx, req);
+    v1::ShardChunk chunk;
+    while (reader->Read(&chunk)) {
+    }
+    return control::FromGrpc(reader->Finish());
+  };
+  v1::ClusterMap bound = MakeMap(3, p_admin_, {1});
+  bound.mutable_servers(1)->set_credential("srv-s");
+  board_.Install(bound);
+  const Status refused = fetch();
+  EXPECT_EQ(refused.code(), StatusCode::kPermissionDenied) << refused;
+  EXPECT_NE(refused.message().find("cannot fetch as server s, which is bound to credential srv-s"), std::string::npos)
+      << refused;
+  bound.set_version(4);
+  bound.mutable_servers(1)->set_credential("cluster");
+  board_.Install(bound);
+  EXPECT_TRUE(fetch().ok());
+}
+
 TEST_F(CatchUpTest, FetchesFromServersThatAreNotSyncingOrWithoutTheTokenAreRefused) {
   service_->Attach(&p_->source);
   board_.Install(MakeMap(3, p_admin_, {1}));

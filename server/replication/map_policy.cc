@@ -208,6 +208,16 @@ std::optional<std::string> MapPolicy::FindPeer(uint64_t fingerprint, uint64_t ep
   return find();
 }
 
+std::string MapPolicy::BoundCredential(std::string_view id) {
+  MapSource* const src = source();
+  const std::shared_ptr<const v1::ClusterMap> map = src != nullptr ? src->map() : nullptr;
+  if (map == nullptr) return {};
+  for (const v1::ServerInfo& s : map->servers()) {
+    if (s.server_id() == id) return s.credential();
+  }
+  return {};
+}
+
 Status MapPolicy::AcceptReplica(std::string_view sender_id, std::string_view key, uint64_t sender_map_version) {
   MapSource* const src = source();
   std::shared_ptr<const v1::ClusterMap> map = src != nullptr ? src->map() : nullptr;

@@ -90,6 +90,7 @@ class MapPolicy final : public ReplicationPolicy {
   // epoch (UP or DOWN); when none, refetches the map once (at most
   // kPeerRefreshTimeout) and looks again.
   std::optional<std::string> FindPeer(uint64_t fingerprint, uint64_t epoch) override;
+  std::string BoundCredential(std::string_view id) override;
 
   // When `sender_map_version` is above this server's map version, first
   // waits up to kSenderMapWait for it. Then OK iff, in the map this server

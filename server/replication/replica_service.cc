@@ -42,9 +42,8 @@ StatusOr<std::unique_ptr<ReplicaService>> ReplicaService::Create(ClientCredentia
   return std::unique_ptr<ReplicaService>(new ReplicaService(std::move(peers), applier, max_key_bytes));
 }
 
-grpc::Status ReplicaService::CheckPeer(const grpc::ServerContext* context) const {
-  std::string name;
-  return control::CheckClientCredential(context, peers_, &name);
+grpc::Status ReplicaService::CheckPeer(const grpc::ServerContext* context, std::string* credential) const {
+  return control::CheckClientCredential(context, peers_, credential);
 }
 
 void ReplicaService::Attach(MapSource* source) {
@@ -53,7 +52,7 @@ void ReplicaService::Attach(MapSource* source) {
 }
 
 Status ReplicaService::CheckFetcher(const MapSource& source, const v1::ClusterMap* map, const std::string& fetcher,
-                                    uint64_t epoch, uint32_t shard) const {
+                                    uint64_t epoch, uint32_t shard, const std::string& credential) const {
   if (map == nullptr) return FailedPrecondition("this server has no cluster map yet: not the primary of any shard");
   if (map->shard_count() == 0 || map->shard_owner().empty()) {
     return FailedPrecondition(VersionOf(*map) + " assigns no shards yet");
@@ -90,12 +89,20 @@ Status ReplicaService::CheckFetcher(const MapSource& source, const v1::ClusterMa
                               std::to_string(listed_at(fetcher)) + ", not " + std::to_string(epoch) + ", in " +
                               VersionOf(*map));
   }
+  for (const v1::ServerInfo& s : map->servers()) {
+    if (s.server_id() == fetcher && !s.credential().empty() && s.credential() != credential) {
+      return PermissionDenied("credential " + control::Printable(credential) + " cannot fetch as server " +
+                              control::Printable(fetcher) + ", which is bound to credential " +
+                              control::Printable(s.credential()));
+    }
+  }
   return Status::Ok();
 }
 
 grpc::Status ReplicaService::FetchShard(grpc::ServerContext* context, const v1::FetchShardRequest* request,
                                         grpc::ServerWriter<v1::ShardChunk>* writer) {
-  if (grpc::Status s = CheckPeer(context); !s.ok()) return s;
+  std::string credential;
+  if (grpc::Status s = CheckPeer(context, &credential); !s.ok()) return s;
   if (Status s = control::ValidateServerAndEpoch(request->server_id(), request->epoch()); !s.ok()) {
     return control::ToGrpc(s.WithContext("FetchShard"));
   }
@@ -127,7 +134,8 @@ grpc::Status ReplicaService::FetchShard(grpc::ServerContext* context, const v1::
       if (!since.emplace(s.shard(), s.since_version()).second) {
         return control::ToGrpc(InvalidArgument("FetchShard: shard " + std::to_string(s.shard()) + " asked for twice"));
       }
-      if (Status st = CheckFetcher(*src, now.get(), request->server_id(), request->epoch(), s.shard()); !st.ok()) {
+      if (Status st = CheckFetcher(*src, now.get(), request->server_id(), request->epoch(), s.shard(), credential);
+          !st.ok()) {
         return control::ToGrpc(st.WithContext("FetchShard"));
       }
       shards.push_back(s.shard());
@@ -146,7 +154,7 @@ grpc::Status ReplicaService::FetchShard(grpc::ServerContext* context, const v1::
           return Unavailable("the map's shard_count changed during the fetch; retry");
         }
         for (uint32_t shard : shards) {
-          RKV_RETURN_IF_ERROR(CheckFetcher(*src, now.get(), request->server_id(), request->epoch(), shard));
+          RKV_RETURN_IF_ERROR(CheckFetcher(*src, now.get(), request->server_id(), request->epoch(), shard, credential));
         }
         return Status::Ok();
       },
@@ -204,7 +212,8 @@ grpc::Status ReplicaService::FetchShard(grpc::ServerContext* context, const v1::
 
 grpc::Status ReplicaService::FetchKeys(grpc::ServerContext* context, const v1::FetchKeysRequest* request,
                                        v1::FetchKeysResponse* response) {
-  if (grpc::Status s = CheckPeer(context); !s.ok()) return s;
+  std::string credential;
+  if (grpc::Status s = CheckPeer(context, &credential); !s.ok()) return s;
   if (Status s = control::ValidateServerAndEpoch(request->server_id(), request->epoch()); !s.ok()) {
     return control::ToGrpc(s.WithContext("FetchKeys"));
   }
@@ -215,7 +224,8 @@ grpc::Status ReplicaService::FetchKeys(grpc::ServerContext* context, const v1::F
   MapSource* const src = source();
   if (src == nullptr) return control::ToGrpc(FailedPrecondition("FetchKeys: this server has not joined a cluster yet"));
   const std::shared_ptr<const v1::ClusterMap> map = src->map();
-  if (Status s = CheckFetcher(*src, map.get(), request->server_id(), request->epoch(), request->shard()); !s.ok()) {
+  if (Status s = CheckFetcher(*src, map.get(), request->server_id(), request->epoch(), request->shard(), credential);
+      !s.ok()) {
     return control::ToGrpc(s.WithContext("FetchKeys"));
   }
   std::vector<std::string> keys;

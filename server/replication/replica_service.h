@@ -81,16 +81,19 @@ class ReplicaService final : public v1::Replica::Service {
   ReplicaService(ClientCredentials peers, Applier* applier, uint32_t max_key_bytes)
       : peers_(std::move(peers)), applier_(applier), max_key_bytes_(max_key_bytes) {}
 
-  // OK when the caller presents a credential of peers_; UNAUTHENTICATED.
-  grpc::Status CheckPeer(const grpc::ServerContext* context) const;
+  // OK when the caller presents a credential of peers_ (its name in
+  // *credential); UNAUTHENTICATED.
+  grpc::Status CheckPeer(const grpc::ServerContext* context, std::string* credential) const;
 
   MapSource* source() const { return source_.load(std::memory_order_acquire); }
 
   // OK when, in `map`, this server (at its epoch) is the primary of
   // `shard` and `fetcher` (at `epoch`) is syncing it; FAILED_PRECONDITION
-  // saying what is not so otherwise.
+  // saying what is not so otherwise; PERMISSION_DENIED when the map binds
+  // `fetcher` to a server credential other than `credential`, the one the
+  // caller presented (per-server credentials: no server fetches as another).
   Status CheckFetcher(const MapSource& source, const v1::ClusterMap* map, const std::string& fetcher,
-                      uint64_t epoch, uint32_t shard) const;
+                      uint64_t epoch, uint32_t shard, const std::string& credential) const;
 
   const ClientCredentials peers_;
   std::atomic<MapSource*> source_{nullptr};

@@ -69,6 +69,15 @@ class ReplicationPolicy {
   // answering, so that a peer that just restarted is not refused.
   virtual std::optional<std::string> FindPeer(uint64_t fingerprint, uint64_t epoch) = 0;
 
+  // The name of the server credential the current map binds server `id`
+  // to (ServerInfo.credential; per-server credentials), or empty when it
+  // binds none (a shared cluster credential): a peer claiming to be `id`
+  // must have presented that credential (docs/design.md §10).
+  virtual std::string BoundCredential(std::string_view id) {
+    (void)id;
+    return {};
+  }
+
   // Whether this server accepts a forwarded write of `key` from `sender_id`,
   // which forwarded it under map version `sender_map_version`: OK when, in
   // the current map, the sender is the primary of the key's shard and this
