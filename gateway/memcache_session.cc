@@ -456,7 +456,7 @@ void MemcacheSession::Store(const MemcacheRequest& req, std::string* out) {
         // append/prepend keep the item's flags and expiry.
         const std::string_view old = found->item.data;
         if (old.size() + req.data.size() > limits_.max_data_bytes) {
-          Reply(req, out, kReplyTooLarge);
+          Reply(req, out, "NOT_STORED\r\n");  // memcached's answer when the result would not fit
           return;
         }
         value = req.command == MemcacheCommand::kAppend ? EncodeItem(found->item.flags, StampNow(), old, req.data)

@@ -265,9 +265,9 @@ TEST_F(MemcacheSessionTest, TooLargeIsRefusedAndSwallowed) {
   const std::string chunk(1 << 20, 'z');
   r = s2->Serve(chunk, &out, kNoLimit);
   EXPECT_EQ(r.consumed, chunk.size());
-  // append beyond the limit.
+  // append beyond the limit: NOT_STORED, as memcached answers it.
   EXPECT_EQ(Say("set " + k + " 0 0 " + std::to_string(max) + "\r\n" + fits + "\r\nappend " + k + " 0 0 1\r\nx\r\n"),
-            "STORED\r\nSERVER_ERROR object too large for cache\r\n");
+            "STORED\r\nNOT_STORED\r\n");
 }
 
 TEST_F(MemcacheSessionTest, ValuesNotWrittenAsItemsReadAsAbsent) {
