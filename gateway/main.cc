@@ -8,6 +8,7 @@
 #include <gflags/gflags.h>
 #include <glog/logging.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -144,6 +145,23 @@ int main(int argc, char** argv) {
   }
   auto token = rkv::ReadTokenFile(FLAGS_token_file);
   if (!token.ok()) return BadFlag("--token_file: " + token.status().ToString());
+
+  // Every client connection is a descriptor: the soft limit is raised
+  // toward the hard one to hold --max_clients and rkv's own connections.
+  rlimit nofile{};
+  if (getrlimit(RLIMIT_NOFILE, &nofile) == 0) {
+    const rlim_t want = static_cast<rlim_t>(FLAGS_max_clients) + 256 + 4 * static_cast<rlim_t>(threads);
+    if (nofile.rlim_cur < want && nofile.rlim_cur != RLIM_INFINITY) {
+      nofile.rlim_cur = nofile.rlim_max == RLIM_INFINITY ? want : std::min(want, nofile.rlim_max);
+      setrlimit(RLIMIT_NOFILE, &nofile);
+      getrlimit(RLIMIT_NOFILE, &nofile);
+    }
+    if (nofile.rlim_cur != RLIM_INFINITY && nofile.rlim_cur < want) {
+      LOG(WARNING) << "the descriptor limit (" << nofile.rlim_cur << ", hard " << nofile.rlim_max
+                   << ") is below --max_clients=" << FLAGS_max_clients << " plus the gateway's own: "
+                   << "connections beyond it wait in the listen queue (raise ulimit -n or LimitNOFILE)";
+    }
+  }
 
   // SIGTERM and SIGINT are taken by sigwait below: blocked before any
   // thread starts (librkv's, the loop's), so every thread inherits the

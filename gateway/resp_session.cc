@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -16,6 +17,7 @@
 #include "gateway/resp_commands.h"
 #include "gateway/resp_parser.h"
 #include "gateway/resp_reply.h"
+#include "rkv/admin.h"
 #include "rkv/client.h"
 
 namespace rkv::gateway {
@@ -405,17 +407,32 @@ void RespSession::CommandCommand(const Args& args, std::string* out) {
 }
 
 bool RespSession::ApproximateKeys(uint64_t* keys, std::string* why) const {
-  auto cluster = client_->Cluster();
-  if (!cluster.ok()) {
+  if (!client_->cluster_mode()) {
     *why = "a single rkv server's key count is not available through librkv (run the gateway on a cluster, "
            "--coordinator, for an approximate count)";
     return false;
   }
-  // Each server's heartbeat counts the keys it holds, as primary or
-  // backup: every key is held R times.
+  auto cluster = client_->Cluster();
+  if (!cluster.ok()) {
+    *why = "the cluster map: " + cluster.status().ToString();
+    return false;
+  }
+  // Each UP server's `keys` counter (its Admin Stats: the keys it holds,
+  // as primary or backup, expired ones not yet reclaimed included): every
+  // key is held R times. The map's MemberInfo::keys would do without a
+  // call, but the cached map is refreshed only when its version changes.
+  rkv::ClusterAdmin admin(*client_);
+  rkv::CallOptions call;
+  call.timeout = std::chrono::milliseconds(2000);
   uint64_t sum = 0;
   for (const rkv::MemberInfo& member : cluster->members) {
-    if (member.state == "UP") sum += member.keys;
+    if (member.state != "UP") continue;
+    auto stats = admin.ServerStats(member.server_id, call);
+    if (!stats.ok()) {
+      *why = "server " + member.server_id + "'s counters: " + stats.status().ToString();
+      return false;
+    }
+    sum += stats->Find("keys").value_or(0);
   }
   *keys = sum / std::max<uint32_t>(1, cluster->replication_factor);
   return true;
@@ -475,7 +492,7 @@ void RespSession::Info(const Args& args, std::string* out) {
     uint64_t keys = 0;
     std::string why;
     if (ApproximateKeys(&keys, &why)) {
-      text += "# approximate: the servers' last heartbeats, summed and divided by the replication factor\r\n";
+      text += "# approximate: the UP servers' key counters, summed and divided by the replication factor\r\n";
       text += "db0:keys=" + std::to_string(keys) + ",expires=0,avg_ttl=0\r\n";
     } else {
       text += "# no key count: " + why + "\r\n";
