@@ -138,8 +138,12 @@ Status ServerConnection::PostWrites(std::span<const WriteOp> ops, size_t* next) 
   // earlier work request of the list completed too (RC order).
   write_ops_.back().signaled = true;
   const Status posted = conn_->PostWriteSends(write_ops_);
-  if (!posted.ok()) return MarkBroken(posted.WithContext("posting requests"));
+  // Sent even when posting failed: the transport may have posted the
+  // list's first pairs before it failed (ibv_post_send stops at its bad
+  // work request), so the server may see them, and a retry must say so
+  // (kRequestResent: the server's replay check relies on it, §5.6).
   for (size_t i = first; i < in_flight_.size(); ++i) batch_[in_flight_[i].item].sent = true;
+  if (!posted.ok()) return MarkBroken(posted.WithContext("posting requests"));
   return Status::Ok();
 }
 

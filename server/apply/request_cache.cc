@@ -38,7 +38,13 @@ RequestCache::Verdict RequestCache::Check(uint64_t client_id, uint64_t request_i
       *reply = c->replies[static_cast<size_t>(it - c->ids.begin())];
       return Verdict::kReplay;
     }
-    if (request_id <= c->forgotten) return Verdict::kForgotten;
+    // Not remembered, at or below an id the bound forgot: a resend may
+    // have been applied under that forgotten reply. A first attempt
+    // (not resent) never reached this incarnation, so it cannot have been
+    // applied: however many later requests overtook it (a client's calls
+    // on several connections, a slow one behind requests_per_client
+    // others), it is new.
+    if (request_id <= c->forgotten && resent) return Verdict::kForgotten;
   }
   // A resend this entry does not know may have been applied under the
   // client's entry that was forgotten.

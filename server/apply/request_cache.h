@@ -38,14 +38,19 @@
 //   kReplay     it was answered before: *reply is the original reply;
 //   kForgotten  not remembered, and it may be a retry whose reply was
 //               dropped to respect a bound, so it must not be applied (the
-//               caller refuses it): its id is not above the largest id this
-//               client has had forgotten, or it is a resent request of a
-//               reborn client (above). A fresh request can land here only
-//               when at least `requests_per_client` newer requests of the
-//               same client were answered before it arrived; a resent one
-//               whose first attempt never arrived, only when its client is
-//               reborn (the price of the safety: an "outcome unknown"
-//               refusal instead of a second apply).
+//               caller refuses it): a resent request whose id is not above
+//               the largest id this client has had forgotten, or a resent
+//               request of a reborn client (above). A first attempt (not
+//               resent) is never kForgotten: it never reached this
+//               incarnation before, so however many newer requests of its
+//               client overtook it, it cannot have been applied. A resent
+//               one whose first attempt never arrived lands here when at
+//               least `requests_per_client` newer requests of its client
+//               were answered before it, or its client is reborn (the price
+//               of the safety: an "outcome unknown" refusal instead of a
+//               second apply). The client marks a request resent whenever
+//               it may have reached the server (a post that failed part of
+//               the way included).
 // (The exactly-once guarantee these bounds give: docs/design.md §5.6.)
 //
 // Thread safety: none; the owner serializes every call (the Applier: under

@@ -54,14 +54,28 @@ TEST(RequestCacheTest, APerClientBoundForgetsTheOldestAndRefusesItsRetry) {
   protocol::ReplyMsg got{};
   for (uint64_t id = 1; id <= 5; ++id) cache.Insert(1, Reply(id, id * 10));
   EXPECT_EQ(cache.replies(), 3u);
-  // 1 and 2 were forgotten: they might be retries, so not new.
-  EXPECT_EQ(cache.Check(1, 1, false, &got), Verdict::kForgotten);
-  EXPECT_EQ(cache.Check(1, 2, false, &got), Verdict::kForgotten);
+  // 1 and 2 were forgotten: resent, they might be retries, so not new.
+  EXPECT_EQ(cache.Check(1, 1, /*resent=*/true, &got), Verdict::kForgotten);
+  EXPECT_EQ(cache.Check(1, 2, /*resent=*/true, &got), Verdict::kForgotten);
   for (uint64_t id = 3; id <= 5; ++id) {
     ASSERT_EQ(cache.Check(1, id, false, &got), Verdict::kReplay) << id;
     EXPECT_EQ(got.version, id * 10);
   }
   EXPECT_EQ(cache.Check(1, 6, false, &got), Verdict::kNew);
+}
+
+// A client's first attempt overtaken by more newer requests than the bound
+// (one of its calls slow on one connection while its others run on more):
+// it never reached the server, so it is new, not refused as forgotten;
+// once sent and then resent, the same id could have been applied.
+TEST(RequestCacheTest, AFirstAttemptOvertakenByMoreThanTheBoundIsNew) {
+  RequestCache cache({.max_clients = 4, .requests_per_client = 3});
+  protocol::ReplyMsg got{};
+  for (uint64_t id = 2; id <= 10; ++id) cache.Insert(1, Reply(id, id * 10));
+  EXPECT_EQ(cache.Check(1, 1, /*resent=*/false, &got), Verdict::kNew);
+  EXPECT_EQ(cache.Check(1, 1, /*resent=*/true, &got), Verdict::kForgotten);
+  EXPECT_EQ(cache.Check(1, 4, /*resent=*/false, &got), Verdict::kNew) << "4 was answered: a client never sends it "
+                                                                          "again unmarked, so the cache may take it";
 }
 
 TEST(RequestCacheTest, TheLeastRecentlyActiveClientIsForgottenFirst) {
