@@ -206,7 +206,7 @@ TEST_F(EventLoopTest, ClientsBeyondMaxClientsAreRefusedWithTheProtocolsText) {
   close(a);
   // Once one left, a new one is served (wait for the loop to see it).
   std::string got;
-  for (int attempt = 0; attempt < 1000 && got != "d\n"; ++attempt) {
+  for (int attempt = 0; attempt < 6000 && got != "d\n"; ++attempt) {
     int d = Connect(port_);
     ASSERT_GE(d, 0);
     SendAll(d, "echo d\n");
