@@ -18,6 +18,7 @@
 #include "common/token.h"
 #include "common/transport/factory.h"
 #include "proto/coordinator_set.h"
+#include "proto/tls.h"
 #include "proto/validation.h"
 
 namespace rkv {
@@ -34,6 +35,8 @@ namespace {
 
 constexpr int kMaxConnections = 64;
 constexpr char kDefaultServer[] = "127.0.0.1:7700";
+
+control::TlsFiles TlsFilesOf(const ClientOptions& o) { return {o.tls_cert_file, o.tls_key_file, o.tls_ca_file}; }
 
 }  // namespace
 
@@ -89,7 +92,8 @@ Status Client::Impl::InitCluster(std::optional<transport::Kind> fixed_kind, std:
   fixed_kind_ = fixed_kind;
   transport_reason_ = std::move(reason);
   RKV_ASSIGN_OR_RETURN(std::unique_ptr<control::CoordinatorSet> coordinators,
-                       control::CoordinatorSet::Create(options_.coordinator, options_.token));
+                       control::CoordinatorSet::Create(options_.coordinator, options_.token, TlsFilesOf(options_),
+                                                       control::ClientOptionsTlsNames()));
   control_ = std::make_unique<client::ControlClient>(std::move(coordinators), options_.token, &holder_);
   const Deadline deadline = Clock::now() + options_.timeout;
   std::chrono::milliseconds backoff(10);
@@ -120,7 +124,8 @@ Status Client::Impl::InitCluster(std::optional<transport::Kind> fixed_kind, std:
       });
   // The process's lease for these coordinators and this token, shared
   // with every other client of it (docs/design.md §8.8).
-  RKV_ASSIGN_OR_RETURN(leases_, client::LeaseShare::Join(options_.coordinator, options_.token, &holder_));
+  RKV_ASSIGN_OR_RETURN(leases_, client::LeaseShare::Join(options_.coordinator, options_.token, &holder_,
+                                                                 TlsFilesOf(options_)));
   // The first lease, so that the first calls need not wait for one: none
   // is asked for when the shared one already covers this client's map. A
   // failure here is not Connect's: each call renews (or waits) on its own.
@@ -199,6 +204,15 @@ StatusOr<std::unique_ptr<Client>> Client::Connect(const ClientOptions& options) 
   }
   if (!cluster && options.server.empty()) {
     return InvalidArgument("set one of ClientOptions.server and ClientOptions.coordinator");
+  }
+  if (!cluster && !TlsFilesOf(options).empty()) {
+    return InvalidArgument("ClientOptions.tls_ca_file, tls_cert_file and tls_key_file apply to the control plane "
+                           "(ClientOptions.coordinator); a client of one server speaks only the data plane, which "
+                           "has no TLS");
+  }
+  if (cluster) {
+    RKV_RETURN_IF_ERROR(
+        control::CheckClientTlsFiles(TlsFilesOf(options), control::ClientOptionsTlsNames()));
   }
   std::string why;
   RKV_ASSIGN_OR_RETURN(const transport::Kind kind, transport::ResolveKind(options.transport, &why));

@@ -178,7 +178,7 @@ void ControlClient::OpenLeaseStream(const std::string& address) {
 }
 
 StatusOr<v1::StatsResponse> ControlClient::Stats(const std::string& admin_address, Deadline deadline) {
-  auto stub = v1::Admin::NewStub(control::MakeControlChannel(admin_address));
+  auto stub = v1::Admin::NewStub(control::MakeControlChannel(admin_address, coordinators_->credentials()));
   grpc::ClientContext context;
   control::AttachTokenDigest(&context, digest_hex_);
   context.set_deadline(std::chrono::system_clock::now() +
@@ -203,7 +203,7 @@ void Prepare(grpc::ClientContext* context, const std::string& digest_hex, Deadli
 StatusOr<v1::ShardChecksumsResponse> ControlClient::ShardChecksums(const std::string& admin_address,
                                                                    const std::vector<uint32_t>& shards,
                                                                    Deadline deadline) {
-  auto stub = v1::Admin::NewStub(control::MakeControlChannel(admin_address));
+  auto stub = v1::Admin::NewStub(control::MakeControlChannel(admin_address, coordinators_->credentials()));
   grpc::ClientContext context;
   Prepare(&context, digest_hex_, deadline);
   v1::ShardChecksumsRequest request;
@@ -216,7 +216,7 @@ StatusOr<v1::ShardChecksumsResponse> ControlClient::ShardChecksums(const std::st
 
 StatusOr<v1::ShardChunk> ControlClient::ListShard(const std::string& admin_address, uint32_t shard,
                                                   Deadline deadline) {
-  auto stub = v1::Admin::NewStub(control::MakeControlChannel(admin_address));
+  auto stub = v1::Admin::NewStub(control::MakeControlChannel(admin_address, coordinators_->credentials()));
   grpc::ClientContext context;
   Prepare(&context, digest_hex_, deadline);
   v1::ListShardRequest request;

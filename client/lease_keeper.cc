@@ -260,13 +260,15 @@ Registry& TheRegistry() {
 }  // namespace
 
 StatusOr<std::unique_ptr<LeaseShare>> LeaseShare::Join(std::string_view coordinators, std::string_view token,
-                                                       MapHolder* holder) {
+                                                       MapHolder* holder, const control::TlsFiles& tls) {
   RKV_ASSIGN_OR_RETURN(const std::vector<std::string> list, control::ParseCoordinatorList(coordinators));
   // The normalized list and the token's digest: clients that list the same
   // coordinators in the same order with the same token share.
   std::string key;
   for (const std::string& address : list) key += address + ",";
   key += control::TokenDigestHex(token);
+  // The TLS files too (NUL cannot be in a path).
+  key += '\0' + tls.cert + '\0' + tls.key + '\0' + tls.ca;
 
   Registry& registry = TheRegistry();
   MutexLock lock(registry.mu);
@@ -276,7 +278,8 @@ StatusOr<std::unique_ptr<LeaseShare>> LeaseShare::Join(std::string_view coordina
       it = it->second.expired() ? registry.leases.erase(it) : std::next(it);
     }
     RKV_ASSIGN_OR_RETURN(std::unique_ptr<control::CoordinatorSet> set,
-                         control::CoordinatorSet::Create(coordinators, token));
+                         control::CoordinatorSet::Create(coordinators, token, tls,
+                                                                         control::ClientOptionsTlsNames()));
     lease = std::make_shared<SharedLease>();
     lease->key = key;
     lease->control = std::make_unique<ControlClient>(std::move(set), std::string(token), &lease->holder);

@@ -42,6 +42,7 @@
 #include "common/status.h"
 #include "common/thread_annotations.h"
 #include "proto/rkv.pb.h"
+#include "proto/tls.h"
 
 namespace rkv::client {
 
@@ -156,9 +157,11 @@ class LeaseShare {
   // `token`, making it, with its own channels to the coordinators
   // (control::CoordinatorSet) and its background thread started, when
   // this process holds none. The first renewal is the caller's (Renew or
-  // Check). INVALID_ARGUMENT for a malformed list.
+  // Check). INVALID_ARGUMENT for a malformed list. The channels use TLS
+  // with `tls` (ClientOptions' files); clients with other files do not
+  // share a lease.
   static StatusOr<std::unique_ptr<LeaseShare>> Join(std::string_view coordinators, std::string_view token,
-                                                    MapHolder* holder);
+                                                    MapHolder* holder, const control::TlsFiles& tls = {});
 
   ~LeaseShare();
   LeaseShare(const LeaseShare&) = delete;

@@ -375,7 +375,8 @@ grpc::Status CoordinatorService::GetCoordinatorStatus(grpc::ServerContext* conte
 StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
     const std::string& listen, const std::string& token, std::unique_ptr<CoordinatorState> state,
     const LeaderGate* gate, const std::string& cluster_token, const std::string& operator_token,
-    std::shared_ptr<LiveClientCredentials> clients, std::shared_ptr<const ClientCredentials> servers) {
+    std::shared_ptr<LiveClientCredentials> clients, std::shared_ptr<const ClientCredentials> servers,
+    const control::TlsFiles& tls) {
   RKV_RETURN_IF_ERROR(control::ValidateHostPort(listen, /*allow_port_zero=*/true).WithContext("--listen"));
   if (token.empty()) return InvalidArgument("the token is empty");
   if (clients == nullptr) {
@@ -423,13 +424,16 @@ StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
                                            operator_token.empty() ? "" : control::TokenDigestHex(operator_token),
                                            std::move(servers));
   if (server->state_->config().suspect_after.count() > 0) {
-    server->prober_ = std::make_unique<Prober>(server->state_.get(), control::TokenDigestHex(token));
+    RKV_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ChannelCredentials> probe_credentials,
+                         control::MakeChannelCredentials(tls));
+    server->prober_ =
+        std::make_unique<Prober>(server->state_.get(), control::TokenDigestHex(token), std::move(probe_credentials));
     server->service_->set_prober(server->prober_.get());
   }
 
   server->lease_streams_ = std::make_unique<LeaseStreams>(server->service_.get());
   RKV_ASSIGN_OR_RETURN(control::StartedGrpcServer started,
-                       control::StartGrpcServer(listen, std::vector<grpc::Service*>{server->service_.get()}, "",
+                       control::StartGrpcServer(listen, std::vector<grpc::Service*>{server->service_.get()}, "", tls,
                                                 [&](grpc::ServerBuilder* b) { server->lease_streams_->AddQueue(b); }));
   server->server_ = std::move(started.server);
   server->lease_streams_->Start();

@@ -49,6 +49,7 @@
 #include "common/mutex.h"
 #include "common/status.h"
 #include "proto/rkv.grpc.pb.h"
+#include "proto/tls.h"
 #include "coordinator/coordinator_state.h"
 #include "coordinator/lease_streams.h"
 #include "coordinator/prober.h"
@@ -242,6 +243,10 @@ class CoordinatorServer {
   // credentials in force, reloaded by the caller; it must hold `token`'s
   // and neither the cluster nor the operator credential (INVALID_ARGUMENT).
   //
+  // `tls` (empty: plain gRPC): the service's TLS files
+  // (control::StartGrpcServer), also used by the prober's channels to the
+  // servers' Admin services (the coordinator's certificate presented).
+  //
   // `servers` (null: none): the per-server credentials, which take the
   // servers' role in place of `cluster_token` (INVALID_ARGUMENT when both
   // are given, or when one of them is `token`, `operator_token` or a
@@ -250,7 +255,7 @@ class CoordinatorServer {
       const std::string& listen, const std::string& token, std::unique_ptr<CoordinatorState> state,
       const LeaderGate* gate = nullptr, const std::string& cluster_token = "", const std::string& operator_token = "",
       std::shared_ptr<LiveClientCredentials> clients = nullptr,
-      std::shared_ptr<const ClientCredentials> servers = nullptr);
+      std::shared_ptr<const ClientCredentials> servers = nullptr, const control::TlsFiles& tls = {});
 
   ~CoordinatorServer();
   CoordinatorServer(const CoordinatorServer&) = delete;

@@ -30,6 +30,7 @@
 #include "common/client_credentials.h"
 #include "common/metrics/metrics_endpoint.h"
 #include "common/token.h"
+#include "proto/tls.h"
 #include "proto/validation.h"
 #include "coordinator/coordinator_service.h"
 #include "coordinator/coordinator_state.h"
@@ -116,6 +117,12 @@ DEFINE_string(metrics_listen, "", "HOST:PORT of GET /metrics (Prometheus text fo
               "free one, logged as \"metrics on http://HOST:PORT/metrics\" (default empty: no metrics endpoint)");
 DEFINE_uint32(probe_timeout_ms, 400, "milliseconds a probe of a suspected server waits for its answer, 10..10000 "
               "(default 400)");
+DEFINE_string(tls_cert, "", "PEM certificate chain the coordinator presents (to clients and servers, and to "
+              "servers' Admin services when it probes them); with --tls_key and --tls_ca, all three or none; files "
+              "re-read every 5 s for rotation (default empty: plain gRPC)");
+DEFINE_string(tls_key, "", "PEM private key of --tls_cert (default empty: plain gRPC)");
+DEFINE_string(tls_ca, "", "PEM CA bundle that servers' and clients' certificates are verified against (default "
+              "empty: plain gRPC)");
 
 namespace {
 
@@ -231,6 +238,8 @@ int main(int argc, char** argv) {
       return BadFlag("--metrics_listen " + FLAGS_metrics_listen + " is the same address as --listen");
     }
   }
+  const rkv::control::TlsFiles tls{FLAGS_tls_cert, FLAGS_tls_key, FLAGS_tls_ca};
+  if (rkv::Status s = rkv::control::CheckServerTlsFiles(tls); !s.ok()) return BadFlag(s.message());
   rkv::coordinator::CoordinatorConfig config;
   config.shard_count = FLAGS_shards;
   config.expected_servers = FLAGS_servers;
@@ -348,7 +357,7 @@ int main(int argc, char** argv) {
   }
   auto server = rkv::coordinator::CoordinatorServer::Start(FLAGS_listen, *token, std::move(state), shared.get(),
                                                            cluster_token, operator_token, client_credentials,
-                                                           server_credentials);
+                                                           server_credentials, tls);
   if (!server.ok()) return CannotStart(server.status());
   if (shared != nullptr) shared->StartCampaign(FLAGS_advertise.empty() ? (*server)->address() : FLAGS_advertise);
   std::unique_ptr<rkv::metrics::MetricsEndpoint> metrics;

@@ -15,8 +15,12 @@ namespace rkv::coordinator {
 
 using std::chrono::steady_clock;
 
-Prober::Prober(CoordinatorState* state, std::string token_digest_hex)
-    : state_(state), digest_hex_(std::move(token_digest_hex)), timeout_(state->config().probe_timeout) {
+Prober::Prober(CoordinatorState* state, std::string token_digest_hex,
+               std::shared_ptr<grpc::ChannelCredentials> credentials)
+    : state_(state),
+      digest_hex_(std::move(token_digest_hex)),
+      credentials_(std::move(credentials)),
+      timeout_(state->config().probe_timeout) {
   thread_ = std::thread([this] { Loop(); });
 }
 
@@ -75,7 +79,7 @@ void Prober::Run(const Pending& p) {
   // an UP backup), so that a confirmed suspect's fence counts from now.
   const steady_clock::time_point fenced = state_->BeginProbe(p.target.server_id, p.target.epoch);
   std::string note;
-  const Status probe = Probe(p.target, digest_hex_, timeout_, &note);
+  const Status probe = Probe(p.target, digest_hex_, timeout_, &note, credentials_);
   bool confirmed = false;
   if (!probe.ok()) {
     StatusOr<bool> marked =
@@ -106,10 +110,11 @@ void Prober::Run(const Pending& p) {
 }
 
 Status Prober::Probe(const CoordinatorState::ProbeTarget& target, const std::string& token_digest_hex,
-                     std::chrono::milliseconds timeout, std::string* note) {
+                     std::chrono::milliseconds timeout, std::string* note,
+                     const std::shared_ptr<grpc::ChannelCredentials>& credentials) {
   // A fresh channel: one left from an earlier probe would carry gRPC's
   // reconnect backoff, and probes are rare.
-  auto stub = v1::Admin::NewStub(control::MakeControlChannel(target.admin_address));
+  auto stub = v1::Admin::NewStub(control::MakeControlChannel(target.admin_address, credentials));
   grpc::ClientContext context;
   control::AttachTokenDigest(&context, token_digest_hex);
   context.set_deadline(std::chrono::system_clock::now() + timeout);

@@ -32,6 +32,8 @@
 #include <string>
 #include <thread>
 
+#include <grpcpp/security/credentials.h>
+
 #include "common/mutex.h"
 #include "common/status.h"
 #include "coordinator/coordinator_state.h"
@@ -48,8 +50,10 @@ class Prober {
   static constexpr size_t kMaxQueued = 64;
 
   // `state` must outlive the prober; `token_digest_hex` is presented to the
-  // servers' Admin service.
-  Prober(CoordinatorState* state, std::string token_digest_hex);
+  // servers' Admin service over channels made with `credentials` (null:
+  // plain gRPC; control::MakeChannelCredentials for TLS).
+  Prober(CoordinatorState* state, std::string token_digest_hex,
+         std::shared_ptr<grpc::ChannelCredentials> credentials = nullptr);
   ~Prober();
   Prober(const Prober&) = delete;
   Prober& operator=(const Prober&) = delete;
@@ -74,7 +78,8 @@ class Prober {
   // FAILED_PRECONDITION for another incarnation). Any other error of the
   // call comes back as OK with `*note` set: a live process answered.
   static Status Probe(const CoordinatorState::ProbeTarget& target, const std::string& token_digest_hex,
-                      std::chrono::milliseconds timeout, std::string* note);
+                      std::chrono::milliseconds timeout, std::string* note,
+                      const std::shared_ptr<grpc::ChannelCredentials>& credentials = nullptr);
 
  private:
   struct Pending {
@@ -86,6 +91,7 @@ class Prober {
 
   CoordinatorState* const state_;
   const std::string digest_hex_;
+  const std::shared_ptr<grpc::ChannelCredentials> credentials_;
   const std::chrono::milliseconds timeout_;
 
   mutable Mutex mu_;

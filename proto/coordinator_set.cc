@@ -79,7 +79,8 @@ int64_t Ms(CoordinatorSet::Clock::duration d) {
 
 }  // namespace
 
-std::shared_ptr<grpc::Channel> MakeControlChannel(const std::string& address) {
+std::shared_ptr<grpc::Channel> MakeControlChannel(const std::string& address,
+                                                 const std::shared_ptr<grpc::ChannelCredentials>& credentials) {
   grpc::ChannelArguments args;
   // Reconnect quickly once a restarted peer is back (gRPC's default
   // backoff grows to minutes).
@@ -88,7 +89,8 @@ std::shared_ptr<grpc::Channel> MakeControlChannel(const std::string& address) {
   // the least time one connection attempt (TCP + HTTP/2 handshake) is given,
   // so a small value makes connects fail spuriously on a loaded host.
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
-  return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+  return grpc::CreateCustomChannel(address, credentials != nullptr ? credentials : grpc::InsecureChannelCredentials(),
+                                   args);
 }
 
 StatusOr<std::vector<std::string>> ParseCoordinatorList(std::string_view list) {
@@ -114,16 +116,20 @@ StatusOr<std::vector<std::string>> ParseCoordinatorList(std::string_view list) {
 }
 
 struct CoordinatorSet::Entry {
-  explicit Entry(std::string a) : address(std::move(a)), channel(MakeControlChannel(address)),
-                                  stub(v1::Coordinator::NewStub(channel)) {}
+  Entry(std::string a, const std::shared_ptr<grpc::ChannelCredentials>& credentials)
+      : address(std::move(a)), channel(MakeControlChannel(address, credentials)),
+        stub(v1::Coordinator::NewStub(channel)) {}
   const std::string address;
   const std::shared_ptr<grpc::Channel> channel;
   const std::unique_ptr<v1::Coordinator::Stub> stub;
 };
 
-StatusOr<std::unique_ptr<CoordinatorSet>> CoordinatorSet::Create(std::string_view list, std::string_view token) {
+StatusOr<std::unique_ptr<CoordinatorSet>> CoordinatorSet::Create(std::string_view list, std::string_view token,
+                                                                 const TlsFiles& tls, const TlsFileNames& names) {
   RKV_ASSIGN_OR_RETURN(std::vector<std::string> addresses, ParseCoordinatorList(list));
-  return std::unique_ptr<CoordinatorSet>(new CoordinatorSet(std::move(addresses), token));
+  RKV_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ChannelCredentials> credentials, MakeChannelCredentials(tls, names));
+  return std::unique_ptr<CoordinatorSet>(
+      new CoordinatorSet(std::move(addresses), token, std::move(credentials), !tls.empty()));
 }
 
 namespace {
@@ -136,10 +142,15 @@ std::string Join(const std::vector<std::string>& addresses) {
 
 }  // namespace
 
-CoordinatorSet::CoordinatorSet(std::vector<std::string> addresses, std::string_view token)
-    : addresses_(std::move(addresses)), list_(Join(addresses_)), digest_hex_(TokenDigestHex(token)) {
+CoordinatorSet::CoordinatorSet(std::vector<std::string> addresses, std::string_view token,
+                               std::shared_ptr<grpc::ChannelCredentials> credentials, bool tls)
+    : addresses_(std::move(addresses)),
+      list_(Join(addresses_)),
+      digest_hex_(TokenDigestHex(token)),
+      credentials_(std::move(credentials)),
+      tls_(tls) {
   MutexLock lock(mu_);
-  for (const std::string& a : addresses_) entries_.push_back(std::make_unique<Entry>(a));
+  for (const std::string& a : addresses_) entries_.push_back(std::make_unique<Entry>(a, credentials_));
   // Every channel starts connecting now, and the first call waits a
   // moment (kSettle at most) for the attempts to end, so that it can tell a
   // coordinator that refused its connection from one that took it (Order).
@@ -214,7 +225,7 @@ size_t CoordinatorSet::IndexOf(const std::string& address) {
     if (entries_[i]->address == address) return i;
   }
   if (entries_.size() >= addresses_.size() + kMaxLearned) return std::string::npos;
-  entries_.push_back(std::make_unique<Entry>(address));
+  entries_.push_back(std::make_unique<Entry>(address, credentials_));
   return entries_.size() - 1;
 }
 
@@ -326,8 +337,10 @@ Status CoordinatorSet::Run(std::string_view what, Deadline deadline, const Call&
     if (code == StatusCode::kDeadlineExceeded) {
       const grpc_connectivity_state state = entry->channel->GetState(/*try_to_connect=*/false);
       if (state != GRPC_CHANNEL_READY) {
+        std::string hint;
+        if (state != GRPC_CHANNEL_IDLE) hint = ConnectFailureHint(entry->address, tls_);
         last = Unavailable("not connected within " + std::to_string(Ms(Clock::now() - started)) +
-                           " ms (connection " + StateName(state) + ")");
+                           " ms (connection " + StateName(state) + ")" + (hint.empty() ? "" : "; " + hint));
       }
     }
     std::string leader_address;
@@ -395,8 +408,11 @@ StatusOr<CoordinatorSet::Target> CoordinatorSet::ConnectAny(Deadline deadline) {
     if (entry->channel->WaitForConnected(ToSystem(AttemptDeadline(deadline, order.size() - k)))) {
       return Target{order[k], entry->address, entry->stub.get()};
     }
-    states += std::string(states.empty() ? "" : ", ") + entry->address + " " +
-              StateName(entry->channel->GetState(/*try_to_connect=*/false));
+    const grpc_connectivity_state state = entry->channel->GetState(/*try_to_connect=*/false);
+    const std::string hint =
+        state != GRPC_CHANNEL_IDLE ? ConnectFailureHint(entry->address, tls_) : std::string();
+    states += std::string(states.empty() ? "" : ", ") + entry->address + " " + StateName(state) +
+              (hint.empty() ? "" : " (" + hint + ")");
   }
   return Unavailable("no connection to a coordinator (" + states + ")");
 }

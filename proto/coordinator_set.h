@@ -41,7 +41,10 @@
 // Errors: the last coordinator's error, with the coordinator and the call
 // named ("coordinator HOST:PORT: Join: ..."), and "(also tried A: ...; B:
 // ...)" for the others tried. An attempt that ran out of time without a
-// connection is UNAVAILABLE "not connected within N ms (connection STATE)".
+// connection is UNAVAILABLE "not connected within N ms (connection STATE)",
+// followed by ConnectFailureHint's TLS hint when the coordinator's port
+// takes TCP connections (a plain client at a TLS coordinator, a CA that
+// does not verify its certificate).
 //
 // Thread safety: every method is thread-safe; calls run concurrently.
 //
@@ -66,6 +69,7 @@
 #include "common/status.h"
 #include "common/thread_annotations.h"
 #include "proto/rkv.grpc.pb.h"
+#include "proto/tls.h"
 
 namespace rkv::control {
 
@@ -77,8 +81,11 @@ inline constexpr char kLeaderMetadataKey[] = "rkv-leader";
 inline constexpr size_t kMaxCoordinators = 16;
 
 // A channel to a control-plane peer (a coordinator, a server's Admin
-// service): reconnects within 100 ms..1 s of a peer's return.
-std::shared_ptr<grpc::Channel> MakeControlChannel(const std::string& address);
+// service): reconnects within 100 ms..1 s of a peer's return. Plain gRPC
+// when `credentials` is null, else those (MakeChannelCredentials,
+// proto/tls.h).
+std::shared_ptr<grpc::Channel> MakeControlChannel(
+    const std::string& address, const std::shared_ptr<grpc::ChannelCredentials>& credentials = nullptr);
 
 // Parses a comma-separated list of coordinators ("A", "A,B,C"; blanks
 // around an entry are ignored). Each entry is checked by ValidateHostPort
@@ -106,8 +113,11 @@ class CoordinatorSet {
   static constexpr size_t kMaxLearned = 16;
 
   // Parses `list` (ParseCoordinatorList) and makes one channel per
-  // coordinator; every call carries the digest of `token`.
-  static StatusOr<std::unique_ptr<CoordinatorSet>> Create(std::string_view list, std::string_view token);
+  // coordinator; every call carries the digest of `token`. The channels
+  // use TLS with `tls` (MakeChannelCredentials: INVALID_ARGUMENT naming
+  // the file by `names` when one is bad), plain gRPC when it is empty.
+  static StatusOr<std::unique_ptr<CoordinatorSet>> Create(std::string_view list, std::string_view token,
+                                                          const TlsFiles& tls = {}, const TlsFileNames& names = {});
 
   ~CoordinatorSet();
   CoordinatorSet(const CoordinatorSet&) = delete;
@@ -115,6 +125,11 @@ class CoordinatorSet {
 
   // The list's addresses, in order.
   const std::vector<std::string>& addresses() const { return addresses_; }
+  // The credentials of the set's channels, for other channels to the
+  // same cluster (a server's Admin service).
+  const std::shared_ptr<grpc::ChannelCredentials>& credentials() const { return credentials_; }
+  // Whether they are TLS.
+  bool tls() const { return tls_; }
   // The list as given to Create, normalized ("A,B,C"), for messages.
   const std::string& list() const { return list_; }
   // The address of the coordinator last reached as the leader (initially
@@ -169,7 +184,8 @@ class CoordinatorSet {
  private:
   struct Entry;
 
-  CoordinatorSet(std::vector<std::string> addresses, std::string_view token);
+  CoordinatorSet(std::vector<std::string> addresses, std::string_view token,
+                 std::shared_ptr<grpc::ChannelCredentials> credentials, bool tls);
 
   Status Run(std::string_view what, Deadline deadline, const Call& call, bool leader_only,
              std::string* answered_by) EXCLUDES(mu_);
@@ -191,6 +207,8 @@ class CoordinatorSet {
   const std::vector<std::string> addresses_;
   const std::string list_;
   const std::string digest_hex_;
+  const std::shared_ptr<grpc::ChannelCredentials> credentials_;
+  const bool tls_;
 
   mutable Mutex mu_;
   // Append-only (see Invariants); an Entry never moves.

@@ -9,6 +9,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include "common/status.h"
+#include "proto/tls.h"
 
 namespace rkv::control {
 
@@ -30,6 +31,14 @@ StatusOr<StartedGrpcServer> StartGrpcServer(const std::string& listen, grpc::Ser
 // (an async method's completion queue).
 StatusOr<StartedGrpcServer> StartGrpcServer(const std::string& listen, const std::vector<grpc::Service*>& services,
                                             const std::string& what,
+                                            const std::function<void(grpc::ServerBuilder*)>& configure = {});
+// The same with TLS: `tls` empty serves plain gRPC, else all three files
+// (CheckServerTlsFiles; INVALID_ARGUMENT naming the flag and the file)
+// and the server requests and verifies client certificates
+// (MakeServerCredentials). A process that serves plain gRPC on an address
+// other than loopback logs a WARNING, once.
+StatusOr<StartedGrpcServer> StartGrpcServer(const std::string& listen, const std::vector<grpc::Service*>& services,
+                                            const std::string& what, const TlsFiles& tls,
                                             const std::function<void(grpc::ServerBuilder*)>& configure = {});
 
 }  // namespace rkv::control

@@ -296,7 +296,8 @@ StatusOr<std::unique_ptr<AdminServer>> AdminServer::Start(const std::string& lis
                                                           std::shared_ptr<LiveClientCredentials> credentials,
                                                           std::function<AdminStats()> stats, AdminShards shards,
                                                           const std::vector<grpc::Service*>& also,
-                                                          const std::string& operator_token) {
+                                                          const std::string& operator_token,
+                                                          const control::TlsFiles& tls) {
   RKV_RETURN_IF_ERROR(control::ValidateHostPort(listen, /*allow_port_zero=*/true).WithContext("--admin_listen"));
   if (credentials == nullptr || credentials->current()->size() == 0) return InvalidArgument("no client credential");
   if (!stats) return InvalidArgument("no stats function");
@@ -310,7 +311,7 @@ StatusOr<std::unique_ptr<AdminServer>> AdminServer::Start(const std::string& lis
   std::vector<grpc::Service*> services{server->service_.get()};
   services.insert(services.end(), also.begin(), also.end());
   RKV_ASSIGN_OR_RETURN(control::StartedGrpcServer started,
-                       control::StartGrpcServer(listen, services, "--admin_listen: "));
+                       control::StartGrpcServer(listen, services, "--admin_listen: ", tls));
   server->server_ = std::move(started.server);
   server->address_ = std::move(started.address);
   return server;

@@ -32,6 +32,7 @@
 #include "common/client_credentials.h"
 #include "common/status.h"
 #include "proto/rkv.pb.h"
+#include "proto/tls.h"
 #include "server/replication/catchup.h"
 #include "server/server.h"
 
@@ -121,11 +122,14 @@ class AdminServer {
   // `credentials` (a reload takes effect on the next call; a revoked
   // credential is refused UNAUTHENTICATED naming it). INVALID_ARGUMENT
   // for no credentials, or an operator credential that is a client's.
+  // `tls` (empty: plain gRPC): the service's TLS files
+  // (control::StartGrpcServer).
   static StatusOr<std::unique_ptr<AdminServer>> Start(const std::string& listen,
                                                       std::shared_ptr<LiveClientCredentials> credentials,
                                                       std::function<AdminStats()> stats, AdminShards shards = {},
                                                       const std::vector<grpc::Service*>& also = {},
-                                                      const std::string& operator_token = "");
+                                                      const std::string& operator_token = "",
+                                                      const control::TlsFiles& tls = {});
 
   // The shards `server_id` holds a role in (primary, backup or syncing) in
   // `map`, ascending. A map without replica lists gives the shards it owns.

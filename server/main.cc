@@ -54,6 +54,7 @@
 #include "common/token.h"
 #include "common/transport/factory.h"
 #include "common/transport/transport.h"
+#include "proto/tls.h"
 #include "server/admin_service.h"
 #include "server/replication/catchup.h"
 #include "server/replication/map_policy.h"
@@ -140,6 +141,12 @@ DEFINE_string(zone, "", "failure domain of this server (rack, host, power feed):
               "server id (default: none)");
 DEFINE_string(metrics_listen, "", "HOST:PORT of GET /metrics (Prometheus text format, for scraping); port 0 picks a "
               "free one, logged as \"metrics on http://HOST:PORT/metrics\" (default empty: no metrics endpoint)");
+DEFINE_string(tls_cert, "", "PEM certificate chain this server presents on the control plane (its Admin and "
+              "Replica services, and to coordinators and other servers); with --tls_key and --tls_ca, all three "
+              "or none; files re-read every 5 s for rotation (default empty: plain gRPC)");
+DEFINE_string(tls_key, "", "PEM private key of --tls_cert (default empty: plain gRPC)");
+DEFINE_string(tls_ca, "", "PEM CA bundle that coordinators', servers' and clients' certificates are verified "
+              "against (default empty: plain gRPC)");
 
 namespace {
 
@@ -351,6 +358,16 @@ int main(int argc, char** argv) {
   control.metrics_listen = FLAGS_metrics_listen;
   if (rkv::Status s = rkv::server::ValidateControlOptions(control, o.listen); !s.ok()) return BadFlag(s.message());
   const std::string admin_listen = rkv::server::EffectiveAdminListen(control, o.listen);
+  // TLS on the control plane: the Admin and Replica services, and this
+  // server's calls to the coordinators and to primaries' Replica services.
+  const rkv::control::TlsFiles tls{FLAGS_tls_cert, FLAGS_tls_key, FLAGS_tls_ca};
+  if (rkv::Status s = rkv::control::CheckServerTlsFiles(tls); !s.ok()) return BadFlag(s.message());
+  if (!tls.empty() && admin_listen.empty()) {
+    return BadFlag("--tls_cert, --tls_key and --tls_ca secure the control plane, which a server alone does not "
+                   "serve: pass --coordinator or --admin_listen (the data plane has no TLS)");
+  }
+  auto tls_channels = rkv::control::MakeChannelCredentials(tls);
+  if (!tls_channels.ok()) return BadFlag(tls_channels.status().message());
 
   // The data directory: created if missing, and it must be a writable
   // directory.
@@ -492,7 +509,7 @@ int main(int argc, char** argv) {
       a.serving = true;  // the data plane listens for as long as the Admin service runs
       a.counters = read_counters();
       return a;
-    }, AdminShardsOf(srv, &map_source, server_id), also, operator_token);
+    }, AdminShardsOf(srv, &map_source, server_id), also, operator_token, tls);
     if (!started.ok()) return fail("starting the Admin service on " + admin_listen + " failed: " + started.status().ToString());
     admin = std::move(*started);
     admin_counters->store(admin.get(), std::memory_order_release);
@@ -550,6 +567,7 @@ int main(int argc, char** argv) {
     // reports) takes the cluster credential when the coordinator has one;
     // the map and leases take it too (docs/design.md §10).
     m.token = rkv::server::ClusterToken(o);
+    m.tls = tls;
     m.self.server_id = server_id;
     m.self.epoch = srv->epoch();
     m.self.data_address = data_address;
@@ -577,6 +595,7 @@ int main(int argc, char** argv) {
       rkv::server::CatchUpOptions c;
       c.token = rkv::server::ClusterToken(o);
       c.rate_bytes_per_s = uint64_t{o.catchup_rate_mb_per_s} * 1'000'000;
+      c.credentials = *tls_channels;
       auto created = rkv::server::CatchUp::Create(
           mem, srv->applier(),
           [mem](const std::vector<rkv::v1::CaughtUpShard>& shards) {

@@ -187,7 +187,7 @@ struct Membership::Rpc {
 };
 
 Membership::Membership(MembershipOptions options) : options_(std::move(options)), rpc_(std::make_unique<Rpc>()) {
-  auto coordinators = control::CoordinatorSet::Create(options_.coordinator_address, options_.token);
+  auto coordinators = control::CoordinatorSet::Create(options_.coordinator_address, options_.token, options_.tls);
   if (coordinators.ok()) {
     rpc_->coordinators = std::move(coordinators).value();
   } else {

@@ -20,6 +20,7 @@
 #include "common/status.h"
 #include "proto/rkv.pb.h"
 #include "proto/table_params.h"
+#include "proto/tls.h"
 #include "server/replication/map_source.h"
 
 namespace grpc {
@@ -70,6 +71,9 @@ struct MembershipOptions {
   // (ClusterToken), which the coordinator may demand for Join, Heartbeat,
   // Leave and the reports.
   std::string token;
+  // TLS to the coordinators (empty: plain gRPC): the server's certificate,
+  // key and CA (rkv-server --tls_cert, --tls_key, --tls_ca).
+  control::TlsFiles tls;
   JoinInfo self;
   // Called from the heartbeat thread before each heartbeat; must be cheap
   // and thread-safe. May be empty (zeros are reported).

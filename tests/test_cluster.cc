@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <mutex>
 #include <utility>
 
@@ -13,6 +14,7 @@
 #include "proto/auth.h"
 #include "proto/coordinator_store.pb.h"
 #include "proto/rkv.grpc.pb.h"
+#include "proto/tls.h"
 #include "rkv/admin.h"
 
 #if !defined(RKV_KVCTL_BIN)
@@ -41,6 +43,28 @@ TestCluster::TestCluster(TestClusterOptions options)
     credentials += "server" + std::to_string(i) + " " + ServerCredential(i) + "\n";
   }
   WriteFile(server_credentials_file_, credentials);
+  if (options_.tls) {
+    std::filesystem::create_directories(dir_.path() + "/tls");
+    auto ca = MakeTestCa(dir_.path() + "/tls", "rkv-test");
+    EXPECT_TRUE(ca.ok()) << "the test CA: " << ca.status();
+    if (ca.ok()) tls_ca_ = *ca;
+    EXPECT_TRUE(ReplaceFile(tls_ca_bundle(), ReadTestFile(tls_ca_.cert)).ok());
+  }
+}
+
+TestCert TestCluster::TlsCert(const std::string& name) const {
+  const std::string dir = dir_.path() + "/tls";
+  TestCert cert{dir + "/" + name + ".crt", dir + "/" + name + ".key"};
+  if (std::filesystem::exists(cert.cert)) return cert;
+  auto made = MakeTestCert(tls_ca_, dir, name);
+  EXPECT_TRUE(made.ok()) << "the certificate of " << name << ": " << made.status();
+  return cert;
+}
+
+std::vector<std::string> TestCluster::TlsFlags(const std::string& name) const {
+  if (!options_.tls) return {};
+  const TestCert cert = TlsCert(name);
+  return {"--tls_cert=" + cert.cert, "--tls_key=" + cert.key, "--tls_ca=" + tls_ca_bundle()};
 }
 
 std::string ServerCredential(int i) { return "rkv-test-server-credential-" + std::to_string(i); }
@@ -50,8 +74,10 @@ Status TestCluster::CoordinatorHeartbeat(const std::string& token, const std::st
   if (coordinators_.empty() || coordinators_[0] == nullptr || coordinators_[0]->address().empty()) {
     return FailedPrecondition("no coordinator started");
   }
-  auto stub = v1::Coordinator::NewStub(
-      grpc::CreateChannel(coordinators_[0]->address(), grpc::InsecureChannelCredentials()));
+  auto credentials = control::MakeChannelCredentials(
+      options_.tls ? control::TlsFiles{"", "", tls_ca_bundle()} : control::TlsFiles{});
+  if (!credentials.ok()) return credentials.status();
+  auto stub = v1::Coordinator::NewStub(grpc::CreateChannel(coordinators_[0]->address(), *credentials));
   grpc::ClientContext context;
   control::AttachToken(&context, token);
   context.set_deadline(std::chrono::system_clock::now() + kCallTimeout);
@@ -109,6 +135,7 @@ std::unique_ptr<ServerProcess> TestCluster::MakeCoordinator(int i) const {
   } else if (!o.cluster_token.empty()) {
     flags.push_back("--cluster_token_file=" + cluster_token_file_);
   }
+  for (std::string& f : TlsFlags("coordinator" + std::to_string(i))) flags.push_back(std::move(f));
   flags.insert(flags.end(), o.coordinator_flags.begin(), o.coordinator_flags.end());
   if (etcd_ == nullptr) {
     return std::make_unique<ServerProcess>(dir() + "/coordinator", token_file_, std::move(flags),
@@ -185,6 +212,9 @@ std::vector<std::string> TestCluster::ServerFlags(int i) const {
   flags.push_back("--max_keys=" + std::to_string(o.max_keys));
   if (!o.durability.empty()) flags.push_back("--durability=" + o.durability);
   if (!o.zone_prefix.empty()) flags.push_back("--zone=" + o.zone_prefix + std::to_string(i));
+  // TLS on the control plane needs it served: the Admin service (which a
+  // server in a cluster has anyway).
+  for (std::string& f : TlsFlags("server" + std::to_string(i))) flags.push_back(std::move(f));
   flags.insert(flags.end(), o.server_flags.begin(), o.server_flags.end());
   return flags;
 }
@@ -206,6 +236,7 @@ ClientOptions TestCluster::ClusterClientOptions(const TestClientOptions& o) cons
   c.transport = TestTransport();
   c.timeout = o.timeout;
   c.connections = o.connections;
+  if (options_.tls) c.tls_ca_file = tls_ca_bundle();
   return c;
 }
 
@@ -236,6 +267,7 @@ CommandResult TestCluster::Kvctl(const std::vector<std::string>& args, const std
                                    "--token_file=" + (token_file.empty() ? token_file_ : token_file),
                                    "--transport=" + TestTransport(),
                                    "--timeout=" + std::to_string(kCallTimeout.count())};
+  if (options_.tls) argv.push_back("--tls_ca=" + tls_ca_bundle());
   argv.insert(argv.end(), args.begin(), args.end());
   return RunCommand(argv);
 }

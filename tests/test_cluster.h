@@ -31,6 +31,7 @@
 #include "tests/etcd_process.h"
 #include "tests/run_command.h"
 #include "tests/server_process.h"
+#include "tests/test_pki.h"
 #include "tests/wait_for.h"
 
 namespace rkv::testing {
@@ -82,6 +83,13 @@ struct TestClusterOptions {
   // server<i>'s (--server_credential_name), and the coordinator binds each
   // id to its server's credential.
   bool per_server_credentials = false;
+  // TLS on the control plane: a CA and certificates made with openssl in
+  // <dir>/tls/ (tests/test_pki.h): the coordinators and servers get
+  // --tls_cert, --tls_key and --tls_ca (their own certificate, named
+  // coordinator<i> and server<i>), clients ClientOptions::tls_ca_file and
+  // kvctl --tls_ca (the CA alone: server-authenticated TLS). Every process
+  // reads the CA from tls_ca_bundle(), which a test may replace.
+  bool tls = false;
 };
 
 // The token of server i's credential with per_server_credentials.
@@ -175,6 +183,14 @@ class TestCluster {
   // `args`.
   CommandResult Kvctl(const std::vector<std::string>& args, const std::string& token_file = "") const;
 
+  // With options().tls: the CA (its own files, which sign), the CA bundle
+  // every process verifies peers with (a copy of the CA's certificate at
+  // first), and the certificate of `name` ("server0", "coordinator0",
+  // "client": made on first use).
+  const TestCa& tls_ca() const { return tls_ca_; }
+  std::string tls_ca_bundle() const { return dir() + "/tls/ca-bundle.pem"; }
+  TestCert TlsCert(const std::string& name) const;
+
   // The id server i joined with, from `client`'s map refreshed first
   // (matched by data address); empty, with a test failure, if none.
   std::string IdOf(Client& client, int i) const;
@@ -192,12 +208,16 @@ class TestCluster {
   // The etcd members' client endpoints as --etcd takes them (etcd_ set).
   std::string EtcdEndpoints() const;
   std::vector<std::string> ServerFlags(int i) const;
+  // --tls_cert, --tls_key and --tls_ca of the process `name` (none without
+  // options().tls).
+  std::vector<std::string> TlsFlags(const std::string& name) const;
 
   TestClusterOptions options_;
   TempDir dir_;
   std::string token_file_;
   std::string cluster_token_file_;
   std::string server_credentials_file_;
+  TestCa tls_ca_;
   std::unique_ptr<EtcdCluster> etcd_;
   // coordinators_[0] is coordinator(); made on first use.
   std::vector<std::unique_ptr<ServerProcess>> coordinators_;

@@ -29,6 +29,11 @@ DEFINE_string(coordinator, "",
               "(A,B,C: kvctl finds the leader): cluster mode (instead of --server; needed by members, shards, "
               "where, verify, drain, forget and stats)");
 DEFINE_string(token_file, "", "file holding the access token (required)");
+DEFINE_string(tls_ca, "", "cluster mode: PEM CA bundle the coordinators' and servers' certificates are verified "
+              "against; turns TLS on for the control plane (default empty: plain gRPC)");
+DEFINE_string(tls_cert, "", "cluster mode: PEM client certificate, with --tls_key and --tls_ca, for a cluster that "
+              "checks clients' certificates (default empty: none)");
+DEFINE_string(tls_key, "", "cluster mode: PEM private key of --tls_cert (default empty: none)");
 DEFINE_string(transport, "auto", "data-plane transport: auto, tcp or verbs (default auto)");
 DEFINE_int32(timeout, 5000,
              "deadline of the whole command, in milliseconds (default 5000); verify: of each request; "
@@ -429,6 +434,12 @@ int Run(const rkv::kvctl::Invocation& inv) {
   }
   auto token = rkv::ReadTokenFile(FLAGS_token_file);
   if (!token.ok()) return Fail(cmd, token.status().WithContext("--token_file"));
+  // The files themselves are checked by Connect (its errors name the
+  // flags too).
+  if (!(FLAGS_tls_ca.empty() && FLAGS_tls_cert.empty() && FLAGS_tls_key.empty()) && !cluster) {
+    return UsageError("--tls_ca, --tls_cert and --tls_key secure the control plane: they need --coordinator (a "
+                      "server's data plane has no TLS)");
+  }
 
   rkv::ClientOptions options;
   if (cluster) {
@@ -440,6 +451,9 @@ int Run(const rkv::kvctl::Invocation& inv) {
   options.token = std::move(*token);
   options.transport = FLAGS_transport;
   options.timeout = std::chrono::milliseconds(FLAGS_timeout);
+  options.tls_ca_file = FLAGS_tls_ca;
+  options.tls_cert_file = FLAGS_tls_cert;
+  options.tls_key_file = FLAGS_tls_key;
   auto client = rkv::Client::Connect(options);
   if (!client.ok()) return Fail(cmd, client.status());
   // The administration commands work through the same connection.

@@ -310,7 +310,8 @@ Status CatchUp::Sync(const v1::ClusterMap& map, const std::vector<uint32_t>& sha
   }
 
   const std::shared_ptr<grpc::Channel> channel =
-      grpc::CreateChannel(primary.admin_address(), grpc::InsecureChannelCredentials());
+      grpc::CreateChannel(primary.admin_address(), options_.credentials != nullptr ? options_.credentials
+                                                                                   : grpc::InsecureChannelCredentials());
   const std::unique_ptr<v1::Replica::Stub> stub = v1::Replica::NewStub(channel);
   v1::FetchShardRequest req;
   req.set_server_id(source_->server_id());

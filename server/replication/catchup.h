@@ -55,6 +55,8 @@
 #include <thread>
 #include <vector>
 
+#include <grpcpp/security/credentials.h>
+
 #include "common/mutex.h"
 #include "common/status.h"
 #include "proto/rkv.pb.h"
@@ -84,6 +86,9 @@ struct CatchUpOptions {
   // Bytes of keys and values fetched per second, all streams together;
   // 0: no limit (rkv-server --catchup_rate_mb_per_s).
   uint64_t rate_bytes_per_s = 0;
+  // The credentials of the channels to primaries' Replica services
+  // (control::MakeChannelCredentials); null: plain gRPC.
+  std::shared_ptr<grpc::ChannelCredentials> credentials;
 };
 
 class CatchUp {
