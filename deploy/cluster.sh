@@ -9,6 +9,12 @@
 #                                          rkv-coordinators sharing the cluster
 #                                          state in it (one leads, two stand
 #                                          by) and N rkv-servers (default 3)
+#        deploy/cluster.sh start --tls ...  either of the above with TLS on
+#                                          the control plane: a CA and
+#                                          certificates made with openssl in
+#                                          .rkv-cluster/tls/, every process
+#                                          started with --tls_cert, --tls_key
+#                                          and --tls_ca, kvctl given --tls_ca
 #        deploy/cluster.sh stop            SIGTERM every process (servers
 #                                          first, so that they leave the
 #                                          cluster, then the coordinators,
@@ -20,7 +26,16 @@
 #
 # start starts only what is not running yet, so it also restarts what died.
 # The state dir remembers which kind of cluster it holds: 'start' on an --ha
-# one (or 'start --ha' on the other kind) is refused.
+# one (or 'start --ha' on the other kind) is refused; a --tls one stays
+# TLS ('start' restarts it with TLS), and 'start --tls' on a plain one is
+# refused.
+#
+# TLS (docs/design.md §10): .rkv-cluster/tls/ holds ca.crt (the CA every
+# process verifies peers with; its key ca.key), and NAME.crt/NAME.key for
+# each process (coordinator or coordinator-I, server-I) and for kvctl
+# (client), each with the SANs IP:127.0.0.1 and DNS:localhost. To rotate a
+# certificate, replace its file (by a rename): the processes re-read their
+# files every 5 s. The data plane is not encrypted.
 #
 # Ports: coordinator 7600 (with --ha 7600, 7601, 7602), servers 7701..770N,
 # etcd members client/peer 2379/2380, 2479/2480, 2579/2580 (override with
@@ -54,6 +69,9 @@ stop_wait_s=20
 start_wait_s=30
 # GET /metrics of each process: its own port plus this.
 metrics_offset=1000
+tls_dir="${state}/tls"
+# Days a certificate made by --tls is valid.
+tls_days=825
 
 die() {
   echo "cluster: $*" >&2
@@ -316,8 +334,51 @@ start_etcd() {
   wait_etcd
 }
 
+# cluster_tls: 'on' when the cluster in the state dir uses TLS.
+cluster_tls() {
+  if [ -f "${state}/tls-enabled" ]; then echo on; fi
+}
+
+# make_tls_ca: the cluster's CA in ${tls_dir} (made once; kept on restarts).
+make_tls_ca() {
+  command -v openssl > /dev/null || die "--tls needs the openssl command (Debian: apt-get install openssl, as deploy/install-deps.sh does)"
+  mkdir -p "${tls_dir}"
+  chmod 700 "${tls_dir}"
+  [ -s "${tls_dir}/ca.crt" ] && [ -s "${tls_dir}/ca.key" ] && return 0
+  openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes \
+    -keyout "${tls_dir}/ca.key" -out "${tls_dir}/ca.crt" -days "${tls_days}" -subj "/CN=rkv local cluster CA" \
+    -addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign,cRLSign" \
+    > "${tls_dir}/openssl.log" 2>&1 || die "openssl could not make the CA; see ${tls_dir}/openssl.log"
+}
+
+# make_tls_cert NAME: NAME.key and NAME.crt in ${tls_dir}, signed by the CA,
+# for 127.0.0.1 and localhost (made once).
+make_tls_cert() {
+  local name="$1"
+  [ -s "${tls_dir}/${name}.crt" ] && [ -s "${tls_dir}/${name}.key" ] && return 0
+  printf '%s\n' "subjectAltName=IP:127.0.0.1,DNS:localhost" "basicConstraints=CA:FALSE" \
+    "keyUsage=critical,digitalSignature,keyEncipherment" "extendedKeyUsage=serverAuth,clientAuth" \
+    > "${tls_dir}/${name}.ext"
+  {
+    openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out "${tls_dir}/${name}.key" &&
+      openssl req -new -key "${tls_dir}/${name}.key" -subj "/CN=${name}" -out "${tls_dir}/${name}.csr" &&
+      openssl x509 -req -in "${tls_dir}/${name}.csr" -CA "${tls_dir}/ca.crt" -CAkey "${tls_dir}/ca.key" \
+        -set_serial "0x$(od -An -N8 -tx1 /dev/urandom | tr -d ' \n')" -days "${tls_days}" \
+        -extfile "${tls_dir}/${name}.ext" -out "${tls_dir}/${name}.crt"
+  } >> "${tls_dir}/openssl.log" 2>&1 || die "openssl could not make the certificate of ${name}; see ${tls_dir}/openssl.log"
+  rm -f "${tls_dir}/${name}.csr" "${tls_dir}/${name}.ext"
+}
+
+# set_tls_args NAME: tls_args becomes the TLS flags of process NAME (none
+# without TLS).
+set_tls_args() {
+  tls_args=()
+  [ "$(cluster_tls)" = on ] || return 0
+  tls_args=("--tls_cert=${tls_dir}/$1.crt" "--tls_key=${tls_dir}/$1.key" "--tls_ca=${tls_dir}/ca.crt")
+}
+
 do_start() {
-  local n="$1" mode="$2" old old_mode coordinators i name started=0
+  local n="$1" mode="$2" tls="$3" old old_mode coordinators i name started=0 kvctl_tls="" tls_args=()
   case "${n}" in '' | *[!0-9]* | 0) die "N must be a positive number of servers, not '${n}'" ;; esac
   [ "${n}" -le 99 ] || die "N=${n} is too many for one machine (at most 99)"
   old_mode="$(cluster_mode)"
@@ -341,9 +402,19 @@ do_start() {
     [ -x "${coordinator_bin}" ] && [ -x "${server_bin}" ] || die "the build did not produce ${coordinator_bin} and ${server_bin}"
   fi
 
+  if [ "${tls}" = on ] && [ -n "${old}" ] && [ "$(cluster_tls)" != on ]; then
+    die "${state} holds a cluster without TLS; run 'deploy/cluster.sh start' to start it again, or 'deploy/cluster.sh stop' and remove ${state} to start one with --tls"
+  fi
+
   mkdir -p "${state}"
   echo "${n}" > "${state}/size"
   echo "${mode}" > "${state}/mode"
+  if [ "${tls}" = on ]; then touch "${state}/tls-enabled"; fi
+  if [ "$(cluster_tls)" = on ]; then
+    make_tls_ca
+    for name in $(coordinator_names "${mode}") $(server_names "${n}") client; do make_tls_cert "${name}"; done
+    kvctl_tls=" --tls_ca=.rkv-cluster/tls/ca.crt"
+  fi
   if [ ! -s "${state}/token" ]; then
     (umask 077 && head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n' > "${state}/token")
   fi
@@ -360,11 +431,12 @@ do_start() {
     for i in $(seq 1 "${ha_members}"); do
       name="coordinator-${i}"
       [ -z "$(pid_of "${name}")" ] || continue
+      set_tls_args "${name}"
       "${coordinator_bin}" --listen="${host}:$((coordinator_port + i - 1))" \
         --metrics_listen="${host}:$((coordinator_port + i - 1 + metrics_offset))" \
         --etcd="$(etcd_endpoints)" --etcd_prefix="${etcd_prefix}" \
         --token_file="${state}/token" --cluster_token_file="${state}/cluster_token" \
-        --servers="${n}" --shards=1024 \
+        --servers="${n}" --shards=1024 "${tls_args[@]+"${tls_args[@]}"}" \
         > "${state}/${name}.out" 2>> "${state}/${name}.log" &
       echo $! > "${state}/${name}.pid"
       started=$((started + 1))
@@ -375,10 +447,11 @@ do_start() {
     wait_leader
   elif [ -z "$(pid_of coordinator)" ]; then
     mkdir -p "${state}/coordinator"
+    set_tls_args coordinator
     "${coordinator_bin}" --listen="${host}:${coordinator_port}" --data_dir="${state}/coordinator" \
       --metrics_listen="${host}:$((coordinator_port + metrics_offset))" \
       --token_file="${state}/token" --cluster_token_file="${state}/cluster_token" \
-      --servers="${n}" --shards=1024 \
+      --servers="${n}" --shards=1024 "${tls_args[@]+"${tls_args[@]}"}" \
       > "${state}/coordinator.out" 2>> "${state}/coordinator.log" &
     echo $! > "${state}/coordinator.pid"
     wait_listening coordinator rkv-coordinator
@@ -388,10 +461,11 @@ do_start() {
     name="server-${i}"
     [ -z "$(pid_of "${name}")" ] || continue
     mkdir -p "${state}/${name}"
+    set_tls_args "${name}"
     "${server_bin}" --listen="${host}:$((base_port + i - 1))" --data_dir="${state}/${name}" \
       --metrics_listen="${host}:$((base_port + i - 1 + metrics_offset))" \
       --token_file="${state}/token" --cluster_token_file="${state}/cluster_token" \
-      --coordinator="${coordinators}" --transport=auto --memory=256M \
+      --coordinator="${coordinators}" --transport=auto --memory=256M "${tls_args[@]+"${tls_args[@]}"}" \
       > "${state}/${name}.out" 2>> "${state}/${name}.log" &
     echo $! > "${state}/${name}.pid"
     started=$((started + 1))
@@ -421,8 +495,8 @@ assigned once all ${n} have joined (see ${state}/coordinator.log).
 MSG
   fi
   cat <<MSG
-Use it:  ${kvctl_bin#"${root}/"} --coordinator=${coordinators} --token_file=.rkv-cluster/token put KEY VALUE
-         ${kvctl_bin#"${root}/"} --coordinator=${coordinators} --token_file=.rkv-cluster/token get KEY
+Use it:  ${kvctl_bin#"${root}/"} --coordinator=${coordinators} --token_file=.rkv-cluster/token${kvctl_tls} put KEY VALUE
+         ${kvctl_bin#"${root}/"} --coordinator=${coordinators} --token_file=.rkv-cluster/token${kvctl_tls} get KEY
 Status:  deploy/cluster.sh status
 Stop:    deploy/cluster.sh stop
 MSG
@@ -432,10 +506,12 @@ case "${1:-}" in
   start)
     shift
     start_mode=single
+    start_tls=off
     start_n=""
     for arg in "$@"; do
       case "${arg}" in
         --ha) start_mode=ha ;;
+        --tls) start_tls=on ;;
         -*) die "unknown option '${arg}' of start (deploy/cluster.sh --help)" ;;
         *)
           [ -z "${start_n}" ] || die "start takes one N, not '${start_n}' and '${arg}'"
@@ -443,7 +519,7 @@ case "${1:-}" in
           ;;
       esac
     done
-    do_start "${start_n:-3}" "${start_mode}"
+    do_start "${start_n:-3}" "${start_mode}" "${start_tls}"
     ;;
   stop) do_stop ;;
   status) do_status ;;

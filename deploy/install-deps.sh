@@ -11,7 +11,7 @@ PACKAGES=(
   build-essential cmake ninja-build pkg-config git ca-certificates python3
   libibverbs-dev librdmacm-dev ibverbs-providers rdma-core
   ibverbs-utils rdmacm-utils perftest
-  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
+  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libssl-dev openssl
   librocksdb-dev libgflags-dev libgoogle-glog-dev libxxhash-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   memcached libmemcached-dev libmemcached-tools libhiredis-dev redis-server redis-tools
