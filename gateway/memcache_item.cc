@@ -1,5 +1,6 @@
 #include "gateway/memcache_item.h"
 
+#include <algorithm>
 #include <cstring>
 #include <limits>
 
@@ -88,6 +89,38 @@ std::string CounterData(uint64_t value, size_t old_size) {
   std::string out = std::to_string(value);
   if (out.size() < old_size) out.append(old_size - out.size(), ' ');
   return out;
+}
+
+std::string FormatFlushTimes(const FlushTimes& t) {
+  return std::to_string(t.applied) + " " + std::to_string(t.pending) + " " + std::to_string(t.pending_from);
+}
+
+std::optional<FlushTimes> ParseFlushTimes(std::string_view text) {
+  int64_t v[3];
+  for (int i = 0; i < 3; ++i) {
+    const size_t space = i < 2 ? text.find(' ') : text.size();
+    if (space == std::string_view::npos || !ParseMemcacheI64(text.substr(0, space), &v[i])) return std::nullopt;
+    text.remove_prefix(i < 2 ? space + 1 : space);
+  }
+  return FlushTimes{v[0], v[1], v[2]};
+}
+
+int64_t FlushCutoff(const FlushTimes& t, int64_t now_ms) {
+  return t.pending != 0 && now_ms >= t.pending_from ? t.pending : t.applied;
+}
+
+FlushTimes NextFlush(const FlushTimes& old, int64_t now_ms, int64_t delay_deadline_ms) {
+  FlushTimes next;
+  next.applied = FlushCutoff(old, now_ms);
+  const int64_t after = next.applied + 1;
+  if (delay_deadline_ms <= now_ms) {
+    next.pending = std::max(now_ms, after);
+    next.pending_from = now_ms;
+  } else {
+    next.pending = std::max(delay_deadline_ms, after);
+    next.pending_from = next.pending;
+  }
+  return next;
 }
 
 }  // namespace rkv::gateway

@@ -68,4 +68,33 @@ uint64_t ApplyDelta(uint64_t value, uint64_t delta, bool incr);
 // place then, and a get shows the padding).
 std::string CounterData(uint64_t value, size_t old_size);
 
+// flush_all's times, as the reserved rkv key keeps them (decimal Unix ms,
+// "APPLIED PENDING FROM"): the cutoff `applied` is in force until the
+// clock reaches `pending_from`, then the cutoff `pending`. An item whose
+// stamp (MemcacheItem::stored_unix_ms) is at or before the cutoff in
+// force reads as absent. 0: no flush.
+struct FlushTimes {
+  int64_t applied = 0;
+  int64_t pending = 0;
+  int64_t pending_from = 0;
+};
+std::string FormatFlushTimes(const FlushTimes& t);
+// nullopt: not three numbers.
+std::optional<FlushTimes> ParseFlushTimes(std::string_view text);
+// The cutoff in force at `now_ms` (0: none).
+int64_t FlushCutoff(const FlushTimes& t, int64_t now_ms);
+// The times after a flush_all at `now_ms`: immediate (its cutoff takes
+// effect at once) when `delay_deadline_ms` is 0, else at that time (the
+// items stored before it are flushed then; until then the cutoff in force
+// stays). A new cutoff is always later than the one in force, so items
+// stamped after that one (StampAfter) are flushed too, even in the same
+// millisecond.
+FlushTimes NextFlush(const FlushTimes& old, int64_t now_ms, int64_t delay_deadline_ms);
+// The stamp of an item stored at `now_ms` under `cutoff`: later than the
+// cutoff, so a flush_all never hides an item stored after it.
+inline int64_t StampAfter(int64_t now_ms, int64_t cutoff) {
+  return cutoff == 0 || now_ms > cutoff ? now_ms : cutoff + 1;
+}
+inline bool Flushed(int64_t stamp, int64_t cutoff) { return cutoff != 0 && stamp <= cutoff; }
+
 }  // namespace rkv::gateway

@@ -73,5 +73,54 @@ TEST(MemcacheItemTest, CounterDataIsPaddedInPlace) {
   EXPECT_EQ(CounterData(15, 2), "15");
 }
 
+TEST(MemcacheItemTest, FlushTimesRoundTrip) {
+  const FlushTimes t{1, 2, 3};
+  auto parsed = ParseFlushTimes(FormatFlushTimes(t));
+  ASSERT_TRUE(parsed.has_value());
+  EXPECT_EQ(parsed->applied, 1);
+  EXPECT_EQ(parsed->pending, 2);
+  EXPECT_EQ(parsed->pending_from, 3);
+  EXPECT_FALSE(ParseFlushTimes("").has_value());
+  EXPECT_FALSE(ParseFlushTimes("1 2").has_value());
+  EXPECT_FALSE(ParseFlushTimes("1 2 x").has_value());
+  EXPECT_FALSE(ParseFlushTimes("1 2 3 4").has_value());
+}
+
+TEST(MemcacheItemTest, ImmediateFlushHidesEverythingStoredBeforeItEvenInItsMillisecond) {
+  const int64_t now = 1'000'000;
+  FlushTimes t;
+  EXPECT_EQ(FlushCutoff(t, now), 0);
+  const int64_t before = StampAfter(now, FlushCutoff(t, now));
+  EXPECT_FALSE(Flushed(before, FlushCutoff(t, now)));
+  t = NextFlush(t, now, 0);
+  const int64_t cutoff = FlushCutoff(t, now);
+  EXPECT_TRUE(Flushed(before, cutoff));
+  // Stored after the flush, in the same millisecond: seen.
+  const int64_t after = StampAfter(now, cutoff);
+  EXPECT_FALSE(Flushed(after, cutoff));
+  // A second flush in that millisecond hides it in turn, at once.
+  t = NextFlush(t, now, 0);
+  EXPECT_TRUE(Flushed(after, FlushCutoff(t, now)));
+  EXPECT_GT(FlushCutoff(t, now), cutoff);
+  const int64_t third = StampAfter(now, FlushCutoff(t, now));
+  EXPECT_FALSE(Flushed(third, FlushCutoff(t, now)));
+  EXPECT_FALSE(Flushed(third, FlushCutoff(t, now + 5000)));
+}
+
+TEST(MemcacheItemTest, DelayedFlushTakesEffectAtItsTime) {
+  const int64_t now = 1'000'000;
+  FlushTimes t = NextFlush(FlushTimes{}, now, 0);  // an immediate one first
+  const int64_t first = FlushCutoff(t, now);
+  const int64_t stored = StampAfter(now + 10, first);
+  t = NextFlush(t, now + 20, now + 60'000);
+  // Until its time the first flush stays in force, and the item is seen.
+  EXPECT_EQ(FlushCutoff(t, now + 20), first);
+  EXPECT_FALSE(Flushed(stored, FlushCutoff(t, now + 59'999)));
+  // From its time, every item stored before it is flushed.
+  EXPECT_TRUE(Flushed(stored, FlushCutoff(t, now + 60'000)));
+  EXPECT_TRUE(Flushed(StampAfter(now + 59'999, FlushCutoff(t, now + 59'999)), FlushCutoff(t, now + 60'000)));
+  EXPECT_FALSE(Flushed(StampAfter(now + 60'001, FlushCutoff(t, now + 60'001)), FlushCutoff(t, now + 60'001)));
+}
+
 }  // namespace
 }  // namespace rkv::gateway

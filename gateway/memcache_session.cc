@@ -32,8 +32,8 @@
 namespace rkv::gateway {
 namespace {
 
-// The rkv key holding the newest flush_all's times ("APPLIED PENDING",
-// decimal Unix ms). Its NUL byte is a control character, which the parser
+// The rkv key holding the newest flush_all's times (FlushTimes, as
+// FormatFlushTimes writes them). Its NUL byte is a control character, which the parser
 // refuses in a memcached key, so no memcached client can name it.
 constexpr std::string_view kFlushKey("\0rkv-gateway:flush_all", 22);
 // How long a gateway trusts the flush times it read.
@@ -133,6 +133,7 @@ class MemcacheSession final : public Session {
   // The flush time in force now (0: none), refreshed from rkv at most
   // every kFlushRefreshMs.
   int64_t FlushTime(int64_t now_ms);
+  void CacheFlushTimes(const FlushTimes& t);
   // When an item stored now is stamped: after the flush time in force, so
   // an item stored right after a flush_all (same millisecond) survives it.
   int64_t StampNow();
@@ -254,39 +255,37 @@ bool MemcacheSession::Execute(const MemcacheRequest& req, std::string* out, size
   return true;
 }
 
+void MemcacheSession::CacheFlushTimes(const FlushTimes& t) {
+  shared_.flush_applied_ms.store(t.applied, std::memory_order_relaxed);
+  shared_.flush_pending_ms.store(t.pending, std::memory_order_relaxed);
+  shared_.flush_pending_from_ms.store(t.pending_from, std::memory_order_relaxed);
+}
+
 int64_t MemcacheSession::FlushTime(int64_t now_ms) {
   const int64_t read_ms = shared_.flush_read_ms.load(std::memory_order_relaxed);
   if (read_ms == 0 || now_ms - read_ms >= kFlushRefreshMs || now_ms < read_ms) {
     shared_.flush_read_ms.store(now_ms, std::memory_order_relaxed);
     auto value = client_->Get(kFlushKey);
     if (value.ok()) {
-      int64_t applied = 0;
-      int64_t pending = 0;
-      const std::string& v = *value;
-      const size_t space = v.find(' ');
-      if (space != std::string::npos && ParseMemcacheI64(std::string_view(v).substr(0, space), &applied) &&
-          ParseMemcacheI64(std::string_view(v).substr(space + 1), &pending)) {
-        shared_.flush_applied_ms.store(applied, std::memory_order_relaxed);
-        shared_.flush_pending_ms.store(pending, std::memory_order_relaxed);
-      }
+      const std::optional<FlushTimes> t = ParseFlushTimes(*value);
+      if (t.has_value()) CacheFlushTimes(*t);
     } else if (value.status().code() == StatusCode::kNotFound) {
-      shared_.flush_applied_ms.store(0, std::memory_order_relaxed);
-      shared_.flush_pending_ms.store(0, std::memory_order_relaxed);
-    }
-    // Any other error: keep what was read last; the next request retries.
-    if (!value.ok() && value.status().code() != StatusCode::kNotFound) {
+      CacheFlushTimes(FlushTimes{});
+    } else {
+      // Keep what was read last; the next request reads again.
       shared_.flush_read_ms.store(0, std::memory_order_relaxed);
     }
   }
-  const int64_t pending = shared_.flush_pending_ms.load(std::memory_order_relaxed);
-  if (pending != 0 && pending <= now_ms) return pending;
-  return shared_.flush_applied_ms.load(std::memory_order_relaxed);
+  FlushTimes t;
+  t.applied = shared_.flush_applied_ms.load(std::memory_order_relaxed);
+  t.pending = shared_.flush_pending_ms.load(std::memory_order_relaxed);
+  t.pending_from = shared_.flush_pending_from_ms.load(std::memory_order_relaxed);
+  return FlushCutoff(t, now_ms);
 }
 
 int64_t MemcacheSession::StampNow() {
   const int64_t now = Client::NowUnixMs();
-  const int64_t flush = FlushTime(now);
-  return flush == 0 ? now : std::max(now, flush + 1);
+  return StampAfter(now, FlushTime(now));
 }
 
 std::optional<Found> MemcacheSession::Visible(std::string value, uint64_t version, int64_t expires_at_unix_ms) {
@@ -297,7 +296,7 @@ std::optional<Found> MemcacheSession::Visible(std::string value, uint64_t versio
   auto item = DecodeItem(f.value);
   if (!item.has_value()) return std::nullopt;
   const int64_t flush = FlushTime(Client::NowUnixMs());
-  if (flush != 0 && item->stored_unix_ms <= flush) return std::nullopt;
+  if (Flushed(item->stored_unix_ms, flush)) return std::nullopt;
   f.item = *item;
   return f;
 }
@@ -629,37 +628,24 @@ void MemcacheSession::FlushAll(const MemcacheRequest& req, std::string* out) {
   Add(counters_.cmd_flush);
   for (int attempt = 0; attempt < kMaxCasAttempts; ++attempt) {
     const int64_t now = Client::NowUnixMs();
-    int64_t applied = 0;
-    int64_t pending = 0;
+    FlushTimes old;
     PutCondition condition = PutCondition::Absent();
-    auto old = client_->GetVersioned(kFlushKey);
-    if (old.ok()) {
-      const std::string_view v = old->value;
-      const size_t space = v.find(' ');
-      if (space != std::string_view::npos) {
-        if (!ParseMemcacheI64(v.substr(0, space), &applied)) applied = 0;
-        if (!ParseMemcacheI64(v.substr(space + 1), &pending)) pending = 0;
-      }
-      condition = PutCondition::VersionIs(old->version);
-    } else if (old.status().code() != StatusCode::kNotFound) {
+    auto current = client_->GetVersioned(kFlushKey);
+    if (current.ok()) {
+      old = ParseFlushTimes(current->value).value_or(FlushTimes{});
+      condition = PutCondition::VersionIs(current->version);
+    } else if (current.status().code() != StatusCode::kNotFound) {
       Add(counters_.backend_errors);
-      Reply(req, out, BackendError(old.status()));
+      Reply(req, out, BackendError(current.status()));
       return;
     }
-    // The flush in force now stays in force until the new one's time. An
-    // immediate flush_all takes this millisecond: items stamped up to it
-    // are flushed, and items stored after it are stamped later (StampNow).
-    // Items stored since the flush in force are stamped after it, maybe
-    // in this very millisecond: the new time is later than it, so that
-    // they are flushed too.
-    const int64_t in_force = pending != 0 && pending <= now ? pending : applied;
-    int64_t at = std::max(now, in_force + 1);
-    if (req.has_delay && req.delay > 0) at = std::max(at, ExptimeToDeadlineMs(req.delay, now));
-    std::string value = std::to_string(in_force) + " " + std::to_string(at);
-    auto v = client_->Put(kFlushKey, value, condition);
+    // With a delay (seconds, or an absolute time, as exptime) the items
+    // stored before that time are flushed then.
+    const int64_t deadline = req.has_delay && req.delay > 0 ? ExptimeToDeadlineMs(req.delay, now) : 0;
+    const FlushTimes next = NextFlush(old, now, deadline);
+    auto v = client_->Put(kFlushKey, FormatFlushTimes(next), condition);
     if (v.ok()) {
-      shared_.flush_applied_ms.store(in_force, std::memory_order_relaxed);
-      shared_.flush_pending_ms.store(at, std::memory_order_relaxed);
+      CacheFlushTimes(next);
       shared_.flush_read_ms.store(now, std::memory_order_relaxed);
       Reply(req, out, "OK\r\n");
       return;

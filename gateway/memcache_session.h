@@ -58,10 +58,14 @@ struct MemcacheCounters {
 // flush_all, by at most kFlushRefreshMs).
 struct MemcacheShared {
   MemcacheCounters counters;
-  // The flush times, Unix ms (0: none): `flush_applied_ms` is in force
-  // until `flush_pending_ms` (a flush_all with a delay) is reached.
+  // The flush times (memcache_item.h's FlushTimes), Unix ms (0: none):
+  // the cutoff `flush_applied_ms` is in force until the clock reaches
+  // `flush_pending_from_ms`, then `flush_pending_ms`. Three relaxed
+  // atomics, not one snapshot: a reader racing a refresh may mix two
+  // versions for that moment, as a read racing the flush_all itself may.
   std::atomic<int64_t> flush_applied_ms{0};
   std::atomic<int64_t> flush_pending_ms{0};
+  std::atomic<int64_t> flush_pending_from_ms{0};
   // When they were last read from rkv (Unix ms; 0: never).
   std::atomic<int64_t> flush_read_ms{0};
   // When the gateway started (Unix seconds), for `stats` uptime.

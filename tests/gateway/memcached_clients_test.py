@@ -9,7 +9,11 @@ CLIENT is one of
   memcslap         libmemcached's load generator: set, get and mget runs
                    with several threads, no errors, every get a hit;
   node_memcached   Node.js's `memcached` package (tests/gateway/node/,
-                   its modules installed there by `npm install`).
+                   its modules installed there by `npm install`);
+  memcached_differential
+                   request scripts (every command, its errors and edge
+                   cases) sent to a real memcached and to the gateway: the
+                   replies must be the same bytes.
 
 The gateway runs with --allow_flush (memcapable flushes). Exits 77 (ctest's
 skip) when the client is not installed, unless RKV_NO_SKIP=1, where a
@@ -38,7 +42,12 @@ def skip(why):
     sys.exit(SKIP)
 
 
-def wait_for_line(path, pattern, proc, what, timeout=120):
+def tail(path, lines=40):
+    with open(path, errors="replace") as f:
+        return "".join(f.readlines()[-lines:])
+
+
+def wait_for_line(path, pattern, proc, what, log_path, timeout=120):
     """The first match of `pattern` in the file `path`, written by `proc`."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -47,7 +56,7 @@ def wait_for_line(path, pattern, proc, what, timeout=120):
         if m:
             return m
         if proc.poll() is not None:
-            raise RuntimeError(f"{what} exited with {proc.returncode} during start-up")
+            raise RuntimeError(f"{what} exited with {proc.returncode} during start-up; its log:\n" + tail(log_path))
         time.sleep(0.05)
     raise RuntimeError(f"{what} did not start within {timeout} s")
 
@@ -67,13 +76,13 @@ class Processes:
         server = self.start(
             [server_bin, "--listen=127.0.0.1:0", f"--token_file={token}", f"--data_dir={tmp}/data",
              "--transport=tcp", "--memory=536870912"], server_out, self.server_log)
-        address = wait_for_line(server_out, r"listening on (\S+)", server, "rkv-server").group(1)
+        address = wait_for_line(server_out, r"listening on (\S+)", server, "rkv-server", self.server_log).group(1)
         gateway_out = os.path.join(tmp, "gateway.out")
         self.gateway_log = os.path.join(tmp, "gateway.log")
         gateway = self.start(
             [gateway_bin, f"--server={address}", f"--token_file={token}", "--transport=tcp",
              "--memcached_listen=127.0.0.1:0", "--redis_listen=", "--allow_flush"], gateway_out, self.gateway_log)
-        m = wait_for_line(gateway_out, r"memcached listening on (\S+):(\d+)", gateway, "rkv-gateway")
+        m = wait_for_line(gateway_out, r"memcached listening on (\S+):(\d+)", gateway, "rkv-gateway", self.gateway_log)
         self.host, self.port = m.group(1), int(m.group(2))
 
     def start(self, argv, out_path, log_path):
@@ -171,7 +180,96 @@ def test_node_memcached(p):
         raise AssertionError(f"memcached_test.js: exit {r.returncode}")
 
 
-TESTS = {"memcapable": test_memcapable, "memcslap": test_memcslap, "node_memcached": test_node_memcached}
+# Request scripts sent both to memcached and to the gateway, whose replies
+# must be the same bytes. {k} is a key prefix of the script's own.
+DIFFERENTIAL_SCRIPTS = [
+    b"set {k}a 5 0 3\r\nabc\r\nget {k}a {k}none\r\nget {k}a {k}a\r\n",
+    b"set {k}a 4294967295 0 1\r\nx\r\nget {k}a\r\nset {k}a 4294967296 0 1\r\ny\r\nget {k}a\r\n",
+    b"set {k}a +5 0 1\r\nx\r\nget {k}a\r\nset {k}a -1 0 1\r\nx\r\n",
+    b"set {k}a 0 0 1 noreply\r\nx\r\nget {k}a\r\nset {k}a 0 0 1 foo\r\ny\r\n",
+    b"set {k}a 0 0 3\r\nabcd\r\nset {k}a 0 0 3\r\nab\r\n\r\nset {k}a 0 0 3 noreply\r\nabcd\r\n",
+    b"set {k}a x 0 3\r\nabc\r\nset {k}a 0 x 3\r\nabc\r\nset {k}a 0 0 x\r\nabc\r\nset {k}a 0 0 -1\r\n",
+    b"set {k}a 0 0\r\nset {k}a 0 0 1 noreply extra\r\nx\r\nset {k}a x 0 3 noreply\r\nabc\r\n",
+    # (memcached's meta commands, mg and the like, are not served: ERROR.)
+    b"get\r\ngets\r\n\r\n\n\r\r\nGET {k}a\r\nfoo bar\r\n",
+    b"get {k}" + b"x" * 246 + b"\r\nget {k}" + b"x" * 247 + b"\r\nset {k}" + b"y" * 247 + b" 0 0 1\r\nx\r\n",
+    b"set {k}a 0 0 1\r\nx\r\n  get   {k}a  \r\nset {k}b 0 0 1\nx\r\nget {k}b\n",
+    b"add {k}a 1 0 1\r\nx\r\nadd {k}a 2 0 1\r\ny\r\nreplace {k}b 0 0 1\r\nz\r\nreplace {k}a 3 0 1\r\nz\r\nget {k}a\r\n",
+    b"append {k}a 0 0 1\r\nx\r\nprepend {k}a 0 0 1\r\nx\r\nset {k}a 7 0 1\r\nx\r\n"
+    b"append {k}a 9 0 2\r\nzz\r\nprepend {k}a 9 0 2 noreply\r\nqq\r\nget {k}a\r\n",
+    b"cas {k}a 0 0 1 5\r\nx\r\nset {k}a 0 0 1\r\nx\r\ncas {k}a 0 0 1 999999999\r\ny\r\n"
+    b"cas {k}a 0 0 1\r\nx\r\ncas {k}a 0 0 1 x\r\nx\r\ncas {k}a 0 0 1 -1\r\nx\r\n",
+    b"set {k}n 0 0 2\r\n10\r\nincr {k}n 5\r\ndecr {k}n 100\r\nincr {k}n 18446744073709551615\r\nincr {k}n 1\r\nget {k}n\r\n",
+    b"set {k}n 0 0 20\r\n18446744073709551615\r\nincr {k}n 2\r\nget {k}n\r\n",
+    b"set {k}n 7 0 4\r\n1000\r\ndecr {k}n 1\r\nget {k}n\r\nincr {k}n 1 noreply\r\nget {k}n\r\n",
+    b"set {k}n 0 0 3\r\nabc\r\nincr {k}n 1\r\nset {k}n 0 0 3\r\n 12\r\nincr {k}n 1\r\nset {k}n 0 0 4\r\n12 3\r\n"
+    b"incr {k}n 1\r\nget {k}n\r\nset {k}n 0 0 0\r\n\r\nincr {k}n 1\r\nset {k}n 0 0 2\r\n-1\r\nincr {k}n 1\r\n",
+    b"set {k}n 0 0 2\r\n10\r\nincr {k}n x\r\nincr {k}n -1\r\nincr {k}n 18446744073709551616\r\n"
+    b"incr {k}n\r\nincr {k}n 1 2\r\nincr {k}n 1 2 3\r\nincr {k}none 1\r\ndecr {k}none 1\r\nincr {k}n x noreply\r\n",
+    b"set {k}d 0 0 1\r\nx\r\ndelete {k}d\r\ndelete {k}d\r\ndelete {k}d 0\r\ndelete {k}d 5\r\n"
+    b"delete {k}d noreply\r\ndelete {k}d 0 noreply\r\ndelete\r\ndelete {k}a {k}b {k}c {k}d\r\n",
+    b"touch {k}t 10\r\nset {k}t 0 0 1\r\nx\r\ntouch {k}t 10\r\ntouch {k}t x\r\ntouch {k}t\r\ntouch {k}t 10 20\r\n"
+    b"touch {k}t 10 noreply\r\ntouch {k}t -1\r\nget {k}t\r\n",
+    b"set {k}g 3 0 1\r\nx\r\ngat 100 {k}g {k}none\r\ngat x {k}g\r\ngat 100\r\ngat\r\ngat -1 {k}g\r\nget {k}g\r\n",
+    b"set {k}e 0 -1 1\r\nx\r\nget {k}e\r\nset {k}e 0 1000 1\r\nx\r\nget {k}e\r\n",
+    b"verbosity\r\nverbosity 1\r\nverbosity 1 noreply\r\nverbosity x\r\nverbosity 1 2 3\r\nstats reset\r\nstats noreply\r\n",
+    b"flush_all x\r\nflush_all 1 2 3\r\nflush_all noreply\r\nflush_all 0\r\n",
+    b"set {k}f 0 0 1\r\nx\r\nflush_all\r\nget {k}f\r\nset {k}f 0 0 1\r\ny\r\nget {k}f\r\n",
+    b"set {k}q 0 0 1\r\nx\r\nquit\r\nget {k}q\r\n",
+    b"set {k}big 0 0 1048577\r\n" + b"z" * 1048577 + b"\r\nget {k}big\r\nset {k}big 0 0 1048577 noreply\r\n"
+    + b"z" * 1048577 + b"\r\nget {k}big\r\n",
+]
+
+
+def converse(host, port, data):
+    """Sends `data`, then reads until the server closes or is quiet for a
+    while after the last byte: the whole answer."""
+    with socket.create_connection((host, port), timeout=30) as s:
+        s.sendall(data + b"quit\r\n")
+        out = b""
+        s.settimeout(60)
+        while True:
+            chunk = s.recv(1 << 20)
+            if not chunk:
+                return out
+            out += chunk
+
+
+def test_differential(p):
+    memcached = shutil.which("memcached")
+    if memcached is None:
+        skip("memcached is not installed")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    argv = [memcached, "-l", "127.0.0.1", "-p", str(port), "-U", "0"]
+    if os.geteuid() == 0:
+        argv += ["-u", "root"]
+    mc = p.start(argv, os.path.join(p.tmp, "memcached.out"), os.path.join(p.tmp, "memcached.log"))
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=5).close()
+            break
+        except OSError:
+            if mc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError("memcached did not start")
+            time.sleep(0.1)
+    failures = 0
+    for i, script in enumerate(DIFFERENTIAL_SCRIPTS):
+        data = script.replace(b"{k}", f"d{i}:".encode())
+        want = converse("127.0.0.1", port, data)
+        got = converse(p.host, p.port, data)
+        if got != want:
+            failures += 1
+            print(f"script {i}: {data[:300]!r}\n  memcached: {want[:600]!r}\n  gateway:   {got[:600]!r}")
+    if failures:
+        raise AssertionError(f"{failures} of {len(DIFFERENTIAL_SCRIPTS)} scripts answered otherwise than memcached")
+    print(f"{len(DIFFERENTIAL_SCRIPTS)} scripts answered byte for byte as memcached answers them")
+
+
+TESTS = {"memcapable": test_memcapable, "memcslap": test_memcslap, "node_memcached": test_node_memcached,
+         "memcached_differential": test_differential}
 
 
 def main():
