@@ -4,8 +4,9 @@
 #   rkv-client   librkv and librkv_proto (the control-plane code librkv and
 #                the servers load), kvctl, the C++ headers and the CMake
 #                package (find_package(rkv))
-#   rkv-server   rkv-server, rkv-coordinator and librkv_etcd_proto, the
-#                systemd units (rkv-coordinator.service, rkv-server@.service)
+#   rkv-server   rkv-server, rkv-coordinator, rkv-gateway and
+#                librkv_etcd_proto, the systemd units (rkv-coordinator.service,
+#                rkv-server@.service, rkv-gateway.service)
 #                with their example environment files; its postinst makes
 #                the system user rkv the units run as
 #   python3-rkv  the Python module (when it is built)
@@ -48,7 +49,7 @@ set(CPACK_DEBIAN_SERVER_PACKAGE_NAME rkv-server)
 set(CPACK_DEBIAN_SERVER_PACKAGE_DEPENDS "rkv-client (= ${PROJECT_VERSION}), passwd")
 set(CPACK_DEBIAN_SERVER_PACKAGE_SUGGESTS "etcd-server")
 set(CPACK_COMPONENT_SERVER_DESCRIPTION
-    "rkv server and coordinator with their systemd units\n rkv-server serves a hash table in RDMA-registered memory, kept durable in RocksDB; rkv-coordinator keeps the membership and shard map.")
+    "rkv server, coordinator and gateway with their systemd units\n rkv-server serves a hash table in RDMA-registered memory, kept durable in RocksDB; rkv-coordinator keeps the membership and shard map; rkv-gateway serves Redis and memcached clients on rkv.")
 # CPack ships a CONTROL_EXTRA file under its own name, and dpkg runs only
 # the one named postinst: the script is copied to that name (under another
 # name it was dead weight in the package, and the user rkv was never made).
@@ -69,7 +70,7 @@ set(CPACK_COMPONENT_PYTHON_DESCRIPTION "Python module of the rkv client\n The mo
 
 # The systemd units as packaged: the binaries are in /usr/bin there, not in
 # /usr/local/bin as for a `cmake --install` by hand (deploy/systemd/README.md).
-foreach(_unit rkv-coordinator.service rkv-server@.service)
+foreach(_unit rkv-coordinator.service rkv-server@.service rkv-gateway.service)
   file(READ ${PROJECT_SOURCE_DIR}/deploy/systemd/${_unit} _text)
   string(REPLACE "/usr/local/bin/" "/usr/bin/" _text "${_text}")
   file(WRITE ${PROJECT_BINARY_DIR}/packaging/${_unit} "${_text}")
@@ -80,6 +81,7 @@ install(FILES ${PROJECT_SOURCE_DIR}/deploy/systemd/coordinator.env
               ${PROJECT_SOURCE_DIR}/deploy/systemd/coordinator-etcd.env
               ${PROJECT_SOURCE_DIR}/deploy/systemd/server-example.env
               ${PROJECT_SOURCE_DIR}/deploy/systemd/etcd-example.env
+              ${PROJECT_SOURCE_DIR}/deploy/systemd/gateway.env
               ${PROJECT_SOURCE_DIR}/deploy/systemd/README.md
         COMPONENT server EXCLUDE_FROM_ALL DESTINATION ${CMAKE_INSTALL_DATAROOTDIR}/doc/rkv-server/examples)
 
