@@ -70,6 +70,11 @@ DEFINE_string(coordinator, "",
               "HOST:PORT of the rkv-coordinator, or a comma-separated list of the cluster's coordinators: "
               "cluster mode (instead of --server)");
 DEFINE_string(token_file, "", "file holding the access token (required)");
+DEFINE_string(tls_ca, "", "cluster mode: PEM CA bundle the coordinators' and servers' certificates are verified "
+              "against; turns TLS on for the control plane (default empty: plain gRPC)");
+DEFINE_string(tls_cert, "", "cluster mode: PEM client certificate, with --tls_key and --tls_ca, for a cluster that "
+              "checks clients' certificates (default empty: none)");
+DEFINE_string(tls_key, "", "cluster mode: PEM private key of --tls_cert (default empty: none)");
 DEFINE_string(transport, "auto", "data-plane transport: auto, tcp or verbs (default auto)");
 DEFINE_int32(timeout, 5000,
              "deadline of connecting to rkv and of every rkv call, in milliseconds (default 5000)");
@@ -143,6 +148,12 @@ int main(int argc, char** argv) {
   if (!FLAGS_requirepass.empty() && FLAGS_requirepass.find_first_of("\r\n") != std::string::npos) {
     return BadFlag("--requirepass must not hold a line break");
   }
+  if (!(FLAGS_tls_ca.empty() && FLAGS_tls_cert.empty() && FLAGS_tls_key.empty()) && FLAGS_coordinator.empty()) {
+    return BadFlag("--tls_ca, --tls_cert and --tls_key secure the control plane: they need --coordinator (a "
+                   "single server's data plane has none)");
+  }
+  if (FLAGS_tls_cert.empty() != FLAGS_tls_key.empty()) return BadFlag("--tls_cert and --tls_key go together");
+  if (!FLAGS_tls_cert.empty() && FLAGS_tls_ca.empty()) return BadFlag("--tls_cert needs --tls_ca");
   auto token = rkv::ReadTokenFile(FLAGS_token_file);
   if (!token.ok()) return BadFlag("--token_file: " + token.status().ToString());
 
@@ -207,6 +218,9 @@ int main(int argc, char** argv) {
   options.timeout = std::chrono::milliseconds(FLAGS_timeout);
   options.connections = connections;
   options.location_cache_bytes = FLAGS_location_cache_bytes;
+  options.tls_ca_file = FLAGS_tls_ca;
+  options.tls_cert_file = FLAGS_tls_cert;
+  options.tls_key_file = FLAGS_tls_key;
   // One Client per loop thread: a thread executes its connections' calls
   // one at a time, so each Client sees one call at a time and its
   // requests reach rkv in the order they were numbered (docs/design.md,
