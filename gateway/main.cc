@@ -53,7 +53,7 @@ DEFINE_int32(threads, 0,
              "calls (default 0: one per CPU)");
 DEFINE_uint64(max_clients, 10000,
               "most client connections at once, all protocols together; one more is answered the protocol's "
-              "error and closed (default 10000)");
+              "error and closed, 1..1000000 (default 10000)");
 DEFINE_uint64(output_limit_bytes, 1 << 20,
               "unsent reply bytes at which a connection is no longer read until its client reads (default "
               "1048576)");
@@ -139,7 +139,7 @@ int main(int argc, char** argv) {
   int threads = FLAGS_threads;
   if (threads == 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   if (threads < 1 || threads > 1024) return BadFlag("--threads must be 0 (one per CPU) or 1..1024");
-  if (FLAGS_max_clients < 1) return BadFlag("--max_clients must be at least 1");
+  if (FLAGS_max_clients < 1 || FLAGS_max_clients > 1000000) return BadFlag("--max_clients must be 1..1000000");
   if (FLAGS_output_limit_bytes < 1024) return BadFlag("--output_limit_bytes must be at least 1024");
   if (FLAGS_max_batch < 1 || FLAGS_max_batch > 4096) return BadFlag("--max_batch must be 1..4096");
   if (FLAGS_timeout <= 0) return BadFlag("--timeout must be a positive number of milliseconds");
