@@ -735,7 +735,6 @@ void MemcacheSession::Stats(const MemcacheRequest& req, std::string* out) {
   num("touch_hits", load(c.touch_hits));
   num("touch_misses", load(c.touch_misses));
   num("backend_errors", load(c.backend_errors));
-  num("limit_maxbytes", 0);
   num("item_size_max", limits_.max_data_bytes);
   out->append("END\r\n");
 }
