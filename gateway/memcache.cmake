@@ -42,11 +42,12 @@ if(RKV_BUILD_TESTS)
   # Real memcached clients against rkv-gateway on a real rkv-server
   # (tests/gateway/memcached_clients_test.py): memccapable -a (Debian's
   # name for memcapable), memcslap, Node.js's memcached package
-  # (tests/gateway/node/), and request scripts answered byte for byte as a
-  # real memcached answers them. A missing tool skips (77), or fails under
+  # (tests/gateway/node/), request scripts answered byte for byte as a real
+  # memcached answers them, and hostile inputs the gateway must survive
+  # with bounded memory. A missing tool skips (77), or fails under
   # RKV_NO_SKIP=1.
   find_package(Python3 REQUIRED COMPONENTS Interpreter)
-  foreach(client memcapable memcslap node_memcached memcached_differential)
+  foreach(client memcapable memcslap node_memcached memcached_differential memcached_hostile)
     add_test(NAME gateway_${client}
       COMMAND ${Python3_EXECUTABLE} ${PROJECT_SOURCE_DIR}/tests/gateway/memcached_clients_test.py ${client}
               $<TARGET_FILE:rkv-gateway> $<TARGET_FILE:rkv-server>)

@@ -13,7 +13,11 @@ CLIENT is one of
   memcached_differential
                    request scripts (every command, its errors and edge
                    cases) sent to a real memcached and to the gateway: the
-                   replies must be the same bytes.
+                   replies must be the same bytes;
+  memcached_hostile
+                   broken and hostile inputs (fuzz seeds, mutated and
+                   random bytes, the limits' edges, a pipeline never read):
+                   the gateway stays up with bounded memory and serves.
 
 The gateway runs with --allow_flush (memcapable flushes). Exits 77 (ctest's
 skip) when the client is not installed, unless RKV_NO_SKIP=1, where a
@@ -21,6 +25,7 @@ missing client fails like any other failure.
 """
 
 import os
+import random
 import re
 import shutil
 import socket
@@ -268,8 +273,76 @@ def test_differential(p):
     print(f"{len(DIFFERENTIAL_SCRIPTS)} scripts answered byte for byte as memcached answers them")
 
 
+def hostile_inputs():
+    """What a broken or hostile client may send: the fuzz seeds, seeded
+    random bytes and mutations of valid requests, and the limits' edges."""
+    corpus = os.path.join(HERE, "..", "..", "fuzz", "corpus", "memcache_parser")
+    inputs = []
+    for name in sorted(os.listdir(corpus)):
+        with open(os.path.join(corpus, name), "rb") as f:
+            inputs.append(f.read()[2:])  # the fuzz target's limits and split bytes
+    rng = random.Random(1)
+    valid = [b"set h 0 0 3\r\nabc\r\n", b"get h h h\r\n", b"gets h\r\n", b"incr h 1\r\n", b"gat 10 h\r\n",
+             b"cas h 0 0 1 1\r\nx\r\n", b"append h 0 0 1\r\nx\r\n", b"touch h 1\r\n", b"delete h\r\n"]
+    for _ in range(200):
+        data = bytearray(b"".join(rng.choice(valid) for _ in range(rng.randint(1, 8))))
+        for _ in range(rng.randint(0, 6)):
+            i = rng.randrange(len(data))
+            op = rng.randrange(3)
+            if op == 0:
+                data[i] = rng.randrange(256)
+            elif op == 1:
+                del data[i]
+            else:
+                data[i:i] = bytes([rng.choice(b" \r\n0123456789-+\x00\xff")])
+        inputs.append(bytes(data))
+    inputs += [bytes(rng.randrange(256) for _ in range(rng.randint(1, 3000))) for _ in range(50)]
+    inputs += [
+        b"set h 0 0 2000000000\r\n" + b"x" * 100000,       # a block announced as 2 GB, then a hang-up
+        b"get " + b"k " * 600000,                             # a multi-get line past its 1 MiB cap
+        b"set " + b"k" * 3000 + b" 0 0 1\r\n",               # a line past 2048 bytes
+        b"get h\r\n" * 200000,                               # a pipeline sent without reading
+        b"\x80\x00\x00\x05\x00\x00\x00\x00" * 10,        # the binary protocol
+    ]
+    return inputs
+
+
+def test_hostile(p):
+    """Every hostile input on its own connection, a few at once: the gateway
+    answers each as it can, stays up, keeps its memory bounded, and then
+    serves a well-behaved client as before."""
+    inputs = hostile_inputs()
+    rss_limit_kib = 1 << 20  # 1 GiB: generous for a sanitizer build; unbounded growth passes it
+
+    def rss_kib():
+        with open(f"/proc/{p.procs[1].pid}/status") as f:
+            return int(re.search(r"VmRSS:\s+(\d+)", f.read()).group(1))
+
+    peak = 0
+    for start in range(0, len(inputs), 8):
+        socks = []
+        for data in inputs[start:start + 8]:
+            s = socket.create_connection((p.host, p.port), timeout=30)
+            try:
+                s.sendall(data)
+            except OSError:
+                pass  # the gateway may close first (a line too long)
+            socks.append(s)
+        for s in socks:
+            s.close()  # without reading: the gateway drops what it had for us
+        peak = max(peak, rss_kib())
+        if p.procs[1].poll() is not None:
+            raise AssertionError(f"rkv-gateway exited with {p.procs[1].returncode} on inputs {start}..{start + 7}")
+    if peak > rss_limit_kib:
+        raise AssertionError(f"rkv-gateway's memory reached {peak} KiB")
+    got = converse(p.host, p.port, b"set calm 1 0 2\r\nok\r\nget calm\r\n")
+    if got != b"STORED\r\nVALUE calm 1 2\r\nok\r\nEND\r\n":
+        raise AssertionError(f"after the hostile inputs the gateway answered {got!r}")
+    print(f"{len(inputs)} hostile inputs; the gateway's peak memory {peak} KiB; it still serves")
+
+
 TESTS = {"memcapable": test_memcapable, "memcslap": test_memcslap, "node_memcached": test_node_memcached,
-         "memcached_differential": test_differential}
+         "memcached_differential": test_differential, "memcached_hostile": test_hostile}
 
 
 def main():
