@@ -90,6 +90,20 @@ grpc::Status CoordinatorService::CheckOperatorCaller(const grpc::ServerContextBa
 
 grpc::Status CoordinatorService::CheckServerCaller(const grpc::ServerContextBase* context, std::string_view rpc,
                                                    std::string* credential) const {
+  grpc::Status s = CheckServerCredential(context, rpc, credential);
+  if (s.ok() && require_peer_certificate_ && !control::PeerHasCertificate(*context)) {
+    return Refused(context, rpc,
+                   grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
+                                std::string(rpc) +
+                                    " needs a server's certificate (mutual TLS): this coordinator serves TLS and the "
+                                    "caller presented no certificate of its CA (rkv-server --tls_cert, --tls_key)"),
+                   credential->empty() ? "cluster credential" : *credential);
+  }
+  return s;
+}
+
+grpc::Status CoordinatorService::CheckServerCredential(const grpc::ServerContextBase* context, std::string_view rpc,
+                                                       std::string* credential) const {
   credential->clear();
   const char* const needed = servers_->size() > 0 ? " needs a server credential (the servers' role)"
                                                   : " needs the cluster credential (the servers' role)";
@@ -431,6 +445,7 @@ StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
     server->service_->set_prober(server->prober_.get());
   }
 
+  server->service_->set_require_peer_certificate(!tls.empty());
   server->lease_streams_ = std::make_unique<LeaseStreams>(server->service_.get());
   RKV_ASSIGN_OR_RETURN(control::StartedGrpcServer started,
                        control::StartGrpcServer(listen, std::vector<grpc::Service*>{server->service_.get()}, "", tls,

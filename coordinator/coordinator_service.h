@@ -152,8 +152,12 @@ class CoordinatorService final : public v1::Coordinator::WithAsyncMethod_KeepLea
   // PERMISSION_DENIED for a client's or the operator's credential where a
   // server credential or the cluster credential is needed,
   // UNAUTHENTICATED for any other digest.
+  // With require_peer_certificate_, also the caller's certificate.
   grpc::Status CheckServerCaller(const grpc::ServerContextBase* context, std::string_view rpc,
                                  std::string* credential) const;
+  // CheckServerCaller's credential part.
+  grpc::Status CheckServerCredential(const grpc::ServerContextBase* context, std::string_view rpc,
+                                     std::string* credential) const;
   // RenewLease's answer (and each KeepLease answer): the lease view,
   // granted only while this coordinator leads before and after it is read.
   grpc::Status AnswerRenewal(grpc::ServerContextBase* context, v1::RenewLeaseResponse* response) const;
@@ -186,6 +190,11 @@ class CoordinatorService final : public v1::Coordinator::WithAsyncMethod_KeepLea
   // (nullptr: none). Set before the service is served; `prober` must
   // outlive the service.
   void set_prober(Prober* prober) { prober_.store(prober, std::memory_order_release); }
+  // Served with TLS: the servers' calls (CheckServerCaller) also need the
+  // caller's certificate, verified against the CA (mutual TLS); a caller
+  // with the right credential and no certificate gets PERMISSION_DENIED.
+  // Set before the service is served.
+  void set_require_peer_certificate(bool require) { require_peer_certificate_ = require; }
 
  private:
   // OK while this coordinator leads; otherwise the "not the leader"
@@ -211,6 +220,7 @@ class CoordinatorService final : public v1::Coordinator::WithAsyncMethod_KeepLea
   const std::shared_ptr<LiveClientCredentials> clients_;
   const std::string cluster_digest_hex_;  // "" when there is no cluster credential
   const std::string operator_digest_hex_;  // "" when there is no operator credential
+  bool require_peer_certificate_ = false;  // set before serving (set_require_peer_certificate)
   // The per-server credentials (empty: none; the cluster credential or the
   // client token then serves the servers' role).
   const std::shared_ptr<const ClientCredentials> servers_;

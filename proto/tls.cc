@@ -201,6 +201,11 @@ StatusOr<std::shared_ptr<grpc::ChannelCredentials>> MakeChannelCredentials(const
   return credentials;
 }
 
+bool PeerHasCertificate(const grpc::ServerContextBase& context) {
+  const std::shared_ptr<const grpc::AuthContext> auth = context.auth_context();
+  return auth != nullptr && auth->IsPeerAuthenticated();
+}
+
 bool IsLoopbackHost(const std::string& host) {
   if (host == "localhost" || host == "::1") return true;
   return host.rfind("127.", 0) == 0;

@@ -33,6 +33,7 @@
 
 #include <grpcpp/security/credentials.h>
 #include <grpcpp/security/server_credentials.h>
+#include <grpcpp/server_context.h>
 
 #include "common/status.h"
 
@@ -84,6 +85,10 @@ StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(const T
 // given.
 StatusOr<std::shared_ptr<grpc::ChannelCredentials>> MakeChannelCredentials(const TlsFiles& files,
                                                                            const TlsFileNames& names = {});
+
+// Whether the caller of `context` presented a certificate that verified
+// against the server's CA (mutual TLS); false on plain gRPC.
+bool PeerHasCertificate(const grpc::ServerContextBase& context);
 
 // True for a host no other machine reaches: "localhost", 127.0.0.0/8,
 // "::1".

@@ -465,6 +465,7 @@ int main(int argc, char** argv) {
                                                        o.max_key_bytes);
     if (!created.ok()) return fail("creating the Replica service failed: " + created.status().ToString());
     replica_service = std::move(*created);
+    if (!tls.empty()) replica_service->RequirePeerCertificate();
   }
   // Where the Admin service and the metrics read the fetcher's counters:
   // null until the fetcher runs (it starts once the membership exists).

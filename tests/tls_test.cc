@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <map>
 #include <string>
 #include <thread>
 #include <vector>
@@ -267,6 +268,101 @@ TEST_F(TlsTest, CertificatesRotateUnderLoadWithoutAFailedCall) {
   CommandResult r = KvctlWith({"--tls_ca=" + fresh->cert}, {"verify"});
   EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
   EXPECT_FALSE(CoordinatorMap({"", "", cluster().tls_ca().cert}).ok());
+}
+
+// A catch-up over TLS: the server that takes over a killed server's
+// copies fetches them from the primaries' Replica services, presenting its
+// certificate (mutual TLS), and every shard ends with two copies that
+// agree.
+TEST_F(TlsTest, ACatchUpRunsOverMutualTls) {
+  TestClusterOptions o = Options();
+  o.shards = 32;
+  o.heartbeat_interval_ms = 100;
+  o.heartbeat_timeout_ms = SlowCpuMs(1000);
+  o.lease_ms = 400;
+  ASSERT_NO_FATAL_FAILURE(StartCluster(o));
+  auto client = cluster().ClusterClient();
+  ASSERT_NE(client, nullptr);
+  const std::string victim = cluster().IdOf(*client, 0);
+  ASSERT_FALSE(victim.empty());
+  for (int i = 0; i < 200; ++i) {
+    ASSERT_TRUE(client->Put("caught-" + std::to_string(i), "v" + std::to_string(i)).ok());
+  }
+  cluster().server(0).Kill9();
+  ASSERT_TRUE(cluster().WaitForMap(*client, [&](const ClusterInfo& c) {
+    std::map<std::string, std::string> state;
+    for (const MemberInfo& m : c.members) state[m.server_id] = m.state;
+    for (const ShardInfo& shard : c.shards) {
+      if (shard.replicas.size() != 2 || !shard.syncing.empty()) return false;
+      for (const std::string& r : shard.replicas) {
+        if (r == victim || state[r] != "UP") return false;
+      }
+    }
+    return true;
+  }));
+  for (int i = 0; i < 200; ++i) {
+    auto got = client->Get("caught-" + std::to_string(i));
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_EQ(*got, "v" + std::to_string(i));
+  }
+  const CommandResult r = cluster().Kvctl({"verify"});
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  for (int i = 1; i < 3; ++i) {
+    EXPECT_FALSE(Contains(cluster().server(i).Log(), "needs a server's certificate")) << cluster().server(i).Log();
+  }
+}
+
+// With TLS, the servers' calls need a server's certificate too: the
+// cluster credential over a channel with the CA alone is refused at the
+// coordinator (Heartbeat) and at a server's Replica service (FetchKeys),
+// and accepted with a certificate of the CA.
+TEST_F(TlsTest, AServerCallWithoutACertificateIsRefused) {
+  ASSERT_NO_FATAL_FAILURE(StartCluster(Options()));
+  auto client = cluster().ClusterClient();
+  ASSERT_NE(client, nullptr);
+  auto members = ClusterAdmin(*client).Members();
+  ASSERT_TRUE(members.ok()) << members.status();
+  ASSERT_FALSE(members->empty());
+  const MemberInfo& member = members->front();
+  const auto heartbeat = [&](const control::TlsFiles& files) -> Status {
+    auto credentials = control::MakeChannelCredentials(files);
+    if (!credentials.ok()) return credentials.status();
+    auto stub = v1::Coordinator::NewStub(grpc::CreateChannel(cluster().coordinator(0).address(), *credentials));
+    grpc::ClientContext context;
+    control::AttachToken(&context, cluster().cluster_token());
+    context.set_deadline(std::chrono::system_clock::now() + kCallTimeout);
+    v1::HeartbeatRequest request;
+    request.set_server_id(member.server_id);
+    request.set_epoch(member.epoch);
+    v1::HeartbeatResponse response;
+    const grpc::Status s = stub->Heartbeat(&context, request, &response);
+    return s.ok() ? Status::Ok() : Status(static_cast<StatusCode>(s.error_code()), s.error_message());
+  };
+  Status s = heartbeat({"", "", cluster().tls_ca_bundle()});
+  EXPECT_EQ(s.code(), StatusCode::kPermissionDenied) << s;
+  EXPECT_TRUE(Contains(s.message(), "Heartbeat needs a server's certificate (mutual TLS)")) << s;
+  const TestCert server_cert = cluster().TlsCert("server0");
+  s = heartbeat({server_cert.cert, server_cert.key, cluster().tls_ca_bundle()});
+  EXPECT_TRUE(s.ok()) << s;
+
+  const auto fetch_keys = [&](const control::TlsFiles& files) -> Status {
+    auto credentials = control::MakeChannelCredentials(files);
+    if (!credentials.ok()) return credentials.status();
+    auto stub = v1::Replica::NewStub(grpc::CreateChannel(member.admin_address, *credentials));
+    grpc::ClientContext context;
+    control::AttachToken(&context, cluster().cluster_token());
+    context.set_deadline(std::chrono::system_clock::now() + kCallTimeout);
+    v1::FetchKeysResponse response;
+    const grpc::Status s = stub->FetchKeys(&context, v1::FetchKeysRequest(), &response);
+    return s.ok() ? Status::Ok() : Status(static_cast<StatusCode>(s.error_code()), s.error_message());
+  };
+  s = fetch_keys({"", "", cluster().tls_ca_bundle()});
+  EXPECT_EQ(s.code(), StatusCode::kPermissionDenied) << s;
+  EXPECT_TRUE(Contains(s.message(), "needs a server's certificate (mutual TLS)")) << s;
+  // With a certificate the credential check passes and the request itself
+  // is judged (an empty FetchKeys is not a sync in progress).
+  s = fetch_keys({server_cert.cert, server_cert.key, cluster().tls_ca_bundle()});
+  EXPECT_FALSE(Contains(s.message(), "certificate")) << s;
 }
 
 // Every program checks its TLS flags at start, naming the flag and the

@@ -9,6 +9,7 @@
 
 #include "common/hash.h"
 #include "proto/auth.h"
+#include "proto/tls.h"
 #include "proto/grpc_status.h"
 #include "proto/validation.h"
 
@@ -43,7 +44,13 @@ StatusOr<std::unique_ptr<ReplicaService>> ReplicaService::Create(ClientCredentia
 }
 
 grpc::Status ReplicaService::CheckPeer(const grpc::ServerContext* context, std::string* credential) const {
-  return control::CheckClientCredential(context, peers_, credential);
+  grpc::Status s = control::CheckClientCredential(context, peers_, credential);
+  if (s.ok() && require_peer_certificate_ && !control::PeerHasCertificate(*context)) {
+    return grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
+                        "the Replica service needs a server's certificate (mutual TLS): this server serves TLS and "
+                        "the caller presented no certificate of its CA (rkv-server --tls_cert, --tls_key)");
+  }
+  return s;
 }
 
 void ReplicaService::Attach(MapSource* source) {

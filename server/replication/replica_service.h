@@ -74,6 +74,11 @@ class ReplicaService final : public v1::Replica::Service {
   grpc::Status FetchKeys(grpc::ServerContext* context, const v1::FetchKeysRequest* request,
                          v1::FetchKeysResponse* response) override;
 
+  // Served with TLS: a caller must also present a certificate verified
+  // against the CA (mutual TLS; PERMISSION_DENIED otherwise). Call before
+  // the service is served.
+  void RequirePeerCertificate() { require_peer_certificate_ = true; }
+
   // Records sent in FetchShard streams and FetchKeys answers.
   uint64_t records_served() const { return records_served_.load(std::memory_order_relaxed); }
 
@@ -96,6 +101,7 @@ class ReplicaService final : public v1::Replica::Service {
                       uint64_t epoch, uint32_t shard, const std::string& credential) const;
 
   const ClientCredentials peers_;
+  bool require_peer_certificate_ = false;  // set before serving
   std::atomic<MapSource*> source_{nullptr};
   Applier* const applier_;
   const uint32_t max_key_bytes_;
