@@ -1,21 +1,29 @@
 #!/usr/bin/env bash
 # One command from a fresh Debian 12 machine to a running rkv server:
 # installs what is missing, builds, installs rkv-server, rkv-coordinator,
-# kvctl, librkv, its headers and its CMake package under a prefix
-# ($HOME/.local by default, /usr/local through sudo), starts one rkv-server on 127.0.0.1:7700 with
-# its data, token and log under .rkv-local/, and shows it serving with a PUT
-# and a GET through the installed kvctl. When the prefix's bin/ is not on
-# PATH it prints the one line that puts it there.
+# kvctl, rkv-gateway, librkv, its headers and its CMake package under a
+# prefix ($HOME/.local by default, /usr/local through sudo), starts one
+# rkv-server on 127.0.0.1:7700 with its data, token and log under
+# .rkv-local/ and an rkv-gateway beside it (Redis clients on 127.0.0.1:6380,
+# memcached clients on 127.0.0.1:11212), and shows it serving with a PUT
+# and a GET through the installed kvctl and a GET through redis-cli. When
+# the prefix's bin/ is not on PATH it prints the one line that puts it
+# there.
 usage() {
   cat <<'USAGE'
 Usage: deploy/quickstart.sh [--prefix DIR]  build, install under DIR (default
                                              $HOME/.local; /usr/local when run
                                              through sudo), start (or restart)
                                              the local server on 127.0.0.1:7700
-       deploy/quickstart.sh stop            stop it (SIGTERM: clean shutdown)
+                                             and rkv-gateway beside it
+       deploy/quickstart.sh stop            stop both (SIGTERM: clean shutdown)
        deploy/quickstart.sh --help          this text
-Environment: RKV_LISTEN=HOST:PORT (default 127.0.0.1:7700).
-Data, token and log: .rkv-local/ in the repository root.
+Environment: RKV_LISTEN=HOST:PORT (default 127.0.0.1:7700),
+             RKV_REDIS_LISTEN=HOST:PORT (default 127.0.0.1:6380),
+             RKV_MEMCACHED_LISTEN=HOST:PORT (default 127.0.0.1:11212);
+             an empty RKV_REDIS_LISTEN and RKV_MEMCACHED_LISTEN start no
+             gateway.
+Data, token and logs: .rkv-local/ in the repository root.
 USAGE
 }
 set -euo pipefail
@@ -23,7 +31,10 @@ cd "$(dirname "$0")/.."
 root="$(pwd)"
 state="${root}/.rkv-local"
 pidfile="${state}/server.pid"
+gateway_pidfile="${state}/gateway.pid"
 listen="${RKV_LISTEN:-127.0.0.1:7700}"
+redis_listen="${RKV_REDIS_LISTEN-127.0.0.1:6380}"
+memcached_listen="${RKV_MEMCACHED_LISTEN-127.0.0.1:11212}"
 # Through sudo, $HOME is root's, whose bin/ the user's shell never finds.
 if [ -n "${SUDO_USER:-}" ]; then prefix=/usr/local; else prefix="${HOME:?}/.local"; fi
 command=start
@@ -40,16 +51,21 @@ done
 [ -n "${prefix}" ] || { echo "quickstart: --prefix must not be empty" >&2; exit 2; }
 case "${prefix}" in /*) ;; *) prefix="${root}/${prefix}" ;; esac
 
-stop_server() {
-  if [ -f "${pidfile}" ] && kill -0 "$(cat "${pidfile}")" 2>/dev/null; then
-    kill -TERM "$(cat "${pidfile}")"
+stop_process() {  # PIDFILE NAME
+  if [ -f "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; then
+    kill -TERM "$(cat "$1")"
     for _ in $(seq 1 50); do
-      kill -0 "$(cat "${pidfile}")" 2>/dev/null || break
+      kill -0 "$(cat "$1")" 2>/dev/null || break
       sleep 0.1
     done
-    echo "quickstart: rkv-server stopped"
+    echo "quickstart: $2 stopped"
   fi
-  rm -f "${pidfile}"
+  rm -f "$1"
+}
+stop_server() {
+  # The gateway first: it is the server's client.
+  stop_process "${gateway_pidfile}" rkv-gateway
+  stop_process "${pidfile}" rkv-server
 }
 
 if [ "${command}" = stop ]; then
@@ -95,15 +111,57 @@ echo "\$ kvctl get greeting"
 "${kvctl[@]}" get greeting
 # kvctl ends a value with a newline only on a terminal.
 [ -t 1 ] || echo
+
+# rkv-gateway beside the server: Redis and memcached clients, unchanged.
+gateway_line=""
+if [ -n "${redis_listen}${memcached_listen}" ]; then
+  "${bin}/rkv-gateway" --server="${listen}" --token_file="${state}/token" \
+    --redis_listen="${redis_listen}" --memcached_listen="${memcached_listen}" \
+    > "${state}/gateway.out" 2> "${state}/gateway.log" &
+  echo $! > "${gateway_pidfile}"
+  want=0
+  [ -z "${redis_listen}" ] || want=$((want + 1))
+  [ -z "${memcached_listen}" ] || want=$((want + 1))
+  for _ in $(seq 1 100); do
+    [ "$(grep -c "listening on" "${state}/gateway.out" 2>/dev/null)" -ge "${want}" ] && break
+    if ! kill -0 "$(cat "${gateway_pidfile}")" 2>/dev/null; then
+      echo "quickstart: rkv-gateway failed to start; its log:" >&2
+      cat "${state}/gateway.log" >&2
+      stop_server
+      exit 2
+    fi
+    sleep 0.1
+  done
+  cat "${state}/gateway.out"
+  if [ -n "${redis_listen}" ]; then
+    redis_port="${redis_listen##*:}"
+    gateway_line="redis-cli -p ${redis_port} GET greeting"
+    if command -v redis-cli > /dev/null; then
+      echo "\$ ${gateway_line}"
+      redis-cli -p "${redis_port}" GET greeting
+    fi
+  fi
+fi
 token="${state#"${root}/"}/token"
 cat <<MSG
 
 rkv-server is running (pid $(cat "${pidfile}"), log ${state}/server.log).
+MSG
+if [ -f "${gateway_pidfile}" ]; then
+  cat <<MSG
+rkv-gateway is running beside it (pid $(cat "${gateway_pidfile}"), log ${state}/gateway.log):
+Redis clients on ${redis_listen:-(off)}, memcached clients on ${memcached_listen:-(off)}.
+MSG
+fi
+cat <<MSG
 Installed under ${prefix}: bin/kvctl, bin/rkv-server, bin/rkv-coordinator,
-librkv, include/rkv/, lib/cmake/rkv/ (find_package(rkv)).
+bin/rkv-gateway, librkv, include/rkv/, lib/cmake/rkv/ (find_package(rkv)).
 Try (from ${root}):
        kvctl --server=${listen} --token_file=${token} get greeting
        kvctl --help
+MSG
+[ -z "${gateway_line}" ] || echo "       ${gateway_line}"
+cat <<MSG
 Stop:  deploy/quickstart.sh stop
 MSG
 # One line to paste when the installed kvctl is not what the shell finds.
