@@ -406,5 +406,33 @@ TEST(TlsFlagsTest, ProgramsCheckTheirTlsFlags) {
   EXPECT_TRUE(Contains(r.err, "absent.pem")) << r.err;
 }
 
+// A coordinator serving plain gRPC on every interface warns once that it
+// does so without TLS; with TLS, or on loopback, it does not.
+TEST(TlsFlagsTest, PlainGrpcOnAnOpenAddressWarnsOnce) {
+  TempDir dir;
+  auto ca = MakeTestCa(dir.path(), "warn");
+  ASSERT_TRUE(ca.ok()) << ca.status();
+  auto cert = MakeTestCert(*ca, dir.path(), "node");
+  ASSERT_TRUE(cert.ok()) << cert.status();
+  WriteFile(dir.path() + "/token", "warn-token\n");
+  const auto log_of = [&](const std::string& name, std::vector<std::string> flags) {
+    ServerProcess p(dir.path() + "/" + name, dir.path() + "/token", std::move(flags),
+                    ServerProcess::Role::kCoordinator);
+    const Status started = p.Start();
+    EXPECT_TRUE(started.ok()) << started;
+    std::string log = p.Log();
+    p.Terminate();
+    return log;
+  };
+  const std::string open = log_of("open", {"--listen=0.0.0.0:0"});
+  const size_t first = open.find("without TLS");
+  EXPECT_NE(first, std::string::npos) << open;
+  EXPECT_EQ(open.find("without TLS", first + 1), std::string::npos) << open;
+  EXPECT_EQ(log_of("loopback", {}).find("without TLS"), std::string::npos);
+  const std::string tls = log_of("tls", {"--listen=0.0.0.0:0", "--tls_cert=" + cert->cert, "--tls_key=" + cert->key,
+                                         "--tls_ca=" + ca->cert});
+  EXPECT_EQ(tls.find("without TLS"), std::string::npos) << tls;
+}
+
 }  // namespace
 }  // namespace rkv::testing
