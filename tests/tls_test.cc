@@ -208,6 +208,15 @@ TEST_F(TlsTest, CertificatesRotateUnderLoadWithoutAFailedCall) {
       done.fetch_add(1);
     }
   });
+  // An assertion that returns early still stops and joins the load.
+  struct StopLoad {
+    std::atomic<bool>& stop;
+    std::thread& load;
+    ~StopLoad() {
+      stop = true;
+      if (load.joinable()) load.join();
+    }
+  } stop_load{stop, load};
   const auto ops_pass = [&](uint64_t more) {
     const uint64_t until = done.load() + more;
     return WaitFor("the load to make progress", [&] { return done.load() >= until || failed.load() > 0; });
@@ -256,7 +265,7 @@ TEST_F(TlsTest, CertificatesRotateUnderLoadWithoutAFailedCall) {
   stop = true;
   load.join();
   EXPECT_EQ(failed.load(), 0u) << "first failure: " << first_failure;
-  EXPECT_GT(done.load(), 60u);
+  EXPECT_GE(done.load(), 60u);
 
   // A new client and kvctl with the new CA alone; the old CA no longer
   // verifies the coordinator.
