@@ -294,10 +294,31 @@ TEST_F(CoordinatorRolesTest, NamedClientCredentialsAreClientsOnlyAndRevocable) {
             "credential is client credential alice");
   JoinBoth(kClientToken);  // --token_file's credential serves every role here
 
+  // Streams bob opened before the reload end with it.
+  auto watch_ctx = Ctx("bob-secret");
+  auto watch = stub_->WatchClusterMap(watch_ctx.get(), v1::WatchClusterMapRequest());
+  ASSERT_TRUE(watch->Read(&map));
+  auto lease_ctx = Ctx("bob-secret");
+  auto lease_stream = stub_->KeepLease(lease_ctx.get());
+  v1::RenewLeaseResponse renewed;
+  ASSERT_TRUE(lease_stream->Write(v1::RenewLeaseRequest()));
+  ASSERT_TRUE(lease_stream->Read(&renewed));
+
   ClientCredentials without_bob;
   ASSERT_TRUE(without_bob.Add("token", kClientToken).ok());
   ASSERT_TRUE(without_bob.Add("alice", "alice-secret").ok());
   live->Replace(without_bob);
+  // The watch ends within its poll (no new map needed), the lease stream
+  // at its next renewal, each with the revocation.
+  EXPECT_FALSE(watch->Read(&map));
+  grpc::Status watch_end = watch->Finish();
+  EXPECT_EQ(watch_end.error_code(), grpc::StatusCode::UNAUTHENTICATED) << watch_end.error_message();
+  EXPECT_EQ(watch_end.error_message(), "client credential bob was revoked");
+  (void)lease_stream->Write(v1::RenewLeaseRequest());
+  EXPECT_FALSE(lease_stream->Read(&renewed));
+  grpc::Status lease_end = lease_stream->Finish();
+  EXPECT_EQ(lease_end.error_code(), grpc::StatusCode::UNAUTHENTICATED) << lease_end.error_message();
+  EXPECT_EQ(lease_end.error_message(), "client credential bob was revoked");
   grpc::Status revoked = stub_->GetClusterMap(Ctx("bob-secret").get(), v1::GetClusterMapRequest(), &map);
   EXPECT_EQ(revoked.error_code(), grpc::StatusCode::UNAUTHENTICATED);
   EXPECT_EQ(revoked.error_message(), "client credential bob was revoked");

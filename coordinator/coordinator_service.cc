@@ -306,6 +306,14 @@ grpc::Status CoordinatorService::CheckCaller(const grpc::ServerContextBase* cont
   return Refused(context, rpc, client, name);
 }
 
+grpc::Status CoordinatorService::StillAllowed(const grpc::ServerContextBase* context, std::string_view rpc,
+                                              uint64_t* seen) const {
+  const uint64_t now = credentials_generation();
+  if (now == *seen) return grpc::Status::OK;
+  *seen = now;
+  return CheckCaller(context, rpc);
+}
+
 grpc::Status CoordinatorService::AnswerRenewal(grpc::ServerContextBase* context,
                                                v1::RenewLeaseResponse* response) const {
   grpc::Status answer = AnswerRenewalUncounted(context, response);
@@ -341,11 +349,14 @@ grpc::Status CoordinatorService::GetClusterMap(grpc::ServerContext* context, con
 grpc::Status CoordinatorService::WatchClusterMap(grpc::ServerContext* context,
                                                  const v1::WatchClusterMapRequest* request,
                                                  grpc::ServerWriter<v1::ClusterMap>* writer) {
+  uint64_t seen = credentials_generation();
   if (grpc::Status s = CheckCaller(context, "WatchClusterMap"); !s.ok()) return s;
   uint64_t known = request->known_version();
   while (!context->IsCancelled()) {
     auto next = state_->WaitForChange(known, kWatchPoll);
     if (!next.ok()) return grpc::Status::OK;  // shutting down: the stream ends cleanly
+    // A credential revoked by a reload ends its open streams too.
+    if (grpc::Status s = StillAllowed(context, "WatchClusterMap", &seen); !s.ok()) return s;
     if (!next->has_value()) continue;
     const v1::ClusterMap& map = **next;
     if (!writer->Write(map)) return grpc::Status(grpc::StatusCode::CANCELLED, "the client went away");

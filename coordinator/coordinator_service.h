@@ -116,7 +116,9 @@ class CoordinatorService final : public v1::Coordinator::WithAsyncMethod_KeepLea
                           v1::RenewLeaseResponse* response) override;
   grpc::Status GetClusterMap(grpc::ServerContext* context, const v1::GetClusterMapRequest* request,
                              v1::ClusterMap* response) override;
-  // Polls for client cancellation every kWatchPoll while no version comes.
+  // Polls for client cancellation every kWatchPoll while no version comes;
+  // a client credential revoked meanwhile ends the stream within that
+  // (StillAllowed).
   grpc::Status WatchClusterMap(grpc::ServerContext* context, const v1::WatchClusterMapRequest* request,
                                grpc::ServerWriter<v1::ClusterMap>* writer) override;
   // Answered by every coordinator; asks etcd's endpoints (within 1 s) for
@@ -132,6 +134,13 @@ class CoordinatorService final : public v1::Coordinator::WithAsyncMethod_KeepLea
   // when it opens): the client token, the cluster credential or the
   // operator credential.
   grpc::Status CheckCaller(const grpc::ServerContextBase* context, std::string_view rpc) const;
+  // For a stream open since CheckCaller let it in: OK while the client
+  // credentials are the set `*seen` (generation of LiveClientCredentials)
+  // names; after a reload, CheckCaller again (a revoked client credential
+  // is refused UNAUTHENTICATED, ending the stream), `*seen` updated. Cheap
+  // while nothing was reloaded: one atomic read.
+  grpc::Status StillAllowed(const grpc::ServerContextBase* context, std::string_view rpc, uint64_t* seen) const;
+  uint64_t credentials_generation() const { return clients_->generation(); }
   // The token check of a call that changes membership on an operator's
   // word (Drain, Forget): the operator credential when there is one
   // (PERMISSION_DENIED naming the role for the client token or the cluster

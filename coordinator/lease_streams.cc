@@ -27,6 +27,7 @@ class LeaseStreams::Call {
           MutexLock lock(owner_->mu_);
           owner_->AcceptLocked(cq_);
         }
+        credentials_seen_ = owner_->service_->credentials_generation();
         grpc::Status s = owner_->service_->CheckCaller(&context_, "KeepLease");
         if (s.ok()) s = Closing();
         return s.ok() ? Read() : Finish(s);
@@ -36,6 +37,8 @@ class LeaseStreams::Call {
         if (!ok) return Finish(grpc::Status::OK);
         response_.Clear();
         grpc::Status s = Closing();
+        // A credential revoked by a reload since the stream opened ends it.
+        if (s.ok()) s = owner_->service_->StillAllowed(&context_, "KeepLease", &credentials_seen_);
         if (s.ok()) s = owner_->service_->AnswerRenewal(&context_, &response_);
         return s.ok() ? Write() : Finish(s);
       }
@@ -91,6 +94,7 @@ class LeaseStreams::Call {
   v1::RenewLeaseResponse response_;
   State state_ = State::kAccepting;
   bool counted_ = false;
+  uint64_t credentials_seen_ = 0;  // LiveClientCredentials' generation checked last
 };
 
 LeaseStreams::LeaseStreams(CoordinatorService* service) : service_(service) {}
