@@ -86,6 +86,26 @@ Sha256Digest TokenDigest(std::string_view token) {
   return Sha256(salted);
 }
 
+Sha256Digest HmacSha256(std::span<const uint8_t> key, std::span<const uint8_t> message) {
+  constexpr size_t kBlock = 64;
+  // K0: the key zero-padded to a block, or its hash when longer.
+  uint8_t k0[kBlock] = {};
+  if (key.size() > kBlock) {
+    const Sha256Digest h = Sha256(std::string_view(reinterpret_cast<const char*>(key.data()), key.size()));
+    std::memcpy(k0, h.data(), h.size());
+  } else if (!key.empty()) {
+    std::memcpy(k0, key.data(), key.size());
+  }
+  std::string inner(kBlock + message.size(), '\0');
+  for (size_t i = 0; i < kBlock; ++i) inner[i] = static_cast<char>(k0[i] ^ 0x36);
+  if (!message.empty()) std::memcpy(inner.data() + kBlock, message.data(), message.size());
+  const Sha256Digest inner_hash = Sha256(inner);
+  std::string outer(kBlock + inner_hash.size(), '\0');
+  for (size_t i = 0; i < kBlock; ++i) outer[i] = static_cast<char>(k0[i] ^ 0x5c);
+  std::memcpy(outer.data() + kBlock, inner_hash.data(), inner_hash.size());
+  return Sha256(outer);
+}
+
 bool DigestEqual(const uint8_t* a, const uint8_t* b, size_t n) {
   uint8_t diff = 0;
   for (size_t i = 0; i < n; ++i) diff |= a[i] ^ b[i];

@@ -1,14 +1,16 @@
 // Client authentication tokens.
 //
-// The raw token never crosses the data plane: a client sends
-// TokenDigest(token) = SHA-256("rkv-token-v1" || token) in its connect
-// private data, and the server compares it in constant time with the digest
-// of its own token.
+// The raw token never crosses the data plane, nor does its digest: the
+// server stores TokenDigest(token) = SHA-256("rkv-token-v1" || token) per
+// credential, and a client proves that it holds it with an HMAC keyed by
+// it over a challenge the server issued (common/connect_proof.h,
+// docs/design.md §7.2).
 #pragma once
 
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -20,6 +22,12 @@ using Sha256Digest = std::array<uint8_t, 32>;
 
 Sha256Digest Sha256(std::string_view data);
 Sha256Digest TokenDigest(std::string_view token);
+
+// HMAC-SHA256 (RFC 2104) of `message` under `key` (any length: a key
+// longer than SHA-256's 64-byte block is hashed first, as the RFC says).
+// The connect proof's MAC (common/connect_proof.h) is made with it, keyed
+// by a TokenDigest.
+Sha256Digest HmacSha256(std::span<const uint8_t> key, std::span<const uint8_t> message);
 
 // Constant-time comparison.
 bool DigestEqual(const uint8_t* a, const uint8_t* b, size_t n);

@@ -2,7 +2,9 @@
 // server, or anything answering a connection request, sends back.
 //
 // Properties: decoding any bytes gives a non-empty, printable text of
-// bounded length and a valid code; a refusal re-encoded decodes to itself;
+// bounded length, a valid code and a detail of at most
+// kMaxRejectionDetailBytes, present only after the full 128-byte header and
+// text; a refusal re-encoded decodes to itself, detail included;
 // the status a refused Connect returns is UNAVAILABLE or RESOURCE_EXHAUSTED
 // when the server said so, PERMISSION_DENIED otherwise.
 #include <algorithm>
@@ -34,12 +36,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // The longest text is kRejectionTextBytes - 1 from the wire format, or
   // as much of printable data as the input held.
   RKV_FUZZ_CHECK(r.text.size() <= std::max<size_t>(size, 40));
+  RKV_FUZZ_CHECK(r.detail.size() <= kMaxRejectionDetailBytes);
+  RKV_FUZZ_CHECK(r.detail.empty() || size >= kRejectionHeaderBytes + kRejectionTextBytes + 1 + r.detail.size());
 
   const std::vector<uint8_t> encoded = EncodeRejection(r);
   RKV_FUZZ_CHECK(encoded.size() <= kMaxRejectionBytes);
   const Rejection back = DecodeRejection(encoded);
   RKV_FUZZ_CHECK(back.code == r.code);
   RKV_FUZZ_CHECK(back.text == r.text.substr(0, kRejectionTextBytes - 1));
+  RKV_FUZZ_CHECK(back.detail == r.detail);
 
   const std::string described = DescribeRejection(r);
   RKV_FUZZ_CHECK(described.find(r.text) == 0);

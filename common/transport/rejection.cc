@@ -19,8 +19,8 @@ std::string PrintableText(const uint8_t* p, size_t n) {
 }  // namespace
 
 std::vector<uint8_t> EncodeRejection(const Rejection& r) {
-  std::vector<uint8_t> out(kRejectionHeaderBytes + kRejectionTextBytes, 0);
-  static_assert(kRejectionHeaderBytes + kRejectionTextBytes <= kMaxRejectionBytes);
+  const bool with_detail = !r.detail.empty() && r.detail.size() <= kMaxRejectionDetailBytes;
+  std::vector<uint8_t> out(kRejectionHeaderBytes + kRejectionTextBytes + (with_detail ? 1 + r.detail.size() : 0), 0);
   const uint32_t magic = kRejectionMagic;
   const int32_t code = static_cast<int32_t>(r.code);
   std::memcpy(out.data(), &magic, sizeof magic);
@@ -29,6 +29,11 @@ std::vector<uint8_t> EncodeRejection(const Rejection& r) {
   for (size_t i = 0; i < n; ++i) {
     const auto b = static_cast<uint8_t>(r.text[i]);
     out[kRejectionHeaderBytes + i] = Printable(b) ? b : '?';
+  }
+  if (with_detail) {
+    constexpr size_t kAt = kRejectionHeaderBytes + kRejectionTextBytes;
+    out[kAt] = static_cast<uint8_t>(r.detail.size());
+    std::memcpy(out.data() + kAt + 1, r.detail.data(), r.detail.size());
   }
   return out;
 }
@@ -49,6 +54,13 @@ Rejection DecodeRejection(std::span<const uint8_t> data) {
       r.code = IsValidStatusCode(code) ? static_cast<StatusCode>(code) : StatusCode::kOk;
       r.text = PrintableText(data.data() + kRejectionHeaderBytes, n);
       if (r.text.empty()) r.text = "no reason given";
+      constexpr size_t kAt = kRejectionHeaderBytes + kRejectionTextBytes;
+      if (data.size() > kAt) {
+        const size_t len = data[kAt];
+        if (len > 0 && len <= kMaxRejectionDetailBytes && data.size() >= kAt + 1 + len) {
+          r.detail.assign(data.begin() + kAt + 1, data.begin() + kAt + 1 + len);
+        }
+      }
       return r;
     }
   }

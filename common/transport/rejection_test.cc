@@ -60,6 +60,43 @@ TEST(RejectionTest, ForeignBytesAreDescribedNeverTrusted) {
   EXPECT_EQ(r.text, "why");
 }
 
+TEST(RejectionTest, ADetailRoundTripsAfterTheText) {
+  const std::vector<uint8_t> detail = {1, 0, 2, 0xff, 0, 0, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16};
+  ASSERT_EQ(detail.size(), kMaxRejectionDetailBytes);
+  std::vector<uint8_t> wire = EncodeRejection({StatusCode::kUnauthenticated, "challenge", detail});
+  ASSERT_EQ(wire.size(), kRejectionHeaderBytes + kRejectionTextBytes + 1 + detail.size());
+  EXPECT_LE(wire.size(), kMaxRejectionBytes);
+  EXPECT_EQ(wire[kRejectionHeaderBytes + kRejectionTextBytes], detail.size());
+  Rejection r = DecodeRejection(wire);
+  EXPECT_EQ(r.code, StatusCode::kUnauthenticated);
+  EXPECT_EQ(r.text, "challenge");
+  EXPECT_EQ(r.detail, detail);
+  // rdma_cm's zero padding after it changes nothing.
+  wire.resize(kMaxRejectionBytes, 0);
+  EXPECT_EQ(DecodeRejection(wire).detail, detail);
+  // A short one.
+  EXPECT_EQ(DecodeRejection(EncodeRejection({StatusCode::kInternal, "x", {42}})).detail, std::vector<uint8_t>{42});
+}
+
+TEST(RejectionTest, NoDetailOrABadOneDecodesAsNone) {
+  // The older format, padded or not.
+  std::vector<uint8_t> wire = EncodeRejection({StatusCode::kPermissionDenied, "no"});
+  EXPECT_TRUE(DecodeRejection(wire).detail.empty());
+  wire.resize(kMaxRejectionBytes, 0);
+  EXPECT_TRUE(DecodeRejection(wire).detail.empty());
+  // A length past the limit, or past the data.
+  wire[kRejectionHeaderBytes + kRejectionTextBytes] = kMaxRejectionDetailBytes + 1;
+  EXPECT_TRUE(DecodeRejection(wire).detail.empty());
+  wire.resize(kRejectionHeaderBytes + kRejectionTextBytes + 3);
+  wire[kRejectionHeaderBytes + kRejectionTextBytes] = 5;
+  const Rejection r = DecodeRejection(wire);
+  EXPECT_TRUE(r.detail.empty());
+  EXPECT_EQ(r.text, "no");
+  // An oversized detail is not sent.
+  EXPECT_EQ(EncodeRejection({StatusCode::kInternal, "x", std::vector<uint8_t>(kMaxRejectionDetailBytes + 1, 1)}).size(),
+            kRejectionHeaderBytes + kRejectionTextBytes);
+}
+
 TEST(RejectionTest, OnlyUnavailableIsTransient) {
   EXPECT_EQ(RejectedStatus("x", {StatusCode::kUnavailable, "busy"}).code(), StatusCode::kUnavailable);
   // "too many connections" is not a refused token (kvctl once said so).

@@ -380,10 +380,20 @@ class Transport {
   // (<= kMaxConnectPrivateData bytes); returns
   // once the server accepted. UNAVAILABLE when nothing listens,
   // DEADLINE_EXCEEDED on timeout, PERMISSION_DENIED when the server
-  // rejected the request (with the server's reason).
+  // rejected the request (with the server's reason; UNAVAILABLE or
+  // RESOURCE_EXHAUSTED when it said so: RejectedStatus). When the server
+  // refused with a Rejection (Connection::Reject) and `rejected` is not
+  // null, `*rejected` gets it as decoded (code, text, detail): what a
+  // caller that answers a refusal (a challenge) reads, never the status
+  // text. `*rejected` is left as it was on every other outcome.
   virtual StatusOr<std::unique_ptr<Connection>> Connect(const std::string& address,
                                                         std::span<const uint8_t> private_data,
-                                                        std::chrono::milliseconds timeout) = 0;
+                                                        std::chrono::milliseconds timeout, Rejection* rejected) = 0;
+  // The same, for a caller that needs no more than the status.
+  StatusOr<std::unique_ptr<Connection>> Connect(const std::string& address, std::span<const uint8_t> private_data,
+                                                std::chrono::milliseconds timeout) {
+    return Connect(address, private_data, timeout, nullptr);
+  }
 };
 
 }  // namespace rkv::transport

@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <future>
 #include <string>
 #include <vector>
 
@@ -164,6 +165,44 @@ TEST_P(TransportTest, RejectRefusesTheConnectionWithTheServersReason) {
   const Status refused = connecting.get().status();
   EXPECT_NE(refused.message().find(kept), std::string::npos) << refused;
   EXPECT_EQ(refused.message().find("#cut#"), std::string::npos) << refused;
+}
+
+TEST_P(TransportTest, ARejectionsCodeTextAndDetailReachTheConnectingSide) {
+  const std::vector<uint8_t> detail = {0, 1, 2, 3, 0xfe, 0xff, 6, 7, 8, 9, 10, 11, 12, 13, 14, 0};
+  ASSERT_EQ(detail.size(), kMaxRejectionDetailBytes);
+  Rejection got{StatusCode::kOk, "untouched", {}};
+  auto connecting = std::async(std::launch::async, [&] {
+    return client_->Connect(listener_->address(), Bytes("hello"), testing::kWait, &got);
+  });
+  std::unique_ptr<Connection> pending = NextPending();
+  ASSERT_NE(pending, nullptr);
+  pending->Reject({StatusCode::kUnauthenticated, "answer the challenge", detail});
+  const Status refused = connecting.get().status();
+  EXPECT_EQ(refused.code(), StatusCode::kPermissionDenied) << refused;
+  EXPECT_EQ(got.code, StatusCode::kUnauthenticated);
+  EXPECT_EQ(got.text, "answer the challenge");
+  EXPECT_EQ(got.detail, detail);
+
+  // Without a detail, none arrives; a refusal that is no Rejection (nothing
+  // listens) leaves `rejected` as it was.
+  got = {StatusCode::kOk, "untouched", {9}};
+  auto again = std::async(std::launch::async, [&] {
+    return client_->Connect(listener_->address(), Bytes("hello"), testing::kWait, &got);
+  });
+  pending = NextPending();
+  ASSERT_NE(pending, nullptr);
+  pending->Reject({StatusCode::kPermissionDenied, "no"});
+  EXPECT_FALSE(again.get().ok());
+  EXPECT_EQ(got.code, StatusCode::kPermissionDenied);
+  EXPECT_EQ(got.text, "no");
+  EXPECT_TRUE(got.detail.empty());
+
+  const std::string address = listener_->address();
+  listener_.reset();
+  got = {StatusCode::kOk, "untouched", {9}};
+  EXPECT_FALSE(client_->Connect(address, Bytes("hello"), testing::kWait, &got).ok());
+  EXPECT_EQ(got.text, "untouched");
+  EXPECT_EQ(got.detail, std::vector<uint8_t>{9});
 }
 
 TEST_P(TransportTest, DroppingAPendingConnectionFailsItsConnectAsUnavailable) {

@@ -89,7 +89,7 @@ StatusOr<std::unique_ptr<Listener>> FaultTransport::Listen(const std::string& ad
 
 StatusOr<std::unique_ptr<Connection>> FaultTransport::Connect(const std::string& address,
                                                               std::span<const uint8_t> private_data,
-                                                              milliseconds timeout) {
+                                                              milliseconds timeout, Rejection* rejected) {
   FaultPoint point;
   const std::optional<FaultRule> rule = faults_->Next(FaultOp::kConnect, point);
   const std::string which = "connect #" + std::to_string(point.index) + " to " + address;
@@ -114,7 +114,7 @@ StatusOr<std::unique_ptr<Connection>> FaultTransport::Connect(const std::string&
         break;  // below, once connected
     }
   }
-  RKV_ASSIGN_OR_RETURN(std::unique_ptr<Connection> conn, inner_->Connect(address, private_data, timeout));
+  RKV_ASSIGN_OR_RETURN(std::unique_ptr<Connection> conn, inner_->Connect(address, private_data, timeout, rejected));
   std::optional<std::vector<uint8_t>> peer_data;
   if (rule && rule->action == FaultAction::kCorrupt) peer_data = Corrupted(conn->peer_private_data(), *rule);
   return std::unique_ptr<Connection>(

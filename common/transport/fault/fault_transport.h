@@ -108,8 +108,12 @@ class FaultTransport final : public Transport {
   StatusOr<std::unique_ptr<MemoryRegion>> Register(void* addr, size_t length, uint32_t access) override;
   StatusOr<std::unique_ptr<PollGroup>> NewPollGroup() override;
   StatusOr<std::unique_ptr<Listener>> Listen(const std::string& address) override;
+  using Transport::Connect;
+  // Injected connect faults fail or delay the call before the inner
+  // transport's Connect; a refusal from the server reaches `rejected` as
+  // the inner transport reports it.
   StatusOr<std::unique_ptr<Connection>> Connect(const std::string& address, std::span<const uint8_t> private_data,
-                                                std::chrono::milliseconds timeout) override;
+                                                std::chrono::milliseconds timeout, Rejection* rejected) override;
 
  private:
   // Shared: a connection keeps its transport's inner transport (it

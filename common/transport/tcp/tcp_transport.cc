@@ -96,8 +96,9 @@ class TcpTransport final : public Transport {
     return last;
   }
 
+  using Transport::Connect;
   StatusOr<std::unique_ptr<Connection>> Connect(const std::string& address, std::span<const uint8_t> private_data,
-                                                std::chrono::milliseconds timeout) override {
+                                                std::chrono::milliseconds timeout, Rejection* rejected) override {
     if (private_data.size() > kMaxConnectData) {
       return InvalidArgument("connect private data of " + std::to_string(private_data.size()) +
                              " bytes exceeds " + std::to_string(kMaxConnectData));
@@ -129,8 +130,10 @@ class TcpTransport final : public Transport {
     const uint8_t* payload = rx.head() + kHeaderBytes;
     const FrameType type = static_cast<FrameType>(reply->type);
     if (type == FrameType::kReject) {
-      return RejectedStatus("connection to " + address,
-                            DecodeRejection(std::span<const uint8_t>(payload, reply->payload_len)));
+      Rejection why = DecodeRejection(std::span<const uint8_t>(payload, reply->payload_len));
+      Status status = RejectedStatus("connection to " + address, why);
+      if (rejected != nullptr) *rejected = std::move(why);
+      return status;
     }
     if (type != FrameType::kAccept) {
       return Unavailable(std::string("bad reply from ") + address + ": " + FrameTypeName(reply->type) +

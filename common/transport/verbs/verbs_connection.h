@@ -172,11 +172,12 @@ class VerbsConnection final : public Connection {
       const ConnectionConfig& config, std::shared_ptr<PollGroupCore> group, CmId id,
       std::vector<uint8_t> peer_private_data, uint8_t peer_responder_resources,
       uint8_t peer_initiator_depth);
-  // Client side: the whole active handshake.
+  // Client side: the whole active handshake; a server's Rejection goes to
+  // `*rejected` when not null (Transport::Connect).
   static StatusOr<std::unique_ptr<VerbsConnection>> Connect(const ConnectionConfig& config,
                                                             const std::string& address,
                                                             std::span<const uint8_t> private_data,
-                                                            std::chrono::milliseconds timeout);
+                                                            std::chrono::milliseconds timeout, Rejection* rejected);
 
   ~VerbsConnection() override;
 

@@ -162,7 +162,7 @@ StatusOr<std::unique_ptr<VerbsConnection>> VerbsConnection::CreatePassive(
 
 StatusOr<std::unique_ptr<VerbsConnection>> VerbsConnection::Connect(
     const ConnectionConfig& config, const std::string& address,
-    std::span<const uint8_t> private_data, std::chrono::milliseconds timeout) {
+    std::span<const uint8_t> private_data, std::chrono::milliseconds timeout, Rejection* rejected) {
   if (private_data.size() > kMaxConnectData) {
     return InvalidArgument("connect private data is " + std::to_string(private_data.size()) +
                            " bytes; rdma_cm carries at most " + std::to_string(kMaxConnectData));
@@ -268,7 +268,10 @@ StatusOr<std::unique_ptr<VerbsConnection>> VerbsConnection::Connect(
       }
       // UNAVAILABLE when the server's transport failed while setting the
       // connection up (RejectTransient): transient, so worth retrying.
-      return RejectedStatus(where, DecodeRejection(data));
+      Rejection why = DecodeRejection(data);
+      Status status = RejectedStatus(where, why);
+      if (rejected != nullptr) *rejected = std::move(why);
+      return status;
     }
     return Unavailable(where + ": connection refused (CM reject reason " +
                        std::to_string(event->status) + "; is a server listening there?)");

@@ -198,11 +198,12 @@ class VerbsTransport final : public Transport {
         config_, std::move(channel), std::move(id), wake_fd, std::move(bound)));
   }
 
+  using Transport::Connect;
   StatusOr<std::unique_ptr<Connection>> Connect(const std::string& address,
                                                 std::span<const uint8_t> private_data,
-                                                std::chrono::milliseconds timeout) override {
+                                                std::chrono::milliseconds timeout, Rejection* rejected) override {
     RKV_ASSIGN_OR_RETURN(std::unique_ptr<VerbsConnection> conn,
-                         VerbsConnection::Connect(config_, address, private_data, timeout));
+                         VerbsConnection::Connect(config_, address, private_data, timeout, rejected));
     return std::unique_ptr<Connection>(std::move(conn));
   }
 
