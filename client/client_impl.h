@@ -390,7 +390,7 @@ class [[gnu::visibility("hidden")]] Client::Impl {
   // Null when ClientOptions::location_cache_bytes is 0. Declared before
   // the pools, whose connections use it: destroyed after them.
   const std::unique_ptr<client::LocationCache> location_cache_;
-  protocol::ConnectRequestData request_;
+  protocol::ClientConnectParams request_;  // what each connection proves (client.cc)
   // Request ids of PUTs and DELETEs: unique for request_.client_id across
   // every connection, as the servers' replay caches need.
   std::atomic<uint64_t> next_request_id_{1};

@@ -33,7 +33,7 @@ ConnectionPool::Slot& ConnectionPool::AcquireSlot(size_t i) {
   return s;
 }
 
-Status ConnectionPool::Reconnect(Slot& slot, const protocol::ConnectRequestData& request, Deadline deadline) {
+Status ConnectionPool::Reconnect(Slot& slot, const protocol::ClientConnectParams& request, Deadline deadline) {
   slot.conn.reset();
   RKV_ASSIGN_OR_RETURN(slot.conn, ServerConnection::Open(*transport_, address_, request, deadline));
   if (cache_ != nullptr) slot.conn->UseLocationCache(cache_, cache_server_);

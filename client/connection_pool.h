@@ -84,7 +84,7 @@ class ConnectionPool {
 
   // Replaces the slot's connection (missing or broken) with a new one: one
   // attempt, whose failure is returned as ServerConnection::Open reports it.
-  [[gnu::noinline]] Status Reconnect(Slot& slot, const protocol::ConnectRequestData& request, Deadline deadline)
+  [[gnu::noinline]] Status Reconnect(Slot& slot, const protocol::ClientConnectParams& request, Deadline deadline)
       REQUIRES(slot.mu);
 
   transport::Transport* const transport_;
@@ -116,7 +116,7 @@ class SlotLease {
   // Makes the slot's connection live: keeps an intact one, else opens a
   // new one (one attempt; its failure as ServerConnection::Open reports
   // it). Sets *fresh when it opened one.
-  Status EnsureConnected(const protocol::ConnectRequestData& request, Deadline deadline, bool* fresh) {
+  Status EnsureConnected(const protocol::ClientConnectParams& request, Deadline deadline, bool* fresh) {
     slot_.mu.AssertHeld();
     *fresh = false;
     if (slot_.conn && !slot_.conn->broken()) [[likely]] return Status::Ok();

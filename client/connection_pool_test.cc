@@ -25,7 +25,7 @@ TEST(ConnectionPoolTest, AFailedConnectIsReportedAndTriedAgainByTheNextCall) {
   ASSERT_TRUE(transport.ok()) << transport.status();
   // Nothing listens on port 1.
   ConnectionPool pool(transport->get(), "127.0.0.1:1", 0, 2);
-  const protocol::ConnectRequestData request{};
+  const protocol::ClientConnectParams request{};
   for (size_t slot : {ConnectionPool::kAnySlot, size_t{0}, size_t{1}}) {
     SlotLease lease(pool, slot);
     bool fresh = true;
@@ -41,7 +41,7 @@ TEST(ConnectionPoolTest, NoTimeLeftIsDeadlineExceeded) {
   ConnectionPool pool(transport->get(), "127.0.0.1:1", 0, 1);
   SlotLease lease(pool);
   bool fresh = true;
-  const Status s = lease.EnsureConnected(protocol::ConnectRequestData{}, Clock::now(), &fresh);
+  const Status s = lease.EnsureConnected(protocol::ClientConnectParams{}, Clock::now(), &fresh);
   EXPECT_EQ(s.code(), StatusCode::kDeadlineExceeded) << s;
   EXPECT_FALSE(fresh);
 }

@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "client/wire_checks.h"
+#include "common/connect_handshake.h"
 
 namespace rkv::client {
 namespace {
@@ -24,16 +25,12 @@ constexpr size_t RoundUp(size_t v, size_t to) { return (v + to - 1) / to * to; }
 
 StatusOr<std::unique_ptr<ServerConnection>> ServerConnection::Open(
     transport::Transport& transport, const std::string& address,
-    const protocol::ConnectRequestData& request, Deadline deadline) {
+    const protocol::ClientConnectParams& request, Deadline deadline) {
   const microseconds left = Left(deadline, Clock::now());
   if (left.count() == 0) return DeadlineExceeded("no time left to connect to " + address);
   const auto timeout = std::max(milliseconds(1), duration_cast<milliseconds>(left));
-  RKV_ASSIGN_OR_RETURN(
-      std::unique_ptr<transport::Connection> conn,
-      transport.Connect(address,
-                        std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(&request),
-                                                 sizeof(request)),
-                        timeout));
+  RKV_ASSIGN_OR_RETURN(std::unique_ptr<transport::Connection> conn,
+                       protocol::ConnectAsClient(transport, address, request, timeout));
   auto accept = ParseAcceptData(conn->peer_private_data());
   if (!accept.ok()) {
     conn->Disconnect();

@@ -130,13 +130,16 @@ struct WriteOutcome {
 
 class ServerConnection {
  public:
-  // Connects to `address` with `request` as private data, validates the
-  // accept data, registers and lays out the local buffer, posts receives,
-  // READs and checks the table header. Errors as transport::Connect, or
-  // those of ParseAcceptData / CheckTableHeader with the address prepended.
+  // Connects to `address` as the client `request` names (a hello, the
+  // server's challenge, the proof: protocol::ConnectAsClient), validates
+  // the accept data, registers and lays out the local buffer, posts
+  // receives, READs and checks the table header. Errors as
+  // ConnectAsClient (a refused proof: PERMISSION_DENIED with the server's
+  // reason, e.g. "invalid token"), or those of ParseAcceptData /
+  // CheckTableHeader with the address prepended.
   static StatusOr<std::unique_ptr<ServerConnection>> Open(
       transport::Transport& transport, const std::string& address,
-      const protocol::ConnectRequestData& request, Deadline deadline);
+      const protocol::ClientConnectParams& request, Deadline deadline);
 
   ~ServerConnection();
   ServerConnection(const ServerConnection&) = delete;

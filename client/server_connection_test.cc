@@ -7,6 +7,7 @@
 // go down, memory changed between rounds of READs (its hook), READs that
 // come back late, replies of the wrong size.
 #include "client/server_connection.h"
+#include "common/connect_proof.h"
 
 #include <gtest/gtest.h>
 
@@ -149,6 +150,16 @@ class FakeServer {
       StatusOr<std::unique_ptr<transport::Connection>> next = listener_->Next(std::chrono::hours(1));
       if (!next.ok()) return;  // shut down
       if (*next == nullptr) continue;
+      // A hello gets a challenge, as from a real server; the proof that
+      // follows is accepted whatever its MAC (server/connect_request.h
+      // checks it; its tests are there).
+      const std::span<const uint8_t> hello = (*next)->peer_private_data();
+      if (hello.size() >= sizeof(protocol::ConnectRequestData) &&
+          protocol::IsHelloNonce(hello.data() + offsetof(protocol::ConnectRequestData, nonce))) {
+        (*next)->Reject({StatusCode::kUnauthenticated, "challenge",
+                         std::vector<uint8_t>(protocol::kNonceBytes, 0x5a)});
+        continue;
+      }
       servers_.emplace_back([this, conn = std::move(*next)]() mutable { Serve(std::move(conn)); });
     }
   }
@@ -271,7 +282,7 @@ uint64_t NextRequestId() {
 }
 
 StatusOr<std::unique_ptr<ServerConnection>> Open(FaultTransport& t, const FakeServer& server) {
-  return ServerConnection::Open(t, server.address(), protocol::ConnectRequestData{}, Soon());
+  return ServerConnection::Open(t, server.address(), protocol::ClientConnectParams{}, Soon());
 }
 
 std::unique_ptr<ServerConnection> OpenOrDie(FaultTransport& t, const FakeServer& server) {

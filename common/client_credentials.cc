@@ -141,7 +141,24 @@ std::optional<ClientCredentials::Match> ClientCredentials::Find(const uint8_t* d
     }
   }
   if (found == nullptr) return std::nullopt;
-  return Match{found->name, revoked};
+  return Match{found->name, revoked, found->digest};
+}
+
+std::optional<ClientCredentials::Match> ClientCredentials::FindByProof(
+    const std::function<bool(const Sha256Digest&)>& proves) const {
+  const Credential* found = nullptr;
+  bool revoked = false;
+  for (const Credential& c : credentials_) {
+    if (proves(c.digest) && found == nullptr) found = &c;
+  }
+  for (const Credential& c : revoked_) {
+    if (proves(c.digest) && found == nullptr) {
+      found = &c;
+      revoked = true;
+    }
+  }
+  if (found == nullptr) return std::nullopt;
+  return Match{found->name, revoked, found->digest};
 }
 
 bool ClientCredentials::Contains(std::string_view name, const Sha256Digest& digest) const {

@@ -20,6 +20,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -51,6 +52,7 @@ class ClientCredentials {
   struct Match {
     std::string name;
     bool revoked = false;
+    Sha256Digest digest{};  // the credential's
   };
 
   ClientCredentials() = default;
@@ -83,6 +85,11 @@ class ClientCredentials {
   // The credential whose digest equals `digest` (32 bytes), current or
   // revoked; nullopt when none.
   std::optional<Match> Find(const uint8_t* digest) const;
+  // The credential, current or revoked, whose digest `proves` accepts (a
+  // connect proof's MAC check keyed by it, common/connect_proof.h);
+  // nullopt when none. `proves` is called for every credential, a match
+  // or not, so the time does not tell which one matched.
+  std::optional<Match> FindByProof(const std::function<bool(const Sha256Digest&)>& proves) const;
 
   // This set as the one in force after `previous`: what `previous` held
   // (or had revoked) and this one does not hold is remembered as revoked

@@ -3,9 +3,13 @@
 // messages; every field that arrives from a peer is validated by the
 // receiver before use.
 //
-// Connection setup:
-//   client -> server: ConnectRequestData as the connect private data
-//                     (<= 56 bytes: the limit of rdma_connect on IB/RoCE).
+// Connection setup (a challenge, then a proof; docs/design.md §7.2):
+//   client -> server: a hello: ConnectRequestData with a zero nonce and
+//                     MAC, as the connect private data (<= 56 bytes: the
+//                     limit of rdma_connect on IB/RoCE).
+//   server -> client: a refusal UNAUTHENTICATED whose Rejection detail is
+//                     a challenge (kNonceBytes), made without allocating.
+//   client -> server: ConnectRequestData with that nonce and its MAC.
 //   server -> client: AcceptData as the accept private data (<= 196 bytes),
 //                     or a refusal: the transport's Rejection {code, text}
 //                     (common/transport/rejection.h).
@@ -52,12 +56,28 @@ namespace rkv::protocol {
 inline constexpr uint32_t kConnectMagic = 0x43564B52;  // "RKVC"
 inline constexpr uint32_t kAcceptMagic = 0x41564B52;   // "RKVA"
 inline constexpr uint32_t kPeerConnectMagic = 0x50564B52;  // "RKVP"
-inline constexpr uint16_t kProtocolVersion = 5;
+inline constexpr uint16_t kProtocolVersion = 6;
 
 inline constexpr size_t kMaxConnectPrivateData = 56;
 inline constexpr size_t kMaxAcceptPrivateData = 196;
 
 inline constexpr size_t kTokenDigestBytes = 32;
+
+// Connection setup proves the token without sending it or its digest
+// (docs/design.md §7.2): the connecting side first sends a hello (the
+// request below with an all-zero nonce and MAC); the server refuses it
+// with UNAUTHENTICATED and a challenge, a kNonceBytes server nonce carried
+// as the Rejection's detail; the connecting side connects again with the
+// same request carrying that nonce and a MAC, HMAC-SHA256 keyed by
+// TokenDigest(token) over kProofDomain and every byte of the request
+// before the MAC, truncated to the MAC field (common/connect_proof.h).
+inline constexpr size_t kNonceBytes = 16;
+inline constexpr size_t kClientMacBytes = 24;
+inline constexpr size_t kPeerMacBytes = 16;
+// How long a challenge may be answered, counted from its issue by the
+// server's own clock (no clock is shared between machines): a proof is
+// made at once, so a few round trips must fit.
+inline constexpr uint32_t kChallengeLifetimeSeconds = 30;
 
 struct ConnectRequestData {
   uint32_t magic;             // kConnectMagic
@@ -66,30 +86,49 @@ struct ConnectRequestData {
   uint64_t client_id;         // random per client instance (so per process):
                               // names the client in the server's replay
                               // cache and in logs
-  uint8_t token_digest[kTokenDigestBytes];  // TokenDigest(token), never the raw token
+  uint8_t nonce[kNonceBytes];     // the server's challenge; all zero: a hello
+  uint8_t mac[kClientMacBytes];   // the proof (all zero in a hello)
 };
-static_assert(sizeof(ConnectRequestData) <= kMaxConnectPrivateData);
+static_assert(sizeof(ConnectRequestData) == kMaxConnectPrivateData);
+static_assert(offsetof(ConnectRequestData, mac) + kClientMacBytes == sizeof(ConnectRequestData));
 
-// The connect private data of a replication connection. Its first 16
-// bytes and its token digest are laid out as ConnectRequestData's, so that
-// the server reads magic and versions the same way for both; the sender's
-// identity is in fields of its own. The receiving server accepts it only
-// from a server of its current cluster map with that fingerprint and
-// epoch.
+// The connect private data of a replication connection. Its first 8
+// bytes are laid out as ConnectRequestData's, so that the server reads
+// magic and versions the same way for both; the sender's identity is in
+// fields of its own. The receiving server accepts it only from a server of
+// its current cluster map with that fingerprint and epoch.
 struct PeerConnectData {
   uint32_t magic;               // kPeerConnectMagic
   uint16_t protocol_version;    // kProtocolVersion
   uint16_t layout_version;      // layout::kLayoutVersion
   uint64_t sender_fingerprint;  // PeerFingerprint(sender's server id),
                                 // server/replication/replication.h
-  uint8_t token_digest[kTokenDigestBytes];  // TokenDigest(token)
   uint64_t sender_epoch;        // >= 1
+  uint8_t nonce[kNonceBytes];   // as ConnectRequestData's
+  uint8_t mac[kPeerMacBytes];
 };
-static_assert(sizeof(PeerConnectData) <= kMaxConnectPrivateData);
+static_assert(sizeof(PeerConnectData) == kMaxConnectPrivateData);
+static_assert(offsetof(PeerConnectData, mac) + kPeerMacBytes == sizeof(PeerConnectData));
 static_assert(offsetof(PeerConnectData, magic) == offsetof(ConnectRequestData, magic) &&
               offsetof(PeerConnectData, protocol_version) == offsetof(ConnectRequestData, protocol_version) &&
-              offsetof(PeerConnectData, layout_version) == offsetof(ConnectRequestData, layout_version) &&
-              offsetof(PeerConnectData, token_digest) == offsetof(ConnectRequestData, token_digest));
+              offsetof(PeerConnectData, layout_version) == offsetof(ConnectRequestData, layout_version));
+
+// What a client holds to connect: the fields its hello and proof carry
+// and the key its proof is made with. Never sent as such.
+struct ClientConnectParams {
+  uint32_t magic;             // kConnectMagic
+  uint16_t protocol_version;  // kProtocolVersion
+  uint16_t layout_version;    // layout::kLayoutVersion
+  uint64_t client_id;         // ConnectRequestData::client_id
+  uint8_t token_digest[kTokenDigestBytes];  // TokenDigest(token): the MAC key
+};
+
+// What a server holds to open a replication connection.
+struct PeerConnectParams {
+  uint64_t sender_fingerprint;
+  uint64_t sender_epoch;
+  uint8_t token_digest[kTokenDigestBytes];  // TokenDigest(its peer token)
+};
 
 struct RegionDescriptor {
   uint64_t addr;    // remote virtual address of the first byte

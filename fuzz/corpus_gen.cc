@@ -4,6 +4,7 @@
 //
 // Usage: fuzz_corpus_gen OUT_DIR (normally fuzz/corpus). Run by hand when
 // a format changes; the files are committed.
+#include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -13,12 +14,14 @@
 #include <string_view>
 #include <vector>
 
+#include "common/connect_proof.h"
 #include "common/layout.h"
 #include "common/protocol.h"
 #include "common/record.h"
 #include "common/token.h"
 #include "common/transport/rejection.h"
 #include "common/transport/tcp/tcp_frame.h"
+#include "fuzz/connect_fuzz_keys.h"
 #include "proto/rkv.pb.h"
 
 namespace {
@@ -204,51 +207,52 @@ void Apply() {
   Write("apply", "client_op_from_peer", Concat({Bytes{2, 0}, len(m_put), m_put, ring}));
 }
 
-protocol::ConnectRequestData ValidConnect() {
-  protocol::ConnectRequestData c{};
-  c.magic = protocol::kConnectMagic;
-  c.protocol_version = protocol::kProtocolVersion;
-  c.layout_version = layout::kLayoutVersion;
-  c.client_id = 0x1234;
-  const Sha256Digest d = TokenDigest("fuzz-token");
-  std::memcpy(c.token_digest, d.data(), d.size());
-  return c;
-}
-
 void Connect() {
+  // Proofs answer the first challenges of fuzz::StoppedChallenges, the
+  // target's (fuzz/connect_fuzz_keys.h).
+  server::ConnectChallenges challenges = fuzz::StoppedChallenges();
+  const protocol::ClientConnectParams client = protocol::MakeClientParams(0x1234, fuzz::kClientToken);
+  Bytes hello;
+  Put(hello, protocol::MakeClientRequest(client, nullptr));
+  Write("connect_request", "hello", hello);
+  const protocol::Nonce nonce = challenges.Issue();
   Bytes valid;
-  Put(valid, ValidConnect());
+  Put(valid, protocol::MakeClientRequest(client, &nonce));
   Write("connect_request", "valid", valid);
   Bytes padded = valid;
-  padded.resize(protocol::kMaxConnectPrivateData, 0);
+  padded.resize(protocol::kMaxConnectPrivateData + 8, 0);
   Write("connect_request", "padded", padded);
   Bytes short_data = valid;
   short_data.resize(20);
   Write("connect_request", "short", short_data);
-  protocol::ConnectRequestData v = ValidConnect();
-  v.protocol_version = protocol::kProtocolVersion + 1;
+  protocol::ClientConnectParams other = client;
+  other.protocol_version = protocol::kProtocolVersion + 1;
   Bytes version;
-  Put(version, v);
+  Put(version, protocol::MakeClientRequest(other, &nonce));
   Write("connect_request", "other_version", version);
-  v = ValidConnect();
-  v.token_digest[0] ^= 1;
   Bytes token;
-  Put(token, v);
+  Put(token, protocol::MakeClientRequest(protocol::MakeClientParams(0x1234, "not-the-token"), &nonce));
   Write("connect_request", "wrong_token", token);
-  const protocol::ConnectRequestData hello = ValidConnect();
-  protocol::PeerConnectData peer{};
-  peer.magic = protocol::kPeerConnectMagic;
-  peer.protocol_version = hello.protocol_version;
-  peer.layout_version = hello.layout_version;
-  peer.sender_fingerprint = 0x5EED;
-  std::memcpy(peer.token_digest, hello.token_digest, sizeof(peer.token_digest));
-  peer.sender_epoch = 3;
+  protocol::Nonce foreign = nonce;
+  foreign[protocol::kNonceBytes - 1] ^= 1;
+  Bytes foreign_tag;
+  Put(foreign_tag, protocol::MakeClientRequest(client, &foreign));
+  Write("connect_request", "foreign_challenge", foreign_tag);
+
+  const protocol::PeerConnectParams peer = protocol::MakePeerParams(0x5EED, 3, fuzz::kClusterToken);
+  Bytes peer_hello;
+  Put(peer_hello, protocol::MakePeerRequest(peer, nullptr));
+  Write("connect_request", "peer_hello", peer_hello);
+  const protocol::Nonce peer_nonce = challenges.Issue();
   Bytes peer_valid;
-  Put(peer_valid, peer);
+  Put(peer_valid, protocol::MakePeerRequest(peer, &peer_nonce));
   Write("connect_request", "peer", peer_valid);
   Bytes peer_cut = peer_valid;
-  peer_cut.resize(sizeof(protocol::ConnectRequestData));
-  Write("connect_request", "peer_without_epoch", peer_cut);
+  peer_cut.resize(offsetof(protocol::PeerConnectData, nonce));
+  Write("connect_request", "peer_cut", peer_cut);
+  Bytes peer_as_client;
+  Put(peer_as_client, protocol::MakePeerRequest(protocol::MakePeerParams(0x5EED, 3, fuzz::kClientToken), &peer_nonce));
+  Write("connect_request", "peer_with_client_token", peer_as_client);
 }
 
 protocol::AcceptData ValidAccept() {
@@ -343,6 +347,12 @@ void Neighborhood() {
 void Rejections() {
   Write("rejection", "unavailable", transport::EncodeRejection({StatusCode::kUnavailable, "server is busy"}));
   Write("rejection", "unauthenticated", transport::EncodeRejection({StatusCode::kUnauthenticated, "invalid token"}));
+  Write("rejection", "challenge",
+        transport::EncodeRejection({StatusCode::kUnauthenticated, "connect again with the proof for this challenge",
+                                    Bytes{1, 0, 0, 0, 1, 0, 0, 0, 0xde, 0xad, 0xbe, 0xef, 1, 2, 3, 4}}));
+  Bytes long_detail = transport::EncodeRejection({StatusCode::kUnauthenticated, "x", Bytes{7}});
+  long_detail[transport::kRejectionHeaderBytes + transport::kRejectionTextBytes] = 200;
+  Write("rejection", "detail_too_long", long_detail);
   Bytes text;
   Put(text, std::string_view("plain text reason"));
   text.resize(148, 0);

@@ -169,6 +169,7 @@ StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& options, tr
 }
 
 Status Server::Init() {
+  RKV_ASSIGN_OR_RETURN(challenges_, ConnectChallenges::Create());
   StoreOptions store_options;
   store_options.durability = options_.durability;
   if (options_.durability == Durability::kNone) {
@@ -329,11 +330,19 @@ void Server::HandlePending(std::unique_ptr<transport::Connection> conn) {
   std::string refused_credential;
   const StatusOr<ConnectRequest> parsed =
       ParseConnectRequest(conn->peer_private_data(), *client_credentials_->current(), peer_credentials_,
-                          &refused_credential);
+                          *challenges_, &refused_credential);
   if (!parsed.ok()) {
     return Refuse(*conn, parsed.status().code(), parsed.status().message(), refused_credential);
   }
   const ConnectRequest& req = *parsed;
+  if (req.hello) {
+    // The first step of every connect: not a failure, so neither logged
+    // nor counted as a refusal. The nonce is made, not stored.
+    const protocol::Nonce nonce = challenges_->Issue();
+    conn->Reject({StatusCode::kUnauthenticated, "connect again with the proof for this challenge",
+                  std::vector<uint8_t>(nonce.begin(), nonce.end())});
+    return;
+  }
   std::string peer_id;
   if (req.role == ConnectRequest::Role::kPeer) {
     if (replication_ == nullptr) {

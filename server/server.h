@@ -11,8 +11,11 @@
 //   4. listens and starts the accept thread.
 // Accept thread: for each pending connection (placed in a poller's group
 //   before the transport hands it out, see ChooseGroup), validates the
-//   ConnectRequestData (size, magic, versions, token digest) and refuses a
-//   bad one with a transport Rejection before accepting; refuses with
+//   ConnectRequestData (size, magic, versions; ParseConnectRequest),
+//   answers a hello with a refusal that carries a challenge
+//   (ConnectChallenges: nothing stored), checks a proof (its nonce, its
+//   MAC against the credentials, the nonce used once), and refuses a bad
+//   one with a transport Rejection before accepting; refuses with
 //   RESOURCE_EXHAUSTED beyond max_connections. A replication connection
 //   (PeerConnectData, from another server) is accepted only when the
 //   replication policy names a server of the current map with its
@@ -68,6 +71,7 @@
 #include "common/status.h"
 #include "common/transport/transport.h"
 #include "server/apply/apply.h"
+#include "server/connect_challenge.h"
 #include "server/table/heap.h"
 #include "server/table/mapped_memory.h"
 #include "server/options.h"
@@ -297,6 +301,9 @@ class Server {
   // What a peer server's replication connection must present
   // (PeerCredentials: the cluster credential, or any server's own).
   const ClientCredentials peer_credentials_;
+  // The challenges of the connect handshake, under a secret of this
+  // process (Init); used by the accept thread.
+  std::unique_ptr<ConnectChallenges> challenges_;
   // Client connections accepted, by credential name (ServerStats).
   mutable Mutex accepted_by_credential_mu_;
   std::map<std::string, uint64_t, std::less<>> accepted_by_credential_ GUARDED_BY(accepted_by_credential_mu_);

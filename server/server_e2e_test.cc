@@ -16,6 +16,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include "common/connect_handshake.h"
 #include "common/hash.h"
 #include "common/layout.h"
 #include "common/protocol.h"
@@ -51,17 +52,10 @@ class RawClient {
     auto c = std::unique_ptr<RawClient>(new RawClient());
     c->local_.assign(kLocalBytes, 0);
     RKV_ASSIGN_OR_RETURN(c->mr_, t->Register(c->local_.data(), c->local_.size(), transport::kLocalWrite));
-    protocol::ConnectRequestData req{};
-    req.magic = protocol::kConnectMagic;
-    req.protocol_version = protocol::kProtocolVersion;
-    req.layout_version = layout::kLayoutVersion;
     // Request ids count per RawClient, so each is a client of its own.
     static std::atomic<uint64_t> next_client{0xC11E};
-    req.client_id = next_client++;
-    const Sha256Digest d = TokenDigest(token);
-    std::memcpy(req.token_digest, d.data(), d.size());
-    RKV_ASSIGN_OR_RETURN(c->conn_, t->Connect(address, std::span(reinterpret_cast<const uint8_t*>(&req), sizeof(req)),
-                                              5000ms));
+    RKV_ASSIGN_OR_RETURN(c->conn_, protocol::ConnectAsClient(*t, address,
+                                                             protocol::MakeClientParams(next_client++, token), 5000ms));
     const auto pd = c->conn_->peer_private_data();
     if (pd.size() < sizeof(protocol::AcceptData)) return Internal("short accept data");
     std::memcpy(&c->accept_, pd.data(), sizeof(c->accept_));
@@ -363,15 +357,9 @@ TEST_F(ServerE2ETest, AClientOfAnOlderProtocolIsRefused) {
   // Version 1 clients numbered requests per connection, which the replay
   // cache would take for retries: they must not get in.
   StartServer();
-  protocol::ConnectRequestData req{};
-  req.magic = protocol::kConnectMagic;
-  req.protocol_version = 1;
-  req.layout_version = layout::kLayoutVersion;
-  req.client_id = 0xC0FFEE;
-  const Sha256Digest d = TokenDigest(kToken);
-  std::memcpy(req.token_digest, d.data(), d.size());
-  auto c = client_transport_->Connect(server_->address(),
-                                      std::span(reinterpret_cast<const uint8_t*>(&req), sizeof(req)), 5000ms);
+  protocol::ClientConnectParams params = protocol::MakeClientParams(0xC0FFEE, kToken);
+  params.protocol_version = 1;
+  auto c = protocol::ConnectAsClient(*client_transport_, server_->address(), params, 5000ms);
   ASSERT_FALSE(c.ok());
   EXPECT_NE(c.status().message().find("unsupported protocol/layout version 1/"), std::string::npos) << c.status();
   EXPECT_EQ(server_->Stats().connections_accepted, 0u);

@@ -26,6 +26,7 @@
 #include <gtest/gtest.h>
 
 #include "client/server_connection.h"
+#include "common/connect_proof.h"
 #include "common/layout.h"
 #include "common/protocol.h"
 #include "common/token.h"
@@ -93,16 +94,7 @@ void RaiseFileLimit(int connections) {
       << "the hard limit on open files is too low for this test";
 }
 
-protocol::ConnectRequestData Request(uint64_t client_id) {
-  protocol::ConnectRequestData req{};
-  req.magic = protocol::kConnectMagic;
-  req.protocol_version = protocol::kProtocolVersion;
-  req.layout_version = layout::kLayoutVersion;
-  req.client_id = client_id;
-  const Sha256Digest d = TokenDigest(kToken);
-  std::memcpy(req.token_digest, d.data(), d.size());
-  return req;
-}
+protocol::ClientConnectParams Request(uint64_t client_id) { return protocol::MakeClientParams(client_id, kToken); }
 
 std::string KeyOf(int connection, int round) {
   return "conn-" + std::to_string(connection) + "-" + std::to_string(round);

@@ -15,6 +15,7 @@
 #include <sys/time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -25,6 +26,7 @@
 #include <map>
 #include <memory>
 #include <random>
+#include <span>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -32,6 +34,8 @@
 
 #include <gtest/gtest.h>
 
+#include "common/connect_handshake.h"
+#include "common/connect_proof.h"
 #include "common/layout.h"
 #include "common/mutex.h"
 #include "common/protocol.h"
@@ -217,15 +221,16 @@ class RawSocket {
   int error_ = 0;
 };
 
-protocol::ConnectRequestData ConnectRequest(const std::string& token) {
-  protocol::ConnectRequestData req{};
-  req.magic = protocol::kConnectMagic;
-  req.protocol_version = protocol::kProtocolVersion;
-  req.layout_version = layout::kLayoutVersion;
-  req.client_id = std::random_device{}();
-  const Sha256Digest digest = TokenDigest(token);
-  std::memcpy(req.token_digest, digest.data(), digest.size());
-  return req;
+// A client's connect parameters with `token`, as rkv::Client makes them.
+protocol::ClientConnectParams Params(const std::string& token) {
+  uint64_t id = 0;
+  while (id == 0) id = (uint64_t{std::random_device{}()} << 32) | std::random_device{}();
+  return protocol::MakeClientParams(id, token);
+}
+
+template <typename T>
+std::span<const uint8_t> BytesOf(const T& v) {
+  return {reinterpret_cast<const uint8_t*>(&v), sizeof v};
 }
 
 tcp::FrameHeader Hello(uint32_t payload_len) {
@@ -235,11 +240,12 @@ tcp::FrameHeader Hello(uint32_t payload_len) {
   return h;
 }
 
-// A raw tcp socket that completed the setup with the right token; fills
-// *accept. Empty string on success.
-std::string RawLogin(RawSocket& raw, protocol::AcceptData* accept) {
+// A raw tcp socket that completed the setup with the right token, its
+// proof answering `nonce` (a challenge of the server's); fills *accept.
+// Empty string on success.
+std::string RawLogin(RawSocket& raw, const protocol::Nonce& nonce, protocol::AcceptData* accept) {
   if (!raw.connected()) return "connect: " + raw.error();
-  const protocol::ConnectRequestData req = ConnectRequest(kToken);
+  const protocol::ConnectRequestData req = protocol::MakeClientRequest(Params(kToken), &nonce);
   if (!raw.SendHeader(Hello(sizeof req)) || !raw.Send(&req, sizeof req)) return "send failed";
   tcp::FrameHeader h;
   if (!raw.Read(&h, sizeof h)) return "no reply to CONNECT";
@@ -282,9 +288,15 @@ class HostileClientTest : public ::testing::Test {
   StatusOr<std::unique_ptr<transport::Connection>> ConnectWith(std::span<const uint8_t> private_data) {
     return transport_->Connect(server_->address(), private_data, std::chrono::milliseconds(30000));
   }
+  // A challenge of the server's, asked for with a hello.
+  StatusOr<protocol::Nonce> Challenge() {
+    const protocol::ConnectRequestData hello = protocol::MakeClientRequest(Params(kToken), nullptr);
+    return protocol::RequestChallenge(*transport_, server_->address(), BytesOf(hello),
+                                      std::chrono::milliseconds(30000));
+  }
   StatusOr<std::unique_ptr<transport::Connection>> Login(protocol::AcceptData* accept) {
-    const protocol::ConnectRequestData req = ConnectRequest(kToken);
-    RKV_ASSIGN_OR_RETURN(auto conn, ConnectWith({reinterpret_cast<const uint8_t*>(&req), sizeof req}));
+    RKV_ASSIGN_OR_RETURN(auto conn, protocol::ConnectAsClient(*transport_, server_->address(), Params(kToken),
+                                                              std::chrono::milliseconds(30000)));
     const auto data = conn->peer_private_data();
     if (data.size() < sizeof *accept) return Internal("short accept data");
     std::memcpy(accept, data.data(), sizeof *accept);
@@ -388,11 +400,15 @@ class HostileClientTest : public ::testing::Test {
   // Sends `bytes` on a fresh raw socket (after a login when `login`) and
   // expects the server to close it.
   std::string RawExpectClosed(const std::vector<uint8_t>& bytes, bool login) {
+    // The challenge first: the raw socket must send its proof within the
+    // server's handshake timeout.
+    StatusOr<protocol::Nonce> nonce = login ? Challenge() : StatusOr<protocol::Nonce>(protocol::Nonce{});
+    if (!nonce.ok()) return "challenge: " + nonce.status().ToString();
     RawSocket raw(server_->address());
     if (!raw.connected()) return "connect: " + raw.error();
     if (login) {
       protocol::AcceptData a{};
-      if (std::string e = RawLogin(raw, &a); !e.empty()) return e;
+      if (std::string e = RawLogin(raw, *nonce, &a); !e.empty()) return e;
     }
     raw.Send(bytes.data(), bytes.size());
     return raw.WaitClosed() ? "" : "the server kept the socket open";
@@ -475,23 +491,28 @@ TEST_F(HostileClientTest, TheServerAndAGoodClientSurviveEveryClass) {
        }},
       {"wrong token", false,
        [&] {
-         const protocol::ConnectRequestData req = ConnectRequest("not-the-token");
-         auto c = ConnectWith({reinterpret_cast<const uint8_t*>(&req), sizeof req});
+         auto c = protocol::ConnectAsClient(*transport_, server_->address(), Params("not-the-token"),
+                                            std::chrono::milliseconds(30000));
          return c.ok() ? std::string("accepted") : std::string();
        }},
       {"wrong magic and version", false,
        [&] {
-         protocol::ConnectRequestData req = ConnectRequest(kToken);
-         req.magic ^= 1;
-         if (ConnectWith({reinterpret_cast<const uint8_t*>(&req), sizeof req}).ok()) return std::string("bad magic accepted");
-         req = ConnectRequest(kToken);
-         req.protocol_version += 1;
-         if (ConnectWith({reinterpret_cast<const uint8_t*>(&req), sizeof req}).ok()) return std::string("bad version accepted");
+         protocol::ClientConnectParams p = Params(kToken);
+         p.magic ^= 1;
+         const auto timeout = std::chrono::milliseconds(30000);
+         if (protocol::ConnectAsClient(*transport_, server_->address(), p, timeout).ok()) {
+           return std::string("bad magic accepted");
+         }
+         p = Params(kToken);
+         p.protocol_version += 1;
+         if (protocol::ConnectAsClient(*transport_, server_->address(), p, timeout).ok()) {
+           return std::string("bad version accepted");
+         }
          return std::string();
        }},
       {"truncated connect request", false,
        [&] {
-         const protocol::ConnectRequestData req = ConnectRequest(kToken);
+         const protocol::ConnectRequestData req = protocol::MakeClientRequest(Params(kToken), nullptr);
          return ConnectWith({reinterpret_cast<const uint8_t*>(&req), 10}).ok() ? std::string("accepted") : std::string();
        }},
       {"unknown op", false,
@@ -675,9 +696,11 @@ TEST_F(HostileClientTest, TheServerAndAGoodClientSurviveEveryClass) {
        }},
       {"8 pipelined 64 MiB READs never drained", true,
        [&] {
+         StatusOr<protocol::Nonce> nonce = Challenge();
+         if (!nonce.ok()) return "challenge: " + nonce.status().ToString();
          RawSocket raw(server_->address());
          protocol::AcceptData a{};
-         if (std::string e = RawLogin(raw, &a); !e.empty()) return e;
+         if (std::string e = RawLogin(raw, *nonce, &a); !e.empty()) return e;
          // Peak from here on (Linux: "5" > clear_refs resets VmHWM).
          const bool reset = std::system(("echo 5 > /proc/" + std::to_string(server_->pid()) + "/clear_refs").c_str()) == 0;
          const uint64_t before = ServerMemoryKb("VmRSS");
@@ -758,6 +781,85 @@ TEST_F(HostileClientTest, TheServerAndAGoodClientSurviveEveryClass) {
   if (!undrained_figure_.empty()) std::printf("undrained READs: %s\n", undrained_figure_.c_str());
   EXPECT_GE(table.size(), 20u);
   EXPECT_EQ(failed, 0) << server_->Log().substr(0, 20000);
+}
+
+// An observer of the network who captured a client's whole handshake
+// cannot connect with it: the proof's bytes (built by the code rkv::Client
+// uses, for a challenge of this server's) are accepted once, and the same
+// bytes sent again are refused, as is the captured hello's challenge
+// answered with any other field changed.
+TEST_F(HostileClientTest, ACapturedProofIsRefusedWhenReplayed) {
+  const protocol::ClientConnectParams params = Params(kToken);
+  const protocol::ConnectRequestData hello = protocol::MakeClientRequest(params, nullptr);
+  // The hello carries nothing secret: no digest, no MAC.
+  EXPECT_TRUE(protocol::IsHelloNonce(hello.nonce));
+  StatusOr<protocol::Nonce> nonce =
+      protocol::RequestChallenge(*transport_, server_->address(), BytesOf(hello), std::chrono::milliseconds(30000));
+  ASSERT_TRUE(nonce.ok()) << nonce.status();
+  const protocol::ConnectRequestData proof = protocol::MakeClientRequest(params, &*nonce);
+  const std::vector<uint8_t> captured(BytesOf(proof).begin(), BytesOf(proof).end());
+  // The digest is nowhere in what was sent.
+  const Sha256Digest digest = TokenDigest(kToken);
+  EXPECT_EQ(std::search(captured.begin(), captured.end(), digest.begin(), digest.begin() + 8), captured.end());
+
+  auto first = ConnectWith(captured);
+  ASSERT_TRUE(first.ok()) << first.status();
+  (*first)->Disconnect();
+
+  auto replayed = ConnectWith(captured);
+  ASSERT_FALSE(replayed.ok()) << "a replayed proof was accepted";
+  EXPECT_EQ(replayed.status().code(), StatusCode::kPermissionDenied) << replayed.status();
+  EXPECT_NE(replayed.status().message().find("used before"), std::string::npos) << replayed.status();
+  // Replayed again while the first connection is gone, and again later:
+  // still refused.
+  EXPECT_FALSE(ConnectWith(captured).ok());
+
+  // With a fresh challenge, the captured MAC does not fit: the observer
+  // cannot make a proof of its own without the token's digest.
+  StatusOr<protocol::Nonce> fresh =
+      protocol::RequestChallenge(*transport_, server_->address(), BytesOf(hello), std::chrono::milliseconds(30000));
+  ASSERT_TRUE(fresh.ok()) << fresh.status();
+  protocol::ConnectRequestData reused = proof;
+  std::memcpy(reused.nonce, fresh->data(), fresh->size());
+  auto refit = ConnectWith(BytesOf(reused));
+  ASSERT_FALSE(refit.ok());
+  EXPECT_NE(refit.status().message().find("invalid token"), std::string::npos) << refit.status();
+  // Nor may it change a field of a proof it has not yet seen used (another
+  // client id, say).
+  protocol::ConnectRequestData other_id = protocol::MakeClientRequest(params, &*fresh);
+  other_id.client_id ^= 1;
+  auto changed = ConnectWith(BytesOf(other_id));
+  ASSERT_FALSE(changed.ok());
+  EXPECT_NE(changed.status().message().find("invalid token"), std::string::npos) << changed.status();
+  // The server still serves the real client.
+  protocol::AcceptData a{};
+  auto good = Login(&a);
+  EXPECT_TRUE(good.ok()) << good.status();
+}
+
+// A proof made for one server's challenge is refused by another server
+// that holds the same token: each server has its own secret, so the
+// challenge is not its own.
+TEST_F(HostileClientTest, AProofForOneServerIsRefusedByAnother) {
+  ServerProcess other(dir_.path() + "/data-b", token_file_, std::vector<std::string>{"--memory=160M"});
+  ASSERT_TRUE(other.Start().ok()) << other.Log();
+  const protocol::ClientConnectParams params = Params(kToken);
+  const protocol::ConnectRequestData hello = protocol::MakeClientRequest(params, nullptr);
+  StatusOr<protocol::Nonce> nonce =
+      protocol::RequestChallenge(*transport_, server_->address(), BytesOf(hello), std::chrono::milliseconds(30000));
+  ASSERT_TRUE(nonce.ok()) << nonce.status();
+  const protocol::ConnectRequestData proof = protocol::MakeClientRequest(params, &*nonce);
+
+  auto at_b = transport_->Connect(other.address(), BytesOf(proof), std::chrono::milliseconds(30000));
+  ASSERT_FALSE(at_b.ok()) << "server B accepted a proof made for server A";
+  EXPECT_EQ(at_b.status().code(), StatusCode::kPermissionDenied) << at_b.status();
+  EXPECT_NE(at_b.status().message().find("not this server's"), std::string::npos) << at_b.status();
+  // The same proof is good where it was meant to go.
+  auto at_a = ConnectWith(BytesOf(proof));
+  EXPECT_TRUE(at_a.ok()) << at_a.status();
+  // And B serves a client that asks it for its own challenge.
+  auto own = protocol::ConnectAsClient(*transport_, other.address(), params, std::chrono::milliseconds(30000));
+  EXPECT_TRUE(own.ok()) << own.status();
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 
 #include <gtest/gtest.h>
 
+#include "common/connect_handshake.h"
 #include "common/layout.h"
 #include "common/protocol.h"
 #include "common/token.h"
@@ -45,16 +46,9 @@ class RemoteAccessTest : public ::testing::Test {
 
   // Connects with the right token and returns the server's AcceptData.
   std::unique_ptr<transport::Connection> ConnectRaw(protocol::AcceptData* accept) {
-    protocol::ConnectRequestData req{};
-    req.magic = protocol::kConnectMagic;
-    req.protocol_version = protocol::kProtocolVersion;
-    req.layout_version = layout::kLayoutVersion;
-    req.client_id = std::random_device{}();
-    const Sha256Digest digest = TokenDigest("access-token");
-    std::memcpy(req.token_digest, digest.data(), digest.size());
-    auto conn = transport_->Connect(server_->address(),
-                                    std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(&req), sizeof(req)),
-                                    std::chrono::milliseconds(30000));
+    auto conn = protocol::ConnectAsClient(*transport_, server_->address(),
+                                          protocol::MakeClientParams(std::random_device{}(), "access-token"),
+                                          std::chrono::milliseconds(30000));
     EXPECT_TRUE(conn.ok()) << conn.status();
     if (!conn.ok()) return nullptr;
     const auto data = (*conn)->peer_private_data();

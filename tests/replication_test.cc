@@ -22,6 +22,7 @@
 
 #include <gtest/gtest.h>
 
+#include "common/connect_handshake.h"
 #include "common/layout.h"
 #include "common/protocol.h"
 #include "common/token.h"
@@ -134,18 +135,12 @@ TEST_F(ReplicationTest, AClientCredentialCannotForgeAPrimarysForward) {
   for (const std::string& token : {cluster().token(), std::string("a guess")}) {
     // Everything a forger can know: the primary's id (its fingerprint) from
     // the map, any epoch, and the client token.
-    protocol::PeerConnectData hello{};
-    hello.magic = protocol::kPeerConnectMagic;
-    hello.protocol_version = protocol::kProtocolVersion;
-    hello.layout_version = layout::kLayoutVersion;
-    hello.sender_fingerprint = server::PeerFingerprint(primary_id);
-    const Sha256Digest digest = TokenDigest(token);
-    std::memcpy(hello.token_digest, digest.data(), digest.size());
-    hello.sender_epoch = 1;
+    // The handshake a primary makes (a hello, the backup's challenge, a
+    // proof keyed by the token's digest), with the client's token.
+    const protocol::PeerConnectParams forger =
+        protocol::MakePeerParams(server::PeerFingerprint(primary_id), 1, token);
     for (int s = 1; s < kServers; ++s) {
-      auto conn = (*t)->Connect(cluster().server(s).address(),
-                                std::span(reinterpret_cast<const uint8_t*>(&hello), sizeof(hello)),
-                                std::chrono::milliseconds(30000));
+      auto conn = protocol::ConnectAsPeer(**t, cluster().server(s).address(), forger, std::chrono::milliseconds(30000));
       ASSERT_FALSE(conn.ok()) << "server " << s << " accepted a replication connection with a client's credential";
       // A refused connect is PERMISSION_DENIED, the server's reason in its
       // text (UNAUTHENTICATED: the credential, before any map lookup).
@@ -201,17 +196,9 @@ TEST_F(ReplicationTest, AServerCredentialCannotReplicateAsAnotherServer) {
   auto t = transport::CreateTransport(*kind, transport::Options{});
   ASSERT_TRUE(t.ok()) << t.status();
   const auto hello_as = [&](const std::string& id) {
-    protocol::PeerConnectData hello{};
-    hello.magic = protocol::kPeerConnectMagic;
-    hello.protocol_version = protocol::kProtocolVersion;
-    hello.layout_version = layout::kLayoutVersion;
-    hello.sender_fingerprint = server::PeerFingerprint(id);
-    const Sha256Digest digest = TokenDigest(ServerCredential(2));
-    std::memcpy(hello.token_digest, digest.data(), digest.size());
-    hello.sender_epoch = epoch_of(id);
-    return (*t)->Connect(cluster().server(1).address(),
-                         std::span(reinterpret_cast<const uint8_t*>(&hello), sizeof(hello)),
-                         std::chrono::milliseconds(30000));
+    const protocol::PeerConnectParams params =
+        protocol::MakePeerParams(server::PeerFingerprint(id), epoch_of(id), ServerCredential(2));
+    return protocol::ConnectAsPeer(**t, cluster().server(1).address(), params, std::chrono::milliseconds(30000));
   };
   auto posed = hello_as(victim);
   ASSERT_FALSE(posed.ok()) << "server 1 accepted server 2's credential as server 0";

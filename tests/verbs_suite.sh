@@ -181,6 +181,11 @@ plan_gtest_binary "${build}/common/transport/verbs_transport_test" 300
 plan_function "TransportAutoPicksVerbs" 120 check_auto_picks_verbs
 plan_gtest_binary "${build}/tests/rkv_integration_test" 900
 plan_gtest_binary "${build}/tests/rkv_remote_access_test" 300
+# The connect handshake's replay tests (a captured proof replayed byte for
+# byte, a proof for one server sent to another) over rdma_cm's private
+# data; the rest of the hostile suite is tcp's raw sockets and frames.
+plan_gtest_binary "${build}/tests/rkv_hostile_client_test" 300 \
+  "GTEST_FILTER=HostileClientTest.ACapturedProofIsRefusedWhenReplayed:HostileClientTest.AProofForOneServerIsRefusedByAnother"
 # Less the coordinator's flag and restart tests: they are the control
 # plane's alone (gRPC on the host's loopback either way); the coordinator
 # killed under running clients stays.

@@ -30,6 +30,7 @@
 
 #include "bench/ycsb/histogram.h"
 #include "client/wire_checks.h"
+#include "common/connect_handshake.h"
 #include "common/layout.h"
 #include "common/protocol.h"
 #include "common/token.h"
@@ -72,16 +73,9 @@ int Run() {
   auto transport = transport::CreateTransport(*kind, transport::Options{});
   if (!transport.ok()) return Fail(transport.status());
 
-  protocol::ConnectRequestData request{};
-  request.magic = protocol::kConnectMagic;
-  request.protocol_version = protocol::kProtocolVersion;
-  request.layout_version = layout::kLayoutVersion;
-  request.client_id = std::random_device{}();
-  const Sha256Digest digest = TokenDigest(*token);
-  std::memcpy(request.token_digest, digest.data(), digest.size());
-  auto conn = (*transport)->Connect(
-      FLAGS_server, std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(&request), sizeof(request)),
-      std::chrono::seconds(10));
+  auto conn = protocol::ConnectAsClient(**transport, FLAGS_server,
+                                        protocol::MakeClientParams(std::random_device{}(), *token),
+                                        std::chrono::seconds(10));
   if (!conn.ok()) return Fail(conn.status());
   auto accept = client::ParseAcceptData((*conn)->peer_private_data());
   if (!accept.ok()) return Fail(accept.status());

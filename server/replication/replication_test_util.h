@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/connect_handshake.h"
 #include "common/hash.h"
 #include "common/layout.h"
 #include "common/mutex.h"
@@ -163,22 +164,18 @@ class RawConnection {
   static StatusOr<std::unique_ptr<RawConnection>> Connect(transport::Transport* t, const std::string& address,
                                                           std::string_view token) {
     static std::atomic<uint64_t> next_client{0x7E57};
-    protocol::ConnectRequestData req = Hello(token);
-    req.client_id = next_client++;
-    return Open(t, address, std::span(reinterpret_cast<const uint8_t*>(&req), sizeof(req)));
+    const protocol::ClientConnectParams params = protocol::MakeClientParams(next_client++, token);
+    return Open(t, [&](std::chrono::milliseconds timeout) {
+      return protocol::ConnectAsClient(*t, address, params, timeout);
+    });
   }
   static StatusOr<std::unique_ptr<RawConnection>> ConnectAsPeer(transport::Transport* t, const std::string& address,
                                                                 std::string_view token, const std::string& id,
                                                                 uint64_t epoch) {
-    const protocol::ConnectRequestData hello = Hello(token);
-    protocol::PeerConnectData p{};
-    p.magic = protocol::kPeerConnectMagic;
-    p.protocol_version = hello.protocol_version;
-    p.layout_version = hello.layout_version;
-    p.sender_fingerprint = PeerFingerprint(id);
-    std::memcpy(p.token_digest, hello.token_digest, sizeof(p.token_digest));
-    p.sender_epoch = epoch;
-    return Open(t, address, std::span(reinterpret_cast<const uint8_t*>(&p), sizeof(p)));
+    const protocol::PeerConnectParams params = protocol::MakePeerParams(PeerFingerprint(id), epoch, token);
+    return Open(t, [&](std::chrono::milliseconds timeout) {
+      return protocol::ConnectAsPeer(*t, address, params, timeout);
+    });
   }
 
   const protocol::AcceptData& accept() const { return accept_; }
@@ -255,22 +252,14 @@ class RawConnection {
   static constexpr size_t kLocalBytes = kReadBuf + 64 * 1024;
   static constexpr uint64_t kRecvWr = 100;
 
-  static protocol::ConnectRequestData Hello(std::string_view token) {
-    protocol::ConnectRequestData req{};
-    req.magic = protocol::kConnectMagic;
-    req.protocol_version = protocol::kProtocolVersion;
-    req.layout_version = layout::kLayoutVersion;
-    const Sha256Digest d = TokenDigest(token);
-    std::memcpy(req.token_digest, d.data(), d.size());
-    return req;
-  }
-
-  static StatusOr<std::unique_ptr<RawConnection>> Open(transport::Transport* t, const std::string& address,
-                                                       std::span<const uint8_t> hello) {
+  // Opens the connection `connect` makes (a handshake within its timeout).
+  static StatusOr<std::unique_ptr<RawConnection>> Open(
+      transport::Transport* t,
+      const std::function<StatusOr<std::unique_ptr<transport::Connection>>(std::chrono::milliseconds)>& connect) {
     std::unique_ptr<RawConnection> c(new RawConnection());
     c->local_.assign(kLocalBytes, 0);
     RKV_ASSIGN_OR_RETURN(c->mr_, t->Register(c->local_.data(), c->local_.size(), transport::kLocalWrite));
-    RKV_ASSIGN_OR_RETURN(c->conn_, t->Connect(address, hello, std::chrono::milliseconds(10'000)));
+    RKV_ASSIGN_OR_RETURN(c->conn_, connect(std::chrono::milliseconds(10'000)));
     const auto pd = c->conn_->peer_private_data();
     if (pd.size() < sizeof(protocol::AcceptData)) return Internal("short accept data");
     std::memcpy(&c->accept_, pd.data(), sizeof(c->accept_));

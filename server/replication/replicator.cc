@@ -9,6 +9,7 @@
 #include <glog/logging.h>
 
 #include "common/layout.h"
+#include "common/connect_handshake.h"
 #include "common/token.h"
 
 namespace rkv::server {
@@ -120,22 +121,14 @@ size_t Replicator::connections() const {
 StatusOr<std::unique_ptr<Replicator::Peer>> Replicator::Open(const ReplicaPeer& backup, Clock::time_point deadline) {
   const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
   if (left.count() <= 0) return DeadlineExceeded("no time left to connect");
-  protocol::PeerConnectData hello{};
-  hello.magic = protocol::kPeerConnectMagic;
-  hello.protocol_version = protocol::kProtocolVersion;
-  hello.layout_version = layout::kLayoutVersion;
-  hello.sender_fingerprint = PeerFingerprint(options_.self_id);
-  const Sha256Digest digest = TokenDigest(options_.token);
-  std::memcpy(hello.token_digest, digest.data(), digest.size());
-  hello.sender_epoch = options_.self_epoch;
+  const protocol::PeerConnectParams self =
+      protocol::MakePeerParams(PeerFingerprint(options_.self_id), options_.self_epoch, options_.token);
 
   auto peer = std::make_unique<Peer>();
   peer->backup = backup;
   peer->last_used = Clock::now();
-  RKV_ASSIGN_OR_RETURN(peer->conn,
-                       transport_->Connect(backup.data_address,
-                                           std::span(reinterpret_cast<const uint8_t*>(&hello), sizeof(hello)),
-                                           left));
+  // A hello, the backup's challenge, then the proof (docs/design.md §7.2).
+  RKV_ASSIGN_OR_RETURN(peer->conn, protocol::ConnectAsPeer(*transport_, backup.data_address, self, left));
   const std::span<const uint8_t> pd = peer->conn->peer_private_data();
   if (pd.size() < sizeof(protocol::AcceptData)) {
     return InvalidArgument("accept data of " + to_string(pd.size()) + " bytes, expected at least " +
