@@ -35,7 +35,9 @@ class PyClient {
   // empty file or one over 4096 bytes, trailing whitespace stripped as
   // kvctl does) and connects (the rkv.Error of rkv::Client::Connect).
   PyClient(const pybind11::object& server, const pybind11::object& coordinators, const pybind11::object& token,
-           const pybind11::object& token_file, const std::string& transport, double timeout_s, int connections);
+           const pybind11::object& token_file, const std::string& transport, double timeout_s, int connections,
+           const pybind11::object& tls_ca = pybind11::none(), const pybind11::object& tls_cert = pybind11::none(),
+           const pybind11::object& tls_key = pybind11::none());
   // Ends the registrations still held (as Close does).
   ~PyClient();
   PyClient(const PyClient&) = delete;

@@ -90,10 +90,16 @@ class Client:
         transport: str = "auto",
         timeout: float = 5.0,
         connections: int = 1,
+        *,
+        tls_ca: Optional[str] = None,
+        tls_cert: Optional[str] = None,
+        tls_key: Optional[str] = None,
     ) -> None:
         """Connects: exactly one of server and coordinators, exactly one of
-        token and token_file. ValueError for bad arguments, OSError for an
-        unreadable token_file, rkv.Error for a failed connect."""
+        token and token_file. tls_ca (and tls_cert with tls_key): PEM files
+        for TLS on a cluster's control plane. ValueError for bad arguments,
+        OSError for an unreadable token_file, rkv.Error for a failed connect
+        (rkv.InvalidArgument for an unreadable or malformed TLS file)."""
     def get(self, key: Bytes) -> bytes:
         """The value of key; rkv.NotFound (a KeyError) when absent."""
     def get_versioned(self, key: Bytes) -> Tuple[bytes, int]:

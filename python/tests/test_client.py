@@ -513,6 +513,24 @@ def test_coordinator_refuses_wrong_token(cluster):
     assert "token" in str(got.value)
 
 
+def test_tls_files_are_checked_and_named(cluster, tmp_path):
+    coordinator, member = cluster
+    # A client of one server speaks only the data plane: no TLS to give.
+    with pytest.raises(rkv.InvalidArgument) as one_server:
+        rkv.Client(server=member.address, token=TOKEN, tls_ca=str(tmp_path / "ca.pem"))
+    assert "control plane" in str(one_server.value)
+    # A CA file that is missing, or not PEM, is named.
+    missing = str(tmp_path / "missing-ca.pem")
+    with pytest.raises(rkv.InvalidArgument) as got:
+        rkv.Client(coordinators=[coordinator.address], token=TOKEN, tls_ca=missing)
+    assert missing in str(got.value)
+    garbage = tmp_path / "garbage.pem"
+    garbage.write_text("not a certificate\n")
+    with pytest.raises(rkv.InvalidArgument) as got:
+        rkv.Client(coordinators=[coordinator.address], token=TOKEN, tls_ca=str(garbage))
+    assert str(garbage) in str(got.value)
+
+
 # ---- errors
 
 
@@ -580,6 +598,8 @@ def test_unreachable_server_is_unavailable():
     dict(server="127.0.0.1:1", token=TOKEN, timeout=float("nan")),
     dict(server="127.0.0.1:1", token=TOKEN, connections=0),
     dict(server="127.0.0.1:1", token=TOKEN, connections=65),
+    dict(coordinators=["127.0.0.1:1"], token=TOKEN, tls_ca=""),
+    dict(coordinators=["127.0.0.1:1"], token=TOKEN, tls_ca=7),
 ])
 def test_bad_constructor_arguments(kwargs):
     with pytest.raises(ValueError):
