@@ -46,6 +46,7 @@ struct Connection {
   size_t out_sent = 0;  // bytes of `out` already sent
   bool closing = false;      // the session asked to close: send `out`, then close
   bool peer_closed = false;  // recv returned 0: serve what is in, send, close
+  bool deferred = false;     // the session waits for the thread's round (session.h)
   uint32_t events = 0;       // the interest registered with epoll
 
   size_t pending_out() const { return out.size() - out_sent; }
@@ -56,7 +57,11 @@ struct Connection {
 
 class EventLoop::Thread {
  public:
-  Thread(Shared* shared, int index) : shared_(shared), index_(index) {}
+  Thread(Shared* shared, int index)
+      : shared_(shared),
+        index_(index),
+        round_(shared->options.rounds.empty() ? nullptr : shared->options.rounds[static_cast<size_t>(index)]),
+        read_buffer_(new char[kReadChunk]) {}
   ~Thread() {
     if (epoll_fd_ >= 0) close(epoll_fd_);
     if (wake_fd_ >= 0) close(wake_fd_);
@@ -133,8 +138,11 @@ class EventLoop::Thread {
         if (c.fd >= 0) ServeAndWrite(c);
         Update(c);
       }
+      RunRound();
     }
-    // Stop: a last non-blocking send of what each connection holds.
+    // Stop: the deferred work runs, then a last non-blocking send of what
+    // each connection holds.
+    RunRound();
     for (auto& [fd, c] : connections_) {
       Write(*c);
       CloseFd(*c);
@@ -198,21 +206,20 @@ class EventLoop::Thread {
     }
   }
 
+  // Reads into the thread's buffer and appends what came: growing the
+  // input by a whole chunk to recv into it would zero 64 KiB per read.
   void Read(Connection& c) {
     const size_t limit = shared_->options.output_limit_bytes;
     for (int round = 0; round < kReadsPerWake && c.fd >= 0; ++round) {
-      if (c.closing || c.peer_closed || c.pending_out() >= limit) return;
-      size_t old = c.in.size();
-      c.in.resize(old + kReadChunk);
-      ssize_t n = recv(c.fd, c.in.data() + old, kReadChunk, 0);
+      if (c.closing || c.peer_closed || c.deferred || c.pending_out() >= limit) return;
+      ssize_t n = recv(c.fd, read_buffer_.get(), kReadChunk, 0);
       if (n > 0) {
-        c.in.resize(old + static_cast<size_t>(n));
+        c.in.append(read_buffer_.get(), static_cast<size_t>(n));
         RaisePeak(shared_->peak_input_bytes, c.pending_in());
         ServeAndWrite(c);
         if (static_cast<size_t>(n) < kReadChunk) return;
         continue;
       }
-      c.in.resize(old);
       if (n == 0) {
         c.peer_closed = true;
         return;
@@ -223,11 +230,14 @@ class EventLoop::Thread {
     }
   }
 
-  // Runs the session over the input while its output is under the limit,
-  // then sends what it can.
-  void ServeAndWrite(Connection& c) {
+  // Runs the session over the input while its output is under the limit
+  // and it does not wait for the round, then sends what it can. `resume`:
+  // the round ran; the session is served once even with no input (it
+  // appends the deferred replies first).
+  void ServeAndWrite(Connection& c, bool resume = false) {
     const size_t limit = shared_->options.output_limit_bytes;
-    while (c.fd >= 0 && !c.closing && c.pending_in() > 0 && c.pending_out() < limit) {
+    while (c.fd >= 0 && !c.deferred && (resume || (!c.closing && c.pending_in() > 0 && c.pending_out() < limit))) {
+      resume = false;
       if (c.out_sent > 0) {
         c.out.erase(0, c.out_sent);
         c.out_sent = 0;
@@ -237,6 +247,16 @@ class EventLoop::Thread {
       c.in_start += std::min(r.consumed, in.size());
       RaisePeak(shared_->peak_output_bytes, c.pending_out());
       if (r.close) c.closing = true;
+      if (r.deferred) {
+        if (round_ == nullptr) {
+          LOG(ERROR) << "a session deferred its work on a loop thread without a round; closing its connection";
+          Drop(c);
+          break;
+        }
+        c.deferred = true;
+        deferred_.push_back(c.fd);
+        break;
+      }
       if (r.consumed == 0) break;
       Write(c);
     }
@@ -274,7 +294,7 @@ class EventLoop::Thread {
   // once nothing is left to send after the session or the peer ended it
   // (input left then is an incomplete request: complete ones were served).
   void Update(Connection& c) {
-    if (c.fd >= 0 && (c.closing || c.peer_closed) && c.pending_out() == 0) Drop(c);
+    if (c.fd >= 0 && !c.deferred && (c.closing || c.peer_closed) && c.pending_out() == 0) Drop(c);
     if (c.fd < 0) return ForgetClosed();
     const size_t limit = shared_->options.output_limit_bytes;
     uint32_t want = 0;
@@ -289,6 +309,29 @@ class EventLoop::Thread {
         return ForgetClosed();
       }
       c.events = want;
+    }
+  }
+
+  // Runs the work the connections deferred in this pass and serves each of
+  // them on, until none waits: a connection's input already read is
+  // served before the thread waits on epoll again (epoll would not report
+  // it). A connection closed meanwhile is skipped (its descriptor, reused
+  // by a newer connection, finds one that is not deferred).
+  void RunRound() {
+    while (round_ != nullptr && round_->pending()) {
+      round_->Execute();
+      resuming_.swap(deferred_);
+      deferred_.clear();
+      for (int fd : resuming_) {
+        auto it = connections_.find(fd);
+        if (it == connections_.end()) continue;
+        Connection& c = *it->second;
+        if (c.fd < 0 || !c.deferred) continue;
+        c.deferred = false;
+        ServeAndWrite(c, /*resume=*/true);
+        Update(c);
+      }
+      resuming_.clear();
     }
   }
 
@@ -320,6 +363,10 @@ class EventLoop::Thread {
 
   Shared* shared_;
   const int index_;
+  Round* const round_;  // null: sessions never defer
+  std::unique_ptr<char[]> read_buffer_;  // kReadChunk bytes
+  std::vector<int> deferred_;   // connections waiting for round_
+  std::vector<int> resuming_;   // RunRound's copy of deferred_
   int epoll_fd_ = -1;
   int wake_fd_ = -1;
   std::atomic<bool> stop_{false};
@@ -335,6 +382,9 @@ rkv::StatusOr<std::unique_ptr<EventLoop>> EventLoop::Start(std::vector<ListenerS
   if (options.max_clients < 1) return rkv::Status(rkv::StatusCode::kInvalidArgument, "max_clients must be at least 1");
   if (options.output_limit_bytes < 1) {
     return rkv::Status(rkv::StatusCode::kInvalidArgument, "output_limit_bytes must be at least 1");
+  }
+  if (!options.rounds.empty() && options.rounds.size() != static_cast<size_t>(options.threads)) {
+    return rkv::Status(rkv::StatusCode::kInvalidArgument, "rounds must be empty or one per thread");
   }
   std::unique_ptr<EventLoop> loop(new EventLoop());
   loop->shared_ = std::make_unique<Shared>();

@@ -23,7 +23,11 @@
 //     closed at once.
 // Serve runs rkv calls synchronously on the loop thread: a thread serves
 // one connection's batch at a time, so `threads` bounds the rkv calls in
-// flight (with the Client's connection pool; docs/design.md).
+// flight (with the Client's connection pool; docs/design.md). With a Round
+// per thread (LoopOptions::rounds), sessions may defer their batches
+// instead: after each pass over the connections that epoll_wait reported
+// ready, the thread runs its round (one batch for all of them) and serves
+// each deferred connection on, again until nothing is deferred.
 //
 // Thread safety: Start and Stop from one thread (the owner's); Stats from
 // any thread.
@@ -58,6 +62,10 @@ struct LoopOptions {
   int threads = 2;                              // >= 1
   size_t max_clients = 10000;                   // connections of all listeners at once
   size_t output_limit_bytes = size_t{1} << 20;  // unsent output at which reading stops
+  // Empty, or one per thread (index: the thread's, as make_session gets
+  // it): the Round that thread's sessions defer to. Not owned; must
+  // outlive the loop.
+  std::vector<Round*> rounds;
 };
 
 struct LoopStats {

@@ -17,6 +17,8 @@
 #include <cerrno>
 #include <cstring>
 #include <chrono>
+#include <functional>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -51,6 +53,83 @@ class LineSession : public Session {
     }
     return r;
   }
+};
+
+// A Round that answers each queued line with itself once executed; one
+// per loop thread.
+class EchoRound : public Round {
+ public:
+  bool pending() const override { return !queued_.empty(); }
+  void Execute() override {
+    done_ = std::move(queued_);
+    queued_.clear();
+    ++executed_;
+  }
+  size_t Add(std::string line) {
+    queued_.push_back(std::move(line));
+    return queued_.size() - 1;
+  }
+  // Executes so far: a session waits until this passes the count it saw
+  // when it queued.
+  uint64_t executed() const { return executed_; }
+  const std::string& result(size_t i) const { return done_[i]; }
+
+ private:
+  std::vector<std::string> queued_;
+  std::vector<std::string> done_;
+  uint64_t executed_ = 0;
+};
+
+// Lines as LineSession's, but "defer X\n" is answered "X\n" through the
+// thread's EchoRound, in runs of up to 8 consecutive lines, and "now X\n"
+// at once; "quit\n" -> "bye\n" and close. The Session contract of
+// session.h for a session with a round.
+class DeferringSession : public Session {
+ public:
+  explicit DeferringSession(EchoRound* round) : round_(round) {}
+  ServeResult Serve(std::string_view in, std::string* out, size_t out_limit) override {
+    ServeResult r;
+    if (count_ > 0) {
+      if (round_->executed() == queued_at_) {
+        r.deferred = true;
+        return r;
+      }
+      for (size_t i = first_; i < first_ + count_; ++i) out->append(round_->result(i) + "\n");
+      count_ = 0;
+    }
+    while (r.consumed < in.size() && out->size() < out_limit && count_ < 8) {
+      size_t nl = in.find('\n', r.consumed);
+      if (nl == std::string_view::npos) break;
+      std::string_view line = in.substr(r.consumed, nl - r.consumed);
+      if (line.substr(0, 6) == "defer ") {
+        size_t at = round_->Add(std::string(line.substr(6)));
+        if (count_++ == 0) first_ = at;
+        r.consumed = nl + 1;
+        continue;
+      }
+      if (count_ > 0) break;  // waits for the run before it
+      r.consumed = nl + 1;
+      if (line.substr(0, 4) == "now ") {
+        out->append(line.substr(4));
+        out->push_back('\n');
+      } else if (line == "quit") {
+        out->append("bye\n");
+        r.close = true;
+        return r;
+      }
+    }
+    if (count_ > 0) {
+      queued_at_ = round_->executed();
+      r.deferred = true;
+    }
+    return r;
+  }
+
+ private:
+  EchoRound* round_;
+  uint64_t queued_at_ = 0;
+  size_t first_ = 0;
+  size_t count_ = 0;  // lines of the deferred run
 };
 
 int Connect(int port) {
@@ -107,7 +186,7 @@ class EventLoopTest : public ::testing::Test {
     ListenerSpec spec;
     spec.protocol = "line";
     spec.fd = listen_fd_;
-    spec.make_session = [](int) { return std::make_unique<LineSession>(); };
+    spec.make_session = make_session_;
     spec.refusal = "too many\n";
     std::vector<ListenerSpec> specs;
     specs.push_back(std::move(spec));
@@ -120,6 +199,12 @@ class EventLoopTest : public ::testing::Test {
     if (listen_fd_ >= 0) close(listen_fd_);
   }
 
+  // The rounds of tests with DeferringSessions: outlive the loop, which
+  // runs them until it stops.
+  std::vector<EchoRound> rounds_ = std::vector<EchoRound>(2);
+  std::function<std::unique_ptr<Session>(int)> make_session_ = [](int) {
+    return std::make_unique<LineSession>();
+  };
   std::unique_ptr<EventLoop> loop_;
   int listen_fd_ = -1;
   int port_ = 0;
@@ -257,6 +342,68 @@ TEST_F(EventLoopTest, StopClosesConnections) {
   loop_->Stop();
   EXPECT_EQ(ReadToClose(fd), "");
   close(fd);
+}
+
+TEST_F(EventLoopTest, DeferredRunsOfManyConnectionsAreServedInEachConnectionsOrder) {
+  make_session_ = [this](int thread) {
+    return std::make_unique<DeferringSession>(&rounds_[static_cast<size_t>(thread)]);
+  };
+  LoopOptions options;
+  options.threads = 2;
+  for (EchoRound& round : rounds_) options.rounds.push_back(&round);
+  StartLoop(options);
+  constexpr int kClients = 16;
+  std::vector<int> fds;
+  std::vector<std::string> expected(kClients);
+  std::vector<std::string> requests(kClients);
+  for (int c = 0; c < kClients; ++c) {
+    fds.push_back(Connect(port_));
+    ASSERT_GE(fds.back(), 0);
+    // Runs of deferred lines (some longer than a run may be) between
+    // lines answered at once.
+    for (int i = 0; i < 400; ++i) {
+      std::string word = std::to_string(c) + "." + std::to_string(i);
+      requests[c] += (i % 13 == 12 ? "now " : "defer ") + word + "\n";
+      expected[c] += word + "\n";
+    }
+  }
+  // All clients' pipelines go out before any reply is read, so that the
+  // loop finds many connections ready at once.
+  for (int c = 0; c < kClients; ++c) SendAll(fds[c], requests[c]);
+  for (int c = 0; c < kClients; ++c) EXPECT_EQ(ReadBytes(fds[c], expected[c].size()), expected[c]) << c;
+  for (int fd : fds) {
+    SendAll(fd, "defer last\nquit\n");
+    EXPECT_EQ(ReadToClose(fd), "last\nbye\n");
+    close(fd);
+  }
+}
+
+TEST_F(EventLoopTest, AConnectionClosedByItsClientStillGetsItsDeferredReplies) {
+  make_session_ = [this](int) { return std::make_unique<DeferringSession>(&rounds_[0]); };
+  LoopOptions options;
+  options.threads = 1;
+  options.rounds = {&rounds_[0]};
+  StartLoop(options);
+  int fd = Connect(port_);
+  ASSERT_GE(fd, 0);
+  std::string requests, expected;
+  for (int i = 0; i < 100; ++i) {
+    requests += "defer " + std::to_string(i) + "\n";
+    expected += std::to_string(i) + "\n";
+  }
+  SendAll(fd, requests);
+  shutdown(fd, SHUT_WR);
+  EXPECT_EQ(ReadToClose(fd), expected);
+  close(fd);
+}
+
+TEST(EventLoopOptionsTest, RoundsAreNoneOrOnePerThread) {
+  EchoRound round;
+  LoopOptions options;
+  options.threads = 2;
+  options.rounds = {&round};
+  auto loop = EventLoop::Start({}, options);
+  EXPECT_EQ(loop.status().code(), rkv::StatusCode::kInvalidArgument);
 }
 
 TEST(ListenerTest, ErrorsNameTheAddress) {

@@ -25,6 +25,7 @@
 #include "gateway/event_loop.h"
 #include "gateway/listener.h"
 #include "gateway/resp_session.h"
+#include "gateway/rkv_round.h"
 #include "rkv/client.h"
 #ifdef RKV_GATEWAY_MEMCACHE
 #include "gateway/memcache_session.h"
@@ -63,6 +64,10 @@ DEFINE_uint64(max_request_bytes, 64 << 20,
 DEFINE_uint64(max_batch, 32,
               "Redis: most consecutive pipelined GETs (plain SETs) executed as one MultiGet (MultiPut), 1..4096 "
               "(default 32)");
+DEFINE_uint64(round_keys, 1024,
+              "Redis: most GETs (and most plain SETs) of all a loop thread's connections executed as one "
+              "MultiGet (MultiPut) per pass of the loop over its ready connections, 0..1000000; 0: each "
+              "connection's run is its own rkv call (default 1024)");
 
 // rkv, as kvctl names them.
 DEFINE_string(server, "127.0.0.1:7700", "HOST:PORT of the rkv server's data plane (default 127.0.0.1:7700)");
@@ -142,6 +147,7 @@ int main(int argc, char** argv) {
   if (FLAGS_max_clients < 1 || FLAGS_max_clients > 1000000) return BadFlag("--max_clients must be 1..1000000");
   if (FLAGS_output_limit_bytes < 1024) return BadFlag("--output_limit_bytes must be at least 1024");
   if (FLAGS_max_batch < 1 || FLAGS_max_batch > 4096) return BadFlag("--max_batch must be 1..4096");
+  if (FLAGS_round_keys > 1000000) return BadFlag("--round_keys must be 0..1000000");
   if (FLAGS_timeout <= 0) return BadFlag("--timeout must be a positive number of milliseconds");
   int connections = FLAGS_connections;
   if (connections < 1 || connections > 64) return BadFlag("--connections must be 1..64");
@@ -259,6 +265,21 @@ int main(int argc, char** argv) {
 
   std::vector<rkv::Client*> by_thread;
   for (const auto& client : clients) by_thread.push_back(client.get());
+  // Each loop thread's round, on its client: the Redis sessions of a
+  // thread defer their GET and SET runs to it, so that one MultiGet or
+  // MultiPut serves all the connections of one pass of the loop.
+  std::vector<std::unique_ptr<rkv::gateway::RkvRound>> rounds;
+  std::vector<rkv::gateway::Round*> round_by_thread;
+  std::vector<rkv::gateway::RkvRound*> rkv_round_by_thread;
+  for (const auto& client : clients) {
+    if (FLAGS_round_keys == 0) {
+      rkv_round_by_thread.push_back(nullptr);
+      continue;
+    }
+    rounds.push_back(std::make_unique<rkv::gateway::RkvRound>(client.get(), FLAGS_round_keys));
+    round_by_thread.push_back(rounds.back().get());
+    rkv_round_by_thread.push_back(rounds.back().get());
+  }
   std::vector<rkv::gateway::ListenerSpec> listeners;
   for (const Bound& b : bound) {
     rkv::gateway::ListenerSpec spec;
@@ -266,8 +287,9 @@ int main(int argc, char** argv) {
     spec.fd = b.fd;
     if (b.protocol == "redis") {
       resp_shared.tcp_port = rkv::gateway::BoundPort(b.fd);
-      spec.make_session = [by_thread, &resp](int thread) {
-        return rkv::gateway::NewRespSession(by_thread[static_cast<size_t>(thread)], resp);
+      spec.make_session = [by_thread, rkv_round_by_thread, &resp](int thread) {
+        const auto t = static_cast<size_t>(thread);
+        return rkv::gateway::NewRespSession(by_thread[t], resp, rkv_round_by_thread[t]);
       };
       spec.refusal = "-ERR max number of clients reached\r\n";
     } else {
@@ -284,6 +306,7 @@ int main(int argc, char** argv) {
   loop_options.threads = threads;
   loop_options.max_clients = FLAGS_max_clients;
   loop_options.output_limit_bytes = FLAGS_output_limit_bytes;
+  loop_options.rounds = round_by_thread;
   auto loop = rkv::gateway::EventLoop::Start(std::move(listeners), loop_options);
   if (!loop.ok()) {
     close_all();
@@ -304,6 +327,14 @@ int main(int argc, char** argv) {
   LOG(INFO) << "rkv-gateway: " << (signal_number == SIGINT ? "SIGINT" : "SIGTERM") << ", stopping";
   (*loop)->Stop();
   close_all();
+  uint64_t round_batches = 0;
+  uint64_t round_items = 0;
+  for (const auto& round : rounds) {
+    round_batches += round->batches();
+    round_items += round->items();
+  }
+  LOG(INFO) << "rkv-gateway: " << round_items << " GETs and SETs in " << round_batches
+            << " rkv batches of the loop threads' rounds";
   LOG(INFO) << "rkv-gateway: stopped (" << (*loop)->Stats().accepted << " connections served)";
   return 0;
 }

@@ -17,6 +17,7 @@
 #include "gateway/resp_commands.h"
 #include "gateway/resp_parser.h"
 #include "gateway/resp_reply.h"
+#include "gateway/rkv_round.h"
 #include "rkv/admin.h"
 #include "rkv/client.h"
 
@@ -57,8 +58,9 @@ RespLimits ParserLimits(const RespOptions& options) {
 
 class RespSession final : public Session {
  public:
-  RespSession(rkv::Client* client, const RespOptions& options)
+  RespSession(rkv::Client* client, RkvRound* round, const RespOptions& options)
       : client_(client),
+        round_(round),
         options_(options),
         parser_(ParserLimits(options)),
         auth_required_(!options.requirepass.empty() || !options.token.empty()),
@@ -78,6 +80,13 @@ class RespSession final : public Session {
   // A GET or plain SET that can join a batch (checked, not yet run).
   BatchKind Batchable(const Args& args) const;
   void FlushBatch(std::string* out);
+  // With a round: queues the batch in it and waits (true); false without
+  // a round, with an empty batch, or when the round is full (the caller
+  // runs the batch itself).
+  bool Defer();
+  // Appends the replies of the deferred batch once the round ran it
+  // (true); false while it has not run.
+  bool CollectRound(std::string* out);
   void Execute(Args& args, std::string* out);
   void ExecuteConnectionCommand(const std::string& name, const Args& args, std::string* out);
 
@@ -93,6 +102,7 @@ class RespSession final : public Session {
   bool PasswordMatches(std::string_view user, std::string_view password) const;
 
   rkv::Client* client_;
+  RkvRound* const round_;  // null: batches run in Serve
   RespOptions options_;
   RespParser parser_;
   const bool auth_required_;
@@ -105,33 +115,61 @@ class RespSession final : public Session {
   size_t needed_ = 0;
   BatchKind batch_kind_ = BatchKind::kNone;
   std::vector<Args> batch_;
+  // The batch deferred to round_, while waiting_.
+  struct Ticket {
+    uint64_t generation = 0;
+    bool get = false;
+    size_t first = 0;
+    size_t count = 0;
+  };
+  bool waiting_ = false;
+  Ticket ticket_;
 };
 
 ServeResult RespSession::Serve(std::string_view in, std::string* out, size_t out_limit) {
   ServeResult result;
+  if (waiting_ && !CollectRound(out)) {
+    result.deferred = true;
+    return result;
+  }
   if (in.size() < needed_) return result;
   needed_ = 0;
   while (result.consumed < in.size() && !close_) {
-    if (out->size() >= out_limit) {
-      FlushBatch(out);
-      break;
-    }
+    if (out->size() >= out_limit) break;
     RespParse parse = parser_.Parse(in.substr(result.consumed), authenticated_);
     if (parse.kind == RespParse::Kind::kIncomplete) {
       needed_ = parse.needed;
       break;
     }
     if (parse.kind == RespParse::Kind::kError) {
+      // The batch's replies come first; with a round, the error is parsed
+      // again (and answered) once they are in.
+      if (Defer()) {
+        result.deferred = true;
+        return result;
+      }
       FlushBatch(out);
       AppendError(out, parse.error);
       close_ = true;
       result.consumed = in.size();
       break;
     }
-    result.consumed += parse.consumed;
-    if (parse.kind == RespParse::Kind::kSkip) continue;
+    if (parse.kind == RespParse::Kind::kSkip) {
+      result.consumed += parse.consumed;
+      continue;
+    }
     BatchKind kind = Batchable(parse.args);
-    if (kind == BatchKind::kNone || kind != batch_kind_ || batch_.size() >= options_.max_batch) FlushBatch(out);
+    if (!batch_.empty() && (kind == BatchKind::kNone || kind != batch_kind_ || batch_.size() >= options_.max_batch)) {
+      // This request waits for the batch before it: with a round, until
+      // the next Serve (it is parsed again then), otherwise until the
+      // batch ran here.
+      if (Defer()) {
+        result.deferred = true;
+        return result;
+      }
+      FlushBatch(out);
+    }
+    result.consumed += parse.consumed;
     if (kind != BatchKind::kNone) {
       batch_kind_ = kind;
       batch_.push_back(std::move(parse.args));
@@ -139,20 +177,84 @@ ServeResult RespSession::Serve(std::string_view in, std::string* out, size_t out
     }
     Execute(parse.args, out);
   }
+  if (Defer()) {
+    result.deferred = true;
+    return result;
+  }
   FlushBatch(out);
   result.close = close_;
   return result;
+}
+
+bool RespSession::Defer() {
+  if (round_ == nullptr || batch_.empty()) return false;
+  const bool get = batch_kind_ == BatchKind::kGet;
+  if (get) {
+    if (!round_->HasGetRoom(batch_.size())) return false;
+  } else {
+    size_t value_bytes = 0;
+    for (const Args& args : batch_) value_bytes += args[2].size();
+    if (!round_->HasPutRoom(batch_.size(), value_bytes)) return false;
+  }
+  options_.shared->total_commands.fetch_add(batch_.size(), std::memory_order_relaxed);
+  ticket_.generation = round_->generation();
+  ticket_.get = get;
+  ticket_.count = batch_.size();
+  for (size_t i = 0; i < batch_.size(); ++i) {
+    Args& args = batch_[i];
+    size_t position = get ? round_->AddGet(std::move(args[1])) : round_->AddPut(std::move(args[1]), std::move(args[2]));
+    if (i == 0) ticket_.first = position;
+  }
+  batch_.clear();
+  batch_kind_ = BatchKind::kNone;
+  waiting_ = true;
+  return true;
+}
+
+bool RespSession::CollectRound(std::string* out) {
+  CommandContext ctx{client_, &options_, out};
+  if (!round_->executed(ticket_.generation)) {
+    if (round_->generation() == ticket_.generation) return false;  // not run yet
+    // The loop resumes every deferred session after each Execute, so
+    // this is not reached; should it be, the client hears of it.
+    for (size_t i = 0; i < ticket_.count; ++i) {
+      ReplyRkvError(ctx, rkv::Status(rkv::StatusCode::kInternal, "rkv-gateway lost the batch of this request"));
+    }
+  } else if (ticket_.get) {
+    for (size_t i = ticket_.first; i < ticket_.first + ticket_.count; ++i) {
+      const auto& value = round_->get_result(i);
+      if (value.ok()) {
+        AppendBulk(out, *value);
+      } else if (value.status().code() == rkv::StatusCode::kNotFound) {
+        AppendNull(out);
+      } else {
+        ReplyRkvError(ctx, value.status());
+      }
+    }
+  } else {
+    for (size_t i = ticket_.first; i < ticket_.first + ticket_.count; ++i) {
+      const auto& written = round_->put_result(i);
+      if (written.ok()) {
+        AppendOk(out);
+      } else {
+        ReplyRkvError(ctx, written.status());
+      }
+    }
+  }
+  waiting_ = false;
+  return true;
 }
 
 RespSession::BatchKind RespSession::Batchable(const Args& args) const {
   if (!authenticated_) return BatchKind::kNone;
   if (args.size() != 2 && args.size() != 3) return BatchKind::kNone;
   if (args[0].size() != 3) return BatchKind::kNone;
-  std::string name = Lower(args[0]);
   const std::string& key = args[1];
   if (key.empty() || key.size() > options_.limits.max_key_bytes) return BatchKind::kNone;
-  if (name == "get" && args.size() == 2) return BatchKind::kGet;
-  if (name == "set" && args.size() == 3 && args[2].size() <= options_.limits.max_value_bytes) return BatchKind::kSet;
+  if (args.size() == 2 && EqualsIgnoreCase(args[0], "get")) return BatchKind::kGet;
+  if (args.size() == 3 && EqualsIgnoreCase(args[0], "set") && args[2].size() <= options_.limits.max_value_bytes) {
+    return BatchKind::kSet;
+  }
   return BatchKind::kNone;
 }
 
@@ -503,8 +605,8 @@ void RespSession::Info(const Args& args, std::string* out) {
 
 }  // namespace
 
-std::unique_ptr<Session> NewRespSession(rkv::Client* client, const RespOptions& options) {
-  return std::make_unique<RespSession>(client, options);
+std::unique_ptr<Session> NewRespSession(rkv::Client* client, const RespOptions& options, RkvRound* round) {
+  return std::make_unique<RespSession>(client, round, options);
 }
 
 }  // namespace rkv::gateway

@@ -22,6 +22,8 @@
 
 namespace rkv::gateway {
 
+class RkvRound;
+
 // What the gateway's RESP sessions share: counters for INFO and the client
 // ids of CLIENT ID. Relaxed atomics: each is a count read for reporting.
 struct RespShared {
@@ -42,8 +44,9 @@ struct RespOptions {
   // the gateway itself presents to rkv.
   std::string requirepass;
   std::string token;
-  // Consecutive pipelined GETs (and plain SETs) are executed as one
-  // MultiGet (MultiPut) of at most this many keys (>= 1).
+  // Consecutive pipelined GETs (and plain SETs) of one connection are
+  // executed as one MultiGet (MultiPut) of at most this many keys, or
+  // deferred to the round as one run of at most this many (>= 1).
   size_t max_batch = 32;
   // Largest request in bytes, framing included (>= the largest value plus
   // its framing); a larger one is a protocol error and closes.
@@ -53,7 +56,11 @@ struct RespOptions {
 };
 
 // A session of RESP2 executing on `client`, which must outlive it. Never
-// null.
-std::unique_ptr<Session> NewRespSession(rkv::Client* client, const RespOptions& options);
+// null. With `round` (its loop thread's, executing on the same client;
+// must outlive it), a run of pipelined GETs or plain SETs is deferred to
+// the round (gateway/session.h), so that one MultiGet or MultiPut serves
+// the runs of all the thread's connections; without, each run is one
+// MultiGet or MultiPut of its own, made in Serve.
+std::unique_ptr<Session> NewRespSession(rkv::Client* client, const RespOptions& options, RkvRound* round = nullptr);
 
 }  // namespace rkv::gateway

@@ -12,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "gateway/rkv_round.h"
 #include "rkv/client.h"
 #include "tests/server_process.h"
 #include "tests/temp_dir.h"
@@ -354,6 +355,101 @@ TEST_F(RespSessionTest, AuthIsRequiredWhenConfigured) {
   auto early = NewRespSession(client_.get(), options);
   EXPECT_EQ(Run(*early, "*20\r\n", &closed), "-ERR Protocol error: unauthenticated multibulk length\r\n");
   EXPECT_TRUE(closed);
+}
+
+// Drives sessions that share a round as the event loop does: a pass
+// serves every session, then the round runs; passes repeat until no
+// session consumes or waits. Returns each session's replies.
+std::vector<std::string> RunWithRound(std::vector<std::unique_ptr<Session>>& sessions, RkvRound& round,
+                                      const std::vector<std::string>& inputs, int* passes = nullptr) {
+  std::vector<std::string> outs(sessions.size());
+  std::vector<size_t> pos(sessions.size(), 0);
+  int n = 0;
+  while (true) {
+    bool progress = false;
+    for (size_t i = 0; i < sessions.size(); ++i) {
+      if (sessions[i] == nullptr) continue;
+      ServeResult r = sessions[i]->Serve(std::string_view(inputs[i]).substr(pos[i]), &outs[i], size_t{1} << 30);
+      pos[i] += r.consumed;
+      progress = progress || r.consumed > 0;
+    }
+    ++n;
+    if (round.pending()) {
+      round.Execute();
+      continue;
+    }
+    if (!progress) break;
+  }
+  if (passes != nullptr) *passes = n;
+  return outs;
+}
+
+TEST_F(RespSessionTest, ARoundServesTheRunsOfManySessionsAsOneBatchInEachSessionsOrder) {
+  RkvRound round(client_.get());
+  std::vector<std::unique_ptr<Session>> sessions;
+  for (int i = 0; i < 3; ++i) sessions.push_back(NewRespSession(client_.get(), options_, &round));
+  // Session 0 writes and reads back its own keys around commands that end
+  // a run; session 1 reads, session 2 writes, all in the same passes.
+  std::vector<std::string> inputs(3);
+  std::vector<std::string> expected(3);
+  inputs[0] = Multibulk({"SET", K("a"), "1"}) + Multibulk({"SET", K("b"), "2"}) + Multibulk({"GET", K("a")}) +
+              Multibulk({"PING"}) + Multibulk({"GET", K("b")}) + Multibulk({"SET", K("a"), "3"}) +
+              Multibulk({"SET", K("a"), "4"}) + Multibulk({"GET", K("a")}) + Multibulk({"INCR", K("a")}) +
+              Multibulk({"GET", K("a")});
+  expected[0] = "+OK\r\n+OK\r\n$1\r\n1\r\n+PONG\r\n$1\r\n2\r\n+OK\r\n+OK\r\n$1\r\n4\r\n:5\r\n$1\r\n5\r\n";
+  for (int i = 0; i < 40; ++i) {
+    inputs[1] += Multibulk({"GET", K("absent" + std::to_string(i))});
+    expected[1] += "$-1\r\n";
+    inputs[2] += Multibulk({"SET", K("w" + std::to_string(i)), std::string(100, static_cast<char>('a' + i % 26))});
+    expected[2] += "+OK\r\n";
+  }
+  // A protocol error after a run: the run's replies, then the error.
+  inputs[1] += "*1\r\n$-5\r\n";
+  expected[1] += "-ERR Protocol error: invalid bulk length\r\n";
+  EXPECT_EQ(RunWithRound(sessions, round, inputs), expected);
+  // Both kinds in one Execute: each run a batch, the runs of all sessions
+  // together (40 GETs of session 1 with session 0's first GET).
+  EXPECT_LT(round.batches(), 20u);
+  EXPECT_EQ(round.items(), 2u + 1u + 1u + 2u + 1u + 1u + 40u + 40u);
+  for (int i = 0; i < 40; i += 13) {
+    EXPECT_EQ(Cmd({"GET", K("w" + std::to_string(i))}), "$100\r\n" + std::string(100, static_cast<char>('a' + i % 26)) + "\r\n");
+  }
+}
+
+TEST_F(RespSessionTest, ADeferredSessionWaitsForItsRoundAndMayGoAwayBeforeIt) {
+  RkvRound round(client_.get());
+  auto session = NewRespSession(client_.get(), options_, &round);
+  std::string in = Multibulk({"SET", K("k"), "v"}) + Multibulk({"GET", K("k")});
+  std::string out;
+  ServeResult r = session->Serve(in, &out, 1 << 20);
+  EXPECT_TRUE(r.deferred);
+  EXPECT_EQ(r.consumed, Multibulk({"SET", K("k"), "v"}).size());
+  EXPECT_EQ(out, "");
+  // Not run yet: nothing is consumed or answered.
+  r = session->Serve(std::string_view(in).substr(r.consumed), &out, 1 << 20);
+  EXPECT_TRUE(r.deferred);
+  EXPECT_EQ(r.consumed, 0u);
+  EXPECT_EQ(out, "");
+  round.Execute();
+  r = session->Serve(std::string_view(in).substr(Multibulk({"SET", K("k"), "v"}).size()), &out, 1 << 20);
+  EXPECT_TRUE(r.deferred);  // the GET, now deferred in turn
+  EXPECT_EQ(out, "+OK\r\n");
+  // The session goes away with its GET queued: the round owns the key.
+  session.reset();
+  round.Execute();
+  ASSERT_EQ(round.items(), 2u);
+  ASSERT_TRUE(round.get_result(0).ok());
+  EXPECT_EQ(*round.get_result(0), "v");
+  // A run larger than the round's room is executed by the session itself.
+  RkvRound small(client_.get(), 2);
+  auto other = NewRespSession(client_.get(), options_, &small);
+  std::string three = Multibulk({"GET", K("k")}) + Multibulk({"GET", K("k")}) + Multibulk({"GET", K("k")});
+  out.clear();
+  r = other->Serve(three, &out, 1 << 20);
+  EXPECT_FALSE(r.deferred);
+  EXPECT_EQ(r.consumed, three.size());
+  EXPECT_EQ(out, "$1\r\nv\r\n$1\r\nv\r\n$1\r\nv\r\n");
+  EXPECT_FALSE(small.pending());
 }
 
 TEST_F(RespSessionTest, ConcurrentIncrementsFromManySessionsLoseNone) {

@@ -20,6 +20,19 @@
 // protocol cannot resynchronise, close is set: the loop writes what *out
 // holds, then closes.
 //
+// Rounds: a session made with its loop thread's Round may defer the rkv
+// calls of its requests instead of making them: it queues them in the
+// Round, consumes those requests, and returns with `deferred` set, having
+// appended no reply of theirs nor served any request after them. The loop
+// gathers the deferred work of every connection it served in one pass over
+// its ready connections, runs it with one Round::Execute (so one MultiGet
+// serves the GETs of many connections), then calls each deferred session's
+// Serve again, even with no input left: that call first appends the
+// deferred requests' replies, in order, then serves on. Until Execute ran,
+// Serve of a deferred session consumes nothing and returns deferred again.
+// The Round owns what was queued, so a session (or its connection) may go
+// away while deferred.
+//
 // Thread safety: a Session is used by one loop thread at a time; the
 // rkv::Client it holds is shared by every session (it is thread-safe).
 #pragma once
@@ -37,8 +50,23 @@ class Client;
 namespace rkv::gateway {
 
 struct ServeResult {
-  size_t consumed = 0;  // input bytes taken (whole requests only)
-  bool close = false;   // write *out, then close the connection
+  size_t consumed = 0;    // input bytes taken (whole requests only)
+  bool close = false;     // write *out, then close the connection
+  bool deferred = false;  // waits for its Round's Execute (see the file comment)
+};
+
+// The rkv calls that the sessions of one loop thread deferred during one
+// pass of the loop over its ready connections (see the file comment).
+// Thread safety: used by its loop thread only.
+class Round {
+ public:
+  virtual ~Round() = default;
+  // True when some session deferred work since the last Execute.
+  virtual bool pending() const = 0;
+  // Executes the deferred work; afterwards each deferred session's next
+  // Serve appends its replies. The results of one Execute are kept until
+  // the next.
+  virtual void Execute() = 0;
 };
 
 class Session {
