@@ -1,6 +1,8 @@
 // The connecting side of protocol version 6's handshake (docs/design.md
 // §7.2), over any transport: a hello, the server's challenge in its
-// refusal, then the proof for that challenge, both within one timeout.
+// refusal, then the proof for that challenge: the hello within the
+// timeout, the proof within what is left of it or as long as the hello
+// took, whichever is longer (so at most twice the timeout in all).
 // Used by a client's connections and by a primary's replication
 // connections alike.
 //
@@ -19,9 +21,9 @@
 
 namespace rkv::protocol {
 
-// Connects to `address` as the client `params` names. Within `timeout`:
-// sends a hello, reads the challenge from its refusal, and connects again
-// with the proof; returns the accepted connection.
+// Connects to `address` as the client `params` names: sends a hello,
+// reads the challenge from its refusal, and connects again with the proof
+// (the timeouts above); returns the accepted connection.
 // Errors: the transport's (UNAVAILABLE, DEADLINE_EXCEEDED); the refusal of
 // the proof as Transport::Connect reports it (PERMISSION_DENIED "invalid
 // token", "client credential NAME was revoked"; UNAVAILABLE or

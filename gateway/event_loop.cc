@@ -37,6 +37,12 @@ void RaisePeak(std::atomic<uint64_t>& peak, uint64_t value) {
   }
 }
 
+}  // namespace
+
+// A client connection of a loop thread. Named (not in the anonymous
+// namespace): EventLoop::Thread, a class of the header's, holds them.
+namespace event_loop_internal {
+
 struct Connection {
   int fd = -1;
   std::unique_ptr<Session> session;
@@ -53,10 +59,12 @@ struct Connection {
   size_t pending_in() const { return in.size() - in_start; }
 };
 
-}  // namespace
+}  // namespace event_loop_internal
 
 class EventLoop::Thread {
  public:
+  using Connection = event_loop_internal::Connection;
+
   Thread(Shared* shared, int index)
       : shared_(shared),
         index_(index),

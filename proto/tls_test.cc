@@ -198,7 +198,7 @@ TEST_F(TlsFilesTest, ControlPlaneCallsNeedTheCa) {
 // Nothing listening: no TLS hint (the peer is simply down).
 TEST(TlsHintTest, NoHintWhenNothingListens) {
   v1::Coordinator::Service service;
-  auto started = StartGrpcServer("127.0.0.1:0", {&service}, "");
+  auto started = StartGrpcServer("127.0.0.1:0", std::vector<grpc::Service*>{&service}, "");
   ASSERT_TRUE(started.ok()) << started.status();
   const std::string address = started->address;
   started->server->Shutdown(std::chrono::system_clock::now());
