@@ -263,6 +263,16 @@ std::vector<AdminCounter> ServerCounters(const CounterSources& s) {
       {"catchup_records_served", s.catchup_records_served, "catch-up: records this server sent as a primary"},
       {"connections_accepted", st.connections_accepted, "data-plane connections accepted since start"},
       {"connections_rejected", st.connections_rejected, "data-plane connections refused since start"},
+      {"connections_probing", st.connections_probing,
+       "data-plane connections open now with a probe in flight (silent for --probe_idle_ms)"},
+      {"connections_released_dead", st.connections_released_dead,
+       "data-plane connections released since start because a probe failed or went unanswered (peer gone)"},
+      {"connect_requests_screened_out", st.connect_requests_screened_out,
+       "connection requests refused by the listener's check before anything was made for them (hellos answered "
+       "with a challenge included) since start"},
+      {"connect_requests_source_limited", st.connect_requests_source_limited,
+       "connection requests refused unchecked since start: their source address was over "
+       "--max_refusals_per_source"},
       {"auth_failures", st.auth_failures + s.admin_auth_failures,
        "failed authentications since start: data-plane connections and Admin calls refused for their credential"},
       {"forwarded_writes", st.forwarded_writes, "writes forwarded to backups as a primary"},

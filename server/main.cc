@@ -120,6 +120,14 @@ DEFINE_uint32(frame_timeout_ms, 30000, "tcp: a connection that leaves a frame in
                                        "responses waiting for it, for this many milliseconds is closed (default 30000)");
 DEFINE_uint32(idle_timeout_s, 600, "tcp: a connection that sends nothing for this many seconds is closed (clients "
                                    "reconnect by themselves); 0: never (default 600)");
+DEFINE_uint32(probe_idle_ms, 10000, "a data-plane connection the server heard nothing from for this many "
+                                    "milliseconds gets a probe (a zero-length READ the peer's transport answers); "
+                                    "0: no probes (default 10000)");
+DEFINE_uint32(probe_timeout_ms, 10000, "a connection whose probe fails or is not answered within this many "
+                                       "milliseconds is released as dead (default 10000)");
+DEFINE_uint32(max_refusals_per_source, 1000, "refused connection requests one source address may cause in a "
+                                             "second before its further requests are refused without being "
+                                             "checked until the second ends; 0: no limit (default 1000)");
 DEFINE_uint32(grace_period_ms, 100, "heap quarantine in milliseconds before a replaced block is reused; "
                                     "clients' GET lease is half of it (default 100)");
 
@@ -273,6 +281,9 @@ int main(int argc, char** argv) {
   o.handshake_timeout_ms = FLAGS_handshake_timeout_ms;
   o.frame_timeout_ms = FLAGS_frame_timeout_ms;
   o.idle_timeout_s = FLAGS_idle_timeout_s;
+  o.probe_idle_ms = FLAGS_probe_idle_ms;
+  o.probe_timeout_ms = FLAGS_probe_timeout_ms;
+  o.max_refusals_per_source = FLAGS_max_refusals_per_source;
   o.replication_timeout_ms = FLAGS_replication_timeout_ms;
   o.catchup_rate_mb_per_s = FLAGS_catchup_rate_mb_per_s;
   {
@@ -395,6 +406,7 @@ int main(int argc, char** argv) {
   topts.handshake_timeout = std::chrono::milliseconds(o.handshake_timeout_ms);
   topts.frame_timeout = std::chrono::milliseconds(o.frame_timeout_ms);
   topts.idle_timeout = std::chrono::seconds(o.idle_timeout_s);
+  topts.max_refusals_per_source = o.max_refusals_per_source;
   // Queue depths for what this process posts: a client connection holds at
   // most request_credits receives and as many replies (each signaled), a
   // replication connection one request and one receive. Small queues keep a

@@ -140,6 +140,10 @@ Status ValidateOptions(const ServerOptions& o) {
     return InvalidArgument("--idle_timeout_s " + std::to_string(o.idle_timeout_s) +
                            " is shorter than --frame_timeout_ms " + std::to_string(o.frame_timeout_ms));
   }
+  if (o.probe_idle_ms != 0) {
+    RKV_RETURN_IF_ERROR(check_ms("--probe_idle_ms", o.probe_idle_ms));
+    RKV_RETURN_IF_ERROR(check_ms("--probe_timeout_ms", o.probe_timeout_ms));
+  }
   if (o.catchup_rate_mb_per_s > kMaxCatchupRateMbPerS) {
     return InvalidArgument("--catchup_rate_mb_per_s " + std::to_string(o.catchup_rate_mb_per_s) + " is over " +
                            std::to_string(kMaxCatchupRateMbPerS) + " (0 turns the limit off)");

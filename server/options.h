@@ -89,6 +89,19 @@ struct ServerOptions {
   uint32_t handshake_timeout_ms = 5000;
   uint32_t frame_timeout_ms = 30'000;
   uint32_t idle_timeout_s = 600;
+  // Dead peers (docs/design.md §7.7), both transports: a connection of
+  // which the server saw no completion for probe_idle_ms gets a probe
+  // (transport::Connection::PostProbe); one whose probe fails, or is not
+  // answered within probe_timeout_ms, is released. A peer gone without a
+  // disconnect is released within probe_idle_ms + probe_timeout_ms and a
+  // polling round (on tcp its kernel's reset, or idle_timeout_s, often
+  // ends it first). probe_idle_ms 0: no probes.
+  uint32_t probe_idle_ms = 10'000;
+  uint32_t probe_timeout_ms = 10'000;
+  // The listener's accept path (transport::Options): a source address's
+  // refusals per second before its requests are refused unscreened for
+  // the rest of the second (0: no limit).
+  uint32_t max_refusals_per_source = 1000;
   uint32_t grace_period_ms = 100;         // heap quarantine; clients' GET lease is half
   uint32_t request_credits = 32;          // outstanding requests per connection
   // The longest a primary waits for its backups to acknowledge a forwarded

@@ -65,6 +65,9 @@ TEST(OptionsTest, EveryBadValueIsRejectedNamingItsFlag) {
       {"--frame_timeout_ms", [](ServerOptions& o) { o.frame_timeout_ms = 10; }},
       {"--idle_timeout_s", [](ServerOptions& o) { o.idle_timeout_s = kMaxIdleTimeoutS + 1; }},
       {"--idle_timeout_s", [](ServerOptions& o) { o.idle_timeout_s = 1; }},  // below the 30 s frame limit
+      {"--probe_idle_ms", [](ServerOptions& o) { o.probe_idle_ms = 10; }},
+      {"--probe_timeout_ms", [](ServerOptions& o) { o.probe_timeout_ms = 0; }},
+      {"--probe_timeout_ms", [](ServerOptions& o) { o.probe_timeout_ms = kMaxTimeoutMs + 1; }},
       {"--catchup_rate_mb_per_s", [](ServerOptions& o) { o.catchup_rate_mb_per_s = kMaxCatchupRateMbPerS + 1; }},
   };
   for (const Case& c : cases) {

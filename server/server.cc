@@ -32,6 +32,9 @@ using transport::OpType;
 
 // wr_id tags: receives carry their buffer index, sends kSendTag | index.
 constexpr uint64_t kSendTag = uint64_t{1} << 32;
+// The wr_id of a probe (Connection::PostProbe): above every receive's and
+// send's.
+constexpr uint64_t kProbeTag = uint64_t{2} << 32;
 constexpr auto kPollTimeout = std::chrono::milliseconds(50);
 constexpr auto kAcceptTimeout = std::chrono::milliseconds(100);
 // The most connections one Wait of a poller reports.
@@ -107,6 +110,12 @@ struct Server::Served {
   std::vector<uint32_t> free_replies;
   // Set when posting a reply failed: closed after the round.
   Status broken;
+  // Dead peers (ProbeSilent): when the poller last saw a completion of
+  // this connection (or accepted it), and the probe in flight, if any.
+  std::chrono::steady_clock::time_point last_heard;
+  std::chrono::steady_clock::time_point probe_sent;
+  bool probing = false;
+  bool can_probe = true;  // false once the transport said it has no probe
 };
 
 // A reply written into its reply buffer by a round's apply and sent once
@@ -133,6 +142,10 @@ struct Server::Poller {
   // The client credentials' generation its connections were last checked
   // against (CloseRevoked).
   uint64_t credentials_checked = 0;
+  // The polling thread's clock, read once a round, and when ProbeSilent
+  // runs next.
+  std::chrono::steady_clock::time_point round_now;
+  std::chrono::steady_clock::time_point next_probe_sweep;
 };
 
 namespace {
@@ -292,9 +305,18 @@ void Server::AcceptLoop() {
   const transport::Listener::GroupChooser choose = [this](std::span<const uint8_t> data) {
     return ChooseGroup(data);
   };
+  const transport::Listener::Screen screen = [this](std::span<const uint8_t> data, const std::string& peer) {
+    return ScreenRequest(data, peer);
+  };
   while (!stopping_.load(std::memory_order_acquire)) {
     chosen_ = nullptr;
-    StatusOr<std::unique_ptr<transport::Connection>> next = listener_->Next(kAcceptTimeout, choose);
+    screened_.reset();
+    StatusOr<std::unique_ptr<transport::Connection>> next = listener_->Next(kAcceptTimeout, screen, choose);
+    // The listener's counts, for Stats (which may run while Shutdown
+    // destroys the listener): at most one Next behind.
+    const transport::ListenerCounters counted = listener_->counters();
+    requests_screened_out_.store(counted.screened_out, std::memory_order_relaxed);
+    requests_source_limited_.store(counted.source_limited, std::memory_order_relaxed);
     if (!next.ok()) {
       if (next.status().code() == StatusCode::kCancelled) break;
       LOG(WARNING) << "accepting a connection failed: " << next.status();
@@ -305,14 +327,14 @@ void Server::AcceptLoop() {
   }
 }
 
-void Server::Refuse(transport::Connection& conn, StatusCode code, const std::string& message,
-                    const std::string& credential) {
+transport::Rejection Server::Refusal(const std::string& peer_address, StatusCode code, const std::string& message,
+                                     const std::string& credential) {
   // At most one line a second: a flood of bad requests cannot flood the
   // log, and the line says how many refusals it stands for.
   ++refusals_unlogged_;
   const auto now = std::chrono::steady_clock::now();
   if (now - last_refusal_log_ >= std::chrono::seconds(1)) {
-    LOG(WARNING) << "refusing connection from " << conn.peer_address()
+    LOG(WARNING) << "refusing connection from " << peer_address
                  << (credential.empty() ? "" : " (credential " + credential + ")") << ": " << StatusCodeName(code)
                  << ": " << message << " [" << refusals_unlogged_
                  << " refused connection(s) since the last such line, this one included]";
@@ -322,52 +344,71 @@ void Server::Refuse(transport::Connection& conn, StatusCode code, const std::str
   // Counted before the peer can see the refusal.
   if (code == StatusCode::kUnauthenticated) auth_failures_.fetch_add(1, std::memory_order_relaxed);
   connections_rejected_.fetch_add(1, std::memory_order_relaxed);
-  conn.Reject({code, message});
+  return {code, message};
 }
 
-void Server::HandlePending(std::unique_ptr<transport::Connection> conn) {
-  // Validate the connect request before anything is allocated for it.
+void Server::Refuse(transport::Connection& conn, StatusCode code, const std::string& message,
+                    const std::string& credential) {
+  conn.Reject(Refusal(conn.peer_address(), code, message, credential));
+}
+
+std::optional<transport::Rejection> Server::ScreenRequest(std::span<const uint8_t> private_data,
+                                                          const std::string& peer_address) {
+  screened_.reset();
+  // The connect request is checked before the transport makes anything
+  // for it (on verbs: no queue pair, completion queue or channel).
   std::string refused_credential;
-  const StatusOr<ConnectRequest> parsed =
-      ParseConnectRequest(conn->peer_private_data(), *client_credentials_->current(), peer_credentials_,
-                          *challenges_, &refused_credential);
+  StatusOr<ConnectRequest> parsed = ParseConnectRequest(private_data, *client_credentials_->current(),
+                                                        peer_credentials_, *challenges_, &refused_credential);
   if (!parsed.ok()) {
-    return Refuse(*conn, parsed.status().code(), parsed.status().message(), refused_credential);
+    return Refusal(peer_address, parsed.status().code(), parsed.status().message(), refused_credential);
   }
-  const ConnectRequest& req = *parsed;
-  if (req.hello) {
+  if (parsed->hello) {
     // The first step of every connect: not a failure, so neither logged
     // nor counted as a refusal. The nonce is made, not stored.
     const protocol::Nonce nonce = challenges_->Issue();
-    conn->Reject({StatusCode::kUnauthenticated, "connect again with the proof for this challenge",
-                  std::vector<uint8_t>(nonce.begin(), nonce.end())});
-    return;
+    return transport::Rejection{StatusCode::kUnauthenticated, "connect again with the proof for this challenge",
+                                std::vector<uint8_t>(nonce.begin(), nonce.end())};
   }
   std::string peer_id;
-  if (req.role == ConnectRequest::Role::kPeer) {
+  if (parsed->role == ConnectRequest::Role::kPeer) {
     if (replication_ == nullptr) {
-      return Refuse(*conn, StatusCode::kPermissionDenied,
-                    "this server is not in a cluster: it accepts no replication connections");
+      return Refusal(peer_address, StatusCode::kPermissionDenied,
+                     "this server is not in a cluster: it accepts no replication connections");
     }
     // May refetch the map (bounded, about a second) for a peer that just
     // restarted: the accept thread waits that long at most.
-    std::optional<std::string> id = replication_->FindPeer(req.peer_fingerprint, req.peer_epoch);
-    if (!id) return Refuse(*conn, StatusCode::kPermissionDenied, "not a server of the current cluster map");
+    std::optional<std::string> id = replication_->FindPeer(parsed->peer_fingerprint, parsed->peer_epoch);
+    if (!id) return Refusal(peer_address, StatusCode::kPermissionDenied, "not a server of the current cluster map");
     // With per-server credentials a server's id is bound to its own: a
     // peer credential of another server cannot forward (or pose) as it.
-    if (const std::string bound = replication_->BoundCredential(*id); !bound.empty() && bound != req.credential) {
-      LOG(WARNING) << "replication connection from " << conn->peer_address() << " refused: credential "
-                   << req.credential << " claimed to be server " << *id << ", which is bound to credential "
+    if (const std::string bound = replication_->BoundCredential(*id);
+        !bound.empty() && bound != parsed->credential) {
+      LOG(WARNING) << "replication connection from " << peer_address << " refused: credential "
+                   << parsed->credential << " claimed to be server " << *id << ", which is bound to credential "
                    << bound;
-      return Refuse(*conn, StatusCode::kPermissionDenied,
-                    "credential " + req.credential + " cannot act as server " + *id + " (bound to another)");
+      return Refusal(peer_address, StatusCode::kPermissionDenied,
+                     "credential " + parsed->credential + " cannot act as server " + *id + " (bound to another)");
     }
     peer_id = std::move(*id);
   }
   if (connections_open_.load(std::memory_order_relaxed) >= options_.max_connections) {
-    return Refuse(*conn, StatusCode::kResourceExhausted,
-                  "too many connections (max " + std::to_string(options_.max_connections) + ")");
+    return Refusal(peer_address, StatusCode::kResourceExhausted,
+                   "too many connections (max " + std::to_string(options_.max_connections) + ")");
   }
+  screened_.emplace(Screened{std::move(*parsed), std::move(peer_id)});
+  return std::nullopt;
+}
+
+void Server::HandlePending(std::unique_ptr<transport::Connection> conn) {
+  // ScreenRequest checked the request and let it on; a listener that
+  // screens after making the connection has run it too.
+  if (!screened_) {
+    return Refuse(*conn, StatusCode::kInternal, "the transport handed out a connection it did not screen");
+  }
+  const ConnectRequest req = std::move(screened_->request);
+  std::string peer_id = std::move(screened_->peer_id);
+  screened_.reset();
 
   Poller* const poller = chosen_;
   if (poller == nullptr) {
@@ -443,6 +484,7 @@ void Server::HandlePending(std::unique_ptr<transport::Connection> conn) {
   w->pending.resize(credits);
   w->free_replies.reserve(credits);
   for (uint32_t i = 0; i < credits; ++i) w->free_replies.push_back(i);
+  w->last_heard = std::chrono::steady_clock::now();
   poller->load.fetch_add(1, std::memory_order_relaxed);
   {
     MutexLock lock(poller->inbox_mu);
@@ -460,6 +502,7 @@ void Server::PollLoop(Poller* p) {
   std::vector<OwedReply> owed;
   while (!stopping_.load(std::memory_order_acquire)) {
     StatusOr<size_t> n = p->group->Wait(ready, kPollTimeout);
+    p->round_now = std::chrono::steady_clock::now();
     if (!n.ok()) {
       // The group failed and so did every connection in it: close them.
       // Connections that arrive later are closed by their first Poll.
@@ -497,7 +540,7 @@ void Server::PollLoop(Poller* p) {
       const auto it = p->served.find(ready[i]);
       if (it == p->served.end()) continue;  // not yet taken from the inbox
       const size_t owed_before = owed.size();
-      if (!Serve(*it->second, completions, &owed)) {
+      if (!Serve(*it->second, completions, &owed, p->round_now)) {
         // Its requests applied this round stay applied (and are synced
         // with the others); their replies have nowhere to go.
         owed.resize(owed_before);
@@ -505,6 +548,13 @@ void Server::PollLoop(Poller* p) {
       }
     }
     if (!owed.empty()) SendReplies(p, &owed);
+    if (options_.probe_idle_ms != 0 && p->round_now >= p->next_probe_sweep) {
+      ProbeSilent(p, p->round_now);
+      // A sweep every quarter of the shorter limit, at most every second.
+      const uint32_t shorter = std::min(options_.probe_idle_ms, options_.probe_timeout_ms);
+      p->next_probe_sweep =
+          p->round_now + std::chrono::milliseconds(std::clamp<uint32_t>(shorter / 4, 10, 1000));
+    }
   }
   {
     MutexLock lock(p->inbox_mu);
@@ -516,7 +566,8 @@ void Server::PollLoop(Poller* p) {
   p->served.clear();
 }
 
-bool Server::Serve(Served& s, std::span<Completion> completions, std::vector<OwedReply>* owed) {
+bool Server::Serve(Served& s, std::span<Completion> completions, std::vector<OwedReply>* owed,
+                   std::chrono::steady_clock::time_point now) {
   transport::Connection& conn = *s.conn;
   const uint32_t credits = options_.request_credits;
   const std::span<const uint8_t> ring(s.ring.data(), s.ring.size());
@@ -525,11 +576,16 @@ bool Server::Serve(Served& s, std::span<Completion> completions, std::vector<Owe
     Close(s, n.status());
     return false;
   }
+  if (*n > 0) s.last_heard = now;
   Status ended;
   for (size_t i = 0; i < *n && ended.ok(); ++i) {
     const Completion& c = completions[i];
     if (!c.status.ok()) {
       ended = c.status;
+    } else if (c.op == OpType::kRead && c.wr_id == kProbeTag && s.probing) {
+      // The peer answered: it is there.
+      s.probing = false;
+      connections_probing_.fetch_sub(1, std::memory_order_relaxed);
     } else if (c.op == OpType::kRecv && c.wr_id < credits && s.pending_count < credits) {
       s.pending[(s.pending_head + s.pending_count) % credits] =
           Served::Received{static_cast<uint32_t>(c.wr_id), c.byte_len};
@@ -542,7 +598,9 @@ bool Server::Serve(Served& s, std::span<Completion> completions, std::vector<Owe
     }
   }
   if (!ended.ok()) {
-    Close(s, ended);
+    // An error while a probe was out: the probe's failure, or what it
+    // found (the peer gone) reported first by an earlier request.
+    Close(s, ended, /*dead=*/s.probing);
     return false;
   }
   // Requests are applied in arrival order; one waits only for a free
@@ -638,7 +696,48 @@ void Server::Forget(Poller* p, transport::Connection* conn) {
   if (p->served.erase(conn) > 0) p->load.fetch_sub(1, std::memory_order_relaxed);
 }
 
-void Server::Close(Served& s, const Status& why) {
+void Server::ProbeSilent(Poller* p, std::chrono::steady_clock::time_point now) {
+  const auto idle = std::chrono::milliseconds(options_.probe_idle_ms);
+  const auto timeout = std::chrono::milliseconds(options_.probe_timeout_ms);
+  std::vector<transport::Connection*> dead;
+  for (auto& [conn, served] : p->served) {
+    Served& s = *served;
+    if (s.probing) {
+      if (now - s.probe_sent >= timeout) dead.push_back(conn);
+      continue;
+    }
+    if (!s.can_probe || now - s.last_heard < idle) continue;
+    const Status posted = s.conn->PostProbe(kProbeTag);
+    if (posted.code() == StatusCode::kUnimplemented) {
+      s.can_probe = false;  // the transport's own limits bound its peers
+      continue;
+    }
+    if (!posted.ok()) {
+      s.broken = posted;
+      dead.push_back(conn);
+      continue;
+    }
+    s.probing = true;
+    s.probe_sent = now;
+    connections_probing_.fetch_add(1, std::memory_order_relaxed);
+  }
+  for (transport::Connection* conn : dead) {
+    Served& s = *p->served.at(conn);
+    const Status why = s.broken.ok() ? DeadlineExceeded("the peer answered no probe within " +
+                                                        std::to_string(options_.probe_timeout_ms) + " ms (after " +
+                                                        std::to_string(options_.probe_idle_ms) + " ms of silence)")
+                                     : s.broken;
+    Close(s, why, /*dead=*/true);
+    Forget(p, conn);
+  }
+}
+
+void Server::Close(Served& s, const Status& why, bool dead) {
+  if (s.probing) {
+    s.probing = false;
+    connections_probing_.fetch_sub(1, std::memory_order_relaxed);
+  }
+  if (dead) connections_released_dead_.fetch_add(1, std::memory_order_relaxed);
   if (why.ok()) {
     LOG(INFO) << "disconnecting client " << std::hex << s.client_id << std::dec << " from " << s.peer
               << " (server shutting down)";
@@ -734,6 +833,10 @@ ServerStats Server::Stats() const {
   s.connections_accepted = connections_accepted_.load(std::memory_order_relaxed);
   s.connections_rejected = connections_rejected_.load(std::memory_order_relaxed);
   s.auth_failures = auth_failures_.load(std::memory_order_relaxed);
+  s.connections_probing = connections_probing_.load(std::memory_order_relaxed);
+  s.connections_released_dead = connections_released_dead_.load(std::memory_order_relaxed);
+  s.connect_requests_screened_out = requests_screened_out_.load(std::memory_order_relaxed);
+  s.connect_requests_source_limited = requests_source_limited_.load(std::memory_order_relaxed);
   {
     std::map<std::string, uint64_t, std::less<>> by_name;
     for (const ClientCredentials::Credential& c : client_credentials_->current()->credentials()) {

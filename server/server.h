@@ -9,8 +9,8 @@
 //      store (logs how many keys in how long);
 //   3. registers index and heap with the transport, REMOTE_READ only;
 //   4. listens and starts the accept thread.
-// Accept thread: for each pending connection (placed in a poller's group
-//   before the transport hands it out, see ChooseGroup), validates the
+// Accept thread: for each connection request, before the transport makes
+//   anything for it (the listener's Screen, ScreenRequest), validates the
 //   ConnectRequestData (size, magic, versions; ParseConnectRequest),
 //   answers a hello with a refusal that carries a challenge
 //   (ConnectChallenges: nothing stored), checks a proof (its nonce, its
@@ -20,7 +20,8 @@
 //   (PeerConnectData, from another server) is accepted only when the
 //   replication policy names a server of the current map with its
 //   fingerprint and epoch (PERMISSION_DENIED otherwise, and always on a
-//   server without a policy). Otherwise maps the
+//   server without a policy). A request let on is placed in a poller's
+//   group (ChooseGroup), handed out pending, and the server maps the
 //   connection's staging ring (REMOTE_WRITE for that connection only) and
 //   message buffers, posts request_credits receives, and accepts with an
 //   AcceptData that names the regions.
@@ -39,7 +40,12 @@
 //   could otherwise wait on each other across two servers. A client's
 //   requests go to Applier::Apply, a peer's to Applier::ApplyReplica. A broken connection (Poll error or an error
 //   completion) is logged and destroyed by its poller, which releases its
-//   queue pair, registrations and ring.
+//   queue pair, registrations and ring. A connection that completed
+//   nothing for options.probe_idle_ms gets a probe
+//   (transport::Connection::PostProbe); one whose probe fails, or stays
+//   unanswered for options.probe_timeout_ms, is released as dead: a peer
+//   gone without a disconnect holds its resources for at most
+//   probe_idle_ms + probe_timeout_ms and a polling round.
 //
 // No GET ever reaches this process: clients read the index and heap with
 // one-sided READs (ServerStats::gets_served_by_cpu stays 0; there is no GET
@@ -58,6 +64,7 @@
 #include <map>
 #include <span>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -72,6 +79,7 @@
 #include "common/transport/transport.h"
 #include "server/apply/apply.h"
 #include "server/connect_challenge.h"
+#include "server/connect_request.h"
 #include "server/table/heap.h"
 #include "server/table/mapped_memory.h"
 #include "server/options.h"
@@ -100,6 +108,18 @@ struct ServerStats {
   uint64_t connections = 0;           // open now
   uint64_t connections_accepted = 0;  // since start
   uint64_t connections_rejected = 0;  // since start
+  // Connections by state (docs/design.md §7.7, "Dead peers"): of the open
+  // ones, those with a probe in flight now (silent for
+  // ServerOptions::probe_idle_ms, not yet answered); since start, those
+  // released as dead (a probe failed or went unanswered for
+  // probe_timeout_ms); and the connection requests the listener refused
+  // before anything was made for them: screened out (the connect checks,
+  // hellos answered with a challenge included) and refused unscreened for
+  // their source's refusal rate (transport::ListenerCounters).
+  uint64_t connections_probing = 0;
+  uint64_t connections_released_dead = 0;
+  uint64_t connect_requests_screened_out = 0;
+  uint64_t connect_requests_source_limited = 0;
   // Connection requests refused for their credential (none, unknown or
   // revoked; a client's or a peer server's) since start.
   uint64_t auth_failures = 0;
@@ -228,12 +248,27 @@ class Server {
   // The group a connection request goes to: the peers' poller for a
   // replication request, else the client poller with the fewest.
   transport::PollGroup* ChooseGroup(std::span<const uint8_t> private_data);
+  // The listener's Screen (transport::Listener::Screen), run before the
+  // transport makes anything for a request: the connect checks
+  // (ParseConnectRequest: a hello gets its challenge, a bad proof its
+  // refusal), a replication request's peer, the connection limit. A
+  // request let on leaves its checked form in screened_ for HandlePending.
+  // Accept thread only.
+  std::optional<transport::Rejection> ScreenRequest(std::span<const uint8_t> private_data,
+                                                    const std::string& peer_address);
   void HandlePending(std::unique_ptr<transport::Connection> conn);
-  // Refuses a pending connection; logs it as a WARNING at most once a
-  // second (the line says how many refusals it stands for), naming
-  // `credential` when known. Accept thread only.
+  // A refusal: logged as a WARNING at most once a second (the line says
+  // how many refusals it stands for), naming `credential` when known, and
+  // counted; returns the Rejection to send. Accept thread only.
+  transport::Rejection Refusal(const std::string& peer_address, StatusCode code, const std::string& message,
+                               const std::string& credential = "");
+  // Refuses a pending connection with Refusal's Rejection.
   void Refuse(transport::Connection& conn, StatusCode code, const std::string& message,
               const std::string& credential = "");
+  // Probes `p`'s connections silent for probe_idle_ms and releases those
+  // whose probe went unanswered for probe_timeout_ms. Polling thread `p`
+  // only.
+  void ProbeSilent(Poller* p, std::chrono::steady_clock::time_point now);
   // Closes `p`'s client connections whose credential is not in force: all
   // of them (`only` null: after a reload), or those of `only`, just taken
   // from the inbox. Polling thread `p` only.
@@ -241,12 +276,15 @@ class Server {
   void PollLoop(Poller* p);
   // Takes `s`'s completions and applies what it can, adding the replies
   // to `*owed`; false once the connection has ended (then closed).
-  bool Serve(Served& s, std::span<transport::Completion> completions, std::vector<OwedReply>* owed);
+  bool Serve(Served& s, std::span<transport::Completion> completions, std::vector<OwedReply>* owed,
+             std::chrono::steady_clock::time_point now);
   // Commits a round (SyncWrites: one fsync for all its writes with
   // --durability=sync), then re-posts the requests' receives and sends
   // the replies; closes the connections where that fails.
   void SendReplies(Poller* p, std::vector<OwedReply>* owed);
-  void Close(Served& s, const Status& why);
+  // Closes `s`: counted as released dead when `dead` (a failed or
+  // unanswered probe).
+  void Close(Served& s, const Status& why, bool dead = false);
   // Takes a connection that Close ended out of its poller's set.
   static void Forget(Poller* p, transport::Connection* conn);
   ConnectionCost Cost() const;
@@ -289,6 +327,13 @@ class Server {
   size_t client_pollers_ = 0;
   uint64_t polling_threads_ = 0;  // set before the accept thread starts
   Poller* chosen_ = nullptr;      // the accept thread's: ChooseGroup's last choice
+  // The accept thread's: the request ScreenRequest let on last, and for a
+  // replication request the peer's server id.
+  struct Screened {
+    ConnectRequest request;
+    std::string peer_id;
+  };
+  std::optional<Screened> screened_;
   // Serializes Shutdown.
   Mutex shutdown_mu_;
   bool shut_down_ GUARDED_BY(shutdown_mu_) = false;
@@ -297,6 +342,11 @@ class Server {
   std::atomic<uint64_t> connections_accepted_{0};
   std::atomic<uint64_t> connections_rejected_{0};
   std::atomic<uint64_t> auth_failures_{0};
+  std::atomic<uint64_t> connections_probing_{0};
+  std::atomic<uint64_t> connections_released_dead_{0};
+  // The listener's counts as the accept thread last read them.
+  std::atomic<uint64_t> requests_screened_out_{0};
+  std::atomic<uint64_t> requests_source_limited_{0};
   const std::shared_ptr<LiveClientCredentials> client_credentials_;
   // What a peer server's replication connection must present
   // (PeerCredentials: the cluster credential, or any server's own).

@@ -27,6 +27,17 @@ const std::vector<CounterMetric>& CounterMetrics() {
        "Data-plane connections accepted since start.", "", ""},
       {"connections_rejected", "rkv_server_connections_rejected_total", kCounter,
        "Data-plane connections refused since start.", "", ""},
+      {"connections_probing", "rkv_server_connections_probing", kGauge,
+       "Data-plane connections open now with a probe in flight (silent for --probe_idle_ms).", "", ""},
+      {"connections_released_dead", "rkv_server_connections_released_dead_total", kCounter,
+       "Data-plane connections released because a probe failed or went unanswered (peer gone).", "", ""},
+      {"connect_requests_screened_out", "rkv_server_connect_requests_refused_total", kCounter,
+       "Connection requests the listener refused before anything was made for them, by why: screened out (the "
+       "connect checks; hellos answered with a challenge included) or source_limited (the source address was over "
+       "--max_refusals_per_source, refused unchecked).",
+       "why", "screened_out"},
+      {"connect_requests_source_limited", "rkv_server_connect_requests_refused_total", kCounter, "", "why",
+       "source_limited"},
       {"auth_failures", "rkv_server_auth_failures_total", kCounter,
        "Failed authentications since start: data-plane connections and Admin calls refused for their credential "
        "(none, unknown or revoked).",

@@ -25,6 +25,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <random>
 #include <span>
 #include <sstream>
@@ -42,6 +43,7 @@
 #include "common/record.h"
 #include "common/token.h"
 #include "common/transport/factory.h"
+#include "common/transport/rejection.h"
 #include "common/transport/tcp/tcp_frame.h"
 #include "common/transport/transport.h"
 #include "rkv/client.h"
@@ -256,6 +258,29 @@ std::string RawLogin(RawSocket& raw, const protocol::Nonce& nonce, protocol::Acc
   if (!raw.Read(payload.data(), payload.size())) return "ACCEPT cut short";
   std::memcpy(accept, payload.data(), sizeof *accept);
   return "";
+}
+
+
+// The value of the metric line `name` (a name with its labels, as GET
+// /metrics writes it) of the server whose log is `log`
+// (--metrics_listen), or nullopt when it cannot be read.
+std::optional<double> ServerMetric(const std::string& log, const std::string& name) {
+  const std::string marker = "metrics on http://";
+  const size_t start = log.rfind(marker);
+  if (start == std::string::npos) return std::nullopt;
+  const size_t from = start + marker.size();
+  const size_t end = log.find("/metrics", from);
+  if (end == std::string::npos) return std::nullopt;
+  RawSocket http(log.substr(from, end - from));
+  if (!http.connected()) return std::nullopt;
+  const std::string get = "GET /metrics HTTP/1.0\r\nHost: rkv\r\nConnection: close\r\n\r\n";
+  if (!http.Send(get.data(), get.size())) return std::nullopt;
+  std::string body;
+  char c;
+  while (http.Read(&c, 1)) body.push_back(c);
+  const size_t at = body.find("\n" + name + " ");
+  if (at == std::string::npos) return std::nullopt;
+  return std::strtod(body.c_str() + at + 1 + name.size() + 1, nullptr);
 }
 
 // ---- The suite.
@@ -860,6 +885,185 @@ TEST_F(HostileClientTest, AProofForOneServerIsRefusedByAnother) {
   // And B serves a client that asks it for its own challenge.
   auto own = protocol::ConnectAsClient(*transport_, other.address(), params, std::chrono::milliseconds(30000));
   EXPECT_TRUE(own.ok()) << own.status();
+}
+
+// A flood of 2,000 connection requests with bad tokens (proofs made with
+// another token for a challenge that is not the server's) while a good
+// client works: every request is refused by the listener's screen (on
+// tcp before anything is made for it), the good client sees no error,
+// and a new good client connects during the flood. On tcp the flood comes
+// from another source address (127.0.0.2) than the good clients, so the
+// per-source refusal limit keeps its cost to one counter per request and
+// never touches them; through the transport (verbs, whose listener
+// screens after it made the connection until its own screen is in) a good
+// client refused for its source's rate would retry, and says so.
+TEST_F(HostileClientTest, AFloodOfBadTokenConnectsDoesNotKeepAGoodClientOut) {
+  GoodClient good(server_->address());
+  ASSERT_TRUE(good.ok());
+  good.Start();
+  constexpr int kFlood = 2000;
+  constexpr int kFlooders = 4;
+  std::atomic<int> next{0};
+  std::atomic<int> refused{0};
+  std::atomic<int> source_limited{0};
+  std::atomic<int> other{0};
+  Mutex odd_mu;
+  std::string odd;
+  const auto note = [&](const std::string& what) {
+    ++other;
+    MutexLock lock(odd_mu);
+    if (odd.size() < 2000) odd += what + "\n";
+  };
+  const auto flood = [&] {
+    std::mt19937_64 random(std::random_device{}());
+    while (next.fetch_add(1) < kFlood) {
+      protocol::Nonce junk;
+      for (uint8_t& b : junk) b = static_cast<uint8_t>(random());
+      const protocol::ConnectRequestData bad = protocol::MakeClientRequest(Params("not-the-token"), &junk);
+      transport::Rejection why{StatusCode::kOk, "", {}};
+      if (tcp()) {
+        RawSocket raw(server_->address(), "127.0.0.2");
+        if (!raw.connected()) {
+          note("connect: " + raw.error());
+          continue;
+        }
+        if (!raw.SendHeader(Hello(sizeof bad)) || !raw.Send(&bad, sizeof bad)) {
+          note("send failed");
+          continue;
+        }
+        tcp::FrameHeader h;
+        if (!raw.Read(&h, sizeof h) || h.type != static_cast<uint8_t>(tcp::FrameType::kReject) ||
+            h.payload_len > 4096) {
+          note("no REJECT frame");
+          continue;
+        }
+        std::vector<uint8_t> payload(h.payload_len);
+        if (!raw.Read(payload.data(), payload.size())) {
+          note("REJECT cut short");
+          continue;
+        }
+        why = transport::DecodeRejection(payload);
+      } else {
+        auto conn = transport_->Connect(server_->address(), BytesOf(bad), std::chrono::milliseconds(30000), &why);
+        if (conn.ok()) {
+          note("a bad proof was accepted");
+          continue;
+        }
+      }
+      if (why.code == StatusCode::kUnauthenticated) {
+        ++refused;
+      } else if (why.code == StatusCode::kUnavailable) {
+        ++source_limited;
+      } else {
+        note("refused with " + std::string(StatusCodeName(why.code)) + ": " + why.text);
+      }
+    }
+  };
+  const uint64_t ops_before = good.ops();
+  std::vector<std::thread> flooders;
+  for (int i = 0; i < kFlooders; ++i) flooders.emplace_back(flood);
+  // A new good client, in the middle of the flood.
+  while (next.load() < kFlood / 4) std::this_thread::sleep_for(1ms);
+  int retries = 0;
+  std::unique_ptr<Client> late;
+  const auto give_up = Clock::now() + kHang;
+  while (late == nullptr && Clock::now() < give_up) {
+    ClientOptions o;
+    o.server = server_->address();
+    o.token = kToken;
+    o.transport = TestTransport();
+    o.timeout = 30s;
+    auto c = Client::Connect(o);
+    if (c.ok()) {
+      late = std::move(*c);
+    } else {
+      ASSERT_EQ(c.status().code(), StatusCode::kUnavailable) << c.status();
+      ++retries;
+      std::this_thread::sleep_for(100ms);
+    }
+  }
+  ASSERT_NE(late, nullptr);
+  EXPECT_TRUE(late->Put("late/key", "during the flood").ok());
+  for (std::thread& t : flooders) t.join();
+  const uint64_t ops_during = good.ops() - ops_before;
+  auto got = late->Get("late/key");
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(*got, "during the flood");
+  good.Stop();
+  EXPECT_EQ(good.TakeErrors(), std::vector<std::string>{});
+  EXPECT_GT(ops_during, 0u) << "the good client made no progress during the flood";
+  EXPECT_EQ(other.load(), 0) << odd;
+  EXPECT_EQ(refused.load() + source_limited.load(), kFlood);
+  if (tcp()) {
+    // Another source's flood cannot limit this one.
+    EXPECT_EQ(retries, 0);
+  }
+  std::printf("flood of %d bad-token connects: %d refused by the screen, %d for their source's rate; the good "
+              "client made %lu operations meanwhile; a new client connected after %d retries\n",
+              kFlood, refused.load(), source_limited.load(), static_cast<unsigned long>(ops_during), retries);
+}
+
+// A peer that vanishes without a disconnect (a tcp socket that logged in
+// and then answers nothing) is released
+// within --probe_idle_ms + --probe_timeout_ms (and a polling round): the
+// server's connections gauge drops back and it counts one connection
+// released dead. A live idle client is probed too, answers, and stays.
+TEST_F(HostileClientTest, APeerThatVanishesIsReleasedWithinTheProbeBound) {
+  if (!tcp()) GTEST_SKIP() << "the verbs transport has no probe yet: a vanished verbs peer is not released";
+  const int idle_ms = SlowCpuMs(500);
+  const int timeout_ms = SlowCpuMs(1500);
+  ServerProcess probing(dir_.path() + "/data-probing", token_file_,
+                        std::vector<std::string>{"--memory=160M", "--ring_bytes=1M", "--max_value_bytes=65536",
+                                                 "--idle_timeout_s=0", "--probe_idle_ms=" + std::to_string(idle_ms),
+                                                 "--probe_timeout_ms=" + std::to_string(timeout_ms),
+                                                 "--metrics_listen=" + TestHost() + ":0"});
+  ASSERT_TRUE(probing.Start().ok()) << probing.Log();
+  const auto metric = [&](const std::string& name) { return ServerMetric(probing.Log(), name); };
+  const auto wait_for_connections = [&](double n) {
+    return static_cast<bool>(::rkv::testing::WaitFor(
+        "the server to hold " + std::to_string(n) + " connections",
+        [&] { return metric("rkv_server_connections") == std::optional<double>(n); }, kHang));
+  };
+  ASSERT_TRUE(wait_for_connections(0)) << probing.Log();
+
+  // A live client that stays idle: probed, answers, kept.
+  ClientOptions o;
+  o.server = probing.address();
+  o.token = kToken;
+  o.transport = TestTransport();
+  o.timeout = 30s;
+  auto idle_client = Client::Connect(o);
+  ASSERT_TRUE(idle_client.ok()) << idle_client.status();
+  ASSERT_TRUE((*idle_client)->Put("idle/key", "v").ok());
+  ASSERT_TRUE(wait_for_connections(1)) << probing.Log();
+
+  // The peer that vanishes.
+  const protocol::ConnectRequestData hello = protocol::MakeClientRequest(Params(kToken), nullptr);
+  StatusOr<protocol::Nonce> nonce = protocol::RequestChallenge(*transport_, probing.address(), BytesOf(hello),
+                                                               std::chrono::milliseconds(30000));
+  ASSERT_TRUE(nonce.ok()) << nonce.status();
+  RawSocket raw(probing.address());
+  protocol::AcceptData a{};
+  ASSERT_EQ(RawLogin(raw, *nonce, &a), "");
+  ASSERT_TRUE(wait_for_connections(2)) << probing.Log();
+  const auto vanished = Clock::now();
+  ASSERT_TRUE(wait_for_connections(1)) << probing.Log();
+  const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - vanished);
+  // The bound: silent for idle_ms, then the probe's timeout, a sweep
+  // (a quarter of the shorter, at most a second) and the scrape's period.
+  const auto bound = std::chrono::milliseconds(idle_ms + timeout_ms + idle_ms / 4 + SlowCpuMs(2000));
+  EXPECT_LE(took, bound) << "released after " << took.count() << " ms";
+  EXPECT_EQ(metric("rkv_server_connections_released_dead_total"), std::optional<double>(1)) << probing.Log();
+  std::printf("a vanished tcp peer was released %ld ms after it vanished (bound %ld ms)\n",
+              static_cast<long>(took.count()), static_cast<long>(bound.count()));
+
+  // The idle live client was probed (more than once by now) and kept.
+  auto read = (*idle_client)->Get("idle/key");
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_EQ(*read, "v");
+  EXPECT_TRUE((*idle_client)->Put("idle/key", "w").ok());
+  EXPECT_EQ(metric("rkv_server_connections"), std::optional<double>(1)) << probing.Log();
+  EXPECT_EQ(metric("rkv_server_connections_released_dead_total"), std::optional<double>(1));
 }
 
 }  // namespace

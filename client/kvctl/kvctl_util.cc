@@ -546,6 +546,13 @@ constexpr StatsColumn kStatsColumns[] = {
     {"THREADS", "polling_threads", false},
     {"PER_CONNECTION", "bytes_per_connection", true},
     {"UNWRITTEN", "store_unwritten_bytes", true},
+    // Connections by state beside CONNECTIONS (open now): probing now,
+    // released dead since start, requests refused by the listener's check
+    // and unchecked for their source's rate since start.
+    {"PROBING", "connections_probing", false},
+    {"RELEASED_DEAD", "connections_released_dead", false},
+    {"SCREENED_OUT", "connect_requests_screened_out", false},
+    {"SOURCE_LIMITED", "connect_requests_source_limited", false},
 };
 
 }  // namespace

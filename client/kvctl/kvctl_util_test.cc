@@ -426,19 +426,28 @@ TEST(ClusterFormatTest, FormatsStats) {
                 {"bytes_per_connection", 2048, ""},
                 {"store_unwritten_writes", 5, ""},
                 {"store_unwritten_bytes", 5120, ""},
+                {"connections_probing", 1, ""},
+                {"connections_released_dead", 6, ""},
+                {"connect_requests_screened_out", 2000, ""},
+                {"connect_requests_source_limited", 8, ""},
                 {"a_new_counter", 9, "kvctl knows nothing of it"}};
   // JSON: every counter the server sent, by name, in its order.
   EXPECT_EQ(FormatStatsJson({s}),
             "[{\"server_id\":\"s-1\",\"epoch\":2,\"keys\":3,\"puts\":4,\"deletes\":1,\"request_errors\":0,"
             "\"connections\":2,\"gets_served_by_cpu\":0,\"heap_bytes_used\":128,\"heap_bytes_quarantined\":64,"
             "\"heap_bytes\":4096,\"polling_threads\":3,\"bytes_per_connection\":2048,"
-            "\"store_unwritten_writes\":5,\"store_unwritten_bytes\":5120,\"a_new_counter\":9}]\n");
+            "\"store_unwritten_writes\":5,\"store_unwritten_bytes\":5120,\"connections_probing\":1,"
+            "\"connections_released_dead\":6,\"connect_requests_screened_out\":2000,"
+            "\"connect_requests_source_limited\":8,\"a_new_counter\":9}]\n");
   EXPECT_EQ(s.Find("a_new_counter"), std::optional<uint64_t>(9));
   EXPECT_EQ(s.Find("absent"), std::nullopt);
   const std::string text = FormatStatsText({s});
   EXPECT_EQ(text.substr(0, text.find('\n')),
             "SERVER  EPOCH  KEYS  PUTS  DELETES  ERRORS  CONNECTIONS  GETS_BY_CPU  HEAP_USED  HEAP_QUARANTINED  "
-            "HEAP_TOTAL  THREADS  PER_CONNECTION  UNWRITTEN");
+            "HEAP_TOTAL  THREADS  PER_CONNECTION  UNWRITTEN  PROBING  RELEASED_DEAD  SCREENED_OUT  SOURCE_LIMITED");
+  // Connections by state: probing, released dead, screened out, source
+  // limited.
+  EXPECT_NE(text.find("5.0 KiB    1        6              2000          8"), std::string::npos) << text;
   EXPECT_NE(text.find("s-1     2      3     4     1        0       2            0            128 B      64 B"),
             std::string::npos)
       << text;

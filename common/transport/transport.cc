@@ -1,5 +1,7 @@
 #include "common/transport/transport.h"
 
+#include <algorithm>
+#include <utility>
 
 namespace rkv::transport {
 
@@ -39,6 +41,31 @@ Status Connection::WaitForRead(uint64_t wr_id, std::chrono::microseconds timeout
     }
     if (done) return status;
   }
+}
+
+Status Connection::PostProbe(uint64_t /*wr_id*/) {
+  return Status(StatusCode::kUnimplemented, "this transport has no probe");
+}
+
+StatusOr<std::unique_ptr<Connection>> Listener::Next(std::chrono::milliseconds timeout, const Screen& screen,
+                                                     const GroupChooser& choose) {
+  using Clock = std::chrono::steady_clock;
+  const Clock::time_point deadline = Clock::now() + timeout;
+  while (true) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    RKV_ASSIGN_OR_RETURN(std::unique_ptr<Connection> conn,
+                         NextUnscreened(std::max(left, std::chrono::milliseconds(0)), choose));
+    if (conn == nullptr || !screen) return conn;
+    std::optional<Rejection> refused = screen(conn->peer_private_data(), conn->peer_address());
+    if (!refused) return conn;
+    conn->Reject(*refused);
+    if (Clock::now() >= deadline) return std::unique_ptr<Connection>();
+  }
+}
+
+StatusOr<std::unique_ptr<Connection>> Listener::NextUnscreened(std::chrono::milliseconds /*timeout*/,
+                                                               const GroupChooser& /*choose*/) {
+  return Status(StatusCode::kUnimplemented, "a listener must override one of the Next functions");
 }
 
 }  // namespace rkv::transport

@@ -221,6 +221,20 @@ class Connection {
   // Sends or receives a disconnect; later posts fail. Idempotent.
   virtual void Disconnect() = 0;
 
+  // Posts a probe: a signaled READ of zero bytes with no address and no
+  // rkey, which the peer's responder answers without touching memory or a
+  // receive (IB C9-88: a zero-length RDMA operation checks no R_Key; on
+  // tcp the peer's reader answers it the same way), so the peer's
+  // application never sees it. Its completion (op kRead, byte_len 0, wr_id
+  // `wr_id`) comes once the peer's side answered: OK while the peer is
+  // there; an error completion (UNAVAILABLE) when it is gone (on verbs the
+  // queue pair's retries ran out: a peer whose queue pair was destroyed
+  // without a disconnect answers nothing). A caller that sees no
+  // completion within its own bound should give the connection up.
+  // Accepted connections only. UNIMPLEMENTED where a transport has no
+  // probe (the default).
+  virtual Status PostProbe(uint64_t wr_id);
+
   // After PostReadsAndWait answered DEADLINE_EXCEEDED, waits up to
   // `timeout` more for the same last READ (`wr_id`), with the same answers:
   // a caller may wait in slices and look at something else between them
@@ -283,7 +297,32 @@ class PollGroup {
   PollGroup() = default;
 };
 
+// What a listener has done with the connection requests it saw (since it
+// was created; Listener::counters).
+struct ListenerCounters {
+  // Refused by the caller's Screen before anything was created for them
+  // (no connection, queue pair, completion queue or buffer).
+  uint64_t screened_out = 0;
+  // Refused unscreened because their source address had more than
+  // Options::max_refusals_per_source refusals within the second.
+  uint64_t source_limited = 0;
+  // Connections created and handed out by Next (pending, then accepted or
+  // rejected by the caller).
+  uint64_t created = 0;
+};
+
 // Accepts connection requests on one address.
+//
+// The accept path is bounded: requests wait in a bounded backlog
+// (rdma_listen's on verbs, the tcp listener's sockets in setup), a Screen
+// refuses a request from its private data before anything is
+// created for it, and a source address whose requests were refused more
+// than Options::max_refusals_per_source times within the current second
+// (less those of its requests the screen let on: a client's hello and
+// proof leave its count as it was) gets its further requests refused
+// (UNAVAILABLE, retry later) without being screened until the second
+// ends, so one source's flood costs the listener one counter update per
+// request and cannot starve the others.
 class Listener {
  public:
   virtual ~Listener() = default;
@@ -294,7 +333,7 @@ class Listener {
   // peer_private_data, register private memory, post receives, then Accept
   // or Reject it.
   StatusOr<std::unique_ptr<Connection>> Next(std::chrono::milliseconds timeout) {
-    return Next(timeout, GroupChooser());
+    return Next(timeout, Screen(), GroupChooser());
   }
   // Next, for a connection that, once accepted, is a member of the group
   // `choose` returns for the request's private data (one of this
@@ -304,11 +343,36 @@ class Listener {
   // peer sent and nothing has checked yet: it places the connection, it
   // must not trust it.
   using GroupChooser = std::function<PollGroup*(std::span<const uint8_t> peer_private_data)>;
-  virtual StatusOr<std::unique_ptr<Connection>> Next(std::chrono::milliseconds timeout,
-                                                     const GroupChooser& choose) = 0;
+  StatusOr<std::unique_ptr<Connection>> Next(std::chrono::milliseconds timeout, const GroupChooser& choose) {
+    return Next(timeout, Screen(), choose);
+  }
+  // The caller's check of a request, run by the listener on Next's thread
+  // before anything is created for the request: `peer_private_data` as the
+  // peer sent it (padded on verbs), `peer_address` "HOST:PORT" for logs.
+  // nullopt lets the request on (to `choose`, then Next returns it); a
+  // Rejection refuses it with that Rejection (code, text and detail reach
+  // the peer's Connect as Connection::Reject's do), creates nothing, counts
+  // it in ListenerCounters::screened_out and against its source address,
+  // and Next goes on waiting.
+  using Screen = std::function<std::optional<Rejection>(std::span<const uint8_t> peer_private_data,
+                                                        const std::string& peer_address)>;
+  // Next, with each request screened by `screen` (empty: none) before it
+  // is placed by `choose`. The default, for a listener that cannot screen
+  // before it creates a connection, creates it and then screens it,
+  // rejecting it when screened out (counted nowhere).
+  virtual StatusOr<std::unique_ptr<Connection>> Next(std::chrono::milliseconds timeout, const Screen& screen,
+                                                     const GroupChooser& choose);
+  // The listener's counts; zero where a listener keeps none (the default).
+  virtual ListenerCounters counters() const { return {}; }
   // Wakes a thread blocked in Next, which returns CANCELLED. Later calls
   // also return CANCELLED.
   virtual void Shutdown() = 0;
+
+ protected:
+  // The two-argument Next of a listener that does not override the
+  // three-argument one.
+  virtual StatusOr<std::unique_ptr<Connection>> NextUnscreened(std::chrono::milliseconds timeout,
+                                                               const GroupChooser& choose);
 };
 
 // Options::max_send_wr's default: room for the longest PostWriteSends
@@ -354,6 +418,12 @@ struct Options {
   // that never speak cannot keep a client out.
   uint32_t max_pending_handshakes = 1024;
   uint32_t max_handshakes_per_source = 32;
+  // Both transports: the refusals (screened out) one source address may
+  // cause within a second, less its requests the screen let on, before its
+  // further requests are refused unscreened until that second ends
+  // (Listener); 0: no limit. A client's connect (a hello refused with a
+  // challenge, then its proof let on) leaves the count as it was.
+  uint32_t max_refusals_per_source = 1000;
   // An accepted connection is closed when its peer sends no frame at all
   // for idle_timeout, when a frame it started is not whole within
   // frame_timeout, or when it reads none of the responses waiting for it

@@ -99,6 +99,52 @@ TEST_P(TransportTest, AReadScattersOverItsPiecesInOrder) {
   EXPECT_EQ(pair.client->PostReads({&outside, 1}).code(), StatusCode::kInvalidArgument);
 }
 
+// A probe is a signaled zero-length READ that names no memory: it
+// completes (op kRead, 0 bytes, its wr_id) once the peer's side answered,
+// either way round, and the peer's application sees nothing of it. Once
+// the peer is gone, a probe fails: refused at post or completed in error.
+TEST_P(TransportTest, AProbeIsAnsweredUnseenAndFailsOnceThePeerIsGone) {
+  if (kind_ == Kind::kVerbs) GTEST_SKIP() << "the verbs transport has no probe yet (PostProbe is UNIMPLEMENTED)";
+  Pair pair = ConnectPair();
+  ASSERT_NE(pair.server, nullptr);
+  ASSERT_NE(pair.client, nullptr);
+  ASSERT_TRUE(pair.server->PostProbe(41).ok());
+  const Completion c = PollOne(*pair.server);
+  EXPECT_TRUE(c.status.ok()) << c.status;
+  EXPECT_EQ(c.wr_id, 41u);
+  EXPECT_EQ(c.op, OpType::kRead);
+  EXPECT_EQ(c.byte_len, 0u);
+  ASSERT_TRUE(pair.client->PostProbe(42).ok());
+  const Completion back = PollOne(*pair.client);
+  EXPECT_TRUE(back.status.ok()) << back.status;
+  EXPECT_EQ(back.wr_id, 42u);
+  // Neither application saw the other's probe.
+  Completion none[4];
+  StatusOr<size_t> seen = pair.server->Poll(none, 20ms);
+  ASSERT_TRUE(seen.ok()) << seen.status();
+  EXPECT_EQ(*seen, 0u);
+  seen = pair.client->Poll(none, 20ms);
+  ASSERT_TRUE(seen.ok()) << seen.status();
+  EXPECT_EQ(*seen, 0u);
+
+  pair.client.reset();
+  const auto deadline = Clock::now() + kWait;
+  bool failed = false;
+  while (!failed && Clock::now() < deadline) {
+    if (!pair.server->PostProbe(43).ok()) {
+      failed = true;
+      break;
+    }
+    StatusOr<size_t> n = pair.server->Poll(none, 100ms);
+    if (!n.ok()) {
+      failed = true;
+      break;
+    }
+    for (size_t i = 0; i < *n; ++i) failed = failed || !none[i].status.ok();
+  }
+  EXPECT_TRUE(failed) << "probes of a peer that is gone kept completing";
+}
+
 TEST_P(TransportTest, CompletionsComeInPostOrder) {
   Buffer table = MakeBuffer(*server_, 4096, kRemoteRead, 3);
   Buffer inbox = MakeBuffer(*server_, 256, kLocalWrite);

@@ -6,7 +6,10 @@
 
 #include <chrono>
 #include <cstring>
+#include <atomic>
 #include <future>
+#include <optional>
+#include <thread>
 #include <string>
 #include <vector>
 
@@ -203,6 +206,107 @@ TEST_P(TransportTest, ARejectionsCodeTextAndDetailReachTheConnectingSide) {
   EXPECT_FALSE(client_->Connect(address, Bytes("hello"), testing::kWait, &got).ok());
   EXPECT_EQ(got.text, "untouched");
   EXPECT_EQ(got.detail, std::vector<uint8_t>{9});
+}
+
+// A request the Screen refuses gets the Screen's Rejection (code, text,
+// detail) and nothing is made for it: Next hands nothing out and the
+// listener counts it screened out, not created. A request the Screen lets
+// on is placed and handed out as without one.
+TEST_P(TransportTest, AScreenedOutRequestGetsItsRejectionAndCreatesNothing) {
+  if (kind_ == Kind::kVerbs) {
+    GTEST_SKIP() << "the verbs listener does not screen before it makes a queue pair yet, nor count refusals";
+  }
+  const std::vector<uint8_t> detail = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16};
+  std::vector<std::string> peers;
+  const Listener::Screen screen = [&](std::span<const uint8_t> data,
+                                      const std::string& peer) -> std::optional<Rejection> {
+    peers.push_back(peer);
+    const std::string text(data.begin(), std::find(data.begin(), data.end(), uint8_t{0}));
+    if (text == "let me in") return std::nullopt;
+    return Rejection{StatusCode::kUnauthenticated, "screened out", detail};
+  };
+  const ListenerCounters before = listener_->counters();
+  Rejection got{StatusCode::kOk, "untouched", {}};
+  auto refused = std::async(std::launch::async, [&] {
+    return client_->Connect(listener_->address(), Bytes("not me"), testing::kWait, &got);
+  });
+  const auto deadline = Clock::now() + testing::kWait;
+  while (refused.wait_for(0s) != std::future_status::ready && Clock::now() < deadline) {
+    StatusOr<std::unique_ptr<Connection>> next = listener_->Next(100ms, screen, Listener::GroupChooser());
+    ASSERT_TRUE(next.ok()) << next.status();
+    EXPECT_EQ(*next, nullptr) << "a screened-out request was handed out";
+  }
+  const Status status = refused.get().status();
+  EXPECT_EQ(status.code(), StatusCode::kPermissionDenied) << status;
+  EXPECT_EQ(got.code, StatusCode::kUnauthenticated);
+  EXPECT_EQ(got.text, "screened out");
+  EXPECT_EQ(got.detail, detail);
+  ASSERT_EQ(peers.size(), 1u);
+  EXPECT_EQ(peers[0].rfind(host_ + ":", 0), 0u) << peers[0];
+  const ListenerCounters after = listener_->counters();
+  EXPECT_EQ(after.screened_out, before.screened_out + 1);
+  EXPECT_EQ(after.created, before.created) << "the listener made a connection for a screened-out request";
+  EXPECT_EQ(after.source_limited, before.source_limited);
+
+  auto admitted = std::async(std::launch::async, [&] {
+    return client_->Connect(listener_->address(), Bytes("let me in"), testing::kWait);
+  });
+  std::unique_ptr<Connection> pending;
+  while (pending == nullptr && Clock::now() < deadline) {
+    StatusOr<std::unique_ptr<Connection>> next = listener_->Next(100ms, screen, Listener::GroupChooser());
+    ASSERT_TRUE(next.ok()) << next.status();
+    pending = std::move(*next);
+  }
+  ASSERT_NE(pending, nullptr);
+  ASSERT_TRUE(pending->Accept({}).ok());
+  EXPECT_TRUE(admitted.get().ok());
+  EXPECT_EQ(listener_->counters().created, after.created + 1);
+}
+
+// A source address over Options::max_refusals_per_source refusals within
+// a second is refused UNAVAILABLE without being screened.
+TEST_P(TransportTest, ASourceOverItsRefusalLimitIsRefusedUnscreened) {
+  if (kind_ == Kind::kVerbs) {
+    GTEST_SKIP() << "the verbs listener does not screen before it makes a queue pair yet, nor count refusals";
+  }
+  Options options;
+  options.max_refusals_per_source = 2;
+  StatusOr<std::unique_ptr<Transport>> limited = testing::MakeTransport(name_, options);
+  ASSERT_TRUE(limited.ok()) << limited.status();
+  StatusOr<std::unique_ptr<Listener>> listener = (*limited)->Listen(host_ + ":0");
+  ASSERT_TRUE(listener.ok()) << listener.status();
+  std::atomic<int> screened{0};
+  std::atomic<bool> stop{false};
+  std::thread accepting([&] {
+    const Listener::Screen refuse_all = [&](std::span<const uint8_t>, const std::string&) {
+      ++screened;
+      return std::optional<Rejection>(Rejection{StatusCode::kPermissionDenied, "no"});
+    };
+    while (!stop) {
+      StatusOr<std::unique_ptr<Connection>> next = (*listener)->Next(50ms, refuse_all, Listener::GroupChooser());
+      if (!next.ok() || *next != nullptr) ADD_FAILURE() << "Next handed out a connection or failed";
+    }
+  });
+  // Requests until one is refused for its source (within one second of
+  // two refusals: the first three requests, unless a request takes a
+  // second), at most 50.
+  bool limited_seen = false;
+  for (int i = 0; i < 50 && !limited_seen; ++i) {
+    Rejection got;
+    const Status s = client_->Connect((*listener)->address(), Bytes("x"), testing::kWait, &got).status();
+    EXPECT_FALSE(s.ok());
+    if (got.code == StatusCode::kUnavailable) {
+      limited_seen = true;
+      EXPECT_NE(got.text.find("too many refused connection requests from " + host_), std::string::npos) << got.text;
+    }
+  }
+  stop = true;
+  accepting.join();
+  EXPECT_TRUE(limited_seen);
+  const ListenerCounters c = (*listener)->counters();
+  EXPECT_GE(c.source_limited, 1u);
+  EXPECT_EQ(c.screened_out, static_cast<uint64_t>(screened.load()));
+  EXPECT_EQ(c.created, 0u);
 }
 
 TEST_P(TransportTest, DroppingAPendingConnectionFailsItsConnectAsUnavailable) {

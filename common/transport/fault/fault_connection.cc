@@ -287,6 +287,15 @@ Status FaultConnection::PostPair(WriteSendOp op, bool write_passed, bool send_pa
   return Status::Ok();
 }
 
+Status FaultConnection::PostProbe(uint64_t wr_id) {
+  RKV_RETURN_IF_ERROR(CheckUsable());
+  if (silent_) return Status::Ok();
+  RKV_RETURN_IF_ERROR(inner_->PostProbe(wr_id));
+  pending_reads_.push_back(std::move(read_carry_));
+  read_carry_ = ReadEffects{};
+  return Status::Ok();
+}
+
 Status FaultConnection::PostSend(LocalBuf send, uint64_t wr_id) {
   RKV_RETURN_IF_ERROR(CheckUsable());
   if (silent_) return Status::Ok();

@@ -72,6 +72,10 @@ class FaultConnection final : public Connection {
   // injected failure complete flushed.
   Status PostWriteSends(std::span<const WriteSendOp> ops) override;
   Status PostSend(LocalBuf send, uint64_t wr_id) override;
+  // Passes through (no rule applies to a probe); its completion is a
+  // signaled READ's, so it takes over the effects of the unsignaled READs
+  // before it.
+  Status PostProbe(uint64_t wr_id) override;
   Status PostRecv(LocalBuf buf, uint64_t wr_id) override;
   StatusOr<size_t> Poll(std::span<Completion> out, std::chrono::microseconds timeout) override;
   void Disconnect() override;

@@ -31,7 +31,8 @@ class FaultListener final : public Listener {
   std::string address() const override { return inner_->address(); }
 
   using Listener::Next;
-  StatusOr<std::unique_ptr<Connection>> Next(milliseconds timeout, const GroupChooser& choose) override {
+  StatusOr<std::unique_ptr<Connection>> Next(milliseconds timeout, const Screen& screen,
+                                             const GroupChooser& choose) override {
     // The caller chooses among this transport's groups; the inner listener
     // gets the chosen one's inner group.
     FaultPollGroup* group = nullptr;
@@ -42,7 +43,9 @@ class FaultListener final : public Listener {
         return group == nullptr ? nullptr : group->inner();
       };
     }
-    RKV_ASSIGN_OR_RETURN(std::unique_ptr<Connection> conn, inner_->Next(timeout, inner_choose));
+    // The inner listener screens: a screened-out request never reaches
+    // the fault rules (no ACCEPT is counted for it).
+    RKV_ASSIGN_OR_RETURN(std::unique_ptr<Connection> conn, inner_->Next(timeout, screen, inner_choose));
     if (conn == nullptr) return std::unique_ptr<Connection>();
     FaultPoint point;
     std::optional<FaultRule> rule = faults_->Next(FaultOp::kAccept, point);
@@ -56,6 +59,7 @@ class FaultListener final : public Listener {
                                           group));
   }
 
+  ListenerCounters counters() const override { return inner_->counters(); }
   void Shutdown() override { inner_->Shutdown(); }
 
  private:

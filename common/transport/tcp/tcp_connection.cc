@@ -222,6 +222,21 @@ Status TcpConnection::PostSend(LocalBuf send, uint64_t wr_id) {
   return Status::Ok();
 }
 
+Status TcpConnection::PostProbe(uint64_t wr_id) {
+  uint64_t seq = 0;
+  {
+    MutexLock lock(mu_);
+    RKV_RETURN_IF_ERROR(CheckPostableLocked(1));
+    seq = next_seq_++;
+    send_queue_.push_back(SendWr{seq, wr_id, OpType::kRead, true, nullptr, 0});
+  }
+  SendFrames([&](ByteBuffer& out) {
+    const FrameHeader h = MakeHeader(FrameType::kReadReq, seq);
+    out.Append(&h, kHeaderBytes);
+  });
+  return Status::Ok();
+}
+
 Status TcpConnection::PostRecv(LocalBuf buf, uint64_t wr_id) {
   RKV_ASSIGN_OR_RETURN(uint8_t* dst, ResolveLocal(buf, /*needs_local_write=*/true, "receive buffer"));
   bool broke = false;

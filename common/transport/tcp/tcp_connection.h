@@ -150,6 +150,9 @@ class TcpConnection final : public Connection {
       EXCLUDES(mu_, out_mu_);
   Status PostWriteSends(std::span<const WriteSendOp> ops) override EXCLUDES(mu_, out_mu_);
   Status PostSend(LocalBuf send, uint64_t wr_id) override EXCLUDES(mu_, out_mu_);
+  // A READ frame of zero bytes (no rkey, no address), answered by the
+  // peer's reader with an empty READ response.
+  Status PostProbe(uint64_t wr_id) override EXCLUDES(mu_, out_mu_);
   Status PostRecv(LocalBuf buf, uint64_t wr_id) override EXCLUDES(mu_);
   StatusOr<size_t> Poll(std::span<Completion> out, std::chrono::microseconds timeout) override EXCLUDES(mu_);
   void Disconnect() override EXCLUDES(mu_);

@@ -288,6 +288,10 @@ Status TcpConnection::ReadAvailable() {
 Status TcpConnection::ProcessFrames() {
   FrameHeader h;
   bool took = false;
+  // Whether a frame other than the answer to a probe came: the answer to
+  // this side's own probe says the peer is there, not that it uses the
+  // connection, so it does not hold off the idle limit.
+  bool heard = false;
   Status result;
   for (;;) {
     if (streaming_) {
@@ -311,11 +315,15 @@ Status TcpConnection::ProcessFrames() {
     }
     const uint8_t* payload = rx_.head() + kHeaderBytes;
     result = discard_ ? Status::Ok() : HandleFrame(h, payload);
+    heard = heard || static_cast<FrameType>(h.type) != FrameType::kReadResp || h.payload_len != 0;
     rx_.Consume(kHeaderBytes + h.payload_len);
     took = true;
     if (!result.ok()) break;
   }
-  if (took) last_frame_at_ = partial_since_ = Clock::now();
+  if (took) {
+    partial_since_ = Clock::now();
+    if (heard) last_frame_at_ = partial_since_;
+  }
   return result;
 }
 
@@ -356,6 +364,16 @@ void TcpConnection::RefuseRemoteAccess(FrameType response, uint64_t seq, const S
 }
 
 Status TcpConnection::ServeRead(const FrameHeader& h) {
+  if (h.op_len == 0) {
+    // A zero-length READ (a probe, Connection::PostProbe) names no memory:
+    // answered without an rkey or bounds check, as an IB responder does.
+    const FrameHeader r = MakeHeader(FrameType::kReadResp, h.seq);
+    MutexLock lock(out_mu_);
+    if (out_closed_) return Status::Ok();
+    std::memcpy(out_.Append(kHeaderBytes), &r, kHeaderBytes);
+    read_ends_.push_back(sent_total_ + out_.size());
+    return Status::Ok();
+  }
   const uint32_t first = std::min(h.op_len, kReadChunkBytes);
   // The whole range is checked now; the rest is copied as the peer reads.
   const Status access = registry_->Access(h.rkey, h.addr, h.op_len, kRemoteRead, id_, [&](const uint8_t* src) {

@@ -7,8 +7,10 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <optional>
 #include <utility>
 
+#include "common/transport/rejection.h"
 #include "common/transport/tcp/tcp_connection.h"
 #include "common/transport/tcp/tcp_frame.h"
 #include "common/transport/tcp/tcp_poll_group.h"
@@ -33,9 +35,18 @@ TcpListener::TcpListener(std::shared_ptr<Registry> registry, const Options& opti
       options_(options),
       fd_(std::move(fd)),
       wake_fd_(std::move(wake_fd)),
-      address_(std::move(address)) {}
+      address_(std::move(address)),
+      source_refusals_(options.max_refusals_per_source) {}
 
-StatusOr<std::unique_ptr<Connection>> TcpListener::Next(std::chrono::milliseconds timeout,
+ListenerCounters TcpListener::counters() const {
+  ListenerCounters c;
+  c.screened_out = screened_out_.load(std::memory_order_relaxed);
+  c.source_limited = source_limited_.load(std::memory_order_relaxed);
+  c.created = created_.load(std::memory_order_relaxed);
+  return c;
+}
+
+StatusOr<std::unique_ptr<Connection>> TcpListener::Next(std::chrono::milliseconds timeout, const Screen& screen,
                                                         const GroupChooser& choose) {
   MutexLock lock(mu_);
   const auto deadline = DeadlineAfter(timeout);
@@ -64,8 +75,11 @@ StatusOr<std::unique_ptr<Connection>> TcpListener::Next(std::chrono::millisecond
       auto& hs = handshakes_[i];
       bool drop = false;
       if (ready == nullptr && fds[2 + i].revents != 0) {
-        StatusOr<std::unique_ptr<Connection>> conn = Progress(*hs, choose);
-        if (!conn.ok()) {
+        bool refused = false;
+        StatusOr<std::unique_ptr<Connection>> conn = Progress(*hs, screen, choose, &refused);
+        if (refused) {
+          drop = true;
+        } else if (!conn.ok()) {
           LOG(WARNING) << "tcp transport: dropped connection from " << hs->peer << " during setup: "
                        << conn.status();
           drop = true;
@@ -171,7 +185,28 @@ void TcpListener::EvictFor(const std::string& source) {
   handshakes_.erase(victim);
 }
 
-StatusOr<std::unique_ptr<Connection>> TcpListener::Progress(Handshake& hs, const GroupChooser& choose) {
+void TcpListener::RefuseInSetup(Handshake& hs, const Rejection& why) {
+  const std::vector<uint8_t> encoded = EncodeRejection(why);
+  std::vector<uint8_t> frame(kHeaderBytes + encoded.size());
+  FrameHeader h = MakeHeader(FrameType::kReject, 0);
+  h.payload_len = static_cast<uint32_t>(encoded.size());
+  std::memcpy(frame.data(), &h, kHeaderBytes);
+  std::memcpy(frame.data() + kHeaderBytes, encoded.data(), encoded.size());
+  // A new socket's send buffer takes a frame this small at once: the
+  // deadline only bounds a peer that shrank its window to nothing.
+  const Status sent = SendAllBy(hs.fd.get(), frame.data(), frame.size(),
+                                DeadlineAfter(std::chrono::milliseconds(100)), hs.peer);
+  if (!sent.ok()) VLOG(1) << "tcp transport: refusing " << hs.peer << ": " << sent;
+  // SHUT_WR first, and nothing left unread when the socket is closed, so
+  // the close sends no reset that could overtake the REJECT.
+  ::shutdown(hs.fd.get(), SHUT_WR);
+  uint8_t sink[256];
+  while (::recv(hs.fd.get(), sink, sizeof sink, MSG_DONTWAIT) > 0) {
+  }
+}
+
+StatusOr<std::unique_ptr<Connection>> TcpListener::Progress(Handshake& hs, const Screen& screen,
+                                                            const GroupChooser& choose, bool* refused) {
   FrameHeader h;
   for (;;) {
     RKV_ASSIGN_OR_RETURN(const bool complete, TryParseFrame(hs.rx, &h));
@@ -197,6 +232,24 @@ StatusOr<std::unique_ptr<Connection>> TcpListener::Progress(Handshake& hs, const
   const uint8_t* payload = hs.rx.head() + kHeaderBytes;
   std::vector<uint8_t> private_data(payload, payload + h.payload_len);
   hs.rx.Consume(kHeaderBytes + h.payload_len);
+  const auto now = Clock::now();
+  if (source_refusals_.OverLimit(hs.source, now)) {
+    source_limited_.fetch_add(1, std::memory_order_relaxed);
+    RefuseInSetup(hs, {StatusCode::kUnavailable, "too many refused connection requests from " + hs.source +
+                                                     " within a second; retry later"});
+    *refused = true;
+    return std::unique_ptr<Connection>();
+  }
+  if (screen) {
+    if (std::optional<Rejection> why = screen(private_data, hs.peer)) {
+      screened_out_.fetch_add(1, std::memory_order_relaxed);
+      source_refusals_.Refused(hs.source, now);
+      RefuseInSetup(hs, *why);
+      *refused = true;
+      return std::unique_ptr<Connection>();
+    }
+    source_refusals_.Admitted(hs.source, now);
+  }
   TcpPollGroup* group = nullptr;
   if (choose) {
     PollGroup* chosen = choose(private_data);
@@ -206,6 +259,7 @@ StatusOr<std::unique_ptr<Connection>> TcpListener::Progress(Handshake& hs, const
     }
   }
   RKV_ASSIGN_OR_RETURN(UniqueFd wake, MakeEventFd());
+  created_.fetch_add(1, std::memory_order_relaxed);
   return std::unique_ptr<Connection>(std::make_unique<TcpConnection>(
       registry_, options_, std::move(hs.fd), std::move(wake), std::move(private_data), std::move(hs.rx),
       /*established=*/false, group));

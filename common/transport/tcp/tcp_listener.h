@@ -19,6 +19,13 @@
 // of newer sockets arrived meanwhile; the accept path itself never waits
 // on a socket.
 //
+// A whole CONNECT frame is first screened: a source over
+// Options::max_refusals_per_source refusals within the second is refused
+// UNAVAILABLE unscreened, and the caller's Screen may refuse the request.
+// Either way the REJECT frame is written on the socket in setup and the
+// socket closed: no TcpConnection, event fd or buffer beyond the socket's
+// setup bytes is made for it (ListenerCounters says how many).
+//
 // A connection for which Next's chooser picks a poll group (one of this
 // transport's TcpPollGroups; another transport's drops the socket as a
 // failed setup, with a warning) joins it on Accept instead of starting a
@@ -39,6 +46,7 @@
 #include "common/mutex.h"
 #include "common/status.h"
 #include "common/thread_annotations.h"
+#include "common/transport/source_refusals.h"
 #include "common/transport/tcp/byte_buffer.h"
 #include "common/transport/tcp/region_registry.h"
 #include "common/transport/tcp/socket_io.h"
@@ -57,8 +65,9 @@ class TcpListener final : public Listener {
 
   std::string address() const override { return address_; }
   using Listener::Next;
-  StatusOr<std::unique_ptr<Connection>> Next(std::chrono::milliseconds timeout, const GroupChooser& choose) override
-      EXCLUDES(mu_);
+  StatusOr<std::unique_ptr<Connection>> Next(std::chrono::milliseconds timeout, const Screen& screen,
+                                             const GroupChooser& choose) override EXCLUDES(mu_);
+  ListenerCounters counters() const override;
   void Shutdown() override;
 
  private:
@@ -85,7 +94,13 @@ class TcpListener final : public Listener {
   // frame is whole,
   // nullptr while incomplete, an error when the peer does not speak the
   // protocol or left.
-  StatusOr<std::unique_ptr<Connection>> Progress(Handshake& hs, const GroupChooser& choose);
+  // A request refused (by the source limit or `screen`) gets its REJECT
+  // frame and sets `*refused`; the caller drops the socket.
+  StatusOr<std::unique_ptr<Connection>> Progress(Handshake& hs, const Screen& screen, const GroupChooser& choose,
+                                                 bool* refused) REQUIRES(mu_);
+  // Writes the REJECT frame of `why` on a socket in setup and shuts its
+  // sending side (the socket is closed when the handshake is dropped).
+  static void RefuseInSetup(Handshake& hs, const Rejection& why);
 
   const std::shared_ptr<Registry> registry_;
   const Options options_;
@@ -100,6 +115,11 @@ class TcpListener final : public Listener {
   // handshakes_ per source address (no zero counts).
   std::unordered_map<std::string, uint32_t> per_source_ GUARDED_BY(mu_);
   uint64_t evicted_ GUARDED_BY(mu_) = 0;
+  SourceRefusals source_refusals_ GUARDED_BY(mu_);
+  // ListenerCounters, read from any thread.
+  std::atomic<uint64_t> screened_out_{0};
+  std::atomic<uint64_t> source_limited_{0};
+  std::atomic<uint64_t> created_{0};
   // accept(2) ran out of descriptors with no socket in setup to close: the
   // listening socket is not polled before this.
   Clock::time_point accept_paused_until_ GUARDED_BY(mu_);

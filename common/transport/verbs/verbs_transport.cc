@@ -56,8 +56,10 @@ class VerbsListener final : public Listener {
 
   std::string address() const override { return address_; }
 
-  using Listener::Next;
-  StatusOr<std::unique_ptr<Connection>> Next(std::chrono::milliseconds timeout, const GroupChooser& choose) override {
+  // No screen of its own yet: Listener::Next's default creates the
+  // connection here (its queue pair included) and then screens it.
+  StatusOr<std::unique_ptr<Connection>> NextUnscreened(std::chrono::milliseconds timeout,
+                                                       const GroupChooser& choose) override {
     const auto deadline = Clock::now() + timeout;
     while (true) {
       if (shutdown_.load(std::memory_order_acquire)) {
