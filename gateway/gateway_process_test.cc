@@ -27,6 +27,7 @@
 #include "gateway/listener.h"
 #include "tests/server_process.h"
 #include "tests/temp_dir.h"
+#include "gateway/resp_test_util.h"
 
 // A sanitizer build's allocator keeps freed memory aside (ASan's
 // quarantine, 256 MiB) and adds its own: the bound on the gateway's growth
@@ -48,14 +49,10 @@ constexpr long kMostGrowthKiB = 2 * 1024 * 1024;
 constexpr long kMostGrowthKiB = 256 * 1024;
 #endif
 
-using rkv::testing::ServerProcess;
-using rkv::testing::TempDir;
+using ::rkv::testing::ServerProcess;
+using ::rkv::testing::TempDir;
 
-std::string Multibulk(const std::vector<std::string>& args) {
-  std::string s = "*" + std::to_string(args.size()) + "\r\n";
-  for (const auto& a : args) s += "$" + std::to_string(a.size()) + "\r\n" + a + "\r\n";
-  return s;
-}
+using testing::Multibulk;
 
 int Connect(const std::string& address) {
   size_t colon = address.rfind(':');
@@ -191,7 +188,7 @@ class GatewayProcessTest : public ::testing::Test {
   static void SetUpTestSuite() {
     dir_ = new TempDir();
     token_file_ = dir_->path() + "/token";
-    rkv::testing::WriteFile(token_file_, "gateway-token\n");
+    ::rkv::testing::WriteFile(token_file_, "gateway-token\n");
     server_ = new ServerProcess(dir_->path() + "/data", token_file_, {"--memory=268435456"});
     rkv::Status started = server_->Start();
     ASSERT_TRUE(started.ok()) << started;
@@ -205,7 +202,7 @@ class GatewayProcessTest : public ::testing::Test {
 
   std::vector<std::string> Flags(std::vector<std::string> extra = {}) const {
     std::vector<std::string> flags = {"--server=" + server_->address(), "--token_file=" + token_file_,
-                                      "--transport=" + rkv::testing::TestTransport(), "--timeout=30000",
+                                      "--transport=" + ::rkv::testing::TestTransport(), "--timeout=30000",
                                       "--redis_listen=127.0.0.1:0", "--memcached_listen=", "--threads=2"};
     flags.insert(flags.end(), extra.begin(), extra.end());
     return flags;

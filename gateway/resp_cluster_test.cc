@@ -11,15 +11,12 @@
 #include "gateway/resp_session.h"
 #include "rkv/client.h"
 #include "tests/test_cluster.h"
+#include "gateway/resp_test_util.h"
 
 namespace rkv::gateway {
 namespace {
 
-std::string Multibulk(const std::vector<std::string>& args) {
-  std::string s = "*" + std::to_string(args.size()) + "\r\n";
-  for (const auto& a : args) s += "$" + std::to_string(a.size()) + "\r\n" + a + "\r\n";
-  return s;
-}
+using testing::Multibulk;
 
 std::string Serve(Session& session, const std::vector<std::string>& args) {
   std::string in = Multibulk(args);
@@ -30,10 +27,10 @@ std::string Serve(Session& session, const std::vector<std::string>& args) {
 }
 
 TEST(RespClusterTest, KeysSpreadOverServersAndDbsizeCountsEachOnce) {
-  rkv::testing::TestClusterOptions options;
+  ::rkv::testing::TestClusterOptions options;
   options.servers = 2;
   options.replicas = 2;
-  rkv::testing::TestCluster cluster(options);
+  ::rkv::testing::TestCluster cluster(options);
   rkv::Status started = cluster.Start();
   ASSERT_TRUE(started.ok()) << started;
   auto client = cluster.ClusterClient();

@@ -16,25 +16,22 @@
 #include "rkv/client.h"
 #include "tests/server_process.h"
 #include "tests/temp_dir.h"
+#include "gateway/resp_test_util.h"
 
 namespace rkv::gateway {
 namespace {
 
-using rkv::testing::ServerProcess;
-using rkv::testing::TempDir;
+using ::rkv::testing::ServerProcess;
+using ::rkv::testing::TempDir;
 
-std::string Multibulk(const std::vector<std::string>& args) {
-  std::string s = "*" + std::to_string(args.size()) + "\r\n";
-  for (const auto& a : args) s += "$" + std::to_string(a.size()) + "\r\n" + a + "\r\n";
-  return s;
-}
+using testing::Multibulk;
 
 class RespSessionTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     dir_ = new TempDir();
     std::string token_file = dir_->path() + "/token";
-    rkv::testing::WriteFile(token_file, "gateway-token\n");
+    ::rkv::testing::WriteFile(token_file, "gateway-token\n");
     server_ = new ServerProcess(dir_->path() + "/data", token_file, {"--memory=268435456"});
     rkv::Status started = server_->Start();
     ASSERT_TRUE(started.ok()) << started;
@@ -50,7 +47,7 @@ class RespSessionTest : public ::testing::Test {
     rkv::ClientOptions o;
     o.server = server_->address();
     o.token = "gateway-token";
-    o.transport = rkv::testing::TestTransport();
+    o.transport = ::rkv::testing::TestTransport();
     o.timeout = std::chrono::milliseconds(30000);
     auto c = rkv::Client::Connect(o);
     EXPECT_TRUE(c.ok()) << c.status();
