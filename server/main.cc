@@ -128,6 +128,8 @@ DEFINE_uint32(probe_timeout_ms, 10000, "a connection whose probe fails or is not
 DEFINE_uint32(max_refusals_per_source, 1000, "refused connection requests one source address may cause in a "
                                              "second before its further requests are refused without being "
                                              "checked until the second ends; 0: no limit (default 1000)");
+DEFINE_uint32(listen_backlog, 128, "verbs: connection requests rdma_cm holds for the listener, 1..4096 "
+                                   "(default 128)");
 DEFINE_uint32(grace_period_ms, 100, "heap quarantine in milliseconds before a replaced block is reused; "
                                     "clients' GET lease is half of it (default 100)");
 
@@ -284,6 +286,7 @@ int main(int argc, char** argv) {
   o.probe_idle_ms = FLAGS_probe_idle_ms;
   o.probe_timeout_ms = FLAGS_probe_timeout_ms;
   o.max_refusals_per_source = FLAGS_max_refusals_per_source;
+  o.listen_backlog = FLAGS_listen_backlog;
   o.replication_timeout_ms = FLAGS_replication_timeout_ms;
   o.catchup_rate_mb_per_s = FLAGS_catchup_rate_mb_per_s;
   {
@@ -407,6 +410,7 @@ int main(int argc, char** argv) {
   topts.frame_timeout = std::chrono::milliseconds(o.frame_timeout_ms);
   topts.idle_timeout = std::chrono::seconds(o.idle_timeout_s);
   topts.max_refusals_per_source = o.max_refusals_per_source;
+  topts.listen_backlog = o.listen_backlog;
   // Queue depths for what this process posts: a client connection holds at
   // most request_credits receives and as many replies (each signaled), a
   // replication connection one request and one receive. Small queues keep a

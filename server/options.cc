@@ -144,6 +144,10 @@ Status ValidateOptions(const ServerOptions& o) {
     RKV_RETURN_IF_ERROR(check_ms("--probe_idle_ms", o.probe_idle_ms));
     RKV_RETURN_IF_ERROR(check_ms("--probe_timeout_ms", o.probe_timeout_ms));
   }
+  if (o.listen_backlog < 1 || o.listen_backlog > transport::kMaxListenBacklog) {
+    return InvalidArgument("--listen_backlog " + std::to_string(o.listen_backlog) + " is outside [1, " +
+                           std::to_string(transport::kMaxListenBacklog) + "]");
+  }
   if (o.catchup_rate_mb_per_s > kMaxCatchupRateMbPerS) {
     return InvalidArgument("--catchup_rate_mb_per_s " + std::to_string(o.catchup_rate_mb_per_s) + " is over " +
                            std::to_string(kMaxCatchupRateMbPerS) + " (0 turns the limit off)");

@@ -100,8 +100,9 @@ struct ServerOptions {
   uint32_t probe_timeout_ms = 10'000;
   // The listener's accept path (transport::Options): a source address's
   // refusals per second before its requests are refused unscreened for
-  // the rest of the second (0: no limit).
+  // the rest of the second (0: no limit), and verbs' rdma_listen backlog.
   uint32_t max_refusals_per_source = 1000;
+  uint32_t listen_backlog = 128;
   uint32_t grace_period_ms = 100;         // heap quarantine; clients' GET lease is half
   uint32_t request_credits = 32;          // outstanding requests per connection
   // The longest a primary waits for its backups to acknowledge a forwarded

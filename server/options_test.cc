@@ -68,6 +68,8 @@ TEST(OptionsTest, EveryBadValueIsRejectedNamingItsFlag) {
       {"--probe_idle_ms", [](ServerOptions& o) { o.probe_idle_ms = 10; }},
       {"--probe_timeout_ms", [](ServerOptions& o) { o.probe_timeout_ms = 0; }},
       {"--probe_timeout_ms", [](ServerOptions& o) { o.probe_timeout_ms = kMaxTimeoutMs + 1; }},
+      {"--listen_backlog", [](ServerOptions& o) { o.listen_backlog = 0; }},
+      {"--listen_backlog", [](ServerOptions& o) { o.listen_backlog = transport::kMaxListenBacklog + 1; }},
       {"--catchup_rate_mb_per_s", [](ServerOptions& o) { o.catchup_rate_mb_per_s = kMaxCatchupRateMbPerS + 1; }},
   };
   for (const Case& c : cases) {

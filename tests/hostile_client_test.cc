@@ -46,6 +46,7 @@
 #include "common/transport/rejection.h"
 #include "common/transport/tcp/tcp_frame.h"
 #include "common/transport/transport.h"
+#include "common/transport/verbs/verbs_connection_test_peer.h"
 #include "rkv/client.h"
 #include "tests/server_process.h"
 #include "tests/wait_for.h"
@@ -889,14 +890,13 @@ TEST_F(HostileClientTest, AProofForOneServerIsRefusedByAnother) {
 
 // A flood of 2,000 connection requests with bad tokens (proofs made with
 // another token for a challenge that is not the server's) while a good
-// client works: every request is refused by the listener's screen (on
-// tcp before anything is made for it), the good client sees no error,
+// client works: every request is refused before the server makes
+// anything for it (the listener's screen), the good client sees no error,
 // and a new good client connects during the flood. On tcp the flood comes
 // from another source address (127.0.0.2) than the good clients, so the
 // per-source refusal limit keeps its cost to one counter per request and
-// never touches them; through the transport (verbs, whose listener
-// screens after it made the connection until its own screen is in) a good
-// client refused for its source's rate would retry, and says so.
+// never touches them; on verbs (the guest's one rxe address for both) a
+// good client refused for its source's rate would retry, and says so.
 TEST_F(HostileClientTest, AFloodOfBadTokenConnectsDoesNotKeepAGoodClientOut) {
   GoodClient good(server_->address());
   ASSERT_TRUE(good.ok());
@@ -1003,13 +1003,13 @@ TEST_F(HostileClientTest, AFloodOfBadTokenConnectsDoesNotKeepAGoodClientOut) {
               kFlood, refused.load(), source_limited.load(), static_cast<unsigned long>(ops_during), retries);
 }
 
-// A peer that vanishes without a disconnect (a tcp socket that logged in
-// and then answers nothing) is released
+// A peer that vanishes without a disconnect (tcp: a socket that logged in
+// and then answers nothing; verbs: a queue pair moved to RESET with no
+// disconnect, which answers nothing as a destroyed one would) is released
 // within --probe_idle_ms + --probe_timeout_ms (and a polling round): the
 // server's connections gauge drops back and it counts one connection
 // released dead. A live idle client is probed too, answers, and stays.
 TEST_F(HostileClientTest, APeerThatVanishesIsReleasedWithinTheProbeBound) {
-  if (!tcp()) GTEST_SKIP() << "the verbs transport has no probe yet: a vanished verbs peer is not released";
   const int idle_ms = SlowCpuMs(500);
   const int timeout_ms = SlowCpuMs(1500);
   ServerProcess probing(dir_.path() + "/data-probing", token_file_,
@@ -1038,15 +1038,28 @@ TEST_F(HostileClientTest, APeerThatVanishesIsReleasedWithinTheProbeBound) {
   ASSERT_TRUE(wait_for_connections(1)) << probing.Log();
 
   // The peer that vanishes.
-  const protocol::ConnectRequestData hello = protocol::MakeClientRequest(Params(kToken), nullptr);
-  StatusOr<protocol::Nonce> nonce = protocol::RequestChallenge(*transport_, probing.address(), BytesOf(hello),
-                                                               std::chrono::milliseconds(30000));
-  ASSERT_TRUE(nonce.ok()) << nonce.status();
-  RawSocket raw(probing.address());
-  protocol::AcceptData a{};
-  ASSERT_EQ(RawLogin(raw, *nonce, &a), "");
+  std::unique_ptr<RawSocket> raw;
+  std::unique_ptr<transport::Connection> conn;
+  if (tcp()) {
+    const protocol::ConnectRequestData hello = protocol::MakeClientRequest(Params(kToken), nullptr);
+    StatusOr<protocol::Nonce> nonce = protocol::RequestChallenge(*transport_, probing.address(), BytesOf(hello),
+                                                                 std::chrono::milliseconds(30000));
+    ASSERT_TRUE(nonce.ok()) << nonce.status();
+    raw = std::make_unique<RawSocket>(probing.address());
+    protocol::AcceptData a{};
+    ASSERT_EQ(RawLogin(*raw, *nonce, &a), "");
+  } else {
+    auto c = protocol::ConnectAsClient(*transport_, probing.address(), Params(kToken),
+                                       std::chrono::milliseconds(30000));
+    ASSERT_TRUE(c.ok()) << c.status();
+    conn = std::move(*c);
+  }
   ASSERT_TRUE(wait_for_connections(2)) << probing.Log();
   const auto vanished = Clock::now();
+  if (!tcp()) {
+    const Status s = transport::verbs::VerbsConnectionTestPeer::Vanish(*conn);
+    ASSERT_TRUE(s.ok()) << s;
+  }
   ASSERT_TRUE(wait_for_connections(1)) << probing.Log();
   const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - vanished);
   // The bound: silent for idle_ms, then the probe's timeout, a sweep
@@ -1054,7 +1067,7 @@ TEST_F(HostileClientTest, APeerThatVanishesIsReleasedWithinTheProbeBound) {
   const auto bound = std::chrono::milliseconds(idle_ms + timeout_ms + idle_ms / 4 + SlowCpuMs(2000));
   EXPECT_LE(took, bound) << "released after " << took.count() << " ms";
   EXPECT_EQ(metric("rkv_server_connections_released_dead_total"), std::optional<double>(1)) << probing.Log();
-  std::printf("a vanished tcp peer was released %ld ms after it vanished (bound %ld ms)\n",
+  std::printf("a vanished %s peer was released %ld ms after it vanished (bound %ld ms)\n", tcp() ? "tcp" : "verbs",
               static_cast<long>(took.count()), static_cast<long>(bound.count()));
 
   // The idle live client was probed (more than once by now) and kept.

@@ -183,9 +183,12 @@ plan_gtest_binary "${build}/tests/rkv_integration_test" 900
 plan_gtest_binary "${build}/tests/rkv_remote_access_test" 300
 # The connect handshake's replay tests (a captured proof replayed byte for
 # byte, a proof for one server sent to another) over rdma_cm's private
-# data; the rest of the hostile suite is tcp's raw sockets and frames.
-plan_gtest_binary "${build}/tests/rkv_hostile_client_test" 300 \
-  "GTEST_FILTER=HostileClientTest.ACapturedProofIsRefusedWhenReplayed:HostileClientTest.AProofForOneServerIsRefusedByAnother"
+# data, a flood of 2,000 bad-token connection requests screened out before
+# any queue pair exists while a good client works, and a peer whose queue
+# pair vanishes without a disconnect released within the probe bound; the
+# rest of the hostile suite is tcp's raw sockets and frames.
+plan_gtest_binary "${build}/tests/rkv_hostile_client_test" 600 \
+  "GTEST_FILTER=HostileClientTest.ACapturedProofIsRefusedWhenReplayed:HostileClientTest.AProofForOneServerIsRefusedByAnother:HostileClientTest.AFloodOfBadTokenConnectsDoesNotKeepAGoodClientOut:HostileClientTest.APeerThatVanishesIsReleasedWithinTheProbeBound"
 # Less the coordinator's flag and restart tests: they are the control
 # plane's alone (gRPC on the host's loopback either way); the coordinator
 # killed under running clients stays.

@@ -314,8 +314,8 @@ struct ListenerCounters {
 // Accepts connection requests on one address.
 //
 // The accept path is bounded: requests wait in a bounded backlog
-// (rdma_listen's on verbs, the tcp listener's sockets in setup), a Screen
-// refuses a request from its private data before anything is
+// (Options::listen_backlog on verbs, the tcp listener's sockets in setup),
+// a Screen refuses a request from its private data before anything is
 // created for it, and a source address whose requests were refused more
 // than Options::max_refusals_per_source times within the current second
 // (less those of its requests the screen let on: a client's hello and
@@ -375,6 +375,8 @@ class Listener {
                                                                const GroupChooser& choose);
 };
 
+inline constexpr uint32_t kMaxListenBacklog = 4096;
+
 // Options::max_send_wr's default: room for the longest PostWriteSends
 // list (two work requests a pair) twice over.
 inline constexpr uint32_t kDefaultMaxSendWr = 256;
@@ -424,6 +426,9 @@ struct Options {
   // (Listener); 0: no limit. A client's connect (a hello refused with a
   // challenge, then its proof let on) leaves the count as it was.
   uint32_t max_refusals_per_source = 1000;
+  // verbs only: rdma_listen's backlog, the connection requests rdma_cm
+  // holds for the listener before it refuses more (1..kMaxListenBacklog).
+  uint32_t listen_backlog = 128;
   // An accepted connection is closed when its peer sends no frame at all
   // for idle_timeout, when a frame it started is not whole within
   // frame_timeout, or when it reads none of the responses waiting for it

@@ -213,9 +213,6 @@ TEST_P(TransportTest, ARejectionsCodeTextAndDetailReachTheConnectingSide) {
 // listener counts it screened out, not created. A request the Screen lets
 // on is placed and handed out as without one.
 TEST_P(TransportTest, AScreenedOutRequestGetsItsRejectionAndCreatesNothing) {
-  if (kind_ == Kind::kVerbs) {
-    GTEST_SKIP() << "the verbs listener does not screen before it makes a queue pair yet, nor count refusals";
-  }
   const std::vector<uint8_t> detail = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16};
   std::vector<std::string> peers;
   const Listener::Screen screen = [&](std::span<const uint8_t> data,
@@ -266,9 +263,6 @@ TEST_P(TransportTest, AScreenedOutRequestGetsItsRejectionAndCreatesNothing) {
 // A source address over Options::max_refusals_per_source refusals within
 // a second is refused UNAVAILABLE without being screened.
 TEST_P(TransportTest, ASourceOverItsRefusalLimitIsRefusedUnscreened) {
-  if (kind_ == Kind::kVerbs) {
-    GTEST_SKIP() << "the verbs listener does not screen before it makes a queue pair yet, nor count refusals";
-  }
   Options options;
   options.max_refusals_per_source = 2;
   StatusOr<std::unique_ptr<Transport>> limited = testing::MakeTransport(name_, options);

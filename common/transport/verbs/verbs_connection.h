@@ -143,6 +143,9 @@ struct ConnectionConfig {
   ibv_mtu active_mtu = IBV_MTU_1024;
   // Options::poll_spin_us: the upper bound of each connection's spin window.
   std::chrono::microseconds max_spin{0};
+  // The listener's: Options::listen_backlog and max_refusals_per_source.
+  uint32_t listen_backlog = 128;
+  uint32_t max_refusals_per_source = 0;
 };
 
 // A registered region (shared or connection-private).
@@ -199,6 +202,9 @@ class VerbsConnection final : public Connection {
   // queue: INVALID_ARGUMENT beyond its depth).
   Status PostWriteSends(std::span<const WriteSendOp> ops) override;
   Status PostSend(LocalBuf send, uint64_t wr_id) override;
+  // A signaled zero-length RDMA READ (transport.h); a peer whose QP is gone
+  // answers nothing, and the retries (retry_count 7) end it in error.
+  Status PostProbe(uint64_t wr_id) override;
   Status PostRecv(LocalBuf buf, uint64_t wr_id) override;
   StatusOr<size_t> Poll(std::span<Completion> out, std::chrono::microseconds timeout) override;
   void Disconnect() override;
@@ -231,6 +237,8 @@ class VerbsConnection final : public Connection {
   // The group feeds a member's completions to OnSendCompletion /
   // OnRecvCompletion and reads its readiness (verbs_poll_group.h).
   friend class PollGroupCore;
+  // Tests: a queue pair that vanishes (verbs_connection_test_peer.h).
+  friend class VerbsConnectionTestPeer;
 
   VerbsConnection(const ConnectionConfig& config, CmId id);
 

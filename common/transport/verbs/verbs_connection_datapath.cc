@@ -266,6 +266,24 @@ Status VerbsConnection::PostSend(LocalBuf send, uint64_t wr_id) {
   return PostSendChain(1, "ibv_post_send(SEND)");
 }
 
+Status VerbsConnection::PostProbe(uint64_t wr_id) {
+  RKV_RETURN_IF_ERROR(CheckSendable());
+  RKV_RETURN_IF_ERROR(ReserveSend(1));
+  // No scatter entry, no address, no rkey: the responder checks nothing of
+  // a zero-length READ (IB C9-88) and answers it from its RC state alone.
+  ibv_send_wr& wr = send_wrs_[0];
+  wr = ibv_send_wr{};
+  wr.opcode = IBV_WR_RDMA_READ;
+  wr.sg_list = nullptr;
+  wr.num_sge = 0;
+  SendEntry entry;
+  entry.user_wr_id = wr_id;
+  entry.op = OpType::kRead;
+  entry.report_success = true;
+  AddSend(0, entry, /*want_signal=*/true, /*last=*/true);
+  return PostSendChain(1, "ibv_post_send(zero-length RDMA_READ probe)");
+}
+
 Status VerbsConnection::PostRecv(LocalBuf buf, uint64_t wr_id) {
   if (state_ != State::kPending && state_ != State::kConnected) {
     return FailedPrecondition("PostRecv on a connection that is neither pending nor established");

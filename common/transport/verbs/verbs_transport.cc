@@ -21,10 +21,15 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <optional>
+#include <string>
+#include <vector>
 
 #include <glog/logging.h>
 
 #include "common/net_address.h"
+#include "common/transport/rejection.h"
+#include "common/transport/source_refusals.h"
 #include "common/transport/verbs/verbs_connection.h"
 #include "common/transport/verbs/verbs_poll_group.h"
 #include "common/transport/verbs/verbs_resources.h"
@@ -33,7 +38,6 @@ namespace rkv::transport {
 namespace verbs {
 namespace {
 
-constexpr int kListenBacklog = 128;
 // Inline data the QP is asked for (enough for a request or reply message);
 // what it grants is read back per QP.
 constexpr uint32_t kInlineWish = 128;
@@ -46,7 +50,8 @@ class VerbsListener final : public Listener {
         channel_(std::move(channel)),
         id_(std::move(id)),
         wake_fd_(wake_fd),
-        address_(std::move(address)) {}
+        address_(std::move(address)),
+        source_refusals_(config_.max_refusals_per_source) {}
 
   ~VerbsListener() override {
     id_ = CmId();  // before its channel
@@ -56,10 +61,17 @@ class VerbsListener final : public Listener {
 
   std::string address() const override { return address_; }
 
-  // No screen of its own yet: Listener::Next's default creates the
-  // connection here (its queue pair included) and then screens it.
-  StatusOr<std::unique_ptr<Connection>> NextUnscreened(std::chrono::milliseconds timeout,
-                                                       const GroupChooser& choose) override {
+  ListenerCounters counters() const override {
+    ListenerCounters c;
+    c.screened_out = screened_out_.load(std::memory_order_relaxed);
+    c.source_limited = source_limited_.load(std::memory_order_relaxed);
+    c.created = created_.load(std::memory_order_relaxed);
+    return c;
+  }
+
+  using Listener::Next;
+  StatusOr<std::unique_ptr<Connection>> Next(std::chrono::milliseconds timeout, const Screen& screen,
+                                             const GroupChooser& choose) override {
     const auto deadline = Clock::now() + timeout;
     while (true) {
       if (shutdown_.load(std::memory_order_acquire)) {
@@ -90,6 +102,27 @@ class VerbsListener final : public Listener {
       const uint8_t initiator_depth = param.initiator_depth;
       CmId child((*event)->id, channel_);
       event->Ack();
+      // Screened before anything is created for the request: a refused one
+      // costs the listener an rdma_reject and the id rdma_cm made, no QP,
+      // CQ, channel or buffer.
+      const std::string peer = FormatSockaddr(rdma_get_peer_addr(child.get()));
+      const std::string source = peer.substr(0, peer.rfind(':'));
+      const auto now = Clock::now();
+      if (source_refusals_.OverLimit(source, now)) {
+        source_limited_.fetch_add(1, std::memory_order_relaxed);
+        RejectRequest(child, {StatusCode::kUnavailable, "too many refused connection requests from " + source +
+                                                            " within a second; retry later"});
+        continue;
+      }
+      if (screen) {
+        if (std::optional<Rejection> why = screen(private_data, peer)) {
+          screened_out_.fetch_add(1, std::memory_order_relaxed);
+          source_refusals_.Refused(source, now);
+          RejectRequest(child, *why);
+          continue;
+        }
+        source_refusals_.Admitted(source, now);
+      }
       // The group is chosen before the QP exists: it is created on the
       // group's CQs.
       std::shared_ptr<PollGroupCore> core;
@@ -116,7 +149,17 @@ class VerbsListener final : public Listener {
                      << conn.status();
         continue;
       }
+      created_.fetch_add(1, std::memory_order_relaxed);
       return std::unique_ptr<Connection>(std::move(conn).value());
+    }
+  }
+
+  // Refuses a request before a connection exists for it; its id is
+  // destroyed with `child`.
+  static void RejectRequest(const CmId& child, const Rejection& why) {
+    const std::vector<uint8_t> reject = EncodeRejection(why);
+    if (rdma_reject(child.get(), reject.data(), static_cast<uint8_t>(reject.size())) != 0) {
+      VLOG(1) << VerbsError("rdma_reject", errno);
     }
   }
 
@@ -137,6 +180,12 @@ class VerbsListener final : public Listener {
   // Release in Shutdown, acquire in Next: a Next that sees it returns
   // CANCELLED (the eventfd only wakes a Next already asleep).
   std::atomic<bool> shutdown_{false};
+  // Next's thread only (Next is called from one thread at a time).
+  SourceRefusals source_refusals_;
+  // ListenerCounters, read from any thread.
+  std::atomic<uint64_t> screened_out_{0};
+  std::atomic<uint64_t> source_limited_{0};
+  std::atomic<uint64_t> created_{0};
 };
 
 class VerbsTransport final : public Transport {
@@ -189,7 +238,7 @@ class VerbsTransport final : public Transport {
                                 ibv_get_device_name(id->verbs->device) +
                                 " but this transport uses " + config_.pd->device()->name());
     }
-    if (rdma_listen(id.get(), kListenBacklog) != 0) {
+    if (rdma_listen(id.get(), static_cast<int>(config_.listen_backlog)) != 0) {
       return VerbsError("listen on " + address + ": rdma_listen", errno);
     }
     const int wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
@@ -225,6 +274,10 @@ StatusOr<std::unique_ptr<Transport>> Create(const Options& options, bool allow_m
                            std::to_string(port.gid_tbl_len) + " entries");
   }
   if (options.gid_index > 255) return InvalidArgument("gid_index above 255");
+  if (options.listen_backlog < 1 || options.listen_backlog > kMaxListenBacklog) {
+    return InvalidArgument("listen_backlog " + std::to_string(options.listen_backlog) + " is outside [1, " +
+                           std::to_string(kMaxListenBacklog) + "]");
+  }
   if (attr.max_sge < 1) return Unavailable(device->name() + " reports max_sge 0");
   if (options.poll_spin_us < 0 || options.poll_spin_us > kMaxSpinLimit.count()) {
     return InvalidArgument("poll_spin_us " + std::to_string(options.poll_spin_us) +
@@ -237,6 +290,8 @@ StatusOr<std::unique_ptr<Transport>> Create(const Options& options, bool allow_m
   config.active_mtu = port.active_mtu;
   config.max_inline_wish = kInlineWish;
   config.max_spin = std::chrono::microseconds(options.poll_spin_us);
+  config.listen_backlog = options.listen_backlog;
+  config.max_refusals_per_source = options.max_refusals_per_source;
   // Queue depths: what was asked, at least what the accounting needs, at
   // most what the device allows for a QP and a CQ.
   const auto device_depth = static_cast<uint32_t>(std::max(0, std::min(attr.max_qp_wr, attr.max_cqe)));
