@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "gateway/compare_and_set.h"
 #include "gateway/memcache_item.h"
 #include "gateway/memcache_parser.h"
 #include "rkv/client.h"
@@ -41,6 +42,8 @@ constexpr int64_t kFlushRefreshMs = 1000;
 // Compare-and-set loops (replace, append, incr, touch...) give up after
 // this many conflicting writes in a row.
 constexpr int kMaxCasAttempts = 1000;
+// The reply of a compare-and-set loop that gave up.
+constexpr std::string_view kTooManyWrites = "SERVER_ERROR too many concurrent writes of the key\r\n";
 // Keys of one get read with one MultiGet; back-pressure is checked
 // between batches.
 constexpr size_t kGetBatch = 32;
@@ -57,10 +60,6 @@ MemcacheShared& DefaultShared() {
   DefaultShared().started_unix_s.store(static_cast<int64_t>(std::time(nullptr)), std::memory_order_relaxed);
   return true;
 }();
-
-bool IsConditionFailed(const Status& s) {
-  return s.code() == StatusCode::kFailedPrecondition && s.reason() == Reason::kConditionFailed;
-}
 
 // A failed rkv call as one reply line (no CR or LF from the message).
 std::string BackendError(const Status& s) {
@@ -129,6 +128,15 @@ class MemcacheSession final : public Session {
   std::optional<Found> Visible(std::string value, uint64_t version, int64_t expires_at_unix_ms);
   // Touches `key` (gat, touch): a new expiry, same item. nullopt: absent.
   StatusOr<std::optional<Found>> TouchKey(std::string_view key, int64_t exptime);
+  // A compare-and-set loop on `key` as the memcached side sees it
+  // (CompareAndSet, compare_and_set.h, at most kMaxCasAttempts attempts):
+  // step(found, &next_value, &next_expiry) gets the item visible now in
+  // `found` (std::optional<Found>&, which it may move from), nullopt when
+  // the key is absent to memcached (absent, expired, flushed or not an
+  // item). A write on such a key replaces whatever rkv holds there, under
+  // the version read.
+  template <typename Step>
+  CasOutcome UpdateItem(std::string_view key, Step&& step);
 
   // The flush time in force now (0: none), refreshed from rkv at most
   // every kFlushRefreshMs.
@@ -396,23 +404,32 @@ void MemcacheSession::Retrieve(const MemcacheRequest& req, std::string* out, siz
   out->append("END\r\n");
 }
 
-StatusOr<std::optional<Found>> MemcacheSession::TouchKey(std::string_view key, int64_t exptime) {
-  for (int attempt = 0; attempt < kMaxCasAttempts; ++attempt) {
-    auto read = Read(key);
-    if (!read.ok() || !read->has_value()) return read;
-    Found& f = **read;
-    PutOptions put;
-    put.condition = PutCondition::VersionIs(f.version);
-    put.expires_at_unix_ms = ExptimeToDeadlineMs(exptime, Client::NowUnixMs());
-    auto version = client_->Put(key, f.value, put);
-    if (version.ok()) {
-      f.version = *version;
-      f.expires_at_unix_ms = put.expires_at_unix_ms;
-      return read;
+template <typename Step>
+CasOutcome MemcacheSession::UpdateItem(std::string_view key, Step&& step) {
+  return CompareAndSet(*client_, key, kMaxCasAttempts, [&](KeyState& state, std::string* value, int64_t* expiry) {
+    std::optional<Found> found;
+    if (state.found) {
+      found = Visible(std::move(state.current.value), state.current.version, state.current.expires_at_unix_ms);
     }
-    if (!IsConditionFailed(version.status())) return version.status();
-  }
-  return Status(StatusCode::kAborted, "too many concurrent writes of the key");
+    return step(found, value, expiry);
+  });
+}
+
+StatusOr<std::optional<Found>> MemcacheSession::TouchKey(std::string_view key, int64_t exptime) {
+  std::optional<Found> touched;
+  const CasOutcome outcome =
+      UpdateItem(key, [&](std::optional<Found>& found, std::string* value, int64_t* expiry) {
+        touched = std::move(found);
+        if (!touched.has_value()) return RmwAction::kDone;
+        *value = touched->value;
+        *expiry = ExptimeToDeadlineMs(exptime, Client::NowUnixMs());
+        touched->expires_at_unix_ms = *expiry;
+        return RmwAction::kWrite;
+      });
+  if (outcome.gave_up) return Status(StatusCode::kAborted, "too many concurrent writes of the key");
+  if (!outcome.status.ok()) return outcome.status;
+  if (outcome.wrote) touched->version = outcome.version;
+  return touched;
 }
 
 void MemcacheSession::Store(const MemcacheRequest& req, std::string* out) {
@@ -429,64 +446,41 @@ void MemcacheSession::Store(const MemcacheRequest& req, std::string* out) {
     Reply(req, out, "STORED\r\n");
     return;
   }
-  for (int attempt = 0; attempt < kMaxCasAttempts; ++attempt) {
-    auto read = Read(req.key);
-    if (!read.ok()) {
-      Add(counters_.backend_errors);
-      Reply(req, out, BackendError(read.status()));
-      return;
-    }
-    const std::optional<Found>& found = *read;
-    std::string value;
-    if (req.command == MemcacheCommand::kAdd) {
-      if (found.has_value()) {
-        Reply(req, out, "NOT_STORED\r\n");
-        return;
-      }
-      value = EncodeItem(req.flags, StampNow(), req.data);
-    } else {
-      if (!found.has_value()) {
-        Reply(req, out, "NOT_STORED\r\n");
-        return;
-      }
-      if (req.command == MemcacheCommand::kReplace) {
-        value = EncodeItem(req.flags, StampNow(), req.data);
-      } else {
-        // append/prepend keep the item's flags and expiry.
-        const std::string_view old = found->item.data;
-        if (old.size() + req.data.size() > limits_.max_data_bytes) {
-          Reply(req, out, "NOT_STORED\r\n");  // memcached's answer when the result would not fit
-          return;
+  // The key may hold a value the memcached side does not see (absent to
+  // it: expired, flushed or not an item): add replaces it, under its
+  // version, as a write on an absent key.
+  const CasOutcome outcome =
+      UpdateItem(req.key, [&](const std::optional<Found>& found, std::string* value, int64_t* expiry) {
+        *expiry = put.expires_at_unix_ms;
+        if (req.command == MemcacheCommand::kAdd) {
+          if (found.has_value()) return RmwAction::kDone;
+          *value = EncodeItem(req.flags, StampNow(), req.data);
+          return RmwAction::kWrite;
         }
-        value = req.command == MemcacheCommand::kAppend ? EncodeItem(found->item.flags, StampNow(), old, req.data)
-                                                        : EncodeItem(found->item.flags, StampNow(), req.data, old);
-        put.expires_at_unix_ms = found->expires_at_unix_ms;
-      }
-    }
-    // The key may hold a value the memcached side does not see (absent to
-    // it: expired, flushed or not an item): add replaces it, under its
-    // version, as a write on an absent key.
-    put.condition = found.has_value() ? PutCondition::VersionIs(found->version) : PutCondition::Absent();
-    auto v = client_->Put(req.key, value, put);
-    if (!v.ok() && IsConditionFailed(v.status()) && !found.has_value()) {
-      auto raw = client_->GetVersioned(req.key);
-      if (raw.ok() && !Visible(std::move(raw->value), raw->version, raw->expires_at_unix_ms).has_value()) {
-        put.condition = PutCondition::VersionIs(raw->version);
-        v = client_->Put(req.key, value, put);
-      }
-    }
-    if (v.ok()) {
-      Reply(req, out, "STORED\r\n");
-      return;
-    }
-    if (!IsConditionFailed(v.status())) {
-      Add(counters_.backend_errors);
-      Reply(req, out, BackendError(v.status()));
-      return;
-    }
-    // Another write came between the read and this one: read again.
+        if (!found.has_value()) return RmwAction::kDone;
+        if (req.command == MemcacheCommand::kReplace) {
+          *value = EncodeItem(req.flags, StampNow(), req.data);
+          return RmwAction::kWrite;
+        }
+        // append/prepend keep the item's flags and expiry; memcached
+        // answers NOT_STORED when the result would not fit.
+        const std::string_view old = found->item.data;
+        if (old.size() + req.data.size() > limits_.max_data_bytes) return RmwAction::kDone;
+        *value = req.command == MemcacheCommand::kAppend ? EncodeItem(found->item.flags, StampNow(), old, req.data)
+                                                         : EncodeItem(found->item.flags, StampNow(), req.data, old);
+        *expiry = found->expires_at_unix_ms;
+        return RmwAction::kWrite;
+      });
+  if (outcome.gave_up) {
+    Reply(req, out, kTooManyWrites);
+    return;
   }
-  Reply(req, out, "SERVER_ERROR too many concurrent writes of the key\r\n");
+  if (!outcome.status.ok()) {
+    Add(counters_.backend_errors);
+    Reply(req, out, BackendError(outcome.status));
+    return;
+  }
+  Reply(req, out, outcome.wrote ? "STORED\r\n" : "NOT_STORED\r\n");
 }
 
 void MemcacheSession::Cas(const MemcacheRequest& req, std::string* out) {
@@ -516,7 +510,7 @@ void MemcacheSession::Cas(const MemcacheRequest& req, std::string* out) {
     Reply(req, out, "STORED\r\n");
     return;
   }
-  if (!IsConditionFailed(v.status())) {
+  if (!ConditionFailed(v.status())) {
     Add(counters_.backend_errors);
     Reply(req, out, BackendError(v.status()));
     return;
@@ -534,73 +528,66 @@ void MemcacheSession::Cas(const MemcacheRequest& req, std::string* out) {
 }
 
 void MemcacheSession::Delete(const MemcacheRequest& req, std::string* out) {
-  for (int attempt = 0; attempt < kMaxCasAttempts; ++attempt) {
-    auto read = Read(req.key);
-    if (!read.ok()) {
-      Add(counters_.backend_errors);
-      Reply(req, out, BackendError(read.status()));
-      return;
-    }
-    if (!read->has_value()) {
-      Add(counters_.delete_misses);
-      Reply(req, out, "NOT_FOUND\r\n");
-      return;
-    }
-    const Status s = client_->DeleteIfVersion(req.key, (*read)->version);
-    if (s.ok()) {
-      Add(counters_.delete_hits);
-      Reply(req, out, "DELETED\r\n");
-      return;
-    }
-    if (!IsConditionFailed(s)) {
-      Add(counters_.backend_errors);
-      Reply(req, out, BackendError(s));
-      return;
-    }
+  const CasOutcome outcome = UpdateItem(req.key, [](const std::optional<Found>& found, std::string*, int64_t*) {
+    return found.has_value() ? RmwAction::kDelete : RmwAction::kDone;
+  });
+  if (outcome.gave_up) {
+    Reply(req, out, kTooManyWrites);
+    return;
   }
-  Reply(req, out, "SERVER_ERROR too many concurrent writes of the key\r\n");
+  if (!outcome.status.ok()) {
+    Add(counters_.backend_errors);
+    Reply(req, out, BackendError(outcome.status));
+    return;
+  }
+  if (!outcome.wrote) {
+    Add(counters_.delete_misses);
+    Reply(req, out, "NOT_FOUND\r\n");
+    return;
+  }
+  Add(counters_.delete_hits);
+  Reply(req, out, "DELETED\r\n");
 }
 
 void MemcacheSession::Arithmetic(const MemcacheRequest& req, std::string* out) {
   const bool incr = req.command == MemcacheCommand::kIncr;
-  for (int attempt = 0; attempt < kMaxCasAttempts; ++attempt) {
-    auto read = Read(req.key);
-    if (!read.ok()) {
-      Add(counters_.backend_errors);
-      Reply(req, out, BackendError(read.status()));
-      return;
-    }
-    if (!read->has_value()) {
-      Add(incr ? counters_.incr_misses : counters_.decr_misses);
-      Reply(req, out, "NOT_FOUND\r\n");
-      return;
-    }
-    const Found& f = **read;
-    const std::optional<uint64_t> number = ParseCounter(f.item.data);
-    if (!number.has_value()) {
-      Reply(req, out, "CLIENT_ERROR cannot increment or decrement non-numeric value\r\n");
-      return;
-    }
-    const uint64_t result = ApplyDelta(*number, req.delta, incr);
-    PutOptions put;
-    put.condition = PutCondition::VersionIs(f.version);
-    put.expires_at_unix_ms = f.expires_at_unix_ms;
-    auto v = client_->Put(req.key, EncodeItem(f.item.flags, StampNow(), CounterData(result, f.item.data.size())), put);
-    if (v.ok()) {
-      Add(incr ? counters_.incr_hits : counters_.decr_hits);
-      if (!req.noreply) {
-        AppendU64(out, result);
-        out->append("\r\n");
-      }
-      return;
-    }
-    if (!IsConditionFailed(v.status())) {
-      Add(counters_.backend_errors);
-      Reply(req, out, BackendError(v.status()));
-      return;
-    }
+  bool numeric = true;
+  uint64_t result = 0;
+  const CasOutcome outcome =
+      UpdateItem(req.key, [&](const std::optional<Found>& found, std::string* value, int64_t* expiry) {
+        numeric = true;
+        if (!found.has_value()) return RmwAction::kDone;
+        const std::optional<uint64_t> number = ParseCounter(found->item.data);
+        numeric = number.has_value();
+        if (!numeric) return RmwAction::kDone;
+        result = ApplyDelta(*number, req.delta, incr);
+        *value = EncodeItem(found->item.flags, StampNow(), CounterData(result, found->item.data.size()));
+        *expiry = found->expires_at_unix_ms;
+        return RmwAction::kWrite;
+      });
+  if (outcome.gave_up) {
+    Reply(req, out, kTooManyWrites);
+    return;
   }
-  Reply(req, out, "SERVER_ERROR too many concurrent writes of the key\r\n");
+  if (!outcome.status.ok()) {
+    Add(counters_.backend_errors);
+    Reply(req, out, BackendError(outcome.status));
+    return;
+  }
+  if (!numeric) {
+    Reply(req, out, "CLIENT_ERROR cannot increment or decrement non-numeric value\r\n");
+    return;
+  }
+  if (!outcome.wrote) {
+    Add(incr ? counters_.incr_misses : counters_.decr_misses);
+    Reply(req, out, "NOT_FOUND\r\n");
+    return;
+  }
+  Add(incr ? counters_.incr_hits : counters_.decr_hits);
+  if (!req.noreply) {
+    AppendU64(out, result);
+    out->append("\r\n");
+  }
 }
 
 void MemcacheSession::Touch(const MemcacheRequest& req, std::string* out) {
@@ -626,37 +613,32 @@ void MemcacheSession::FlushAll(const MemcacheRequest& req, std::string* out) {
     return;
   }
   Add(counters_.cmd_flush);
-  for (int attempt = 0; attempt < kMaxCasAttempts; ++attempt) {
-    const int64_t now = Client::NowUnixMs();
-    FlushTimes old;
-    PutCondition condition = PutCondition::Absent();
-    auto current = client_->GetVersioned(kFlushKey);
-    if (current.ok()) {
-      old = ParseFlushTimes(current->value).value_or(FlushTimes{});
-      condition = PutCondition::VersionIs(current->version);
-    } else if (current.status().code() != StatusCode::kNotFound) {
-      Add(counters_.backend_errors);
-      Reply(req, out, BackendError(current.status()));
-      return;
-    }
+  int64_t now = 0;
+  FlushTimes next;
+  auto step = [&](const KeyState& state, std::string* value, int64_t* expiry) {
+    now = Client::NowUnixMs();
+    const FlushTimes old = state.found ? ParseFlushTimes(state.current.value).value_or(FlushTimes{}) : FlushTimes{};
     // With a delay (seconds, or an absolute time, as exptime) the items
     // stored before that time are flushed then.
     const int64_t deadline = req.has_delay && req.delay > 0 ? ExptimeToDeadlineMs(req.delay, now) : 0;
-    const FlushTimes next = NextFlush(old, now, deadline);
-    auto v = client_->Put(kFlushKey, FormatFlushTimes(next), condition);
-    if (v.ok()) {
-      CacheFlushTimes(next);
-      shared_.flush_read_ms.store(now, std::memory_order_relaxed);
-      Reply(req, out, "OK\r\n");
-      return;
-    }
-    if (!IsConditionFailed(v.status())) {
-      Add(counters_.backend_errors);
-      Reply(req, out, BackendError(v.status()));
-      return;
-    }
+    next = NextFlush(old, now, deadline);
+    *value = FormatFlushTimes(next);
+    *expiry = kNoExpiry;
+    return RmwAction::kWrite;
+  };
+  const CasOutcome outcome = CompareAndSet(*client_, kFlushKey, kMaxCasAttempts, step);
+  if (outcome.gave_up) {
+    Reply(req, out, "SERVER_ERROR too many concurrent flush_all\r\n");
+    return;
   }
-  Reply(req, out, "SERVER_ERROR too many concurrent flush_all\r\n");
+  if (!outcome.status.ok()) {
+    Add(counters_.backend_errors);
+    Reply(req, out, BackendError(outcome.status));
+    return;
+  }
+  CacheFlushTimes(next);
+  shared_.flush_read_ms.store(now, std::memory_order_relaxed);
+  Reply(req, out, "OK\r\n");
 }
 
 void MemcacheSession::Stats(const MemcacheRequest& req, std::string* out) {

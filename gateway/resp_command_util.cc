@@ -47,10 +47,6 @@ void ReplyNotInteger(std::string* out) { AppendError(out, "ERR value is not an i
 
 void ReplySyntaxError(std::string* out) { AppendError(out, "ERR syntax error"); }
 
-bool ConditionFailed(const rkv::Status& status) {
-  return status.code() == rkv::StatusCode::kFailedPrecondition && status.reason() == rkv::Reason::kConditionFailed;
-}
-
 std::optional<int64_t> ExpiryFromNow(int64_t amount, bool milliseconds, bool absolute, int64_t now_ms) {
   constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
   int64_t ms = amount;

@@ -14,8 +14,10 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
+#include "gateway/compare_and_set.h"
 #include "gateway/resp_session.h"
 #include "rkv/client.h"
 #include "rkv/status.h"
@@ -73,73 +75,20 @@ bool CheckValue(CommandContext& ctx, std::string_view value);
 // Appends Redis's error for an argument that should be an integer.
 void ReplyNotInteger(std::string* out);
 void ReplySyntaxError(std::string* out);
-// True for a status saying a conditional write found the key otherwise.
-bool ConditionFailed(const rkv::Status& status);
-
-// One read of a key for a read-modify-write: absent (found false), or its
-// value, version and expiry.
-struct KeyState {
-  bool found = false;
-  rkv::VersionedValue current;
-};
-
-// What a read-modify-write step decides, having seen the key.
-enum class RmwAction : uint8_t {
-  kWrite,   // write `next_value` with `next_expiry`
-  kDelete,  // remove the key (an expiry already past)
-  kDone,    // write nothing; the step appended the reply
-};
-
-// A compare-and-set loop: reads `key` (GetVersioned), calls
-// step(state, &next_value, &next_expiry) (next_expiry starts as the
-// key's current expiry, so a step that does not touch it keeps the TTL),
-// and writes conditionally on what it read (PutCondition::VersionIs, or
-// Absent for a key that was absent; DeleteIfVersion for kDelete). A write
-// that finds the key changed starts again from the read, so the result is
-// as if the read and the write were one step. Returns OK once the step
-// returned kDone or its write applied (then *version is the new version,
-// 0 for a delete); otherwise the rkv error, which the caller replies.
-template <typename Step>
-rkv::Status ReadModifyWrite(CommandContext& ctx, std::string_view key, Step step, uint64_t* version = nullptr);
-
 // Most attempts of one read-modify-write before it gives up with
 // ABORTED (a key written without pause by others).
 inline constexpr int kMaxRmwAttempts = 10000;
 
+// A compare-and-set loop on `key` (CompareAndSet, compare_and_set.h) of at
+// most kMaxRmwAttempts attempts: step(state, &next_value, &next_expiry)
+// sees the key as read and decides. The step appends no reply: it leaves
+// what to reply in what it captured, for the caller once the loop is over.
+// Returns OK once the step returned kDone or its write applied; otherwise
+// the rkv error (ABORTED when the key kept changing), which the caller
+// replies.
 template <typename Step>
-rkv::Status ReadModifyWrite(CommandContext& ctx, std::string_view key, Step step, uint64_t* version) {
-  for (int attempt = 0; attempt < kMaxRmwAttempts; ++attempt) {
-    KeyState state;
-    auto read = ctx.client->GetVersioned(key);
-    if (read.ok()) {
-      state.found = true;
-      state.current = std::move(*read);
-    } else if (read.status().code() != rkv::StatusCode::kNotFound) {
-      return read.status();
-    }
-    std::string next_value;
-    int64_t next_expiry = state.found ? state.current.expires_at_unix_ms : rkv::kNoExpiry;
-    RmwAction action = step(static_cast<const KeyState&>(state), &next_value, &next_expiry);
-    if (action == RmwAction::kDone) return rkv::Status::Ok();
-    if (action == RmwAction::kDelete) {
-      if (!state.found) return rkv::Status::Ok();
-      rkv::Status deleted = ctx.client->DeleteIfVersion(key, state.current.version);
-      if (ConditionFailed(deleted) || deleted.code() == rkv::StatusCode::kNotFound) continue;
-      if (deleted.ok() && version != nullptr) *version = 0;
-      return deleted;
-    }
-    rkv::PutOptions put;
-    put.condition = state.found ? rkv::PutCondition::VersionIs(state.current.version) : rkv::PutCondition::Absent();
-    put.expires_at_unix_ms = next_expiry;
-    auto written = ctx.client->Put(key, next_value, put);
-    if (written.ok()) {
-      if (version != nullptr) *version = *written;
-      return rkv::Status::Ok();
-    }
-    if (!ConditionFailed(written.status())) return written.status();
-  }
-  return rkv::Status(rkv::StatusCode::kAborted, "the key kept changing during " +
-                                                    std::to_string(kMaxRmwAttempts) + " compare-and-set attempts");
+rkv::Status ReadModifyWrite(CommandContext& ctx, std::string_view key, Step&& step) {
+  return CompareAndSet(*ctx.client, key, kMaxRmwAttempts, std::forward<Step>(step)).status;
 }
 
 // ---- Handlers (one per command; the table names them).
