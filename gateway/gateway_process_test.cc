@@ -10,22 +10,17 @@
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <gtest/gtest.h>
 
 #include <cerrno>
-#include <chrono>
 #include <cstring>
-#include <fstream>
-#include <sstream>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "gateway/listener.h"
-#include "tests/server_process.h"
+#include "tests/gateway_process.h"
 #include "tests/temp_dir.h"
 #include "gateway/resp_test_util.h"
 
@@ -49,7 +44,8 @@ constexpr long kMostGrowthKiB = 2 * 1024 * 1024;
 constexpr long kMostGrowthKiB = 256 * 1024;
 #endif
 
-using ::rkv::testing::ServerProcess;
+using ::rkv::testing::GatewayBackend;
+using ::rkv::testing::GatewayProcess;
 using ::rkv::testing::TempDir;
 
 using testing::Multibulk;
@@ -94,133 +90,27 @@ std::string Call(int fd, const std::vector<std::string>& args, size_t reply_byte
   return ReadBytes(fd, reply_bytes);
 }
 
-// rkv-gateway as a child process; stdout and stderr go to files.
-class GatewayProcess {
- public:
-  GatewayProcess(std::string dir, std::vector<std::string> flags) : dir_(std::move(dir)), flags_(std::move(flags)) {}
-  ~GatewayProcess() {
-    if (pid_ > 0) {
-      kill(pid_, SIGKILL);
-      waitpid(pid_, nullptr, 0);
-    }
-  }
-
-  // Starts it; with `wait_listening`, waits for its "listening" line.
-  bool Start(bool wait_listening = true) {
-    out_path_ = dir_ + "/gateway.out";
-    err_path_ = dir_ + "/gateway.err";
-    pid_ = fork();
-    if (pid_ == 0) {
-      int out = open(out_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      int err = open(err_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      dup2(out, 1);
-      dup2(err, 2);
-      std::vector<char*> argv;
-      std::string bin = RKV_GATEWAY_BIN;
-      argv.push_back(bin.data());
-      for (auto& f : flags_) argv.push_back(f.data());
-      argv.push_back(nullptr);
-      execv(bin.c_str(), argv.data());
-      dprintf(2, "execv %s: %s\n", bin.c_str(), std::strerror(errno));
-      _exit(127);
-    }
-    if (!wait_listening) return true;
-    for (int i = 0; i < 12000; ++i) {
-      std::string out = ReadFile(out_path_);
-      size_t at = out.find("rkv-gateway redis listening on ");
-      if (at != std::string::npos) {
-        size_t end = out.find('\n', at);
-        if (end != std::string::npos) {
-          address_ = out.substr(at + 31, end - at - 31);
-          return true;
-        }
-      }
-      int status = 0;
-      if (waitpid(pid_, &status, WNOHANG) == pid_) {
-        pid_ = -1;
-        return false;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-    return false;
-  }
-
-  // Waits for the exit; returns the exit code (or 128 + signal).
-  int Wait() {
-    int status = 0;
-    waitpid(pid_, &status, 0);
-    pid_ = -1;
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  }
-  void Signal(int sig) { kill(pid_, sig); }
-
-  // Resident memory in KiB (VmRSS).
-  long RssKiB() const {
-    std::ifstream status("/proc/" + std::to_string(pid_) + "/status");
-    std::string line;
-    while (std::getline(status, line)) {
-      if (line.rfind("VmRSS:", 0) == 0) return std::stol(line.substr(6));
-    }
-    return -1;
-  }
-
-  const std::string& address() const { return address_; }
-  std::string Err() const { return ReadFile(err_path_); }
-
- private:
-  static std::string ReadFile(const std::string& path) {
-    std::ifstream in(path);
-    std::stringstream s;
-    s << in.rdbuf();
-    return s.str();
-  }
-
-  std::string dir_;
-  std::vector<std::string> flags_;
-  std::string out_path_;
-  std::string err_path_;
-  std::string address_;
-  pid_t pid_ = -1;
-};
-
 class GatewayProcessTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    dir_ = new TempDir();
-    token_file_ = dir_->path() + "/token";
-    ::rkv::testing::WriteFile(token_file_, "gateway-token\n");
-    server_ = new ServerProcess(dir_->path() + "/data", token_file_, {"--memory=268435456"});
-    rkv::Status started = server_->Start();
+    backend_ = new GatewayBackend("gateway-token");
+    rkv::Status started = backend_->Start();
     ASSERT_TRUE(started.ok()) << started;
   }
   static void TearDownTestSuite() {
-    delete server_;
-    server_ = nullptr;
-    delete dir_;
-    dir_ = nullptr;
+    delete backend_;
+    backend_ = nullptr;
   }
 
-  std::vector<std::string> Flags(std::vector<std::string> extra = {}) const {
-    std::vector<std::string> flags = {"--server=" + server_->address(), "--token_file=" + token_file_,
-                                      "--transport=" + ::rkv::testing::TestTransport(), "--timeout=30000",
-                                      "--redis_listen=127.0.0.1:0", "--memcached_listen=", "--threads=2"};
-    flags.insert(flags.end(), extra.begin(), extra.end());
-    return flags;
-  }
+  std::vector<std::string> Flags(const std::vector<std::string>& extra = {}) const { return backend_->Flags(extra); }
 
-  static TempDir* dir_;
-  static std::string token_file_;
-  static ServerProcess* server_;
+  static inline GatewayBackend* backend_ = nullptr;
 };
-
-TempDir* GatewayProcessTest::dir_ = nullptr;
-std::string GatewayProcessTest::token_file_;
-ServerProcess* GatewayProcessTest::server_ = nullptr;
 
 TEST_F(GatewayProcessTest, AClientThatNeverReadsCannotGrowTheGatewayAndOthersAreServed) {
   TempDir dir;
   GatewayProcess gateway(dir.path(), Flags({"--output_limit_bytes=1048576"}));
-  ASSERT_TRUE(gateway.Start()) << gateway.Err();
+  ASSERT_TRUE(gateway.Start());
   int setup = Connect(gateway.address());
   ASSERT_GE(setup, 0);
   std::string value(512 * 1024, 'v');
@@ -266,7 +156,7 @@ TEST_F(GatewayProcessTest, AClientThatNeverReadsCannotGrowTheGatewayAndOthersAre
   close(hostile);
   close(setup);
   gateway.Signal(SIGTERM);
-  EXPECT_EQ(gateway.Wait(), 0) << gateway.Err();
+  EXPECT_EQ(gateway.Wait(), 0) << gateway.Log();
 }
 
 TEST_F(GatewayProcessTest, TwoThousandIdleConnectionsAndAWorkingOne) {
@@ -279,7 +169,7 @@ TEST_F(GatewayProcessTest, TwoThousandIdleConnectionsAndAWorkingOne) {
   ASSERT_GE(nofile.rlim_cur, 4200u) << "the test needs 4,200 descriptors (ulimit -n)";
   TempDir dir;
   GatewayProcess gateway(dir.path(), Flags());
-  ASSERT_TRUE(gateway.Start()) << gateway.Err();
+  ASSERT_TRUE(gateway.Start());
   std::vector<int> idle;
   for (int i = 0; i < 2000; ++i) {
     int fd = Connect(gateway.address());
@@ -300,7 +190,7 @@ TEST_F(GatewayProcessTest, TwoThousandIdleConnectionsAndAWorkingOne) {
 TEST_F(GatewayProcessTest, ClientsBeyondMaxClientsGetRedissError) {
   TempDir dir;
   GatewayProcess gateway(dir.path(), Flags({"--max_clients=2"}));
-  ASSERT_TRUE(gateway.Start()) << gateway.Err();
+  ASSERT_TRUE(gateway.Start());
   int a = Connect(gateway.address());
   int b = Connect(gateway.address());
   EXPECT_EQ(Call(a, {"PING"}, 7), "+PONG\r\n");
@@ -323,7 +213,7 @@ TEST_F(GatewayProcessTest, ATakenPortIsNamedAndExitsNonZero) {
   GatewayProcess gateway(dir.path(), flags);
   ASSERT_TRUE(gateway.Start(/*wait_listening=*/false));
   EXPECT_EQ(gateway.Wait(), 1);
-  std::string err = gateway.Err();
+  std::string err = gateway.Log();
   EXPECT_NE(err.find("--redis_listen"), std::string::npos) << err;
   EXPECT_NE(err.find(address), std::string::npos) << err;
   EXPECT_NE(err.find("Address already in use"), std::string::npos) << err;
@@ -335,17 +225,17 @@ TEST_F(GatewayProcessTest, BadFlagsExitTwoWithTheReason) {
   GatewayProcess gateway(dir.path(), Flags({"--threads=-3"}));
   ASSERT_TRUE(gateway.Start(false));
   EXPECT_EQ(gateway.Wait(), 2);
-  EXPECT_NE(gateway.Err().find("--threads"), std::string::npos) << gateway.Err();
+  EXPECT_NE(gateway.Log().find("--threads"), std::string::npos) << gateway.Log();
 }
 
 TEST_F(GatewayProcessTest, SigtermStopsItCleanly) {
   TempDir dir;
   GatewayProcess gateway(dir.path(), Flags());
-  ASSERT_TRUE(gateway.Start()) << gateway.Err();
+  ASSERT_TRUE(gateway.Start());
   int fd = Connect(gateway.address());
   EXPECT_EQ(Call(fd, {"SET", "term:k", "v"}, 5), "+OK\r\n");
   gateway.Signal(SIGTERM);
-  EXPECT_EQ(gateway.Wait(), 0) << gateway.Err();
+  EXPECT_EQ(gateway.Wait(), 0) << gateway.Log();
   EXPECT_EQ(ReadBytes(fd, 1), "");
   close(fd);
 }

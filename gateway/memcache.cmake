@@ -33,7 +33,7 @@ if(RKV_BUILD_TESTS)
 
   # Sessions executing on a real rkv-server (started by the test).
   add_executable(gateway_memcache_session_test ${CMAKE_CURRENT_LIST_DIR}/memcache_session_test.cc)
-  target_link_libraries(gateway_memcache_session_test PRIVATE rkv_gateway_memcache rkv_test_processes
+  target_link_libraries(gateway_memcache_session_test PRIVATE rkv_gateway_memcache rkv_test_gateway
                         rkv_warnings rkv_test_main Threads::Threads)
   add_dependencies(gateway_memcache_session_test rkv-server)
   gtest_discover_tests(gateway_memcache_session_test DISCOVERY_MODE PRE_TEST

@@ -13,16 +13,12 @@
 
 #include "gateway/memcache_item.h"
 #include "rkv/client.h"
-#include "tests/server_process.h"
-#include "tests/temp_dir.h"
+#include "tests/gateway_process.h"
 
 namespace rkv::gateway {
 namespace {
 
-using rkv::testing::ServerProcess;
-using rkv::testing::TempDir;
-using rkv::testing::TestTransport;
-using rkv::testing::WriteFile;
+using rkv::testing::GatewayBackend;
 
 constexpr size_t kNoLimit = size_t{1} << 40;
 
@@ -65,33 +61,16 @@ Conversation Talk(Session& session, std::string_view in, size_t chunk = 0, size_
 class MemcacheSessionTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    dir_ = new TempDir();
-    const std::string token_file = dir_->path() + "/token";
-    WriteFile(token_file, "memcache-token\n");
-    server_ = new ServerProcess(dir_->path() + "/data", token_file, {"--memory=268435456"});
-    const Status s = server_->Start();
+    backend_ = new GatewayBackend("memcache-token");
+    const Status s = backend_->Start();
     ASSERT_TRUE(s.ok()) << s;
-    client_ = NewClient().release();
+    client_ = backend_->NewClient(/*connections=*/2).release();
   }
   static void TearDownTestSuite() {
     delete client_;
-    delete server_;
-    delete dir_;
+    delete backend_;
     client_ = nullptr;
-    server_ = nullptr;
-    dir_ = nullptr;
-  }
-
-  static std::unique_ptr<Client> NewClient() {
-    ClientOptions o;
-    o.server = server_->address();
-    o.token = "memcache-token";
-    o.transport = TestTransport();
-    o.timeout = std::chrono::milliseconds(30000);
-    o.connections = 2;
-    auto c = Client::Connect(o);
-    EXPECT_TRUE(c.ok()) << c.status();
-    return c.ok() ? std::move(c).value() : nullptr;
+    backend_ = nullptr;
   }
 
   void SetUp() override {
@@ -117,8 +96,7 @@ class MemcacheSessionTest : public ::testing::Test {
 
   std::string K(std::string_view name) const { return prefix_ + std::string(name); }
 
-  static inline TempDir* dir_ = nullptr;
-  static inline ServerProcess* server_ = nullptr;
+  static inline GatewayBackend* backend_ = nullptr;
   static inline Client* client_ = nullptr;
   MemcacheShared shared_;
   std::string prefix_;

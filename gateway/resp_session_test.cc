@@ -14,45 +14,29 @@
 
 #include "gateway/rkv_round.h"
 #include "rkv/client.h"
-#include "tests/server_process.h"
-#include "tests/temp_dir.h"
+#include "tests/gateway_process.h"
 #include "gateway/resp_test_util.h"
 
 namespace rkv::gateway {
 namespace {
 
-using ::rkv::testing::ServerProcess;
-using ::rkv::testing::TempDir;
+using ::rkv::testing::GatewayBackend;
 
 using testing::Multibulk;
 
 class RespSessionTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    dir_ = new TempDir();
-    std::string token_file = dir_->path() + "/token";
-    ::rkv::testing::WriteFile(token_file, "gateway-token\n");
-    server_ = new ServerProcess(dir_->path() + "/data", token_file, {"--memory=268435456"});
-    rkv::Status started = server_->Start();
+    backend_ = new GatewayBackend("gateway-token");
+    rkv::Status started = backend_->Start();
     ASSERT_TRUE(started.ok()) << started;
   }
   static void TearDownTestSuite() {
-    delete server_;
-    server_ = nullptr;
-    delete dir_;
-    dir_ = nullptr;
+    delete backend_;
+    backend_ = nullptr;
   }
 
-  static std::unique_ptr<rkv::Client> NewClient() {
-    rkv::ClientOptions o;
-    o.server = server_->address();
-    o.token = "gateway-token";
-    o.transport = ::rkv::testing::TestTransport();
-    o.timeout = std::chrono::milliseconds(30000);
-    auto c = rkv::Client::Connect(o);
-    EXPECT_TRUE(c.ok()) << c.status();
-    return c.ok() ? std::move(c).value() : nullptr;
-  }
+  static std::unique_ptr<rkv::Client> NewClient() { return backend_->NewClient(); }
 
   void SetUp() override {
     client_ = NewClient();
@@ -92,17 +76,13 @@ class RespSessionTest : public ::testing::Test {
     EXPECT_LE(ttl, high) << key;
   }
 
-  static TempDir* dir_;
-  static ServerProcess* server_;
+  static inline GatewayBackend* backend_ = nullptr;
   std::unique_ptr<rkv::Client> client_;
   RespShared shared_;
   RespOptions options_;
   std::unique_ptr<Session> session_;
   std::string prefix_;
 };
-
-TempDir* RespSessionTest::dir_ = nullptr;
-ServerProcess* RespSessionTest::server_ = nullptr;
 
 TEST_F(RespSessionTest, ConnectionCommandsAnswerAsRedis) {
   EXPECT_EQ(Cmd({"PING"}), "+PONG\r\n");

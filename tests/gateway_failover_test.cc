@@ -3,19 +3,12 @@
 // the gateway, docs/design.md §8.14) lose no acknowledged increment and
 // gain none beyond those whose outcome they could not learn.
 #include <arpa/inet.h>
-#include <fcntl.h>
 #include <netinet/in.h>
-#include <signal.h>
-#include <spawn.h>
 #include <sys/socket.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <chrono>
-#include <cstring>
-#include <fstream>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -23,75 +16,12 @@
 #include <gtest/gtest.h>
 
 #include "rkv/client.h"
+#include "tests/gateway_process.h"
 #include "tests/test_cluster.h"
 #include "tests/wait_for.h"
 
-extern char** environ;
-
 namespace rkv::testing {
 namespace {
-
-std::string Slurp(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-// The gateway as a child process, its output in files of `dir`.
-class Gateway {
- public:
-  Gateway(std::string dir, std::vector<std::string> flags) : dir_(std::move(dir)), flags_(std::move(flags)) {}
-  ~Gateway() {
-    if (pid_ > 0) {
-      kill(pid_, SIGKILL);
-      waitpid(pid_, nullptr, 0);
-    }
-  }
-
-  // Starts it and waits for its Redis listening line: the port it bound.
-  ::testing::AssertionResult Start() {
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_addopen(&actions, 1, (dir_ + "/gateway.out").c_str(), O_WRONLY | O_CREAT | O_TRUNC,
-                                     0644);
-    posix_spawn_file_actions_addopen(&actions, 2, (dir_ + "/gateway.err").c_str(), O_WRONLY | O_CREAT | O_TRUNC,
-                                     0644);
-    std::vector<std::string> args = {RKV_GATEWAY_BIN};
-    args.insert(args.end(), flags_.begin(), flags_.end());
-    std::vector<char*> argv;
-    for (std::string& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    const int spawned = posix_spawn(&pid_, argv[0], &actions, nullptr, argv.data(), environ);
-    posix_spawn_file_actions_destroy(&actions);
-    if (spawned != 0) return ::testing::AssertionFailure() << "posix_spawn: " << std::strerror(spawned);
-    const std::string prefix = "rkv-gateway redis listening on ";
-    return WaitFor("the gateway's listening line", [&]() -> ::testing::AssertionResult {
-      const std::string out = Slurp(dir_ + "/gateway.out");
-      const size_t at = out.find(prefix);
-      const size_t end = at == std::string::npos ? at : out.find('\n', at);
-      if (end != std::string::npos) {
-        const std::string address = out.substr(at + prefix.size(), end - at - prefix.size());
-        port_ = static_cast<uint16_t>(std::stoi(address.substr(address.rfind(':') + 1)));
-        return ::testing::AssertionSuccess();
-      }
-      int status = 0;
-      if (waitpid(pid_, &status, WNOHANG) == pid_) {
-        pid_ = -1;
-        return ::testing::AssertionFailure() << "the gateway exited: " << Slurp(dir_ + "/gateway.err");
-      }
-      return ::testing::AssertionFailure() << "not listening yet";
-    });
-  }
-  uint16_t port() const { return port_; }
-  std::string Log() const { return Slurp(dir_ + "/gateway.err"); }
-
- private:
-  std::string dir_;
-  std::vector<std::string> flags_;
-  pid_t pid_ = -1;
-  uint16_t port_ = 0;
-};
 
 // One Redis connection speaking RESP2, blocking.
 class Redis {
@@ -189,10 +119,8 @@ TEST_F(GatewayFailoverTest, IncrementsThroughTheGatewaySurviveAPrimaryKill) {
   }
   ASSERT_FALSE(counter.empty());
 
-  Gateway gateway(cluster().dir(), {"--coordinator=" + cluster().coordinator_address(),
-                                    "--token_file=" + cluster().token_file(), "--transport=" + TestTransport(),
-                                    "--timeout=30000", "--redis_listen=127.0.0.1:0", "--memcached_listen=",
-                                    "--threads=2"});
+  GatewayProcess gateway(cluster().dir(),
+                         GatewayFlags("--coordinator=" + cluster().coordinator_address(), cluster().token_file()));
   ASSERT_TRUE(gateway.Start());
 
   constexpr int kClients = 3;

@@ -70,6 +70,46 @@ void WriteFile(const std::string& path, const std::string& contents) {
   ::chmod(path.c_str(), 0600);
 }
 
+std::string ReadWholeFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+StatusOr<pid_t> SpawnProcess(std::vector<std::string> argv, const std::string& out_path,
+                             const std::string& err_path) {
+  const int out_fd = open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (out_fd < 0) return Internal("open " + out_path + ": " + std::strerror(errno));
+  const int err_fd = open(err_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (err_fd < 0) {
+    close(out_fd);
+    return Internal("open " + err_path + ": " + std::strerror(errno));
+  }
+  // Everything the child needs is made before fork(): this process has
+  // threads (clients, lease renewal), and the child of a threaded process
+  // may only make async-signal-safe calls until execv. An allocation there
+  // can hang forever on a malloc lock another thread held at the fork.
+  std::vector<char*> args;
+  for (auto& a : argv) args.push_back(a.data());
+  args.push_back(nullptr);
+  const pid_t pid = fork();
+  if (pid < 0) {
+    close(out_fd);
+    close(err_fd);
+    return Internal(std::string("fork: ") + std::strerror(errno));
+  }
+  if (pid == 0) {
+    dup2(out_fd, STDOUT_FILENO);  // dup2 clears O_CLOEXEC on the copy
+    dup2(err_fd, STDERR_FILENO);
+    execv(args[0], args.data());
+    _exit(127);
+  }
+  close(out_fd);
+  close(err_fd);
+  return pid;
+}
+
 ServerProcess::ServerProcess(std::string data_dir, std::string token_file,
                              std::vector<std::string> extra_flags, Role role)
     : data_dir_(std::move(data_dir)),
@@ -97,42 +137,13 @@ Status ServerProcess::Start(std::chrono::seconds timeout) {
   // stdout goes to a file (a pipe closed after start-up would kill the
   // server with SIGPIPE on its next line); start-up is read from there.
   const std::string out_path = data_dir_ + ".out";
-  const int out_fd = open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (out_fd < 0) return Internal("open " + out_path + ": " + std::strerror(errno));
-  const int log_fd = open(log_path_.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-  if (log_fd < 0) {
-    close(out_fd);
-    return Internal("open " + log_path_ + ": " + std::strerror(errno));
-  }
-  // Everything the child needs is made before fork(): this process has
-  // threads (clients, lease renewal), and the child of a threaded process
-  // may only make async-signal-safe calls until execv. An allocation there
-  // can hang forever on a malloc lock another thread held at the fork.
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  const pid_t pid = fork();
-  if (pid < 0) {
-    close(out_fd);
-    close(log_fd);
-    return Internal(std::string("fork: ") + std::strerror(errno));
-  }
-  if (pid == 0) {
-    dup2(out_fd, STDOUT_FILENO);  // dup2 clears O_CLOEXEC on the copy
-    dup2(log_fd, STDERR_FILENO);
-    execv(argv[0], argv.data());
-    _exit(127);
-  }
-  close(out_fd);
-  close(log_fd);
-  pid_ = pid;
+  StatusOr<pid_t> spawned = SpawnProcess(args, out_path, log_path_);
+  if (!spawned.ok()) return spawned.status();
+  pid_ = *spawned;
 
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   while (std::chrono::steady_clock::now() < deadline) {
-    std::ifstream in(out_path);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    const std::string seen = ss.str();
+    const std::string seen = ReadWholeFile(out_path);
     const size_t at = seen.find("listening on ");
     if (at != std::string::npos) {
       const size_t start = at + 13;
@@ -220,10 +231,7 @@ void ServerProcess::Wipe() {
 }
 
 std::string ServerProcess::Log() const {
-  std::ifstream in(log_path_);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  std::string s = ss.str();
+  std::string s = ReadWholeFile(log_path_);
   if (s.size() > 8000) s = "..." + s.substr(s.size() - 8000);
   return s;
 }

@@ -35,6 +35,16 @@ int SuiteCount(const char* env, int n, int minimum);
 
 // Writes `contents` to `path` (mode 0600).
 void WriteFile(const std::string& path, const std::string& contents);
+// The whole of the file at `path` ("" when it cannot be read).
+std::string ReadWholeFile(const std::string& path);
+
+// Starts the program at `argv[0]` (a path) with `argv` as a child process,
+// its stdout to `out_path` (truncated) and its stderr appended to
+// `err_path`, and returns its pid, which the caller reaps. Safe from a
+// process with threads: the child makes no allocation before execv. The
+// one launch of the suites' processes (ServerProcess, GatewayProcess).
+StatusOr<pid_t> SpawnProcess(std::vector<std::string> argv, const std::string& out_path,
+                             const std::string& err_path);
 
 class ServerProcess {
  public:
