@@ -7,6 +7,10 @@ namespace rkv::transport {
 
 StatusOr<std::unique_ptr<Transport>> CreateTransport(Kind kind, const Options& options) {
   if (kind == Kind::kTcp) return CreateTcpTransport(options);
+  if (!options.tls.empty()) {
+    return InvalidArgument("TLS on the data plane is a tcp transport's: RDMA has no encryption (docs/design.md "
+                           "§10 says what to do instead)");
+  }
   return CreateVerbsTransport(options);
 }
 

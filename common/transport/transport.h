@@ -382,6 +382,21 @@ inline constexpr uint32_t kMaxListenBacklog = 4096;
 inline constexpr uint32_t kDefaultMaxSendWr = 256;
 static_assert(kDefaultMaxSendWr >= 2 * 2 * kMaxWriteSendsPerPost);
 
+// tcp only: the PEM files of TLS on the data plane (tcp/tls_session.h,
+// docs/design.md §10). All empty: plain tcp.
+struct TcpTlsFiles {
+  // This side's certificate chain (leaf first) and its private key, both
+  // or neither: with them, a listener takes TLS connections only.
+  std::string cert_file;
+  std::string key_file;
+  // The CA bundle servers' certificates are verified against: with it,
+  // Connect speaks TLS and the server's certificate must name the host
+  // dialled.
+  std::string ca_file;
+
+  bool empty() const { return cert_file.empty() && key_file.empty() && ca_file.empty(); }
+};
+
 struct Options {
   // verbs only: RoCE GID index; -1 picks one (RoCE v2 IPv4-mapped) per port.
   int gid_index = -1;
@@ -435,6 +450,11 @@ struct Options {
   // for frame_timeout. Zero: no limit.
   std::chrono::milliseconds idle_timeout{0};
   std::chrono::milliseconds frame_timeout{0};
+  // tcp only: TLS on the data plane; empty: plain tcp. CreateTransport
+  // reads the files (INVALID_ARGUMENT naming a bad one) and looks at them
+  // again for a rotation every few seconds. The verbs transport refuses
+  // them: RDMA has no encryption (docs/design.md §10).
+  TcpTlsFiles tls;
 };
 
 class Transport {

@@ -1,7 +1,8 @@
 // The transports a parameterized transport suite runs against, named by
-// $RKV_TRANSPORTS (comma-separated; default "tcp,fault(tcp)"): "tcp",
-// "verbs", or "fault(KIND)", a FaultTransport with no fault set around
-// KIND. Shared by the suites that test transport.h's promises for every
+// $RKV_TRANSPORTS (comma-separated; default "tcp,fault(tcp),tls"): "tcp",
+// "verbs", "tls" (tcp with TLS on both sides: Options::tls with a test CA
+// and a certificate for 127.0.0.1, made once per process), or
+// "fault(KIND)", a FaultTransport with no fault set around KIND. Shared by the suites that test transport.h's promises for every
 // transport (transport_conformance_test.cc, poll_group_conformance_test.cc).
 // Test code only.
 #pragma once
@@ -9,6 +10,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cstdlib>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
@@ -18,6 +20,7 @@
 #include "common/transport/fault/fault_transport.h"
 #include "common/transport/transport.h"
 #include "common/transport/verbs/verbs_transport.h"
+#include "tests/test_pki.h"
 
 namespace rkv::transport::testing {
 
@@ -41,7 +44,7 @@ inline std::vector<std::string> TransportsUnderTest() {
       start = comma + 1;
     }
   }
-  if (names.empty()) names = {"tcp", "fault(tcp)"};
+  if (names.empty()) names = {"tcp", "fault(tcp)", "tls"};
   return names;
 }
 
@@ -66,6 +69,42 @@ inline std::string WrappedName(const std::string& name) {
   return "";
 }
 
+// The PEM files of the "tls" instance, made on first use in a temporary
+// folder that is removed when the process exits.
+inline StatusOr<TcpTlsFiles> TestTlsFiles() {
+  struct Made {
+    std::string dir;
+    StatusOr<TcpTlsFiles> files = Internal("not made");
+    ~Made() {
+      std::error_code ec;
+      if (!dir.empty()) std::filesystem::remove_all(dir, ec);
+    }
+  };
+  static Made made;
+  static const bool ready = [] {
+    std::string tmpl = (std::filesystem::temp_directory_path() / "rkv-tls-XXXXXX").string();
+    if (::mkdtemp(tmpl.data()) == nullptr) {
+      made.files = Internal("mkdtemp failed for the test certificates");
+      return false;
+    }
+    made.dir = tmpl;
+    StatusOr<rkv::testing::TestCa> ca = rkv::testing::MakeTestCa(made.dir, "transport");
+    if (!ca.ok()) {
+      made.files = ca.status();
+      return false;
+    }
+    StatusOr<rkv::testing::TestCert> cert = rkv::testing::MakeTestCert(*ca, made.dir, "server");
+    if (!cert.ok()) {
+      made.files = cert.status();
+      return false;
+    }
+    made.files = TcpTlsFiles{cert->cert, cert->key, ca->cert};
+    return true;
+  }();
+  (void)ready;
+  return made.files;
+}
+
 // The transport that `name` stands for.
 inline StatusOr<std::unique_ptr<Transport>> MakeTransport(const std::string& name, const Options& options) {
   if (const std::string inner = WrappedName(name); !inner.empty()) {
@@ -73,6 +112,11 @@ inline StatusOr<std::unique_ptr<Transport>> MakeTransport(const std::string& nam
     return std::unique_ptr<Transport>(std::make_unique<fault::FaultTransport>(std::move(wrapped)));
   }
   if (name == "tcp") return CreateTransport(Kind::kTcp, options);
+  if (name == "tls") {
+    Options with_tls = options;
+    RKV_ASSIGN_OR_RETURN(with_tls.tls, TestTlsFiles());
+    return CreateTransport(Kind::kTcp, with_tls);
+  }
   if (name == "verbs") {
     if (!VerbsDeviceAvailable()) {
       return Unavailable(
@@ -81,13 +125,16 @@ inline StatusOr<std::unique_ptr<Transport>> MakeTransport(const std::string& nam
     }
     return CreateTransport(Kind::kVerbs, options);
   }
-  return InvalidArgument("unknown transport '" + name + "' in $RKV_TRANSPORTS: expected tcp, verbs or fault(KIND)");
+  return InvalidArgument("unknown transport '" + name +
+                         "' in $RKV_TRANSPORTS: expected tcp, tls, verbs or fault(KIND)");
 }
 
-// The innermost transport's name: "fault(verbs)" -> "verbs".
+// The innermost transport's kind name: "fault(verbs)" -> "verbs", "tls" ->
+// "tcp".
 inline std::string BaseName(const std::string& name) {
   const std::string inner = WrappedName(name);
-  return inner.empty() ? name : BaseName(inner);
+  if (inner.empty()) return name == "tls" ? "tcp" : name;
+  return BaseName(inner);
 }
 
 }  // namespace rkv::transport::testing

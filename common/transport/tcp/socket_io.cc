@@ -100,50 +100,11 @@ Status WaitFd(int fd, short events, Clock::time_point deadline, const std::strin
   }
 }
 
-Status SendAllBy(int fd, const uint8_t* p, size_t n, Clock::time_point deadline, const std::string& what) {
-  while (n > 0) {
-    const ssize_t r = ::send(fd, p, n, MSG_NOSIGNAL | MSG_DONTWAIT);
-    if (r > 0) {
-      p += r;
-      n -= static_cast<size_t>(r);
-      continue;
-    }
-    if (r < 0 && errno == EINTR) continue;
-    if (r == 0 || errno == EAGAIN || errno == EWOULDBLOCK) {
-      RKV_RETURN_IF_ERROR(WaitFd(fd, POLLOUT, deadline, "timed out sending to " + what));
-      continue;
-    }
-    return PosixError("send to " + what, errno);
-  }
-  return Status::Ok();
-}
-
 StatusOr<bool> TryParseFrame(ByteBuffer& rx, FrameHeader* header) {
   if (rx.size() < kHeaderBytes) return false;
   std::memcpy(header, rx.head(), kHeaderBytes);
   RKV_RETURN_IF_ERROR(ValidateHeader(*header));
   return rx.size() >= kHeaderBytes + header->payload_len;
-}
-
-StatusOr<FrameHeader> ReadFrameBy(int fd, ByteBuffer& rx, Clock::time_point deadline, const std::string& what) {
-  FrameHeader h;
-  for (;;) {
-    RKV_ASSIGN_OR_RETURN(const bool complete, TryParseFrame(rx, &h));
-    if (complete) return h;
-    rx.Reserve(4096);
-    const ssize_t r = ::recv(fd, rx.tail(), rx.tail_space(), MSG_DONTWAIT);
-    if (r > 0) {
-      rx.Commit(static_cast<size_t>(r));
-      continue;
-    }
-    if (r == 0) return Unavailable(what + " closed the connection during setup");
-    if (errno == EINTR) continue;
-    if (errno == EAGAIN || errno == EWOULDBLOCK) {
-      RKV_RETURN_IF_ERROR(WaitFd(fd, POLLIN, deadline, "timed out waiting for " + what));
-      continue;
-    }
-    return PosixError("recv from " + what, errno);
-  }
 }
 
 }  // namespace rkv::transport::tcp

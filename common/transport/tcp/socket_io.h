@@ -108,17 +108,9 @@ StatusOr<size_t> UnacknowledgedBytes(int fd);
 // with `what`).
 Status WaitFd(int fd, short events, Clock::time_point deadline, const std::string& what);
 
-// Sends all of [p, p+n) by `deadline`.
-Status SendAllBy(int fd, const uint8_t* p, size_t n, Clock::time_point deadline, const std::string& what);
-
 // Parses the frame at the head of `rx` into *header: false while the frame
 // is incomplete (*header is valid once kHeaderBytes are in), true when it
 // is whole, INVALID_ARGUMENT when the header fails ValidateHeader.
 StatusOr<bool> TryParseFrame(ByteBuffer& rx, FrameHeader* header);
-
-// Reads from `fd` until `rx` holds one whole frame, by `deadline`, and
-// returns its header; the frame stays at the head of `rx`. UNAVAILABLE when
-// the peer closes the connection first, INVALID_ARGUMENT for a bad header.
-StatusOr<FrameHeader> ReadFrameBy(int fd, ByteBuffer& rx, Clock::time_point deadline, const std::string& what);
 
 }  // namespace rkv::transport::tcp

@@ -24,10 +24,11 @@ std::atomic<uint64_t> g_next_connection_id{1};
 
 TcpConnection::TcpConnection(std::shared_ptr<Registry> registry, const Options& options, UniqueFd fd,
                              UniqueFd wake_fd, std::vector<uint8_t> peer_private_data, ByteBuffer rx,
-                             bool established, TcpPollGroup* group)
+                             bool established, TcpPollGroup* group, std::unique_ptr<TlsSession> tls)
     : registry_(std::move(registry)),
       id_(g_next_connection_id.fetch_add(1, std::memory_order_relaxed)),
       fd_(std::move(fd)),
+      io_(fd_.get(), std::move(tls)),
       wake_fd_(std::move(wake_fd)),
       peer_address_(PeerName(fd_.get())),
       peer_private_data_(std::move(peer_private_data)),
@@ -110,10 +111,10 @@ void TcpConnection::Reject(const Rejection& why) {
   std::memcpy(frame.data(), &h, kHeaderBytes);
   if (!reply.empty()) std::memcpy(frame.data() + kHeaderBytes, reply.data(), reply.size());
   const Status sent =
-      SendAllBy(fd_.get(), frame.data(), frame.size(), DeadlineAfter(std::chrono::seconds(1)), peer_address_);
+      SendAllBy(io_, frame.data(), frame.size(), DeadlineAfter(std::chrono::seconds(1)), peer_address_);
   if (!sent.ok()) LOG(WARNING) << "tcp transport: rejecting " << peer_address_ << ": " << sent;
   // SHUT_WR, not close: the reject reaches the peer before the EOF.
-  ::shutdown(fd_.get(), SHUT_WR);
+  io_.ShutdownWrite();
   Fail("connection rejected");
 }
 
@@ -422,7 +423,7 @@ void TcpConnection::LingerIfRefused() {
 
 Status TcpConnection::FlushLocked() {
   while (!out_.empty()) {
-    const ssize_t r = ::send(fd_.get(), out_.head(), out_.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+    const ssize_t r = io_.Send(out_.head(), out_.size());
     if (r > 0) {
       out_.Consume(static_cast<size_t>(r));
       sent_total_ += static_cast<uint64_t>(r);
@@ -436,7 +437,7 @@ Status TcpConnection::FlushLocked() {
       if (frame_timeout_.count() > 0 && !out_stall_.running()) out_stall_.Start(Clock::now(), PeerAckedLocked());
       return Status::Ok();
     }
-    return PosixError("send to " + peer_address_, errno);
+    return io_.Error("send to " + peer_address_, errno);
   }
   out_.TrimIfIdle(kIdleBufferKeep);
   // Stalled from the next wait on, not from the last byte sent.

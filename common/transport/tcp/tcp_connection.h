@@ -98,6 +98,7 @@
 #include "common/transport/tcp/byte_buffer.h"
 #include "common/transport/tcp/region_registry.h"
 #include "common/transport/tcp/socket_io.h"
+#include "common/transport/tcp/socket_stream.h"
 #include "common/transport/tcp/stall_clock.h"
 #include "common/transport/tcp/tcp_frame.h"
 #include "common/transport/transport.h"
@@ -116,10 +117,11 @@ class TcpConnection final : public Connection {
   // Reject. `wake_fd` is an eventfd for this connection alone. `group`
   // (pending connections only; may be null): the group the connection
   // joins on Accept instead of starting a reader thread; it must outlive
-  // the connection.
+  // the connection. `tls` (may be null): the TLS session over `fd`, its
+  // handshake done; every byte then goes through it.
   TcpConnection(std::shared_ptr<Registry> registry, const Options& options, UniqueFd fd, UniqueFd wake_fd,
                 std::vector<uint8_t> peer_private_data, ByteBuffer rx, bool established,
-                TcpPollGroup* group = nullptr);
+                TcpPollGroup* group = nullptr, std::unique_ptr<TlsSession> tls = nullptr);
 
   // Teardown: leave the group (its epoll stops watching the socket), stop
   // and wake the reader, join it, then close the socket (members), then
@@ -341,6 +343,9 @@ class TcpConnection final : public Connection {
   const std::shared_ptr<Registry> registry_;
   const uint64_t id_;  // owner id of private regions
   const UniqueFd fd_;
+  // fd_'s bytes, plain or through TLS: read by the serving thread, written
+  // under out_mu_ (socket_stream.h).
+  SocketStream io_;
   const UniqueFd wake_fd_;  // wakes the reader: stop, or bytes left in out_
   const std::string peer_address_;
   const std::vector<uint8_t> peer_private_data_;

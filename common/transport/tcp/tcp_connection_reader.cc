@@ -173,7 +173,9 @@ StatusOr<TcpConnection::Watch> TcpConnection::ServeStep(bool readable, bool woke
   if (stop_.load(std::memory_order_acquire)) return Unavailable("disconnected locally");
   if (woken) DrainEventFd(wake_fd_.get());
   const bool was_ready = ready_.load(std::memory_order_acquire);
-  if (readable && !paused_) RKV_RETURN_IF_ERROR(ReadAvailable());
+  // Bytes a TLS session read from the socket but this side has not taken
+  // leave the socket unreadable: they are read as if it were.
+  if ((readable || io_.HasPending()) && !paused_) RKV_RETURN_IF_ERROR(ReadAvailable());
   // A group member that this step gave completions for its application (a
   // request came): the group's thread takes them as soon as this Wait
   // returns and posts its replies, whose write carries what this step
@@ -201,6 +203,9 @@ StatusOr<TcpConnection::Watch> TcpConnection::ServeStep(bool readable, bool woke
   const Clock::time_point now = limited ? Clock::now() : Clock::time_point();
   const bool deferred = defer_flush && backlog.bytes > 0;
   const Watch watch{!paused_, backlog.bytes > 0 && !deferred, PeerDeadline(backlog, now, &limit), deferred};
+  // Plaintext left in a TLS session (a step's read limit, a pause) is
+  // served at the next step: no wait on the socket would show it.
+  if (watch.read && io_.HasPending()) SignalEventFd(wake_fd_.get());
   if (limit != PeerLimit::kNone && now >= watch.give_up) {
     const std::string why = DescribePeerLimit(limit, backlog);
     LOG(WARNING) << "tcp transport: closing the connection of " << peer_address_ << ": it " << why;
@@ -256,7 +261,7 @@ Status TcpConnection::FlushFromReader() {
   RKV_RETURN_IF_ERROR(FlushLocked());
   if (close_after_flush_ && out_.empty()) {
     // Our last words (an access error) are out: EOF follows them.
-    ::shutdown(fd_.get(), SHUT_WR);
+    io_.ShutdownWrite();
     out_closed_ = true;
   }
   return Status::Ok();
@@ -267,7 +272,7 @@ Status TcpConnection::ReadAvailable() {
   for (;;) {
     rx_.Reserve(kMinRecvSpace);
     const size_t space = rx_.tail_space();
-    const ssize_t r = ::recv(fd_.get(), rx_.tail(), space, MSG_DONTWAIT);
+    const ssize_t r = io_.Recv(rx_.tail(), space);
     if (r > 0) {
       if (rx_.empty()) partial_since_ = Clock::now();
       rx_.Commit(static_cast<size_t>(r));
@@ -279,7 +284,7 @@ Status TcpConnection::ReadAvailable() {
     if (r == 0) return Unavailable("peer " + peer_address_ + " closed the connection");
     if (errno == EINTR) continue;
     if (errno == EAGAIN || errno == EWOULDBLOCK) break;
-    return PosixError("recv from " + peer_address_, errno);
+    return io_.Error("recv from " + peer_address_, errno);
   }
   rx_.TrimIfIdle(kIdleBufferKeep);
   return Status::Ok();

@@ -30,12 +30,13 @@ void ForgetSource(std::unordered_map<std::string, uint32_t>& counts, const std::
 }  // namespace
 
 TcpListener::TcpListener(std::shared_ptr<Registry> registry, const Options& options, UniqueFd fd,
-                         UniqueFd wake_fd, std::string address)
+                         UniqueFd wake_fd, std::string address, std::shared_ptr<TlsContext> tls)
     : registry_(std::move(registry)),
       options_(options),
       fd_(std::move(fd)),
       wake_fd_(std::move(wake_fd)),
       address_(std::move(address)),
+      tls_(std::move(tls)),
       source_refusals_(options.max_refusals_per_source) {}
 
 ListenerCounters TcpListener::counters() const {
@@ -60,7 +61,7 @@ StatusOr<std::unique_ptr<Connection>> TcpListener::Next(std::chrono::millisecond
     fds.push_back({fd_.get(), static_cast<short>(accepting ? POLLIN : 0), 0});
     fds.push_back({wake_fd_.get(), POLLIN, 0});
     for (const auto& hs : handshakes_) {
-      fds.push_back({hs->fd.get(), POLLIN, 0});
+      fds.push_back({hs->fd.get(), static_cast<short>(POLLIN | (hs->want_write ? POLLOUT : 0)), 0});
       wake_at = std::min(wake_at, hs->deadline);
     }
     if (::poll(fds.data(), fds.size(), MillisUntil(wake_at)) < 0 && errno != EINTR) {
@@ -90,7 +91,7 @@ StatusOr<std::unique_ptr<Connection>> TcpListener::Next(std::chrono::millisecond
       }
       if (!drop && now >= hs->deadline) {
         LOG(WARNING) << "tcp transport: dropped connection from " << hs->peer << ": no whole CONNECT frame within "
-                     << options_.handshake_timeout.count() << " ms";
+                     << options_.handshake_timeout.count() << " ms" << (tls_ != nullptr && !hs->tls_done ? " (in the TLS handshake)" : "");
         drop = true;
       }
       if (drop) {
@@ -148,6 +149,7 @@ void TcpListener::AcceptSockets() {
     }
     EvictFor(hs->source);
     hs->fd = std::move(fd);
+    hs->stream = SocketStream(hs->fd.get());
     hs->deadline = Clock::now() + options_.handshake_timeout;
     ++per_source_[hs->source];
     handshakes_.push_back(std::move(hs));
@@ -194,12 +196,12 @@ void TcpListener::RefuseInSetup(Handshake& hs, const Rejection& why) {
   std::memcpy(frame.data() + kHeaderBytes, encoded.data(), encoded.size());
   // A new socket's send buffer takes a frame this small at once: the
   // deadline only bounds a peer that shrank its window to nothing.
-  const Status sent = SendAllBy(hs.fd.get(), frame.data(), frame.size(),
+  const Status sent = SendAllBy(hs.stream, frame.data(), frame.size(),
                                 DeadlineAfter(std::chrono::milliseconds(100)), hs.peer);
   if (!sent.ok()) VLOG(1) << "tcp transport: refusing " << hs.peer << ": " << sent;
   // SHUT_WR first, and nothing left unread when the socket is closed, so
   // the close sends no reset that could overtake the REJECT.
-  ::shutdown(hs.fd.get(), SHUT_WR);
+  hs.stream.ShutdownWrite();
   uint8_t sink[256];
   while (::recv(hs.fd.get(), sink, sizeof sink, MSG_DONTWAIT) > 0) {
   }
@@ -207,12 +209,23 @@ void TcpListener::RefuseInSetup(Handshake& hs, const Rejection& why) {
 
 StatusOr<std::unique_ptr<Connection>> TcpListener::Progress(Handshake& hs, const Screen& screen,
                                                             const GroupChooser& choose, bool* refused) {
+  if (tls_ != nullptr && !hs.tls_done) {
+    RKV_ASSIGN_OR_RETURN(const bool done, AdvanceTls(hs, refused));
+    if (!done) return std::unique_ptr<Connection>();
+  }
   FrameHeader h;
   for (;;) {
-    RKV_ASSIGN_OR_RETURN(const bool complete, TryParseFrame(hs.rx, &h));
-    if (complete) break;
+    StatusOr<bool> complete = TryParseFrame(hs.rx, &h);
+    if (!complete.ok()) {
+      if (tls_ == nullptr && hs.rx.head()[0] == kTlsHandshakeRecordType) {
+        return InvalidArgument("the peer speaks TLS, and this listener's data plane is plain tcp (a server "
+                               "takes TLS with --data_plane_tls)");
+      }
+      return complete.status();
+    }
+    if (*complete) break;
     hs.rx.Reserve(512);
-    const ssize_t r = ::recv(hs.fd.get(), hs.rx.tail(), hs.rx.tail_space(), MSG_DONTWAIT);
+    const ssize_t r = hs.stream.Recv(hs.rx.tail(), hs.rx.tail_space());
     if (r > 0) {
       hs.rx.Commit(static_cast<size_t>(r));
       continue;
@@ -220,7 +233,7 @@ StatusOr<std::unique_ptr<Connection>> TcpListener::Progress(Handshake& hs, const
     if (r == 0) return Unavailable("peer closed the connection");
     if (errno == EINTR) continue;
     if (errno == EAGAIN || errno == EWOULDBLOCK) return std::unique_ptr<Connection>();
-    return PosixError("recv", errno);
+    return hs.stream.Error("recv", errno);
   }
   if (static_cast<FrameType>(h.type) != FrameType::kConnect) {
     return InvalidArgument(std::string("expected a CONNECT frame, got ") + FrameTypeName(h.type));
@@ -262,7 +275,34 @@ StatusOr<std::unique_ptr<Connection>> TcpListener::Progress(Handshake& hs, const
   created_.fetch_add(1, std::memory_order_relaxed);
   return std::unique_ptr<Connection>(std::make_unique<TcpConnection>(
       registry_, options_, std::move(hs.fd), std::move(wake), std::move(private_data), std::move(hs.rx),
-      /*established=*/false, group));
+      /*established=*/false, group, hs.stream.TakeSession()));
+}
+
+StatusOr<bool> TcpListener::AdvanceTls(Handshake& hs, bool* refused) {
+  if (hs.stream.session() == nullptr) {
+    uint8_t first = 0;
+    const ssize_t r = ::recv(hs.fd.get(), &first, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (r == 0) return Unavailable("peer closed the connection");
+    if (r < 0) {
+      if (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK) return false;
+      return PosixError("recv", errno);
+    }
+    if (first != kTlsHandshakeRecordType) {
+      // A plain client: its hello is on the way; the answer is in its
+      // protocol, so that it can say what is wrong.
+      screened_out_.fetch_add(1, std::memory_order_relaxed);
+      RefuseInSetup(hs, {StatusCode::kFailedPrecondition,
+                         "the data plane at " + address_ + " takes TLS only: connect with data_plane_tls and a CA"});
+      *refused = true;
+      return false;
+    }
+    RKV_ASSIGN_OR_RETURN(std::unique_ptr<TlsSession> session, tls_->NewServerSession(hs.fd.get(), hs.peer));
+    hs.stream = SocketStream(hs.fd.get(), std::move(session));
+  }
+  RKV_ASSIGN_OR_RETURN(const TlsSession::Step step, hs.stream.session()->Handshake());
+  hs.want_write = step == TlsSession::Step::kWantWrite;
+  hs.tls_done = step == TlsSession::Step::kDone;
+  return hs.tls_done;
 }
 
 }  // namespace rkv::transport::tcp

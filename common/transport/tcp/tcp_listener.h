@@ -26,6 +26,14 @@
 // socket closed: no TcpConnection, event fd or buffer beyond the socket's
 // setup bytes is made for it (ListenerCounters says how many).
 //
+// TLS (a listener given a TlsContext: Options::tls has a certificate): a
+// socket in setup first completes its TLS handshake, non-blocking like the
+// rest, within the same handshake_timeout; its CONNECT frame and everything
+// after it then go through the session. A socket whose first byte is not a
+// TLS record is a plain client: it gets a REJECT frame, in plain tcp,
+// saying that this server takes TLS only. A listener without TLS drops a
+// socket whose first byte is one, saying so in the log.
+//
 // A connection for which Next's chooser picks a poll group (one of this
 // transport's TcpPollGroups; another transport's drops the socket as a
 // failed setup, with a warning) joins it on Accept instead of starting a
@@ -50,6 +58,8 @@
 #include "common/transport/tcp/byte_buffer.h"
 #include "common/transport/tcp/region_registry.h"
 #include "common/transport/tcp/socket_io.h"
+#include "common/transport/tcp/socket_stream.h"
+#include "common/transport/tcp/tls_session.h"
 #include "common/transport/transport.h"
 
 namespace rkv::transport::tcp {
@@ -60,8 +70,9 @@ class TcpListener final : public Listener {
  public:
   // Takes over `fd`, a bound, listening, non-blocking socket whose local
   // name is `address`. `wake_fd` is an eventfd for this listener alone.
+  // `tls` (may be null: plain tcp) must serve().
   TcpListener(std::shared_ptr<Registry> registry, const Options& options, UniqueFd fd, UniqueFd wake_fd,
-              std::string address);
+              std::string address, std::shared_ptr<TlsContext> tls = nullptr);
 
   std::string address() const override { return address_; }
   using Listener::Next;
@@ -80,6 +91,10 @@ class TcpListener final : public Listener {
     std::string source;  // the peer's address without the port
     ByteBuffer rx;
     Clock::time_point deadline;
+    // The socket's bytes; through TLS once its session is made.
+    SocketStream stream;
+    bool tls_done = false;    // the TLS handshake is complete
+    bool want_write = false;  // the TLS handshake waits for room to send
   };
 
   // Accepts every socket waiting on fd_ into handshakes_.
@@ -98,6 +113,11 @@ class TcpListener final : public Listener {
   // frame and sets `*refused`; the caller drops the socket.
   StatusOr<std::unique_ptr<Connection>> Progress(Handshake& hs, const Screen& screen, const GroupChooser& choose,
                                                  bool* refused) REQUIRES(mu_);
+  // Moves a socket in setup through its TLS handshake (tls_ set): true
+  // once it is complete, false while it waits for the socket (or, with
+  // `*refused` set, when the peer is a plain client and was refused), an
+  // error when the handshake failed.
+  StatusOr<bool> AdvanceTls(Handshake& hs, bool* refused) REQUIRES(mu_);
   // Writes the REJECT frame of `why` on a socket in setup and shuts its
   // sending side (the socket is closed when the handshake is dropped).
   static void RefuseInSetup(Handshake& hs, const Rejection& why);
@@ -107,6 +127,7 @@ class TcpListener final : public Listener {
   const UniqueFd fd_;
   const UniqueFd wake_fd_;  // ends Next's poll: Shutdown
   const std::string address_;
+  const std::shared_ptr<TlsContext> tls_;  // null: plain tcp
   std::atomic<bool> shutdown_{false};
 
   Mutex mu_;  // serializes Next

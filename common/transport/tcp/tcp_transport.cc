@@ -4,6 +4,8 @@
 //   tcp_connection.h    one socket: an emulated RC queue pair.
 //   tcp_poll_group.h    one thread serving many accepted connections.
 //   socket_io.h         non-blocking sockets, deadlines and wake-ups.
+//   socket_stream.h     a socket's bytes, plain or through TLS.
+//   tls_session.h       TLS on the data plane (Options::tls).
 //   tcp_frame.h         the wire format.
 #include "common/transport/tcp/tcp_transport.h"
 
@@ -21,10 +23,12 @@
 #include "common/transport/tcp/byte_buffer.h"
 #include "common/transport/tcp/region_registry.h"
 #include "common/transport/tcp/socket_io.h"
+#include "common/transport/tcp/socket_stream.h"
 #include "common/transport/tcp/tcp_connection.h"
 #include "common/transport/tcp/tcp_frame.h"
 #include "common/transport/tcp/tcp_listener.h"
 #include "common/transport/tcp/tcp_poll_group.h"
+#include "common/transport/tcp/tls_session.h"
 
 namespace rkv::transport {
 namespace tcp {
@@ -47,7 +51,8 @@ StatusOr<std::unique_ptr<addrinfo, AddrInfoDeleter>> Resolve(const std::string& 
 
 class TcpTransport final : public Transport {
  public:
-  explicit TcpTransport(const Options& options) : options_(options), registry_(std::make_shared<Registry>()) {}
+  TcpTransport(const Options& options, std::shared_ptr<TlsContext> tls)
+      : options_(options), registry_(std::make_shared<Registry>()), tls_(std::move(tls)) {}
 
   Kind kind() const override { return Kind::kTcp; }
 
@@ -91,7 +96,8 @@ class TcpTransport final : public Transport {
       }
       RKV_ASSIGN_OR_RETURN(UniqueFd wake, MakeEventFd());
       return std::unique_ptr<Listener>(std::make_unique<TcpListener>(
-          registry_, options_, std::move(fd), std::move(wake), SockaddrToString(reinterpret_cast<sockaddr*>(&ss))));
+          registry_, options_, std::move(fd), std::move(wake), SockaddrToString(reinterpret_cast<sockaddr*>(&ss)),
+          tls_ != nullptr && tls_->serves() ? tls_ : nullptr));
     }
     return last;
   }
@@ -110,6 +116,12 @@ class TcpTransport final : public Transport {
     const auto deadline = DeadlineAfter(timeout);
     RKV_ASSIGN_OR_RETURN(UniqueFd fd, Dial(host, port, address, deadline));
     RKV_RETURN_IF_ERROR(SetNoDelay(fd.get()));
+    SocketStream stream(fd.get());
+    if (tls_ != nullptr && tls_->connects()) {
+      RKV_ASSIGN_OR_RETURN(std::unique_ptr<TlsSession> session, tls_->NewClientSession(fd.get(), host));
+      RKV_RETURN_IF_ERROR(HandshakeBy(*session, fd.get(), deadline, address));
+      stream = SocketStream(fd.get(), std::move(session));
+    }
 
     std::vector<uint8_t> hello(kHeaderBytes + private_data.size());
     FrameHeader h = MakeHeader(FrameType::kConnect, 0);
@@ -117,10 +129,10 @@ class TcpTransport final : public Transport {
     h.payload_len = static_cast<uint32_t>(private_data.size());
     std::memcpy(hello.data(), &h, kHeaderBytes);
     if (!private_data.empty()) std::memcpy(hello.data() + kHeaderBytes, private_data.data(), private_data.size());
-    RKV_RETURN_IF_ERROR(SendAllBy(fd.get(), hello.data(), hello.size(), deadline, address));
+    RKV_RETURN_IF_ERROR(SendAllBy(stream, hello.data(), hello.size(), deadline, address));
 
     ByteBuffer rx;
-    StatusOr<FrameHeader> reply = ReadFrameBy(fd.get(), rx, deadline, address);
+    StatusOr<FrameHeader> reply = ReadFrameBy(stream, rx, deadline, address);
     if (!reply.ok()) {
       if (reply.status().code() == StatusCode::kInvalidArgument) {
         return Unavailable("bad reply from " + address + ": " + reply.status().message());
@@ -143,7 +155,8 @@ class TcpTransport final : public Transport {
     rx.Consume(kHeaderBytes + reply->payload_len);  // what follows is data-path traffic
     RKV_ASSIGN_OR_RETURN(UniqueFd wake, MakeEventFd());
     auto conn = std::make_unique<TcpConnection>(registry_, options_, std::move(fd), std::move(wake),
-                                                std::move(accept_data), std::move(rx), /*established=*/true);
+                                                std::move(accept_data), std::move(rx), /*established=*/true,
+                                                /*group=*/nullptr, stream.TakeSession());
     conn->Start();
     return std::unique_ptr<Connection>(std::move(conn));
   }
@@ -182,6 +195,8 @@ class TcpTransport final : public Transport {
 
   const Options options_;
   const std::shared_ptr<Registry> registry_;
+  // TLS on the data plane (Options::tls), or null.
+  const std::shared_ptr<TlsContext> tls_;
 };
 
 }  // namespace
@@ -191,7 +206,8 @@ StatusOr<std::unique_ptr<Transport>> CreateTcpTransport(const Options& options) 
   if (options.poll_spin_us < 0 || options.poll_spin_us > 1'000'000) {
     return InvalidArgument("poll_spin_us " + std::to_string(options.poll_spin_us) + " is outside [0, 1000000]");
   }
-  return std::unique_ptr<Transport>(std::make_unique<tcp::TcpTransport>(options));
+  RKV_ASSIGN_OR_RETURN(std::shared_ptr<tcp::TlsContext> tls, tcp::TlsContext::Load(options.tls));
+  return std::unique_ptr<Transport>(std::make_unique<tcp::TcpTransport>(options, std::move(tls)));
 }
 
 }  // namespace rkv::transport
