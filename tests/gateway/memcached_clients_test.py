@@ -31,87 +31,12 @@ import shutil
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 
-SKIP = 77
+from gateway_processes import main, skip
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 NODE_DIR = os.path.join(HERE, "node")
-
-
-def skip(why):
-    if os.environ.get("RKV_NO_SKIP") == "1":
-        print(f"FAIL: {why} (RKV_NO_SKIP=1)")
-        sys.exit(1)
-    print(f"SKIP: {why}")
-    sys.exit(SKIP)
-
-
-def tail(path, lines=40):
-    with open(path, errors="replace") as f:
-        return "".join(f.readlines()[-lines:])
-
-
-def wait_for_line(path, pattern, proc, what, log_path, timeout=120):
-    """The first match of `pattern` in the file `path`, written by `proc`."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        with open(path, errors="replace") as f:
-            m = re.search(pattern, f.read())
-        if m:
-            return m
-        if proc.poll() is not None:
-            raise RuntimeError(f"{what} exited with {proc.returncode} during start-up; its log:\n" + tail(log_path))
-        time.sleep(0.05)
-    raise RuntimeError(f"{what} did not start within {timeout} s")
-
-
-class Processes:
-    """An rkv-server and an rkv-gateway serving memcached on it."""
-
-    def __init__(self, gateway_bin, server_bin, tmp):
-        self.procs = []
-        self.tmp = tmp
-        token = os.path.join(tmp, "token")
-        with open(token, "w") as f:
-            f.write("memcached-clients-token\n")
-        os.chmod(token, 0o600)
-        server_out = os.path.join(tmp, "server.out")
-        self.server_log = os.path.join(tmp, "server.log")
-        server = self.start(
-            [server_bin, "--listen=127.0.0.1:0", f"--token_file={token}", f"--data_dir={tmp}/data",
-             "--transport=tcp", "--memory=536870912"], server_out, self.server_log)
-        address = wait_for_line(server_out, r"listening on (\S+)", server, "rkv-server", self.server_log).group(1)
-        gateway_out = os.path.join(tmp, "gateway.out")
-        self.gateway_log = os.path.join(tmp, "gateway.log")
-        gateway = self.start(
-            [gateway_bin, f"--server={address}", f"--token_file={token}", "--transport=tcp",
-             "--memcached_listen=127.0.0.1:0", "--redis_listen=", "--allow_flush"], gateway_out, self.gateway_log)
-        m = wait_for_line(gateway_out, r"memcached listening on (\S+):(\d+)", gateway, "rkv-gateway", self.gateway_log)
-        self.host, self.port = m.group(1), int(m.group(2))
-
-    def start(self, argv, out_path, log_path):
-        with open(out_path, "w") as out, open(log_path, "w") as log:
-            p = subprocess.Popen(argv, stdout=out, stderr=log, stdin=subprocess.DEVNULL)
-        self.procs.append(p)
-        return p
-
-    def logs(self):
-        text = ""
-        for path in (self.gateway_log, self.server_log):
-            with open(path, errors="replace") as f:
-                text += f"--- {os.path.basename(path)} (last 40 lines)\n" + "".join(f.readlines()[-40:])
-        return text
-
-    def stop(self):
-        for p in reversed(self.procs):
-            if p.poll() is None:
-                p.terminate()
-                try:
-                    p.wait(timeout=30)
-                except subprocess.TimeoutExpired:
-                    p.kill()
-                    p.wait()
 
 
 def stats(host, port):
@@ -315,7 +240,7 @@ def test_hostile(p):
     rss_limit_kib = 1 << 20  # 1 GiB: generous for a sanitizer build; unbounded growth passes it
 
     def rss_kib():
-        with open(f"/proc/{p.procs[1].pid}/status") as f:
+        with open(f"/proc/{p.gateway.pid}/status") as f:
             return int(re.search(r"VmRSS:\s+(\d+)", f.read()).group(1))
 
     peak = 0
@@ -331,8 +256,8 @@ def test_hostile(p):
         for s in socks:
             s.close()  # without reading: the gateway drops what it had for us
         peak = max(peak, rss_kib())
-        if p.procs[1].poll() is not None:
-            raise AssertionError(f"rkv-gateway exited with {p.procs[1].returncode} on inputs {start}..{start + 7}")
+        if p.gateway.poll() is not None:
+            raise AssertionError(f"rkv-gateway exited with {p.gateway.returncode} on inputs {start}..{start + 7}")
     if peak > rss_limit_kib:
         raise AssertionError(f"rkv-gateway's memory reached {peak} KiB")
     got = converse(p.host, p.port, b"set calm 1 0 2\r\nok\r\nget calm\r\n")
@@ -345,29 +270,5 @@ TESTS = {"memcapable": test_memcapable, "memcslap": test_memcslap, "node_memcach
          "memcached_differential": test_differential, "memcached_hostile": test_hostile}
 
 
-def main():
-    if len(sys.argv) != 4 or sys.argv[1] not in TESTS:
-        print(__doc__, file=sys.stderr)
-        return 2
-    client, gateway_bin, server_bin = sys.argv[1:]
-    with tempfile.TemporaryDirectory(prefix="rkv-memcached-clients-") as tmp:
-        p = None
-        try:
-            p = Processes(gateway_bin, server_bin, tmp)
-            TESTS[client](p)
-        except SystemExit:
-            raise
-        except Exception as e:  # the reason and the processes' logs
-            print(f"FAIL: {client}: {e}")
-            if p is not None:
-                print(p.logs())
-            return 1
-        finally:
-            if p is not None:
-                p.stop()
-    print(f"PASS: {client}")
-    return 0
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(__doc__, TESTS, "memcached", ["--memcached_listen=127.0.0.1:0", "--redis_listen=", "--allow_flush"]))

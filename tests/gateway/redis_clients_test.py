@@ -26,97 +26,18 @@ import re
 import shutil
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 
-SKIP = 77
+from gateway_processes import WAIT_S, Failed, main, skip
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 NODE_DIR = os.path.join(HERE, "node")
-# Generous: bounds a hang on a loaded machine; nothing waits for it to pass.
-WAIT_S = 120
-
-
-class Failed(Exception):
-    pass
-
-
-def skip(why):
-    if os.environ.get("RKV_NO_SKIP") == "1":
-        print(f"FAIL: {why} (RKV_NO_SKIP=1)")
-        sys.exit(1)
-    print(f"SKIP: {why}")
-    sys.exit(SKIP)
 
 
 def check(what, got, want):
     if got != want:
         raise Failed(f"{what}: got {got!r}, want {want!r}")
-
-
-def wait_for_line(path, pattern, proc, what):
-    deadline = time.monotonic() + WAIT_S
-    while time.monotonic() < deadline:
-        with open(path, errors="replace") as f:
-            m = re.search(pattern, f.read())
-        if m:
-            return m
-        if proc.poll() is not None:
-            raise Failed(f"{what} exited with status {proc.returncode} during start-up")
-        time.sleep(0.05)
-    raise Failed(f"{what} did not start within {WAIT_S} s")
-
-
-class Processes:
-    """An rkv-server and an rkv-gateway serving Redis clients on it."""
-
-    def __init__(self, gateway_bin, server_bin, tmp):
-        self.procs = []
-        token = os.path.join(tmp, "token")
-        with open(token, "w") as f:
-            f.write("redis-clients-token\n")
-        os.chmod(token, 0o600)
-        server_out = os.path.join(tmp, "server.out")
-        self.server_log = os.path.join(tmp, "server.log")
-        server = self.start([server_bin, "--listen=127.0.0.1:0", f"--token_file={token}", f"--data_dir={tmp}/data",
-                             "--transport=tcp", "--memory=536870912"], server_out, self.server_log)
-        address = wait_for_line(server_out, r"listening on (\S+)", server, "rkv-server").group(1)
-        gateway_out = os.path.join(tmp, "gateway.out")
-        self.gateway_log = os.path.join(tmp, "gateway.log")
-        gateway = self.start([gateway_bin, f"--server={address}", f"--token_file={token}", "--transport=tcp",
-                              "--redis_listen=127.0.0.1:0", "--memcached_listen=", "--threads=2"],
-                             gateway_out, self.gateway_log)
-        m = wait_for_line(gateway_out, r"redis listening on (\S+):(\d+)", gateway, "rkv-gateway")
-        self.host, self.port = m.group(1), int(m.group(2))
-
-    def start(self, argv, out_path, log_path):
-        with open(out_path, "w") as out, open(log_path, "w") as log:
-            p = subprocess.Popen(argv, stdout=out, stderr=log)
-        self.procs.append(p)
-        return p
-
-    def gateway_errors(self):
-        """glog ERROR and FATAL lines of the gateway's log."""
-        with open(self.gateway_log, errors="replace") as f:
-            return [line for line in f if line[:1] in ("E", "F") and re.match(r"[EF]\d{8} ", line)]
-
-    def tails(self):
-        text = ""
-        for name, path in (("rkv-gateway", self.gateway_log), ("rkv-server", self.server_log)):
-            with open(path, errors="replace") as f:
-                text += f"--- {name} log (last lines) ---\n" + "".join(f.readlines()[-20:])
-        return text
-
-    def stop(self):
-        for p in self.procs:
-            if p.poll() is None:
-                p.terminate()
-        for p in self.procs:
-            try:
-                p.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
 
 
 def redis_cli(procs, *args, stdin=None):
@@ -259,26 +180,5 @@ CLIENTS = {
 }
 
 
-def main():
-    if len(sys.argv) != 4 or sys.argv[1] not in CLIENTS:
-        print(__doc__, file=sys.stderr)
-        return 2
-    client, gateway_bin, server_bin = sys.argv[1:]
-    with tempfile.TemporaryDirectory(prefix="rkv-redis-clients-") as tmp:
-        procs = None
-        try:
-            procs = Processes(gateway_bin, server_bin, tmp)
-            CLIENTS[client](procs)
-            return 0
-        except (Failed, subprocess.TimeoutExpired) as e:
-            print(f"FAIL: {e}")
-            if procs is not None:
-                print(procs.tails())
-            return 1
-        finally:
-            if procs is not None:
-                procs.stop()
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(__doc__, CLIENTS, "redis", ["--redis_listen=127.0.0.1:0", "--memcached_listen=", "--threads=2"]))
