@@ -1,7 +1,8 @@
 // Helpers shared by the fuzz targets (fuzz/*_fuzz.cc): a reader that takes
-// fixed-size fields from the front of the fuzzer's bytes, and a check that
+// fixed-size fields from the front of the fuzzer's bytes, a check that
 // stops the run (a crash libFuzzer reports, with the input kept) when a
-// property of the code under test does not hold.
+// property of the code under test does not hold, and the request parsers'
+// property that a split input parses as the whole one.
 //
 // The targets are built twice: as libFuzzer binaries (RKV_FUZZ, clang) and,
 // in every other build, with replay_main.cc as ctests that run their corpus
@@ -16,6 +17,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace rkv::fuzz {
 
@@ -66,9 +68,45 @@ inline std::string_view AsText(std::span<const uint8_t> b) {
   std::abort();
 }
 
-}  // namespace rkv::fuzz
-
 // Aborts (a crash libFuzzer reports) when `cond` is false. Unlike assert it
 // is never compiled out.
 #define RKV_FUZZ_CHECK(cond) \
   ((cond) ? static_cast<void>(0) : ::rkv::fuzz::Fail(__FILE__, __LINE__, #cond))
+
+// A connection's bytes delivered in two parts, split at `split`, as an
+// event loop may see them (it splits wherever the socket did): buffer()
+// holds what arrived and is not consumed yet; the parser under test erases
+// what it consumed.
+class SplitDelivery {
+ public:
+  SplitDelivery(std::string_view in, size_t split) : in_(in), buffer_(in.substr(0, split)), delivered_(split) {}
+
+  std::string& buffer() { return buffer_; }
+  // Appends the second part; false when everything was delivered already.
+  bool DeliverMore() {
+    if (delivered_ == in_.size()) return false;
+    buffer_.append(in_.substr(delivered_));
+    delivered_ = in_.size();
+    return true;
+  }
+
+ private:
+  std::string_view in_;
+  std::string buffer_;
+  size_t delivered_;
+};
+
+// The property of a request parser that it sees the same requests however
+// its input is split: parse_all(SplitDelivery&) parses a delivery to its
+// end and returns one line per result; the whole input delivered at once
+// and the input split where `split_byte` says (mod size + 1) must give the
+// same lines. Fails the run otherwise (RKV_FUZZ_CHECK).
+template <typename ParseAll>
+void CheckSameRequestsWhateverTheSplit(std::string_view in, uint8_t split_byte, ParseAll&& parse_all) {
+  SplitDelivery whole(in, in.size());
+  const std::vector<std::string> at_once = parse_all(whole);
+  SplitDelivery parted(in, in.empty() ? 0 : split_byte % (in.size() + 1));
+  RKV_FUZZ_CHECK(at_once == parse_all(parted));
+}
+
+}  // namespace rkv::fuzz

@@ -36,11 +36,11 @@ void CheckKey(std::string_view key, const ParserLimits& limits) {
   for (unsigned char c : key) RKV_FUZZ_CHECK(c > 0x20 && c != 0x7f);
 }
 
-// Parses `in` to the end as a loop would; returns one line per result.
-std::vector<std::string> ParseAll(std::string_view in, const ParserLimits& limits, size_t split) {
+// Parses `delivery` to the end as a loop would; returns one line per
+// result.
+std::vector<std::string> ParseAll(rkv::fuzz::SplitDelivery& delivery, const ParserLimits& limits) {
   std::vector<std::string> seen;
-  std::string buffer(in.substr(0, split));
-  size_t delivered = split;
+  std::string& buffer = delivery.buffer();
   uint64_t swallow = 0;
   while (true) {
     if (swallow > 0) {
@@ -55,9 +55,7 @@ std::vector<std::string> ParseAll(std::string_view in, const ParserLimits& limit
       if (swallow == 0 && buffer.find('\n') == std::string::npos) {
         RKV_FUZZ_CHECK(buffer.size() <= kMaxRetrievalLineBytes);
       }
-      if (delivered == in.size()) break;
-      buffer.append(in.substr(delivered));
-      delivered = in.size();
+      if (!delivery.DeliverMore()) break;
       continue;
     }
     if (r.kind == ParseKind::kClose) {
@@ -112,9 +110,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   limits.max_data_bytes = (limits_byte >> 4) == 0 ? uint64_t{1} << 20 : (limits_byte >> 4) * 3;
   const std::span<const uint8_t> rest = input.Rest();
   const std::string_view in(reinterpret_cast<const char*>(rest.data()), rest.size());
-  const std::vector<std::string> whole = ParseAll(in, limits, in.size());
-  const size_t split = in.empty() ? 0 : split_byte % (in.size() + 1);
-  const std::vector<std::string> parted = ParseAll(in, limits, split);
-  RKV_FUZZ_CHECK(whole == parted);
+  rkv::fuzz::CheckSameRequestsWhateverTheSplit(
+      in, split_byte, [&](rkv::fuzz::SplitDelivery& delivery) { return ParseAll(delivery, limits); });
   return 0;
 }

@@ -36,13 +36,12 @@ std::string Multibulk(const std::vector<std::string>& args) {
   return s;
 }
 
-// Parses `in` to the end or the first error as a loop would, delivered in
-// two parts; one line per result.
-std::vector<std::string> ParseAll(std::string_view in, const RespParser& parser, bool authenticated, size_t split) {
+// Parses `delivery` to the end or the first error as a loop would; one
+// line per result.
+std::vector<std::string> ParseAll(rkv::fuzz::SplitDelivery& delivery, const RespParser& parser, bool authenticated) {
   const RespLimits& limits = parser.limits();
   std::vector<std::string> seen;
-  std::string buffer(in.substr(0, split));
-  size_t delivered = split;
+  std::string& buffer = delivery.buffer();
   size_t hint = 0;  // the last wait's hint for the request at the front
   while (true) {
     const RespParse r = parser.Parse(buffer, authenticated);
@@ -51,9 +50,7 @@ std::vector<std::string> ParseAll(std::string_view in, const RespParser& parser,
       RKV_FUZZ_CHECK(r.needed > buffer.size());
       hint = r.needed;
       RKV_FUZZ_CHECK(buffer.size() <= limits.max_request_bytes + limits.max_inline_bytes);
-      if (delivered == in.size()) break;
-      buffer.append(in.substr(delivered));
-      delivered = in.size();
+      if (!delivery.DeliverMore()) break;
       continue;
     }
     if (r.kind == Kind::kError) {
@@ -113,9 +110,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const RespParser parser(limits);
   const std::span<const uint8_t> rest = input.Rest();
   const std::string_view in(reinterpret_cast<const char*>(rest.data()), rest.size());
-  const std::vector<std::string> whole = ParseAll(in, parser, authenticated, in.size());
-  const size_t split = in.empty() ? 0 : split_byte % (in.size() + 1);
-  const std::vector<std::string> parted = ParseAll(in, parser, authenticated, split);
-  RKV_FUZZ_CHECK(whole == parted);
+  rkv::fuzz::CheckSameRequestsWhateverTheSplit(
+      in, split_byte, [&](rkv::fuzz::SplitDelivery& delivery) { return ParseAll(delivery, parser, authenticated); });
   return 0;
 }
