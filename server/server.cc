@@ -812,9 +812,12 @@ void Server::ExpiryLoop() {
       VLOG_IF(1, !s.ok()) << "expired key '" << PrintableKey(e.key) << "' not reclaimed here: " << s;
     }
     pause = cursor == 0 ? kBetweenPasses : kBetweenSlices;
-    if (cursor == 0 && applier_->expired_reclaimed() != reclaimed_logged) {
-      reclaimed_logged = applier_->expired_reclaimed();
-      VLOG(1) << reclaimed_logged << " expired records reclaimed since start";
+    if (cursor == 0) {
+      const uint64_t reclaimed = applier_->snapshot().expired_reclaimed;
+      if (reclaimed != reclaimed_logged) {
+        reclaimed_logged = reclaimed;
+        VLOG(1) << reclaimed_logged << " expired records reclaimed since start";
+      }
     }
   }
 }
@@ -875,7 +878,7 @@ ServerStats Server::Stats() const {
   s.replica_refused = a.replica_refused;
   s.lease_refusals = a.lease_refusals;
   s.conditions_failed = a.conditions_failed;
-  s.expired_reclaimed = applier_->expired_reclaimed();
+  s.expired_reclaimed = a.expired_reclaimed;
   return s;
 }
 

@@ -250,6 +250,7 @@ Applier::Snapshot Applier::snapshot() const {
   s.replica_stale = replica_stale_.load(std::memory_order_relaxed);
   s.replica_refused = replica_refused_.load(std::memory_order_relaxed);
   s.lease_refusals = lease_refusals_.load(std::memory_order_relaxed);
+  s.expired_reclaimed = expired_reclaimed_.load(std::memory_order_relaxed);
   MutexLock lock(table_mu_);
   s.keys = table_->size();
   s.heap = heap_->stats();

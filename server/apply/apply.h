@@ -234,6 +234,7 @@ class Applier {
     uint64_t replica_refused = 0;   // forwarded writes refused (validation or policy)
     uint64_t lease_refusals = 0;    // client writes refused because the lease had expired
     uint64_t conditions_failed = 0;  // conditional PUTs whose condition did not hold
+    uint64_t expired_reclaimed = 0;  // expired records removed (ReclaimExpired that removed one)
     Heap::Stats heap;
   };
   Snapshot snapshot() const EXCLUDES(table_mu_);
@@ -362,8 +363,6 @@ class Applier {
   // Records with an expiry in the table (Table::expiring): 0 lets the
   // reclaimer sleep.
   uint64_t expiring_records() const EXCLUDES(table_mu_);
-  // Records reclaimed (ReclaimExpired that removed one).
-  uint64_t expired_reclaimed() const { return expired_reclaimed_.load(std::memory_order_relaxed); }
 
  private:
   // A request that passed validation; the views point into a buffer of

@@ -208,7 +208,7 @@ TEST_F(ApplyTest, AnExpiredRecordIsAbsentToWritesAndReclaimedByItsVersion) {
   ASSERT_TRUE(applier_->ReclaimExpired("gone", expired[0].version).ok());
   EXPECT_FALSE(TableValue("gone").has_value());
   EXPECT_FALSE(StoreValue("gone").has_value());
-  EXPECT_EQ(applier_->expired_reclaimed(), 1u);
+  EXPECT_EQ(applier_->snapshot().expired_reclaimed, 1u);
   EXPECT_EQ(local_.table->expiring(), 1u);
 
   // Absent holds for an expired key, and the new record has only its own
