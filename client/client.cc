@@ -205,15 +205,16 @@ StatusOr<std::unique_ptr<Client>> Client::Connect(const ClientOptions& options) 
   if (!cluster && options.server.empty()) {
     return InvalidArgument("set one of ClientOptions.server and ClientOptions.coordinator");
   }
-  if (!cluster && !TlsFilesOf(options).empty()) {
+  if (!cluster && !TlsFilesOf(options).empty() && !options.data_plane_tls) {
     return InvalidArgument("ClientOptions.tls_ca_file, tls_cert_file and tls_key_file apply to the control plane "
-                           "(ClientOptions.coordinator); a client of one server speaks only the data plane, which "
-                           "has no TLS");
+                           "(ClientOptions.coordinator) and, with ClientOptions.data_plane_tls, to the data plane; "
+                           "a client of one server speaks only the data plane");
   }
-  if (cluster) {
-    RKV_RETURN_IF_ERROR(
-        control::CheckClientTlsFiles(TlsFilesOf(options), control::ClientOptionsTlsNames()));
+  if (options.data_plane_tls && options.tls_ca_file.empty()) {
+    return InvalidArgument("ClientOptions.data_plane_tls needs ClientOptions.tls_ca_file, the CA bundle the "
+                           "servers' certificates are verified against");
   }
+  RKV_RETURN_IF_ERROR(control::CheckClientTlsFiles(TlsFilesOf(options), control::ClientOptionsTlsNames()));
   std::string why;
   RKV_ASSIGN_OR_RETURN(const transport::Kind kind, transport::ResolveKind(options.transport, &why));
 

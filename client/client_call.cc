@@ -268,10 +268,19 @@ StatusOr<transport::Transport*> Client::Impl::TransportFor(const ServerEntry& e)
     return FailedPrecondition("the server speaks " + e.transport + " but ClientOptions.transport is " +
                               options_.transport);
   }
+  if (options_.data_plane_tls && wanted != transport::Kind::kTcp) {
+    return FailedPrecondition("the server at " + e.data_address + " speaks " + e.transport +
+                              ", which has no TLS; ClientOptions.data_plane_tls needs the tcp transport");
+  }
   MutexLock lock(transports_mu_);
   auto& t = transports_[wanted];
   if (!t) {
-    RKV_ASSIGN_OR_RETURN(t, transport::CreateTransport(wanted, transport::Options{}));
+    transport::Options topts;
+    // The servers' certificates are verified against the CA; the client's
+    // own certificate is the control plane's alone (the data plane proves
+    // the client's credential itself).
+    if (options_.data_plane_tls) topts.tls.ca_file = options_.tls_ca_file;
+    RKV_ASSIGN_OR_RETURN(t, transport::CreateTransport(wanted, topts));
   }
   last_kind_.store(static_cast<int>(wanted), std::memory_order_relaxed);
   return t.get();

@@ -35,7 +35,9 @@
 # each process (coordinator or coordinator-I, server-I) and for kvctl
 # (client), each with the SANs IP:127.0.0.1 and DNS:localhost. To rotate a
 # certificate, replace its file (by a rename): the processes re-read their
-# files every 5 s. The data plane is not encrypted.
+# files every 5 s. The data plane is not encrypted here; over tcp a server
+# takes --data_plane_tls for it (with the same files), and its clients
+# --data_plane_tls with the CA (docs/design.md §10).
 #
 # Ports: coordinator 7600 (with --ha 7600, 7601, 7602), servers 7701..770N,
 # etcd members client/peer 2379/2380, 2479/2480, 2579/2580 (override with

@@ -80,6 +80,8 @@ DEFINE_string(tls_ca, "", "cluster mode: PEM CA bundle the coordinators' and ser
 DEFINE_string(tls_cert, "", "cluster mode: PEM client certificate, with --tls_key and --tls_ca, for a cluster that "
               "checks clients' certificates (default empty: none)");
 DEFINE_string(tls_key, "", "cluster mode: PEM private key of --tls_cert (default empty: none)");
+DEFINE_bool(data_plane_tls, false, "TLS on rkv's data plane too (tcp; servers started with --data_plane_tls): "
+            "server certificates verified against --tls_ca, which it needs (default false)");
 DEFINE_string(transport, "auto", "data-plane transport: auto, tcp or verbs (default auto)");
 DEFINE_int32(timeout, 5000,
              "deadline of connecting to rkv and of every rkv call, in milliseconds (default 5000)");
@@ -154,10 +156,12 @@ int main(int argc, char** argv) {
   if (!FLAGS_requirepass.empty() && FLAGS_requirepass.find_first_of("\r\n") != std::string::npos) {
     return BadFlag("--requirepass must not hold a line break");
   }
-  if (!(FLAGS_tls_ca.empty() && FLAGS_tls_cert.empty() && FLAGS_tls_key.empty()) && FLAGS_coordinator.empty()) {
-    return BadFlag("--tls_ca, --tls_cert and --tls_key secure the control plane: they need --coordinator (a "
-                   "single server's data plane has none)");
+  if (!(FLAGS_tls_ca.empty() && FLAGS_tls_cert.empty() && FLAGS_tls_key.empty()) && FLAGS_coordinator.empty() &&
+      !FLAGS_data_plane_tls) {
+    return BadFlag("--tls_ca, --tls_cert and --tls_key secure the control plane: they need --coordinator, or "
+                   "--data_plane_tls for a single server's data plane");
   }
+  if (FLAGS_data_plane_tls && FLAGS_tls_ca.empty()) return BadFlag("--data_plane_tls needs --tls_ca");
   if (FLAGS_tls_cert.empty() != FLAGS_tls_key.empty()) return BadFlag("--tls_cert and --tls_key go together");
   if (!FLAGS_tls_cert.empty() && FLAGS_tls_ca.empty()) return BadFlag("--tls_cert needs --tls_ca");
   auto token = rkv::ReadTokenFile(FLAGS_token_file);
@@ -227,6 +231,7 @@ int main(int argc, char** argv) {
   options.tls_ca_file = FLAGS_tls_ca;
   options.tls_cert_file = FLAGS_tls_cert;
   options.tls_key_file = FLAGS_tls_key;
+  options.data_plane_tls = FLAGS_data_plane_tls;
   // One Client per loop thread: a thread executes its connections' calls
   // one at a time, so each Client sees one call at a time and its
   // requests reach rkv in the order they were numbered (docs/design.md,

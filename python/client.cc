@@ -126,7 +126,7 @@ py::dict MemberDict(const MemberInfo& m) {
 PyClient::PyClient(const py::object& server, const py::object& coordinators, const py::object& token,
                    const py::object& token_file, const std::string& transport, double timeout_s,
                    int connections, const py::object& tls_ca, const py::object& tls_cert,
-                   const py::object& tls_key) {
+                   const py::object& tls_key, bool data_plane_tls) {
   ClientOptions options;
   const auto path_arg = [](const py::object& value, const char* name) -> std::string {
     if (value.is_none()) return {};
@@ -140,6 +140,7 @@ PyClient::PyClient(const py::object& server, const py::object& coordinators, con
   options.tls_ca_file = path_arg(tls_ca, "tls_ca");
   options.tls_cert_file = path_arg(tls_cert, "tls_cert");
   options.tls_key_file = path_arg(tls_key, "tls_key");
+  options.data_plane_tls = data_plane_tls;
   if (server.is_none() == coordinators.is_none()) {
     throw py::value_error("give exactly one of server (\"HOST:PORT\") and coordinators");
   }

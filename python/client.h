@@ -37,7 +37,7 @@ class PyClient {
   PyClient(const pybind11::object& server, const pybind11::object& coordinators, const pybind11::object& token,
            const pybind11::object& token_file, const std::string& transport, double timeout_s, int connections,
            const pybind11::object& tls_ca = pybind11::none(), const pybind11::object& tls_cert = pybind11::none(),
-           const pybind11::object& tls_key = pybind11::none());
+           const pybind11::object& tls_key = pybind11::none(), bool data_plane_tls = false);
   // Ends the registrations still held (as Close does).
   ~PyClient();
   PyClient(const PyClient&) = delete;

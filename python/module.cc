@@ -58,11 +58,11 @@ PYBIND11_MODULE(rkv, m) {
                        "up to `connections` calls run at once, each with the GIL released. A context "
                        "manager: leaving the with block closes it.")
       .def(py::init<const py::object&, const py::object&, const py::object&, const py::object&, const std::string&,
-                    double, int, const py::object&, const py::object&, const py::object&>(),
+                    double, int, const py::object&, const py::object&, const py::object&, bool>(),
            py::arg("server") = py::none(), py::arg("coordinators") = py::none(), py::arg("token") = py::none(),
            py::arg("token_file") = py::none(), py::arg("transport") = "auto", py::arg("timeout") = 5.0,
            py::arg("connections") = 1, py::kw_only(), py::arg("tls_ca") = py::none(),
-           py::arg("tls_cert") = py::none(), py::arg("tls_key") = py::none(),
+           py::arg("tls_cert") = py::none(), py::arg("tls_key") = py::none(), py::arg("data_plane_tls") = false,
            "Connects to a server or a cluster.\n\n"
            "server: \"HOST:PORT\" of an rkv-server's data plane; or coordinators: a list of \"HOST:PORT\" "
            "(or one comma-separated str) of the cluster's coordinators (cluster mode). Exactly one.\n"
@@ -71,9 +71,11 @@ PYBIND11_MODULE(rkv, m) {
            "transport: \"auto\", \"tcp\" or \"verbs\".\n"
            "timeout: seconds, the deadline of the connect and of every call.\n"
            "connections: 1..64, how many calls may run at once (per server in cluster mode).\n"
-           "tls_ca, tls_cert, tls_key: PEM file paths for TLS on the control plane (cluster mode only, as "
+           "tls_ca, tls_cert, tls_key: PEM file paths for TLS on the control plane (cluster mode, as "
            "kvctl's --tls_ca, --tls_cert, --tls_key): tls_ca turns it on; tls_cert and tls_key, both or "
-           "neither, are a client certificate for a cluster that checks clients'. The data plane has no TLS.\n\n"
+           "neither, are a client certificate for a cluster that checks clients'.\n"
+           "data_plane_tls: TLS on the data plane too (tcp; servers started with --data_plane_tls), the "
+           "servers' certificates verified against tls_ca, which it needs.\n\n"
            "Raises ValueError for bad arguments, OSError when token_file cannot be read, and the rkv.Error "
            "of the connect: Unavailable (unreachable), PermissionDenied (a server refused the token), "
            "Unauthenticated (a coordinator refused it), ResourceExhausted (no connection slot left), ...")

@@ -94,10 +94,12 @@ class Client:
         tls_ca: Optional[str] = None,
         tls_cert: Optional[str] = None,
         tls_key: Optional[str] = None,
+        data_plane_tls: bool = False,
     ) -> None:
         """Connects: exactly one of server and coordinators, exactly one of
         token and token_file. tls_ca (and tls_cert with tls_key): PEM files
-        for TLS on a cluster's control plane. ValueError for bad arguments,
+        for TLS on a cluster's control plane; data_plane_tls: on the data
+        plane too (tcp), servers verified against tls_ca. ValueError for bad arguments,
         OSError for an unreadable token_file, rkv.Error for a failed connect
         (rkv.InvalidArgument for an unreadable or malformed TLS file)."""
     def get(self, key: Bytes) -> bytes:

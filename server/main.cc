@@ -157,6 +157,10 @@ DEFINE_string(tls_cert, "", "PEM certificate chain this server presents on the c
 DEFINE_string(tls_key, "", "PEM private key of --tls_cert (default empty: plain gRPC)");
 DEFINE_string(tls_ca, "", "PEM CA bundle that coordinators', servers' and clients' certificates are verified "
               "against (default empty: plain gRPC)");
+DEFINE_bool(data_plane_tls, false, "tcp transport: TLS on the data plane too, with --tls_cert and --tls_key "
+            "(presented to clients) and --tls_ca (other servers' certificates verified against it when this server "
+            "forwards writes or catches up): only TLS connections are taken, and clients need their "
+            "--data_plane_tls with the CA; the verbs transport has no encryption (default false: plain tcp)");
 
 namespace {
 
@@ -376,9 +380,16 @@ int main(int argc, char** argv) {
   // server's calls to the coordinators and to primaries' Replica services.
   const rkv::control::TlsFiles tls{FLAGS_tls_cert, FLAGS_tls_key, FLAGS_tls_ca};
   if (rkv::Status s = rkv::control::CheckServerTlsFiles(tls); !s.ok()) return BadFlag(s.message());
-  if (!tls.empty() && admin_listen.empty()) {
+  if (FLAGS_data_plane_tls) {
+    if (tls.empty()) return BadFlag("--data_plane_tls needs --tls_cert, --tls_key and --tls_ca");
+    if (*kind != rkv::transport::Kind::kTcp) {
+      return BadFlag("--data_plane_tls needs --transport=tcp: RDMA has no encryption (docs/design.md §10: a "
+                     "separate network, IPsec or MACsec)");
+    }
+  }
+  if (!tls.empty() && admin_listen.empty() && !FLAGS_data_plane_tls) {
     return BadFlag("--tls_cert, --tls_key and --tls_ca secure the control plane, which a server alone does not "
-                   "serve: pass --coordinator or --admin_listen (the data plane has no TLS)");
+                   "serve: pass --coordinator or --admin_listen, or --data_plane_tls for the data plane");
   }
   auto tls_channels = rkv::control::MakeChannelCredentials(tls);
   if (!tls_channels.ok()) return BadFlag(tls_channels.status().message());
@@ -411,6 +422,7 @@ int main(int argc, char** argv) {
   topts.idle_timeout = std::chrono::seconds(o.idle_timeout_s);
   topts.max_refusals_per_source = o.max_refusals_per_source;
   topts.listen_backlog = o.listen_backlog;
+  if (FLAGS_data_plane_tls) topts.tls = {FLAGS_tls_cert, FLAGS_tls_key, FLAGS_tls_ca};
   // Queue depths for what this process posts: a client connection holds at
   // most request_credits receives and as many replies (each signaled), a
   // replication connection one request and one receive. Small queues keep a
@@ -462,6 +474,18 @@ int main(int argc, char** argv) {
   std::cout << "rkv-server listening on " << srv->address() << " (transport "
             << rkv::transport::KindName(*kind) << ", epoch " << srv->epoch() << ", "
             << srv->keys_at_start() << " keys)" << std::endl;
+  if (FLAGS_data_plane_tls) {
+    LOG(INFO) << "data plane: TLS 1.3 on tcp (certificate " << FLAGS_tls_cert << ")";
+  } else if (*kind == rkv::transport::Kind::kTcp) {
+    std::string data_host;
+    uint16_t data_port = 0;
+    if (rkv::ParseHostPort(srv->address(), &data_host, &data_port).ok() &&
+        !rkv::control::IsLoopbackHost(data_host)) {
+      LOG(WARNING) << "data plane on " << srv->address()
+                   << " over tcp without TLS: values and keys cross the network in the clear (pass "
+                      "--data_plane_tls with --tls_cert, --tls_key and --tls_ca; docs/design.md §10)";
+    }
+  }
 
   // Whatever fails below stops the data plane cleanly before exiting.
   const auto fail = [&](const std::string& message) {

@@ -215,6 +215,7 @@ std::vector<std::string> TestCluster::ServerFlags(int i) const {
   // TLS on the control plane needs it served: the Admin service (which a
   // server in a cluster has anyway).
   for (std::string& f : TlsFlags("server" + std::to_string(i))) flags.push_back(std::move(f));
+  if (options_.tls && options_.data_plane_tls) flags.push_back("--data_plane_tls");
   flags.insert(flags.end(), o.server_flags.begin(), o.server_flags.end());
   return flags;
 }
@@ -237,6 +238,7 @@ ClientOptions TestCluster::ClusterClientOptions(const TestClientOptions& o) cons
   c.timeout = o.timeout;
   c.connections = o.connections;
   if (options_.tls) c.tls_ca_file = tls_ca_bundle();
+  c.data_plane_tls = options_.tls && options_.data_plane_tls;
   return c;
 }
 
@@ -247,6 +249,10 @@ ClientOptions TestCluster::DirectClientOptions(int i, const TestClientOptions& o
   c.transport = TestTransport();
   c.timeout = o.timeout;
   c.connections = o.connections;
+  if (options_.tls && options_.data_plane_tls) {
+    c.tls_ca_file = tls_ca_bundle();
+    c.data_plane_tls = true;
+  }
   return c;
 }
 
@@ -268,6 +274,7 @@ CommandResult TestCluster::Kvctl(const std::vector<std::string>& args, const std
                                    "--transport=" + TestTransport(),
                                    "--timeout=" + std::to_string(kCallTimeout.count())};
   if (options_.tls) argv.push_back("--tls_ca=" + tls_ca_bundle());
+  if (options_.tls && options_.data_plane_tls) argv.push_back("--data_plane_tls");
   argv.insert(argv.end(), args.begin(), args.end());
   return RunCommand(argv);
 }

@@ -90,6 +90,9 @@ struct TestClusterOptions {
   // kvctl --tls_ca (the CA alone: server-authenticated TLS). Every process
   // reads the CA from tls_ca_bundle(), which a test may replace.
   bool tls = false;
+  // With tls, TLS on the data plane too (tcp): servers get --data_plane_tls,
+  // clients ClientOptions::data_plane_tls, kvctl --data_plane_tls.
+  bool data_plane_tls = false;
 };
 
 // The token of server i's credential with per_server_credentials.

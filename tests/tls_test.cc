@@ -321,6 +321,55 @@ TEST_F(TlsTest, ACatchUpRunsOverMutualTls) {
   }
 }
 
+// --data_plane_tls: every data-plane connection (clients', kvctl's, and a
+// primary's forwards to its backups) runs over TLS; a client without it is
+// refused saying so; the writes the backups took over TLS survive the
+// primary's kill -9.
+TEST_F(TlsTest, TheDataPlaneRunsOverTlsThroughAFailover) {
+  TestClusterOptions o = Options();
+  o.data_plane_tls = true;
+  o.shards = 32;
+  o.heartbeat_interval_ms = 100;
+  o.heartbeat_timeout_ms = SlowCpuMs(1000);
+  o.lease_ms = 400;
+  ASSERT_NO_FATAL_FAILURE(StartCluster(o));
+  auto client = cluster().ClusterClient();
+  ASSERT_NE(client, nullptr);
+  const std::string victim = cluster().IdOf(*client, 0);
+  ASSERT_FALSE(victim.empty());
+  for (int i = 0; i < 200; ++i) {
+    ASSERT_TRUE(client->Put("sealed-" + std::to_string(i), "v" + std::to_string(i)).ok());
+  }
+  CommandResult r = cluster().Kvctl({"get", "sealed-7"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "v7");
+  for (int i = 0; i < cluster().server_count(); ++i) {
+    EXPECT_TRUE(Contains(cluster().server(i).Log(), "data plane: TLS 1.3")) << cluster().server(i).Log();
+  }
+
+  // A client of one server without TLS on its data plane.
+  ClientOptions plain = cluster().DirectClientOptions(1);
+  plain.data_plane_tls = false;
+  plain.tls_ca_file.clear();
+  auto refused = Client::Connect(plain);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), StatusCode::kPermissionDenied) << refused.status();
+  EXPECT_TRUE(Contains(refused.status().message(), "takes TLS only")) << refused.status();
+
+  cluster().server(0).Kill9();
+  ASSERT_TRUE(cluster().WaitForMap(*client, [&](const ClusterInfo& c) {
+    for (const ShardInfo& shard : c.shards) {
+      if (shard.replicas.empty() || shard.replicas[0] == victim) return false;
+    }
+    return true;
+  }));
+  for (int i = 0; i < 200; ++i) {
+    auto got = client->Get("sealed-" + std::to_string(i));
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_EQ(*got, "v" + std::to_string(i));
+  }
+}
+
 // With TLS, the servers' calls need a server's certificate too: the
 // cluster credential over a channel with the CA alone is refused at the
 // coordinator (Heartbeat) and at a server's Replica service (FetchKeys),

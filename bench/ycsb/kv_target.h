@@ -126,6 +126,9 @@ struct TargetOptions {
   bool read_any_replica = false;
   // rkv: rkv::ClientOptions::location_cache_bytes (0: off).
   uint64_t location_cache_bytes = uint64_t{32} << 20;
+  // rkv: rkv::ClientOptions::data_plane_tls and tls_ca_file.
+  bool data_plane_tls = false;
+  std::string tls_ca_file;
   // rkv: GETs go into one registered buffer per target (Client::GetInto),
   // room for `batch` values of the server's largest size, instead of into
   // a string.

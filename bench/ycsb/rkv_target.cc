@@ -167,6 +167,8 @@ StatusOr<std::unique_ptr<KvTarget>> OpenRkvTarget(const TargetOptions& options) 
   client_options.timeout = std::chrono::milliseconds(options.timeout_ms);
   client_options.connections = 1;
   client_options.location_cache_bytes = options.location_cache_bytes;
+  client_options.data_plane_tls = options.data_plane_tls;
+  client_options.tls_ca_file = options.tls_ca_file;
   StatusOr<std::unique_ptr<Client>> client = Client::Connect(client_options);
   if (!client.ok()) {
     return client.status().WithContext(options.coordinator.empty() ? "rkv connect to " + options.server

@@ -90,6 +90,9 @@ DEFINE_int32(redis_wait_replicas, 0,
              "acknowledged by them within --timeout_ms counts as a failed PUT (default 0: no WAIT)");
 DEFINE_string(token_file, "", "rkv: file holding the server's token (required for rkv)");
 DEFINE_string(transport, "auto", "rkv: auto | tcp | verbs (default auto)");
+DEFINE_string(tls_ca, "", "rkv: PEM CA bundle of the servers' certificates, for --data_plane_tls (default empty)");
+DEFINE_bool(data_plane_tls, false, "rkv: TLS on the tcp data plane (servers started with --data_plane_tls); needs "
+            "--tls_ca (default false)");
 DEFINE_uint64(location_cache_bytes, uint64_t{32} << 20,
               "rkv: bytes of each client's location cache, 0 = off (default 33554432)");
 DEFINE_bool(get_into, false,
@@ -237,6 +240,12 @@ StatusOr<Config> ConfigFromFlags() {
   if (FLAGS_get_into && c.target.kind != "rkv") return InvalidArgument("--get_into applies to --target=rkv only");
   c.target.get_into = FLAGS_get_into;
   c.target.transport = FLAGS_transport;
+  if ((FLAGS_data_plane_tls || !FLAGS_tls_ca.empty()) && c.target.kind != "rkv") {
+    return InvalidArgument("--data_plane_tls and --tls_ca apply to --target=rkv only");
+  }
+  if (FLAGS_data_plane_tls && FLAGS_tls_ca.empty()) return InvalidArgument("--data_plane_tls needs --tls_ca");
+  c.target.data_plane_tls = FLAGS_data_plane_tls;
+  c.target.tls_ca_file = FLAGS_tls_ca;
   if (c.target.kind == "rkv") {
     if (FLAGS_token_file.empty()) return InvalidArgument("--token_file is required with --target=rkv");
     StatusOr<std::string> token = ReadToken(FLAGS_token_file);

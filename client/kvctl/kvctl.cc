@@ -34,6 +34,8 @@ DEFINE_string(tls_ca, "", "cluster mode: PEM CA bundle the coordinators' and ser
 DEFINE_string(tls_cert, "", "cluster mode: PEM client certificate, with --tls_key and --tls_ca, for a cluster that "
               "checks clients' certificates (default empty: none)");
 DEFINE_string(tls_key, "", "cluster mode: PEM private key of --tls_cert (default empty: none)");
+DEFINE_bool(data_plane_tls, false, "TLS on the data plane too (tcp; servers started with --data_plane_tls): "
+            "server certificates verified against --tls_ca, which it needs (default false)");
 DEFINE_string(transport, "auto", "data-plane transport: auto, tcp or verbs (default auto)");
 DEFINE_int32(timeout, 5000,
              "deadline of the whole command, in milliseconds (default 5000); verify: of each request; "
@@ -436,9 +438,13 @@ int Run(const rkv::kvctl::Invocation& inv) {
   if (!token.ok()) return Fail(cmd, token.status().WithContext("--token_file"));
   // The files themselves are checked by Connect (its errors name the
   // flags too).
-  if (!(FLAGS_tls_ca.empty() && FLAGS_tls_cert.empty() && FLAGS_tls_key.empty()) && !cluster) {
-    return UsageError("--tls_ca, --tls_cert and --tls_key secure the control plane: they need --coordinator (a "
-                      "server's data plane has no TLS)");
+  if (!(FLAGS_tls_ca.empty() && FLAGS_tls_cert.empty() && FLAGS_tls_key.empty()) && !cluster &&
+      !FLAGS_data_plane_tls) {
+    return UsageError("--tls_ca, --tls_cert and --tls_key secure the control plane: they need --coordinator, or "
+                      "--data_plane_tls for a server's data plane");
+  }
+  if (FLAGS_data_plane_tls && FLAGS_tls_ca.empty()) {
+    return UsageError("--data_plane_tls needs --tls_ca, the CA bundle the servers' certificates are verified against");
   }
 
   rkv::ClientOptions options;
@@ -454,6 +460,7 @@ int Run(const rkv::kvctl::Invocation& inv) {
   options.tls_ca_file = FLAGS_tls_ca;
   options.tls_cert_file = FLAGS_tls_cert;
   options.tls_key_file = FLAGS_tls_key;
+  options.data_plane_tls = FLAGS_data_plane_tls;
   auto client = rkv::Client::Connect(options);
   if (!client.ok()) return Fail(cmd, client.status());
   // The administration commands work through the same connection.

@@ -529,6 +529,29 @@ def test_tls_files_are_checked_and_named(cluster, tmp_path):
     with pytest.raises(rkv.InvalidArgument) as got:
         rkv.Client(coordinators=[coordinator.address], token=TOKEN, tls_ca=str(garbage))
     assert str(garbage) in str(got.value)
+    # TLS on the data plane needs the CA its servers are verified against.
+    with pytest.raises(rkv.InvalidArgument) as no_ca:
+        rkv.Client(server=member.address, token=TOKEN, data_plane_tls=True)
+    assert "tls_ca_file" in str(no_ca.value)
+
+
+def test_a_plain_client_of_a_tls_data_plane_is_told_why(tmp_path):
+    """A server started with --data_plane_tls takes TLS clients only."""
+    ca_key, ca_crt = str(tmp_path / "ca.key"), str(tmp_path / "ca.crt")
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
+                    "-nodes", "-keyout", ca_key, "-out", ca_crt, "-days", "1", "-subj", "/CN=rkv-test",
+                    "-addext", "subjectAltName=IP:127.0.0.1"], check=True, capture_output=True)
+    s = Server(str(tmp_path / "server"), "--data_plane_tls", "--tls_cert=" + ca_crt, "--tls_key=" + ca_key,
+               "--tls_ca=" + ca_crt)
+    try:
+        with pytest.raises(rkv.PermissionDenied) as got:
+            rkv.Client(server=s.address, token=TOKEN, transport="tcp")
+        assert "takes TLS only" in str(got.value)
+        with rkv.Client(server=s.address, token=TOKEN, transport="tcp", tls_ca=ca_crt, data_plane_tls=True) as c:
+            c.put(b"k", b"over tls")
+            assert c.get(b"k") == b"over tls"
+    finally:
+        s.stop()
 
 
 # ---- errors

@@ -120,19 +120,26 @@ struct ClientOptions {
   // it off; otherwise kMinLocationCacheBytes..kMaxLocationCacheBytes.
   uint64_t location_cache_bytes = uint64_t{32} << 20;
   // TLS on the control plane (cluster mode: the coordinators and the
-  // servers' Admin services; the data plane is not encrypted, docs/
-  // design.md §10). PEM file paths; all empty: plain gRPC. tls_ca_file,
-  // the CA bundle the coordinators' and servers' certificates are
-  // verified against, turns TLS on; tls_cert_file and tls_key_file, both
-  // or neither, are a client certificate and its key for a cluster that
-  // checks clients' certificates (mutual TLS). The files are read at
+  // servers' Admin services; the data plane only with data_plane_tls,
+  // docs/design.md §10). PEM file paths; all empty: plain gRPC.
+  // tls_ca_file, the CA bundle the coordinators' and servers' certificates
+  // are verified against, turns TLS on; tls_cert_file and tls_key_file,
+  // both or neither, are a client certificate and its key for a cluster
+  // that checks clients' certificates (mutual TLS). The files are read at
   // Connect (a missing, unreadable or malformed one is INVALID_ARGUMENT
   // naming the field and the file) and watched for replacement every few
   // seconds (rotation without a restart). Setting them without
-  // `coordinator` is INVALID_ARGUMENT.
+  // `coordinator` or data_plane_tls is INVALID_ARGUMENT.
   std::string tls_ca_file;
   std::string tls_cert_file;
   std::string tls_key_file;
+  // TLS on the data plane too (the tcp transport; servers started with
+  // --data_plane_tls): each connection to a server speaks TLS 1.3 and the
+  // server's certificate must chain to tls_ca_file (required) and name the
+  // address dialled. A server that takes TLS refuses a client without it
+  // (PERMISSION_DENIED saying so); a server of the verbs transport is
+  // FAILED_PRECONDITION: RDMA has no encryption.
+  bool data_plane_tls = false;
 };
 
 inline constexpr uint64_t kMinLocationCacheBytes = uint64_t{64} << 10;
