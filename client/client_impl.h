@@ -45,6 +45,7 @@
 #include "client/routes.h"
 #include "client/server_connection.h"
 #include "common/clock.h"
+#include "common/hash.h"
 #include "common/mutex.h"
 #include "common/protocol.h"
 #include "common/status.h"
@@ -176,10 +177,10 @@ class [[gnu::visibility("hidden")]] Client::Impl {
                     size_t slot = client::ConnectionPool::kAnySlot, std::span<const std::string_view> keys = {});
 
   // Runs `op(connection)` on a connection to the server that owns `key` in
-  // the table of `routes` (WithServer).
-  Status WithKey(std::shared_ptr<client::Routes> routes, std::string_view key, client::Deadline deadline,
-                 Operation op) {
-    const size_t owner = routes->table().OwnerIndexOf(key);
+  // the table of `routes` (WithServer); `key_hash` is ShardHash(key).
+  Status WithKey(std::shared_ptr<client::Routes> routes, std::string_view key, uint64_t key_hash,
+                 client::Deadline deadline, Operation op) {
+    const size_t owner = routes->table().OwnerIndexOfHash(key_hash);
     return WithServer(std::move(routes), owner, deadline, op, client::ConnectionPool::kAnySlot,
                       std::span<const std::string_view>(&key, 1));
   }
@@ -187,9 +188,10 @@ class [[gnu::visibility("hidden")]] Client::Impl {
   // The server a read of `key` starts on: its owner (the shard's primary),
   // or for kAnyReplica the replica of turn `turn` (RoutingTable::
   // ReplicaIndexOf). Every retry goes to the owner (WithServer).
-  static size_t ReadIndexOf(const client::RoutingTable& table, std::string_view key, ReadFrom from, uint64_t turn) {
-    if (from == ReadFrom::kPrimary) [[likely]] return table.OwnerIndexOf(key);
-    return table.ReplicaIndexOf(key, turn);
+  // `key_hash`: the key's ShardHash.
+  static size_t ReadIndexOf(const client::RoutingTable& table, uint64_t key_hash, ReadFrom from, uint64_t turn) {
+    if (from == ReadFrom::kPrimary) [[likely]] return table.OwnerIndexOfHash(key_hash);
+    return table.ReplicaIndexOfHash(key_hash, turn);
   }
 
   // ---- GETs (client_read.cc).
@@ -211,7 +213,7 @@ class [[gnu::visibility("hidden")]] Client::Impl {
   // and MultiGetInto's way). A key checked and refused is done with its
   // error; a key a group could not finish gets the group's error in
   // group_status. `targets`: empty, or one per key (GetInto's memory).
-  void LookupMany(std::span<const std::string> keys, std::span<client::LookupResult> results,
+  void LookupMany(std::span<const std::string_view> keys, std::span<client::LookupResult> results,
                   std::span<Status> group_status, std::span<IntoTarget> targets, const CallOptions& call);
   // GetInto's answer from its lookup's result (and counts the value).
   Status FinishGetInto(client::LookupResult& r, GetIntoResult* result);
@@ -256,8 +258,9 @@ class [[gnu::visibility("hidden")]] Client::Impl {
   // (DecideOnRefusal, client/refusal.h) is marked unsent, so that the call
   // may send it to the new primary; docs/design.md §5.6 gives the argument
   // for why that resend is safe.
-  Status WriteAttempt(client::ServerConnection& conn, PendingWrite& w, std::string_view key, std::string_view value,
-                      client::Deadline deadline, client::WriteResult* result);
+  // `key_hash` is ShardHash(key).
+  Status WriteAttempt(client::ServerConnection& conn, PendingWrite& w, std::string_view key, uint64_t key_hash,
+                      std::string_view value, client::Deadline deadline, client::WriteResult* result);
 
   // The error of a write call `w` that got no reply: says so when the
   // request was sent (it may or may not have been applied).
@@ -269,6 +272,7 @@ class [[gnu::visibility("hidden")]] Client::Impl {
   struct BatchItem {
     PendingWrite write;
     std::string_view key;
+    uint64_t key_hash = 0;  // ShardHash(key), set by RunBatches
     std::string_view value;
     bool done = false;
     Status error;                // when done: the item's failure, else OK

@@ -76,13 +76,15 @@ Status Client::Impl::GetOne(std::string_view key, std::string* value, uint64_t* 
   const Deadline deadline = DeadlineOf(call);
   client::LookupResult result;
   result.value.swap(*value);  // the lookup copies the value into the caller's memory
-  const size_t reader = Impl::ReadIndexOf(routes->table(), key, call.read_from,
+  const uint64_t key_hash = ShardHash(key);  // routes, and names the key in the location cache
+  const size_t reader = Impl::ReadIndexOf(routes->table(), key_hash, call.read_from,
                                           call.read_from == ReadFrom::kPrimary ? 0 : NextReadTurn());
   Status s = WithServer(
       std::move(routes), reader, deadline,
       [&](ServerConnection& conn) {
         return conn.Lookup(std::span<const std::string_view>(&key, 1),
-                           std::span<client::LookupResult>(&result, 1), deadline);
+                           std::span<client::LookupResult>(&result, 1), deadline,
+                           std::span<const uint64_t>(&key_hash, 1));
       },
       ConnectionPool::kAnySlot, std::span<const std::string_view>(&key, 1));
   result.value.swap(*value);
@@ -109,7 +111,7 @@ StatusOr<std::string> Client::Get(std::string_view key, const CallOptions& call)
   return value;
 }
 
-void Client::Impl::LookupMany(std::span<const std::string> keys, std::span<client::LookupResult> results,
+void Client::Impl::LookupMany(std::span<const std::string_view> keys, std::span<client::LookupResult> results,
                               std::span<Status> group_status, std::span<IntoTarget> targets,
                               const CallOptions& call) {
   const Deadline deadline = DeadlineOf(call);
@@ -129,11 +131,14 @@ void Client::Impl::LookupMany(std::span<const std::string> keys, std::span<clien
   // owner) is one call. With kAnyReplica, one turn for the call: each
   // shard's keys go to one replica.
   const uint64_t turn = call.read_from == ReadFrom::kPrimary ? 0 : NextReadTurn();
+  // Each key hashed once: its route, and its name in the location cache.
+  std::vector<uint64_t> hashes(keys.size());
   // (server read, owner) -> key positions
   std::map<std::pair<size_t, size_t>, std::vector<size_t>> groups;
   for (size_t i = 0; i < keys.size(); ++i) {
     if (results[i].done) continue;
-    groups[{ReadIndexOf(table, keys[i], call.read_from, turn), table.OwnerIndexOf(keys[i])}].push_back(i);
+    hashes[i] = ShardHash(keys[i]);
+    groups[{ReadIndexOf(table, hashes[i], call.read_from, turn), table.OwnerIndexOfHash(hashes[i])}].push_back(i);
   }
   for (const auto& [servers, group_positions] : groups) {
     const size_t server = servers.first;
@@ -141,10 +146,13 @@ void Client::Impl::LookupMany(std::span<const std::string> keys, std::span<clien
     // rules that clang 14 lacks: a reference of its own.
     const std::vector<size_t>& positions = group_positions;
     std::vector<std::string_view> views;
+    std::vector<uint64_t> view_hashes;
     std::vector<client::LookupResult> group(positions.size());
     views.reserve(positions.size());
+    view_hashes.reserve(positions.size());
     for (size_t j = 0; j < positions.size(); ++j) {
       views.push_back(keys[positions[j]]);
+      view_hashes.push_back(hashes[positions[j]]);
       if (!targets.empty()) group[j].into = &targets[positions[j]].target;
     }
     const Status s = WithServer(
@@ -153,7 +161,7 @@ void Client::Impl::LookupMany(std::span<const std::string> keys, std::span<clien
           if (!targets.empty()) {
             for (size_t p : positions) AimAt(targets[p], conn);
           }
-          return conn.Lookup(views, group, deadline);
+          return conn.Lookup(views, group, deadline, view_hashes);
         },
         ConnectionPool::kAnySlot, views);
     for (size_t j = 0; j < positions.size(); ++j) {
@@ -167,7 +175,8 @@ std::vector<StatusOr<std::string>> Client::MultiGet(std::span<const std::string>
                                                     const CallOptions& call) {
   std::vector<client::LookupResult> results(keys.size());
   std::vector<Status> group_status(keys.size());  // per key: its group's call status
-  impl_->LookupMany(keys, results, group_status, {}, call);
+  const std::vector<std::string_view> views(keys.begin(), keys.end());
+  impl_->LookupMany(views, results, group_status, {}, call);
   std::vector<StatusOr<std::string>> out;
   out.reserve(keys.size());
   for (size_t i = 0; i < keys.size(); ++i) {
@@ -221,14 +230,15 @@ Status Client::GetInto(std::string_view key, std::span<std::byte> out, GetIntoRe
   Impl::IntoTarget target = impl_->TargetOf(out);
   client::LookupResult r;
   r.into = &target.target;
-  const size_t reader = Impl::ReadIndexOf(routes->table(), key, call.read_from,
+  const uint64_t key_hash = ShardHash(key);
+  const size_t reader = Impl::ReadIndexOf(routes->table(), key_hash, call.read_from,
                                           call.read_from == ReadFrom::kPrimary ? 0 : NextReadTurn());
   const Status s = impl_->WithServer(
       std::move(routes), reader, deadline,
       [&](ServerConnection& conn) {
         Impl::AimAt(target, conn);
         return conn.Lookup(std::span<const std::string_view>(&key, 1), std::span<client::LookupResult>(&r, 1),
-                           deadline);
+                           deadline, std::span<const uint64_t>(&key_hash, 1));
       },
       ConnectionPool::kAnySlot, std::span<const std::string_view>(&key, 1));
   if (!s.ok()) return s;
@@ -254,7 +264,8 @@ std::vector<Status> Client::MultiGetInto(std::span<const std::string> keys, std:
   for (const std::span<std::byte> out : outs) targets.push_back(impl_->TargetOf(out));
   std::vector<client::LookupResult> lookups(keys.size());
   std::vector<Status> group_status(keys.size());
-  impl_->LookupMany(keys, lookups, group_status, targets, call);
+  const std::vector<std::string_view> views(keys.begin(), keys.end());
+  impl_->LookupMany(views, lookups, group_status, targets, call);
   std::vector<Status> out;
   out.reserve(keys.size());
   for (size_t i = 0; i < keys.size(); ++i) {

@@ -42,7 +42,7 @@ Status SetCondition(const PutCondition& condition, protocol::Condition* wire, ui
 
 }  // namespace
 
-Status Client::Impl::WriteAttempt(ServerConnection& conn, PendingWrite& w, std::string_view key,
+Status Client::Impl::WriteAttempt(ServerConnection& conn, PendingWrite& w, std::string_view key, uint64_t key_hash,
                                   std::string_view value, Deadline deadline, client::WriteResult* result) {
   const uint64_t epoch = conn.accept().epoch;
   RKV_RETURN_IF_ERROR(CheckResend(conn, w));
@@ -51,7 +51,7 @@ Status Client::Impl::WriteAttempt(ServerConnection& conn, PendingWrite& w, std::
   // Sent before means to this incarnation (CheckResend).
   auto r = conn.Write(client::WriteOp{w.op, key, value, w.request_id, /*resent=*/w.sent, w.condition,
                                       w.expected_version, w.expires_at_ms},
-                      deadline, &posted);
+                      deadline, &posted, std::span<const uint64_t>(&key_hash, 1));
   if (posted && !w.sent) {
     w.sent = true;
     w.sent_epoch = epoch;
@@ -96,8 +96,10 @@ Status Client::Impl::CheckResend(const ServerConnection& conn, PendingWrite& w) 
 Status Client::Impl::BatchAttempt(ServerConnection& conn, std::span<BatchItem* const> items, Deadline deadline) {
   const uint64_t epoch = conn.accept().epoch;
   std::vector<client::WriteOp> ops;
+  std::vector<uint64_t> hashes;
   std::vector<BatchItem*> sent_items;
   ops.reserve(items.size());
+  hashes.reserve(items.size());
   sent_items.reserve(items.size());
   for (BatchItem* item : items) {
     if (item->done) continue;
@@ -118,11 +120,12 @@ Status Client::Impl::BatchAttempt(ServerConnection& conn, std::span<BatchItem* c
     if (w.request_id == 0) w.request_id = next_request_id_.fetch_add(1, std::memory_order_relaxed);
     ops.push_back(client::WriteOp{w.op, item->key, item->value, w.request_id, /*resent=*/w.sent, w.condition,
                                   w.expected_version, w.expires_at_ms});
+    hashes.push_back(item->key_hash);
     sent_items.push_back(item);
   }
   if (ops.empty()) return Status::Ok();
   std::vector<client::WriteOutcome> outcomes(ops.size());
-  const Status s = conn.WriteBatch(ops, outcomes, deadline);
+  const Status s = conn.WriteBatch(ops, outcomes, deadline, hashes);
   Status refused;
   for (size_t j = 0; j < ops.size(); ++j) {
     BatchItem& item = *sent_items[j];
@@ -149,13 +152,15 @@ Status Client::Impl::BatchAttempt(ServerConnection& conn, std::span<BatchItem* c
 void Client::Impl::RunBatches(std::span<BatchItem> items, Deadline deadline) {
   std::vector<std::string_view> keys;
   std::vector<BatchItem*> group;
+  // Each key hashed once: its route, and its name in the location cache.
+  for (BatchItem& item : items) item.key_hash = ShardHash(item.key);
   bool regroup = true;
   while (regroup) {
     regroup = false;
     const auto routes = Routing();
     std::map<size_t, std::vector<size_t>> groups;  // owner -> item positions
     for (size_t i = 0; i < items.size(); ++i) {
-      if (!items[i].done) groups[routes->table().OwnerIndexOf(items[i].key)].push_back(i);
+      if (!items[i].done) groups[routes->table().OwnerIndexOfHash(items[i].key_hash)].push_back(i);
     }
     for (const auto& [owner, positions] : groups) {
       keys.clear();
@@ -206,7 +211,8 @@ StatusOr<uint64_t> Client::Put(std::string_view key, std::string_view value, con
   write.op = protocol::Op::kPut;
   write.expires_at_ms = options.expires_at_unix_ms;
   RKV_RETURN_IF_ERROR(SetCondition(condition, &write.condition, &write.expected_version));
-  const Status s = impl_->WithKey(std::move(routes), key, deadline, [&](ServerConnection& conn) -> Status {
+  const uint64_t key_hash = ShardHash(key);  // routes, and names the key in the location cache
+  const Status s = impl_->WithKey(std::move(routes), key, key_hash, deadline, [&](ServerConnection& conn) -> Status {
     // The limits may differ on a restarted server; the check above used the
     // newest connection's (or the map's), this one uses this connection's.
     if (key.size() > conn.accept().max_key_bytes || value.size() > conn.accept().max_value_bytes) {
@@ -215,7 +221,7 @@ StatusOr<uint64_t> Client::Put(std::string_view key, std::string_view value, con
                              to_string(conn.accept().max_key_bytes) + ", " +
                              to_string(conn.accept().max_value_bytes) + ")");
     }
-    return impl_->WriteAttempt(conn, write, key, value, deadline, &result);
+    return impl_->WriteAttempt(conn, write, key, key_hash, value, deadline, &result);
   });
   if (!s.ok()) return Impl::WriteFailed(write, s);
   if (!result.status.ok()) return result.status;
@@ -268,12 +274,13 @@ Status Client::Impl::Delete(std::string_view key, uint64_t if_version, const Cal
     write.condition = protocol::Condition::kVersionIs;
     write.expected_version = if_version;
   }
-  const Status s = WithKey(std::move(routes), key, deadline, [&](ServerConnection& conn) -> Status {
+  const uint64_t key_hash = ShardHash(key);
+  const Status s = WithKey(std::move(routes), key, key_hash, deadline, [&](ServerConnection& conn) -> Status {
     if (key.size() > conn.accept().max_key_bytes) {
       return InvalidArgument("key of " + to_string(key.size()) + " bytes: over the server's max_key_bytes " +
                              to_string(conn.accept().max_key_bytes));
     }
-    return WriteAttempt(conn, write, key, {}, deadline, &result);
+    return WriteAttempt(conn, write, key, key_hash, {}, deadline, &result);
   });
   if (!s.ok()) return WriteFailed(write, s);
   return result.status;

@@ -100,6 +100,11 @@ class RoutingTable {
     if (servers_.size() == 1) return 0;
     return shard_to_server_[ShardOf(key, shard_count())];
   }
+  // The same for the key whose ShardHash is `shard_hash`.
+  size_t OwnerIndexOfHash(uint64_t shard_hash) const {
+    if (servers_.size() == 1) return 0;
+    return shard_to_server_[ShardOfHash(shard_hash, shard_count())];
+  }
   // R, the copies each shard is meant to have (1 for a map older than
   // replication). A replica set may hold fewer while a backup is missing.
   uint32_t replication_factor() const { return replication_factor_; }
@@ -118,7 +123,12 @@ class RoutingTable {
   // so that the call meets the DOWN primary and retries as any call does.
   size_t ReplicaIndexOf(std::string_view key, uint64_t turn) const {
     if (servers_.size() == 1) return 0;
-    const uint32_t shard = ShardOf(key, shard_count());
+    return ReplicaIndexOfHash(ShardHash(key), turn);
+  }
+  // The same for the key whose ShardHash is `shard_hash`.
+  size_t ReplicaIndexOfHash(uint64_t shard_hash, uint64_t turn) const {
+    if (servers_.size() == 1) return 0;
+    const uint32_t shard = ShardOfHash(shard_hash, shard_count());
     const uint32_t begin = up_replica_begin_[shard];
     const uint32_t count = up_replica_begin_[shard + 1] - begin;
     if (count == 0) return shard_to_server_[shard];

@@ -190,9 +190,12 @@ class ServerConnection {
   // refreshes the cache. Torn, reused or leased-out reads are retried with
   // backoff until `deadline`; afterwards every such result is done.
   // Returns non-OK only when the connection broke: results already done
-  // stay valid, the others stay not done.
+  // stay valid, the others stay not done. `key_hashes` is empty or holds
+  // ShardHash(keys[i]) at i (the hash the client routed by, which the
+  // location cache reuses); when empty, keys are hashed here if a cache is
+  // used.
   Status Lookup(std::span<const std::string_view> keys, std::span<LookupResult> results,
-                Deadline deadline);
+                Deadline deadline, std::span<const uint64_t> key_hashes = {});
 
   // Sends one PUT (value) or DELETE (empty value, tombstone) as request
   // `request_id` and waits for its reply. The caller numbers requests
@@ -206,8 +209,10 @@ class ServerConnection {
   // protocol::kRequestResent, which the server's replay check needs).
   StatusOr<WriteResult> Write(protocol::Op op, std::string_view key, std::string_view value,
                               uint64_t request_id, Deadline deadline, bool* sent = nullptr, bool resent = false);
-  // The same for one WriteOp (its condition included).
-  StatusOr<WriteResult> Write(const WriteOp& op, Deadline deadline, bool* sent = nullptr);
+  // The same for one WriteOp (its condition included); `key_hash` as
+  // WriteBatch's.
+  StatusOr<WriteResult> Write(const WriteOp& op, Deadline deadline, bool* sent = nullptr,
+                              std::span<const uint64_t> key_hash = {});
 
   // Sends every op of `ops` (request ids as for Write, all distinct) with
   // many in flight: as many records as the staging ring, the request
@@ -222,8 +227,10 @@ class ServerConnection {
   // means the connection broke: an op with `replied` has its answer; one
   // `sent` without a reply may or may not have been applied (resend it
   // with the same request id); one not `sent` was never seen by the
-  // server. The ops' keys leave the location cache (if any) first.
-  Status WriteBatch(std::span<const WriteOp> ops, std::span<WriteOutcome> outcomes, Deadline deadline);
+  // server. The ops' keys leave the location cache (if any) first;
+  // `key_hashes` as Lookup's.
+  Status WriteBatch(std::span<const WriteOp> ops, std::span<WriteOutcome> outcomes, Deadline deadline,
+                    std::span<const uint64_t> key_hashes = {});
 
  private:
   struct FreeDeleter {
@@ -292,7 +299,8 @@ class ServerConnection {
   // The block of a scattered READ (SetUpBlockRead), checked in place.
   StatusOr<ScatteredRecord> DecodeScattered(size_t local_offset, uint64_t bytes, const ValueTarget& into,
                                             uint32_t direct_bytes, size_t key_bytes) const;
-  void AcceptCachedScattered(std::string_view key, LookupResult& r, const CachedRead& cr, bool in_lease);
+  // Whether the scattered block of `cr` answered `r`.
+  bool AcceptCachedScattered(std::string_view key, LookupResult& r, const CachedRead& cr, bool in_lease);
   void ConsiderScattered(std::string_view key, LookupResult& r, const Candidate& cand, Outcome& o);
   // Copies `value` into `r.into` when it fits; sets r.value_size.
   static void CopyInto(LookupResult& r, std::string_view value);
@@ -453,6 +461,10 @@ class ServerConnection {
   // The client's location cache (null: none) and this server's tag in it.
   LocationCache* cache_ = nullptr;
   uint32_t cache_server_ = 0;
+  // With a cache, during a Lookup: ShardHash of each of its keys (the
+  // caller's, or own_key_hashes_).
+  std::span<const uint64_t> key_hashes_;
+  std::vector<uint64_t> own_key_hashes_;
 
   // GET scratch (see KeyState).
   std::vector<size_t> pending_;

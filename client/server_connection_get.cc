@@ -95,8 +95,17 @@ Status ServerConnection::AfterReads(Status s, std::string_view what, microsecond
 }
 
 Status ServerConnection::Lookup(std::span<const std::string_view> keys,
-                                std::span<LookupResult> results, Deadline deadline) {
+                                std::span<LookupResult> results, Deadline deadline,
+                                std::span<const uint64_t> key_hashes) {
   if (broken_) return broken_status_;
+  if (cache_ != nullptr) {
+    if (key_hashes.size() != keys.size()) [[unlikely]] {
+      own_key_hashes_.resize(keys.size());
+      for (size_t k = 0; k < keys.size(); ++k) own_key_hashes_[k] = ShardHash(keys[k]);
+      key_hashes = own_key_hashes_;
+    }
+    key_hashes_ = key_hashes;
+  }
   // Batches of at most kMaxBatchKeys not-done keys, gathered into the
   // reused pending_ list (no allocation).
   size_t i = 0;
@@ -173,18 +182,21 @@ Status ServerConnection::ReadCachedBlocks(std::span<const std::string_view> keys
                                           Deadline deadline) {
   cached_.clear();
   for (const size_t k : batch) {
-    std::optional<CachedLocation> location = cache_->Find(cache_server_, keys[k], accept_.epoch);
+    std::optional<CachedLocation> location = cache_->Find(cache_server_, keys[k], key_hashes_[k], accept_.epoch);
     if (!location) continue;
     // Entries come from checked slot words of this incarnation; checked
     // again all the same, as nothing remote is trusted.
     if (location->bytes == 0 || location->bytes > max_block_ ||
         location->bytes > accept_.heap.length || location->heap_offset > accept_.heap.length - location->bytes)
         [[unlikely]] {
-      cache_->Erase(cache_server_, keys[k]);
+      cache_->Erase(cache_server_, keys[k], key_hashes_[k]);
       continue;
     }
     cached_.push_back(CachedRead{k, *location, 0});
   }
+  // Counted here, noted once: the counters are shared by every thread.
+  uint64_t hits = 0;
+  uint64_t fallbacks = 0;
   for (size_t c = 0; c < cached_.size();) {
     ops_.clear();
     size_t used = 0;
@@ -201,12 +213,20 @@ Status ServerConnection::ReadCachedBlocks(std::span<const std::string_view> keys
       ++c;
     }
     const Clock::time_point posted = SteadyNow();
-    RKV_RETURN_IF_ERROR(PostReadsAndWait(ops_, deadline, posted, "cached block READs"));
+    if (Status s = PostReadsAndWait(ops_, deadline, posted, "cached block READs"); !s.ok()) [[unlikely]] {
+      cache_->NoteHits(hits);
+      cache_->NoteFallbacks(fallbacks);
+      return s;
+    }
     const bool in_lease = SteadyNow() - posted < lease_;
     for (size_t i = first; i < c; ++i) {
       const CachedRead& cr = cached_[i];
       if (cr.direct_bytes > 0) {
-        AcceptCachedScattered(keys[cr.key_index], results[cr.key_index], cr, in_lease);
+        if (AcceptCachedScattered(keys[cr.key_index], results[cr.key_index], cr, in_lease)) {
+          ++hits;
+        } else {
+          ++fallbacks;
+        }
         continue;
       }
       auto record = DecodeHeapBlock(std::span<const uint8_t>(buffer_.get() + cr.local_offset, cr.location.bytes));
@@ -214,7 +234,7 @@ Status ServerConnection::ReadCachedBlocks(std::span<const std::string_view> keys
           record->version != cr.location.version || (record->flags & layout::kBlockFlagTombstone) != 0) {
         // Not provably current: the ordinary path answers, and refreshes
         // or drops the entry.
-        cache_->NoteFallback();
+        ++fallbacks;
         continue;
       }
       LookupResult& r = results[cr.key_index];
@@ -228,9 +248,11 @@ Status ServerConnection::ReadCachedBlocks(std::span<const std::string_view> keys
       }
       r.version = record->version;
       SettleExpiry(r, record->expires_at_ms);
-      cache_->NoteHit();
+      ++hits;
     }
   }
+  cache_->NoteHits(hits);
+  cache_->NoteFallbacks(fallbacks);
   return Status::Ok();
 }
 
@@ -248,15 +270,14 @@ void ServerConnection::SettleExpiry(LookupResult& r, int64_t expires_at_ms) {
 
 // ReadCachedBlocks' checks, for a block scattered into the result's
 // memory: the same proof of currency, then the value's place.
-void ServerConnection::AcceptCachedScattered(std::string_view key, LookupResult& r, const CachedRead& cr,
+bool ServerConnection::AcceptCachedScattered(std::string_view key, LookupResult& r, const CachedRead& cr,
                                              bool in_lease) {
   StatusOr<ScatteredRecord> record =
       DecodeScattered(cr.local_offset, cr.location.bytes, *r.into, cr.direct_bytes, key.size());
   if (!in_lease || !record.ok() || record->superseded || record->key_length != key.size() ||
       std::memcmp(buffer_.get() + cr.local_offset + layout::kBlockHeaderBytes, key.data(), key.size()) != 0 ||
       record->version != cr.location.version || (record->flags & layout::kBlockFlagTombstone) != 0) {
-    cache_->NoteFallback();
-    return;
+    return false;
   }
   r.done = true;
   r.status = Status::Ok();
@@ -265,7 +286,7 @@ void ServerConnection::AcceptCachedScattered(std::string_view key, LookupResult&
   r.in_place = true;
   SettleInto(r);
   SettleExpiry(r, record->expires_at_ms);
-  cache_->NoteHit();
+  return true;
 }
 
 Status ServerConnection::LookupBatch(std::span<const std::string_view> keys,
@@ -491,10 +512,11 @@ void ServerConnection::ConsiderScattered(std::string_view key, LookupResult& r, 
       SettleExpiry(r, o.expires_at_ms);
       if (cache_ != nullptr) {
         // A superseded block is already not current: not worth a READ.
+        const size_t k = batch[todo_[t]];
         if (o.superseded) {
-          cache_->Erase(cache_server_, keys[batch[todo_[t]]]);
+          cache_->Erase(cache_server_, keys[k], key_hashes_[k]);
         } else {
-          cache_->Insert(cache_server_, keys[batch[todo_[t]]],
+          cache_->Insert(cache_server_, keys[k], key_hashes_[k],
                          CachedLocation{accept_.epoch, o.heap_offset, o.bytes, o.version});
         }
       }
@@ -512,7 +534,10 @@ void ServerConnection::ConsiderScattered(std::string_view key, LookupResult& r, 
         r.done = true;
         r.status = NotFound("key not found");
         r.value.clear();
-        if (cache_ != nullptr) cache_->Erase(cache_server_, keys[batch[todo_[t]]]);
+        if (cache_ != nullptr) {
+          const size_t k = batch[todo_[t]];
+          cache_->Erase(cache_server_, keys[k], key_hashes_[k]);
+        }
         continue;
       }
       o.lease_expired = true;

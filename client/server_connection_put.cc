@@ -11,6 +11,7 @@
 #include <cstring>
 
 #include "client/wire_checks.h"
+#include "common/hash.h"
 #include "common/record.h"
 
 namespace rkv::client {
@@ -26,9 +27,11 @@ StatusOr<WriteResult> ServerConnection::Write(protocol::Op op, std::string_view 
   return Write(WriteOp{op, key, value, request_id, resent}, deadline, sent);
 }
 
-StatusOr<WriteResult> ServerConnection::Write(const WriteOp& one, Deadline deadline, bool* sent) {
+StatusOr<WriteResult> ServerConnection::Write(const WriteOp& one, Deadline deadline, bool* sent,
+                                              std::span<const uint64_t> key_hash) {
   WriteOutcome outcome;
-  const Status s = WriteBatch(std::span<const WriteOp>(&one, 1), std::span<WriteOutcome>(&outcome, 1), deadline);
+  const Status s =
+      WriteBatch(std::span<const WriteOp>(&one, 1), std::span<WriteOutcome>(&outcome, 1), deadline, key_hash);
   if (sent != nullptr) *sent = outcome.sent;
   // A reply holds even when the connection broke after it.
   if (!s.ok() && !outcome.replied) return s;
@@ -54,7 +57,7 @@ Status ServerConnection::CheckWriteOps(std::span<const WriteOp> ops) const {
 }
 
 Status ServerConnection::WriteBatch(std::span<const WriteOp> ops, std::span<WriteOutcome> outcomes,
-                                    Deadline deadline) {
+                                    Deadline deadline, std::span<const uint64_t> key_hashes) {
   if (outcomes.size() != ops.size()) {
     return InvalidArgument(to_string(outcomes.size()) + " outcomes for " + to_string(ops.size()) + " writes");
   }
@@ -65,7 +68,10 @@ Status ServerConnection::WriteBatch(std::span<const WriteOp> ops, std::span<Writ
   // dropped now, the next GET reads the key the two-READ way and caches
   // where its new block is, instead of paying a failed hit first.
   if (cache_ != nullptr) {
-    for (const WriteOp& op : ops) cache_->Erase(cache_server_, op.key);
+    const bool hashed = key_hashes.size() == ops.size();
+    for (size_t i = 0; i < ops.size(); ++i) {
+      cache_->Erase(cache_server_, ops[i].key, hashed ? key_hashes[i] : ShardHash(ops[i].key));
+    }
   }
   batch_ = outcomes;
   batch_replied_ = 0;

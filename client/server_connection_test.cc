@@ -920,7 +920,7 @@ TEST(ServerConnectionCacheTest, AnEntryOfAnotherEpochIsNotUsed) {
   server.Store("k", "v", 5, 128);
   Cached f(server);
   ASSERT_NE(f.c, nullptr);
-  f.cache.Insert(f.cache.ServerTag("fake"), "k", CachedLocation{/*epoch=*/2, 128, 64, 5});
+  f.cache.Insert(f.cache.ServerTag("fake"), "k", ShardHash("k"), CachedLocation{/*epoch=*/2, 128, 64, 5});
   ASSERT_TRUE(LookupOne(*f.c, "k").status.ok());
   EXPECT_EQ(Reads(*f.t), 3u);  // the ordinary two
   EXPECT_EQ(f.cache.counters().misses, 1u);

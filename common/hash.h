@@ -43,8 +43,15 @@ constexpr Neighborhood NeighborhoodOf(uint64_t h, uint32_t bucket_count_log2) {
   return Neighborhood{first, static_cast<uint32_t>(count), layout::FingerprintOf(h)};
 }
 
+// The shard of a key whose ShardHash is `shard_hash`: a caller that has
+// the hash already (the client keeps it for its location cache) need not
+// hash the key again.
+inline uint32_t ShardOfHash(uint64_t shard_hash, uint32_t shard_count) {
+  return static_cast<uint32_t>(shard_hash % shard_count);
+}
+
 inline uint32_t ShardOf(std::string_view key, uint32_t shard_count) {
-  return static_cast<uint32_t>(ShardHash(key) % shard_count);
+  return ShardOfHash(ShardHash(key), shard_count);
 }
 
 }  // namespace rkv
