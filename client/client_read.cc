@@ -173,10 +173,15 @@ void Client::Impl::LookupMany(std::span<const std::string_view> keys, std::span<
 
 std::vector<StatusOr<std::string>> Client::MultiGet(std::span<const std::string> keys,
                                                     const CallOptions& call) {
+  const std::vector<std::string_view> views(keys.begin(), keys.end());
+  return MultiGet(std::span<const std::string_view>(views), call);
+}
+
+std::vector<StatusOr<std::string>> Client::MultiGet(std::span<const std::string_view> keys,
+                                                    const CallOptions& call) {
   std::vector<client::LookupResult> results(keys.size());
   std::vector<Status> group_status(keys.size());  // per key: its group's call status
-  const std::vector<std::string_view> views(keys.begin(), keys.end());
-  impl_->LookupMany(views, results, group_status, {}, call);
+  impl_->LookupMany(keys, results, group_status, {}, call);
   std::vector<StatusOr<std::string>> out;
   out.reserve(keys.size());
   for (size_t i = 0; i < keys.size(); ++i) {

@@ -10,7 +10,9 @@
 #include <cstdio>
 #include <ctime>
 #include <optional>
+#include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "gateway/compare_and_set.h"
@@ -361,14 +363,15 @@ void MemcacheSession::Retrieve(const MemcacheRequest& req, std::string* out, siz
         }
       }
     } else {
-      std::vector<std::string> keys(req.keys.begin() + next, req.keys.begin() + end);
+      // Views of the request's keys, not copies.
+      const std::span<const std::string_view> keys(req.keys.data() + next, end - next);
       Add(counters_.cmd_get, keys.size());
       // get reads a batch with one MultiGet; gets needs each value's
       // version (its cas unique), which only GetVersioned returns.
       std::vector<StatusOr<std::optional<Found>>> found;
       found.reserve(keys.size());
       if (with_cas) {
-        for (const std::string& key : keys) found.push_back(Read(key));
+        for (const std::string_view key : keys) found.push_back(Read(key));
       } else {
         for (StatusOr<std::string>& v : client_->MultiGet(keys)) {
           if (v.ok()) {

@@ -1,7 +1,9 @@
 // Reads and writes of whole values: GET, SET and its options, GETSET,
 // SETNX, MGET, MSET, MSETNX, DEL/UNLINK, EXISTS, STRLEN, GETRANGE.
 #include <algorithm>
+#include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "gateway/resp_commands.h"
@@ -157,7 +159,8 @@ void CmdSetNx(CommandContext& ctx, const Args& args) {
 }
 
 void CmdMGet(CommandContext& ctx, const Args& args) {
-  std::vector<std::string> keys(args.begin() + 1, args.end());
+  // The arguments themselves, not copies.
+  const std::span<const std::string> keys(args.data() + 1, args.size() - 1);
   for (const std::string& key : keys) {
     if (!CheckKey(ctx, key)) return;
   }
@@ -196,7 +199,7 @@ void CmdMSet(CommandContext& ctx, const Args& args) {
 
 void CmdMSetNx(CommandContext& ctx, const Args& args) {
   if (args.size() % 2 != 1) return AppendError(ctx.out, "ERR wrong number of arguments for 'msetnx' command");
-  std::vector<std::string> keys;
+  std::vector<std::string_view> keys;
   std::vector<rkv::KeyValueView> items;
   for (size_t i = 1; i + 1 < args.size(); i += 2) {
     if (!CheckKey(ctx, args[i]) || !CheckValue(ctx, args[i + 1])) return;
@@ -218,7 +221,7 @@ void CmdMSetNx(CommandContext& ctx, const Args& args) {
     if (value.status().code() != rkv::StatusCode::kNotFound) return ReplyRkvError(ctx, value.status());
   }
   // A key named twice: the second item finds it written by the first.
-  std::vector<std::string> sorted = keys;
+  std::vector<std::string_view> sorted = keys;
   std::sort(sorted.begin(), sorted.end());
   if (std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end()) {
     // Redis writes the last value of a repeated key; so does this, by
@@ -248,7 +251,7 @@ void CmdMSetNx(CommandContext& ctx, const Args& args) {
 }
 
 void CmdDel(CommandContext& ctx, const Args& args) {
-  std::vector<std::string> keys(args.begin() + 1, args.end());
+  const std::span<const std::string> keys(args.data() + 1, args.size() - 1);
   for (const std::string& key : keys) {
     if (!CheckKey(ctx, key)) return;
   }
@@ -265,7 +268,7 @@ void CmdDel(CommandContext& ctx, const Args& args) {
 }
 
 void CmdExists(CommandContext& ctx, const Args& args) {
-  std::vector<std::string> keys(args.begin() + 1, args.end());
+  const std::span<const std::string> keys(args.data() + 1, args.size() - 1);
   for (const std::string& key : keys) {
     if (!CheckKey(ctx, key)) return;
   }

@@ -229,6 +229,45 @@ TEST_F(ServerTest, BinaryKeysAndValues) {
   }
 }
 
+// MultiGet over views of keys in one buffer of the caller's: the same
+// answers as over strings, absent and refused keys included, and twice
+// (the second time from the location cache).
+TEST_F(ServerTest, MultiGetOverKeyViewsAnswersAsOverStrings) {
+  auto client = NewClient();
+  ASSERT_NE(client, nullptr);
+  std::string buffer;
+  std::vector<std::pair<size_t, size_t>> spans;  // offset, length into buffer
+  for (int i = 0; i < 300; ++i) {
+    const std::string key = (i % 3 == 0 ? std::string(40, 'L') : std::string()) + "view-" + std::to_string(i);
+    if (i % 10 != 7) {  // every tenth absent
+      ASSERT_TRUE(client->Put(key, "v" + key).ok()) << key;
+    }
+    spans.emplace_back(buffer.size(), key.size());
+    buffer += key;
+  }
+  spans.emplace_back(buffer.size(), 0);  // an empty key: refused alone
+  std::vector<std::string_view> views;
+  for (const auto& [offset, length] : spans) views.emplace_back(buffer.data() + offset, length);
+  const std::vector<std::string> strings(views.begin(), views.end());
+  const auto expected = client->MultiGet(strings);
+  for (int round = 0; round < 2; ++round) {
+    const auto got = client->MultiGet(std::span<const std::string_view>(views));
+    ASSERT_EQ(got.size(), views.size());
+    for (size_t i = 0; i < views.size(); ++i) {
+      ASSERT_EQ(got[i].status().code(), expected[i].status().code()) << views[i] << ": " << got[i].status();
+      if (i + 1 == views.size()) {
+        EXPECT_EQ(got[i].status().code(), StatusCode::kInvalidArgument);
+      } else if (i % 10 == 7) {
+        EXPECT_EQ(got[i].status().code(), StatusCode::kNotFound) << views[i];
+      } else {
+        ASSERT_TRUE(got[i].ok()) << views[i] << ": " << got[i].status();
+        EXPECT_EQ(*got[i], "v" + std::string(views[i]));
+      }
+    }
+  }
+  EXPECT_GT(client->LocationCacheStats().hits, 0u);
+}
+
 TEST_F(ServerTest, ReplaceAndDelete) {
   auto client = NewClient();
   ASSERT_NE(client, nullptr);

@@ -468,6 +468,10 @@ class RKV_EXPORT Client {
   // deadline.
   std::vector<StatusOr<std::string>> MultiGet(std::span<const std::string> keys,
                                               const CallOptions& call = {});
+  // The same for views of the caller's keys, read during the call only: a
+  // caller whose keys lie in buffers of its own builds no string per key.
+  std::vector<StatusOr<std::string>> MultiGet(std::span<const std::string_view> keys,
+                                              const CallOptions& call = {});
   // Stores many pairs with many requests in flight per connection: one
   // result per item, in order, each as Put would return it (the new
   // version, or that item's error). All items share one deadline. An item
