@@ -46,6 +46,17 @@ class TlsTest : public TestClusterTest {
     return o;
   }
 
+  // Options() with a failover within about a second: fewer shards, quick
+  // heartbeats and short leases.
+  TestClusterOptions QuickFailoverOptions() const {
+    TestClusterOptions o = Options();
+    o.shards = 32;
+    o.heartbeat_interval_ms = 100;
+    o.heartbeat_timeout_ms = SlowCpuMs(1000);
+    o.lease_ms = 400;
+    return o;
+  }
+
   // Runs kvctl against the cluster with exactly `flags` for TLS.
   CommandResult KvctlWith(const std::vector<std::string>& tls_flags, const std::vector<std::string>& args) {
     std::vector<std::string> argv = {RKV_KVCTL_BIN, "--coordinator=" + cluster().coordinator_address(),
@@ -284,12 +295,7 @@ TEST_F(TlsTest, CertificatesRotateUnderLoadWithoutAFailedCall) {
 // certificate (mutual TLS), and every shard ends with two copies that
 // agree.
 TEST_F(TlsTest, ACatchUpRunsOverMutualTls) {
-  TestClusterOptions o = Options();
-  o.shards = 32;
-  o.heartbeat_interval_ms = 100;
-  o.heartbeat_timeout_ms = SlowCpuMs(1000);
-  o.lease_ms = 400;
-  ASSERT_NO_FATAL_FAILURE(StartCluster(o));
+  ASSERT_NO_FATAL_FAILURE(StartCluster(QuickFailoverOptions()));
   auto client = cluster().ClusterClient();
   ASSERT_NE(client, nullptr);
   const std::string victim = cluster().IdOf(*client, 0);
@@ -326,12 +332,8 @@ TEST_F(TlsTest, ACatchUpRunsOverMutualTls) {
 // refused saying so; the writes the backups took over TLS survive the
 // primary's kill -9.
 TEST_F(TlsTest, TheDataPlaneRunsOverTlsThroughAFailover) {
-  TestClusterOptions o = Options();
+  TestClusterOptions o = QuickFailoverOptions();
   o.data_plane_tls = true;
-  o.shards = 32;
-  o.heartbeat_interval_ms = 100;
-  o.heartbeat_timeout_ms = SlowCpuMs(1000);
-  o.lease_ms = 400;
   ASSERT_NO_FATAL_FAILURE(StartCluster(o));
   auto client = cluster().ClusterClient();
   ASSERT_NE(client, nullptr);
