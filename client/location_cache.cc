@@ -75,8 +75,9 @@ int64_t LocationCache::Probe(const Shard& s, uint32_t hash, uint32_t server, std
   for (uint32_t i = hash & mask;; i = (i + 1) & mask) {
     const Slot& slot = s.slots[i];
     if ((slot.state & kUsed) == 0) return -1;
+    // (An empty key's data() may be null, which memcmp must not get.)
     if (slot.hash == hash && slot.server == server && slot.key_bytes == key.size() &&
-        std::memcmp(KeyOf(slot), key.data(), key.size()) == 0) {
+        (key.empty() || std::memcmp(KeyOf(slot), key.data(), key.size()) == 0)) {
       return i;
     }
   }
@@ -149,7 +150,7 @@ void LocationCache::Insert(uint32_t server, std::string_view key, uint64_t key_h
   slot.version = location.version;
   if (long_key != nullptr) {
     slot.long_key = long_key;
-  } else {
+  } else if (!key.empty()) {
     std::memcpy(slot.inline_key, key.data(), key.size());
   }
   ++s.entries;

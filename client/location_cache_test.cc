@@ -67,6 +67,11 @@ TEST(LocationCacheTest, BinaryKeysAreDistinct) {
   EXPECT_EQ(cache.Find(0, k1, H(k1), 1)->heap_offset, 64u);
   EXPECT_EQ(cache.Find(0, k2, H(k2), 1)->heap_offset, 128u);
   EXPECT_FALSE(cache.Find(0, std::string_view("a"), H(std::string_view("a")), 1).has_value());
+  // The empty key (a view with no data) is a key like another.
+  EXPECT_FALSE(cache.Find(0, std::string_view(), H(std::string_view()), 1).has_value());
+  cache.Insert(0, std::string_view(), H(std::string_view()), At(192));
+  EXPECT_EQ(cache.Find(0, std::string_view(), H(std::string_view()), 1)->heap_offset, 192u);
+  EXPECT_EQ(cache.Find(0, k1, H(k1), 1)->heap_offset, 64u);
 }
 
 // The byte bound holds whatever is inserted, and what it counts is the
