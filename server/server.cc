@@ -628,9 +628,12 @@ void Server::SendReplies(Poller* p, std::vector<OwedReply>* owed) {
   // (and whatever else was written meanwhile) are synced here, once.
   const Status synced = store_->SyncWrites();
   if (!synced.ok()) LOG(ERROR) << "group commit: " << synced;
-  // One clock read for the round: its replies are posted next, together.
+  // One clock read for the round: its replies are posted next, together,
+  // and held by the group so that each connection's replies leave in one
+  // write (PollGroup::HoldSends; nothing below blocks).
   const auto answered = std::chrono::steady_clock::now();
   std::vector<Served*> broken;
+  p->group->HoldSends();
   for (const OwedReply& o : *owed) {
     Served& s = *o.served;
     if (!s.broken.ok()) continue;
@@ -666,6 +669,7 @@ void Server::SendReplies(Poller* p, std::vector<OwedReply>* owed) {
       continue;
     }
   }
+  p->group->ReleaseSends();
   owed->clear();
   for (Served* s : broken) {
     transport::Connection* key = s->conn.get();

@@ -292,6 +292,15 @@ class PollGroup {
   virtual void Wake() = 0;
   // Accepted members now.
   virtual size_t size() const = 0;
+  // A round's sends, together: between HoldSends and ReleaseSends, both
+  // on the group's thread with nothing blocking between them, the sends
+  // that thread posts on members may be held and go out at ReleaseSends,
+  // in order (tcp: one write per member for all its held frames instead
+  // of one per send; their completions come as usual). No post fails for
+  // being held. The default sends each at once (verbs rings one doorbell
+  // per post either way).
+  virtual void HoldSends() {}
+  virtual void ReleaseSends() {}
 
  protected:
   PollGroup() = default;

@@ -44,6 +44,8 @@ class FaultPollGroup final : public PollGroup {
   StatusOr<size_t> Wait(std::span<Connection*> ready, std::chrono::microseconds timeout) override
       EXCLUDES(mu_);
   void Wake() override { inner_->Wake(); }
+  void HoldSends() override { inner_->HoldSends(); }
+  void ReleaseSends() override { inner_->ReleaseSends(); }
   size_t size() const override EXCLUDES(mu_);
 
   // FaultConnection's side.

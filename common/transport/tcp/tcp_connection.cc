@@ -456,6 +456,9 @@ template <typename Fill>
 void TcpConnection::SendFrames(Fill&& fill) {
   Status sent;
   bool leftover = false;
+  // A member posting on the group's thread while the group holds sends:
+  // the frames wait in out_ for the group's ReleaseSends.
+  const bool held = member_ != nullptr && group_->holding();
   {
     MutexLock lock(out_mu_);
     if (out_closed_) return;
@@ -465,6 +468,10 @@ void TcpConnection::SendFrames(Fill&& fill) {
       return;
     }
     fill(out_);
+    if (held) {
+      group_->DeferFlush(member_);
+      return;
+    }
     sent = FlushLocked();
     leftover = !out_.empty();
   }

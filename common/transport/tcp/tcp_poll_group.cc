@@ -167,6 +167,22 @@ void TcpPollGroup::Step(GroupMember* member, bool readable, bool woken) {
   }
 }
 
+void TcpPollGroup::HoldSends() {
+  holder_ = std::this_thread::get_id();
+  holding_.store(true, std::memory_order_relaxed);
+}
+
+void TcpPollGroup::ReleaseSends() {
+  holding_.store(false, std::memory_order_relaxed);
+  FlushDeferred();
+}
+
+void TcpPollGroup::DeferFlush(GroupMember* member) {
+  if (member->deferred) return;
+  member->deferred = true;
+  deferred_.push_back(member);
+}
+
 void TcpPollGroup::FlushDeferred() {
   if (deferred_.empty()) return;
   deferred_scratch_.swap(deferred_);

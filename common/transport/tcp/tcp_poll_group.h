@@ -17,7 +17,10 @@
 // leaves what it queued for the peer (acknowledgements) in the member's
 // out_ for the application's replies to carry (TcpConnection::ServeStep);
 // the member goes on deferred_, and the next Wait steps each member there,
-// which sends whatever no post took.
+// which sends whatever no post took. Between HoldSends and ReleaseSends a
+// post on a member from the group's thread appends its frames and puts the
+// member on deferred_ too (TcpConnection::SendFrames); ReleaseSends steps
+// them at once, so a member's replies of a round leave in one write.
 //
 // Readiness. A member becomes a candidate when a completion is queued or
 // it fails (TcpConnection::NotifyPollersLocked calls NoteReady); Wait
@@ -51,6 +54,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <thread>
 #include <vector>
 
 #include "common/mutex.h"
@@ -88,6 +92,12 @@ class TcpPollGroup final : public PollGroup {
   StatusOr<size_t> Wait(std::span<Connection*> ready, std::chrono::microseconds timeout) override EXCLUDES(mu_);
   void Wake() override;
   size_t size() const override { return size_.load(std::memory_order_acquire); }
+  void HoldSends() override;
+  void ReleaseSends() override;
+  // Whether sends posted now on this thread are held (HoldSends).
+  bool holding() const { return holding_.load(std::memory_order_relaxed) && std::this_thread::get_id() == holder_; }
+  // A member whose post was held: sent at ReleaseSends (the group's thread).
+  void DeferFlush(GroupMember* member);
 
   // From Accept (any thread): `connection`, now active, becomes a member;
   // the group's thread starts serving it in its next (or current) Wait.
@@ -135,6 +145,12 @@ class TcpPollGroup final : public PollGroup {
   // `ready` (as many as fit), keeps them listed and drops the rest.
   size_t Collect(std::span<Connection*> ready);
   bool TakeWake() { return wake_requested_.exchange(false, std::memory_order_acq_rel); }
+
+  // HoldSends to ReleaseSends: the holding thread (the group's) posts on
+  // members without writing. holder_ is written before holding_ is set,
+  // by that thread, and only read there with holding_ set.
+  std::atomic<bool> holding_{false};
+  std::thread::id holder_;
 
   const UniqueFd epoll_fd_;
   const UniqueFd wake_fd_;  // ends epoll_wait: Wake, or a member joined

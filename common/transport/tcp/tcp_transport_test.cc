@@ -915,5 +915,53 @@ TEST_F(TcpTransportTest, AGroupMemberThatRefusedAnAccessIsDroppedAndItsPeerToldW
   EXPECT_EQ(group->size(), 0u);
 }
 
+// HoldSends holds: a member's SENDs posted on the group's thread between
+// HoldSends and ReleaseSends are not written before ReleaseSends (tcp
+// writes them then, together). A post from another thread is not held; it
+// writes what waits before it, in order.
+TEST_F(TcpTransportTest, SendsHeldByTheGroupLeaveOnlyAtRelease) {
+  Buffer msgs = MakeBuffer(*server_, 32, 0);
+  std::memset(msgs.bytes.data(), 'a', 16);
+  std::memset(msgs.bytes.data() + 16, 'b', 16);
+  std::unique_ptr<PollGroup> group = NewGroup();
+  ASSERT_NE(group, nullptr);
+  Pair pair = ConnectPair({}, {}, {}, group.get());
+  ASSERT_NE(pair.client, nullptr);
+  Buffer inbox = MakeBuffer(*client_, 4 * 16, kLocalWrite);
+  for (uint64_t k = 0; k < 4; ++k) ASSERT_TRUE(pair.client->PostRecv(inbox.At(k * 16, 16), k).ok());
+  group->HoldSends();
+  for (uint64_t k = 0; k < 3; ++k) ASSERT_TRUE(pair.server->PostSend(msgs.At(0, 16), 10 + k).ok());
+  Completion out[4];
+  // Nothing was written: the client, serving its socket, finds nothing.
+  StatusOr<size_t> early = pair.client->Poll(out, 50ms);
+  ASSERT_TRUE(early.ok()) << early.status();
+  EXPECT_EQ(*early, 0u) << "a held send reached the peer before ReleaseSends";
+  std::thread other([&] { ASSERT_TRUE(pair.server->PostSend(msgs.At(16, 16), 20).ok()); });
+  other.join();
+  group->ReleaseSends();
+  size_t got = 0;
+  const auto deadline = Clock::now() + kWait;
+  while (got < 4 && Clock::now() < deadline) {
+    StatusOr<size_t> n = pair.client->Poll(out, 100ms);
+    ASSERT_TRUE(n.ok()) << n.status();
+    got += *n;
+  }
+  ASSERT_EQ(got, 4u);
+  EXPECT_EQ(std::string(reinterpret_cast<const char*>(inbox.bytes.data()), 64),
+            std::string(48, 'a') + std::string(16, 'b'))
+      << "the held SENDs first, in order, then the other thread's";
+  Connection* ready[1];
+  size_t sends = 0;
+  while (sends < 4 && Clock::now() < deadline) {
+    StatusOr<size_t> n = group->Wait(ready, 10ms);
+    ASSERT_TRUE(n.ok()) << n.status();
+    if (*n == 0) continue;
+    StatusOr<size_t> polled = ready[0]->Poll(out, 0us);
+    ASSERT_TRUE(polled.ok()) << polled.status();
+    sends += *polled;
+  }
+  EXPECT_EQ(sends, 4u);
+}
+
 }  // namespace
 }  // namespace rkv::transport
