@@ -4,6 +4,7 @@
 // GetClusterMap answers), the prober's counts and the gate's view of the
 // leadership; nothing here reaches the store or etcd.
 #include <string>
+#include <utility>
 
 #include "coordinator/coordinator_service.h"
 
@@ -93,16 +94,16 @@ std::vector<MetricFamily> CoordinatorServer::Metrics() const {
   gauge("rkv_coordinator_lease_streams", "KeepLease streams open now (one per lease holder renewing here).",
         static_cast<double>(lease_streams_->open()));
 
-  std::string role = "single";
-  if (gate_ != nullptr) {
-    std::string leader;
-    role = gate_->CheckLeading(&leader).ok() ? "leader" : "standby";
-  }
+  const v1::CoordinatorStatus::Role role = CoordinatorRoleOf(gate_).role;
   MetricFamily roles{"rkv_coordinator_role",
                      "1 for this coordinator's role: single (the only one, state in a data dir), leader or standby "
                      "(sharing etcd).",
                      MetricType::kGauge, {}, {}};
-  for (const char* r : {"single", "leader", "standby"}) roles.samples.push_back({{{"role", r}}, role == r ? 1.0 : 0.0});
+  for (const auto& [r, name] : {std::pair{v1::CoordinatorStatus::SINGLE, "single"},
+                                std::pair{v1::CoordinatorStatus::LEADER, "leader"},
+                                std::pair{v1::CoordinatorStatus::STANDBY, "standby"}}) {
+    roles.samples.push_back({{{"role", name}}, role == r ? 1.0 : 0.0});
+  }
   out.push_back(std::move(roles));
   return out;
 }

@@ -24,6 +24,14 @@ bool IsIdentityRefusal(const Status& s) { return s.code() == StatusCode::kPermis
 
 }  // namespace
 
+CoordinatorRole CoordinatorRoleOf(const LeaderGate* gate) {
+  CoordinatorRole role;
+  if (gate == nullptr) return role;
+  role.leading = gate->CheckLeading(&role.leader);
+  role.role = role.leading.ok() ? v1::CoordinatorStatus::LEADER : v1::CoordinatorStatus::STANDBY;
+  return role;
+}
+
 CoordinatorService::CoordinatorService(CoordinatorState* state, std::shared_ptr<LiveClientCredentials> clients,
                                        const LeaderGate* gate, std::string cluster_digest_hex,
                                        std::string operator_digest_hex,
@@ -381,19 +389,17 @@ grpc::Status CoordinatorService::GetCoordinatorStatus(grpc::ServerContext* conte
     response->set_probes_refuted(counts.refuted);
     response->set_probes_confirmed(counts.confirmed);
   }
+  const CoordinatorRole role = CoordinatorRoleOf(gate_);
+  response->set_role(role.role);
   if (gate_ == nullptr) {
-    response->set_role(v1::CoordinatorStatus::SINGLE);
     MutexLock lock(address_mu_);
     response->set_address(address_);
     response->set_leader(address_);
     return grpc::Status::OK;
   }
-  std::string leader;
-  const Status leading = gate_->CheckLeading(&leader);
-  response->set_role(leading.ok() ? v1::CoordinatorStatus::LEADER : v1::CoordinatorStatus::STANDBY);
-  if (!leading.ok()) response->set_why_not_leader(leading.message());
+  if (!role.leading.ok()) response->set_why_not_leader(role.leading.message());
   gate_->FillStatus(std::chrono::steady_clock::now() + std::chrono::seconds(1), response);
-  response->set_leader(leading.ok() ? response->address() : leader);
+  response->set_leader(role.leading.ok() ? response->address() : role.leader);
   return grpc::Status::OK;
 }
 

@@ -73,6 +73,18 @@ class LeaderGate {
   virtual void FillStatus(std::chrono::steady_clock::time_point deadline, v1::CoordinatorStatus* status) const = 0;
 };
 
+// This coordinator's role now, as GetCoordinatorStatus and GET /metrics
+// report it: SINGLE without a gate (the only coordinator), else LEADER
+// while the gate's CheckLeading is OK and STANDBY when it is not, with
+// that answer (`leading`) and the leader it names (`leader`; "" without a
+// gate or when none is known).
+struct CoordinatorRole {
+  v1::CoordinatorStatus::Role role = v1::CoordinatorStatus::SINGLE;
+  Status leading;
+  std::string leader;
+};
+CoordinatorRole CoordinatorRoleOf(const LeaderGate* gate);
+
 // The trailing metadata key that names the leader in a "not the leader"
 // answer (absent when no leader is known).
 inline constexpr char kLeaderMetadataKey[] = "rkv-leader";
