@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "common/clock.h"
 #include "proto/auth.h"
 #include "proto/coordinator_set.h"
 #include "proto/grpc_status.h"
@@ -181,8 +182,7 @@ StatusOr<v1::StatsResponse> ControlClient::Stats(const std::string& admin_addres
   auto stub = v1::Admin::NewStub(control::MakeControlChannel(admin_address, coordinators_->credentials()));
   grpc::ClientContext context;
   control::AttachTokenDigest(&context, digest_hex_);
-  context.set_deadline(std::chrono::system_clock::now() +
-                       std::max<Clock::duration>(deadline - Clock::now(), std::chrono::milliseconds(1)));
+  context.set_deadline(SystemDeadline(deadline, std::chrono::milliseconds(1)));
   v1::StatsResponse response;
   const grpc::Status rpc = stub->Stats(&context, v1::StatsRequest(), &response);
   if (!rpc.ok()) return control::FromGrpc(rpc).WithContext("admin " + admin_address + ": Stats");
@@ -194,8 +194,7 @@ namespace {
 // A context carrying the token digest and `deadline`.
 void Prepare(grpc::ClientContext* context, const std::string& digest_hex, Deadline deadline) {
   control::AttachTokenDigest(context, digest_hex);
-  context->set_deadline(std::chrono::system_clock::now() +
-                        std::max<Clock::duration>(deadline - Clock::now(), std::chrono::milliseconds(1)));
+  context->set_deadline(SystemDeadline(deadline, std::chrono::milliseconds(1)));
 }
 
 }  // namespace

@@ -1,25 +1,11 @@
 #include "client/lease_stream.h"
 
-#include <algorithm>
 #include <chrono>
 
+#include "common/clock.h"
 #include "proto/grpc_status.h"
 
 namespace rkv::client {
-namespace {
-
-std::chrono::system_clock::time_point SystemDeadline(Deadline deadline) {
-  // Deadline::max() (wait for good) stays the latest system time: adding
-  // it to now would overflow.
-  const auto now = std::chrono::system_clock::now();
-  const auto left = std::max<Clock::duration>(deadline - Clock::now(), Clock::duration::zero());
-  if (left >= std::chrono::duration_cast<Clock::duration>(std::chrono::system_clock::time_point::max() - now)) {
-    return std::chrono::system_clock::time_point::max();
-  }
-  return now + std::chrono::duration_cast<std::chrono::system_clock::duration>(left);
-}
-
-}  // namespace
 
 LeaseStream::LeaseStream(const control::CoordinatorSet& coordinators, const control::CoordinatorSet::Target& target)
     : address_(target.address) {

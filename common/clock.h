@@ -1,4 +1,6 @@
-// The steady clock, read without a call into libstdc++.
+// The steady clock, read without a call into libstdc++, and the steady
+// clock's time in the forms other code needs: a deadline for gRPC, which
+// takes the system clock (SystemDeadline).
 //
 // std::chrono::steady_clock::now() is an out-of-line libstdc++ function
 // that calls clock_gettime(CLOCK_MONOTONIC); SteadyNow() makes that call
@@ -11,6 +13,7 @@
 
 #include <time.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 
@@ -23,6 +26,25 @@ inline std::chrono::steady_clock::time_point SteadyNow() {
   return std::chrono::steady_clock::time_point(
       std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::seconds(ts.tv_sec) +
                                                                       std::chrono::nanoseconds(ts.tv_nsec)));
+}
+
+// A steady-clock deadline as the system_clock time_point that gRPC takes
+// (ClientContext::set_deadline, a channel's WaitForStateChange, a
+// completion queue's AsyncNext): the system clock's now plus what is left
+// of `deadline`, and at least `at_least` from now (a deadline already past
+// is then `at_least` from now). A deadline too far for the system clock
+// (steady_clock::time_point::max(), wait for good) is
+// system_clock::time_point::max(), not an overflow.
+inline std::chrono::system_clock::time_point SystemDeadline(
+    std::chrono::steady_clock::time_point deadline,
+    std::chrono::steady_clock::duration at_least = std::chrono::steady_clock::duration::zero()) {
+  const auto now = std::chrono::system_clock::now();
+  const auto left = std::max(deadline - std::chrono::steady_clock::now(), at_least);
+  if (left >= std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                  std::chrono::system_clock::time_point::max() - now)) {
+    return std::chrono::system_clock::time_point::max();
+  }
+  return now + std::chrono::duration_cast<std::chrono::system_clock::duration>(left);
 }
 
 // The wall clock as expiry reads it (docs/design.md §5.11): Unix time in

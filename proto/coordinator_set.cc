@@ -10,6 +10,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/clock.h"
 #include "proto/auth.h"
 #include "proto/grpc_status.h"
 #include "proto/validation.h"
@@ -22,19 +23,6 @@ std::string_view Trim(std::string_view s) {
   while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
   while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
   return s;
-}
-
-std::chrono::system_clock::time_point ToSystem(CoordinatorSet::Deadline deadline) {
-  const auto now = std::chrono::system_clock::now();
-  const auto left = std::max<CoordinatorSet::Clock::duration>(deadline - CoordinatorSet::Clock::now(),
-                                                              std::chrono::milliseconds(1));
-  // A far deadline (Deadline::max()) is the latest system time, not an
-  // overflow.
-  if (left >= std::chrono::duration_cast<CoordinatorSet::Clock::duration>(
-                  std::chrono::system_clock::time_point::max() - now)) {
-    return std::chrono::system_clock::time_point::max();
-  }
-  return now + std::chrono::duration_cast<std::chrono::system_clock::duration>(left);
 }
 
 const char* StateName(grpc_connectivity_state state) {
@@ -173,7 +161,7 @@ void CoordinatorSet::Settle() {
     for (;;) {
       const grpc_connectivity_state state = channel->GetState(/*try_to_connect=*/false);
       if (state != GRPC_CHANNEL_IDLE && state != GRPC_CHANNEL_CONNECTING) break;
-      if (!channel->WaitForStateChange(state, ToSystem(until))) break;
+      if (!channel->WaitForStateChange(state, SystemDeadline(until, std::chrono::milliseconds(1)))) break;
     }
   }
   MutexLock lock(mu_);
@@ -266,7 +254,7 @@ std::vector<Status> CoordinatorSet::CallEach(std::string_view what, Deadline dea
       Entry* const entry = At(i);
       grpc::ClientContext context;
       AttachTokenDigest(&context, digest_hex_);
-      context.set_deadline(ToSystem(deadline));
+      context.set_deadline(SystemDeadline(deadline, std::chrono::milliseconds(1)));
       context.set_wait_for_ready(true);
       const Status s = FromGrpc(call(i, *entry->stub, &context));
       results[i] = s.ok() ? s : s.WithContext("coordinator " + entry->address + ": " + std::string(what));
@@ -317,7 +305,7 @@ Status CoordinatorSet::Run(std::string_view what, Deadline deadline, const Call&
     }
     grpc::ClientContext context;
     AttachTokenDigest(&context, digest_hex_);
-    context.set_deadline(ToSystem(attempt_deadline));
+    context.set_deadline(SystemDeadline(attempt_deadline, std::chrono::milliseconds(1)));
     // Waiting for the connection drives it: see the file comment.
     context.set_wait_for_ready(true);
     const auto started = Clock::now();
@@ -405,7 +393,8 @@ StatusOr<CoordinatorSet::Target> CoordinatorSet::ConnectAny(Deadline deadline) {
     Entry* const entry = At(order[k]);
     // Waiting polls the channel, which completes its connection at once
     // when the coordinator is there.
-    if (entry->channel->WaitForConnected(ToSystem(AttemptDeadline(deadline, order.size() - k)))) {
+    if (entry->channel->WaitForConnected(
+            SystemDeadline(AttemptDeadline(deadline, order.size() - k), std::chrono::milliseconds(1)))) {
       return Target{order[k], entry->address, entry->stub.get()};
     }
     const grpc_connectivity_state state = entry->channel->GetState(/*try_to_connect=*/false);

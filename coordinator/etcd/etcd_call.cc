@@ -10,6 +10,8 @@
 #include <grpcpp/security/credentials.h>
 #include <grpcpp/support/channel_arguments.h>
 
+#include "common/clock.h"
+
 namespace rkv::etcd::internal {
 namespace {
 
@@ -63,12 +65,6 @@ Next Classify(const grpc::Status& status, CallKind kind) {
   // over a size limit): final.
   if (status.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) return Next::kReturn;
   return kind == CallKind::kRead ? Next::kTryNext : Next::kAmbiguous;
-}
-
-std::chrono::system_clock::time_point ToSystemClock(Deadline deadline) {
-  const auto left = deadline - std::chrono::steady_clock::now();
-  return std::chrono::system_clock::now() +
-         std::chrono::duration_cast<std::chrono::system_clock::duration>(std::max(left, Deadline::duration::zero()));
 }
 
 const char* StateName(grpc_connectivity_state state) {
@@ -149,7 +145,7 @@ std::shared_ptr<grpc::Channel> Channels::Connected(size_t i, Deadline deadline, 
       return nullptr;
     }
     if (std::chrono::steady_clock::now() >= deadline ||
-        !channel->WaitForStateChange(state, ToSystemClock(deadline))) {
+        !channel->WaitForStateChange(state, SystemDeadline(deadline))) {
       *why = std::string("not connected before the attempt's deadline (") + StateName(state) + ")";
       return nullptr;
     }
@@ -159,7 +155,7 @@ std::shared_ptr<grpc::Channel> Channels::Connected(size_t i, Deadline deadline, 
 }
 
 void PrepareContext(grpc::ClientContext& context, Deadline deadline, bool require_leader) {
-  context.set_deadline(ToSystemClock(deadline));
+  context.set_deadline(SystemDeadline(deadline));
   if (require_leader) RequireLeader(context);
 }
 
