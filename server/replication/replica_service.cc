@@ -179,8 +179,10 @@ grpc::Status ReplicaService::FetchShard(grpc::ServerContext* context, const v1::
   // changes were forwarded to the fetcher too).
   v1::ShardChunk chunk;
   size_t bytes = 0;
+  // Cancellation is looked at once a chunk, not once a record:
+  // IsCancelled polls the call's completion queue (design §5.8).
   const auto send = [&]() -> bool {
-    if (!writer->Write(chunk)) return false;
+    if (context->IsCancelled() || !writer->Write(chunk)) return false;
     records_served_.fetch_add(static_cast<uint64_t>(chunk.records_size()), std::memory_order_relaxed);
     chunk.Clear();
     bytes = 0;
@@ -200,7 +202,6 @@ grpc::Status ReplicaService::FetchShard(grpc::ServerContext* context, const v1::
     return true;
   };
   for (Applier::ShardRecord& r : listed) {
-    if (context->IsCancelled()) return grpc::Status(grpc::StatusCode::CANCELLED, "the fetcher went away");
     if (r.version <= since[ShardOf(r.key, shard_count)]) {
       if (!add(r)) return grpc::Status(grpc::StatusCode::CANCELLED, "the fetcher went away");
       continue;
