@@ -1,6 +1,7 @@
 // The steady clock, read without a call into libstdc++, and the steady
 // clock's time in the forms other code needs: a deadline for gRPC, which
-// takes the system clock (SystemDeadline).
+// takes the system clock (SystemDeadline), and a time kept in an atomic
+// integer (SteadyNanos).
 //
 // std::chrono::steady_clock::now() is an out-of-line libstdc++ function
 // that calls clock_gettime(CLOCK_MONOTONIC); SteadyNow() makes that call
@@ -45,6 +46,12 @@ inline std::chrono::system_clock::time_point SystemDeadline(
     return std::chrono::system_clock::time_point::max();
   }
   return now + std::chrono::duration_cast<std::chrono::system_clock::duration>(left);
+}
+
+// A steady-clock time as nanoseconds since the clock's epoch: the form of
+// a time kept in a std::atomic<int64_t> that threads read without a lock.
+inline int64_t SteadyNanos(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
 }
 
 // The wall clock as expiry reads it (docs/design.md §5.11): Unix time in

@@ -15,10 +15,6 @@ std::atomic<int64_t> g_oversubscribed_until_ns{0};
 std::atomic<int> g_over_streak{0};
 constexpr int kOversubscribedStreak = 3;
 
-int64_t Nanos(std::chrono::steady_clock::time_point t) {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
-}
-
 int OnlineCpus() {
   static const int cpus = [] {
     const long n = ::sysconf(_SC_NPROCESSORS_ONLN);
@@ -66,7 +62,7 @@ int ParseLoadavgRunning(std::string_view text) {
 }
 
 bool MachineOversubscribed(std::chrono::steady_clock::time_point now) {
-  const int64_t t = Nanos(now);
+  const int64_t t = SteadyNanos(now);
   int64_t next = g_next_sample_ns.load(std::memory_order_relaxed);
   if (t >= next && g_next_sample_ns.compare_exchange_strong(next, t + kOversubscriptionSample.count(),
                                                              std::memory_order_relaxed)) {

@@ -10,6 +10,8 @@
 #include <cstdint>
 #include <string_view>
 
+#include "common/clock.h"
+
 namespace rkv::transport {
 
 // The smallest non-zero window.
@@ -65,15 +67,12 @@ class SpinCooldown {
   // Whether waits starting at `now` must not spin: this waiter's cooldown
   // lasts, or the machine is oversubscribed.
   bool Active(Clock::time_point now) const {
-    return Nanos(now) < until_ns_.load(std::memory_order_relaxed) || MachineOversubscribed(now);
+    return SteadyNanos(now) < until_ns_.load(std::memory_order_relaxed) || MachineOversubscribed(now);
   }
   // A spin at `now` lost its CPU.
-  void Start(Clock::time_point now) { until_ns_.store(Nanos(now + kSpinCooldown), std::memory_order_relaxed); }
+  void Start(Clock::time_point now) { until_ns_.store(SteadyNanos(now + kSpinCooldown), std::memory_order_relaxed); }
 
  private:
-  static int64_t Nanos(Clock::time_point t) {
-    return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
-  }
   std::atomic<int64_t> until_ns_{0};
 };
 

@@ -15,6 +15,7 @@
 #include <ctime>
 #include <string>
 
+#include "common/clock.h"
 #include "common/transport/spin_window.h"
 #include "common/transport/tcp/shared_copy.h"
 #include "common/transport/tcp/tcp_connection.h"
@@ -77,7 +78,7 @@ void TcpConnection::ServeOnThisThread(Clock::time_point until, bool begin) {
     woken = (fds[1].revents & POLLIN) != 0;
     readable = (fds[0].revents & (POLLIN | POLLHUP | POLLERR)) != 0;
     if (handed_over && !polling_.load(std::memory_order_acquire)) {
-      const int64_t now_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
+      const int64_t now_ns = SteadyNanos(Clock::now());
       const int64_t away_ns = now_ns - poll_left_at_ns_.load(std::memory_order_acquire);
       if (away_ns >= std::chrono::duration_cast<std::chrono::nanoseconds>(kHandBack).count()) {
         // Nobody polled for kHandBack: serve the socket here again, from
@@ -156,8 +157,7 @@ bool TcpConnection::ServeWhilePolling(std::chrono::microseconds timeout) {
       readable = (fds[0].revents & (POLLIN | POLLHUP | POLLERR)) != 0;
     }
   }
-  poll_left_at_ns_.store(std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count(),
-                         std::memory_order_release);
+  poll_left_at_ns_.store(SteadyNanos(Clock::now()), std::memory_order_release);
   polling_.store(false, std::memory_order_release);
   return slept;
 }
