@@ -91,7 +91,14 @@ long CallCounts::failed_total() const {
   return n;
 }
 
-CallCounts CountCalls(const Calls& calls, Clock::time_point from, Clock::time_point to) {
+long CallCounts::failed_elsewhere_total() const {
+  long n = 0;
+  for (const auto& [code, count] : failed_elsewhere) n += count;
+  return n;
+}
+
+CallCounts CountCalls(const Calls& calls, Clock::time_point from, Clock::time_point to,
+                      const std::set<uint32_t>* victim_keys) {
   CallCounts c;
   for (const auto& client : calls) {
     for (const KeyCall& call : client) {
@@ -99,6 +106,7 @@ CallCounts CountCalls(const Calls& calls, Clock::time_point from, Clock::time_po
       ++c.calls;
       if (!call.ok()) {
         ++c.failed[call.code];
+        if (victim_keys == nullptr || victim_keys->count(call.record) == 0) ++c.failed_elsewhere[call.code];
       } else if (call.op == KeyCall::Op::kGet) {
         ++c.ok_gets;
       } else {

@@ -57,12 +57,19 @@ struct CallCounts {
   long ok_gets = 0;
   long ok_puts = 0;
   std::map<StatusCode, long> failed;  // of which failed, by code
+  // Of those, the failures on keys that are not the victim's (their
+  // primary did not fail): what the event cost clients it should not touch.
+  std::map<StatusCode, long> failed_elsewhere;
   // The longest call that ended in the window (OK or not), and its kind.
   std::chrono::microseconds longest_call{0};
   KeyCall::Op longest_call_op = KeyCall::Op::kGet;
   long failed_total() const;
+  long failed_elsewhere_total() const;
 };
-CallCounts CountCalls(const Calls& calls, Clock::time_point from, Clock::time_point to);
+// `victim_keys`: the records whose failures are not counted in
+// failed_elsewhere (null: every failure is).
+CallCounts CountCalls(const Calls& calls, Clock::time_point from, Clock::time_point to,
+                      const std::set<uint32_t>* victim_keys = nullptr);
 
 // The nearest-rank p50 and the max of `v` (not empty).
 std::pair<double, double> P50Max(std::vector<double> v);

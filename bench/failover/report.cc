@@ -172,13 +172,17 @@ Throughput SummarizeThroughput(const Round& r) {
 
 std::string Failures(const CallCounts& c) {
   if (c.failed.empty()) return "0";
-  std::string out = std::to_string(c.failed_total()) + " (";
-  bool first = true;
-  for (const auto& [code, n] : c.failed) {
-    out += (first ? "" : ", ") + std::string(StatusCodeName(code)) + " " + std::to_string(n);
-    first = false;
-  }
-  return out + ")";
+  const auto by_code = [](const std::map<StatusCode, long>& counts) {
+    std::string out;
+    for (const auto& [code, n] : counts) {
+      out += (out.empty() ? "" : ", ") + std::string(StatusCodeName(code)) + " " + std::to_string(n);
+    }
+    return out;
+  };
+  std::string out = std::to_string(c.failed_total()) + " (" + by_code(c.failed) + "); on other keys " +
+                    std::to_string(c.failed_elsewhere_total());
+  if (!c.failed_elsewhere.empty()) out += " (" + by_code(c.failed_elsewhere) + ")";
+  return out;
 }
 
 void WriteCsv(const std::string& path, const std::vector<Round>& rounds) {
@@ -186,7 +190,7 @@ void WriteCsv(const std::string& path, const std::vector<Round>& rounds) {
   out << "event,round,victim,victim_id,victim_shards,victim_keys,key_unavail_p50_ms,key_unavail_max_ms,"
          "key_unavail_open,key_first_ok_p50_ms,key_first_ok_max_ms,key_first_ok_missing,steady_key_gap_p50_ms,"
          "steady_key_gap_max_ms,stall_ms,stall_open,steady_stall_ms,steady_ops_per_s,dip_ops_per_s,dip_second,"
-         "window_calls,window_ok_gets,window_ok_puts,longest_call_ms,longest_call_op,window_failed,window_failed_by_code,steady_calls,steady_failed,map_version_before,"
+         "window_calls,window_ok_gets,window_ok_puts,longest_call_ms,longest_call_op,window_failed,window_failed_by_code,window_failed_other_keys,steady_calls,steady_failed,map_version_before,"
          "map_version_after,map_versions_committed,down_ms,promoted_ms,back_up_ms,r_copies_ms,"
          "r_copies_in_window,revived_s,down_servers,false_downs_in_window,false_downs_after_window,probes,"
          "probes_refuted,probes_confirmed,false_confirmed,refuted_of,refuted_of_live,ops_per_s\n";
@@ -209,7 +213,8 @@ void WriteCsv(const std::string& path, const std::vector<Round>& rounds) {
         << ',' << t.dip << ',' << t.dip_second << ',' << r.window.calls << ',' << r.window.ok_gets << ','
         << r.window.ok_puts << ',' << Fixed(Ms(r.window.longest_call), 1) << ',' << OpName(r.window.longest_call_op)
         << ',' << r.window.failed_total() << ','
-        << by_code << ',' << r.steady.calls << ',' << r.steady.failed_total() << ',' << r.version_before << ','
+        << by_code << ',' << r.window.failed_elsewhere_total() << ',' << r.steady.calls << ','
+        << r.steady.failed_total() << ',' << r.version_before << ','
         << r.version_after << ',' << (r.version_after - r.version_before) << ','
         << (r.map.down ? Fixed(Ms(*r.map.down), 1) : "") << ','
         << (r.map.promoted ? Fixed(Ms(*r.map.promoted), 1) : "") << ','
@@ -288,7 +293,9 @@ void WriteMarkdown(const std::string& path, const std::vector<Event>& events, co
       << FLAGS_steady_s << " buckets before it, **dip** the smallest bucket of the window (and its second).\n"
       << "- **OK GET / PUT**: successful calls that ended in the window, by kind; **longest call**: the longest "
          "call (OK or not) that ended in the window.\n"
-      << "- **failed**: calls that ended in the window with an error, by status code.\n"
+      << "- **failed**: calls that ended in the window with an error, by status code; **on other keys**: those "
+         "of them on keys that are not the victim's (their primary did not fail), which the event should not "
+         "touch.\n"
       << "- **map versions**: the coordinator's map version (GetClusterMap) just before the event and at the "
          "window's end; their difference is the versions committed in the window.\n"
       << "- **down**, **promoted**, **back up**, **R copies**: the first poll of the map at which the victim was "
@@ -377,8 +384,8 @@ void WriteMarkdown(const std::string& path, const std::vector<Event>& events, co
       }
       out << " |\n";
     }
-    std::vector<double> p50s, maxes, stall, steady_stall, steady_ops, dip, failed, versions, promoted, copies,
-        first_max, false_downs, sent, refuted, confirmed, false_confirmed;
+    std::vector<double> p50s, maxes, stall, steady_stall, steady_ops, dip, failed, failed_other, versions, promoted,
+        copies, first_max, false_downs, sent, refuted, confirmed, false_confirmed;
     for (const Round* r : of) {
       const KeyFigures k = Summarize(r->key_gaps);
       p50s.push_back(k.p50);
@@ -391,6 +398,7 @@ void WriteMarkdown(const std::string& path, const std::vector<Event>& events, co
       steady_ops.push_back(t.steady_mean);
       dip.push_back(static_cast<double>(t.dip));
       failed.push_back(static_cast<double>(r->window.failed_total()));
+      failed_other.push_back(static_cast<double>(r->window.failed_elsewhere_total()));
       versions.push_back(static_cast<double>(r->version_after - r->version_before));
       if (r->map.promoted) promoted.push_back(Ms(*r->map.promoted));
       if (r->map.replicated) copies.push_back(Ms(*r->map.replicated));
@@ -422,6 +430,7 @@ void WriteMarkdown(const std::string& path, const std::vector<Event>& events, co
     row("steady ops/s", steady_ops, 0);
     row("dip: smallest 1 s bucket of the window, ops/s", dip, 0);
     row("failed calls in the window", failed, 0);
+    row("of which on keys whose primary did not fail", failed_other, 0);
     row("map versions committed in the window", versions, 0);
     row("promoted (all the victim's shards moved), ms (" + std::to_string(promoted.size()) + " rounds)", promoted,
         0);

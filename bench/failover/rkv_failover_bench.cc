@@ -331,8 +331,8 @@ Status RunRound(TestCluster& cluster, KeyLoad& load, Client& monitor, Round& r, 
   r.stall = LongestGap(all, event, window_end);
   r.steady_stall = LongestGap(all, std::max(round_start, steady_from), event);
   r.ops_per_s = OpsPerSecond(calls, steady_from, window_end);
-  r.window = CountCalls(calls, event, window_end);
-  r.steady = CountCalls(calls, steady_from, event);
+  r.window = CountCalls(calls, event, window_end, &r.victim_keys);
+  r.steady = CountCalls(calls, steady_from, event, &r.victim_keys);
   if (!r.recovered) {
     return DeadlineExceeded("the map did not have R UP replicas of every shard " +
                             std::to_string(FLAGS_recover_timeout_s) + " s after the window (last poll error: " +
@@ -400,7 +400,8 @@ void PrintHelp() {
       "                      started after the event.\n"
       "  stall               the longest gap between successful calls of the whole load, likewise.\n"
       "  ops/s               successful calls per 1 s bucket aligned on the event, steady mean and dip.\n"
-      "  failed              calls failed in the window, by status code.\n"
+      "  failed              calls failed in the window, by status code, and those of them on keys whose\n"
+      "                      primary did not fail (\"on other keys\").\n"
       "  map versions        GetClusterMap's version before the event and at the window's end.\n"
       "  down/promoted/back up/R copies  first map poll with the victim DOWN / its shards moved to UP\n"
       "                      primaries / the victim UP again / every shard with R UP replicas again.\n"
