@@ -306,19 +306,8 @@ StatusOr<size_t> TcpConnection::Poll(std::span<Completion> out, std::chrono::mic
     slept = ServeWhilePolling(timeout);
     timeout = std::chrono::microseconds(0);
   }
-  const auto window = std::chrono::microseconds(spin_window_us_.load(std::memory_order_relaxed));
-  const bool may_spin = !out.empty() && timeout.count() > 0 && window.count() > 0;
-  if (may_spin && !ready_.load(std::memory_order_acquire)) {
-    // Spin first: a completion that comes within the window is taken
-    // without the reader having to wake this thread.
-    start = Clock::now();
-    const Clock::time_point until = start + std::min(timeout, window);
-    for (uint32_t rounds = 1; !ready_.load(std::memory_order_acquire); ++rounds) {
-      if (rounds % kSpinRoundsPerCheck != 0) continue;
-      if (Clock::now() >= until) break;
-      SpinPause();
-    }
-  }
+  // Not served here (a connection not active, or already failed): what
+  // completes comes from elsewhere, and the wait below sleeps for it.
   MutexLock lock(mu_);
   if (out.empty()) return failed_ && completions_.empty() ? StatusOr<size_t>(error_) : StatusOr<size_t>(0);
   if (completions_.empty() && !failed_ && timeout.count() > 0) {

@@ -176,11 +176,9 @@ class TcpConnection final : public Connection {
   // for the peer to read them, and resumes below the low-water mark.
   static constexpr size_t kOutHighWater = kMaxQueuedResponseBytes;
   static constexpr size_t kOutLowWater = kMaxQueuedResponseBytes / 4;
-  // Adaptive polling bounds (see ready_; the window's rule is
-  // spin_window.h): the largest max_spin_, and how many spins go between
-  // clock reads.
+  // Adaptive polling bound (see ready_; the window's rule is
+  // spin_window.h): the largest max_spin_.
   static constexpr int kMaxPollSpinUs = 1'000'000;
-  static constexpr uint32_t kSpinRoundsPerCheck = 8;
   // A READ response is copied into out_ at most this much at a time.
   static constexpr uint32_t kReadChunkBytes = 1 << 20;
   static_assert(kReadChunkBytes <= kOutHighWater);
@@ -373,15 +371,16 @@ class TcpConnection final : public Connection {
   uint32_t largest_recv_ GUARDED_BY(mu_) = 0;  // longest receive buffer ever posted
   std::deque<Completion> completions_ GUARDED_BY(mu_);
   bool failed_ GUARDED_BY(mu_) = false;
-  // Adaptive polling (Options::poll_spin_us, as on verbs): before it sleeps
-  // on cv_, Poll spins up to spin_window_ on ready_, which mirrors
+  // Adaptive polling (Options::poll_spin_us, as on verbs): Poll serves the
+  // socket itself (ServeWhilePolling), spinning up to spin_window_ with
+  // non-blocking reads before it sleeps in ppoll(2). ready_ mirrors
   // "completions_ non-empty or failed_" (stored under mu_ with release by
   // NotifyPollersLocked and Poll; read without the lock, acquire). The
   // window adapts like verbs' (kMinSpinWindow..max_spin_): a wait that
   // ended within max_spin_ after the window doubles it, one that outlasted
-  // max_spin_ halves it, so an idle connection stops spinning. Spinning
-  // only saves the reader's wake-up of the poller; what Poll returns is
-  // always taken under mu_.
+  // max_spin_ halves it, so an idle connection stops spinning. What Poll
+  // returns is always taken under mu_; a Poll that does not serve (the
+  // connection not active, or failed) sleeps on cv_.
   std::atomic<bool> ready_{false};
   const std::chrono::microseconds max_spin_;
   std::atomic<int64_t> spin_window_us_;  // touched by the polling thread only; atomic for Poll from several
