@@ -136,9 +136,9 @@ DEFINE_uint32(grace_period_ms, 100, "heap quarantine in milliseconds before a re
 DEFINE_uint32(replication_timeout_ms, 1000, "how long a primary waits for a backup to acknowledge a forwarded "
               "write before it reports the backup to the coordinator, which takes it out of the shard's "
               "replica set, 1..60000 (default 1000)");
-DEFINE_uint32(catchup_rate_mb_per_s, 32, "megabytes (10^6 bytes) of keys and values a server catching up on shards "
+DEFINE_uint32(catchup_rate_mb_per_s, 16, "megabytes (10^6 bytes) of keys and values a server catching up on shards "
               "fetches per second from their primaries, all streams together, so that their clients keep their "
-              "latency; 0 for no limit, at most 100000 (default 32)");
+              "latency; 0 for no limit, at most 100000 (default 16)");
 DEFINE_string(coordinator, "", "HOST:PORT of rkv-coordinator to join, or a comma-separated list of the "
               "cluster's coordinators (A,B,C: the server joins the leader and follows it when it changes); "
               "empty runs standalone (default empty)");

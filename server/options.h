@@ -113,7 +113,7 @@ struct ServerOptions {
   // and values this server fetches per second while it catches up on
   // shards, all its streams together, so that the primaries' clients keep
   // their latency; 0: no limit. At most kMaxCatchupRateMbPerS.
-  uint32_t catchup_rate_mb_per_s = 32;
+  uint32_t catchup_rate_mb_per_s = 16;
 };
 inline constexpr uint32_t kMaxCatchupRateMbPerS = 100'000;
 
