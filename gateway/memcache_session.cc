@@ -151,6 +151,21 @@ class MemcacheSession final : public Session {
   void Reply(const MemcacheRequest& req, std::string* out, std::string_view line) {
     if (!req.noreply) out->append(line);
   }
+  // Answers a compare-and-set loop that gave up (`gave_up_line`) or met a
+  // backend error (counted); false when it ended either way but those.
+  bool ReplyIfFailed(const MemcacheRequest& req, std::string* out, const CasOutcome& outcome,
+                     std::string_view gave_up_line = kTooManyWrites) {
+    if (outcome.gave_up) {
+      Reply(req, out, gave_up_line);
+      return true;
+    }
+    if (!outcome.status.ok()) {
+      Add(counters_.backend_errors);
+      Reply(req, out, BackendError(outcome.status));
+      return true;
+    }
+    return false;
+  }
 
   rkv::Client* client_;
   MemcacheOptions options_;
@@ -474,15 +489,7 @@ void MemcacheSession::Store(const MemcacheRequest& req, std::string* out) {
         *expiry = found->expires_at_unix_ms;
         return RmwAction::kWrite;
       });
-  if (outcome.gave_up) {
-    Reply(req, out, kTooManyWrites);
-    return;
-  }
-  if (!outcome.status.ok()) {
-    Add(counters_.backend_errors);
-    Reply(req, out, BackendError(outcome.status));
-    return;
-  }
+  if (ReplyIfFailed(req, out, outcome)) return;
   Reply(req, out, outcome.wrote ? "STORED\r\n" : "NOT_STORED\r\n");
 }
 
@@ -534,15 +541,7 @@ void MemcacheSession::Delete(const MemcacheRequest& req, std::string* out) {
   const CasOutcome outcome = UpdateItem(req.key, [](const std::optional<Found>& found, std::string*, int64_t*) {
     return found.has_value() ? RmwAction::kDelete : RmwAction::kDone;
   });
-  if (outcome.gave_up) {
-    Reply(req, out, kTooManyWrites);
-    return;
-  }
-  if (!outcome.status.ok()) {
-    Add(counters_.backend_errors);
-    Reply(req, out, BackendError(outcome.status));
-    return;
-  }
+  if (ReplyIfFailed(req, out, outcome)) return;
   if (!outcome.wrote) {
     Add(counters_.delete_misses);
     Reply(req, out, "NOT_FOUND\r\n");
@@ -568,15 +567,7 @@ void MemcacheSession::Arithmetic(const MemcacheRequest& req, std::string* out) {
         *expiry = found->expires_at_unix_ms;
         return RmwAction::kWrite;
       });
-  if (outcome.gave_up) {
-    Reply(req, out, kTooManyWrites);
-    return;
-  }
-  if (!outcome.status.ok()) {
-    Add(counters_.backend_errors);
-    Reply(req, out, BackendError(outcome.status));
-    return;
-  }
+  if (ReplyIfFailed(req, out, outcome)) return;
   if (!numeric) {
     Reply(req, out, "CLIENT_ERROR cannot increment or decrement non-numeric value\r\n");
     return;
@@ -630,15 +621,7 @@ void MemcacheSession::FlushAll(const MemcacheRequest& req, std::string* out) {
     return RmwAction::kWrite;
   };
   const CasOutcome outcome = CompareAndSet(*client_, kFlushKey, kMaxCasAttempts, step);
-  if (outcome.gave_up) {
-    Reply(req, out, "SERVER_ERROR too many concurrent flush_all\r\n");
-    return;
-  }
-  if (!outcome.status.ok()) {
-    Add(counters_.backend_errors);
-    Reply(req, out, BackendError(outcome.status));
-    return;
-  }
+  if (ReplyIfFailed(req, out, outcome, "SERVER_ERROR too many concurrent flush_all\r\n")) return;
   CacheFlushTimes(next);
   shared_.flush_read_ms.store(now, std::memory_order_relaxed);
   Reply(req, out, "OK\r\n");
