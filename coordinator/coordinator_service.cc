@@ -146,13 +146,7 @@ grpc::Status CoordinatorService::Refused(const grpc::ServerContextBase* context,
   (denied ? refused_permission_ : refused_unauthenticated_).fetch_add(1, std::memory_order_relaxed);
   // At most one line a second: a flood of bad calls cannot flood the log,
   // and the line says how many it stands for.
-  const int64_t now = std::chrono::duration_cast<std::chrono::milliseconds>(
-                          std::chrono::steady_clock::now().time_since_epoch())
-                          .count();
-  const uint64_t unlogged = refusals_unlogged_.fetch_add(1, std::memory_order_relaxed) + 1;
-  int64_t last = last_refusal_log_ms_.load(std::memory_order_relaxed);
-  if (now - last >= 1000 && last_refusal_log_ms_.compare_exchange_strong(last, now, std::memory_order_relaxed)) {
-    refusals_unlogged_.fetch_sub(unlogged, std::memory_order_relaxed);
+  if (const uint64_t unlogged = refusal_log_.Note(); unlogged > 0) {
     LOG(WARNING) << rpc << " from " << context->peer()
                  << (credential.empty() ? "" : " (credential " + credential + ")") << " refused ("
                  << (denied ? "PERMISSION_DENIED" : "UNAUTHENTICATED") << "): " << status.error_message() << " [" << unlogged

@@ -46,6 +46,7 @@
 
 #include "common/client_credentials.h"
 #include "common/metrics/exposition.h"
+#include "common/log_throttle.h"
 #include "common/mutex.h"
 #include "common/status.h"
 #include "proto/rkv.grpc.pb.h"
@@ -247,8 +248,7 @@ class CoordinatorService final : public v1::Coordinator::WithAsyncMethod_KeepLea
   const std::shared_ptr<const ClientCredentials> servers_;
   mutable std::atomic<uint64_t> refused_unauthenticated_{0};
   mutable std::atomic<uint64_t> refused_permission_{0};
-  mutable std::atomic<uint64_t> refusals_unlogged_{0};
-  mutable std::atomic<int64_t> last_refusal_log_ms_{-1'000'000};  // steady clock, ms
+  mutable LogThrottle refusal_log_;
   mutable std::atomic<uint64_t> renewals_granted_{0};
   mutable std::atomic<uint64_t> renewals_refused_{0};
 };

@@ -9,6 +9,7 @@
 #include <grpcpp/server.h>
 #include <grpcpp/server_builder.h>
 
+#include "common/log_throttle.h"
 #include "proto/auth.h"
 #include "proto/grpc_server.h"
 #include "proto/rkv.grpc.pb.h"
@@ -67,13 +68,7 @@ class AdminServer::Service final : public v1::Admin::Service {
                        const std::string& name) const {
     if (status.error_code() != grpc::StatusCode::UNAUTHENTICATED) return status;
     auth_failures_.fetch_add(1, std::memory_order_relaxed);
-    const uint64_t unlogged = refusals_unlogged_.fetch_add(1, std::memory_order_relaxed) + 1;
-    const int64_t now = std::chrono::duration_cast<std::chrono::milliseconds>(
-                            std::chrono::steady_clock::now().time_since_epoch())
-                            .count();
-    int64_t last = last_refusal_log_ms_.load(std::memory_order_relaxed);
-    if (now - last >= 1000 && last_refusal_log_ms_.compare_exchange_strong(last, now, std::memory_order_relaxed)) {
-      refusals_unlogged_.fetch_sub(unlogged, std::memory_order_relaxed);
+    if (const uint64_t unlogged = refusal_log_.Note(); unlogged > 0) {
       LOG(WARNING) << "Admin." << rpc << " from " << context->peer() << " refused (UNAUTHENTICATED"
                    << (name.empty() ? "" : ", credential " + name) << "): " << status.error_message() << " ["
                    << unlogged << " refused call(s) since the last such line, this one included]";
@@ -189,8 +184,7 @@ class AdminServer::Service final : public v1::Admin::Service {
   const std::function<AdminStats()> stats_;
   const AdminShards shards_;
   mutable std::atomic<uint64_t> auth_failures_{0};
-  mutable std::atomic<uint64_t> refusals_unlogged_{0};
-  mutable std::atomic<int64_t> last_refusal_log_ms_{-1'000'000};  // steady clock, ms
+  mutable LogThrottle refusal_log_;
 };
 
 std::vector<uint32_t> AdminServer::ShardsHeldBy(const v1::ClusterMap& map, std::string_view server_id) {

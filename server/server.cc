@@ -331,15 +331,11 @@ transport::Rejection Server::Refusal(const std::string& peer_address, StatusCode
                                      const std::string& credential) {
   // At most one line a second: a flood of bad requests cannot flood the
   // log, and the line says how many refusals it stands for.
-  ++refusals_unlogged_;
-  const auto now = std::chrono::steady_clock::now();
-  if (now - last_refusal_log_ >= std::chrono::seconds(1)) {
+  if (const uint64_t unlogged = refusal_log_.Note(); unlogged > 0) {
     LOG(WARNING) << "refusing connection from " << peer_address
                  << (credential.empty() ? "" : " (credential " + credential + ")") << ": " << StatusCodeName(code)
-                 << ": " << message << " [" << refusals_unlogged_
+                 << ": " << message << " [" << unlogged
                  << " refused connection(s) since the last such line, this one included]";
-    last_refusal_log_ = now;
-    refusals_unlogged_ = 0;
   }
   // Counted before the peer can see the refusal.
   if (code == StatusCode::kUnauthenticated) auth_failures_.fetch_add(1, std::memory_order_relaxed);

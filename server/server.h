@@ -73,6 +73,7 @@
 
 #include "common/client_credentials.h"
 #include "common/latency_histogram.h"
+#include "common/log_throttle.h"
 #include "common/mutex.h"
 #include "common/protocol.h"
 #include "common/status.h"
@@ -357,9 +358,8 @@ class Server {
   // Client connections accepted, by credential name (ServerStats).
   mutable Mutex accepted_by_credential_mu_;
   std::map<std::string, uint64_t, std::less<>> accepted_by_credential_ GUARDED_BY(accepted_by_credential_mu_);
-  // Refuse's rate limit (the accept thread's).
-  std::chrono::steady_clock::time_point last_refusal_log_{};
-  uint64_t refusals_unlogged_ = 0;
+  // Refusal's log line, at most one a second.
+  LogThrottle refusal_log_;
   LatencyHistogram client_apply_latency_;
   LatencyHistogram replica_apply_latency_;
   // Replies other than OK, by status code (SendReplies).
