@@ -204,18 +204,21 @@ start_server() {  # INDEX (0..2)
   pids+=($!)
 }
 kvctl() { "$kvctl_bin" --coordinator="$coordinator" --token_file="$work/token" "$@"; }
-# "SYNCING UP VERSION HANDOVERS" of the current map: shards with a syncing
-# replica, UP servers, the map's version and the shards whose primary role
-# is passing from one server to another ("? ? ? ?" when not read).
+# "SYNCING UP VERSION HANDOVERS SHORT" of the current map: shards with a
+# syncing replica, UP servers, the map's version, the shards whose primary
+# role is passing from one server to another, and the shards with fewer
+# than three UP replicas that are not syncing ("? ? ? ? ?" when not read).
 state() {
   { kvctl --output=json members && kvctl --output=json shards; } 2>/dev/null | python3 -c '
 import json, sys
 text, dec = sys.stdin.read(), json.JSONDecoder()
 ms, i = dec.raw_decode(text)
 sh, _ = dec.raw_decode(text[i:].lstrip())
-print(sum(m.get("syncing_shards", 0) for m in ms), sum(1 for m in ms if m.get("state") == "UP"),
-      sh["map_version"], sum(1 for s in sh["shards"] if s.get("handover_from")))' 2>/dev/null ||
-    echo "? ? ? ?"
+up = {m["server_id"] for m in ms if m.get("state") == "UP"}
+short = sum(1 for s in sh["shards"] if len(({s.get("primary")} | set(s.get("backups", []))) & up) < 3)
+print(sum(m.get("syncing_shards", 0) for m in ms), len(up), sh["map_version"],
+      sum(1 for s in sh["shards"] if s.get("handover_from")), short)' 2>/dev/null ||
+    echo "? ? ? ? ?"
 }
 map_version() { kvctl where map-version-probe 2>/dev/null | grep -o 'map version [0-9]*' | grep -o '[0-9]*$' || echo "?"; }
 # One client of the load: 1-second rkv-ycsb runs, one after the other,
@@ -284,13 +287,13 @@ t_end=""
 progress=""
 : >"$work/polls"
 while true; do
-  read -r syncing up version handovers <<<"$(state)"
+  read -r syncing up version handovers short <<<"$(state)"
   t_poll=$(now)
   elapsed=$(secs "$t0" "$t_poll")
   progress+="| $elapsed | $syncing | $up | $version | $handovers |"$'\n'
   echo "$t_poll $syncing $up $version $handovers" >>"$work/polls"
   if [[ -z $t_end ]]; then
-    if [[ $up == 3 && $syncing == 0 ]] && awk -v e="$elapsed" -v r="$replace_after_ms" 'BEGIN { exit !(e * 1000 > r + 2000) }'; then
+    if [[ $up == 3 && $syncing == 0 && $short == 0 ]] && awk -v e="$elapsed" -v r="$replace_after_ms" 'BEGIN { exit !(e * 1000 > r + 2000) }'; then
       t_end=$t_poll
       version_after=$(map_version)
     elif awk -v e="$elapsed" 'BEGIN { exit !(e > 900) }'; then
