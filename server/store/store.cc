@@ -8,6 +8,7 @@
 
 #include <glog/logging.h>
 #include <rocksdb/db.h>
+#include <rocksdb/memtablerep.h>
 #include <rocksdb/env.h>
 #include <rocksdb/file_system.h>
 #include <rocksdb/iterator.h>
@@ -228,6 +229,14 @@ StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& dir, const Store
   // acknowledged writes after it.
   options.paranoid_checks = true;
   options.keep_log_file_num = 4;
+  // rkv writes RocksDB and reads it back only when it starts (one scan,
+  // server/table/rebuild.cc): its GETs are served from the in-memory
+  // table. A vector memtable appends each write (a skiplist insert walks
+  // and splices the list: most of RocksDB's share of a write's CPU) and
+  // sorts once, when the memtable is flushed or first read. It takes one
+  // writer at a time, as rkv's writes already are (table_mu_).
+  options.memtable_factory = std::make_shared<rocksdb::VectorRepFactory>();
+  options.allow_concurrent_memtable_write = false;
   if (store_options.file_system) {
     store->env_ = rocksdb::NewCompositeEnv(store_options.file_system);
     options.env = store->env_.get();

@@ -271,6 +271,35 @@ TEST_F(StoreTest, SurvivesReopenInEveryDurabilityMode) {
   }
 }
 
+// The memtable holds every write of a key (a vector, sorted when it is
+// read or flushed: Store::Open): a scan, open or after a reopen, sees the
+// last write of each key and no deleted one, whatever their order.
+TEST_F(StoreTest, TheLastWriteOfEachKeyWinsInAScanAndAfterAReopen) {
+  std::map<std::string, std::pair<uint64_t, std::string>> want;
+  {
+    auto s = MustOpen(Durability::kWal);
+    for (int round = 0; round < 3; ++round) {
+      // Keys in a different order each round, each written once a round.
+      for (int i = 0; i < 2000; ++i) {
+        const int k = (i * (round * 2 + 7)) % 2000;
+        const std::string key = "key" + std::to_string(k);
+        const std::string value = "r" + std::to_string(round) + "-" + std::to_string(k);
+        const uint64_t version = s->NextVersion();
+        ASSERT_TRUE(s->Put(key, value, version).ok());
+        want[key] = {version, value};
+      }
+      for (int k = round; k < 2000; k += 7) {
+        const std::string key = "key" + std::to_string(k);
+        ASSERT_TRUE(s->Delete(key).ok());
+        want.erase(key);
+      }
+    }
+    EXPECT_EQ(ScanAll(*s), want);
+  }
+  auto s = MustOpen(Durability::kWal);
+  EXPECT_EQ(ScanAll(*s), want);
+}
+
 TEST_F(StoreTest, ScanReturnsEveryRecordWithBinaryKeys) {
   auto s = MustOpen();
   const std::string k1("\0\0", 2), k2("\xff", 1);
