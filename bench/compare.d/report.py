@@ -5,8 +5,10 @@ Usage: report.py --work=DIR --out=FILE.md
        report.py --from_json=FILE.json --out=FILE.md
 
 --work reads what bench/compare left in its temporary folder (info.tsv,
-stores.tsv, runs.tsv and runs/<id>.json, runs/<id>.log), writes every
-figure and command to FILE.json, then the report and its charts
+stores.tsv, runs.tsv and runs/<id>.json, runs/<id>.log; with --verbs also
+perftest.txt, deploy/softroce/perftest.sh's figures of the guest's RDMA
+device), writes every figure and command to FILE.json, then the report and
+its charts
 (FILE-throughput.png, FILE-latency.png, FILE-cpu.png). --from_json writes
 the report and charts again from such a .json. Python's standard library
 only; the charts need gnuplot, and without it the report says so.
@@ -100,6 +102,51 @@ REASONS = {
         "mostly that spinning (docs/design.md §7.4, §7.7). It buys latency where a wake-up is "
         "slow.",
     ),
+    "get_verbs": (
+        "GET over SoftRoCE",
+        "Over verbs an rkv GET is one-sided: the client READs the key's neighbourhood and then "
+        "its block (one READ when its location cache already holds the key's block), and no "
+        "server thread takes part, so its floor is one or two ib_read_lat (above). On rxe a READ "
+        "is not hardware: both sides' packet processing (the ICRC, a CRC32 computed in software "
+        "over every packet, the copies, the veth hop) runs in the guest kernel, every instruction "
+        "of it emulated, on the same two vCPUs as the clients and the stores' threads, so a READ "
+        "waits behind whatever runs there (the PUTs' SENDs and applies of a mixed workload, "
+        "spinning pollers) and its tail grows with them. Under emulation a process's READs also "
+        "run about 40 µs slower for a while after it starts (bench/run-verbs.sh). On a NIC the "
+        "READ is served by the hardware in a few microseconds without either side's CPU "
+        "(bench/results/verbs-*.md set rkv's GET beside ib_read_lat, round by round).",
+    ),
+    "put_verbs": (
+        "PUT over SoftRoCE",
+        "An rkv PUT is a WRITE of the record into the connection's staging ring and a SEND that "
+        "asks for it to be applied, then the server's apply (validation, the table's update, "
+        "the request cache) and a reply SEND (docs/design.md §5.1-§5.4): three RDMA messages, "
+        "each through rxe's emulated software path (ib_send_lat above is one SEND's half round "
+        "trip), where memcached and Redis take one request and send one response through the "
+        "guest's loopback TCP.",
+    ),
+    "spin_verbs": (
+        "Spinning",
+        "rkv's polling threads spin while requests come (--poll=adaptive, docs/design.md §7.3, "
+        "§7.7) and the spinning counts as the server's CPU time whether or not a request "
+        "arrives during it; memcached and Redis sleep in epoll between requests. Over verbs a "
+        "GET takes no server thread at all (rxe serves the READ in the guest kernel, not in a "
+        "thread of rkv-server), so rkv's CPU per operation is mostly its pollers' spinning "
+        "between the PUTs.",
+    ),
+    "cpus_verbs": (
+        "Shared CPUs, spinning over verbs",
+        "The clients and every store process share the guest's {cpus} vCPU(s). Over verbs rkv's "
+        "waits spin adaptively up to the transport's poll_spin_us (1000 µs with --poll=adaptive, "
+        "docs/design.md §7.3), calling "
+        "sched_yield every few empty polls, and nothing stops them on an oversubscribed machine "
+        "(the tcp transport's check of the load, \"Spinning only where it pays\" in §7.4, is tcp's "
+        "alone). With more runnable threads than vCPUs (4 client threads, or rkv-r2's three "
+        "servers, their replication and a coordinator) the spinners take turns on the vCPUs, a "
+        "yield can hand another spinner a whole time slice, and the thread whose completion has "
+        "arrived waits for its turn: tails of tens to hundreds of milliseconds and a high CPU "
+        "per operation, worst in rkv-r2, whose three servers' pollers spin against each other.",
+    ),
     "cpus": (
         "Shared CPUs",
         "The clients and every store process share this machine's {cpus} CPU(s). With more "
@@ -149,7 +196,27 @@ def collect(work):
             with open(log, encoding="utf-8", errors="replace") as f:
                 run["log_tail"] = "".join(f.readlines()[-8:])
         runs.append(run)
-    return {"info": info, "stores": stores, "runs": runs}
+    data = {"info": info, "stores": stores, "runs": runs}
+    perftest = os.path.join(work, "perftest.txt")
+    if os.path.exists(perftest):
+        data["perftest"] = read_perftest(perftest)
+    return data
+
+
+def read_perftest(path):
+    """deploy/softroce/perftest.sh's lines: test size typical_us p99_us
+    msg_per_s MB_per_s ("-" where a figure does not apply)."""
+    rows = []
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            fields = line.split()
+            if len(fields) != 6 or line.startswith("#"):
+                continue
+            row = {"test": fields[0], "size": int(fields[1])}
+            for name, v in zip(("typical_us", "p99_us", "msg_per_s", "MB_per_s"), fields[2:]):
+                row[name] = None if v == "-" else float(v)
+            rows.append(row)
+    return rows
 
 
 class Figures:
@@ -163,6 +230,8 @@ class Figures:
         self.workloads = self.info["workloads"].split()
         self.threads = [int(t) for t in self.info["threads"].split()]
         self.clk_tck = int(self.info["clk_tck"])
+        self.verbs = self.info.get("transport") == "verbs"
+        self.perftest = data.get("perftest", [])
         self.cell = {}
         for run in self.runs:
             if run["step"] != "load":
@@ -264,22 +333,27 @@ def geomean(values):
 
 def loss_reasons(fig, store, w, t, key):
     """The keys of REASONS that explain a loss of rkv store in this cell."""
-    write_path = ["put"] + {"rkv-wal": ["wal"], "rkv-r2": ["replication"]}.get(store, [])
+    verbs = fig.verbs
+    get = "get_verbs" if verbs else "get"
+    put = "put_verbs" if verbs else "put"
+    write_path = [put] + {"rkv-wal": ["wal"], "rkv-r2": ["replication"]}.get(store, [])
     if key == "cpu":
-        reasons = ["spin"]
+        reasons = ["spin_verbs" if verbs else "spin"]
     elif key.startswith("get_"):
-        reasons = ["get"]
+        reasons = [get]
     elif key.startswith("put_") or key.startswith("insert_"):
         reasons = write_path
     elif key.startswith("rmw_"):
-        reasons = ["rmw", "get"] + write_path
+        reasons = ["rmw", get] + write_path
     else:  # ops/s: the workload's mix
-        reasons = {"a": ["get"] + write_path, "b": ["get"], "c": ["get"], "d": ["get"],
-                   "f": ["get", "rmw"] + write_path}.get(w, ["get"])
+        reasons = {"a": [get] + write_path, "b": [get], "c": [get], "d": [get],
+                   "f": [get, "rmw"] + write_path}.get(w, [get])
     # Runnable at once: each client thread and its connection's reader
     # thread, and at least one polling thread of the server.
     cpus = int(fig.info.get("cpus", "1"))
-    if key != "cpu" and (store == "rkv-r2" or 2 * t + 1 > cpus):
+    if verbs and (store == "rkv-r2" or 2 * t + 1 > cpus):
+        reasons.append("cpus_verbs")
+    elif key != "cpu" and (store == "rkv-r2" or 2 * t + 1 > cpus):
         reasons.append("cpus")
     return reasons
 
@@ -343,7 +417,9 @@ def chart_data(fig):
                     rows.append(("%s:%s" % (w.upper(), KIND_NAMES[k]),
                                  [fig.latency(s, w, t, k, pct) for s in fig.stores]))
             lat_panels.append(("%s latency, %d client thread(s)" % (pct, t), "microseconds (log scale)", rows))
-    params = "%s records of %s B, zipfian (D: latest), loopback TCP" % (fig.info["records"], fig.info["value_bytes"])
+    params = "%s records of %s B, zipfian (D: latest), %s" % (
+        fig.info["records"], fig.info["value_bytes"],
+        "SoftRoCE guest (TCG): rkv over verbs, the peers over TCP" if fig.verbs else "loopback TCP")
     return [
         ("throughput", "Throughput per workload and client threads (" + params + ")",
          [("", "operations per second", thr_rows)]),
@@ -428,6 +504,55 @@ def draw_charts(fig, base):
     return drawn, None
 
 
+def render_perftest(fig, add):
+    """The guest's RDMA device alone (deploy/softroce/perftest.sh), beside
+    rkv's and its peers' 1-thread GET and PUT p50 in workload A and C."""
+    add("## The device itself (perftest)")
+    add("")
+    if not fig.perftest:
+        add("**No perftest figures came back (deploy/softroce/perftest.sh failed; see the runs that failed).**")
+        add("")
+        return
+    add("`deploy/softroce/perftest.sh` in the same guest after the stores had stopped: perftest's")
+    add("server and client on the same rxe device, pinned to the two vCPUs. ib_read_lat is one RDMA")
+    add("READ's round trip, ib_send_lat half a SEND/RECV round trip (perftest's convention), ib_read_bw")
+    add("many READs in flight on one queue pair. This is what the emulated device itself costs: the")
+    add("floor under every rkv figure of this run.")
+    add("")
+    add("| test | bytes | typical µs | p99 µs | msg/s | MB/s |")
+    add("|---|---:|---:|---:|---:|---:|")
+    for r in fig.perftest:
+        def f(v, fmt):
+            return "-" if v is None else fmt % v
+        add("| %s | %d | %s | %s | %s | %s |" % (r["test"], r["size"], f(r["typical_us"], "%.2f"),
+                                                 f(r["p99_us"], "%.2f"), f(r["msg_per_s"], "%.0f"),
+                                                 f(r["MB_per_s"], "%.2f")))
+    add("")
+    read_lat = [r["typical_us"] for r in fig.perftest if r["test"] == "ib_read_lat" and r["size"] == 1024]
+    send_lat = [r["typical_us"] for r in fig.perftest if r["test"] == "ib_send_lat" and r["size"] == 1024]
+    rows = []
+    for s in fig.stores:
+        for w, kind in (("c", "get"), ("a", "put")):
+            if w in fig.workloads and 1 in fig.threads:
+                v = fig.latency(s, w, 1, kind, "p50")
+                if v is not None:
+                    rows.append((s, w, kind, v))
+    if rows and (read_lat or send_lat):
+        add("Each store's 1-thread p50 of a GET (workload C) and of a PUT (workload A) against the")
+        add("device's 1 KiB figures: a cached rkv GET is at least one READ (1 × ib_read_lat), an")
+        add("uncached one two; an rkv PUT at least a round trip (2 × ib_send_lat) plus the server's")
+        add("work; memcached's and Redis's figures set against the same device show what loopback")
+        add("TCP costs in the same emulated kernel.")
+        add("")
+        add("| store | operation | p50 µs | ÷ ib_read_lat 1 KiB | ÷ (2 × ib_send_lat 1 KiB) |")
+        add("|---|---|---:|---:|---:|")
+        for s, w, kind, v in rows:
+            a = "%.2f" % (v / read_lat[0]) if read_lat and read_lat[0] else "-"
+            b = "%.2f" % (v / (2 * send_lat[0])) if send_lat and send_lat[0] else "-"
+            add("| %s | %s (%s) | %.1f | %s | %s |" % (s, KIND_NAMES[kind], w.upper(), v, a, b))
+        add("")
+
+
 def render(data, out):
     fig = Figures(data)
     info = fig.info
@@ -439,23 +564,55 @@ def render(data, out):
     secs = int(info.get("seconds", "0"))
     L = []
     add = L.append
-    add("# rkv beside memcached and Redis: YCSB over loopback TCP (%s)" % info["stamp"])
+    if fig.verbs:
+        add("# rkv over SoftRoCE verbs beside memcached and Redis: YCSB in an emulated guest (%s)" % info["stamp"])
+    else:
+        add("# rkv beside memcached and Redis: YCSB over loopback TCP (%s)" % info["stamp"])
     add("")
+    if fig.verbs:
+        add("**These figures come from an emulated RDMA device (rxe, SoftRoCE) in a QEMU guest")
+        add("without hardware acceleration (TCG): every program, the guest kernel and the device")
+        add("itself run under CPU emulation, 10-50× slower than on the host, and the device's work is")
+        add("software. No absolute figure here is a hardware figure. What the run shows is the ratio")
+        add("between the stores, measured in the same guest in the same run, and the device's own cost")
+        add("(perftest, below).**")
+        add("")
     add("Produced by `%s` in %d min %02d s (rkv commit %s, binaries from `%s`)." % (
         info["invocation"], secs // 60, secs % 60, info["commit"], info["build_dir"]))
     if info.get("quick") == "1":
         add("")
         add("**A --quick run: a proof that the command works. Its figures mean nothing.**")
     add("")
-    add("Machine: %s CPU(s), %s, Linux %s. Load average (1/5/15 min) before the run: %s; after: %s." % (
-        info["cpus"], info.get("cpu_model") or "unknown CPU", info["kernel"], info["load_start"], info["load_end"]))
-    add("The client and every store share these CPUs. Versions: %s, redis-server %s." % (
-        info.get("memcached_version", "-"), info.get("redis_version", "-")))
+    if fig.verbs:
+        add("Guest: %s vCPU(s) (%s), Linux %s, %s on veth0 (link MTU %s, rxe active_mtu %s), guest CPU 0" % (
+            info["cpus"], info.get("cpu_model") or "unknown CPU", info["kernel"], info.get("rdma_dev", "rxe0"),
+            info.get("link_mtu", "?"), info.get("active_mtu", "?")))
+        add("on a host CPU of its own (`run-in-guest.sh --pin-vcpu0`). Host: %s CPU(s), %s, Linux %s." % (
+            info.get("host_cpus", "?"), info.get("host_cpu_model") or "unknown CPU", info.get("host_kernel", "?")))
+        add("Host load average (1/5/15 min) before the run: %s; after: %s (the guest's vCPUs share the" % (
+            info["load_start"], info["load_end"]))
+        add("host's CPUs with whatever else runs there). Versions: %s, redis-server %s." % (
+            info.get("memcached_version", "-"), info.get("redis_version", "-")))
+    else:
+        add("Machine: %s CPU(s), %s, Linux %s. Load average (1/5/15 min) before the run: %s; after: %s." % (
+            info["cpus"], info.get("cpu_model") or "unknown CPU", info["kernel"], info["load_start"], info["load_end"]))
+        add("The client and every store share these CPUs. Versions: %s, redis-server %s." % (
+            info.get("memcached_version", "-"), info.get("redis_version", "-")))
     add("")
     add("## Method")
     add("")
-    add("Every store ran alone (started, measured, stopped before the next one started), on")
-    add("127.0.0.1, driven by the same client, `rkv-ycsb`, with the same parameters: %s records of" % info["records"])
+    if fig.verbs:
+        add("Inside the guest, every store ran alone (started, measured, stopped before the next one")
+        add("started). rkv-server listened with `--transport=verbs` on rxe0's address (%s) and the" % (
+            info.get("rdma_addr", "?")))
+        add("client used verbs too: a GET is one-sided READs of the server's memory, a PUT a WRITE and")
+        add("a SEND (client and server on the same rxe device, rxe's loopback). memcached and Redis")
+        add("listened on the guest's 127.0.0.1, over TCP through the same emulated kernel. Data dirs")
+        add("lie on the guest's tmpfs, so rkv-wal's WAL and redis-aof's AOF are written to memory.")
+        add("The same client, `rkv-ycsb`, drove every store with the same parameters: %s records of" % info["records"])
+    else:
+        add("Every store ran alone (started, measured, stopped before the next one started), on")
+        add("127.0.0.1, driven by the same client, `rkv-ycsb`, with the same parameters: %s records of" % info["records"])
     add("%s bytes loaded once per store (not timed), then each workload with `--noload`, up to %s" % (
         info["value_bytes"], info["operations"]))
     add("operations or %s s, whichever came first, at %s client thread(s), one connection each." % (
@@ -511,6 +668,8 @@ def render(data, out):
         ", ".join(w.upper() for w in fig.workloads)))
     add("peer's; a cell is one figure of one workload and thread count (ops/s, a percentile, CPU).")
     add("")
+    if fig.verbs:
+        render_perftest(fig, add)
     add("## Charts")
     add("")
     if charts:
@@ -626,11 +785,30 @@ def render(data, out):
         add("")
     add("## What this is not")
     add("")
+    if fig.verbs:
+        add("Not hardware. rxe is RDMA done by the kernel's CPU, and here that CPU is emulated: a READ")
+        add("that a NIC serves in a few microseconds without any CPU takes the tens of microseconds")
+        add("perftest shows above, and TCP through the guest's loopback is emulated alike. The ratios")
+        add("say how rkv's data path and its peers' compare when both pay for every instruction; they")
+        add("are not a forecast of a machine with an RDMA NIC. Nor are they neutral: memcached and Redis")
+        add("sleep in epoll between requests, and in this guest a wake-up is an emulated interrupt to a")
+        add("halted vCPU, slow, where rkv's polling threads and its waiting client spin while requests")
+        add("come and skip it (their cost shows in the CPU column instead). On a machine whose wake-ups")
+        add("are quick the gap at one client thread narrows, as the host runs of `bench/compare` show.")
+        add("rkv over tcp on the host is")
+        add("`bench/compare` without --verbs; rkv's GET beside ib_read_lat, round by round, is")
+        add("`bench/verbs.sh`.")
+        tmp = out + ".tmp"
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write("\n".join(L) + "\n")
+        os.replace(tmp, out)
+        return chart_problem, bool(failed or with_errors)
     add("Loopback TCP is not RDMA. rkv's tcp transport is its fallback for machines without an")
     add("RDMA device, where the one-sided READs of a GET become request/response exchanges served")
     add("by the server's polling thread (docs/design.md §7.4). These figures compare the software")
     add("path on equal terms on one machine; rkv over verbs is measured by `bench/verbs.sh` in the")
-    add("SoftRoCE guest, and replication alone by `bench/replication.sh`.")
+    add("SoftRoCE guest, beside the same peers by `bench/compare --verbs`, and replication alone by")
+    add("`bench/replication.sh`.")
     tmp = out + ".tmp"
     with open(tmp, "w", encoding="utf-8") as f:
         f.write("\n".join(L) + "\n")
@@ -654,7 +832,10 @@ def main():
             f.write('{"info": %s,\n "stores": %s,\n "runs": [\n' % (
                 json.dumps(data["info"], ensure_ascii=False), json.dumps(data["stores"], ensure_ascii=False)))
             f.write(",\n".join("  " + json.dumps(r, ensure_ascii=False) for r in data["runs"]))
-            f.write("\n]}\n")
+            f.write("\n]")
+            if "perftest" in data:
+                f.write(',\n "perftest": %s' % json.dumps(data["perftest"], ensure_ascii=False))
+            f.write("}\n")
     else:
         with open(args.from_json, encoding="utf-8") as f:
             data = json.load(f)
