@@ -553,6 +553,15 @@ def render_perftest(fig, add):
         add("")
 
 
+def write_lines(path, lines):
+    """Writes the lines to path whole or not at all (a temporary file beside
+    it, then a rename), so that a reader never sees half a report."""
+    tmp = path + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write("\n".join(lines) + "\n")
+    os.replace(tmp, path)
+
+
 def render(data, out):
     fig = Figures(data)
     info = fig.info
@@ -798,10 +807,7 @@ def render(data, out):
         add("rkv over tcp on the host is")
         add("`bench/compare` without --verbs; rkv's GET beside ib_read_lat, round by round, is")
         add("`bench/verbs.sh`.")
-        tmp = out + ".tmp"
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write("\n".join(L) + "\n")
-        os.replace(tmp, out)
+        write_lines(out, L)
         return chart_problem, bool(failed or with_errors)
     add("Loopback TCP is not RDMA. rkv's tcp transport is its fallback for machines without an")
     add("RDMA device, where the one-sided READs of a GET become request/response exchanges served")
@@ -809,10 +815,7 @@ def render(data, out):
     add("path on equal terms on one machine; rkv over verbs is measured by `bench/verbs.sh` in the")
     add("SoftRoCE guest, beside the same peers by `bench/compare --verbs`, and replication alone by")
     add("`bench/replication.sh`.")
-    tmp = out + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write("\n".join(L) + "\n")
-    os.replace(tmp, out)
+    write_lines(out, L)
     return chart_problem, bool(failed or with_errors)
 
 
