@@ -71,6 +71,15 @@ class SpinCooldown {
   }
   // A spin at `now` lost its CPU.
   void Start(Clock::time_point now) { until_ns_.store(SteadyNanos(now + kSpinCooldown), std::memory_order_relaxed); }
+  // A spin's round at `now`, its previous one at `*last` (then set to
+  // `now`): whether the spin lost its CPU in between, more than
+  // kPreemptedGap, and so starts the cooldown.
+  bool LostCpu(Clock::time_point now, Clock::time_point* last) {
+    const bool lost = now - *last > kPreemptedGap;
+    *last = now;
+    if (lost) Start(now);
+    return lost;
+  }
 
  private:
   std::atomic<int64_t> until_ns_{0};

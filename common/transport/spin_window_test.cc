@@ -43,5 +43,21 @@ TEST(SpinWindowTest, ASpinCooldownLastsItsTime) {
   EXPECT_TRUE(cooldown.Active(now + kSpinCooldown / 2));
 }
 
+TEST(SpinWindowTest, ARoundLongAfterTheLastOneLostTheCpuAndStartsTheCooldown) {
+  SpinCooldown cooldown;
+  const auto start = std::chrono::steady_clock::now();
+  auto last = start;
+  // Rounds a few microseconds apart: the spin kept its CPU.
+  EXPECT_FALSE(cooldown.LostCpu(start + std::chrono::microseconds(3), &last));
+  EXPECT_EQ(last, start + std::chrono::microseconds(3));
+  EXPECT_FALSE(cooldown.LostCpu(last + kPreemptedGap, &last));
+  // One round more than the gap after the last: lost, and the cooldown
+  // lasts from that round on.
+  const auto late = last + kPreemptedGap + std::chrono::microseconds(1);
+  EXPECT_TRUE(cooldown.LostCpu(late, &last));
+  EXPECT_EQ(last, late);
+  EXPECT_TRUE(cooldown.Active(late + kSpinCooldown - std::chrono::milliseconds(1)));
+}
+
 }  // namespace
 }  // namespace rkv::transport

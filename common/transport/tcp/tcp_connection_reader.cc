@@ -126,10 +126,7 @@ bool TcpConnection::ServeWhilePolling(std::chrono::microseconds timeout) {
       if (now >= deadline) break;
       readable = true;
       woken = false;
-      if (spinning && !busy && now - last > kPreemptedGap) {
-        spinning = false;
-        spin_cooldown_.Start(now);
-      }
+      if (spinning && !busy && spin_cooldown_.LostCpu(now, &last)) spinning = false;
       last = now;
       if (spinning && now - start < window) {
         // Spin: each step tries a non-blocking read.

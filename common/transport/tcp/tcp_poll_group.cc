@@ -291,12 +291,8 @@ StatusOr<size_t> TcpPollGroup::Wait(std::span<Connection*> ready, std::chrono::m
       if (n > 0 || woke) return n;
       const Clock::time_point now = Clock::now();
       if (now >= spin_until) break;
-      if (!busy && now - last > kPreemptedGap) {
-        // This thread lost its CPU while spinning (spin_window.h).
-        spin_cooldown_.Start(now);
-        break;
-      }
-      last = now;
+      // This thread lost its CPU while spinning (spin_window.h).
+      if (!busy && spin_cooldown_.LostCpu(now, &last)) break;
       SpinPause();
     }
   }
