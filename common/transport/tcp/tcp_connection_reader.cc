@@ -126,8 +126,9 @@ bool TcpConnection::ServeWhilePolling(std::chrono::microseconds timeout) {
       if (now >= deadline) break;
       readable = true;
       woken = false;
+      // LostCpu moves `last` on; it matters only while spinning (and busy
+      // never changes), so the other rounds need not.
       if (spinning && !busy && spin_cooldown_.LostCpu(now, &last)) spinning = false;
-      last = now;
       if (spinning && now - start < window) {
         // Spin: each step tries a non-blocking read.
         SpinPause();
