@@ -28,6 +28,7 @@
 #include <sys/stat.h>
 
 #include "common/client_credentials.h"
+#include "common/daemon_signals.h"
 #include "common/metrics/metrics_endpoint.h"
 #include "common/token.h"
 #include "proto/tls.h"
@@ -179,6 +180,9 @@ int TransferState(const rkv::coordinator::CoordinatorConfig& config, const std::
 }  // namespace
 
 int main(int argc, char** argv) {
+  // SIGTERM, SIGINT and SIGHUP are taken by sigwait below, by the main
+  // thread alone.
+  const sigset_t signals = rkv::BlockDaemonSignals({SIGTERM, SIGINT, SIGHUP});
   FLAGS_logtostderr = true;
   gflags::SetUsageMessage("rkv-coordinator (--data_dir=DIR | --etcd=HOST:PORT,... [--etcd_prefix=/P/]) --token_file=FILE [--cluster_token_file=FILE | --server_credentials_file=FILE] [--operator_token_file=FILE] [--listen=HOST:PORT] [--servers=N] [--replicas=R] [--lease_ms=MS] [--replace_after_ms=MS] ...");
   gflags::ParseCommandLineFlags(&argc, &argv, true);
@@ -325,16 +329,6 @@ int main(int argc, char** argv) {
       rkv::LoadClientCredentials(*token, FLAGS_client_credentials_file, other_roles, server_credentials.get());
   if (!loaded.ok()) return CannotStart(loaded.status().WithContext("--client_credentials_file"));
   auto client_credentials = std::make_shared<rkv::LiveClientCredentials>(std::move(loaded).value());
-
-  // SIGTERM, SIGINT and SIGHUP are taken by sigwait below; block them
-  // before any thread (RocksDB's, gRPC's) exists so that every thread
-  // inherits the mask.
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGTERM);
-  sigaddset(&signals, SIGINT);
-  sigaddset(&signals, SIGHUP);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
   std::unique_ptr<rkv::coordinator::EtcdCoordinator> shared;
   std::unique_ptr<rkv::coordinator::CoordinatorState> state;

@@ -21,6 +21,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/daemon_signals.h"
 #include "common/token.h"
 #include "gateway/event_loop.h"
 #include "gateway/listener.h"
@@ -127,6 +128,9 @@ int CannotStart(const std::string& message) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // SIGTERM and SIGINT are taken by sigwait below, by the main thread
+  // alone.
+  const sigset_t signals = rkv::BlockDaemonSignals({SIGTERM, SIGINT});
   FLAGS_logtostderr = true;
   gflags::SetUsageMessage(kUsage);
   gflags::SetVersionString(RKV_VERSION);
@@ -184,14 +188,7 @@ int main(int argc, char** argv) {
     }
   }
 
-  // SIGTERM and SIGINT are taken by sigwait below: blocked before any
-  // thread starts (librkv's, the loop's), so every thread inherits the
-  // mask. A peer gone while a reply is sent is EPIPE, not a signal.
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGTERM);
-  sigaddset(&signals, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  // A peer gone while a reply is sent is EPIPE, not a signal.
   signal(SIGPIPE, SIG_IGN);
 
   // Listen first: a taken port is reported before rkv is even asked.

@@ -51,6 +51,7 @@
 #include "common/mutex.h"
 #include "common/net_address.h"
 #include "common/client_credentials.h"
+#include "common/daemon_signals.h"
 #include "common/token.h"
 #include "common/transport/factory.h"
 #include "common/transport/transport.h"
@@ -268,6 +269,9 @@ void ReloadClientCredentials(rkv::LiveClientCredentials& live, const std::string
 }  // namespace
 
 int main(int argc, char** argv) {
+  // SIGTERM, SIGINT and SIGHUP are taken by sigtimedwait below, by the
+  // main thread alone.
+  const sigset_t signals = rkv::BlockDaemonSignals({SIGTERM, SIGINT, SIGHUP});
   FLAGS_logtostderr = true;
   gflags::SetUsageMessage("rkv-server --data_dir=DIR --token_file=FILE [--listen=HOST:PORT] ...");
   gflags::ParseCommandLineFlags(&argc, &argv, true);
@@ -403,15 +407,6 @@ int main(int argc, char** argv) {
               << (ec ? ": " + ec.message() : std::string()) << "\n";
     return 1;
   }
-
-  // SIGTERM, SIGINT and SIGHUP are taken by sigtimedwait below: block them
-  // before any thread starts so that every thread inherits the mask.
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGTERM);
-  sigaddset(&signals, SIGINT);
-  sigaddset(&signals, SIGHUP);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
   LOG(INFO) << why;
   rkv::transport::Options topts;

@@ -282,6 +282,20 @@ class CoordinatorFlagsTest : public TestClusterTest {
     options.max_keys = 1024;
     return options;
   }
+
+  // Writes `contents` to `credentials` and starts SmallCluster(2) with
+  // every process reading it as --client_credentials_file; `*processes`:
+  // the coordinator and the servers, to send SIGHUP to.
+  void StartWithClientCredentials(const std::string& credentials, const std::string& contents,
+                                  std::vector<ServerProcess*>* processes) {
+    WriteFile(credentials, contents);
+    TestClusterOptions options = SmallCluster(2);
+    options.coordinator_flags = {"--client_credentials_file=" + credentials};
+    options.server_flags = {"--client_credentials_file=" + credentials};
+    ASSERT_NO_FATAL_FAILURE(StartCluster(options));
+    *processes = {&cluster().coordinator()};
+    for (int i = 0; i < cluster().server_count(); ++i) processes->push_back(&cluster().server(i));
+  }
 };
 
 TEST_F(CoordinatorFlagsTest, ReplicasMustFitTheClusterAndStayFixedForTheDataDir) {
@@ -502,13 +516,9 @@ TEST_F(CoordinatorFlagsTest, PerServerCredentialsReplicateAndBindEachServersIden
 TEST_F(CoordinatorFlagsTest, ARevokedClientCredentialIsRefusedAndItsConnectionsClosedOnSighup) {
   TempDir files;
   const std::string credentials = files.path() + "/client_credentials";
-  WriteFile(credentials, "# NAME TOKEN\nalice alice-secret\nbob bob-secret\n");
-  TestClusterOptions options = SmallCluster(2);
-  options.coordinator_flags = {"--client_credentials_file=" + credentials};
-  options.server_flags = {"--client_credentials_file=" + credentials};
-  ASSERT_NO_FATAL_FAILURE(StartCluster(options));
-  std::vector<ServerProcess*> processes = {&cluster().coordinator()};
-  for (int i = 0; i < cluster().server_count(); ++i) processes.push_back(&cluster().server(i));
+  std::vector<ServerProcess*> processes;
+  ASSERT_NO_FATAL_FAILURE(
+      StartWithClientCredentials(credentials, "# NAME TOKEN\nalice alice-secret\nbob bob-secret\n", &processes));
   // Sends SIGHUP to every process and waits until each logged the reload's
   // outcome (its `count`-th line with `expected`).
   const auto reload = [&](const std::string& expected, size_t count) {
@@ -607,6 +617,49 @@ TEST_F(CoordinatorFlagsTest, ARevokedClientCredentialIsRefusedAndItsConnectionsC
   auto bob_back = cluster().ClusterClient(bob_options);
   ASSERT_NE(bob_back, nullptr);
   ASSERT_TRUE(bob_back->Put("bob-0", "back").ok());
+}
+
+// Whether process `pid` still runs (a child that died and was not
+// reaped yet is a zombie: state Z in /proc/PID/stat).
+bool ProcessRuns(pid_t pid) {
+  const std::string stat = ReadWholeFile("/proc/" + std::to_string(pid) + "/stat");
+  const size_t paren = stat.rfind(')');
+  return paren != std::string::npos && paren + 2 < stat.size() && stat[paren + 2] != 'Z';
+}
+
+// An operator's reloads come as they come (a script, a log rotation, a
+// second `systemctl reload`): SIGHUPs while the last one is still being
+// handled. None may end a process (each one did, silently, when it reached
+// a thread that gRPC started before the signals were blocked), and the
+// last reload is the file in force.
+TEST_F(CoordinatorFlagsTest, ABurstOfSighupsEndsNoProcessAndTheLastReloadCounts) {
+  TempDir files;
+  const std::string credentials = files.path() + "/client_credentials";
+  std::vector<ServerProcess*> processes;
+  ASSERT_NO_FATAL_FAILURE(StartWithClientCredentials(credentials, "alice alice-secret\n", &processes));
+
+  for (int round = 0; round < 500; ++round) {
+    for (ServerProcess* p : processes) ASSERT_EQ(::kill(p->pid(), SIGHUP), 0);
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+  for (ServerProcess* p : processes) ASSERT_TRUE(ProcessRuns(p->pid())) << p->Log();
+
+  WriteFile(credentials, "alice alice-secret\nbob bob-secret\n");
+  const std::string added = "client credentials reloaded from " + credentials + ": added bob";
+  for (ServerProcess* p : processes) ASSERT_EQ(::kill(p->pid(), SIGHUP), 0);
+  for (ServerProcess* p : processes) {
+    EXPECT_TRUE(WaitFor("the reload's log line \"" + added + "\"",
+                        [&] { return p->Log().find(added) != std::string::npos; }))
+        << p->Log();
+  }
+  TestClientOptions bob_options(std::chrono::milliseconds(10000));
+  bob_options.token = "bob-secret";
+  auto bob = cluster().ClusterClient(bob_options);
+  ASSERT_NE(bob, nullptr);
+  ASSERT_TRUE(bob->Put("bob-after-the-burst", "b").ok());
+  auto got = bob->Get("bob-after-the-burst");
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(*got, "b");
 }
 
 TEST_F(ClusterTest, GetsNeverReachAServerCpu) {
