@@ -299,7 +299,9 @@ class TcpConnection final : public Connection {
   // became `readable` (or hung up) and/or the wake fd was signalled
   // (`woken`); both false just re-checks. An error ends the connection:
   // the caller Breaks it with the error's message.
-  StatusOr<Watch> ServeStep(bool readable, bool woken) EXCLUDES(mu_, out_mu_);
+  // `from_poll`: the step runs in Poll's wait (ServeWhilePolling), whose
+  // thread returns to the application once a completion is queued.
+  StatusOr<Watch> ServeStep(bool readable, bool woken, bool from_poll = false) EXCLUDES(mu_, out_mu_);
   // Sends what the socket takes of `out_`, and shuts our side once the last
   // words after an access error are out.
   Status FlushFromReader() EXCLUDES(out_mu_);
@@ -416,6 +418,11 @@ class TcpConnection final : public Connection {
   std::atomic<bool> poller_serves_{false};
   std::atomic<bool> polling_{false};
   std::atomic<int64_t> poll_left_at_ns_{0};
+  // The reader sleeps in poll(2) watching the socket for reading (no
+  // time-out): a poller that reads the socket's bytes first does not wake
+  // it, so one that leaves bytes for a post (poll_flush_deferred_) wakes it
+  // to take the socket over at kHandBack.
+  std::atomic<bool> reader_watches_socket_{false};
 
   // The serving thread only (whoever holds serve_mu_ on a connection with
   // a reader thread; the group's thread for a member), and the constructor.
@@ -426,6 +433,10 @@ class TcpConnection final : public Connection {
   std::atomic<bool> reader_done_{false};  // serving has ended (the connection broke)
   bool paused_ = false;                   // a request of the peer waits at the head of rx_
   std::optional<StreamedRead> streaming_;
+  // A polling thread's step left bytes in out_ for the application's next
+  // post to carry (ServeStep); the next wait in Poll, or the reader within
+  // kHandBack, sends them if no post did.
+  bool poll_flush_deferred_ = false;
   Clock::time_point last_frame_at_;       // when the peer's last whole frame was taken
   Clock::time_point partial_since_;       // when the frame at the head of rx_ began (if partial)
 

@@ -59,7 +59,14 @@ void TcpConnection::ServeOnThisThread(Clock::time_point until, bool begin) {
     }
     Clock::time_point wake_at = std::min(watch->give_up, until);
     if (until != Clock::time_point::max() && Clock::now() >= until) return;
+    // Stored before ReaderEvents reads poller_serves_, both sequentially
+    // consistent, against ServeWhilePolling's store of poller_serves_ and
+    // load of this: a poller that began after the read (so this reader
+    // watches the socket) sees the flag and wakes the reader when it
+    // leaves bytes behind.
+    reader_watches_socket_.store(true);
     const short events = ReaderEvents(*watch);
+    if ((events & POLLIN) == 0) reader_watches_socket_.store(false);
     // The socket is a polling thread's for now: look again within
     // kHandBack whether it still is.
     const bool handed_over = watch->read && (events & POLLIN) == 0;
@@ -93,7 +100,7 @@ void TcpConnection::ServeOnThisThread(Clock::time_point until, bool begin) {
 
 short TcpConnection::ReaderEvents(const Watch& watch) const {
   short events = 0;
-  if (watch.read && !poller_serves_.load(std::memory_order_acquire)) events |= POLLIN;
+  if (watch.read && !poller_serves_.load()) events |= POLLIN;
   if (watch.write) events |= POLLOUT;
   return events;
 }
@@ -107,16 +114,26 @@ bool TcpConnection::ServeWhilePolling(std::chrono::microseconds timeout) {
                           ? std::chrono::microseconds(0)
                           : std::chrono::microseconds(spin_window_us_.load(std::memory_order_relaxed));
   polling_.store(true, std::memory_order_release);
-  poller_serves_.store(true, std::memory_order_release);
+  // Sequentially consistent, as is the reader's store of
+  // reader_watches_socket_ before it reads this (ServeOnThisThread).
+  poller_serves_.store(true);
   bool slept = false;
+  bool left_for_post = false;
   {
     MutexLock serve(serve_mu_);
+    // What the last wait left for a post (ServeStep) goes now: the
+    // application is waiting again without having posted.
+    if (poll_flush_deferred_) {
+      poll_flush_deferred_ = false;
+      const Status sent = FlushFromReader();
+      if (!sent.ok()) Break(sent.message());
+    }
     bool readable = true;
     bool woken = false;
     bool spinning = window.count() > 0;
     Clock::time_point last = start;
     for (;;) {
-      StatusOr<Watch> watch = ServeStep(readable, woken);
+      StatusOr<Watch> watch = ServeStep(readable, woken, /*from_poll=*/true);
       if (!watch.ok()) {
         Break(watch.status().message());
         break;
@@ -154,9 +171,13 @@ bool TcpConnection::ServeWhilePolling(std::chrono::microseconds timeout) {
       woken = (fds[1].revents & POLLIN) != 0;
       readable = (fds[0].revents & (POLLIN | POLLHUP | POLLERR)) != 0;
     }
+    left_for_post = poll_flush_deferred_;
   }
   poll_left_at_ns_.store(SteadyNanos(Clock::now()), std::memory_order_release);
   polling_.store(false, std::memory_order_release);
+  if (left_for_post && reader_watches_socket_.load()) {
+    SignalEventFd(wake_fd_.get());
+  }
   return slept;
 }
 
@@ -167,23 +188,31 @@ Status TcpConnection::BeginServing() {
   return FlushFromReader();
 }
 
-StatusOr<TcpConnection::Watch> TcpConnection::ServeStep(bool readable, bool woken) {
+StatusOr<TcpConnection::Watch> TcpConnection::ServeStep(bool readable, bool woken, bool from_poll) {
   if (stop_.load(std::memory_order_acquire)) return Unavailable("disconnected locally");
   if (woken) DrainEventFd(wake_fd_.get());
   const bool was_ready = ready_.load(std::memory_order_acquire);
   // Bytes a TLS session read from the socket but this side has not taken
   // leave the socket unreadable: they are read as if it were.
   if ((readable || io_.HasPending()) && !paused_) RKV_RETURN_IF_ERROR(ReadAvailable());
-  // A group member that this step gave completions for its application (a
-  // request came): the group's thread takes them as soon as this Wait
-  // returns and posts its replies, whose write carries what this step
-  // queued (the SENDs' acknowledgements) in the same segment, so the peer
-  // wakes once for both, not once for the acknowledgement and again for
-  // the reply. The group's next Wait steps the member again, which sends
-  // whatever no post took (that step reads nothing, so it defers nothing).
-  const bool defer_flush =
-      group_ != nullptr && !was_ready && ready_.load(std::memory_order_acquire) && !close_after_flush_;
-  if (!defer_flush) RKV_RETURN_IF_ERROR(FlushFromReader());
+  // A step that gave the application completions (a request or a reply
+  // came), on a thread that hands them over as soon as it returns: a group
+  // member's (the group's Wait returns them) or the thread in Poll. The
+  // application usually posts next (its replies, or its next request),
+  // and that write carries what this step queued (the SENDs'
+  // acknowledgements) in the same segment, so the peer wakes once for
+  // both, not once for the acknowledgement and again for the frame after
+  // it. What no post took is sent by the group's next Wait (which steps
+  // the member again; that step reads nothing, so it defers nothing), by
+  // the next wait in Poll, or by the reader within kHandBack.
+  const bool defer_flush = (group_ != nullptr || from_poll) && !was_ready &&
+                           ready_.load(std::memory_order_acquire) && !close_after_flush_;
+  if (!defer_flush) {
+    RKV_RETURN_IF_ERROR(FlushFromReader());
+    poll_flush_deferred_ = false;
+  } else if (from_poll) {
+    poll_flush_deferred_ = true;
+  }
   Backlog backlog = OutBacklog();
   for (;;) {
     const bool can_stream = streaming_.has_value() && backlog.bytes <= kOutLowWater;

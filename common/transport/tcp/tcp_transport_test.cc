@@ -279,6 +279,48 @@ TEST_F(TcpTransportTest, SendsAreQueuedAtTheTargetUntilAReceiveIsPosted) {
   EXPECT_EQ(std::string(reinterpret_cast<char*>(recv.bytes.data()), 13), "early message");
 }
 
+// A thread that takes a received SEND in Poll leaves its acknowledgement
+// for its next post to carry (one segment per exchange). The sender's
+// completion must not depend on that post: here the receiver never posts,
+// and in the second part it only polls again.
+TEST_F(TcpTransportTest, ASendCompletesAtItsSenderWhetherTheReceiverPostsAgainOrNot) {
+  constexpr int kMessages = 64;
+  Buffer recv = MakeBuffer(*server_, 64 * kMessages, kLocalWrite);
+  Pair pair = ConnectPair();
+  ASSERT_NE(pair.client, nullptr);
+  ASSERT_NE(pair.server, nullptr);
+  Buffer msg = MakeBuffer(*client_, 64, kLocalWrite, 0x42);
+
+  // The receiver polls its message and then does nothing at all.
+  ASSERT_TRUE(pair.server->PostRecv(recv.At(0, 64), 100).ok());
+  ASSERT_TRUE(pair.client->PostSend(msg.At(0, 16), 1).ok());
+  const Completion received = PollOne(*pair.server);
+  EXPECT_TRUE(received.status.ok() && received.wr_id == 100u) << received.status << ", wr_id " << received.wr_id;
+  const Completion sent = PollOne(*pair.client);
+  EXPECT_TRUE(sent.status.ok() && sent.wr_id == 1u) << sent.status << ", wr_id " << sent.wr_id;
+
+  // A sender that waits for each SEND before the next, and a receiver that
+  // only posts receives (which send nothing) and polls: every one arrives
+  // and completes, in order.
+  std::thread receiver([&] {
+    for (int i = 1; i < kMessages; ++i) {
+      ASSERT_TRUE(pair.server->PostRecv(recv.At(64 * i, 64), 100 + i).ok());
+      const Completion c = PollOne(*pair.server);
+      ASSERT_TRUE(c.status.ok()) << c.status;
+      ASSERT_EQ(c.wr_id, static_cast<uint64_t>(100 + i));
+    }
+  });
+  for (int i = 1; i < kMessages; ++i) {
+    msg.bytes[0] = static_cast<uint8_t>(i);
+    ASSERT_TRUE(pair.client->PostSend(msg.At(0, 16), i + 1).ok());
+    const Completion c = PollOne(*pair.client);
+    ASSERT_TRUE(c.status.ok()) << c.status;
+    ASSERT_EQ(c.wr_id, static_cast<uint64_t>(i + 1));
+  }
+  receiver.join();
+  for (int i = 1; i < kMessages; ++i) EXPECT_EQ(recv.bytes[64 * i], i) << "message " << i;
+}
+
 TEST_F(TcpTransportTest, BuffersThatAreWrittenNeedLocalWrite) {
   Buffer table = MakeBuffer(*server_, 4096, kRemoteRead);
   Pair pair = ConnectPair();
