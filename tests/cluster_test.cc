@@ -296,6 +296,20 @@ class CoordinatorFlagsTest : public TestClusterTest {
     *processes = {&cluster().coordinator()};
     for (int i = 0; i < cluster().server_count(); ++i) processes->push_back(&cluster().server(i));
   }
+
+  // Sends SIGHUP to every one of `processes` and waits until each logged
+  // the reload's outcome (its `count`-th line with `expected`).
+  static void ReloadAll(const std::vector<ServerProcess*>& processes, const std::string& expected, size_t count) {
+    for (ServerProcess* p : processes) ASSERT_EQ(::kill(p->pid(), SIGHUP), 0);
+    for (ServerProcess* p : processes) {
+      ASSERT_TRUE(WaitFor("the reload's log line \"" + expected + "\"", [&] {
+        const std::string log = p->Log();
+        size_t found = 0;
+        for (size_t at = log.find(expected); at != std::string::npos; at = log.find(expected, at + 1)) ++found;
+        return found >= count;
+      })) << p->Log();
+    }
+  }
 };
 
 TEST_F(CoordinatorFlagsTest, ReplicasMustFitTheClusterAndStayFixedForTheDataDir) {
@@ -519,19 +533,6 @@ TEST_F(CoordinatorFlagsTest, ARevokedClientCredentialIsRefusedAndItsConnectionsC
   std::vector<ServerProcess*> processes;
   ASSERT_NO_FATAL_FAILURE(
       StartWithClientCredentials(credentials, "# NAME TOKEN\nalice alice-secret\nbob bob-secret\n", &processes));
-  // Sends SIGHUP to every process and waits until each logged the reload's
-  // outcome (its `count`-th line with `expected`).
-  const auto reload = [&](const std::string& expected, size_t count) {
-    for (ServerProcess* p : processes) ASSERT_EQ(::kill(p->pid(), SIGHUP), 0);
-    for (ServerProcess* p : processes) {
-      ASSERT_TRUE(WaitFor("the reload's log line \"" + expected + "\"", [&] {
-        const std::string log = p->Log();
-        size_t found = 0;
-        for (size_t at = log.find(expected); at != std::string::npos; at = log.find(expected, at + 1)) ++found;
-        return found >= count;
-      })) << p->Log();
-    }
-  };
 
   TestClientOptions alice_options(std::chrono::milliseconds(10000));
   alice_options.token = "alice-secret";
@@ -553,7 +554,7 @@ TEST_F(CoordinatorFlagsTest, ARevokedClientCredentialIsRefusedAndItsConnectionsC
 
   // bob revoked.
   WriteFile(credentials, "alice alice-secret\n");
-  ASSERT_NO_FATAL_FAILURE(reload("client credentials reloaded from " + credentials + ": removed bob", 1));
+  ASSERT_NO_FATAL_FAILURE(ReloadAll(processes, "client credentials reloaded from " + credentials + ": removed bob", 1));
   // Every server closes bob's open connection by itself, before bob calls.
   for (int i = 0; i < cluster().server_count(); ++i) {
     EXPECT_TRUE(WaitFor("bob's connection closed", [&] {
@@ -602,7 +603,7 @@ TEST_F(CoordinatorFlagsTest, ARevokedClientCredentialIsRefusedAndItsConnectionsC
 
   // A bad file (a name given twice) keeps the set in force.
   WriteFile(credentials, "alice alice-secret\nalice other\nbob bob-secret\n");
-  ASSERT_NO_FATAL_FAILURE(reload("refused, the client credentials in force stay", 1));
+  ASSERT_NO_FATAL_FAILURE(ReloadAll(processes, "refused, the client credentials in force stay", 1));
   EXPECT_NE(cluster().coordinator().Log().find(credentials + ":2: credential name alice is given twice"),
             std::string::npos);
   EXPECT_FALSE(Client::Connect(cluster().ClusterClientOptions(bob_options)).ok());
@@ -613,7 +614,7 @@ TEST_F(CoordinatorFlagsTest, ARevokedClientCredentialIsRefusedAndItsConnectionsC
 
   // bob given back: valid again.
   WriteFile(credentials, "alice alice-secret\nbob bob-secret\n");
-  ASSERT_NO_FATAL_FAILURE(reload("client credentials reloaded from " + credentials + ": added bob", 1));
+  ASSERT_NO_FATAL_FAILURE(ReloadAll(processes, "client credentials reloaded from " + credentials + ": added bob", 1));
   auto bob_back = cluster().ClusterClient(bob_options);
   ASSERT_NE(bob_back, nullptr);
   ASSERT_TRUE(bob_back->Put("bob-0", "back").ok());
@@ -645,13 +646,8 @@ TEST_F(CoordinatorFlagsTest, ABurstOfSighupsEndsNoProcessAndTheLastReloadCounts)
   for (ServerProcess* p : processes) ASSERT_TRUE(ProcessRuns(p->pid())) << p->Log();
 
   WriteFile(credentials, "alice alice-secret\nbob bob-secret\n");
-  const std::string added = "client credentials reloaded from " + credentials + ": added bob";
-  for (ServerProcess* p : processes) ASSERT_EQ(::kill(p->pid(), SIGHUP), 0);
-  for (ServerProcess* p : processes) {
-    EXPECT_TRUE(WaitFor("the reload's log line \"" + added + "\"",
-                        [&] { return p->Log().find(added) != std::string::npos; }))
-        << p->Log();
-  }
+  ASSERT_NO_FATAL_FAILURE(
+      ReloadAll(processes, "client credentials reloaded from " + credentials + ": added bob", 1));
   TestClientOptions bob_options(std::chrono::milliseconds(10000));
   bob_options.token = "bob-secret";
   auto bob = cluster().ClusterClient(bob_options);

@@ -433,9 +433,9 @@ class TcpConnection final : public Connection {
   std::atomic<bool> reader_done_{false};  // serving has ended (the connection broke)
   bool paused_ = false;                   // a request of the peer waits at the head of rx_
   std::optional<StreamedRead> streaming_;
-  // A polling thread's step left bytes in out_ for the application's next
-  // post to carry (ServeStep); the next wait in Poll, or the reader within
-  // kHandBack, sends them if no post did.
+  // The last step, a polling thread's, left bytes in out_ for the
+  // application's next post to carry (ServeStep); the next wait in Poll,
+  // or the reader within kHandBack, sends them if no post did.
   bool poll_flush_deferred_ = false;
   Clock::time_point last_frame_at_;       // when the peer's last whole frame was taken
   Clock::time_point partial_since_;       // when the frame at the head of rx_ began (if partial)

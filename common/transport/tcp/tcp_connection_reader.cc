@@ -207,12 +207,7 @@ StatusOr<TcpConnection::Watch> TcpConnection::ServeStep(bool readable, bool woke
   // the next wait in Poll, or by the reader within kHandBack.
   const bool defer_flush = (group_ != nullptr || from_poll) && !was_ready &&
                            ready_.load(std::memory_order_acquire) && !close_after_flush_;
-  if (!defer_flush) {
-    RKV_RETURN_IF_ERROR(FlushFromReader());
-    poll_flush_deferred_ = false;
-  } else if (from_poll) {
-    poll_flush_deferred_ = true;
-  }
+  if (!defer_flush) RKV_RETURN_IF_ERROR(FlushFromReader());
   Backlog backlog = OutBacklog();
   for (;;) {
     const bool can_stream = streaming_.has_value() && backlog.bytes <= kOutLowWater;
@@ -229,6 +224,9 @@ StatusOr<TcpConnection::Watch> TcpConnection::ServeStep(bool readable, bool woke
   const bool limited = frame_timeout_.count() > 0 || idle_timeout_.count() > 0;
   const Clock::time_point now = limited ? Clock::now() : Clock::time_point();
   const bool deferred = defer_flush && backlog.bytes > 0;
+  // Only bytes actually left: a GET's READ response queues nothing, and
+  // then neither the next wait nor the reader has anything to send.
+  poll_flush_deferred_ = from_poll && deferred;
   const Watch watch{!paused_, backlog.bytes > 0 && !deferred, PeerDeadline(backlog, now, &limit), deferred};
   // Plaintext left in a TLS session (a step's read limit, a pause) is
   // served at the next step: no wait on the socket would show it.
