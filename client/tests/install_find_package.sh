@@ -61,6 +61,9 @@ done
 # gives it one) `put` says "version N" and `get` ends the value with a
 # newline.
 mkdir -p "$scratch/server"
+# out exists before the loop below reads it: the background job opens its
+# redirection in the forked shell, which may run after the first sed.
+: > "$scratch/server/out"
 head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$scratch/server/token"
 "$scratch/full/bin/rkv-server" --listen=127.0.0.1:0 --data_dir="$scratch/server/data" \
   --token_file="$scratch/server/token" --transport=tcp --memory=16777216 \
