@@ -22,6 +22,7 @@
 #include "gateway/listener.h"
 #include "tests/gateway_process.h"
 #include "tests/temp_dir.h"
+#include "tests/wait_for.h"
 #include "gateway/resp_test_util.h"
 
 // A sanitizer build's allocator keeps freed memory aside (ASan's
@@ -238,6 +239,34 @@ TEST_F(GatewayProcessTest, SigtermStopsItCleanly) {
   EXPECT_EQ(gateway.Wait(), 0) << gateway.Log();
   EXPECT_EQ(ReadBytes(fd, 1), "");
   close(fd);
+}
+
+// SIGHUP reloads a server's or coordinator's credentials; the gateway has
+// nothing to reload, and a SIGHUP sent to every rkv process (a reload of
+// all units, a terminal's hang-up) must not end it and its clients'
+// connections, however many come and however fast.
+TEST_F(GatewayProcessTest, SighupsLeaveItServingItsConnections) {
+  TempDir dir;
+  GatewayProcess gateway(dir.path(), Flags());
+  ASSERT_TRUE(gateway.Start());
+  int fd = Connect(gateway.address());
+  ASSERT_GE(fd, 0);
+  EXPECT_EQ(Call(fd, {"SET", "hup:k", "v1"}, 5), "+OK\r\n");
+  for (int i = 0; i < 500; ++i) gateway.Signal(SIGHUP);
+  // The connection opened before the signals still works, and so does a
+  // new one.
+  EXPECT_EQ(Call(fd, {"GET", "hup:k"}, 8), "$2\r\nv1\r\n") << gateway.Log();
+  int fresh = Connect(gateway.address());
+  ASSERT_GE(fresh, 0) << gateway.Log();
+  EXPECT_EQ(Call(fresh, {"SET", "hup:k", "v2"}, 5), "+OK\r\n");
+  EXPECT_EQ(Call(fd, {"GET", "hup:k"}, 8), "$2\r\nv2\r\n");
+  EXPECT_TRUE(::rkv::testing::WaitFor("the SIGHUP log line",
+                                      [&] { return gateway.Log().find("SIGHUP: nothing to reload") != std::string::npos; }))
+      << gateway.Log();
+  gateway.Signal(SIGTERM);
+  EXPECT_EQ(gateway.Wait(), 0) << gateway.Log();
+  close(fd);
+  close(fresh);
 }
 
 }  // namespace

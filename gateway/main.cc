@@ -109,8 +109,9 @@ constexpr char kUsage[] =
     "Redis clients connect to --redis_listen (default 127.0.0.1:6380), memcached clients to\n"
     "--memcached_listen (default 127.0.0.1:11212); an empty address turns a protocol off. On start it\n"
     "prints one line per protocol, 'rkv-gateway PROTOCOL listening on HOST:PORT'. SIGTERM or SIGINT\n"
-    "stops it. KEYS, SCAN and FLUSHALL are refused (rkv has no keyspace listing); DBSIZE and INFO's\n"
-    "key count are approximate (cluster mode only).\n"
+    "stops it; SIGHUP is logged and changes nothing (flags are read at start). KEYS, SCAN and\n"
+    "FLUSHALL are refused (rkv has no keyspace listing); DBSIZE and INFO's key count are approximate\n"
+    "(cluster mode only).\n"
     "\n"
     "Exit status: 0 after SIGTERM/SIGINT, 1 when it cannot start, 2 for bad flags. --helpshort lists\n"
     "rkv-gateway's own flags alone.";
@@ -128,9 +129,12 @@ int CannotStart(const std::string& message) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  // SIGTERM and SIGINT are taken by sigwait below, by the main thread
-  // alone.
-  const sigset_t signals = rkv::BlockDaemonSignals({SIGTERM, SIGINT});
+  // SIGTERM, SIGINT and SIGHUP are taken by sigwait below, by the main
+  // thread alone. SIGHUP has nothing to reload here (the flags and the
+  // token file are read at start) and is logged, not obeyed: left at its
+  // default action it ended the gateway and every client's connection
+  // (a terminal's hang-up, a reload sent to every rkv unit).
+  const sigset_t signals = rkv::BlockDaemonSignals({SIGTERM, SIGINT, SIGHUP});
   FLAGS_logtostderr = true;
   gflags::SetUsageMessage(kUsage);
   gflags::SetVersionString(RKV_VERSION);
@@ -324,7 +328,11 @@ int main(int argc, char** argv) {
   std::fflush(stdout);
 
   int signal_number = 0;
-  while (sigwait(&signals, &signal_number) != 0) {
+  for (;;) {
+    if (sigwait(&signals, &signal_number) != 0) continue;
+    if (signal_number != SIGHUP) break;
+    LOG(INFO) << "rkv-gateway: SIGHUP: nothing to reload (flags and --token_file are read at start; restart to "
+                 "change them), still serving";
   }
   LOG(INFO) << "rkv-gateway: " << (signal_number == SIGINT ? "SIGINT" : "SIGTERM") << ", stopping";
   (*loop)->Stop();
