@@ -28,6 +28,8 @@ import os
 import re
 import sys
 
+from check_layer_includes import source_files
+
 WAITS = re.compile(r"\b(sigwait|sigtimedwait|sigwaitinfo|signalfd)\s*\(")
 MAIN = re.compile(r"\bint\s+main\s*\([^)]*\)\s*\{")
 BLOCK = re.compile(r"^(?:const\s+)?(?:sigset_t\s+\w+\s*=\s*)?(?:rkv::)?BlockDaemonSignals\s*\(\s*\{([^}]*)\}")
@@ -40,16 +42,14 @@ def strip_comments(text):
     return re.sub(r"//[^\n]*", "", text)
 
 
-def source_files(root):
-    for folder, dirs, files in os.walk(root):
-        # Hidden folders and build trees hold no sources of the project;
-        # folders named *_violation hold sources that break the rules on
-        # purpose (tests/layering/), checked only when one is the root.
-        dirs[:] = sorted(d for d in dirs if not d.startswith(".") and not d.endswith("_violation")
-                         and not os.path.exists(os.path.join(folder, d, "CMakeCache.txt")))
-        for name in sorted(files):
-            if name.endswith(".cc"):
-                yield os.path.relpath(os.path.join(folder, name), root).replace(os.sep, "/")
+def daemon_candidates(root):
+    """The .cc files the include check walks (check_layer_includes.py's
+    source_files: hidden folders and build trees left out), less those
+    under a folder named *_violation: sources that break the rules on
+    purpose (tests/layering/), checked only when one is the root."""
+    for path in source_files(root):
+        if path.endswith(".cc") and not any(part.endswith("_violation") for part in path.split("/")[:-1]):
+            yield path
 
 
 def check_file(path, text):
@@ -77,7 +77,7 @@ def main():
     args = parser.parse_args()
     problems = []
     daemons = []
-    for path in source_files(args.root):
+    for path in daemon_candidates(args.root):
         with open(os.path.join(args.root, path), encoding="utf-8", errors="replace") as f:
             found = check_file(path, f.read())
         if found is None:
