@@ -15,7 +15,9 @@
 # The client load (--load=ycsb, the default): --clients rkv-ycsb clients
 # run --workload over the loaded keys from 2 s before the before-window
 # (the --before_s seconds up to the kill) to the catch-up's end, or
-# --after_s seconds after it. rkv-ycsb reports only whole runs, so each
+# --after_s seconds after it; the map is polled once a second in the
+# before-window as in the catch-up, so that the polls' cost is in both.
+# rkv-ycsb reports only whole runs, so each
 # client is a chain of 1-second runs (--noload --duration_s=1, 1 thread, a
 # new seed each); a run's ops are spread evenly over its timed phase, the
 # time between runs (a new process connecting, with a cold location cache)
@@ -37,6 +39,7 @@
 #                         [--value_bytes=N] [--replace_after_ms=N]
 #                         [--load=none|ycsb] [--clients=N] [--workload=W]
 #                         [--before_s=N] [--after_s=N] [--rate_mb_per_s=N]
+#                         [--stress_cpus=N]
 #
 #   --build_dir         a built tree with rkv-server, rkv-coordinator, kvctl
 #                       and rkv-ycsb (default build/release); nothing is
@@ -63,6 +66,11 @@
 #                       --catchup_rate_mb_per_s=N (0: no limit); without
 #                       it the servers get no such flag and use their
 #                       default (the report says which).
+#   --stress_cpus       N > 0: `stress-ng --cpu N` (N CPU-bound workers) runs
+#                       from before the cluster starts until this script
+#                       exits, so that the clients and the catch-up share
+#                       the CPUs with a busy neighbour; the report's header
+#                       says so. Needs stress-ng. 0 (the default): none.
 #
 # Ports: RKV_COORDINATOR_PORT (default 8600) and RKV_SERVER_BASE_PORT
 # (default 8701, then the two after it; their admin ports 100 above).
@@ -88,6 +96,7 @@ workload=a
 before_s=5
 after_s=0
 rate_mb_per_s=""
+stress_cpus=0
 for arg in "$@"; do
   case $arg in
     --build_dir=*) build_dir=${arg#*=} ;;
@@ -101,6 +110,7 @@ for arg in "$@"; do
     --before_s=*) before_s=${arg#*=} ;;
     --after_s=*) after_s=${arg#*=} ;;
     --rate_mb_per_s=*) rate_mb_per_s=${arg#*=} ;;
+    --stress_cpus=*) stress_cpus=${arg#*=} ;;
     -h | --help) sed -n '2,/^set -euo/{/^#/s/^# \{0,1\}//p}' "$0"; exit 0 ;;
     *) die "unknown argument '$arg' (see --help)" ;;
   esac
@@ -122,6 +132,11 @@ clients=$((10#$clients)) before_s=$((10#$before_s)) after_s=$((10#$after_s))
 if [[ -n $rate_mb_per_s ]]; then
   check_int --rate_mb_per_s "$rate_mb_per_s" 0 100000
   rate_mb_per_s=$((10#$rate_mb_per_s))
+fi
+check_int --stress_cpus "$stress_cpus" 0 1024
+stress_cpus=$((10#$stress_cpus))
+if ((stress_cpus > 0)) && ! command -v stress-ng >/dev/null 2>&1; then
+  die "--stress_cpus=$stress_cpus needs stress-ng, which is not on PATH (Debian: apt-get install stress-ng)"
 fi
 case $load in none | ycsb) ;; *) die "--load=$load: none or ycsb" ;; esac
 case $workload in a | b | c | get | put) ;; *) die "--workload=$workload: a, b, c, get or put" ;; esac
@@ -164,6 +179,7 @@ mkdir -p "$(dirname "$out")" || die "cannot create the directory of --out=$out"
 work=$(mktemp -d "${TMPDIR:-/tmp}/rkv-catchup.XXXXXX")
 pids=()
 client_pids=()
+stress_pid=""
 # On a failure the logs stay in $work (the error names it).
 cleanup() {
   local rc=$?
@@ -171,6 +187,7 @@ cleanup() {
   touch "$work/stop" 2>/dev/null || true
   for p in "${client_pids[@]}"; do wait "$p" 2>/dev/null || true; done
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  [[ -z $stress_pid ]] || kill -TERM "$stress_pid" 2>/dev/null || true
   wait 2>/dev/null || true
   if ((rc == 0)); then rm -rf "$work"; else echo "catchup.sh: logs kept in $work" >&2; fi
 }
@@ -183,6 +200,15 @@ commit=$(git -C "$repo" rev-parse --short HEAD 2>/dev/null || echo unknown)
 if [[ -n $(git -C "$repo" status --porcelain 2>/dev/null | head -n 1) ]]; then commit+=" (with uncommitted changes)"; fi
 cpu_model=$(awk -F': ' '/^model name/ {print $2; exit}' /proc/cpuinfo)
 load_at_start=$(cut -d' ' -f1-3 /proc/loadavg)
+stress_note=""
+if ((stress_cpus > 0)); then
+  stress-ng --cpu "$stress_cpus" --quiet >"$work/stress-ng.log" 2>&1 &
+  stress_pid=$!
+  sleep 0.5
+  kill -0 "$stress_pid" 2>/dev/null || fail "stress-ng --cpu $stress_cpus did not start: $(tr '\n' ' ' <"$work/stress-ng.log")"
+  stress_note="\`stress-ng --cpu $stress_cpus\` ($stress_cpus CPU-bound workers) ran throughout, from before the cluster started to the end of the run"
+  echo "catchup.sh: stress-ng --cpu $stress_cpus running (pid $stress_pid)" >&2
+fi
 built=$(date -u -r "$server_bin" +'%Y-%m-%d %H:%M UTC')
 
 head -c 32 /dev/urandom | base64 >"$work/token"
@@ -268,7 +294,18 @@ if [[ $load == ycsb ]]; then
     client_loop "$c" &
     client_pids+=($!)
   done
-  sleep $((2 + before_s))
+  # The before-window is polled as the catch-up is (state(), then a second's
+  # sleep), so that the polls' own CPU (two kvctl runs and a python3 a
+  # poll, up to a sixth of a CPU of two) weighs on both windows alike and
+  # the ratio of the two is the catch-up's alone; these polls go to
+  # polls.before.
+  sleep 2
+  t_polls=$(now)
+  while awk -v a="$t_polls" -v b="$(now)" -v s="$before_s" 'BEGIN { exit !(b - a < s) }'; do
+    read -r syncing up version handovers short <<<"$(state)"
+    echo "$(now) $syncing $up $version $handovers $short" >>"$work/polls.before"
+    sleep 1
+  done
   if ! grep -qs 'run: ' "$work"/load/c*.out; then
     read -r c n _ <<<"$(tail -n 1 "$work/load/runs")" || true
     fail "the client load did not run: ${c:+$(tail -n 3 "$work/load/c$c-$n.out")}"
@@ -488,7 +525,12 @@ fi
   echo
   echo "Produced by \`$invocation\` (rkv commit $commit, binaries from \`${build_dir#"$repo"/}\`, rkv-server built $built)."
   echo "Machine: $(nproc) CPUs, ${cpu_model:-unknown CPU}, Linux $(uname -r); load average at the start $load_at_start,"
-  echo "at the end $load_at_end. The coordinator, the servers and the clients share these CPUs."
+  if [[ -n $stress_note ]]; then
+    echo "at the end $load_at_end. The coordinator, the servers, the clients and stress-ng share these CPUs:"
+    echo "$stress_note."
+  else
+    echo "at the end $load_at_end. The coordinator, the servers and the clients share these CPUs."
+  fi
   echo "One rkv-coordinator and three rkv-servers on loopback (tcp), R = 3, 1024 shards,"
   echo "\`--replace_after_ms=$replace_after_ms\`, $rate_note; $records records of $value_bytes bytes loaded in $load_s s."
   if [[ $load == ycsb ]]; then
