@@ -135,9 +135,6 @@ if [[ -n $rate_mb_per_s ]]; then
 fi
 check_int --stress_cpus "$stress_cpus" 0 1024
 stress_cpus=$((10#$stress_cpus))
-if ((stress_cpus > 0)) && ! command -v stress-ng >/dev/null 2>&1; then
-  die "--stress_cpus=$stress_cpus needs stress-ng, which is not on PATH (Debian: apt-get install stress-ng)"
-fi
 case $load in none | ycsb) ;; *) die "--load=$load: none or ycsb" ;; esac
 case $workload in a | b | c | get | put) ;; *) die "--workload=$workload: a, b, c, get or put" ;; esac
 [[ -n $build_dir ]] || die "--build_dir= is empty"
@@ -179,7 +176,7 @@ mkdir -p "$(dirname "$out")" || die "cannot create the directory of --out=$out"
 work=$(mktemp -d "${TMPDIR:-/tmp}/rkv-catchup.XXXXXX")
 pids=()
 client_pids=()
-stress_pid=""
+source "$repo/bench/stress.sh"
 # On a failure the logs stay in $work (the error names it).
 cleanup() {
   local rc=$?
@@ -187,7 +184,7 @@ cleanup() {
   touch "$work/stop" 2>/dev/null || true
   for p in "${client_pids[@]}"; do wait "$p" 2>/dev/null || true; done
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  [[ -z $stress_pid ]] || kill -TERM "$stress_pid" 2>/dev/null || true
+  stress_stop
   wait 2>/dev/null || true
   if ((rc == 0)); then rm -rf "$work"; else echo "catchup.sh: logs kept in $work" >&2; fi
 }
@@ -200,15 +197,8 @@ commit=$(git -C "$repo" rev-parse --short HEAD 2>/dev/null || echo unknown)
 if [[ -n $(git -C "$repo" status --porcelain 2>/dev/null | head -n 1) ]]; then commit+=" (with uncommitted changes)"; fi
 cpu_model=$(awk -F': ' '/^model name/ {print $2; exit}' /proc/cpuinfo)
 load_at_start=$(cut -d' ' -f1-3 /proc/loadavg)
-stress_note=""
-if ((stress_cpus > 0)); then
-  stress-ng --cpu "$stress_cpus" --quiet >"$work/stress-ng.log" 2>&1 &
-  stress_pid=$!
-  sleep 0.5
-  kill -0 "$stress_pid" 2>/dev/null || fail "stress-ng --cpu $stress_cpus did not start: $(tr '\n' ' ' <"$work/stress-ng.log")"
-  stress_note="\`stress-ng --cpu $stress_cpus\` ($stress_cpus CPU-bound workers) ran throughout, from before the cluster started to the end of the run"
-  echo "catchup.sh: stress-ng --cpu $stress_cpus running (pid $stress_pid)" >&2
-fi
+stress_start "$stress_cpus" "$work/stress-ng.log" || die "$stress_error"
+[[ -z $stress_pid ]] || echo "catchup.sh: stress-ng --cpu $stress_cpus running (pid $stress_pid)" >&2
 built=$(date -u -r "$server_bin" +'%Y-%m-%d %H:%M UTC')
 
 head -c 32 /dev/urandom | base64 >"$work/token"
@@ -354,6 +344,7 @@ if [[ $load == ycsb ]]; then
 fi
 t_after=$(now)
 load_at_end=$(cut -d' ' -f1-3 /proc/loadavg)
+stress_check "$work/stress-ng.log"
 reports=$(grep -c "caught up on" "$work/s2.log" || true)
 mb=$(awk -v n="$records" -v b="$value_bytes" 'BEGIN { printf "%.1f", n * b / 1e6 }')
 rate=$(awk -v m="$mb" -v s="$catchup_s" 'BEGIN { printf "%.2f", m / s }')
@@ -527,7 +518,7 @@ fi
   echo "Machine: $(nproc) CPUs, ${cpu_model:-unknown CPU}, Linux $(uname -r); load average at the start $load_at_start,"
   if [[ -n $stress_note ]]; then
     echo "at the end $load_at_end. The coordinator, the servers, the clients and stress-ng share these CPUs:"
-    echo "$stress_note."
+    echo "the run was made $stress_note."
   else
     echo "at the end $load_at_end. The coordinator, the servers and the clients share these CPUs."
   fi

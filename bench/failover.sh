@@ -84,9 +84,6 @@ fi
 [[ $stress_cpus =~ ^[0-9]+$ ]] && ((10#$stress_cpus <= 1024)) ||
   die "--stress_cpus=$stress_cpus: a number of CPU workers, 0..1024 (0: no stress)"
 stress_cpus=$((10#$stress_cpus))
-if ((stress_cpus > 0)) && ! command -v stress-ng >/dev/null 2>&1; then
-  die "--stress_cpus=$stress_cpus needs stress-ng, which is not on PATH (Debian/Ubuntu: apt-get install stress-ng)"
-fi
 build_hint="build first: cmake --preset release && cmake --build build/release --target rkv-failover-bench rkv-server rkv-coordinator kvctl"
 build_dir=$(cd "$build_dir" 2>/dev/null && pwd -P) || die "build dir missing; $build_hint"
 bench_bin=$build_dir/bench/rkv-failover-bench
@@ -132,12 +129,9 @@ fi
 csv=${out%.md}.csv
 mkdir -p "$(dirname "$out")"
 work=$(mktemp -d "${TMPDIR:-/tmp}/rkv-failover.XXXXXX")
-stress_pid=""
+source "$repo/bench/stress.sh"
 cleanup() {
-  if [[ -n $stress_pid ]]; then
-    kill -TERM "$stress_pid" 2>/dev/null || true
-    wait "$stress_pid" 2>/dev/null || true
-  fi
+  stress_stop
   rm -rf "$work"
 }
 trap cleanup EXIT
@@ -149,22 +143,13 @@ if [[ -n $(git -C "$repo" status --porcelain 2>/dev/null | head -n 1) ]]; then c
 cpu_model=$(awk -F': ' '/^model name/ {print $2; exit}' /proc/cpuinfo)
 load_at_start=$(cut -d' ' -f1-3 /proc/loadavg)
 
-stress_note=""
-if ((stress_cpus > 0)); then
-  stress-ng --cpu "$stress_cpus" --quiet >"$work/stress-ng.log" 2>&1 &
-  stress_pid=$!
-  sleep 1
-  kill -0 "$stress_pid" 2>/dev/null || die "stress-ng --cpu $stress_cpus did not start: $(tr '\n' ' ' <"$work/stress-ng.log")"
-  stress_note="with \`stress-ng --cpu $stress_cpus\` ($stress_cpus CPU-bound workers) running throughout, from before the cluster started to the end of the run"
-  echo "failover.sh: stress-ng --cpu $stress_cpus running (pid $stress_pid)" >&2
-fi
+stress_start "$stress_cpus" "$work/stress-ng.log" || die "$stress_error"
+[[ -z $stress_pid ]] || echo "failover.sh: stress-ng --cpu $stress_cpus running (pid $stress_pid)" >&2
 
 rc=0
 "$bench_bin" --md="$work/body.md" --csv="$csv" ${bench_flags[@]+"${bench_flags[@]}"} || rc=$?
 load_at_end=$(cut -d' ' -f1-3 /proc/loadavg)
-if [[ -n $stress_pid ]] && ! kill -0 "$stress_pid" 2>/dev/null; then
-  stress_note+=" (**stress-ng had exited before the run's end**: $(tr '\n' ' ' <"$work/stress-ng.log"))"
-fi
+stress_check "$work/stress-ng.log"
 # Bad usage: the bench said why and wrote nothing.
 ((rc == 2)) && exit 2
 [[ -s $work/body.md ]] || { echo "failover.sh: the bench wrote no report (exit $rc)" >&2; exit "$((rc == 0 ? 1 : rc))"; }
