@@ -10,9 +10,11 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -509,14 +511,59 @@ class EtcdClusterTest : public ::testing::Test {
     ASSERT_NE(client_, nullptr);
   }
 
+  // Each status in one line, for a failure's message.
+  static std::string Describe(const std::vector<EndpointStatus>& statuses) {
+    std::string out;
+    for (const EndpointStatus& s : statuses) {
+      out += " [" + s.endpoint + ": " +
+             (s.health.ok() ? "member " + std::to_string(s.member_id) + ", leader " + std::to_string(s.leader_id)
+                            : s.health.ToString()) +
+             "]";
+    }
+    return out;
+  }
+
+  // Asks every member's status until `done` holds for the answers (up to
+  // 60 s), leaving the last answers in *statuses. Right after the start,
+  // and more so on a loaded machine, a member may answer with an error or
+  // before it has heard from the leader elected at the start: one round of
+  // statuses is not enough.
+  ::testing::AssertionResult StatusesUntil(std::string_view what,
+                                           const std::function<bool(const std::vector<EndpointStatus>&)>& done,
+                                           std::vector<EndpointStatus>* statuses) {
+    ::testing::AssertionResult held = WaitFor(
+        what,
+        [&] {
+          *statuses = client_->EndpointStatuses(Soon(seconds(5)));
+          return done(*statuses);
+        },
+        std::chrono::seconds(60), std::chrono::milliseconds(200));
+    if (!held) held << "; the last statuses:" << Describe(*statuses);
+    return held;
+  }
+
   // A member that is not the leader (so stopping it needs no election).
   int Follower() {
-    const std::vector<EndpointStatus> statuses = client_->EndpointStatuses(Soon());
-    for (int i = 0; i < etcd_->size(); ++i) {
-      if (statuses[i].health.ok() && statuses[i].member_id != statuses[i].leader_id) return i;
+    int follower = -1;
+    std::vector<EndpointStatus> statuses;
+    const ::testing::AssertionResult found = StatusesUntil(
+        "a member that answers as the follower of a known leader",
+        [&](const std::vector<EndpointStatus>& answers) {
+          for (int i = 0; i < static_cast<int>(answers.size()); ++i) {
+            const EndpointStatus& s = answers[i];
+            if (s.health.ok() && s.leader_id != 0 && s.member_id != s.leader_id) {
+              follower = i;
+              return true;
+            }
+          }
+          return false;
+        },
+        &statuses);
+    if (!found) {
+      ADD_FAILURE() << found.message();
+      return 0;
     }
-    ADD_FAILURE() << "no follower found";
-    return 0;
+    return follower;
   }
 
   std::unique_ptr<EtcdCluster> etcd_;
@@ -524,7 +571,16 @@ class EtcdClusterTest : public ::testing::Test {
 };
 
 TEST_F(EtcdClusterTest, EndpointStatusesAgreeOnOneLeader) {
-  const std::vector<EndpointStatus> statuses = client_->EndpointStatuses(Soon());
+  std::vector<EndpointStatus> statuses;
+  ASSERT_TRUE(StatusesUntil(
+      "every member to answer with the same known leader",
+      [](const std::vector<EndpointStatus>& answers) {
+        for (const EndpointStatus& s : answers) {
+          if (!s.health.ok() || s.leader_id == 0 || s.leader_id != answers[0].leader_id) return false;
+        }
+        return !answers.empty();
+      },
+      &statuses));
   ASSERT_EQ(statuses.size(), 3u);
   std::vector<uint64_t> members;
   for (int i = 0; i < 3; ++i) {
