@@ -236,6 +236,14 @@ print(sum(m.get("syncing_shards", 0) for m in ms), len(up), sh["map_version"],
       sum(1 for s in sh["shards"] if s.get("handover_from")), short)' 2>/dev/null ||
     echo "? ? ? ? ?"
 }
+# One poll of the map, the same before the kill and after it: state() into
+# syncing, up, version, handovers and short, its time into t_poll, and
+# "TIME SYNCING UP VERSION HANDOVERS" appended to FILE.
+poll_map() {  # FILE
+  read -r syncing up version handovers short <<<"$(state)"
+  t_poll=$(now)
+  echo "$t_poll $syncing $up $version $handovers" >>"$1"
+}
 map_version() { kvctl where map-version-probe 2>/dev/null | grep -o 'map version [0-9]*' | grep -o '[0-9]*$' || echo "?"; }
 # One client of the load: 1-second rkv-ycsb runs, one after the other,
 # until $work/stop exists; each run's output in $work/load/cCLIENT-N.out
@@ -292,8 +300,7 @@ if [[ $load == ycsb ]]; then
   sleep 2
   t_polls=$(now)
   while awk -v a="$t_polls" -v b="$(now)" -v s="$before_s" 'BEGIN { exit !(b - a < s) }'; do
-    read -r syncing up version handovers short <<<"$(state)"
-    echo "$(now) $syncing $up $version $handovers $short" >>"$work/polls.before"
+    poll_map "$work/polls.before"
     sleep 1
   done
   if ! grep -qs 'run: ' "$work"/load/c*.out; then
@@ -314,11 +321,9 @@ t_end=""
 progress=""
 : >"$work/polls"
 while true; do
-  read -r syncing up version handovers short <<<"$(state)"
-  t_poll=$(now)
+  poll_map "$work/polls"
   elapsed=$(secs "$t0" "$t_poll")
   progress+="| $elapsed | $syncing | $up | $version | $handovers |"$'\n'
-  echo "$t_poll $syncing $up $version $handovers" >>"$work/polls"
   if [[ -z $t_end ]]; then
     if [[ $up == 3 && $syncing == 0 && $short == 0 ]] && awk -v e="$elapsed" -v r="$replace_after_ms" 'BEGIN { exit !(e * 1000 > r + 2000) }'; then
       t_end=$t_poll
