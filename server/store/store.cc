@@ -273,7 +273,6 @@ StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& dir, const Store
     Store* const s = store.get();
     {
       MutexLock lock(s->queue_mu_);
-      s->pending_.reserve(store_options.background_queue);
     }
     s->writer_ = std::thread([s] { s->WriterLoop(); });
   }
@@ -368,22 +367,12 @@ Status Store::Enqueue(bool put, std::string_view key, std::string_view value, ui
     return Status(queue_error_->code(), "writes are refused until the store recovers from: " +
                                             queue_error_->message());
   }
-  // A key already buffered is found without building a string; a new one
-  // takes a spare entry (written before, buffers kept) when there is one:
-  // a warm buffer allocates nothing.
-  auto it = pending_.find(key);
-  if (it != pending_.end()) {
-    pending_bytes_ -= key.size() + it->second.value.size();
-  } else if (!spare_.empty()) {
-    WriteBuffer::node_type node = std::move(spare_.back());
-    spare_.pop_back();
-    spare_bytes_ -= node.key().capacity() + node.mapped().value.capacity();
-    node.key().assign(key);
-    it = pending_.insert(std::move(node)).position;
-  } else {
-    it = pending_.try_emplace(std::string(key)).first;
-  }
-  PendingWrite& w = it->second;
+  // A key already buffered keeps its entry; a new one reuses the buffers of
+  // an entry written before when there is one: a warm buffer allocates
+  // nothing.
+  bool existed = false;
+  WriteBackBuffer::Entry& w = pending_.Upsert(key, &existed);
+  if (existed) pending_bytes_ -= key.size() + w.value.size();
   w.put = put;
   w.value.assign(value);
   w.version = version;
@@ -412,18 +401,18 @@ void Store::WriterLoop() {
   // in steps that each free room for producers.
   constexpr size_t kChunkWrites = 256;
   constexpr uint64_t kChunkBytes = 4ULL << 20;
-  // Written entries are kept for reuse (spare_) up to this many bytes of
-  // key and value buffers; an entry whose buffers alone are larger is freed.
-  constexpr uint64_t kSpareBytes = 8ULL << 20;
-  constexpr uint64_t kKeptEntryBytes = 64ULL << 10;
-  std::vector<WriteBuffer::node_type> written;
   // Without a recovery backoff (an error outside the error state), the
   // next attempt waits this long.
   constexpr auto kRetryTick = std::chrono::milliseconds(1);
   rocksdb::WriteBatch batch;
   bool last_attempt = false;
   for (;;) {
-    written.clear();  // the entries of the last chunk not kept as spares
+    if (!writing_.empty() && writing_next_ == writing_.size()) {
+      // All written: empty it (keeping buffers for reuse) outside the
+      // mutex; the next swap hands it to producers.
+      writing_.Clear();
+      writing_next_ = 0;
+    }
     {
       MutexLock lock(queue_mu_);
       if (writing_.empty()) {
@@ -442,10 +431,11 @@ void Store::WriterLoop() {
       }
       if (stopping_ && queue_error_) {
         if (last_attempt) {
-          LOG(ERROR) << "store in " << dir_ << " is closing with " << writing_.size() + pending_.size()
+          LOG(ERROR) << "store in " << dir_ << " is closing with " << writing_count_ + pending_.size()
                      << " acknowledged writes it could not write: they are lost (" << *queue_error_ << ")";
-          writing_.clear();
-          pending_.clear();
+          writing_.Clear();
+          writing_next_ = 0;
+          pending_.Clear();
           writing_count_ = 0;
           writing_bytes_ = 0;
           pending_bytes_ = 0;
@@ -463,28 +453,19 @@ void Store::WriterLoop() {
     Status s;
     size_t n = 0;
     uint64_t bytes = 0;
-    auto it = writing_.begin();
-    for (; it != writing_.end() && s.ok() && n < kChunkWrites && (n == 0 || bytes < kChunkBytes); ++it, ++n) {
-      bytes += it->first.size() + it->second.value.size();
-      s = AddToBatch(&batch, it->second.put, it->first, it->second.value, it->second.version,
-                     it->second.expires_at_ms, writing_hw_, /*mark=*/false);
+    for (size_t i = writing_next_; i < writing_.size() && s.ok() && n < kChunkWrites && (n == 0 || bytes < kChunkBytes);
+         ++i, ++n) {
+      const WriteBackBuffer::Entry& e = writing_[i];
+      bytes += e.key.size() + e.value.size();
+      s = AddToBatch(&batch, e.put, e.key, e.value, e.version, e.expires_at_ms, writing_hw_, /*mark=*/false);
     }
     if (s.ok()) s = AddMark(&batch, writing_hw_);
     if (s.ok()) s = Commit(&batch, [n] { return "rocksdb write of " + std::to_string(n) + " buffered writes"; });
-    if (s.ok()) {
-      // The first n entries in iteration order are those just written.
-      for (size_t i = 0; i < n; ++i) written.push_back(writing_.extract(writing_.begin()));
-    }
     MutexLock lock(queue_mu_);
     if (s.ok()) {
+      writing_next_ += n;
       writing_count_ -= n;
       writing_bytes_ -= bytes;
-      for (WriteBuffer::node_type& node : written) {
-        const uint64_t kept = node.key().capacity() + node.mapped().value.capacity();
-        if (kept > kKeptEntryBytes || spare_bytes_ + kept > kSpareBytes) continue;  // freed at the loop's top
-        spare_bytes_ += kept;
-        spare_.push_back(std::move(node));
-      }
       if (queue_error_) queue_error_.reset();
       progress_cv_.NotifyAll();
       continue;

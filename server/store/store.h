@@ -56,17 +56,19 @@
 // Background writes (StoreOptions::background_queue > 0; the server uses
 // them with kNone, docs/design.md "Durability modes"): Put and Delete check
 // their arguments, advance the version high-water mark in memory, put the
-// write into a write-back buffer that holds one entry per key (a key
-// written again replaces its entry, reusing its buffer; written entries are
-// kept for new keys, up to 8 MiB of buffers) and return OK. One
+// write into a write-back buffer that holds one entry per key
+// (WriteBackBuffer, write_back_buffer.h: a key written again replaces its
+// entry, reusing its buffer; written entries are kept for new keys, up to
+// 8 MiB of buffers) and return OK. One
 // writer thread owned by the Store writes the buffer to RocksDB, durable per
 // the durability, once it holds half of background_queue keys or of
 // background_queue_bytes of keys and values, when Flush (or Get, Scan) or a
 // producer without room waits for it, and at close; it takes the whole
 // buffer and writes it in WriteBatches of at most 256 writes or 4 MiB, each
 // with the high-water mark, while new writes fill a new buffer. Per key the
-// last write lands last; across keys a buffer lands in no particular order
-// (a crash keeps an arbitrary subset of it: kNone promises nothing then).
+// last write lands last; across keys a buffer lands in the order its keys
+// were first written to it, which only a crash could show (a crash keeps a
+// subset of it: kNone promises nothing then).
 // Put or Delete waits for room while buffer and the part not yet written
 // hold background_queue keys or background_queue_bytes (back-pressure). A
 // failed background write enters the error state described above: the
@@ -100,11 +102,11 @@
 #include <string>
 #include <string_view>
 #include <thread>
-#include <unordered_map>
 #include <vector>
 
 #include "common/mutex.h"
 #include "common/status.h"
+#include "server/store/write_back_buffer.h"
 
 namespace rocksdb {
 class DB;
@@ -302,37 +304,25 @@ class Store {
   // Background writes: a write-back buffer, one entry per key (a key
   // written again replaces its entry: only its last write reaches RocksDB).
   // pending_ collects writes; the writer swaps it into writing_, which is
-  // then its own until written, while pending_ starts anew. A key in both
-  // is written in that order, so per key the last write lands last.
+  // then its own until written (in order, writing_next_ on), while pending_
+  // starts anew; the writer empties writing_ once all of it is written, and
+  // the swap hands its kept buffers to the next pending_. A key in both is
+  // written in that order, so per key the last write lands last.
   // Invariants: writing_count_/writing_bytes_ count what of writing_ is not
   // yet written (producers read them for room); queue_error_ is set while
   // writing_ cannot be written.
-  struct PendingWrite {
-    bool put = false;
-    std::string value;
-    uint64_t version = 0;
-    int64_t expires_at_ms = 0;
-  };
-  // Looked up by string_view: no key string is built for a lookup.
-  struct KeyHash {
-    using is_transparent = void;
-    size_t operator()(std::string_view key) const noexcept { return std::hash<std::string_view>{}(key); }
-  };
-  using WriteBuffer = std::unordered_map<std::string, PendingWrite, KeyHash, std::equal_to<>>;
   // Whether the writer should write now: the buffer is past half its
   // limits, or someone waits (Flush, a producer without room), or stopping.
   bool WriteDue() const REQUIRES(queue_mu_);
   mutable Mutex queue_mu_;
   mutable CondVar work_cv_;      // the writer: work to do, or stopping
   mutable CondVar progress_cv_;  // producers and Flush: room, drained, or an error
-  WriteBuffer pending_ GUARDED_BY(queue_mu_);
+  WriteBackBuffer pending_ GUARDED_BY(queue_mu_);
   uint64_t pending_bytes_ GUARDED_BY(queue_mu_) = 0;
   uint64_t pending_hw_ GUARDED_BY(queue_mu_) = 0;  // >= every version pending
-  WriteBuffer writing_;     // the writer's
-  uint64_t writing_hw_ = 0;  // the writer's
-  // Entries written and kept for reuse, with their buffers' capacity.
-  std::vector<WriteBuffer::node_type> spare_ GUARDED_BY(queue_mu_);
-  uint64_t spare_bytes_ GUARDED_BY(queue_mu_) = 0;
+  WriteBackBuffer writing_;   // the writer's
+  size_t writing_next_ = 0;   // the writer's: writing_[0, writing_next_) is written
+  uint64_t writing_hw_ = 0;   // the writer's
   size_t writing_count_ GUARDED_BY(queue_mu_) = 0;
   uint64_t writing_bytes_ GUARDED_BY(queue_mu_) = 0;
   std::optional<Status> queue_error_ GUARDED_BY(queue_mu_);
