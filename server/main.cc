@@ -72,7 +72,7 @@ DEFINE_uint64(max_keys, 1048576, "number of keys the table is sized for (default
 DEFINE_string(durability, "wal", "none (survives a clean shutdown only; RocksDB is written by a background thread, "
               "off the request path) | wal (survives a process crash) | sync (survives power loss) (default wal)");
 DEFINE_string(write_back_bytes, "", "--durability=none only: acknowledged writes held in memory before a PUT waits "
-              "for RocksDB (bytes of keys and values, and one key per KiB), at most what a crash loses; the writer "
+              "for RocksDB (bytes of keys and values, and one key per KiB), at most what a process crash loses; the writer "
               "starts at half; 64K..1G, suffixes K, M, G (default 64M)");
 DEFINE_string(poll, "adaptive", "how the polling threads wait for requests: adaptive (spin while requests "
               "come, sleep when idle) | busy (never sleep: lowest latency, one CPU per polling thread, also "

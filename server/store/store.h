@@ -19,8 +19,11 @@
 //                       once per Open.
 //
 // Durability (what an OK from Put/Delete means):
-//   kNone: WriteOptions::disableWAL. Survives nothing but a clean shutdown
-//          (memtables are flushed on Close).
+//   kNone: survives a clean shutdown (memtables are flushed on Close).
+//          With background writes (below; the server's kNone) the writer
+//          writes the WAL without fsync, so a process crash loses what the
+//          write-back buffer holds and nothing it wrote; without them,
+//          WriteOptions::disableWAL: a crash loses the memtables too.
 //   kWal:  written to the WAL without fsync: survives a process crash.
 //   kSync: WAL fsynced before returning: survives power loss; or, with
 //          StoreOptions::deferred_sync, fsynced by the next SyncWrites
