@@ -13,6 +13,8 @@
 
 #include <glog/logging.h>
 
+#include "common/transport/spin_window.h"
+
 namespace rkv::gateway {
 namespace {
 
@@ -64,12 +66,15 @@ struct Connection {
 class EventLoop::Thread {
  public:
   using Connection = event_loop_internal::Connection;
+  using Clock = std::chrono::steady_clock;
 
   Thread(Shared* shared, int index)
       : shared_(shared),
         index_(index),
         round_(shared->options.rounds.empty() ? nullptr : shared->options.rounds[static_cast<size_t>(index)]),
-        read_buffer_(new char[kReadChunk]) {}
+        read_buffer_(new char[kReadChunk]),
+        max_spin_(std::chrono::microseconds(shared->options.spin_us)),
+        spin_window_(max_spin_) {}
   ~Thread() {
     if (epoll_fd_ >= 0) close(epoll_fd_);
     if (wake_fd_ >= 0) close(wake_fd_);
@@ -124,7 +129,7 @@ class EventLoop::Thread {
     epoll_event events[kMaxEvents];
     while (!stop_.load(std::memory_order_acquire)) {
       int timeout_ms = paused_listeners_.empty() ? -1 : static_cast<int>(kAcceptPause.count());
-      int n = epoll_wait(epoll_fd_, events, kMaxEvents, timeout_ms);
+      int n = Wait(events, timeout_ms);
       if (n < 0) {
         if (errno == EINTR) continue;
         LOG(ERROR) << "epoll_wait: " << std::strerror(errno);
@@ -156,6 +161,38 @@ class EventLoop::Thread {
       CloseFd(*c);
     }
     connections_.clear();
+  }
+
+  // epoll_wait on the thread's set: first without blocking for up to the
+  // spin window (SpinPause between polls), then blocking for `timeout_ms`.
+  // The window then adapts as a transport's wait does (TcpPollGroup::Wait):
+  // a sleep that ended with work within max_spin_ grows it, one that
+  // outlasted max_spin_ shrinks it, toward none.
+  int Wait(epoll_event* events, int timeout_ms) {
+    const Clock::time_point start = Clock::now();
+    if (spin_window_.count() > 0 && !spin_cooldown_.Active(start)) {
+      const Clock::time_point spin_until = start + spin_window_;
+      Clock::time_point last = start;
+      for (;;) {
+        const int n = epoll_wait(epoll_fd_, events, kMaxEvents, 0);
+        if (n != 0) {
+          if (n > 0) shared_->spun_waits.fetch_add(1, std::memory_order_relaxed);
+          return n;
+        }
+        const Clock::time_point now = Clock::now();
+        if (now >= spin_until) break;
+        // This thread lost its CPU while spinning (spin_window.h).
+        if (spin_cooldown_.LostCpu(now, &last)) break;
+        rkv::transport::SpinPause();
+      }
+    }
+    const int n = epoll_wait(epoll_fd_, events, kMaxEvents, timeout_ms);
+    shared_->slept_waits.fetch_add(1, std::memory_order_relaxed);
+    const Clock::time_point now = Clock::now();
+    if (n > 0 && max_spin_.count() > 0 && !spin_cooldown_.Active(now)) {
+      spin_window_ = rkv::transport::NextSpinWindow(spin_window_, now - start, max_spin_);
+    }
+    return n;
   }
 
   void Accept(size_t index) {
@@ -373,6 +410,11 @@ class EventLoop::Thread {
   const int index_;
   Round* const round_;  // null: sessions never defer
   std::unique_ptr<char[]> read_buffer_;  // kReadChunk bytes
+  // Adaptive spinning (Wait): the bound, the window now (the bound at
+  // first), and the cooldown after a spin lost its CPU.
+  const std::chrono::nanoseconds max_spin_;
+  std::chrono::nanoseconds spin_window_;
+  rkv::transport::SpinCooldown spin_cooldown_;
   std::vector<int> deferred_;   // connections waiting for round_
   std::vector<int> resuming_;   // RunRound's copy of deferred_
   int epoll_fd_ = -1;
@@ -387,6 +429,9 @@ class EventLoop::Thread {
 rkv::StatusOr<std::unique_ptr<EventLoop>> EventLoop::Start(std::vector<ListenerSpec> listeners,
                                                            const LoopOptions& options) {
   if (options.threads < 1) return rkv::Status(rkv::StatusCode::kInvalidArgument, "threads must be at least 1");
+  if (options.spin_us < 0 || options.spin_us > 1000000) {
+    return rkv::Status(rkv::StatusCode::kInvalidArgument, "spin_us must be within 0..1000000");
+  }
   if (options.max_clients < 1) return rkv::Status(rkv::StatusCode::kInvalidArgument, "max_clients must be at least 1");
   if (options.output_limit_bytes < 1) {
     return rkv::Status(rkv::StatusCode::kInvalidArgument, "output_limit_bytes must be at least 1");
@@ -424,6 +469,8 @@ LoopStats EventLoop::Stats() const {
   stats.refused = shared_->refused.load(std::memory_order_relaxed);
   stats.peak_output_bytes = shared_->peak_output_bytes.load(std::memory_order_relaxed);
   stats.peak_input_bytes = shared_->peak_input_bytes.load(std::memory_order_relaxed);
+  stats.spun_waits = shared_->spun_waits.load(std::memory_order_relaxed);
+  stats.slept_waits = shared_->slept_waits.load(std::memory_order_relaxed);
   return stats;
 }
 

@@ -28,6 +28,9 @@
 // instead: after each pass over the connections that epoll_wait reported
 // ready, the thread runs its round (one batch for all of them) and serves
 // each deferred connection on, again until nothing is deferred.
+// A thread with nothing ready spins briefly before it sleeps
+// (LoopOptions::spin_us), so that a request arriving soon after the last
+// is served without a wake-up.
 //
 // Thread safety: Start and Stop from one thread (the owner's); Stats from
 // any thread.
@@ -66,6 +69,15 @@ struct LoopOptions {
   // it): the Round that thread's sessions defer to. Not owned; must
   // outlive the loop.
   std::vector<Round*> rounds;
+  // Adaptive polling, as rkv's transports wait (common/transport/
+  // spin_window.h, docs/design.md §8.14.1): before a thread sleeps in
+  // epoll_wait it polls its epoll set without blocking for up to its spin
+  // window, which adapts below this bound (a wait that ended within it
+  // grows the window, one that outlasted it shrinks it to nothing, so an
+  // idle thread sleeps at once). No spinning while the machine has more
+  // runnable threads than CPUs, or for a while after a spin lost its CPU.
+  // 0 never spins; at most 1,000,000.
+  int64_t spin_us = 0;
 };
 
 struct LoopStats {
@@ -74,6 +86,8 @@ struct LoopStats {
   uint64_t refused = 0;           // refused for max_clients
   uint64_t peak_output_bytes = 0; // the largest unsent output one connection held
   uint64_t peak_input_bytes = 0;  // the largest unserved input one connection held
+  uint64_t spun_waits = 0;        // waits that found work while spinning (no sleep, no wake-up)
+  uint64_t slept_waits = 0;       // waits that slept in epoll_wait
 };
 
 class EventLoop {
@@ -105,6 +119,8 @@ class EventLoop {
     std::atomic<uint64_t> refused{0};
     std::atomic<uint64_t> peak_output_bytes{0};
     std::atomic<uint64_t> peak_input_bytes{0};
+    std::atomic<uint64_t> spun_waits{0};
+    std::atomic<uint64_t> slept_waits{0};
   };
   EventLoop() = default;
 

@@ -397,6 +397,50 @@ TEST_F(EventLoopTest, AConnectionClosedByItsClientStillGetsItsDeferredReplies) {
   close(fd);
 }
 
+// Request, reply, request: one client waiting for each reply before it
+// sends the next, so between two requests the loop thread has nothing to
+// do and either spins or sleeps. Served alike both ways; with spinning off
+// no wait ever spins.
+TEST_F(EventLoopTest, OneRequestAtATimeIsServedWithSpinningOnAndOff) {
+  for (const int64_t spin_us : {int64_t{0}, int64_t{1000}}) {
+    SCOPED_TRACE("spin_us " + std::to_string(spin_us));
+    LoopOptions options;
+    options.threads = 1;
+    options.spin_us = spin_us;
+    StartLoop(options);
+    int fd = Connect(port_);
+    ASSERT_GE(fd, 0);
+    for (int i = 0; i < 2000; ++i) {
+      SendAll(fd, "echo " + std::to_string(i) + "\n");
+      const std::string want = std::to_string(i) + "\n";
+      ASSERT_EQ(ReadBytes(fd, want.size()), want);
+    }
+    SendAll(fd, "quit\n");
+    EXPECT_EQ(ReadToClose(fd), "bye\n");
+    close(fd);
+    const LoopStats stats = loop_->Stats();
+    // Every request was found by a wait of one kind or the other (a wait
+    // may find several, or a hang-up, so no exact count).
+    EXPECT_GT(stats.spun_waits + stats.slept_waits, 0u);
+    if (spin_us == 0) {
+      EXPECT_EQ(stats.spun_waits, 0u);
+    }
+    loop_->Stop();
+    loop_.reset();
+    close(listen_fd_);
+    listen_fd_ = -1;
+  }
+}
+
+TEST(EventLoopOptionsTest, SpinIsZeroToOneSecond) {
+  for (const int64_t spin_us : {int64_t{-1}, int64_t{1000001}}) {
+    LoopOptions options;
+    options.spin_us = spin_us;
+    auto loop = EventLoop::Start({}, options);
+    EXPECT_EQ(loop.status().code(), rkv::StatusCode::kInvalidArgument) << spin_us;
+  }
+}
+
 TEST(EventLoopOptionsTest, RoundsAreNoneOrOnePerThread) {
   EchoRound round;
   LoopOptions options;

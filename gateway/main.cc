@@ -53,6 +53,11 @@ DEFINE_bool(auth_with_token, false,
 DEFINE_int32(threads, 0,
              "event-loop threads, 1..1024; each has its own rkv client and executes its connections' rkv "
              "calls (default 0: one per CPU)");
+DEFINE_int64(loop_spin_us, 1000,
+             "how long a loop thread with nothing to do busy-polls its connections before it sleeps in "
+             "epoll_wait, in microseconds, 0..1000000; the window adapts below this bound as rkv's transports' "
+             "waits do (it shrinks to nothing when requests stop coming, so an idle gateway burns no CPU) and is "
+             "skipped while the machine has more runnable threads than CPUs; 0 never spins (default 1000)");
 DEFINE_uint64(max_clients, 10000,
               "most client connections at once, all protocols together; one more is answered the protocol's "
               "error and closed, 1..1000000 (default 10000)");
@@ -154,6 +159,7 @@ int main(int argc, char** argv) {
   int threads = FLAGS_threads;
   if (threads == 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   if (threads < 1 || threads > 1024) return BadFlag("--threads must be 0 (one per CPU) or 1..1024");
+  if (FLAGS_loop_spin_us < 0 || FLAGS_loop_spin_us > 1000000) return BadFlag("--loop_spin_us must be 0..1000000");
   if (FLAGS_max_clients < 1 || FLAGS_max_clients > 1000000) return BadFlag("--max_clients must be 1..1000000");
   if (FLAGS_output_limit_bytes < 1024) return BadFlag("--output_limit_bytes must be at least 1024");
   if (FLAGS_max_batch < 1 || FLAGS_max_batch > 4096) return BadFlag("--max_batch must be 1..4096");
@@ -313,6 +319,7 @@ int main(int argc, char** argv) {
   loop_options.max_clients = FLAGS_max_clients;
   loop_options.output_limit_bytes = FLAGS_output_limit_bytes;
   loop_options.rounds = round_by_thread;
+  loop_options.spin_us = FLAGS_loop_spin_us;
   auto loop = rkv::gateway::EventLoop::Start(std::move(listeners), loop_options);
   if (!loop.ok()) {
     close_all();
