@@ -190,6 +190,15 @@ class Applier {
   // election TTL, 2 s, plus etcd's expiry granularity, less the lease the
   // server still held), so that a write caught by one is acknowledged.
   static constexpr std::chrono::milliseconds kLeaseRenewalWait{3000};
+  // How much of its lease a client write must find left when it is routed,
+  // and when it has waited for its backups, before the final check under
+  // table_mu_ (ReplicationPolicy::CheckLeaseWithMargin; at most a tenth of
+  // the grant). A write that found the lease valid there but expired at the
+  // final check would end "outcome unknown"; one refused at the route is
+  // resent by its client, and one that waits gets a renewed lease. The HA
+  // suite's frozen leader caught a write that way under ASan (the lease ran
+  // out within a millisecond of AwaitLease's answer).
+  static constexpr std::chrono::milliseconds kLeaseMargin{100};
 
   // `replies`: what the request cache remembers (request_cache.h).
   Applier(Store* store, Table* table, Heap* heap, ApplyLimits limits, RequestCacheLimits replies = {},

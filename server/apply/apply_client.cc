@@ -160,7 +160,7 @@ protocol::ReplyMsg Applier::ApplyPut(const Request& req, bool* remember) {
   const Status replicated = Replicate(*route, protocol::Op::kReplicatePut, key, value, version, req.expires_at_ms);
   // A forward that outlasted the lease waits for the next grant (without
   // table_mu_) rather than end "outcome unknown" below.
-  if (replicated.ok()) (void)replication_.policy->AwaitLease(kLeaseRenewalWait);
+  if (replicated.ok()) (void)replication_.policy->AwaitLease(kLeaseRenewalWait, kLeaseMargin);
   MutexLock lock(table_mu_);
   if (!replicated.ok()) {
     *remember = false;
@@ -218,7 +218,7 @@ protocol::ReplyMsg Applier::ApplyDelete(const Request& req, bool* remember) {
     *remember = false;
     return Error(request_id, s);
   }
-  (void)replication_.policy->AwaitLease(kLeaseRenewalWait);  // as in ApplyPut
+  (void)replication_.policy->AwaitLease(kLeaseRenewalWait, kLeaseMargin);  // as in ApplyPut
   MutexLock lock(table_mu_);
   if (std::optional<protocol::ReplyMsg> refused = RefuseWithoutLease(request_id, key, *route, remember)) {
     return *refused;
@@ -235,12 +235,14 @@ std::optional<protocol::ReplyMsg> Applier::RouteClientWrite(uint64_t request_id,
     return Error(request_id, r.status());
   }
   // A server without a lease (its heartbeats fail: the coordinator is away
-  // or cut off) refuses at once, before anything is written or forwarded,
+  // or cut off), or with less than kLeaseMargin of it left (so that a write
+  // let through does not find it expired at its final check), refuses at
+  // once, before anything is written or forwarded,
   // with Reason::kNoLease: the client then knows that nothing was applied
   // and may resend (docs/design.md §5.6) within its deadline, instead of
   // getting "outcome unknown" from the check before the publish
   // (RefuseWithoutLease).
-  if (const Status lease = replication_.policy->CheckLease(); !lease.ok()) {
+  if (const Status lease = replication_.policy->CheckLeaseWithMargin(kLeaseMargin); !lease.ok()) {
     lease_refusals_.fetch_add(1, std::memory_order_relaxed);
     *remember = false;
     return Error(request_id, Status(StatusCode::kFailedPrecondition,

@@ -74,7 +74,8 @@ ServerLease LeaseFrom(std::chrono::steady_clock::time_point sent, uint32_t lease
     return ServerLease{.enabled = false, .until = {}, .map_version = map_version, .why_not_renewed = {}};
   }
   const auto length = std::chrono::microseconds(static_cast<int64_t>(lease_ms) * 990) - std::chrono::milliseconds(10);
-  return ServerLease{.enabled = true, .until = sent + length, .map_version = map_version, .why_not_renewed = {}};
+  return ServerLease{
+      .enabled = true, .until = sent + length, .map_version = map_version, .why_not_renewed = {}, .length = length};
 }
 
 void MapPolicy::Attach(MapSource* source) {
@@ -248,13 +249,18 @@ Status MapPolicy::AcceptReplica(std::string_view sender_id, std::string_view key
                             ") is neither a backup of shard " + std::to_string(shard) + " nor syncing it");
 }
 
-Status MapPolicy::CheckLease() {
+Status MapPolicy::CheckLease() { return CheckLeaseWithMargin(std::chrono::nanoseconds::zero()); }
+
+Status MapPolicy::CheckLeaseWithMargin(std::chrono::nanoseconds margin) {
   MapSource* const src = source();
   if (src == nullptr) return Unavailable("lease on the cluster map expired: this server has not joined a cluster");
   const ServerLease lease = src->lease();
   if (!lease.enabled) return Status::Ok();
+  // A margin of at most a tenth of the grant: a lease renewed on time (the
+  // heartbeat comes every lease / 3 at most) never has less than that left.
+  margin = std::min(margin, lease.length / 10);
   auto now = std::chrono::steady_clock::now();
-  if (now < lease.until) {
+  if (now + margin < lease.until) {
     const auto held_version = [src] {
       const std::shared_ptr<const v1::ClusterMap> map = src->map();
       return map != nullptr ? map->version() : 0;
@@ -268,8 +274,8 @@ Status MapPolicy::CheckLease() {
     (void)src->WaitForVersion(lease.map_version, kLeaseMapWait);
     held = held_version();
     now = std::chrono::steady_clock::now();
-    if (held >= lease.map_version && now < lease.until) return Status::Ok();
-    if (now >= lease.until) {
+    if (held >= lease.map_version && now + margin < lease.until) return Status::Ok();
+    if (now + margin >= lease.until) {
       return Unavailable("lease on the cluster map expired while waiting for map version " +
                          std::to_string(lease.map_version));
     }
@@ -279,6 +285,12 @@ Status MapPolicy::CheckLease() {
   }
   if (lease.until == std::chrono::steady_clock::time_point{}) {
     return Unavailable("lease on the cluster map expired: the coordinator has granted none yet");
+  }
+  if (now < lease.until) {
+    // Within the margin: valid still, but not for long enough.
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(lease.until - now);
+    return Unavailable("lease on the cluster map runs out in " + std::to_string(left.count()) + " ms" +
+                       (lease.why_not_renewed.empty() ? " (not renewed yet)" : " (" + lease.why_not_renewed + ")"));
   }
   const auto ago = std::chrono::duration_cast<std::chrono::milliseconds>(now - lease.until);
   // Why first: a client sees the start of this message only (a reply's

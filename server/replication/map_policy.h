@@ -108,6 +108,9 @@ class MapPolicy final : public ReplicationPolicy {
   // nothing until that map arrives: CheckLease waits up to kLeaseMapWait
   // for it, then refuses.
   Status CheckLease() override;
+  // CheckLease, refusing too while less than `margin` of the lease is left
+  // ("lease on the cluster map runs out in N ms").
+  Status CheckLeaseWithMargin(std::chrono::nanoseconds margin) override;
 
  private:
   // The shards of `src`'s map whose primary is this server and that list

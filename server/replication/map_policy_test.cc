@@ -680,6 +680,42 @@ TEST(MapPolicyLeaseTest, CheckLeaseIsOkOnlyWhileTheLeaseIsValidOrDisabled) {
   EXPECT_TRUE(policy.CheckLease().ok());
 }
 
+// A lease about to run out counts as run out for a check with a margin
+// (the Applier's route and its wait for a renewal), never for the final
+// check; the margin is at most a tenth of the grant.
+TEST(MapPolicyLeaseTest, AMarginRefusesALeaseAboutToRunOutAndIsATenthOfTheGrantAtMost) {
+  using std::chrono::milliseconds;
+  FakeMapSource source("a", 11);
+  source.Install(MakeMap(5, kThree, kR3));
+  MapPolicy policy(&source);
+  // 500 ms left of a 10 s grant: a margin of a second refuses it, one of
+  // 10 ms does not, and the final check (no margin) never does.
+  source.SetLease(ServerLease{.enabled = true, .until = steady_clock::now() + milliseconds(500),
+                              .length = std::chrono::seconds(10)});
+  EXPECT_TRUE(policy.CheckLease().ok());
+  Status s = policy.CheckLeaseWithMargin(std::chrono::seconds(1));
+  EXPECT_EQ(s.code(), StatusCode::kUnavailable);
+  EXPECT_TRUE(Contains(s, "lease on the cluster map runs out in")) << s;
+  EXPECT_TRUE(policy.CheckLeaseWithMargin(milliseconds(10)).ok());
+
+  // 500 ms left of a 2 s grant: the margin is 200 ms at most, whatever is
+  // asked, so a lease renewed on time is never refused for it.
+  source.SetLease(ServerLease{.enabled = true, .until = steady_clock::now() + milliseconds(500),
+                              .length = std::chrono::seconds(2)});
+  EXPECT_TRUE(policy.CheckLeaseWithMargin(std::chrono::seconds(1)).ok());
+  // A grant of unknown length: no margin.
+  source.SetLease(ServerLease{.enabled = true, .until = steady_clock::now() + milliseconds(500)});
+  EXPECT_TRUE(policy.CheckLeaseWithMargin(std::chrono::seconds(1)).ok());
+
+  // An expired lease is refused as before, margin or not.
+  source.SetLease(
+      ServerLease{.enabled = true, .until = steady_clock::now() - kHour, .length = std::chrono::seconds(10)});
+  s = policy.CheckLeaseWithMargin(std::chrono::seconds(1));
+  EXPECT_TRUE(Contains(s, "lease on the cluster map expired")) << s;
+  // LeaseFrom records the length it granted.
+  EXPECT_EQ(LeaseFrom(steady_clock::now(), 1000, 7).length, milliseconds(980));
+}
+
 TEST(MapPolicyLeaseTest, NoSourceMeansNoLease) {
   MapPolicy policy;
   const Status s = policy.CheckLease();

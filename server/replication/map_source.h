@@ -34,6 +34,10 @@ struct ServerLease {
   // Why the last heartbeat got no grant ("" after a grant): what a write
   // refused for an expired lease tells its client.
   std::string why_not_renewed{};
+  // How long the grant was for (from the heartbeat's send, as `until`);
+  // zero when unknown. Bounds the margin a check may ask for
+  // (MapPolicy::CheckLeaseWithMargin: at most a tenth of it).
+  std::chrono::nanoseconds length{0};
 };
 
 // The lease a grant of `lease_ms` on a request sent at `sent` gives: until

@@ -104,18 +104,30 @@ class ReplicationPolicy {
     return false;
   }
 
-  // CheckLease, retried every few milliseconds for up to `max_wait` while
-  // it fails (the next heartbeat's grant may be on its way); its last
-  // answer. For a write whose forward outlasted the lease: it waits for a
-  // renewal rather than end "outcome unknown".
+  // CheckLease, also failing while the lease has less than `margin` left
+  // (a lease about to run out counts as run out): for a caller that checks
+  // the lease again later and must not see it expire in between. The
+  // default, for a policy that knows no expiry instant, is CheckLease.
+  virtual Status CheckLeaseWithMargin(std::chrono::nanoseconds margin) {
+    (void)margin;
+    return CheckLease();
+  }
+
+  // CheckLeaseWithMargin(margin), retried every few milliseconds for up to
+  // `max_wait` while it fails (the next heartbeat's grant may be on its
+  // way); its last answer. For a write whose forward outlasted the lease:
+  // it waits for a renewal rather than end "outcome unknown", and for one
+  // that leaves `margin` for the final check (CheckLease) under the
+  // Applier's table_mu_.
   // (Inline, like the rest of this interface: its implementations live in
   // several libraries.)
-  virtual Status AwaitLease(std::chrono::milliseconds max_wait) {
+  virtual Status AwaitLease(std::chrono::milliseconds max_wait,
+                            std::chrono::nanoseconds margin = std::chrono::nanoseconds::zero()) {
     const auto deadline = std::chrono::steady_clock::now() + max_wait;
-    Status lease = CheckLease();
+    Status lease = CheckLeaseWithMargin(margin);
     while (!lease.ok() && std::chrono::steady_clock::now() < deadline) {
       std::this_thread::sleep_for(std::chrono::milliseconds(2));
-      lease = CheckLease();
+      lease = CheckLeaseWithMargin(margin);
     }
     return lease;
   }
