@@ -314,7 +314,7 @@ Status Store::Commit(rocksdb::WriteBatch* batch, const std::function<std::string
   // write-back buffer holds, which background_queue and _bytes bound (and
   // unwritten() shows). Without the WAL the memtables would lose it too,
   // up to two of RocksDB's 64 MiB write buffers whatever the bound.
-  wo.disableWAL = options_.durability == Durability::kNone && !background();
+  wo.disableWAL = !writes_wal();
   wo.sync = options_.durability == Durability::kSync && !options_.deferred_sync;
   const rocksdb::Status written = db_->Write(wo, batch);
   if (!written.ok()) {
@@ -532,7 +532,7 @@ void Store::EnterErrorState(const Status& failed) {
   // database is reopened instead, which replays the WAL up to the torn
   // append and starts a new one.
   uint64_t entries = 1;
-  const bool wal_stuck = (options_.durability != Durability::kNone || background()) &&
+  const bool wal_stuck = writes_wal() &&
                          db_->GetIntProperty("rocksdb.num-entries-active-mem-table", &entries) && entries == 0;
   const auto now = std::chrono::steady_clock::now();
   if (!error_) {

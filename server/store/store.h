@@ -259,6 +259,10 @@ class Store {
   Status Write(std::string_view what, std::string_view key, bool put, std::string_view value, uint64_t version,
                int64_t expires_at_ms);
   bool background() const { return options_.background_queue > 0; }
+  // Whether writes go through RocksDB's WAL: every durability's do, and
+  // kNone's writer's (Commit); only kNone without background writes skips
+  // it.
+  bool writes_wal() const { return options_.durability != Durability::kNone || background(); }
   // Adds one write (a put carries the new high-water mark `hw`) to `batch`.
   // With mark false a put's mark is left out: the caller adds one for the
   // whole batch (AddMark, the highest), as the background writer does.

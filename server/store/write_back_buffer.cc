@@ -42,18 +42,23 @@ void WriteBackBuffer::Grow() {
 
 WriteBackBuffer::Entry& WriteBackBuffer::Upsert(std::string_view key, bool* existed) {
   const uint64_t hash = BufferKeyHash(key);
+  size_t slot = 0;
   if (!slots_.empty()) {
-    const uint64_t slot = slots_[Probe(key, hash)];
-    if (slot != 0) {
+    slot = Probe(key, hash);
+    if (slots_[slot] != 0) {
       *existed = true;
-      return entries_[(slot & kIndexBits) - 1];
+      return entries_[(slots_[slot] & kIndexBits) - 1];
     }
   }
   // Entry positions must fit the slot's 32 bits (Store holds at most
   // background_queue, a uint32_t, of them).
   CHECK_LT(size_, kIndexBits) << "write-back buffer full";
-  if (2 * (size_ + 1) > slots_.size()) Grow();
-  const size_t slot = Probe(key, hash);
+  // The empty slot the lookup ended at is the new key's, unless the index
+  // grows: then every slot moves and the key is placed anew.
+  if (2 * (size_ + 1) > slots_.size()) {
+    Grow();
+    slot = Probe(key, hash);
+  }
   if (size_ == entries_.size()) entries_.emplace_back();
   Entry& entry = entries_[size_];
   entry.key.assign(key);
