@@ -496,6 +496,10 @@ void Server::PollLoop(Poller* p) {
   std::vector<std::unique_ptr<Served>> arrived;
   std::vector<transport::Connection*> arrived_keys;
   std::vector<OwedReply> owed;
+  // The round's client writes, applied together after every connection
+  // was served (Applier::ApplyBatch), and the entry of `owed` of each.
+  std::vector<Applier::BatchWrite> writes;
+  std::vector<size_t> writes_owed;
   while (!stopping_.load(std::memory_order_acquire)) {
     StatusOr<size_t> n = p->group->Wait(ready, kPollTimeout);
     p->round_now = std::chrono::steady_clock::now();
@@ -536,12 +540,27 @@ void Server::PollLoop(Poller* p) {
       const auto it = p->served.find(ready[i]);
       if (it == p->served.end()) continue;  // not yet taken from the inbox
       const size_t owed_before = owed.size();
-      if (!Serve(*it->second, completions, &owed, p->round_now)) {
+      const size_t writes_before = writes.size();
+      if (!Serve(*it->second, completions, &owed, &writes, &writes_owed, p->round_now)) {
         // Its requests applied this round stay applied (and are synced
         // with the others); their replies have nowhere to go.
         owed.resize(owed_before);
+        writes.resize(writes_before);
+        writes_owed.resize(writes_before);
         Forget(p, ready[i]);
       }
+    }
+    if (!writes.empty()) {
+      // The round's client writes, in arrival order per connection: a
+      // primary forwards those of different keys together.
+      applier_->ApplyBatch(writes);
+      for (size_t i = 0; i < writes.size(); ++i) {
+        const OwedReply& o = owed[writes_owed[i]];
+        std::memcpy(o.served->messages.data() + ReplyOffset(credits, o.reply), &writes[i].reply,
+                    sizeof(protocol::ReplyMsg));
+      }
+      writes.clear();
+      writes_owed.clear();
     }
     if (!owed.empty()) SendReplies(p, &owed);
     if (options_.probe_idle_ms != 0 && p->round_now >= p->next_probe_sweep) {
@@ -563,6 +582,7 @@ void Server::PollLoop(Poller* p) {
 }
 
 bool Server::Serve(Served& s, std::span<Completion> completions, std::vector<OwedReply>* owed,
+                   std::vector<Applier::BatchWrite>* writes, std::vector<size_t>* writes_owed,
                    std::chrono::steady_clock::time_point now) {
   transport::Connection& conn = *s.conn;
   const uint32_t credits = options_.request_credits;
@@ -608,11 +628,17 @@ bool Server::Serve(Served& s, std::span<Completion> completions, std::vector<Owe
     const size_t msg_len = std::min<size_t>(len, protocol::kMaxMessageBytes);
     const std::span<const uint8_t> msg(s.messages.data() + ReceiveOffset(buf), msg_len);
     const auto start = std::chrono::steady_clock::now();
-    const protocol::ReplyMsg reply = s.peer_id.empty() ? applier_->Apply(s.client_id, msg, ring)
-                                                       : applier_->ApplyReplica(s.peer_id, msg, ring);
     const uint32_t r = s.free_replies.back();
     s.free_replies.pop_back();
-    std::memcpy(s.messages.data() + ReplyOffset(credits, r), &reply, sizeof(reply));
+    if (s.peer_id.empty()) {
+      // Applied with the round's other client writes, its reply written
+      // into buffer r then (PollLoop).
+      writes->push_back(Applier::BatchWrite{s.client_id, msg, ring, {}});
+      writes_owed->push_back(owed->size());
+    } else {
+      const protocol::ReplyMsg reply = applier_->ApplyReplica(s.peer_id, msg, ring);
+      std::memcpy(s.messages.data() + ReplyOffset(credits, r), &reply, sizeof(reply));
+    }
     owed->push_back(OwedReply{&s, buf, r, start});
   }
   return true;

@@ -276,8 +276,13 @@ class Server {
   void CloseRevoked(Poller* p, const std::vector<transport::Connection*>* only);
   void PollLoop(Poller* p);
   // Takes `s`'s completions and applies what it can, adding the replies
-  // to `*owed`; false once the connection has ended (then closed).
+  // to `*owed`: a replication connection's requests at once, a client's
+  // writes added to `*writes` (with their index in `*owed` in
+  // `*writes_owed`) for the round's ApplyBatch, which PollLoop runs after
+  // serving every ready connection and before SendReplies. False once the
+  // connection has ended (then closed).
   bool Serve(Served& s, std::span<transport::Completion> completions, std::vector<OwedReply>* owed,
+             std::vector<Applier::BatchWrite>* writes, std::vector<size_t>* writes_owed,
              std::chrono::steady_clock::time_point now);
   // Commits a round (SyncWrites: one fsync for all its writes with
   // --durability=sync), then re-posts the requests' receives and sends

@@ -61,7 +61,7 @@ protocol::ReplyMsg Applier::Error(uint64_t request_id, const Status& status) {
 }
 
 std::optional<protocol::ReplyMsg> Applier::Validate(std::span<const uint8_t> msg, std::span<const uint8_t> ring,
-                                                    bool from_peer, Request* out) {
+                                                    bool from_peer, Request* out, std::vector<uint8_t>* copy) {
   protocol::RequestMsg req{};
   uint64_t request_id = 0;
   if (msg.size() >= offsetof(protocol::RequestMsg, request_id) + sizeof(uint64_t)) {
@@ -133,12 +133,14 @@ std::optional<protocol::ReplyMsg> Applier::Validate(std::span<const uint8_t> msg
   }
 
   // Copy first: the client can keep writing its ring, and the bytes that
-  // are checked must be the bytes that are stored. One buffer per polling
-  // thread, grown to the largest record seen; *out points into it.
-  thread_local std::vector<uint8_t> copy;
-  copy.assign(ring.begin() + static_cast<ptrdiff_t>(req.ring_offset),
-              ring.begin() + static_cast<ptrdiff_t>(req.ring_offset + req.length));
-  StatusOr<RecordView> rec = DecodeRecord(copy);
+  // are checked must be the bytes that are stored. By default one buffer
+  // per polling thread, grown to the largest record seen; *out points
+  // into it.
+  thread_local std::vector<uint8_t> thread_copy;
+  if (copy == nullptr) copy = &thread_copy;
+  copy->assign(ring.begin() + static_cast<ptrdiff_t>(req.ring_offset),
+               ring.begin() + static_cast<ptrdiff_t>(req.ring_offset + req.length));
+  StatusOr<RecordView> rec = DecodeRecord(*copy);
   if (!rec.ok()) {
     return Error(request_id, rec.status().WithContext("record at ring offset " + std::to_string(req.ring_offset)));
   }

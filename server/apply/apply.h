@@ -8,7 +8,9 @@
 // each its own class.
 //   client writes with the replay cache    apply_client.cc: Apply, the
 //                                          writes_gate_ and key_stripes_, the
-//                                          route and lease checks
+//                                          route and lease checks;
+//                                          apply_batch.cc: ApplyBatch, a
+//                                          round's writes forwarded together
 //   primary replication                    apply_replicate.cc: the versions
 //                                          of client PUTs, the forward to the
 //                                          backups
@@ -216,6 +218,27 @@ class Applier {
   protocol::ReplyMsg Apply(uint64_t client_id, std::span<const uint8_t> msg, std::span<const uint8_t> ring)
       EXCLUDES(cache_mu_, writes_gate_, table_mu_);
 
+  // One client write of a batch: Apply's arguments, and its reply.
+  struct BatchWrite {
+    uint64_t client_id = 0;
+    std::span<const uint8_t> msg;
+    std::span<const uint8_t> ring;
+    protocol::ReplyMsg reply{};  // set by ApplyBatch
+  };
+  // Applies each write as Apply would and sets its reply; what one thread's
+  // polling round received from its client connections, in arrival order.
+  // Writes of one key (of one stripe) are applied in their order, one
+  // after the other. With replication, consecutive writes of different
+  // stripes are applied as a group: each is staged (route, condition,
+  // version), all are forwarded together (Forwarder::ForwardMany, one round
+  // trip per backup for the group), then each is finished (lease, publish)
+  // in order. A write of a stripe already in the group, or the twin of one
+  // in it, starts the next group; a write whose twin another thread is
+  // applying is applied alone once its group is done (it waits for its
+  // twin). Standalone (no policy), the writes are applied one by one.
+  // docs/design.md §5.7.
+  void ApplyBatch(std::span<BatchWrite> writes) EXCLUDES(cache_mu_, writes_gate_, table_mu_);
+
   // A client connection of `client_id` opened (after its accept) / closed:
   // the request cache never forgets a client with a connection open
   // (server/apply/request_cache.h). Every ClientConnected is matched by one
@@ -398,8 +421,10 @@ class Applier {
   // Checks the message and its record (see Validation; `from_peer` selects
   // which ops and versions are allowed). The error reply, or nullopt with
   // *out filled.
+  // The record is copied into *copy (a buffer of the calling thread when
+  // null), which *out's views then point into.
   std::optional<protocol::ReplyMsg> Validate(std::span<const uint8_t> msg, std::span<const uint8_t> ring,
-                                             bool from_peer, Request* out);
+                                             bool from_peer, Request* out, std::vector<uint8_t>* copy = nullptr);
   // The durable write and publish of a PUT with `version` (a client's, a
   // backup's, a fetched record's).
   protocol::ReplyMsg InstallPut(uint64_t request_id, std::string_view key, std::string_view value,
@@ -427,17 +452,46 @@ class Applier {
   // flight), applies it when it is new and remembers its reply.
   protocol::ReplyMsg ApplyOnce(uint64_t client_id, const Request& req, bool* remember)
       EXCLUDES(cache_mu_, writes_gate_, table_mu_);
+  // One write of ApplyBatch's current group (apply_batch.cc).
+  struct GroupItem;
+  // Applies a group of validated client writes of distinct stripes and
+  // names (see ApplyBatch).
+  void ApplyGroup(std::span<GroupItem> group) EXCLUDES(cache_mu_, writes_gate_, table_mu_);
+  // What the request cache says of a client request: its remembered reply
+  // (a replay, counted), the ABORTED refusal of one too old to check, or
+  // nullopt when it is new (it may still be in flight on another thread).
+  std::optional<protocol::ReplyMsg> CachedReply(uint64_t client_id, const Request& req) REQUIRES(cache_mu_);
   // Applies a client write under writes_gate_ and the key's stripe.
   protocol::ReplyMsg ApplyWrite(const Request& req, bool* remember) EXCLUDES(cache_mu_, writes_gate_, table_mu_);
-  // Both with writes_gate_ (shared) and the key's stripe held.
-  protocol::ReplyMsg ApplyPut(const Request& req, bool* remember) REQUIRES_SHARED(writes_gate_) EXCLUDES(table_mu_);
+  // A client write between its steps before the forward and those after
+  // it (Stage, then Replicate or a batch's ForwardMany, then FinishWrite).
+  struct Staged {
+    std::optional<WriteRoute> route;  // the route whose backups it is forwarded to
+    uint64_t version = 0;             // the version forwarded: a PUT's reserved one, a DELETE's deleted one
+  };
+  // With writes_gate_ (shared) and the key's stripe held, the steps of a
+  // client PUT or DELETE before its forward: the route and lease, the
+  // condition, the slot and version under table_mu_. Returns the reply
+  // when the write is done (applied locally, nothing to forward, or
+  // refused); else nullopt with *staged set: the write is to be forwarded
+  // to staged->route's backups, then finished by FinishWrite.
+  std::optional<protocol::ReplyMsg> Stage(const Request& req, bool* remember, Staged* staged)
+      REQUIRES_SHARED(writes_gate_) EXCLUDES(table_mu_);
+  std::optional<protocol::ReplyMsg> StagePut(const Request& req, bool* remember, Staged* staged)
+      REQUIRES_SHARED(writes_gate_) EXCLUDES(table_mu_);
+  std::optional<protocol::ReplyMsg> StageDelete(const Request& req, bool* remember, Staged* staged)
+      REQUIRES_SHARED(writes_gate_) EXCLUDES(table_mu_);
+  // The steps after the forward of a staged write, whose outcome (the
+  // settled acknowledgements, SettleForward) is `replicated`: the error
+  // reply if it failed; else, under a valid lease and an unchanged route,
+  // the local durable write and publish (or delete) and its reply.
+  protocol::ReplyMsg FinishWrite(const Request& req, const Staged& staged, const Status& replicated, bool* remember)
+      REQUIRES_SHARED(writes_gate_) EXCLUDES(table_mu_);
   // A client PUT's condition against the key's record in the table:
   // nullopt when it holds (or there is none), else the FAILED_PRECONDITION
   // reply (Reason::kConditionFailed, its version the key's: 0 when absent).
   // An expired record counts as absent but for a reclaim (Request::reclaim).
   std::optional<protocol::ReplyMsg> CheckCondition(const Request& req) REQUIRES(table_mu_);
-  protocol::ReplyMsg ApplyDelete(const Request& req, bool* remember) REQUIRES_SHARED(writes_gate_)
-      EXCLUDES(table_mu_);
   // With a policy, before a client write of `key` writes or forwards
   // anything: sets *route and returns nullopt when RouteWrite routes it
   // here and CheckLease allows it; else the refusal, not to be remembered:
@@ -461,10 +515,21 @@ class Applier {
   // version reserved before; recorded as reserved. 0 when the version space
   // is exhausted (the PUT is then refused RESOURCE_EXHAUSTED).
   uint64_t ReserveVersion() REQUIRES(table_mu_);
-  // Forwards the record {key, value, version} to every backup of `route` and
-  // reports the ones that fail: OK when the write may go on locally.
-  Status Replicate(const WriteRoute& route, protocol::Op op, std::string_view key, std::string_view value,
-                   uint64_t version, int64_t expires_at_ms) REQUIRES_SHARED(writes_gate_) EXCLUDES(table_mu_);
+  // The replica op that forwards a client write.
+  static protocol::Op ForwardOp(const Request& req) {
+    return req.op == protocol::Op::kDelete ? protocol::Op::kReplicateDelete : protocol::Op::kReplicatePut;
+  }
+  // Encodes the record a staged write forwards (its key, value and expiry
+  // with the staged version; a DELETE's tombstone) into *record; its size.
+  static size_t EncodeForward(const Request& req, const Staged& staged, std::vector<uint8_t>* record);
+  // Forwards a staged write to its route's backups and settles their
+  // acknowledgements (SettleForward).
+  Status Replicate(const Request& req, const Staged& staged) REQUIRES_SHARED(writes_gate_) EXCLUDES(table_mu_);
+  // Counts a forward and reports each backup of `route` whose entry in
+  // `acks` (one per backup, in order) is an error: OK when the write may go
+  // on locally, UNAVAILABLE (Reason::kOutcomeUnknown) when a failed backup
+  // could not be reported.
+  Status SettleForward(const WriteRoute& route, const std::vector<Status>& acks) EXCLUDES(table_mu_);
 
   // ---- Backup install (apply_backup.cc) ----
   // Installs a validated, accepted replica op by the replica rule.

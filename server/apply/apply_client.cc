@@ -45,24 +45,8 @@ protocol::ReplyMsg Applier::ApplyOnce(uint64_t client_id, const Request& req, bo
   if (req.resent) resent_.fetch_add(1, std::memory_order_relaxed);
   {
     MutexLock lock(cache_mu_);
-    protocol::ReplyMsg reply{};
     while (true) {
-      switch (cache_.Check(client_id, req.request_id, req.resent, &reply)) {
-        case RequestCache::Verdict::kReplay:
-          replays_.fetch_add(1, std::memory_order_relaxed);
-          return reply;
-        case RequestCache::Verdict::kForgotten:
-          // Not remembered, so not applied again: it may be a retry of a
-          // request applied long ago, or one applied under an entry of
-          // this client that the cache's client bound forgot.
-          return Error(req.request_id, Status(StatusCode::kAborted,
-                                              "request " + std::to_string(req.request_id) +
-                                                  " is too old for the replay check: not applied; a retry's "
-                                                  "outcome is unknown",
-                                              Reason::kOutcomeUnknown));
-        case RequestCache::Verdict::kNew:
-          break;
-      }
+      if (std::optional<protocol::ReplyMsg> cached = CachedReply(client_id, req)) return *cached;
       if (in_flight_.count(name) == 0) break;
       // Its twin is being applied: wait for its end, then look again (its
       // reply, or nothing if it was not to be remembered).
@@ -80,6 +64,27 @@ protocol::ReplyMsg Applier::ApplyOnce(uint64_t client_id, const Request& req, bo
   return reply;
 }
 
+std::optional<protocol::ReplyMsg> Applier::CachedReply(uint64_t client_id, const Request& req) {
+  protocol::ReplyMsg reply{};
+  switch (cache_.Check(client_id, req.request_id, req.resent, &reply)) {
+    case RequestCache::Verdict::kReplay:
+      replays_.fetch_add(1, std::memory_order_relaxed);
+      return reply;
+    case RequestCache::Verdict::kForgotten:
+      // Not remembered, so not applied again: it may be a retry of a
+      // request applied long ago, or one applied under an entry of this
+      // client that the cache's client bound forgot.
+      return Error(req.request_id, Status(StatusCode::kAborted,
+                                          "request " + std::to_string(req.request_id) +
+                                              " is too old for the replay check: not applied; a retry's "
+                                              "outcome is unknown",
+                                          Reason::kOutcomeUnknown));
+    case RequestCache::Verdict::kNew:
+      break;
+  }
+  return std::nullopt;
+}
+
 protocol::ReplyMsg Applier::ApplyWrite(const Request& req, bool* remember) {
   {
     // A snapshot waiting for the gate holds the turnstile: this write
@@ -88,7 +93,13 @@ protocol::ReplyMsg Applier::ApplyWrite(const Request& req, bool* remember) {
   }
   ReaderLock gate(writes_gate_);
   MutexLock key_lock(key_stripes_[KeyStripe(req.key)]);
-  return req.op == protocol::Op::kDelete ? ApplyDelete(req, remember) : ApplyPut(req, remember);
+  Staged staged;
+  if (std::optional<protocol::ReplyMsg> done = Stage(req, remember, &staged)) return *done;
+  return FinishWrite(req, staged, Replicate(req, staged), remember);
+}
+
+std::optional<protocol::ReplyMsg> Applier::Stage(const Request& req, bool* remember, Staged* staged) {
+  return req.op == protocol::Op::kDelete ? StageDelete(req, remember, staged) : StagePut(req, remember, staged);
 }
 
 std::optional<protocol::ReplyMsg> Applier::CheckCondition(const Request& req) {
@@ -112,118 +123,115 @@ std::optional<protocol::ReplyMsg> Applier::CheckCondition(const Request& req) {
   return MakeReply(request_id, StatusCode::kFailedPrecondition, current, message, Reason::kConditionFailed, 0);
 }
 
-protocol::ReplyMsg Applier::ApplyPut(const Request& req, bool* remember) {
+std::optional<protocol::ReplyMsg> Applier::StagePut(const Request& req, bool* remember, Staged* staged) {
   const uint64_t request_id = req.request_id;
   const std::string_view key = req.key;
   const std::string_view value = req.value;
   std::optional<WriteRoute> route;
   if (auto refused = RouteClientWrite(request_id, key, &route, remember)) return *refused;
-  uint64_t version = 0;
-  {
-    MutexLock lock(table_mu_);
-    // The condition is read from the table under the key's stripe, which no
-    // other client write of the key passes until this one ends: what it
-    // found holds until the publish. A refusal reads the key like a GET,
-    // so a primary answers it only under a valid lease (as a DELETE's
-    // NOT_FOUND).
-    if (std::optional<protocol::ReplyMsg> failed = CheckCondition(req)) {
-      if (route) {
-        if (std::optional<protocol::ReplyMsg> refused = RefuseWithoutLease(request_id, key, *route, remember)) {
-          return *refused;
-        }
-      }
-      return *failed;
-    }
-    // Refused before anything is written.
-    if (Status room = PrepareSlot(key); !room.ok()) return Error(request_id, room);
-    version = ReserveVersion();
-    if (version == 0) {
-      // Every version is taken (a replica arrived at the top of the
-      // space): refused before anything is written.
-      *remember = false;
-      return Error(request_id, ResourceExhausted("no version left above " +
-                                                 std::to_string(store_->version_high_water()) +
-                                                 ": the key space's versions are exhausted"));
-    }
-    if (!route) return InstallPut(request_id, key, value, version, req.expires_at_ms);
-    if (route->backups.empty()) {
+  MutexLock lock(table_mu_);
+  // The condition is read from the table under the key's stripe, which no
+  // other client write of the key passes until this one ends: what it
+  // found holds until the publish. A refusal reads the key like a GET,
+  // so a primary answers it only under a valid lease (as a DELETE's
+  // NOT_FOUND).
+  if (std::optional<protocol::ReplyMsg> failed = CheckCondition(req)) {
+    if (route) {
       if (std::optional<protocol::ReplyMsg> refused = RefuseWithoutLease(request_id, key, *route, remember)) {
         return *refused;
       }
-      return InstallPut(request_id, key, value, version, req.expires_at_ms);
     }
+    return *failed;
   }
-  // table_mu_ is free while the backups are waited for. `version`
-  // is reserved (no other write takes it) and the key's stripe is held (no
-  // other client write of the key passes this one); writes of other keys
-  // may publish meanwhile, with versions above or below this one.
-  const Status replicated = Replicate(*route, protocol::Op::kReplicatePut, key, value, version, req.expires_at_ms);
-  // A forward that outlasted the lease waits for the next grant (without
-  // table_mu_) rather than end "outcome unknown" below.
-  if (replicated.ok()) (void)replication_.policy->AwaitLease(kLeaseRenewalWait, kLeaseMargin);
+  // Refused before anything is written.
+  if (Status room = PrepareSlot(key); !room.ok()) return Error(request_id, room);
+  const uint64_t version = ReserveVersion();
+  if (version == 0) {
+    // Every version is taken (a replica arrived at the top of the
+    // space): refused before anything is written.
+    *remember = false;
+    return Error(request_id, ResourceExhausted("no version left above " +
+                                               std::to_string(store_->version_high_water()) +
+                                               ": the key space's versions are exhausted"));
+  }
+  if (!route) return InstallPut(request_id, key, value, version, req.expires_at_ms);
+  if (route->backups.empty()) {
+    if (std::optional<protocol::ReplyMsg> refused = RefuseWithoutLease(request_id, key, *route, remember)) {
+      return *refused;
+    }
+    return InstallPut(request_id, key, value, version, req.expires_at_ms);
+  }
+  // To be forwarded (FinishWrite then publishes it). table_mu_ is let go
+  // while the backups are waited for: `version` is reserved (no other
+  // write takes it) and the key's stripe is held (no other client write
+  // of the key passes this one); writes of other keys may publish
+  // meanwhile, with versions above or below this one.
+  staged->route = std::move(route);
+  staged->version = version;
+  return std::nullopt;
+}
+
+std::optional<protocol::ReplyMsg> Applier::StageDelete(const Request& req, bool* remember, Staged* staged) {
+  const uint64_t request_id = req.request_id;
+  const std::string_view key = req.key;
+  std::optional<WriteRoute> route;
+  if (auto refused = RouteClientWrite(request_id, key, &route, remember)) return *refused;
   MutexLock lock(table_mu_);
+  // A version condition (Validate allows no other on a DELETE) is checked
+  // as a PUT's is, under the key's stripe, and refused under a valid
+  // lease only.
+  if (std::optional<protocol::ReplyMsg> failed = CheckCondition(req)) {
+    if (route) {
+      if (std::optional<protocol::ReplyMsg> refused = RefuseWithoutLease(request_id, key, *route, remember)) {
+        return *refused;
+      }
+    }
+    return *failed;
+  }
+  // A client's DELETE finds an expired record absent (NOT_FOUND, the
+  // record left to its reclaim); the reclaim removes it.
+  const std::optional<Table::Entry> e = LiveEntry(key, /*with_expired=*/req.reclaim);
+  if (!route) return e ? DeleteLocal(request_id, key) : Error(request_id, NotFound("key not found"));
+  // Even NOT_FOUND (local only: nothing to forward) is answered under a
+  // valid lease: without one, the shard may have moved and the key may
+  // exist on its new primary.
+  if (!e || route->backups.empty()) {
+    if (std::optional<protocol::ReplyMsg> refused = RefuseWithoutLease(request_id, key, *route, remember)) {
+      return *refused;
+    }
+    return e ? DeleteLocal(request_id, key) : Error(request_id, NotFound("key not found"));
+  }
+  // To be forwarded with the version it deletes, which no other client
+  // write of the key can change meanwhile (the key's stripe).
+  staged->route = std::move(route);
+  staged->version = e->version;
+  return std::nullopt;
+}
+
+protocol::ReplyMsg Applier::FinishWrite(const Request& req, const Staged& staged, const Status& replicated,
+                                        bool* remember) {
+  const uint64_t request_id = req.request_id;
   if (!replicated.ok()) {
     *remember = false;
     return Error(request_id, replicated);
   }
+  // A forward that outlasted the lease waits for the next grant (without
+  // table_mu_) rather than end "outcome unknown" below.
+  (void)replication_.policy->AwaitLease(kLeaseRenewalWait, kLeaseMargin);
+  MutexLock lock(table_mu_);
   // The backups may hold it now; this server publishes and acknowledges it
   // only under a valid lease.
-  if (std::optional<protocol::ReplyMsg> refused = RefuseWithoutLease(request_id, key, *route, remember)) {
+  if (std::optional<protocol::ReplyMsg> refused = RefuseWithoutLease(request_id, req.key, *staged.route, remember)) {
     return *refused;
   }
+  if (req.op == protocol::Op::kDelete) return DeleteLocal(request_id, req.key);
   // Exactly the version the backups hold. A replica installed here
   // meanwhile (of another shard), or a client write of another key that
   // reserved a later version, may have raised the high-water mark; Put
   // keeps the larger one. The slot PrepareInsert found may have been taken
   // meanwhile by a write of another key: then Upsert refuses and the store
   // write is undone (InstallPut).
-  return InstallPut(request_id, key, value, version, req.expires_at_ms);
-}
-
-protocol::ReplyMsg Applier::ApplyDelete(const Request& req, bool* remember) {
-  const uint64_t request_id = req.request_id;
-  const std::string_view key = req.key;
-  std::optional<WriteRoute> route;
-  if (auto refused = RouteClientWrite(request_id, key, &route, remember)) return *refused;
-  uint64_t version = 0;
-  {
-    MutexLock lock(table_mu_);
-    // A version condition (Validate allows no other on a DELETE) is checked
-    // as a PUT's is, under the key's stripe, and refused under a valid
-    // lease only.
-    if (std::optional<protocol::ReplyMsg> failed = CheckCondition(req)) {
-      if (route) {
-        if (std::optional<protocol::ReplyMsg> refused = RefuseWithoutLease(request_id, key, *route, remember)) {
-          return *refused;
-        }
-      }
-      return *failed;
-    }
-    // A client's DELETE finds an expired record absent (NOT_FOUND, the
-    // record left to its reclaim); the reclaim removes it.
-    const std::optional<Table::Entry> e = LiveEntry(key, /*with_expired=*/req.reclaim);
-    if (!route) return e ? DeleteLocal(request_id, key) : Error(request_id, NotFound("key not found"));
-    // Even NOT_FOUND (local only: nothing to forward) is answered under a
-    // valid lease: without one, the shard may have moved and the key may
-    // exist on its new primary.
-    if (!e || route->backups.empty()) {
-      if (std::optional<protocol::ReplyMsg> refused = RefuseWithoutLease(request_id, key, *route, remember)) {
-        return *refused;
-      }
-      return e ? DeleteLocal(request_id, key) : Error(request_id, NotFound("key not found"));
-    }
-    version = e->version;
-  }
-  if (Status s = Replicate(*route, protocol::Op::kReplicateDelete, key, {}, version, 0); !s.ok()) {
-    *remember = false;
-    return Error(request_id, s);
-  }
-  (void)replication_.policy->AwaitLease(kLeaseRenewalWait, kLeaseMargin);  // as in ApplyPut
-  MutexLock lock(table_mu_);
-  if (std::optional<protocol::ReplyMsg> refused = RefuseWithoutLease(request_id, key, *route, remember)) {
-    return *refused;
-  }
-  return DeleteLocal(request_id, key);
+  return InstallPut(request_id, req.key, req.value, staged.version, req.expires_at_ms);
 }
 
 std::optional<protocol::ReplyMsg> Applier::RouteClientWrite(uint64_t request_id, std::string_view key,

@@ -84,14 +84,44 @@ class HookedForwarder final : public Forwarder {
     forwarded_.emplace_back(key, r->version);
     return std::vector<Status>(backups.size(), answer);
   }
+  // As the base class (one Forward per item), remembering the keys of each
+  // call.
+  std::vector<std::vector<Status>> ForwardMany(std::span<const Item> items) override {
+    std::vector<std::string> keys;
+    for (const Item& item : items) {
+      StatusOr<RecordView> r = DecodeRecord(item.record);
+      keys.push_back(r.ok() ? std::string(r->key) : "?");
+    }
+    {
+      MutexLock lock(mu_);
+      groups_.push_back(keys);
+    }
+    return Forwarder::ForwardMany(items);
+  }
   std::vector<std::pair<std::string, uint64_t>> forwarded() {
     MutexLock lock(mu_);
     return forwarded_;
+  }
+  // The keys of each ForwardMany call, in call order.
+  std::vector<std::vector<std::string>> groups() {
+    MutexLock lock(mu_);
+    return groups_;
   }
 
  private:
   Mutex mu_;
   std::vector<std::pair<std::string, uint64_t>> forwarded_ GUARDED_BY(mu_);
+  std::vector<std::vector<std::string>> groups_ GUARDED_BY(mu_);
+};
+
+// A client write of a batch, as a poller's round holds it.
+struct BatchedWrite {
+  protocol::Op op = protocol::Op::kPut;
+  uint64_t client = 0;
+  uint64_t request_id = 0;
+  std::string key;
+  std::string value;
+  bool resent = false;
 };
 
 // A primary with one backup (played by the forwarder) over a real store,
@@ -134,6 +164,36 @@ class ApplyParallelTest : public ::testing::Test {
   }
   protocol::ReplyMsg Put(uint64_t client, uint64_t request_id, std::string_view key, std::string_view value) {
     return Write(protocol::Op::kPut, client, request_id, key, value);
+  }
+
+  // The writes applied as one poller round's batch (ApplyBatch), each
+  // staged in a ring of its own; their replies in order. A write with an
+  // empty key is sent as a malformed message.
+  std::vector<protocol::ReplyMsg> Batch(const std::vector<BatchedWrite>& writes) {
+    std::vector<std::vector<uint8_t>> rings;
+    std::vector<std::vector<uint8_t>> msgs;
+    for (const BatchedWrite& w : writes) {
+      rings.emplace_back(kRingBytes, 0);
+      const bool tombstone = w.op == protocol::Op::kDelete;
+      const uint64_t len = EncodeRecord(std::span<uint8_t>(rings.back()), w.key, w.value, 0,
+                                        tombstone ? layout::kBlockFlagTombstone : 0);
+      protocol::RequestMsg m{};
+      m.op = static_cast<uint8_t>(w.op);
+      m.length = static_cast<uint32_t>(len);
+      m.request_id = w.request_id;
+      m.flags = w.resent ? protocol::kRequestResent : 0;
+      msgs.emplace_back(sizeof(m));
+      std::memcpy(msgs.back().data(), &m, sizeof(m));
+      if (w.key.empty()) msgs.back().resize(sizeof(m) - 1);
+    }
+    std::vector<Applier::BatchWrite> batch;
+    for (size_t i = 0; i < writes.size(); ++i) {
+      batch.push_back(Applier::BatchWrite{writes[i].client, msgs[i], rings[i], {}});
+    }
+    applier_->ApplyBatch(batch);
+    std::vector<protocol::ReplyMsg> replies;
+    for (const Applier::BatchWrite& b : batch) replies.push_back(b.reply);
+    return replies;
   }
 
   std::optional<std::pair<std::string, uint64_t>> TableRecord(std::string_view key) {
@@ -406,6 +466,118 @@ TEST_F(ApplyParallelTest, ConcurrentWritesGetDistinctVersions) {
   const auto shared = TableRecord("shared");
   ASSERT_TRUE(shared.has_value());
   EXPECT_EQ(shared->second, shared_highest);
+}
+
+TEST_F(ApplyParallelTest, ABatchForwardsWritesOfDifferentKeysTogetherAndOneKeysWritesInTheirOrder) {
+  const std::vector<protocol::ReplyMsg> r = Batch({
+      {protocol::Op::kPut, 1, 1, "a", "a1"},
+      {protocol::Op::kPut, 2, 1, "b", "b1"},
+      {protocol::Op::kPut, 1, 2, "c", "c1"},
+      {protocol::Op::kPut, 2, 2, "a", "a2"},  // a again: the next group, after the first is published
+      {protocol::Op::kPut, 3, 1, "d", "d1"},
+      {protocol::Op::kDelete, 3, 2, "b", ""},  // b again, as a DELETE: it joins the second group
+  });
+  ASSERT_EQ(r.size(), 6u);
+  for (const auto& reply : r) ASSERT_EQ(reply.status_code, Ok()) << reply.message;
+  const std::vector<std::vector<std::string>> groups = forwarder_.groups();
+  ASSERT_EQ(groups.size(), 2u);
+  EXPECT_EQ(groups[0], (std::vector<std::string>{"a", "b", "c"}));
+  EXPECT_EQ(groups[1], (std::vector<std::string>{"a", "d", "b"}));
+  EXPECT_GT(r[3].version, r[0].version);
+  EXPECT_EQ(r[5].version, r[1].version) << "a DELETE answers the version it deleted";
+  EXPECT_EQ(TableRecord("a"), std::pair(std::string("a2"), r[3].version));
+  EXPECT_EQ(TableRecord("b"), std::nullopt);
+  EXPECT_EQ(TableRecord("c"), std::pair(std::string("c1"), r[2].version));
+  EXPECT_EQ(TableRecord("d"), std::pair(std::string("d1"), r[4].version));
+  std::set<uint64_t> versions;
+  for (size_t i = 0; i < 5; ++i) EXPECT_TRUE(versions.insert(r[i].version).second) << "version given twice";
+  // The backups saw each key's versions in order.
+  const auto sent = forwarder_.forwarded();
+  ASSERT_EQ(sent.size(), 6u);
+  EXPECT_EQ(sent[0], std::pair(std::string("a"), r[0].version));
+  EXPECT_EQ(sent[3], std::pair(std::string("a"), r[3].version));
+}
+
+TEST_F(ApplyParallelTest, ABatchAnswersAResendOfOneOfItsWritesWithTheOriginalReply) {
+  const std::vector<protocol::ReplyMsg> r = Batch({
+      {protocol::Op::kPut, 5, 9, "x", "once"},
+      {protocol::Op::kPut, 6, 1, "y", "y"},
+      {protocol::Op::kPut, 5, 9, "x", "once", /*resent=*/true},
+  });
+  ASSERT_EQ(r[0].status_code, Ok()) << r[0].message;
+  ASSERT_EQ(r[1].status_code, Ok()) << r[1].message;
+  EXPECT_EQ(std::memcmp(&r[0], &r[2], sizeof(r[0])), 0) << "the resend got another reply: " << r[2].message;
+  EXPECT_EQ(forwarder_.forwarded().size(), 2u) << "the resend was forwarded again";
+  EXPECT_EQ(applier_->snapshot().replays, 1u);
+  EXPECT_EQ(applier_->snapshot().puts, 2u);
+}
+
+TEST_F(ApplyParallelTest, AWriteOfABatchThatFailsFailsAloneAndAMalformedOneIsRefused) {
+  // The backup fails "bad"'s forward and the coordinator cannot be told:
+  // "bad" is refused (outcome unknown) and not published, its neighbours
+  // in the group are acknowledged; a malformed message is refused by
+  // validation and applies nothing.
+  forwarder_.hook = [](const std::string& key, uint64_t) {
+    return key == "bad" ? Unavailable("backup unreachable") : Status::Ok();
+  };
+  policy_.SetReportStatus(Unavailable("coordinator away"));
+  const std::vector<protocol::ReplyMsg> r = Batch({
+      {protocol::Op::kPut, 1, 1, "good1", "g1"},
+      {protocol::Op::kPut, 1, 2, "", ""},  // malformed
+      {protocol::Op::kPut, 1, 3, "bad", "b"},
+      {protocol::Op::kPut, 1, 4, "good2", "g2"},
+  });
+  EXPECT_EQ(r[0].status_code, Ok()) << r[0].message;
+  EXPECT_EQ(r[1].status_code, static_cast<int32_t>(StatusCode::kInvalidArgument)) << r[1].message;
+  EXPECT_EQ(r[2].status_code, static_cast<int32_t>(StatusCode::kUnavailable)) << r[2].message;
+  EXPECT_EQ(r[3].status_code, Ok()) << r[3].message;
+  EXPECT_EQ(TableRecord("good1"), std::pair(std::string("g1"), r[0].version));
+  EXPECT_EQ(TableRecord("bad"), std::nullopt);
+  EXPECT_EQ(TableRecord("good2"), std::pair(std::string("g2"), r[3].version));
+  // Not remembered: a resend of the failed write is applied afresh.
+  policy_.SetReportStatus(Status::Ok());
+  forwarder_.hook = nullptr;
+  const std::vector<protocol::ReplyMsg> again = Batch({{protocol::Op::kPut, 1, 3, "bad", "b", /*resent=*/true}});
+  EXPECT_EQ(again[0].status_code, Ok()) << again[0].message;
+  EXPECT_EQ(TableRecord("bad"), std::pair(std::string("b"), again[0].version));
+}
+
+TEST_F(ApplyParallelTest, ABatchHoldingTheResendOfAWriteInFlightElsewhereAppliesItsOthersFirst) {
+  // The original of (7, 42) is held in its forward on another thread; a
+  // batch holding its resend and a write of "z" publishes "z" without
+  // waiting for the original, then waits for it and gets its reply.
+  Event original_forwarding;
+  Event release;
+  forwarder_.hook = [&](const std::string& key, uint64_t) {
+    if (key != "r") return Status::Ok();
+    original_forwarding.Set();
+    (void)release.Wait();
+    return Status::Ok();
+  };
+  protocol::ReplyMsg original{};
+  std::thread first([&] { original = Put(/*client=*/7, 42, "r", "once"); });
+  ASSERT_TRUE(original_forwarding.Wait()) << "the original never reached its forward";
+  std::vector<protocol::ReplyMsg> r;
+  std::thread batch([&] {
+    r = Batch({{protocol::Op::kPut, 7, 42, "r", "once", /*resent=*/true}, {protocol::Op::kPut, 8, 1, "z", "vz"},
+               {protocol::Op::kPut, 9, 1, "w", "vw"}});
+  });
+  bool z_published = false;
+  const auto give_up = std::chrono::steady_clock::now() + kHangGuard;
+  while (!z_published && std::chrono::steady_clock::now() < give_up) {
+    z_published = applier_->HeldVersion("z") != 0 && applier_->HeldVersion("w") != 0;
+    if (!z_published) std::this_thread::sleep_for(1ms);
+  }
+  release.Set();
+  first.join();
+  batch.join();
+  EXPECT_TRUE(z_published) << "the batch's other writes waited for the resend's original";
+  ASSERT_EQ(original.status_code, Ok()) << original.message;
+  ASSERT_EQ(r.size(), 3u);
+  EXPECT_EQ(std::memcmp(&original, &r[0], sizeof(original)), 0) << "the resend got another reply: " << r[0].message;
+  EXPECT_EQ(r[1].status_code, Ok()) << r[1].message;
+  EXPECT_EQ(r[2].status_code, Ok()) << r[2].message;
+  EXPECT_EQ(applier_->snapshot().puts, 3u);
 }
 
 }  // namespace

@@ -29,15 +29,23 @@ uint64_t Applier::ReserveVersion() {
   return reserved_version_;
 }
 
-Status Applier::Replicate(const WriteRoute& route, protocol::Op op, std::string_view key, std::string_view value,
-                          uint64_t version, int64_t expires_at_ms) {
-  if (route.backups.empty()) return Status::Ok();
-  const uint16_t flags = op == protocol::Op::kReplicateDelete ? layout::kBlockFlagTombstone : 0;
+size_t Applier::EncodeForward(const Request& req, const Staged& staged, std::vector<uint8_t>* record) {
+  const bool del = req.op == protocol::Op::kDelete;
+  const std::string_view value = del ? std::string_view() : req.value;
+  record->assign(layout::BlockBytes(req.key.size(), value.size()), 0);
+  return EncodeRecord(*record, req.key, value, staged.version, del ? layout::kBlockFlagTombstone : 0,
+                      del ? 0 : req.expires_at_ms);
+}
+
+Status Applier::Replicate(const Request& req, const Staged& staged) {
   thread_local std::vector<uint8_t> record;
-  record.assign(layout::BlockBytes(key.size(), value.size()), 0);
-  const uint64_t bytes = EncodeRecord(record, key, value, version, flags, expires_at_ms);
-  const std::vector<Status> acks =
-      replication_.forwarder->Forward(route.backups, route.map_version, op, std::span(record.data(), bytes));
+  const size_t bytes = EncodeForward(req, staged, &record);
+  const std::vector<Status> acks = replication_.forwarder->Forward(
+      staged.route->backups, staged.route->map_version, ForwardOp(req), std::span(record.data(), bytes));
+  return SettleForward(*staged.route, acks);
+}
+
+Status Applier::SettleForward(const WriteRoute& route, const std::vector<Status>& acks) {
   forwarded_.fetch_add(1, std::memory_order_relaxed);
   for (size_t i = 0; i < route.backups.size(); ++i) {
     const Status& ack = i < acks.size() ? acks[i] : Internal("the forwarder gave no answer for this backup");

@@ -1,9 +1,11 @@
 #include "server/replication/replicator.h"
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <limits>
 #include <optional>
+#include <string_view>
 #include <utility>
 
 #include <glog/logging.h>
@@ -17,13 +19,22 @@ namespace {
 
 using std::to_string;
 
-// The connection's buffer: the request message, then the reply's receive
-// buffer.
-constexpr size_t kRequestOffset = 0;
-constexpr size_t kReplyOffset = protocol::kMaxMessageBytes;
-constexpr size_t kPeerBufferBytes = 2 * protocol::kMaxMessageBytes;
+// A connection's buffer: kMaxInFlight request message slots, then as many
+// receive slots, each of kMaxMessageBytes. A request's slot is its index
+// among the chunk's requests on the connection (a chunk ends with none in
+// flight); a receive's wr_id is kRecvWr | its slot.
+constexpr size_t kMessageSlots = Replicator::kMaxInFlight;
+constexpr size_t kPeerBufferBytes = 2 * kMessageSlots * protocol::kMaxMessageBytes;
+constexpr size_t RequestSlotOffset(size_t slot) { return slot * protocol::kMaxMessageBytes; }
+constexpr size_t ReplySlotOffset(size_t slot) { return (kMessageSlots + slot) * protocol::kMaxMessageBytes; }
 constexpr uint64_t kRecvWr = uint64_t{1} << 63;
 constexpr auto kPollSlice = std::chrono::milliseconds(50);
+
+// `bytes` rounded up to a block boundary: records sit at 64-byte aligned
+// offsets in the lane's buffer and in the backup's ring.
+constexpr uint64_t AlignUp(uint64_t bytes) {
+  return (bytes + layout::kBlockAlign - 1) / layout::kBlockAlign * layout::kBlockAlign;
+}
 
 std::string Name(const ReplicaPeer& p) {
   return "backup " + p.server_id + " (epoch " + to_string(p.epoch) + ", " + p.data_address + ")";
@@ -50,6 +61,32 @@ Status CheckAccept(const protocol::AcceptData& a, const ReplicaPeer& backup) {
   return Status::Ok();
 }
 
+// For each backup of a list, the first earlier one of the same server, if
+// any: a server is sent a write once, and answers for both.
+std::vector<std::optional<size_t>> SameAs(const std::vector<ReplicaPeer>& backups) {
+  std::vector<std::optional<size_t>> same_as(backups.size());
+  for (size_t i = 0; i < backups.size(); ++i) {
+    for (size_t j = 0; j < i; ++j) {
+      if (backups[j].server_id == backups[i].server_id) {
+        same_as[i] = j;
+        break;
+      }
+    }
+  }
+  return same_as;
+}
+
+bool SameIncarnation(const ReplicaPeer& a, const ReplicaPeer& b) {
+  return a.epoch == b.epoch && a.data_address == b.data_address;
+}
+
+// What a validated reply says of its request.
+Status ReplyStatus(const protocol::ReplyMsg& r) {
+  if (r.status_code == static_cast<int32_t>(StatusCode::kOk)) return Status::Ok();
+  return Status(static_cast<StatusCode>(r.status_code), "refused the write: " + std::string(r.message),
+                static_cast<Reason>(r.reason), r.map_version);
+}
+
 }  // namespace
 
 // One connection to a backup. Members go bottom-up: the connection (which
@@ -57,23 +94,50 @@ Status CheckAccept(const protocol::AcceptData& a, const ReplicaPeer& backup) {
 // buffer it covers.
 struct Replicator::Peer {
   ReplicaPeer backup;
-  std::vector<uint8_t> buffer;
+  std::vector<uint8_t> buffer;  // kPeerBufferBytes: the message slots
   std::unique_ptr<transport::MemoryRegion> mr;
   std::unique_ptr<transport::Connection> conn;
   protocol::AcceptData accept{};
+  // Requests in flight at once at most: kMaxInFlight, or fewer when the
+  // backup grants fewer credits; as many receives are posted (no more: the
+  // receive queue is sized for this server's own credits, which a cluster
+  // sets alike on every server).
+  uint32_t window = 0;
   Clock::time_point last_used{};
   bool reused = false;  // a request completed on it before
   uint64_t next_wr = 1;
   uint64_t next_request_id = 1;  // this connection's request sequence
-  // The request in flight.
-  uint64_t send_wr = 0;
-  uint64_t request_id = 0;
-  bool sent = false;
-  std::optional<protocol::ReplyMsg> reply;
 
   ~Peer() {
     if (conn) conn->Disconnect();
   }
+};
+
+// One item's request to one backup: where its record is, and the state of
+// its post in flight (a resend posts it anew).
+struct Replicator::Request {
+  size_t item = 0;    // in the batch
+  size_t backup = 0;  // in the item's backups
+  protocol::Op op = protocol::Op::kReplicatePut;
+  uint64_t map_version = 0;
+  uint64_t record_offset = 0;  // in the lane's record buffer
+  uint32_t length = 0;
+  uint64_t ring_offset = 0;  // in the backup's staging ring
+  uint64_t request_id = 0;
+  uint64_t send_wr = 0;
+  bool sent = false;
+  std::optional<protocol::ReplyMsg> reply;
+};
+
+// One backup server of a chunk: its connection and the chunk's requests to
+// it, their records packed from ring offset 0.
+struct Replicator::Target {
+  const ReplicaPeer* backup = nullptr;  // as the chunk's first item with the server names it
+  Peer* peer = nullptr;                 // null once it failed: then `status` says why
+  Status status;
+  bool reused = false;      // the connection had completed a request before the chunk
+  uint64_t ring_bytes = 0;  // the end of the last record in its ring
+  std::vector<Request> requests;  // at most peer->window
 };
 
 Replicator::Replicator(transport::Transport* transport, ReplicatorOptions options)
@@ -101,7 +165,8 @@ StatusOr<std::unique_ptr<Replicator>> Replicator::Create(transport::Transport* t
   for (uint32_t i = 0; i < r->options_.lanes; ++i) {
     auto lane = std::make_unique<Lane>();
     MutexLock lock(lane->mu);
-    lane->record_buffer.assign(r->options_.max_record_bytes, 0);
+    // Room for a chunk of several records, and for the largest alone.
+    lane->record_buffer.assign(AlignUp(std::max(r->options_.max_record_bytes, kBatchBytes)), 0);
     RKV_ASSIGN_OR_RETURN(lane->record_mr, transport->Register(lane->record_buffer.data(),
                                                               lane->record_buffer.size(), transport::kLocalWrite));
     r->lanes_.push_back(std::move(lane));
@@ -136,12 +201,15 @@ StatusOr<std::unique_ptr<Replicator::Peer>> Replicator::Open(const ReplicaPeer& 
   }
   std::memcpy(&peer->accept, pd.data(), sizeof(peer->accept));
   RKV_RETURN_IF_ERROR(CheckAccept(peer->accept, backup));
+  peer->window = std::min(kMaxInFlight, peer->accept.request_credits);
   peer->buffer.assign(kPeerBufferBytes, 0);
   RKV_ASSIGN_OR_RETURN(peer->mr, transport_->Register(peer->buffer.data(), peer->buffer.size(),
                                                       transport::kLocalWrite));
-  RKV_RETURN_IF_ERROR(peer->conn->PostRecv(
-      transport::LocalBuf{peer->mr.get(), kReplyOffset, static_cast<uint32_t>(protocol::kMaxMessageBytes)},
-      kRecvWr));
+  for (uint32_t slot = 0; slot < peer->window; ++slot) {
+    RKV_RETURN_IF_ERROR(peer->conn->PostRecv(
+        transport::LocalBuf{peer->mr.get(), ReplySlotOffset(slot), static_cast<uint32_t>(protocol::kMaxMessageBytes)},
+        kRecvWr | slot));
+  }
   LOG(INFO) << "replication connection to " << Name(backup) << " open";
   return peer;
 }
@@ -162,44 +230,68 @@ StatusOr<Replicator::Peer*> Replicator::Connection(Lane& lane, const ReplicaPeer
   return raw;
 }
 
-Status Replicator::Post(Lane& lane, Peer& peer, uint64_t map_version, protocol::Op op, uint32_t length) {
-  if (length > peer.accept.ring.length) {
-    return FailedPrecondition("a " + to_string(length) + "-byte record does not fit the backup's " +
-                              to_string(peer.accept.ring.length) + "-byte staging ring");
+Status Replicator::Post(Lane& lane, Target& target) {
+  Peer& peer = *target.peer;
+  // Checked again for a resend: its connection is not the one the chunk
+  // was built for.
+  if (target.requests.size() > peer.window) {
+    return FailedPrecondition(to_string(target.requests.size()) + " requests exceed the connection's window of " +
+                              to_string(peer.window));
   }
-  protocol::RequestMsg m{};
-  m.op = static_cast<uint8_t>(op);
-  m.length = length;
-  m.request_id = peer.next_request_id++;
-  m.ring_offset = 0;  // one request in flight: the whole ring is free
-  m.map_version = map_version;
-  peer.request_id = m.request_id;
-  std::memcpy(peer.buffer.data() + kRequestOffset, &m, sizeof(m));
-  peer.send_wr = peer.next_wr++;
-  peer.sent = false;
-  peer.reply.reset();
-  return peer.conn->PostWriteSend(transport::LocalBuf{lane.record_mr.get(), 0, length},
-                                  transport::RemoteBuf{peer.accept.ring.addr, peer.accept.ring.rkey},
-                                  transport::LocalBuf{peer.mr.get(), kRequestOffset, sizeof(m)}, peer.send_wr);
+  for (const Request& r : target.requests) {
+    if (r.ring_offset > peer.accept.ring.length || r.length > peer.accept.ring.length - r.ring_offset) {
+      return FailedPrecondition("a " + to_string(r.length) + "-byte record at offset " + to_string(r.ring_offset) +
+                                " does not fit the backup's " + to_string(peer.accept.ring.length) +
+                                "-byte staging ring");
+    }
+  }
+  std::array<transport::WriteSendOp, kMaxInFlight> ops;
+  for (size_t slot = 0; slot < target.requests.size(); ++slot) {
+    Request& r = target.requests[slot];
+    protocol::RequestMsg m{};
+    m.op = static_cast<uint8_t>(r.op);
+    m.length = r.length;
+    m.request_id = peer.next_request_id++;
+    m.ring_offset = r.ring_offset;
+    m.map_version = r.map_version;
+    std::memcpy(peer.buffer.data() + RequestSlotOffset(slot), &m, sizeof(m));
+    r.request_id = m.request_id;
+    r.send_wr = peer.next_wr++;
+    r.sent = false;
+    r.reply.reset();
+    ops[slot] = transport::WriteSendOp{
+        transport::LocalBuf{lane.record_mr.get(), r.record_offset, r.length},
+        transport::RemoteBuf{peer.accept.ring.addr + r.ring_offset, peer.accept.ring.rkey},
+        transport::LocalBuf{peer.mr.get(), RequestSlotOffset(slot), sizeof(m)}, r.send_wr, /*signaled=*/true};
+  }
+  // One list: the backup takes the chunk's requests in one batch.
+  return peer.conn->PostWriteSends(std::span<const transport::WriteSendOp>(ops.data(), target.requests.size()));
 }
 
-StatusOr<Replicator::Peer*> Replicator::PostTo(Lane& lane, const ReplicaPeer& backup, uint64_t map_version,
-                                               protocol::Op op, uint32_t length, Clock::time_point deadline) {
-  RKV_ASSIGN_OR_RETURN(Peer * peer, Connection(lane, backup, deadline));
-  if (Status s = Post(lane, *peer, map_version, op, length); !s.ok()) {
-    lane.peers.erase(backup.server_id);
+Status Replicator::PostTo(Lane& lane, Target& target, Clock::time_point deadline) {
+  StatusOr<Peer*> p = Connection(lane, *target.backup, deadline);
+  if (!p.ok()) return p.status();
+  target.peer = *p;
+  if (Status s = Post(lane, target); !s.ok()) {
+    lane.peers.erase(target.backup->server_id);
+    target.peer = nullptr;
     return s;
   }
-  return peer;
+  return Status::Ok();
 }
 
-Status Replicator::Wait(Peer& peer, Clock::time_point deadline) {
-  transport::Completion completions[4];
+Status Replicator::Wait(Target& target, Clock::time_point deadline) {
+  Peer& peer = *target.peer;
+  std::vector<Request>& requests = target.requests;
+  transport::Completion completions[2 * kMaxInFlight];
   // Past the timeout, a backup the map still shows UP gets up to another
   // timeout (ReplicatorOptions::is_down).
   const Clock::time_point last_chance = options_.is_down ? deadline + options_.timeout : deadline;
   const Clock::time_point ask_from = Clock::now() + kPollSlice;
-  while (!peer.sent || !peer.reply) {
+  const auto done = [&] {
+    return std::all_of(requests.begin(), requests.end(), [](const Request& r) { return r.sent && r.reply; });
+  };
+  while (!done()) {
     const Clock::time_point now = Clock::now();
     // From one slice on, a backup the map shows DOWN ends the wait at
     // once: it will not answer, and the coordinator fences it.
@@ -217,18 +309,26 @@ Status Replicator::Wait(Peer& peer, Clock::time_point deadline) {
     for (size_t i = 0; i < *n; ++i) {
       const transport::Completion& c = completions[i];
       if (!c.status.ok()) return c.status;
-      if (c.op == transport::OpType::kSend && c.wr_id == peer.send_wr) {
-        peer.sent = true;
-      } else if (c.op == transport::OpType::kRecv && c.wr_id == kRecvWr && !peer.reply) {
+      const uint64_t slot = c.wr_id & ~kRecvWr;
+      if (c.op == transport::OpType::kSend) {
+        const auto it = std::find_if(requests.begin(), requests.end(),
+                                     [&](const Request& r) { return r.send_wr == c.wr_id && !r.sent; });
+        if (it == requests.end()) return Internal("unexpected send completion (wr_id " + to_string(c.wr_id) + ")");
+        it->sent = true;
+      } else if (c.op == transport::OpType::kRecv && (c.wr_id & kRecvWr) != 0 && slot < peer.window) {
         if (c.byte_len != sizeof(protocol::ReplyMsg)) {
           return InvalidArgument("reply of " + to_string(c.byte_len) + " bytes, expected " +
                                  to_string(sizeof(protocol::ReplyMsg)));
         }
         protocol::ReplyMsg r;
-        std::memcpy(&r, peer.buffer.data() + kReplyOffset, sizeof(r));
-        if (r.request_id != peer.request_id) {
-          return InvalidArgument("reply to request " + to_string(r.request_id) + ", expected " +
-                                 to_string(peer.request_id));
+        std::memcpy(&r, peer.buffer.data() + ReplySlotOffset(slot), sizeof(r));
+        // By id alone: the slot a reply lands in says nothing of its
+        // request.
+        const auto it = std::find_if(requests.begin(), requests.end(), [&](const Request& q) {
+          return q.request_id == r.request_id && !q.reply.has_value();
+        });
+        if (it == requests.end()) {
+          return InvalidArgument("reply to request " + to_string(r.request_id) + ", which is not in flight");
         }
         if (!IsValidStatusCode(r.status_code)) {
           return InvalidArgument("reply has unknown status code " + to_string(r.status_code));
@@ -239,56 +339,56 @@ Status Replicator::Wait(Peer& peer, Clock::time_point deadline) {
         if (std::memchr(r.message, '\0', sizeof(r.message)) == nullptr) {
           return InvalidArgument("reply message is not NUL-terminated");
         }
-        RKV_RETURN_IF_ERROR(peer.conn->PostRecv(
-            transport::LocalBuf{peer.mr.get(), kReplyOffset, static_cast<uint32_t>(protocol::kMaxMessageBytes)},
-            kRecvWr));
-        peer.reply = r;
+        const transport::LocalBuf again{peer.mr.get(), ReplySlotOffset(slot),
+                                        static_cast<uint32_t>(protocol::kMaxMessageBytes)};
+        RKV_RETURN_IF_ERROR(peer.conn->PostRecv(again, c.wr_id));
+        it->reply = r;
       } else {
         return Internal("unexpected completion (wr_id " + to_string(c.wr_id) + ")");
       }
     }
-  }
-  if (peer.reply->status_code != static_cast<int32_t>(StatusCode::kOk)) {
-    return Status(static_cast<StatusCode>(peer.reply->status_code),
-                  "refused the write: " + std::string(peer.reply->message), static_cast<Reason>(peer.reply->reason),
-                  peer.reply->map_version);
   }
   return Status::Ok();
 }
 
 std::vector<Status> Replicator::Forward(const std::vector<ReplicaPeer>& backups, uint64_t map_version,
                                         protocol::Op op, std::span<const uint8_t> record) {
+  const Item item{&backups, map_version, op, record};
+  return std::move(ForwardMany(std::span<const Item>(&item, 1)).front());
+}
+
+std::vector<std::vector<Status>> Replicator::ForwardMany(std::span<const Item> items) {
+  if (items.empty()) return {};
   // The first free lane, in order; when all are busy, wait for one.
   for (auto& lane : lanes_) {
     if (lane->mu.TryLock()) {
-      std::vector<Status> results = ForwardOn(*lane, backups, map_version, op, record);
+      std::vector<std::vector<Status>> results = ForwardOn(*lane, items);
       lane->mu.Unlock();
       return results;
     }
   }
   Lane& lane = *lanes_[next_wait_.fetch_add(1, std::memory_order_relaxed) % lanes_.size()];
   MutexLock lock(lane.mu);
-  return ForwardOn(lane, backups, map_version, op, record);
+  return ForwardOn(lane, items);
 }
 
-std::vector<Status> Replicator::ForwardOn(Lane& lane, const std::vector<ReplicaPeer>& backups, uint64_t map_version,
-                                          protocol::Op op, std::span<const uint8_t> record) {
-  std::vector<Status> results(backups.size());
-  if (op != protocol::Op::kReplicatePut && op != protocol::Op::kReplicateDelete) {
-    for (Status& s : results) s = InvalidArgument("only replica ops are forwarded");
-    return results;
+std::vector<std::vector<Status>> Replicator::ForwardOn(Lane& lane, std::span<const Item> items) {
+  std::vector<std::vector<Status>> results(items.size());
+  for (size_t i = 0; i < items.size(); ++i) {
+    if (items[i].backups != nullptr) results[i].resize(items[i].backups->size());
   }
+  for (size_t first = 0; first < items.size();) {
+    const size_t next = ForwardChunk(lane, items, first, results);
+    CHECK_GT(next, first) << "a chunk took no item";
+    first = next;
+  }
+  return results;
+}
+
+size_t Replicator::ForwardChunk(Lane& lane, std::span<const Item> items, size_t first,
+                                std::vector<std::vector<Status>>& results) {
   const Clock::time_point start = Clock::now();
   const Clock::time_point deadline = start + options_.timeout;
-  if (record.size() < layout::kBlockHeaderBytes || record.size() > lane.record_buffer.size()) {
-    for (Status& s : results) {
-      s = InvalidArgument("a record of " + to_string(record.size()) + " bytes cannot be forwarded (at most " +
-                          to_string(lane.record_buffer.size()) + ")");
-    }
-    return results;
-  }
-  std::memcpy(lane.record_buffer.data(), record.data(), record.size());
-  const auto length = static_cast<uint32_t>(record.size());
   for (auto it = lane.peers.begin(); it != lane.peers.end();) {
     if (start - it->second->last_used > options_.idle_close) {
       it = lane.peers.erase(it);
@@ -297,69 +397,156 @@ std::vector<Status> Replicator::ForwardOn(Lane& lane, const std::vector<ReplicaP
     }
   }
 
-  // Post to every backup first, then wait for each: the waits overlap.
-  std::vector<Peer*> posted(backups.size(), nullptr);
-  std::vector<bool> reused(backups.size(), false);
-  std::vector<std::optional<size_t>> same_as(backups.size());
-  for (size_t i = 0; i < backups.size(); ++i) {
-    for (size_t j = 0; j < i; ++j) {
-      if (backups[j].server_id == backups[i].server_id) {
-        same_as[i] = j;
+  // Build the chunk: items in order while they fit the lane's buffer and,
+  // for each of their backups, the connection's window and staging ring.
+  // An item that does not fit starts the next chunk. The chunk's first
+  // item to be sent always fits (its record goes to offset 0 everywhere,
+  // and one larger than a backup's ring fails for that backup alone), so
+  // every chunk takes at least one item.
+  std::vector<Target> targets;
+  std::map<std::string_view, size_t> target_of;  // by server id
+  std::vector<size_t> sent_items;                // the chunk's items that go out
+  uint64_t lane_bytes = 0;
+  constexpr size_t kNone = std::numeric_limits<size_t>::max();
+  size_t next = first;
+  for (; next < items.size(); ++next) {
+    const Item& item = items[next];
+    if (item.backups == nullptr || item.backups->empty()) continue;
+    const std::vector<ReplicaPeer>& backups = *item.backups;
+    std::vector<Status>& out = results[next];
+    if (item.op != protocol::Op::kReplicatePut && item.op != protocol::Op::kReplicateDelete) {
+      for (Status& s : out) s = InvalidArgument("only replica ops are forwarded");
+      continue;
+    }
+    if (item.record.size() < layout::kBlockHeaderBytes || item.record.size() > options_.max_record_bytes) {
+      for (Status& s : out) {
+        s = InvalidArgument("a record of " + to_string(item.record.size()) + " bytes cannot be forwarded (at most " +
+                            to_string(options_.max_record_bytes) + ")");
+      }
+      continue;
+    }
+    const auto length = static_cast<uint32_t>(item.record.size());
+    const uint64_t record_offset = AlignUp(lane_bytes);
+    if (record_offset + length > lane.record_buffer.size()) break;
+    const std::vector<std::optional<size_t>> same_as = SameAs(backups);
+    std::vector<size_t> target_index(backups.size(), kNone);
+    bool fits = true;
+    for (size_t k = 0; k < backups.size() && fits; ++k) {
+      if (same_as[k]) continue;
+      const auto [it, added] = target_of.try_emplace(backups[k].server_id, targets.size());
+      if (added) {
+        // Opened now: its accept bounds what the chunk may send it.
+        Target& t = targets.emplace_back();
+        t.backup = &backups[k];
+        StatusOr<Peer*> p = Connection(lane, backups[k], deadline);
+        if (p.ok()) {
+          t.peer = *p;
+          t.reused = t.peer->reused;
+        } else {
+          t.status = p.status();
+        }
+      } else if (!SameIncarnation(*targets[it->second].backup, backups[k])) {
+        // Another incarnation of a server the chunk sends to: the next
+        // chunk replaces the connection.
+        fits = false;
         break;
       }
+      target_index[k] = it->second;
+      const Target& t = targets[it->second];
+      if (t.peer == nullptr || t.requests.empty()) continue;
+      fits = t.requests.size() < t.peer->window && AlignUp(t.ring_bytes) + length <= t.peer->accept.ring.length;
     }
-    if (same_as[i]) continue;
-    const auto found = lane.peers.find(backups[i].server_id);
-    reused[i] = found != lane.peers.end() && found->second->reused;
-    StatusOr<Peer*> p = PostTo(lane, backups[i], map_version, op, length, deadline);
-    if (!p.ok() && reused[i]) {
-      reused[i] = false;
-      p = PostTo(lane, backups[i], map_version, op, length, deadline);  // the idle one had gone stale: anew
-    }
-    if (p.ok()) {
-      posted[i] = *p;
-    } else {
-      results[i] = p.status();
-    }
-  }
-  for (size_t i = 0; i < backups.size(); ++i) {
-    Peer* peer = posted[i];
-    if (peer == nullptr) continue;
-    Status s = Wait(*peer, deadline);
-    if (!s.ok() && !peer->reply && reused[i] && s.code() == StatusCode::kUnavailable) {
-      // A connection that broke while idle: forwards are idempotent, so
-      // resend once on a new one.
-      lane.peers.erase(backups[i].server_id);
-      peer = nullptr;
-      StatusOr<Peer*> p = PostTo(lane, backups[i], map_version, op, length, deadline);
-      if (p.ok()) {
-        peer = *p;
-        s = Wait(*peer, deadline);
+    if (!fits) break;
+
+    std::memcpy(lane.record_buffer.data() + record_offset, item.record.data(), length);
+    lane_bytes = record_offset + length;
+    for (size_t k = 0; k < backups.size(); ++k) {
+      if (target_index[k] == kNone) continue;
+      Target& t = targets[target_index[k]];
+      if (t.peer == nullptr) {
+        out[k] = t.status;
+      } else if (length > t.peer->accept.ring.length) {
+        out[k] = FailedPrecondition("a " + to_string(length) + "-byte record does not fit the backup's " +
+                                    to_string(t.peer->accept.ring.length) + "-byte staging ring");
       } else {
-        s = p.status();
+        Request& r = t.requests.emplace_back();
+        r.item = next;
+        r.backup = k;
+        r.op = item.op;
+        r.map_version = item.map_version;
+        r.record_offset = record_offset;
+        r.length = length;
+        r.ring_offset = AlignUp(t.ring_bytes);
+        t.ring_bytes = r.ring_offset + length;
       }
     }
-    if (peer != nullptr) {
-      if (peer->sent && peer->reply) {
-        // A well-formed reply, OK or a refusal: the connection stays.
-        peer->reused = true;
-        peer->last_used = Clock::now();
+    sent_items.push_back(next);
+  }
+
+  // Post to every backup first, then wait for each: the waits overlap.
+  for (Target& t : targets) {
+    if (t.peer == nullptr || t.requests.empty()) continue;
+    Status s = Post(lane, t);
+    if (!s.ok()) {
+      lane.peers.erase(t.backup->server_id);
+      t.peer = nullptr;
+      if (t.reused) {
+        t.reused = false;
+        s = PostTo(lane, t, deadline);  // the idle one had gone stale: anew
+      }
+    }
+    if (!s.ok()) t.status = s;
+  }
+  for (Target& t : targets) {
+    if (t.peer == nullptr || t.requests.empty()) continue;
+    Status s = Wait(t, deadline);
+    const bool answered =
+        std::any_of(t.requests.begin(), t.requests.end(), [](const Request& r) { return r.reply.has_value(); });
+    if (!s.ok() && !answered && t.reused && s.code() == StatusCode::kUnavailable) {
+      // A connection that broke while idle: forwards are idempotent, so
+      // resend the chunk's requests once on a new one.
+      lane.peers.erase(t.backup->server_id);
+      t.peer = nullptr;
+      t.reused = false;
+      s = PostTo(lane, t, deadline);
+      if (s.ok()) s = Wait(t, deadline);
+    }
+    if (t.peer != nullptr) {
+      if (s.ok()) {
+        // Every request sent and answered, OK or a refusal: the
+        // connection stays.
+        t.peer->reused = true;
+        t.peer->last_used = Clock::now();
       } else {
         // Timed out, broken or malformed: a late reply must never be
         // taken for a later request's.
-        lane.peers.erase(backups[i].server_id);
+        lane.peers.erase(t.backup->server_id);
+        t.peer = nullptr;
       }
     }
-    results[i] = s;
+    t.status = s;
   }
-  for (size_t i = 0; i < backups.size(); ++i) {
-    if (same_as[i]) {
-      results[i] = results[*same_as[i]];
-    } else if (!results[i].ok()) {
-      results[i] = results[i].WithContext(Name(backups[i]));
+
+  for (const Target& t : targets) {
+    for (const Request& r : t.requests) {
+      // A reply that came keeps its status, whatever became of the
+      // connection after it.
+      results[r.item][r.backup] =
+          r.reply ? ReplyStatus(*r.reply) : (t.status.ok() ? Internal("no reply") : t.status);
     }
   }
-  return results;
+  for (const size_t i : sent_items) {
+    const std::vector<ReplicaPeer>& backups = *items[i].backups;
+    const std::vector<std::optional<size_t>> same_as = SameAs(backups);
+    for (size_t k = 0; k < backups.size(); ++k) {
+      if (same_as[k]) {
+        results[i][k] = results[i][*same_as[k]];
+      } else if (!results[i][k].ok()) {
+        results[i][k] = results[i][k].WithContext(Name(backups[k]));
+      }
+    }
+  }
+  return next;
 }
 
 }  // namespace rkv::server

@@ -6,34 +6,53 @@
 //
 // Lanes: ReplicatorOptions::lanes forwards may be in flight at once, each
 // on its own lane: a record buffer (and its registration) and one
-// connection per backup server. A Forward takes the first free lane, in
-// lane order (or, when all are busy, waits for one), so that a lane beyond
-// the concurrency the writes need never opens a connection, and writes of several client pollers
-// overlap their round trips, while each connection carries one request at a
-// time. A backup serves each lane's connection as an ordinary replication
-// connection from this server; it needs nothing else.
+// connection per backup server. A Forward or ForwardMany takes the first
+// free lane, in lane order (or, when all are busy, waits for one), so that
+// a lane beyond the concurrency the writes need never opens a connection,
+// and writes of several client pollers overlap their round trips. A lane
+// serves one call at a time, and pipelines it: a Forward is a ForwardMany
+// of one item. The items go in chunks, in order; a chunk takes items while
+// their records fit the lane's buffer (each copied at its own 64-byte
+// aligned offset) and, for every backup of the chunk, its requests fit the
+// connection's window (kMaxInFlight and the backup's request credits) and
+// its records, packed from offset 0 at 64-byte aligned offsets, its
+// staging ring. Each item's record is written to every backup of it and
+// its request sent, then every reply of the chunk is awaited (the waits
+// overlap), then the next chunk goes, with a deadline of its own: a chunk
+// costs one round trip per backup, not one per item. A backup serves each
+// lane's connection as an ordinary replication connection from this
+// server; it needs nothing else.
 //
-// Connections: per lane, one per backup server, opened on first use with a
+// Connections: per lane, one per backup server, opened on first use (while
+// a chunk is built: its accept bounds the chunk) with a
 // protocol::PeerConnectData that names this server (PeerFingerprint of its
 // id, and its epoch) and kept for that lane's later writes. A connection to
-// another epoch or address of the same server id is replaced; one that
-// broke, timed out or sent something malformed is dropped; one unused for
-// ReplicatorOptions::idle_close is closed before its lane's next use. One
-// request is in flight per connection (a lane serves one Forward at a
-// time), so the record always goes to ring offset 0 and one receive buffer
-// is enough.
+// another epoch or address of the same server id is replaced (an item
+// naming one ends the chunk, so a connection in use is never replaced); one
+// that broke, timed out or sent something malformed is dropped, and each
+// of its requests without a reply fails with that status; one unused for
+// ReplicatorOptions::idle_close is closed before its lane's next chunk. Up
+// to its window of requests are in flight on a connection, each with its
+// own request id (the connection's sequence), request message slot, and
+// receive slot (as many receives as the window are posted, each posted
+// again once its reply is taken); a reply is matched to its request by
+// request id alone, whatever the order or slot it came in. A chunk ends
+// with no request in flight on any connection, so the next one reuses the
+// slots and the ring from offset 0.
 //
 // Each accept is validated (magic, versions, the epoch the map names, a
 // ring that holds the record, at least one credit) and so is every reply
-// (exact size, the request id echoed, a known status code, a NUL-terminated
+// (exact size, the id of a request in flight on that connection and not
+// yet answered, a known status code and reason, a NUL-terminated
 // message). Forwarding is idempotent (a backup installs a version only when
-// it is newer), so a request that failed on a connection that had been
-// idle, which the peer may have closed meanwhile, is resent once on a new
-// connection within the same deadline.
+// it is newer), so the requests of a chunk that failed on a connection
+// that had been idle, which the peer may have closed meanwhile, before any
+// of their replies came, are resent once on a new connection within the
+// same deadline.
 //
-// Thread safety: Forward, connections() and the destructor are
-// thread-safe; up to `lanes` calls of Forward run at once, each holding its
-// lane's mutex, and more wait for a lane. The destructor disconnects every
+// Thread safety: Forward, ForwardMany, connections() and the destructor
+// are thread-safe; up to `lanes` calls run at once, each holding its lane's
+// mutex, and more wait for a lane. The destructor disconnects every
 // connection; it must run before the transport is destroyed.
 #pragma once
 
@@ -69,6 +88,28 @@ class Forwarder {
   // acknowledged the write, else why not, naming the backup.
   virtual std::vector<Status> Forward(const std::vector<ReplicaPeer>& backups, uint64_t map_version,
                                       protocol::Op op, std::span<const uint8_t> record) = 0;
+
+  // One write of a ForwardMany: Forward's arguments. The views must stay
+  // valid for the call.
+  struct Item {
+    const std::vector<ReplicaPeer>* backups = nullptr;
+    uint64_t map_version = 0;
+    protocol::Op op = protocol::Op::kReplicatePut;
+    std::span<const uint8_t> record;
+  };
+  // Forwards several writes at once: each item as Forward would, the
+  // result of item i at index i (one status per backup of the item, in its
+  // order). The items are writes of different keys; nothing orders them
+  // against each other. This one forwards them one after the other;
+  // Replicator overrides it to pipeline them (docs/design.md §5.7).
+  virtual std::vector<std::vector<Status>> ForwardMany(std::span<const Item> items) {
+    std::vector<std::vector<Status>> results;
+    results.reserve(items.size());
+    for (const Item& item : items) {
+      results.push_back(Forward(*item.backups, item.map_version, item.op, item.record));
+    }
+    return results;
+  }
 };
 
 struct ReplicatorOptions {
@@ -105,6 +146,16 @@ class Replicator final : public Forwarder {
 
   std::vector<Status> Forward(const std::vector<ReplicaPeer>& backups, uint64_t map_version, protocol::Op op,
                               std::span<const uint8_t> record) override;
+  // Pipelined: on one lane, every item's record is written to each of its
+  // backups at its own offset of that backup's staging ring, and its
+  // request sent, before any reply is awaited, so a batch costs one round
+  // trip per backup, not one per item (up to kMaxInFlight requests per
+  // connection at once; a larger batch goes in several such steps).
+  std::vector<std::vector<Status>> ForwardMany(std::span<const Item> items) override;
+
+  // Requests in flight on one connection at most (also bounded by the
+  // backup's request credits and its staging ring).
+  static constexpr uint32_t kMaxInFlight = 16;
 
   // Connections open now, over every lane (a backup in use by k lanes
   // counts k times).
@@ -112,36 +163,48 @@ class Replicator final : public Forwarder {
 
  private:
   struct Peer;
+  struct Request;
+  struct Target;
   // One forward's worth of state: what Forward used before lanes, once per
   // lane. Members go bottom-up: the connections (which read the record
   // buffer) before its registration, and that before the buffer.
   struct Lane {
     mutable Mutex mu;
-    // The record being forwarded, read by every connection's WRITE.
+    // The records of the chunk being forwarded, each at its own 64-byte
+    // aligned offset, read by every connection's WRITEs.
     std::vector<uint8_t> record_buffer GUARDED_BY(mu);
     std::unique_ptr<transport::MemoryRegion> record_mr GUARDED_BY(mu);
     std::map<std::string, std::unique_ptr<Peer>> peers GUARDED_BY(mu);  // by server id
   };
   using Clock = std::chrono::steady_clock;
 
+  // A lane's record buffer holds at least this much of a chunk's records
+  // (and at least the largest record).
+  static constexpr uint64_t kBatchBytes = uint64_t{256} << 10;
+
   Replicator(transport::Transport* transport, ReplicatorOptions options);
-  // Forward, on `lane`.
-  std::vector<Status> ForwardOn(Lane& lane, const std::vector<ReplicaPeer>& backups, uint64_t map_version,
-                                protocol::Op op, std::span<const uint8_t> record) REQUIRES(lane.mu);
+  // ForwardMany, on `lane`.
+  std::vector<std::vector<Status>> ForwardOn(Lane& lane, std::span<const Item> items) REQUIRES(lane.mu);
+  // Builds the chunk that starts at items[first], forwards it and fills
+  // the results of its items; returns the index of the first item after it
+  // (> first).
+  size_t ForwardChunk(Lane& lane, std::span<const Item> items, size_t first,
+                      std::vector<std::vector<Status>>& results) REQUIRES(lane.mu);
   // The open connection of `lane` to `backup`, opened (or replaced) if need
   // be.
   StatusOr<Peer*> Connection(Lane& lane, const ReplicaPeer& backup, Clock::time_point deadline) REQUIRES(lane.mu);
   StatusOr<std::unique_ptr<Peer>> Open(const ReplicaPeer& backup, Clock::time_point deadline);
-  // Posts the record in `lane`'s buffer and the request on `peer`.
-  Status Post(Lane& lane, Peer& peer, uint64_t map_version, protocol::Op op, uint32_t length) REQUIRES(lane.mu);
-  // Post on `lane`'s connection to `backup`, opened if need be; on failure
-  // the connection is dropped.
-  StatusOr<Peer*> PostTo(Lane& lane, const ReplicaPeer& backup, uint64_t map_version, protocol::Op op,
-                         uint32_t length, Clock::time_point deadline) REQUIRES(lane.mu);
-  // Waits for the send completion and the reply of the request posted on
-  // `peer`; OK when the backup acknowledged it. The caller holds the lane
-  // that owns `peer`.
-  Status Wait(Peer& peer, Clock::time_point deadline);
+  // Posts `target`'s requests (their records in `lane`'s buffer) on its
+  // connection, as new requests.
+  Status Post(Lane& lane, Target& target) REQUIRES(lane.mu);
+  // Post on `lane`'s connection to `target`'s backup, opened if need be;
+  // on failure the connection is dropped.
+  Status PostTo(Lane& lane, Target& target, Clock::time_point deadline) REQUIRES(lane.mu);
+  // Waits for the send completions and the replies of `target`'s requests,
+  // posted on its connection; OK when every one was sent and answered (each
+  // reply, an acknowledgement or a refusal, is in its request), else why the
+  // connection failed. The caller holds the lane that owns the connection.
+  Status Wait(Target& target, Clock::time_point deadline);
 
   transport::Transport* const transport_;
   const ReplicatorOptions options_;

@@ -424,5 +424,257 @@ TEST_F(ReplicatorTest, ABackupThatDoesNotKnowThisServerRefusesItAtTheHandshake) 
   EXPECT_EQ((*r)->connections(), 0u);
 }
 
+// A batch larger than a connection's window goes in chunks over one
+// connection, every request of a chunk in flight at once: with every reply
+// held back (recv:delay on the primary's transport), 40 writes take about
+// one delay per chunk of at most kMaxInFlight (three), not one per write.
+// The bounds are loose (a floor of three delays, a ceiling of half the
+// forty a write at a time would take) for a loaded machine.
+TEST_F(ReplicatorTest, ForwardManyPipelinesABatchOnOneConnectionPerBackup) {
+  constexpr size_t kItems = 40;
+  static_assert(kItems > 2 * Replicator::kMaxInFlight && kItems <= 3 * Replicator::kMaxInFlight);
+  constexpr auto kDelay = std::chrono::milliseconds(200);
+  std::unique_ptr<FaultTransport> faulty = FaultyTransport();
+  ASSERT_NE(faulty, nullptr);
+  auto r = Replicator::Create(faulty.get(), Options());
+  ASSERT_TRUE(r.ok()) << r.status();
+  const std::vector<ReplicaPeer> backups{Backup()};
+  std::vector<std::vector<uint8_t>> records;
+  std::vector<Forwarder::Item> items;
+  for (size_t i = 0; i < kItems; ++i) {
+    records.push_back(Record("key-" + std::to_string(i), "value-" + std::to_string(i), i + 1));
+  }
+  for (const auto& record : records) items.push_back({&backups, 7, protocol::Op::kReplicatePut, record});
+  ASSERT_TRUE(faulty->faults().AddSpec("recv:delay:ms=" + std::to_string(kDelay.count())).ok());
+
+  const auto start = SteadyClock::now();
+  const std::vector<std::vector<Status>> acks = (*r)->ForwardMany(items);
+  const auto took = SteadyClock::now() - start;
+  ASSERT_EQ(acks.size(), kItems);
+  for (size_t i = 0; i < kItems; ++i) {
+    ASSERT_EQ(acks[i].size(), 1u);
+    EXPECT_TRUE(acks[i][0].ok()) << "item " << i << ": " << acks[i][0];
+  }
+  EXPECT_GE(faulty->faults().count(transport::fault::FaultOp::kRecv), kItems);
+  EXPECT_GE(took, 3 * kDelay);
+  EXPECT_LT(took, kItems / 2 * kDelay) << "the writes went one round trip at a time";
+  EXPECT_EQ((*r)->connections(), 1u);
+  EXPECT_EQ(backup_->Stats().connections_accepted, 1u);
+  EXPECT_EQ(backup_->Stats().replica_writes, kItems);
+  faulty->faults().ClearRules();
+  for (size_t i = 0; i < kItems; ++i) {
+    EXPECT_EQ(BackupHolds("key-" + std::to_string(i)),
+              std::optional(std::pair("value-" + std::to_string(i), uint64_t{i + 1})));
+  }
+
+  // The next batch reuses the connection.
+  const std::vector<std::vector<Status>> again = (*r)->ForwardMany(std::span(items).first(3));
+  ASSERT_EQ(again.size(), 3u);
+  for (const auto& a : again) EXPECT_TRUE(a[0].ok()) << a[0];
+  EXPECT_EQ((*r)->connections(), 1u);
+  r->reset();
+}
+
+// The writes of a chunk are all on the wire before any reply is awaited:
+// with every reply lost, one chunk of kMaxInFlight writes reaches the
+// backup whole on one connection, and each write fails once that
+// connection's one wait times out. (One at a time, each write would wait
+// out its own timeout and drop its connection: kMaxInFlight connections.)
+TEST_F(ReplicatorTest, ForwardManyPostsAWholeChunkBeforeItWaits) {
+  constexpr size_t kItems = Replicator::kMaxInFlight;
+  std::unique_ptr<FaultTransport> faulty = FaultyTransport();
+  ASSERT_NE(faulty, nullptr);
+  ReplicatorOptions o = Options();
+  o.timeout = std::chrono::milliseconds(500);
+  auto r = Replicator::Create(faulty.get(), o);
+  ASSERT_TRUE(r.ok()) << r.status();
+  const std::vector<ReplicaPeer> backups{Backup()};
+  std::vector<std::vector<uint8_t>> records;
+  std::vector<Forwarder::Item> items;
+  for (size_t i = 0; i < kItems; ++i) records.push_back(Record("lost-" + std::to_string(i), "v", i + 1));
+  for (const auto& record : records) items.push_back({&backups, 7, protocol::Op::kReplicatePut, record});
+  ASSERT_TRUE(faulty->faults().AddSpec("recv:drop").ok());
+  const std::vector<std::vector<Status>> acks = (*r)->ForwardMany(items);
+  ASSERT_EQ(acks.size(), kItems);
+  for (size_t i = 0; i < kItems; ++i) {
+    ASSERT_EQ(acks[i].size(), 1u);
+    EXPECT_EQ(acks[i][0].code(), StatusCode::kDeadlineExceeded) << "item " << i << ": " << acks[i][0];
+  }
+  EXPECT_EQ(backup_->Stats().connections_accepted, 1u) << "the writes were forwarded one at a time";
+  EXPECT_TRUE(rkv::testing::WaitFor("every write at the backup",
+                                    [&] { return backup_->Stats().replica_writes == kItems; }))
+      << backup_->Stats().replica_writes << " of " << kItems << " writes reached the backup";
+  EXPECT_EQ((*r)->connections(), 0u) << "a connection whose replies were lost was kept";
+  r->reset();
+}
+
+// Each item of a batch is answered for each of its backups: the good
+// backup acknowledges, an unreachable one fails naming itself, and a
+// backup listed twice answers once for both places. An item naming the
+// backup's server with another epoch than its own fails alone (its
+// connection is refused at the accept), and so does an item that cannot be
+// forwarded (not a replica op, a record over max_record_bytes), for every
+// backup of it; the other items are written.
+TEST_F(ReplicatorTest, ForwardManyAnswersEachItemForEachBackup) {
+  MakeReplicator();
+  const ReplicaPeer nobody{"s-nobody", 1, "127.0.0.1:1"};
+  ReplicaPeer wrong_epoch = Backup();
+  wrong_epoch.epoch += 1;
+  const std::vector<ReplicaPeer> backups{Backup(), nobody, Backup()};
+  const std::vector<ReplicaPeer> stale{wrong_epoch};
+  const std::vector<uint8_t> good0 = Record("good-0", "v0", 1);
+  const std::vector<uint8_t> bad_op = Record("bad-op", "v", 1);
+  const std::vector<uint8_t> good1 = Record("good-1", "v1", 1);
+  const std::vector<uint8_t> stale_record = Record("stale", "v", 1);
+  const std::vector<uint8_t> too_big = Record("too-big", std::string(5000, 'x'), 1);
+  const std::vector<uint8_t> good2 = Record("good-2", "v2", 1);
+  ASSERT_GT(too_big.size(), Options().max_record_bytes);
+  const std::vector<Forwarder::Item> items{
+      {&backups, 7, protocol::Op::kReplicatePut, good0}, {&backups, 7, protocol::Op::kPut, bad_op},
+      {&backups, 7, protocol::Op::kReplicatePut, good1}, {&stale, 7, protocol::Op::kReplicatePut, stale_record},
+      {&backups, 7, protocol::Op::kReplicatePut, too_big}, {&backups, 7, protocol::Op::kReplicatePut, good2},
+  };
+  const std::vector<std::vector<Status>> acks = replicator_->ForwardMany(items);
+  ASSERT_EQ(acks.size(), items.size());
+  for (const size_t i : {0u, 2u, 5u}) {
+    ASSERT_EQ(acks[i].size(), 3u);
+    EXPECT_TRUE(acks[i][0].ok()) << "item " << i << ": " << acks[i][0];
+    EXPECT_FALSE(acks[i][1].ok()) << "item " << i;
+    EXPECT_NE(acks[i][1].message().find("s-nobody"), std::string::npos) << acks[i][1];
+    EXPECT_TRUE(acks[i][2].ok()) << "item " << i << ": " << acks[i][2];
+  }
+  for (const size_t i : {1u, 4u}) {
+    ASSERT_EQ(acks[i].size(), 3u);
+    for (const Status& s : acks[i]) EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << "item " << i << ": " << s;
+  }
+  ASSERT_EQ(acks[3].size(), 1u);
+  EXPECT_EQ(acks[3][0].code(), StatusCode::kFailedPrecondition) << acks[3][0];
+  EXPECT_NE(acks[3][0].message().find("epoch"), std::string::npos) << acks[3][0];
+  EXPECT_NE(acks[3][0].message().find("s-backup"), std::string::npos) << acks[3][0];
+
+  EXPECT_EQ(backup_->Stats().replica_writes, 3u);
+  EXPECT_EQ(replicator_->connections(), 1u);
+  for (const std::string key : {"good-0", "good-1", "good-2"}) {
+    EXPECT_EQ(BackupHolds(key), std::optional(std::pair("v" + key.substr(5), uint64_t{1}))) << key;
+  }
+  for (const std::string key : {"bad-op", "stale", "too-big"}) EXPECT_EQ(BackupHolds(key), std::nullopt) << key;
+}
+
+// Records of different sizes share a backup's staging ring, each at its
+// own 64-byte aligned offset: a batch that mixes 10-byte and 3000-byte
+// values goes in chunks bounded by the ring (16 KiB: five pairs of a large
+// and a small record), then, from a backup that grants 4 credits, by the
+// credits, and every value lands whole with its version.
+TEST_F(ReplicatorTest, ForwardManyPacksRecordsOfDifferentSizesIntoTheRing) {
+  options_.ring_bytes = 16 << 10;
+  options_.max_value_bytes = 4000;
+  StartBackup();
+  MakeReplicator();
+  constexpr size_t kItems = 24;
+  const auto value = [](size_t i, uint64_t version) {
+    return i % 2 == 0 ? std::string(3000, static_cast<char>('a' + i % 26)) + std::to_string(version)
+                      : "small-" + std::to_string(i) + "-" + std::to_string(version);
+  };
+  const auto forward = [&](uint64_t version) {
+    const std::vector<ReplicaPeer> backups{Backup()};
+    std::vector<std::vector<uint8_t>> records;
+    for (size_t i = 0; i < kItems; ++i) {
+      records.push_back(Record("mixed-" + std::to_string(i), value(i, version), version));
+    }
+    ASSERT_LE(records[0].size(), Options().max_record_bytes);
+    std::vector<Forwarder::Item> items;
+    for (const auto& record : records) items.push_back({&backups, 7, protocol::Op::kReplicatePut, record});
+    const std::vector<std::vector<Status>> acks = replicator_->ForwardMany(items);
+    ASSERT_EQ(acks.size(), kItems);
+    for (size_t i = 0; i < kItems; ++i) EXPECT_TRUE(acks[i][0].ok()) << "item " << i << ": " << acks[i][0];
+    for (size_t i = 0; i < kItems; ++i) {
+      EXPECT_EQ(BackupHolds("mixed-" + std::to_string(i)), std::optional(std::pair(value(i, version), version)))
+          << "item " << i;
+    }
+  };
+  ASSERT_NO_FATAL_FAILURE(forward(1));
+  EXPECT_EQ(replicator_->connections(), 1u);
+
+  options_.request_credits = 4;
+  StartBackup();
+  ASSERT_NO_FATAL_FAILURE(forward(2));
+  EXPECT_EQ(replicator_->connections(), 1u);
+  EXPECT_EQ(backup_->Stats().replica_writes, kItems);
+}
+
+// A chunk whose reused connection breaks before any of its replies came
+// (an injected failure of its first SEND) is resent once on a new
+// connection, and every write is acknowledged; on a connection opened for
+// the chunk the same failure is the chunk's answer, naming the backup.
+TEST_F(ReplicatorTest, ForwardManyResendsAChunkOnlyOnAReusedConnection) {
+  std::unique_ptr<FaultTransport> faulty = FaultyTransport();
+  ASSERT_NE(faulty, nullptr);
+  auto r = Replicator::Create(faulty.get(), Options());
+  ASSERT_TRUE(r.ok()) << r.status();
+  const std::vector<ReplicaPeer> backups{Backup()};
+  std::vector<std::vector<uint8_t>> records;
+  for (uint64_t i = 0; i < 5; ++i) records.push_back(Record("key-" + std::to_string(i), "v", 1));
+  std::vector<Forwarder::Item> items;
+  for (const auto& record : records) items.push_back({&backups, 7, protocol::Op::kReplicatePut, record});
+
+  // New connection: no resend.
+  ASSERT_TRUE(faulty->faults().AddSpec("send:fail:nth=1").ok());
+  std::vector<std::vector<Status>> acks = (*r)->ForwardMany(items);
+  ASSERT_EQ(acks.size(), items.size());
+  for (const auto& a : acks) {
+    EXPECT_EQ(a[0].code(), StatusCode::kUnavailable) << a[0];
+    EXPECT_NE(a[0].message().find("s-backup"), std::string::npos) << a[0];
+  }
+  EXPECT_EQ((*r)->connections(), 0u);
+  EXPECT_EQ(backup_->Stats().replica_writes, 0u);
+
+  // Reused connection: resent once, on a new one.
+  faulty->faults().ClearRules();
+  acks = (*r)->ForwardMany(std::span(items).first(1));
+  ASSERT_TRUE(acks[0][0].ok()) << acks[0][0];
+  const uint64_t accepted = backup_->Stats().connections_accepted;
+  ASSERT_TRUE(faulty->faults().AddSpec("send:fail:nth=1").ok());
+  acks = (*r)->ForwardMany(items);
+  for (const auto& a : acks) EXPECT_TRUE(a[0].ok()) << a[0];
+  EXPECT_EQ(backup_->Stats().connections_accepted, accepted + 1);
+  EXPECT_EQ((*r)->connections(), 1u);
+  r->reset();
+}
+
+// A malformed reply (its request id corrupted to one not in flight) drops
+// the connection: the requests answered before it keep their replies' OK,
+// the ones without a reply fail with the malformation, naming the backup,
+// and the next batch opens a new connection.
+TEST_F(ReplicatorTest, ForwardManyKeepsTheRepliesThatCameBeforeAMalformedOne) {
+  std::unique_ptr<FaultTransport> faulty = FaultyTransport();
+  ASSERT_NE(faulty, nullptr);
+  auto r = Replicator::Create(faulty.get(), Options());
+  ASSERT_TRUE(r.ok()) << r.status();
+  const std::vector<ReplicaPeer> backups{Backup()};
+  std::vector<std::vector<uint8_t>> records;
+  for (uint64_t i = 0; i < 4; ++i) records.push_back(Record("key-" + std::to_string(i), "v", 1));
+  std::vector<Forwarder::Item> items;
+  for (const auto& record : records) items.push_back({&backups, 7, protocol::Op::kReplicatePut, record});
+  // The second reply's low byte of request_id (2, flipped to 253): the
+  // backup answers a connection's requests in order.
+  ASSERT_TRUE(faulty->faults().AddSpec("recv:corrupt:nth=2,at=0,bytes=1").ok());
+  std::vector<std::vector<Status>> acks = (*r)->ForwardMany(items);
+  ASSERT_EQ(acks.size(), items.size());
+  EXPECT_TRUE(acks[0][0].ok()) << acks[0][0];
+  for (size_t i = 1; i < items.size(); ++i) {
+    EXPECT_EQ(acks[i][0].code(), StatusCode::kInvalidArgument) << acks[i][0];
+    EXPECT_NE(acks[i][0].message().find("reply to request 253, which is not in flight"), std::string::npos)
+        << acks[i][0];
+    EXPECT_NE(acks[i][0].message().find("s-backup"), std::string::npos) << acks[i][0];
+  }
+  EXPECT_EQ((*r)->connections(), 0u);
+
+  faulty->faults().ClearRules();
+  acks = (*r)->ForwardMany(items);
+  for (const auto& a : acks) EXPECT_TRUE(a[0].ok()) << a[0];
+  EXPECT_EQ((*r)->connections(), 1u);
+  r->reset();
+}
+
 }  // namespace
 }  // namespace rkv::server
