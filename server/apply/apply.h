@@ -528,8 +528,12 @@ class Applier {
   // Counts a forward and reports each backup of `route` whose entry in
   // `acks` (one per backup, in order) is an error: OK when the write may go
   // on locally, UNAVAILABLE (Reason::kOutcomeUnknown) when a failed backup
-  // could not be reported.
-  Status SettleForward(const WriteRoute& route, const std::vector<Status>& acks) EXCLUDES(table_mu_);
+  // could not be reported. `reported` (a group's): the backup incarnations
+  // (id, epoch) reported already, not reported again (ReportFailedBackup
+  // takes one out of every shard this server leads that lists it), and
+  // added to once reported.
+  Status SettleForward(const WriteRoute& route, const std::vector<Status>& acks,
+                       std::vector<std::pair<std::string, uint64_t>>* reported = nullptr) EXCLUDES(table_mu_);
 
   // ---- Backup install (apply_backup.cc) ----
   // Installs a validated, accepted replica op by the replica rule.

@@ -147,9 +147,13 @@ void Applier::ApplyGroup(std::span<GroupItem> group) {
     }
     if (!forwards.empty()) {
       const std::vector<std::vector<Status>> acks = replication_.forwarder->ForwardMany(forwards);
+      // A backup that failed several of the group's writes is reported
+      // once: one report takes it out of all their shards.
+      std::vector<std::pair<std::string, uint64_t>> reported;
       for (size_t i = 0; i < forwarded.size(); ++i) {
         GroupItem& g = *forwarded[i];
-        g.replicated = SettleForward(*g.staging.route, i < acks.size() ? acks[i] : std::vector<Status>{});
+        g.replicated =
+            SettleForward(*g.staging.route, i < acks.size() ? acks[i] : std::vector<Status>{}, &reported);
       }
       // In the group's order, each under the checks a lone write passes.
       for (GroupItem* g : forwarded) g->write->reply = FinishWrite(g->req, g->staging, g->replicated, &g->remember);

@@ -542,6 +542,35 @@ TEST_F(ApplyParallelTest, AWriteOfABatchThatFailsFailsAloneAndAMalformedOneIsRef
   EXPECT_EQ(TableRecord("bad"), std::pair(std::string("b"), again[0].version));
 }
 
+TEST_F(ApplyParallelTest, ABackupThatFailsSeveralWritesOfAGroupIsReportedOnce) {
+  // One report takes the backup out of every shard this server leads that
+  // lists it (ReplicationPolicy::ReportFailedBackup), so the group's other
+  // writes it failed are acknowledged without reporting it again.
+  forwarder_.hook = [](const std::string& key, uint64_t) {
+    return key == "ok" ? Status::Ok() : Unavailable("backup unreachable");
+  };
+  const std::vector<protocol::ReplyMsg> r = Batch({
+      {protocol::Op::kPut, 1, 1, "x", "vx"},
+      {protocol::Op::kPut, 1, 2, "ok", "v"},
+      {protocol::Op::kPut, 1, 3, "y", "vy"},
+      {protocol::Op::kPut, 1, 4, "z", "vz"},
+  });
+  for (const auto& reply : r) EXPECT_EQ(reply.status_code, Ok()) << reply.message;
+  ASSERT_EQ(policy_.reports().size(), 1u);
+  EXPECT_EQ(policy_.reports()[0].backup.server_id, "s-backup");
+  EXPECT_EQ(applier_->snapshot().backup_failures, 3u);
+  EXPECT_EQ(TableRecord("z"), std::pair(std::string("vz"), r[3].version));
+  // Another group reports it anew: here the map lists it again (a rejoin).
+  WriteRoute relisted;
+  relisted.map_version = 5;
+  relisted.backups.push_back(ReplicaPeer{"s-backup", 1, "127.0.0.1:1"});
+  policy_.SetRoute(relisted);
+  const std::vector<protocol::ReplyMsg> again =
+      Batch({{protocol::Op::kPut, 2, 1, "x", "vx2"}, {protocol::Op::kPut, 2, 2, "y", "vy2"}});
+  for (const auto& reply : again) EXPECT_EQ(reply.status_code, Ok()) << reply.message;
+  EXPECT_EQ(policy_.reports().size(), 2u);
+}
+
 TEST_F(ApplyParallelTest, ABatchHoldingTheResendOfAWriteInFlightElsewhereAppliesItsOthersFirst) {
   // The original of (7, 42) is held in its forward on another thread; a
   // batch holding its resend and a write of "z" publishes "z" without

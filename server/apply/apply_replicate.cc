@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <limits>
 #include <span>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include <glog/logging.h>
@@ -45,7 +47,8 @@ Status Applier::Replicate(const Request& req, const Staged& staged) {
   return SettleForward(*staged.route, acks);
 }
 
-Status Applier::SettleForward(const WriteRoute& route, const std::vector<Status>& acks) {
+Status Applier::SettleForward(const WriteRoute& route, const std::vector<Status>& acks,
+                              std::vector<std::pair<std::string, uint64_t>>* reported) {
   forwarded_.fetch_add(1, std::memory_order_relaxed);
   for (size_t i = 0; i < route.backups.size(); ++i) {
     const Status& ack = i < acks.size() ? acks[i] : Internal("the forwarder gave no answer for this backup");
@@ -54,15 +57,21 @@ Status Applier::SettleForward(const WriteRoute& route, const std::vector<Status>
     const ReplicaPeer& backup = route.backups[i];
     LOG(WARNING) << "backup " << backup.server_id << " (epoch " << backup.epoch << ", " << backup.data_address
                  << ") of shard " << route.shard << " did not acknowledge a write: " << ack;
-    if (Status reported = replication_.policy->ReportFailedBackup(route.shard, backup, ack.ToString());
-        !reported.ok()) {
+    const std::pair<std::string, uint64_t> incarnation{backup.server_id, backup.epoch};
+    if (reported != nullptr && std::find(reported->begin(), reported->end(), incarnation) != reported->end()) {
+      // Reported for an earlier write of the group: that report took it out
+      // of every shard this server leads that listed it, this one included.
+      continue;
+    }
+    if (Status told = replication_.policy->ReportFailedBackup(route.shard, backup, ack.ToString()); !told.ok()) {
       LOG(ERROR) << "backup " << backup.server_id << " of shard " << route.shard
-                 << " failed and the coordinator could not be told: " << reported;
+                 << " failed and the coordinator could not be told: " << told;
       return Status(StatusCode::kUnavailable,
                     "outcome unknown: backup " + backup.server_id +
-                        " failed and the coordinator could not be told (" + reported.message() + ")",
+                        " failed and the coordinator could not be told (" + told.message() + ")",
                     Reason::kOutcomeUnknown, route.map_version);
     }
+    if (reported != nullptr) reported->push_back(incarnation);
   }
   return Status::Ok();
 }

@@ -56,9 +56,13 @@ class ReplicationPolicy {
 
   // A backup did not acknowledge a forwarded write of `shard` in time (or
   // refused it): asks the coordinator to take it out of the shard's replica
-  // set and returns OK once a map without it is committed (the write may
-  // then be acknowledged without it), or the error that prevented that (the
-  // write must then fail with UNAVAILABLE: its outcome is unknown).
+  // set, and out of every other shard this server leads that lists it (a
+  // backup that failed one forward fails the others), and returns OK once a
+  // map without it is committed (the write may then be acknowledged
+  // without it; so may a write of any of those shards routed by an earlier
+  // map, which Applier::ApplyBatch relies on to report a backup once per
+  // group), or the error that prevented that (the write must then fail
+  // with UNAVAILABLE: its outcome is unknown).
   virtual Status ReportFailedBackup(uint32_t shard, const ReplicaPeer& backup, std::string_view reason) = 0;
 
   // The id of the server of the current map whose id has fingerprint
