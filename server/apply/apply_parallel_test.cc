@@ -196,6 +196,25 @@ class ApplyParallelTest : public ::testing::Test {
     return replies;
   }
 
+  // The PUT of "r" (client 7, request 42, value "once") on a thread of its
+  // own, held in its forward until `release` is set (the forwarder's hook
+  // is set for it); the caller joins `thread`.
+  struct HeldPut {
+    Event forwarding;
+    Event release;
+    protocol::ReplyMsg reply{};
+    std::thread thread;
+  };
+  void StartHeldPut(HeldPut* held) {
+    forwarder_.hook = [held](const std::string& key, uint64_t) {
+      if (key != "r") return Status::Ok();
+      held->forwarding.Set();
+      (void)held->release.Wait();
+      return Status::Ok();
+    };
+    held->thread = std::thread([this, held] { held->reply = Put(/*client=*/7, 42, "r", "once"); });
+  }
+
   std::optional<std::pair<std::string, uint64_t>> TableRecord(std::string_view key) {
     const auto e = local_.table->Lookup(key);
     if (!e) return std::nullopt;
@@ -304,18 +323,10 @@ TEST_F(ApplyParallelTest, WritesOfOneKeyForwardOneAfterTheOther) {
 }
 
 TEST_F(ApplyParallelTest, ARetryOfARequestBeingAppliedWaitsAndGetsTheOriginalReply) {
-  Event original_forwarding;
-  Event release;
-  forwarder_.hook = [&](const std::string& key, uint64_t) {
-    if (key != "r") return Status::Ok();
-    original_forwarding.Set();
-    (void)release.Wait();
-    return Status::Ok();
-  };
-  protocol::ReplyMsg original{};
+  HeldPut held;
+  StartHeldPut(&held);
   protocol::ReplyMsg retry{};
-  std::thread first([&] { original = Put(/*client=*/7, 42, "r", "once"); });
-  ASSERT_TRUE(original_forwarding.Wait()) << "the original never reached its forward";
+  ASSERT_TRUE(held.forwarding.Wait()) << "the original never reached its forward";
   Event retry_sent;
   // The same client and request id, on another connection (thread).
   std::thread again([&] {
@@ -324,11 +335,12 @@ TEST_F(ApplyParallelTest, ARetryOfARequestBeingAppliedWaitsAndGetsTheOriginalRep
   });
   ASSERT_TRUE(retry_sent.Wait());
   std::this_thread::sleep_for(50ms);  // lets the retry arrive while the original is in flight
-  release.Set();
-  first.join();
+  held.release.Set();
+  held.thread.join();
   again.join();
-  ASSERT_EQ(original.status_code, Ok()) << original.message;
-  EXPECT_EQ(std::memcmp(&original, &retry, sizeof(original)), 0) << "the retry got another reply: " << retry.message;
+  ASSERT_EQ(held.reply.status_code, Ok()) << held.reply.message;
+  EXPECT_EQ(std::memcmp(&held.reply, &retry, sizeof(held.reply)), 0)
+      << "the retry got another reply: " << retry.message;
   EXPECT_EQ(forwarder_.forwarded().size(), 1u) << "the request was forwarded twice";
   EXPECT_EQ(applier_->snapshot().puts, 1u);
   EXPECT_EQ(applier_->snapshot().replays, 1u);
@@ -575,17 +587,9 @@ TEST_F(ApplyParallelTest, ABatchHoldingTheResendOfAWriteInFlightElsewhereApplies
   // The original of (7, 42) is held in its forward on another thread; a
   // batch holding its resend and a write of "z" publishes "z" without
   // waiting for the original, then waits for it and gets its reply.
-  Event original_forwarding;
-  Event release;
-  forwarder_.hook = [&](const std::string& key, uint64_t) {
-    if (key != "r") return Status::Ok();
-    original_forwarding.Set();
-    (void)release.Wait();
-    return Status::Ok();
-  };
-  protocol::ReplyMsg original{};
-  std::thread first([&] { original = Put(/*client=*/7, 42, "r", "once"); });
-  ASSERT_TRUE(original_forwarding.Wait()) << "the original never reached its forward";
+  HeldPut held;
+  StartHeldPut(&held);
+  ASSERT_TRUE(held.forwarding.Wait()) << "the original never reached its forward";
   std::vector<protocol::ReplyMsg> r;
   std::thread batch([&] {
     r = Batch({{protocol::Op::kPut, 7, 42, "r", "once", /*resent=*/true}, {protocol::Op::kPut, 8, 1, "z", "vz"},
@@ -597,13 +601,13 @@ TEST_F(ApplyParallelTest, ABatchHoldingTheResendOfAWriteInFlightElsewhereApplies
     z_published = applier_->HeldVersion("z") != 0 && applier_->HeldVersion("w") != 0;
     if (!z_published) std::this_thread::sleep_for(1ms);
   }
-  release.Set();
-  first.join();
+  held.release.Set();
+  held.thread.join();
   batch.join();
   EXPECT_TRUE(z_published) << "the batch's other writes waited for the resend's original";
-  ASSERT_EQ(original.status_code, Ok()) << original.message;
+  ASSERT_EQ(held.reply.status_code, Ok()) << held.reply.message;
   ASSERT_EQ(r.size(), 3u);
-  EXPECT_EQ(std::memcmp(&original, &r[0], sizeof(original)), 0) << "the resend got another reply: " << r[0].message;
+  EXPECT_EQ(std::memcmp(&held.reply, &r[0], sizeof(held.reply)), 0) << "the resend got another reply: " << r[0].message;
   EXPECT_EQ(r[1].status_code, Ok()) << r[1].message;
   EXPECT_EQ(r[2].status_code, Ok()) << r[2].message;
   EXPECT_EQ(applier_->snapshot().puts, 3u);

@@ -9,6 +9,7 @@
 #include <atomic>
 #include <chrono>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -110,6 +111,26 @@ class ReplicatorTest : public ::testing::Test {
     std::vector<uint8_t> r(layout::BlockBytes(key.size(), value.size()));
     r.resize(EncodeRecord(r, key, value, version, 0));
     return r;
+  }
+
+  // A batch of `n` PUTs to the fixture's backup, of keys "<prefix>-<i>"
+  // with value(i) at version(i). The items point into it: keep it whole
+  // (it is never moved) while they are used.
+  struct Writes {
+    std::vector<ReplicaPeer> backups;
+    std::vector<std::vector<uint8_t>> records;
+    std::vector<Forwarder::Item> items;
+  };
+  std::unique_ptr<Writes> MakeWrites(std::string_view prefix, size_t n,
+                                     const std::function<std::string(size_t)>& value,
+                                     const std::function<uint64_t(size_t)>& version) {
+    auto w = std::make_unique<Writes>();
+    w->backups.push_back(Backup());
+    for (size_t i = 0; i < n; ++i) {
+      w->records.push_back(Record(std::string(prefix) + "-" + std::to_string(i), value(i), version(i)));
+    }
+    for (const auto& record : w->records) w->items.push_back({&w->backups, 7, protocol::Op::kReplicatePut, record});
+    return w;
   }
 
   std::filesystem::path dir_;
@@ -438,13 +459,9 @@ TEST_F(ReplicatorTest, ForwardManyPipelinesABatchOnOneConnectionPerBackup) {
   ASSERT_NE(faulty, nullptr);
   auto r = Replicator::Create(faulty.get(), Options());
   ASSERT_TRUE(r.ok()) << r.status();
-  const std::vector<ReplicaPeer> backups{Backup()};
-  std::vector<std::vector<uint8_t>> records;
-  std::vector<Forwarder::Item> items;
-  for (size_t i = 0; i < kItems; ++i) {
-    records.push_back(Record("key-" + std::to_string(i), "value-" + std::to_string(i), i + 1));
-  }
-  for (const auto& record : records) items.push_back({&backups, 7, protocol::Op::kReplicatePut, record});
+  const std::unique_ptr<Writes> writes = MakeWrites(
+      "key", kItems, [](size_t i) { return "value-" + std::to_string(i); }, [](size_t i) { return i + 1; });
+  const std::vector<Forwarder::Item>& items = writes->items;
   ASSERT_TRUE(faulty->faults().AddSpec("recv:delay:ms=" + std::to_string(kDelay.count())).ok());
 
   const auto start = SteadyClock::now();
@@ -488,11 +505,9 @@ TEST_F(ReplicatorTest, ForwardManyPostsAWholeChunkBeforeItWaits) {
   o.timeout = std::chrono::milliseconds(500);
   auto r = Replicator::Create(faulty.get(), o);
   ASSERT_TRUE(r.ok()) << r.status();
-  const std::vector<ReplicaPeer> backups{Backup()};
-  std::vector<std::vector<uint8_t>> records;
-  std::vector<Forwarder::Item> items;
-  for (size_t i = 0; i < kItems; ++i) records.push_back(Record("lost-" + std::to_string(i), "v", i + 1));
-  for (const auto& record : records) items.push_back({&backups, 7, protocol::Op::kReplicatePut, record});
+  const std::unique_ptr<Writes> writes =
+      MakeWrites("lost", kItems, [](size_t) { return "v"; }, [](size_t i) { return i + 1; });
+  const std::vector<Forwarder::Item>& items = writes->items;
   ASSERT_TRUE(faulty->faults().AddSpec("recv:drop").ok());
   const std::vector<std::vector<Status>> acks = (*r)->ForwardMany(items);
   ASSERT_EQ(acks.size(), kItems);
@@ -576,14 +591,10 @@ TEST_F(ReplicatorTest, ForwardManyPacksRecordsOfDifferentSizesIntoTheRing) {
                       : "small-" + std::to_string(i) + "-" + std::to_string(version);
   };
   const auto forward = [&](uint64_t version) {
-    const std::vector<ReplicaPeer> backups{Backup()};
-    std::vector<std::vector<uint8_t>> records;
-    for (size_t i = 0; i < kItems; ++i) {
-      records.push_back(Record("mixed-" + std::to_string(i), value(i, version), version));
-    }
-    ASSERT_LE(records[0].size(), Options().max_record_bytes);
-    std::vector<Forwarder::Item> items;
-    for (const auto& record : records) items.push_back({&backups, 7, protocol::Op::kReplicatePut, record});
+    const std::unique_ptr<Writes> writes = MakeWrites(
+        "mixed", kItems, [&](size_t i) { return value(i, version); }, [&](size_t) { return version; });
+    ASSERT_LE(writes->records[0].size(), Options().max_record_bytes);
+    const std::vector<Forwarder::Item>& items = writes->items;
     const std::vector<std::vector<Status>> acks = replicator_->ForwardMany(items);
     ASSERT_EQ(acks.size(), kItems);
     for (size_t i = 0; i < kItems; ++i) EXPECT_TRUE(acks[i][0].ok()) << "item " << i << ": " << acks[i][0];
@@ -611,11 +622,8 @@ TEST_F(ReplicatorTest, ForwardManyResendsAChunkOnlyOnAReusedConnection) {
   ASSERT_NE(faulty, nullptr);
   auto r = Replicator::Create(faulty.get(), Options());
   ASSERT_TRUE(r.ok()) << r.status();
-  const std::vector<ReplicaPeer> backups{Backup()};
-  std::vector<std::vector<uint8_t>> records;
-  for (uint64_t i = 0; i < 5; ++i) records.push_back(Record("key-" + std::to_string(i), "v", 1));
-  std::vector<Forwarder::Item> items;
-  for (const auto& record : records) items.push_back({&backups, 7, protocol::Op::kReplicatePut, record});
+  const std::unique_ptr<Writes> writes = MakeWrites("key", 5, [](size_t) { return "v"; }, [](size_t) { return 1; });
+  const std::vector<Forwarder::Item>& items = writes->items;
 
   // New connection: no resend.
   ASSERT_TRUE(faulty->faults().AddSpec("send:fail:nth=1").ok());
@@ -650,11 +658,8 @@ TEST_F(ReplicatorTest, ForwardManyKeepsTheRepliesThatCameBeforeAMalformedOne) {
   ASSERT_NE(faulty, nullptr);
   auto r = Replicator::Create(faulty.get(), Options());
   ASSERT_TRUE(r.ok()) << r.status();
-  const std::vector<ReplicaPeer> backups{Backup()};
-  std::vector<std::vector<uint8_t>> records;
-  for (uint64_t i = 0; i < 4; ++i) records.push_back(Record("key-" + std::to_string(i), "v", 1));
-  std::vector<Forwarder::Item> items;
-  for (const auto& record : records) items.push_back({&backups, 7, protocol::Op::kReplicatePut, record});
+  const std::unique_ptr<Writes> writes = MakeWrites("key", 4, [](size_t) { return "v"; }, [](size_t) { return 1; });
+  const std::vector<Forwarder::Item>& items = writes->items;
   // The second reply's low byte of request_id (2, flipped to 253): the
   // backup answers a connection's requests in order.
   ASSERT_TRUE(faulty->faults().AddSpec("recv:corrupt:nth=2,at=0,bytes=1").ok());
