@@ -9,7 +9,9 @@
 // harness reseals the checksum of the record each well-sized message
 // names, so the fuzzer gets past the checksum to the checks behind it.
 // With flag bit 1 the messages arrive on a replication connection
-// (Applier::ApplyReplica) instead of a client's. The Applier replicates:
+// (Applier::ApplyReplica) instead of a client's; otherwise, with flag bit 2,
+// the client's messages are applied together, as a polling round's
+// (Applier::ApplyBatch: in groups forwarded at once). The Applier replicates:
 // its policy routes every client write to one backup and accepts every
 // replica, and its forwarder acknowledges every forward it checks.
 //
@@ -21,7 +23,9 @@
 // tombstone flag. An OK replica PUT leaves the key in table and store with
 // the reply's version, at least the record's (the store's high-water mark
 // too); an OK replica DELETE leaves the key absent (reply version 0) or
-// newer than the record's.
+// newer than the record's. Applied together, each key's last OK write
+// decides what the key holds (as above), and an OK PUT of a key gets a
+// higher version than the OK writes of it before in the batch.
 #include <unistd.h>
 
 #include <chrono>
@@ -30,6 +34,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -144,6 +149,43 @@ void CheckReply(const protocol::ReplyMsg& r) {
   RKV_FUZZ_CHECK(std::memchr(r.message, '\0', sizeof(r.message)) != nullptr);
 }
 
+// What an OK reply to `req` (whole, its record in `ring`) leaves in the
+// table and the store (see Properties).
+void CheckApplied(World& w, const protocol::RequestMsg& req, std::span<const uint8_t> ring,
+                  const protocol::ReplyMsg& reply, bool replica) {
+  const auto record = DecodeRecord(ring.subspan(req.ring_offset, req.length));
+  RKV_FUZZ_CHECK(record.ok());
+  const auto table_entry = w.table->Lookup(record->key);
+  const auto stored = w.store->Get(record->key);
+  RKV_FUZZ_CHECK(stored.ok());
+  if (replica) {
+    RKV_FUZZ_CHECK(record->version != 0);
+    if (req.op == static_cast<uint8_t>(protocol::Op::kReplicatePut)) {
+      RKV_FUZZ_CHECK(reply.version >= record->version);
+      RKV_FUZZ_CHECK(table_entry.has_value() && table_entry->version == reply.version);
+      RKV_FUZZ_CHECK(stored->has_value() && (*stored)->version == reply.version);
+      RKV_FUZZ_CHECK(w.store->version_high_water() >= record->version);
+    } else {
+      RKV_FUZZ_CHECK(req.op == static_cast<uint8_t>(protocol::Op::kReplicateDelete));
+      if (reply.version == 0) {
+        RKV_FUZZ_CHECK(!table_entry.has_value() && !stored->has_value());
+      } else {
+        RKV_FUZZ_CHECK(reply.version > record->version);
+        RKV_FUZZ_CHECK(table_entry.has_value() && table_entry->version == reply.version);
+      }
+    }
+  } else if (req.op == static_cast<uint8_t>(protocol::Op::kPut)) {
+    RKV_FUZZ_CHECK(reply.version > 0);
+    RKV_FUZZ_CHECK(table_entry.has_value() && table_entry->version == reply.version);
+    RKV_FUZZ_CHECK(stored->has_value() && (*stored)->version == reply.version &&
+                   (*stored)->value == record->value);
+  } else {
+    RKV_FUZZ_CHECK(req.op == static_cast<uint8_t>(protocol::Op::kDelete));
+    RKV_FUZZ_CHECK(!table_entry.has_value());
+    RKV_FUZZ_CHECK(!stored->has_value());
+  }
+}
+
 }  // namespace
 }  // namespace rkv::server
 
@@ -163,8 +205,26 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::vector<uint8_t> ring(rest.begin(), rest.end());
 
   static uint64_t next_request_id = 1;
-  for (std::vector<uint8_t>& msg : msgs) {
-    protocol::RequestMsg req{};
+  const bool replica = (flags & 2) != 0;
+  const bool together = !replica && (flags & 4) != 0;
+  std::vector<protocol::RequestMsg> reqs(msgs.size());
+  std::vector<bool> in_ring(msgs.size());
+  // A reply well formed and naming its request; whether it is OK (then the
+  // message was whole and named a valid record in the ring).
+  const auto check_reply = [&](size_t k, const protocol::ReplyMsg& reply) {
+    CheckReply(reply);
+    uint64_t sent_id = 0;
+    if (msgs[k].size() >= offsetof(protocol::RequestMsg, request_id) + sizeof(sent_id)) {
+      std::memcpy(&sent_id, msgs[k].data() + offsetof(protocol::RequestMsg, request_id), sizeof(sent_id));
+    }
+    RKV_FUZZ_CHECK(reply.request_id == sent_id);
+    if (reply.status_code != 0) return false;
+    RKV_FUZZ_CHECK(in_ring[k]);
+    return true;
+  };
+  for (size_t k = 0; k < msgs.size(); ++k) {
+    std::vector<uint8_t>& msg = msgs[k];
+    protocol::RequestMsg& req = reqs[k];
     const bool whole = msg.size() == sizeof(req);
     if (whole) {
       // A fresh id: a replayed id may be answered from a cache of earlier
@@ -173,58 +233,41 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       std::memcpy(msg.data() + offsetof(protocol::RequestMsg, request_id), &id, sizeof(id));
       std::memcpy(&req, msg.data(), sizeof(req));
     }
-    const bool in_ring = whole && req.ring_offset <= ring.size() && req.length <= ring.size() - req.ring_offset;
-    if ((flags & 1) != 0 && in_ring && req.length >= layout::kBlockHeaderBytes) {
+    in_ring[k] = whole && req.ring_offset <= ring.size() && req.length <= ring.size() - req.ring_offset;
+    if ((flags & 1) != 0 && in_ring[k] && req.length >= layout::kBlockHeaderBytes) {
       layout::BlockHeader h;
       std::memcpy(&h, ring.data() + req.ring_offset, sizeof(h));
       if (layout::RecordBytes(h.key_length, h.value_length) <= req.length) {
         ResealRecord(std::span<uint8_t>(ring).subspan(req.ring_offset, req.length));
       }
     }
-    const bool replica = (flags & 2) != 0;
+    if (together) continue;  // applied below, once all are ready
     const protocol::ReplyMsg reply =
         replica ? w.applier->ApplyReplica("s-fuzz-primary", msg, ring) : w.applier->Apply(kClientId, msg, ring);
-    CheckReply(reply);
-    uint64_t sent_id = 0;
-    if (msg.size() >= offsetof(protocol::RequestMsg, request_id) + sizeof(sent_id)) {
-      std::memcpy(&sent_id, msg.data() + offsetof(protocol::RequestMsg, request_id), sizeof(sent_id));
-    }
-    RKV_FUZZ_CHECK(reply.request_id == sent_id);
-    if (reply.status_code != 0) continue;
-
-    // Accepted: the message was whole and named a valid record in the ring.
-    RKV_FUZZ_CHECK(in_ring);
-    const auto record = DecodeRecord(std::span<const uint8_t>(ring).subspan(req.ring_offset, req.length));
-    RKV_FUZZ_CHECK(record.ok());
-    const auto table_entry = w.table->Lookup(record->key);
-    const auto stored = w.store->Get(record->key);
-    RKV_FUZZ_CHECK(stored.ok());
-    if (replica) {
-      RKV_FUZZ_CHECK(record->version != 0);
-      if (req.op == static_cast<uint8_t>(protocol::Op::kReplicatePut)) {
-        RKV_FUZZ_CHECK(reply.version >= record->version);
-        RKV_FUZZ_CHECK(table_entry.has_value() && table_entry->version == reply.version);
-        RKV_FUZZ_CHECK(stored->has_value() && (*stored)->version == reply.version);
-        RKV_FUZZ_CHECK(w.store->version_high_water() >= record->version);
-      } else {
-        RKV_FUZZ_CHECK(req.op == static_cast<uint8_t>(protocol::Op::kReplicateDelete));
-        if (reply.version == 0) {
-          RKV_FUZZ_CHECK(!table_entry.has_value() && !stored->has_value());
-        } else {
-          RKV_FUZZ_CHECK(reply.version > record->version);
-          RKV_FUZZ_CHECK(table_entry.has_value() && table_entry->version == reply.version);
-        }
+    if (check_reply(k, reply)) CheckApplied(w, req, ring, reply, replica);
+  }
+  if (together) {
+    std::vector<Applier::BatchWrite> batch;
+    for (const std::vector<uint8_t>& msg : msgs) batch.push_back(Applier::BatchWrite{kClientId, msg, ring, {}});
+    w.applier->ApplyBatch(batch);
+    // Each key's OK writes in batch order: a PUT's version above the ones
+    // before it; the last decides what the key holds.
+    std::map<std::string, size_t> last_ok;
+    std::map<std::string, uint64_t> version_before;
+    for (size_t k = 0; k < batch.size(); ++k) {
+      const protocol::ReplyMsg& reply = batch[k].reply;
+      if (!check_reply(k, reply)) continue;
+      const auto record = DecodeRecord(std::span<const uint8_t>(ring).subspan(reqs[k].ring_offset, reqs[k].length));
+      RKV_FUZZ_CHECK(record.ok());
+      const std::string key(record->key);
+      if (reqs[k].op == static_cast<uint8_t>(protocol::Op::kPut)) {
+        const auto before = version_before.find(key);
+        RKV_FUZZ_CHECK(before == version_before.end() || reply.version > before->second);
       }
-    } else if (req.op == static_cast<uint8_t>(protocol::Op::kPut)) {
-      RKV_FUZZ_CHECK(reply.version > 0);
-      RKV_FUZZ_CHECK(table_entry.has_value() && table_entry->version == reply.version);
-      RKV_FUZZ_CHECK(stored->has_value() && (*stored)->version == reply.version &&
-                     (*stored)->value == record->value);
-    } else {
-      RKV_FUZZ_CHECK(req.op == static_cast<uint8_t>(protocol::Op::kDelete));
-      RKV_FUZZ_CHECK(!table_entry.has_value());
-      RKV_FUZZ_CHECK(!stored->has_value());
+      version_before[key] = reply.version;
+      last_ok[key] = k;
     }
+    for (const auto& [key, k] : last_ok) CheckApplied(w, reqs[k], ring, batch[k].reply, /*replica=*/false);
   }
   return 0;
 }

@@ -205,6 +205,18 @@ void Apply() {
                                                m_rdel, replica_ring}));
   Write("apply", "replica_op_from_client", Concat({Bytes{0, 0}, len(m_rput), m_rput, replica_ring}));
   Write("apply", "client_op_from_peer", Concat({Bytes{2, 0}, len(m_put), m_put, ring}));
+  // Applied together (flag bit 2, Applier::ApplyBatch): a PUT of "key", a
+  // PUT of "other" in the same group, then the DELETE of "key" in the next
+  // one; and the conditional PUTs, each of "key", in groups of one.
+  const Bytes other = Record("other", "value2");
+  Bytes batch_ring = ring;
+  batch_ring.resize(256, 0);
+  batch_ring.insert(batch_ring.end(), other.begin(), other.end());
+  const Bytes m_other = Request(protocol::Op::kPut, 256, static_cast<uint32_t>(other.size()));
+  Write("apply", "batch_put_other_delete",
+        Concat({Bytes{4, 2}, len(m_put), m_put, len(m_other), m_other, len(m_del), m_del, batch_ring}));
+  Write("apply", "batch_conditional_puts", Concat({Bytes{4, 3}, len(m_absent), m_absent, len(m_absent), m_absent,
+                                                    len(m_is_v1), m_is_v1, len(m_is_v1), m_is_v1, ring}));
 }
 
 void Connect() {
