@@ -134,7 +134,8 @@
 //   key_stripes_   the key's stripe, key_stripes_[hash of the key %
 //                  kKeyStripes], held for a client write's whole apply: two
 //                  writes of one key (or of two keys that share a stripe)
-//                  never overlap;
+//                  never overlap; a group of ApplyBatch holds the stripes
+//                  of its writes (distinct), taken in ascending order;
 //   table_mu_      the Store, Table and Heap (which nobody else may use
 //                  while the Applier exists), the reserved version and the
 //                  catch-up tombstones; held for local steps only, never
