@@ -28,10 +28,8 @@ struct Applier::GroupItem {
     kApplying,       // marked in flight by the group
   } state = State::kNew;
   bool remember = true;
-  bool staged = false;  // Stage left it to be forwarded
   Staged staging;
   std::vector<uint8_t> record;  // its forward's record (EncodeForward)
-  size_t record_bytes = 0;
   Status replicated;
 
   std::pair<uint64_t, uint64_t> name() const { return {write->client_id, req.request_id}; }
@@ -139,10 +137,9 @@ void Applier::ApplyGroup(std::span<GroupItem> group) {
         g.write->reply = *done;
         continue;
       }
-      g.staged = true;
-      g.record_bytes = EncodeForward(g.req, g.staging, &g.record);
+      const size_t record_bytes = EncodeForward(g.req, g.staging, &g.record);
       forwards.push_back(Forwarder::Item{&g.staging.route->backups, g.staging.route->map_version, ForwardOp(g.req),
-                                         std::span<const uint8_t>(g.record.data(), g.record_bytes)});
+                                         std::span<const uint8_t>(g.record.data(), record_bytes)});
       forwarded.push_back(&g);
     }
     if (!forwards.empty()) {
