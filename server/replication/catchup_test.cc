@@ -267,10 +267,14 @@ class CatchUpTest : public ::testing::Test {
     std::lock_guard lock(report_mu_);
     return reported_.size();
   }
-  // Waits (generously) until every shard has been reported caught up.
+  // Waits (generously) until every shard has been reported caught up and
+  // the catch-up has taken in the answers (it counts a sync completed
+  // after the report call returns, so the report alone is not the end).
   void WaitAllCaughtUp() {
     ASSERT_TRUE(rkv::testing::WaitFor("every shard reported caught up", [&] { return Reported() >= kShards; }, kDeadline));
     ASSERT_EQ(Reported(), kShards);
+    ASSERT_TRUE(rkv::testing::WaitFor("every report's answer taken in",
+                                      [&] { return catch_up_->stats().syncs_completed >= kShards; }, kDeadline));
   }
 
   MapBoard board_;
