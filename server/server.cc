@@ -220,6 +220,7 @@ Status Server::Init() {
     r.token = ClusterToken(options_);
     r.timeout = std::chrono::milliseconds(options_.replication_timeout_ms);
     r.max_record_bytes = MaxBlockBytes(options_);
+    r.request_credits = options_.request_credits;
     // One lane per client poller (StartPollers gives the peers one of the
     // threads): each poller's write can forward while the others' do.
     r.lanes = std::max<uint32_t>(1, options_.threads - 1);

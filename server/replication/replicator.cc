@@ -99,9 +99,10 @@ struct Replicator::Peer {
   std::unique_ptr<transport::Connection> conn;
   protocol::AcceptData accept{};
   // Requests in flight at once at most: kMaxInFlight, or fewer when the
-  // backup grants fewer credits; as many receives are posted (no more: the
-  // receive queue is sized for this server's own credits, which a cluster
-  // sets alike on every server).
+  // backup grants fewer credits or this server has fewer of its own; as
+  // many receives are posted (no more: the receive queue is sized for this
+  // server's own credits, the send queue for twice them, a WRITE and a
+  // SEND a request).
   uint32_t window = 0;
   Clock::time_point last_used{};
   bool reused = false;  // a request completed on it before
@@ -161,6 +162,7 @@ StatusOr<std::unique_ptr<Replicator>> Replicator::Create(transport::Transport* t
   }
   if (options.timeout.count() <= 0) return InvalidArgument("replicator: the timeout must be positive");
   if (options.lanes == 0) return InvalidArgument("replicator: no lanes (at least one is needed)");
+  if (options.request_credits == 0) return InvalidArgument("replicator: no request credits (at least one is needed)");
   std::unique_ptr<Replicator> r(new Replicator(transport, std::move(options)));
   for (uint32_t i = 0; i < r->options_.lanes; ++i) {
     auto lane = std::make_unique<Lane>();
@@ -201,7 +203,7 @@ StatusOr<std::unique_ptr<Replicator::Peer>> Replicator::Open(const ReplicaPeer& 
   }
   std::memcpy(&peer->accept, pd.data(), sizeof(peer->accept));
   RKV_RETURN_IF_ERROR(CheckAccept(peer->accept, backup));
-  peer->window = std::min(kMaxInFlight, peer->accept.request_credits);
+  peer->window = std::min({kMaxInFlight, peer->accept.request_credits, options_.request_credits});
   peer->buffer.assign(kPeerBufferBytes, 0);
   RKV_ASSIGN_OR_RETURN(peer->mr, transport_->Register(peer->buffer.data(), peer->buffer.size(),
                                                       transport::kLocalWrite));

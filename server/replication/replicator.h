@@ -112,6 +112,11 @@ class Forwarder {
   }
 };
 
+// The most requests a connection to a backup has in flight at once
+// (Replicator::kMaxInFlight), and ReplicatorOptions::request_credits'
+// default.
+inline constexpr uint32_t kMaxForwardsInFlight = 16;
+
 struct ReplicatorOptions {
   std::string self_id;      // this server's id in the cluster map
   uint64_t self_epoch = 0;  // this server's epoch (>= 1)
@@ -121,6 +126,12 @@ struct ReplicatorOptions {
   // A connection unused this long is closed before its next use.
   std::chrono::milliseconds idle_close{std::chrono::seconds(60)};
   uint64_t max_record_bytes = 0;  // the largest block forwarded (> 0)
+  // This server's own request credits (>= 1): its connections' queues are
+  // sized for them (ServerSendDepth, ServerRecvDepth), so a connection to
+  // a backup keeps no more requests in flight than this, whatever the
+  // backup grants; a backup granting more would otherwise have the
+  // replies' receives or a chunk's pairs refused by this side's queues.
+  uint32_t request_credits = kMaxForwardsInFlight;
   // Forwards in flight at once (>= 1), each with its own record buffer and
   // connection per backup: the server gives one per client poller.
   uint32_t lanes = 1;
@@ -154,8 +165,9 @@ class Replicator final : public Forwarder {
   std::vector<std::vector<Status>> ForwardMany(std::span<const Item> items) override;
 
   // Requests in flight on one connection at most (also bounded by the
-  // backup's request credits and its staging ring).
-  static constexpr uint32_t kMaxInFlight = 16;
+  // backup's request credits, this server's own and the backup's staging
+  // ring).
+  static constexpr uint32_t kMaxInFlight = kMaxForwardsInFlight;
 
   // Connections open now, over every lane (a backup in use by k lanes
   // counts k times).

@@ -613,6 +613,36 @@ TEST_F(ReplicatorTest, ForwardManyPacksRecordsOfDifferentSizesIntoTheRing) {
   EXPECT_EQ(backup_->Stats().replica_writes, kItems);
 }
 
+// A primary whose own request credits are fewer than its backup grants
+// keeps its connection's window to its own: its transport's queues are
+// sized for those credits as rkv-server sizes them (ServerSendDepth,
+// ServerRecvDepth), and a window of the backup's 16 would have the replies'
+// receives refused and no write forwarded.
+TEST_F(ReplicatorTest, ForwardManyKeepsToThisServersOwnCreditsBelowTheBackupsGrant) {
+  ServerOptions primary;
+  primary.request_credits = 4;
+  ASSERT_LT(primary.request_credits, options_.request_credits);
+  transport::Options topts;
+  topts.max_send_wr = ServerSendDepth(primary);
+  topts.max_recv_wr = ServerRecvDepth(primary);
+  auto t = transport::CreateTransport(transport::Kind::kTcp, topts);
+  ASSERT_TRUE(t.ok()) << t.status();
+  ReplicatorOptions o = Options();
+  o.request_credits = primary.request_credits;
+  auto r = Replicator::Create(t->get(), o);
+  ASSERT_TRUE(r.ok()) << r.status();
+  constexpr size_t kItems = 20;
+  const std::unique_ptr<Writes> writes = MakeWrites(
+      "credit", kItems, [](size_t i) { return "value-" + std::to_string(i); }, [](size_t i) { return i + 1; });
+  const std::vector<std::vector<Status>> acks = (*r)->ForwardMany(writes->items);
+  ASSERT_EQ(acks.size(), kItems);
+  for (size_t i = 0; i < kItems; ++i) EXPECT_TRUE(acks[i][0].ok()) << "item " << i << ": " << acks[i][0];
+  EXPECT_EQ((*r)->connections(), 1u);
+  EXPECT_EQ(backup_->Stats().replica_writes, kItems);
+  EXPECT_EQ(BackupHolds("credit-19"), std::optional(std::pair(std::string("value-19"), uint64_t{20})));
+  r->reset();
+}
+
 // A chunk whose reused connection breaks before any of its replies came
 // (an injected failure of its first SEND) is resent once on a new
 // connection, and every write is acknowledged; on a connection opened for
