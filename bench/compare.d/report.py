@@ -172,7 +172,8 @@ def collect(work):
         stores.setdefault(store, []).append(started)
     runs = []
     for row in read_tsv(os.path.join(work, "runs.tsv")):
-        run_id, store, step, threads, rc, ticks, wall, command = row
+        # A run of before --rounds has no round: its one round is 1.
+        run_id, store, step, threads, rc, ticks, wall, command = row[:8]
         run = {
             "id": run_id,
             "store": store,
@@ -182,6 +183,7 @@ def collect(work):
             "cpu_ticks": int(ticks),
             "wall_s": int(wall),
             "command": command,
+            "round": int(row[8]) if len(row) > 8 else 1,
             "result": None,
             "log_tail": "",
         }
@@ -232,35 +234,68 @@ class Figures:
         self.clk_tck = int(self.info["clk_tck"])
         self.verbs = self.info.get("transport") == "verbs"
         self.perftest = data.get("perftest", [])
-        self.cell = {}
+        self.rounds = int(self.info.get("rounds", "1"))
+        # Each cell's runs, one a round, in the order of the rounds.
+        self.cells = {}
         for run in self.runs:
             if run["step"] != "load":
-                self.cell[(run["store"], run["step"], run["threads"])] = run
+                self.cells.setdefault((run["store"], run["step"], run["threads"]), []).append(run)
+        for runs in self.cells.values():
+            runs.sort(key=lambda r: r.get("round", 1))
+        self.cell = {key: runs[0] for key, runs in self.cells.items()}
 
     def run(self, store, w, t):
+        """The cell's first run (its command stands for every round's)."""
         return self.cell.get((store, w, t))
 
-    def ops(self, store, w, t):
-        r = self.run(store, w, t)
-        if not r or not r["result"]:
-            return None
+    def cell_runs(self, store, w, t):
+        return self.cells.get((store, w, t), [])
+
+    def over_rounds(self, store, w, t, figure, rnd=None):
+        """The median over the cell's rounds of figure(run), leaving out
+        the runs without it; with rnd, that round's figure alone."""
+        values = []
+        for r in self.cell_runs(store, w, t):
+            if rnd is not None and r.get("round", 1) != rnd:
+                continue
+            v = figure(r) if r["result"] else None
+            if v is not None:
+                values.append(v)
+        return median(values)
+
+    @staticmethod
+    def _ops(r):
         return float(r["result"]["ops_per_s"])
 
+    def ops(self, store, w, t, rnd=None):
+        return self.over_rounds(store, w, t, self._ops, rnd)
+
     def latency(self, store, w, t, kind, pct):
-        r = self.run(store, w, t)
-        if not r or not r["result"]:
-            return None
-        k = r["result"].get("latency", {}).get(kind)
-        if not k or not k.get("count"):
-            return None
-        return float(k[pct + "_us"])
+        def figure(r):
+            k = r["result"].get("latency", {}).get(kind)
+            if not k or not k.get("count"):
+                return None
+            return float(k[pct + "_us"])
+        return self.over_rounds(store, w, t, figure)
 
     def cpu(self, store, w, t):
         """The store's CPU microseconds per operation of the run."""
-        r = self.run(store, w, t)
-        if not r or not r["result"] or not r["result"].get("ops"):
-            return None
-        return r["cpu_ticks"] * 1e6 / self.clk_tck / r["result"]["ops"]
+        def figure(r):
+            if not r["result"].get("ops"):
+                return None
+            return r["cpu_ticks"] * 1e6 / self.clk_tck / r["result"]["ops"]
+        return self.over_rounds(store, w, t, figure)
+
+    def round_ratios(self, store, w, t):
+        """rkv's ops/s ÷ its best peer's within each round: [(round,
+        ratio or None)]."""
+        peers, _ = self.peers(store)
+        out = []
+        for rnd in range(1, self.rounds + 1):
+            mine = self.ops(store, w, t, rnd)
+            theirs = [v for v in (self.ops(p, w, t, rnd) for p in peers) if v]
+            out.append((rnd, mine / max(theirs) if mine and theirs else None))
+        return out
 
     def kinds(self, w):
         """The kinds of operation the runs of workload w did, in order."""
@@ -322,6 +357,21 @@ def fmt_ratio(r):
         return ""
     text = ratio_text(r)
     return " (**%s**)" % text if r < 1 else " (%s)" % text
+
+
+def bold_ratio(r):
+    """A ratio alone, bold below 1 (a loss)."""
+    return "**%s**" % ratio_text(r) if r < 1 else ratio_text(r)
+
+
+def median(values):
+    """The median of a list of numbers (the mean of the middle two for an
+    even count); None for an empty list."""
+    if not values:
+        return None
+    v = sorted(values)
+    mid = len(v) // 2
+    return v[mid] if len(v) % 2 else (v[mid - 1] + v[mid]) / 2
 
 
 def geomean(values):
@@ -553,6 +603,36 @@ def render_perftest(fig, add):
         add("")
 
 
+def render_rounds(fig, add):
+    """Each rkv store's ops/s ratio to its best peer, round by round: both
+    figures of a round come from runs minutes apart at most, so a ratio
+    within a round is less at the mercy of the machine's phase than the
+    ratio of two medians."""
+    add("## Round by round")
+    add("")
+    add("Each rkv store's ops/s ÷ its best peer's ops/s within each round (the best peer of that")
+    add("round), and the median and range of those ratios; the tables below give the medians of")
+    add("each store's own figures instead.")
+    add("")
+    add("| rkv store | workload | threads | " + " | ".join("round %d" % r for r in range(1, fig.rounds + 1))
+        + " | median | range |")
+    add("|---|---|---:|" + "---:|" * (fig.rounds + 2))
+    for store in fig.rkv_stores():
+        if not fig.peers(store)[0]:
+            continue
+        for w in fig.workloads:
+            for t in fig.threads:
+                ratios = fig.round_ratios(store, w, t)
+                known = [r for _, r in ratios if r]
+                if not known:
+                    continue
+                add("| %s | %s | %d | %s | %s | %s |" % (
+                    store, w.upper(), t, " | ".join(bold_ratio(r) if r else "-" for _, r in ratios),
+                    bold_ratio(median(known)),
+                    "%s to %s" % (ratio_text(min(known)), ratio_text(max(known)))))
+    add("")
+
+
 def write_lines(path, lines):
     """Writes the lines to path whole or not at all (a temporary file beside
     it, then a rename), so that a reader never sees half a report."""
@@ -627,7 +707,12 @@ def render(data, out):
     add("operations or %s s, whichever came first, at %s client thread(s), one connection each." % (
         info["duration_s"], " and ".join(info["threads"].split())))
     add("Keys are zipfian (YCSB's scrambled zipfian, 0.99) except in D, which reads YCSB's latest")
-    add("distribution as YCSB defines it. One run per cell, no repeats: read small differences as noise.")
+    if fig.rounds > 1:
+        add("distribution as YCSB defines it. %d rounds: in each, every store was started afresh, loaded" % fig.rounds)
+        add("and ran every cell once, in an order turned by one store a round; every figure below is")
+        add("the median of the rounds' figures of its cell (\"Round by round\" shows the spread).")
+    else:
+        add("distribution as YCSB defines it. One run per cell, no repeats: read small differences as noise.")
     add("Latencies are in microseconds, per kind of operation (GET, PUT, INSERT: D's new keys, RMW:")
     add("F's read-modify-write), from a log-linear histogram (< 0.4% error).")
     add("")
@@ -677,6 +762,8 @@ def render(data, out):
         ", ".join(w.upper() for w in fig.workloads)))
     add("peer's; a cell is one figure of one workload and thread count (ops/s, a percentile, CPU).")
     add("")
+    if fig.rounds > 1:
+        render_rounds(fig, add)
     if fig.verbs:
         render_perftest(fig, add)
     add("## Charts")
@@ -718,13 +805,17 @@ def render(data, out):
                     v = getter(s, t)
                     r = fig.ratio(s, t, getter, higher) if s in fig.rkv_stores() else None
                     cells.append(fmt_value(key, v) + fmt_ratio(r[0] if r else None))
-                if run["result"]:
-                    res = run["result"]
-                    errors = str(res.get("errors", 0))
-                    if res.get("unsent"):
-                        errors += " (%d unsent)" % res["unsent"]
-                    if run["rc"] != 0:
-                        errors += ", exit %d" % run["rc"]
+                # Over every round of the cell.
+                runs = fig.cell_runs(s, w, t)
+                done = [r["result"] for r in runs if r["result"]]
+                if done:
+                    errors = str(sum(res.get("errors", 0) for res in done))
+                    unsent = sum(res.get("unsent", 0) for res in done)
+                    if unsent:
+                        errors += " (%d unsent)" % unsent
+                    for r in runs:
+                        if r["rc"] != 0:
+                            errors += ", exit %d" % r["rc"] + (" in round %d" % r.get("round", 1) if fig.rounds > 1 else "")
                 else:
                     errors = "FAILED (exit %d)" % run["rc"]
                 add("| %d | %s | %s | %s | `%s` |" % (t, s, " | ".join(cells), errors, run["command"]))
@@ -781,7 +872,9 @@ def render(data, out):
         add("## Runs that failed or reported errors (their figures are not valid)")
         add("")
         for r in failed:
-            add("- %s %s %d thread(s): exit status %d, `%s`" % (r["store"], r["step"], r["threads"], r["rc"], r["command"]))
+            add("- %s %s %d thread(s)%s: exit status %d, `%s`" % (
+                r["store"], r["step"], r["threads"], " (round %d)" % r.get("round", 1) if fig.rounds > 1 else "", r["rc"],
+                r["command"]))
             if r["log_tail"]:
                 add("")
                 add("```")
