@@ -126,6 +126,7 @@ struct WriteOutcome {
   bool sent = false;     // posted: the server may have seen (and applied) it
   bool replied = false;  // `result` holds the server's reply
   WriteResult result;
+  uint64_t block = 0;    // the reply's slot word of the written block (0: none)
 };
 
 class ServerConnection {

@@ -65,10 +65,11 @@ Status ServerConnection::WriteBatch(std::span<const WriteOp> ops, std::span<Writ
   if (broken_) return broken_status_;
   RKV_RETURN_IF_ERROR(CheckWriteOps(ops));
   // A written key's cached location is stale from the server's apply on:
-  // dropped now, the next GET reads the key the two-READ way and caches
-  // where its new block is, instead of paying a failed hit first.
+  // dropped now, and replaced below by the block a PUT's reply names, so
+  // that the next GET reads that block alone (docs/design.md §4.4). A
+  // write without such a reply leaves the key to the two-READ way.
+  const bool hashed = key_hashes.size() == ops.size();
   if (cache_ != nullptr) {
-    const bool hashed = key_hashes.size() == ops.size();
     for (size_t i = 0; i < ops.size(); ++i) {
       cache_->Erase(cache_server_, ops[i].key, hashed ? key_hashes[i] : ShardHash(ops[i].key));
     }
@@ -95,6 +96,18 @@ Status ServerConnection::WriteBatch(std::span<const WriteOp> ops, std::span<Writ
   // completion behind for the next call (a GET's READs) to meet.
   if (s.ok()) s = WaitFor([&] { return in_flight_.empty(); }, deadline, Clock::now(), "the send completions");
   batch_ = {};
+  if (cache_ != nullptr) {
+    for (size_t i = 0; i < ops.size(); ++i) {
+      const WriteOutcome& o = outcomes[i];
+      if (ops[i].op != protocol::Op::kPut || !o.replied || !o.result.status.ok() || o.block == 0) continue;
+      // Checked again before any READ of it (ReadCachedBlocks), as
+      // nothing remote is trusted; the entry is believed only while the
+      // block holds this key at this version.
+      cache_->Insert(cache_server_, ops[i].key, hashed ? key_hashes[i] : ShardHash(ops[i].key),
+                     CachedLocation{accept_.epoch, layout::SlotBlockOffset(o.block), layout::SlotBlockBytes(o.block),
+                                    o.result.version});
+    }
+  }
   return s;
 }
 
@@ -212,6 +225,7 @@ void ServerConnection::HandleReceive(uint64_t index, uint32_t byte_len) {
     WriteOutcome& outcome = batch_[request.item];
     outcome.replied = true;
     outcome.result.version = reply->version;
+    outcome.block = reply->status_code == 0 ? reply->block : 0;
     if (reply->status_code != 0) outcome.result.status = ReplyStatus(*reply);
     ++batch_replied_;
   }

@@ -56,7 +56,7 @@ namespace rkv::protocol {
 inline constexpr uint32_t kConnectMagic = 0x43564B52;  // "RKVC"
 inline constexpr uint32_t kAcceptMagic = 0x41564B52;   // "RKVA"
 inline constexpr uint32_t kPeerConnectMagic = 0x50564B52;  // "RKVP"
-inline constexpr uint16_t kProtocolVersion = 6;
+inline constexpr uint16_t kProtocolVersion = 7;
 
 inline constexpr size_t kMaxConnectPrivateData = 56;
 inline constexpr size_t kMaxAcceptPrivateData = 196;
@@ -204,8 +204,13 @@ struct ReplyMsg {
   uint64_t map_version;  // the cluster map version the refusal speaks of
                          // (0: none, or "this server has no map")
   char message[88];      // NUL-terminated error text when status_code != 0
+  uint64_t block;        // the OK reply of a PUT that was published: the
+                         // slot word (common/layout.h) naming the block that
+                         // holds it, so that a client can cache where the
+                         // key now is (docs/design.md §4.4); 0 in every
+                         // other reply
 };
-static_assert(sizeof(ReplyMsg) == 120);
+static_assert(sizeof(ReplyMsg) == 128);
 
 // Receive buffers are sized for the larger of the two messages.
 inline constexpr size_t kMaxMessageBytes = 128;

@@ -269,6 +269,51 @@ TEST_F(ServerTest, MultiGetOverKeyViewsAnswersAsOverStrings) {
   EXPECT_GT(client->LocationCacheStats().hits, 0u);
 }
 
+// A PUT's reply names the block the write went to, which the writer
+// caches: its next GET of the key reads that block alone (docs/design.md
+// §4.4). Another client's write supersedes the block: the cached READ is
+// refused and the ordinary path answers with the other value.
+TEST_F(ServerTest, AGetAfterTheClientsOwnPutReadsTheNewBlockAlone) {
+  auto client = NewClient();
+  auto other = NewClient();
+  ASSERT_NE(client, nullptr);
+  ASSERT_NE(other, nullptr);
+  auto v1 = client->Put("own", "first");
+  ASSERT_TRUE(v1.ok()) << v1.status();
+  auto got = client->GetVersioned("own");
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->value, "first");
+  EXPECT_EQ(got->version, *v1);
+  LocationCacheStatsInfo s = client->LocationCacheStats();
+  EXPECT_EQ(s.hits, 1u);
+  EXPECT_EQ(s.misses, 0u);
+
+  auto v2 = client->Put("own", std::string(3000, 's'));  // a block of another size
+  ASSERT_TRUE(v2.ok()) << v2.status();
+  got = client->GetVersioned("own");
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->value, std::string(3000, 's'));
+  EXPECT_EQ(got->version, *v2);
+  s = client->LocationCacheStats();
+  EXPECT_EQ(s.hits, 2u);
+  EXPECT_EQ(s.misses, 0u);
+
+  auto v3 = other->Put("own", "theirs");
+  ASSERT_TRUE(v3.ok()) << v3.status();
+  got = client->GetVersioned("own");
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->value, "theirs");
+  EXPECT_EQ(got->version, *v3);
+  s = client->LocationCacheStats();
+  EXPECT_EQ(s.fallbacks, 1u);
+  EXPECT_EQ(s.hits, 2u);
+
+  // A DELETE leaves no entry: the key is not found the ordinary way.
+  ASSERT_TRUE(client->Delete("own").ok());
+  EXPECT_EQ(client->Get("own").status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(client->LocationCacheStats().hits, 2u);
+}
+
 TEST_F(ServerTest, ReplaceAndDelete) {
   auto client = NewClient();
   ASSERT_NE(client, nullptr);

@@ -201,7 +201,11 @@ protocol::ReplyMsg Applier::InstallPut(uint64_t request_id, std::string_view key
     return Error(request_id, placed.status());
   }
   puts_.fetch_add(1, std::memory_order_relaxed);
-  return MakeReply(request_id, StatusCode::kOk, version, "");
+  protocol::ReplyMsg reply = MakeReply(request_id, StatusCode::kOk, version, "");
+  // Where the write now lives, for the writer's location cache (§4.4): the
+  // block was published before this reply is sent.
+  reply.block = placed->slot;
+  return reply;
 }
 
 StatusOr<Table::Entry> Applier::Publish(std::string_view key, std::string_view value, uint64_t version,

@@ -96,6 +96,7 @@ class ApplyTest : public ::testing::Test {
     EXPECT_EQ(r.request_id, id);
     EXPECT_EQ(r.credits, 1u);
     EXPECT_EQ(r.version, 0u);
+    EXPECT_EQ(r.block, 0u);
     const size_t len = strnlen(r.message, sizeof(r.message));
     EXPECT_LT(len, sizeof(r.message));
     EXPECT_GT(len, 0u);
@@ -117,6 +118,9 @@ TEST_F(ApplyTest, PutReplaceDelete) {
   EXPECT_EQ(r.message[0], '\0');
   EXPECT_EQ(TableValue("key"), "v1");
   EXPECT_EQ(StoreValue("key"), "v1");
+  // The reply names the block the table publishes (the writer caches it).
+  EXPECT_EQ(r.block, local_.table->Lookup("key")->slot);
+  const uint64_t first_block = r.block;
 
   r = Put("key", "v2", 12, 128);
   EXPECT_EQ(r.status_code, 0) << r.message;
@@ -124,10 +128,13 @@ TEST_F(ApplyTest, PutReplaceDelete) {
   EXPECT_EQ(TableValue("key"), "v2");
   EXPECT_EQ(StoreValue("key"), "v2");
   EXPECT_EQ(local_.table->Lookup("key")->version, 2u);
+  EXPECT_EQ(r.block, local_.table->Lookup("key")->slot);
+  EXPECT_NE(layout::SlotBlockOffset(r.block), layout::SlotBlockOffset(first_block)) << "a new block for a replace";
 
   r = Del("key", 13);
   EXPECT_EQ(r.status_code, 0) << r.message;
   EXPECT_EQ(r.version, 2u) << "a DELETE reply carries the deleted version";
+  EXPECT_EQ(r.block, 0u) << "a DELETE names no block";
   EXPECT_FALSE(TableValue("key").has_value());
   EXPECT_FALSE(StoreValue("key").has_value());
 

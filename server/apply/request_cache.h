@@ -18,7 +18,7 @@
 // are not connected, never the entry a connected client's retry needs, and
 // the cache holds at most max_clients + (live client connections) clients.
 // Each remembered reply costs kBytesPerReply bytes; with the defaults (256
-// replies, 1024 clients) the clients without a connection hold at most 32
+// replies, 1024 clients) the clients without a connection hold at most 34
 // MiB of replies (MaxMemoryBytes), plus kBytesPerReply * 256 per live
 // connection at most. A client's per-client storage grows with use up to
 // its bound, so a server whose clients make few requests holds far less.

@@ -105,8 +105,9 @@ TEST(RequestCacheTest, MemoryStaysWithinTheBound) {
   EXPECT_EQ(cache.clients(), 16u);
   EXPECT_EQ(cache.replies(), 16u * 100u);
   EXPECT_LE(cache.replies() * RequestCache::kBytesPerReply, RequestCache::MaxMemoryBytes(limits));
-  // The defaults, as documented: 1024 clients x 256 replies x 128 bytes.
-  EXPECT_EQ(RequestCache::MaxMemoryBytes(RequestCacheLimits{}), size_t{32} << 20);
+  // The defaults, as documented: 1024 clients x 256 replies x 136 bytes
+  // (a 128-byte reply and its request id).
+  EXPECT_EQ(RequestCache::MaxMemoryBytes(RequestCacheLimits{}), size_t{34} << 20);
 }
 
 // A burst of fresh client ids (another client opening 1,100 clients) cannot
