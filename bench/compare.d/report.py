@@ -137,11 +137,11 @@ class Figures:
                 self.cells.setdefault((run["store"], run["step"], run["threads"]), []).append(run)
         for runs in self.cells.values():
             runs.sort(key=lambda r: r.get("round", 1))
-        self.cell = {key: runs[0] for key, runs in self.cells.items()}
 
     def run(self, store, w, t):
         """The cell's first run (its command stands for every round's)."""
-        return self.cell.get((store, w, t))
+        runs = self.cells.get((store, w, t))
+        return runs[0] if runs else None
 
     def cell_runs(self, store, w, t):
         return self.cells.get((store, w, t), [])
@@ -158,12 +158,8 @@ class Figures:
                 values.append(v)
         return median(values)
 
-    @staticmethod
-    def _ops(r):
-        return float(r["result"]["ops_per_s"])
-
     def ops(self, store, w, t, rnd=None):
-        return self.over_rounds(store, w, t, self._ops, rnd)
+        return self.over_rounds(store, w, t, lambda r: float(r["result"]["ops_per_s"]), rnd)
 
     def latency(self, store, w, t, kind, pct):
         def figure(r):
@@ -195,8 +191,10 @@ class Figures:
     def kinds(self, w):
         """The kinds of operation the runs of workload w did, in order."""
         seen = set()
-        for (s, ww, t), r in self.cell.items():
-            if ww == w and r["result"]:
+        for (s, ww, t), runs in self.cells.items():
+            for r in runs:
+                if ww != w or not r["result"]:
+                    continue
                 for k, v in r["result"].get("latency", {}).items():
                     if v.get("count"):
                         seen.add(k)
