@@ -599,6 +599,13 @@ def render(data, out):
         info["value_bytes"], info["operations"]))
     add("operations or %s s, whichever came first, at %s client thread(s), one connection each." % (
         info["duration_s"], " and ".join(info["threads"].split())))
+    if info.get("rkv_client") == "shared":
+        add("rkv's threads shared one `rkv::Client` (`--rkv_client=shared`), as an application's threads")
+        add("share theirs: a connection per thread, and one location cache, so that a key one thread")
+        add("found or wrote is a cached location for every thread. Before 2026-12-07 each thread had")
+        add("a Client of its own.")
+    else:
+        add("Each rkv thread had an `rkv::Client` of its own, with its own location cache.")
     add("Keys are zipfian (YCSB's scrambled zipfian, 0.99) except in D, which reads YCSB's latest")
     if fig.rounds > 1:
         add("distribution as YCSB defines it. %d rounds: in each, every store was started afresh, loaded" % fig.rounds)

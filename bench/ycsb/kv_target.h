@@ -13,6 +13,10 @@
 
 #include "rkv/status.h"
 
+namespace rkv {
+class Client;
+}  // namespace rkv
+
 namespace rkv::bench {
 
 // A read-modify-write retries at most this many conflicts; when the try
@@ -134,6 +138,9 @@ struct TargetOptions {
   // a string.
   bool get_into = false;
   int batch = 1;
+  // rkv: the one Client that every target of the run uses (ShareRkvClient),
+  // or null for a Client of each target's own, with one connection.
+  std::shared_ptr<Client> rkv_client;
 };
 
 // Opens a new connection. INVALID_ARGUMENT for an unknown kind or a bad
@@ -143,6 +150,12 @@ StatusOr<std::unique_ptr<KvTarget>> OpenTarget(const TargetOptions& options);
 // Splits "HOST:PORT" or "[V6]:PORT"; INVALID_ARGUMENT when malformed or the
 // port is outside 1..65535.
 Status SplitHostPort(std::string_view address, std::string* host, int* port);
+
+// rkv: connects one Client with `connections` connections and sets
+// options->rkv_client, so that the targets opened after share it, as the
+// threads of one application share its Client: its connections (a call
+// takes a free one), its location cache and its leases.
+Status ShareRkvClient(TargetOptions* options, int connections);
 
 // Implementations, one per file.
 StatusOr<std::unique_ptr<KvTarget>> OpenRkvTarget(const TargetOptions& options);

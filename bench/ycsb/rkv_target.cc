@@ -1,8 +1,11 @@
-// The rkv target: one rkv::Client with a single connection per benchmark
-// thread, so --threads is also the number of connections, as for the
-// baselines.
+// The rkv target: either one rkv::Client that the benchmark's threads share,
+// with one connection per thread (ShareRkvClient), or a Client of each
+// thread's own with a single connection; --threads is the number of
+// connections either way, as for the baselines.
 #include <algorithm>
+#include <chrono>
 #include <cstddef>
+#include <memory>
 #include <span>
 #include <utility>
 #include <vector>
@@ -15,7 +18,7 @@ namespace {
 
 class RkvTarget final : public KvTarget {
  public:
-  RkvTarget(std::unique_ptr<Client> client, bool read_any_replica) : client_(std::move(client)) {
+  RkvTarget(std::shared_ptr<Client> client, bool read_any_replica) : client_(std::move(client)) {
     if (read_any_replica) get_options_.read_from = ReadFrom::kAnyReplica;
   }
 
@@ -141,7 +144,7 @@ class RkvTarget final : public KvTarget {
   }
 
  private:
-  std::unique_ptr<Client> client_;
+  const std::shared_ptr<Client> client_;
   std::string value_;
   bool get_into_ = false;
   size_t slot_bytes_ = 0;
@@ -152,9 +155,7 @@ class RkvTarget final : public KvTarget {
   CallOptions get_options_;
 };
 
-}  // namespace
-
-StatusOr<std::unique_ptr<KvTarget>> OpenRkvTarget(const TargetOptions& options) {
+StatusOr<std::shared_ptr<Client>> ConnectRkv(const TargetOptions& options, int connections) {
   ClientOptions client_options;
   if (options.coordinator.empty()) {
     client_options.server = options.server;
@@ -165,7 +166,7 @@ StatusOr<std::unique_ptr<KvTarget>> OpenRkvTarget(const TargetOptions& options) 
   client_options.token = options.token;
   client_options.transport = options.transport;
   client_options.timeout = std::chrono::milliseconds(options.timeout_ms);
-  client_options.connections = 1;
+  client_options.connections = connections;
   client_options.location_cache_bytes = options.location_cache_bytes;
   client_options.data_plane_tls = options.data_plane_tls;
   client_options.tls_ca_file = options.tls_ca_file;
@@ -174,7 +175,26 @@ StatusOr<std::unique_ptr<KvTarget>> OpenRkvTarget(const TargetOptions& options) 
     return client.status().WithContext(options.coordinator.empty() ? "rkv connect to " + options.server
                                                                    : "rkv connect to coordinator " + options.coordinator);
   }
-  auto target = std::make_unique<RkvTarget>(std::move(*client), options.read_any_replica);
+  return std::shared_ptr<Client>(std::move(*client));
+}
+
+}  // namespace
+
+Status ShareRkvClient(TargetOptions* options, int connections) {
+  StatusOr<std::shared_ptr<Client>> client = ConnectRkv(*options, connections);
+  if (!client.ok()) return client.status();
+  options->rkv_client = std::move(*client);
+  return Status::Ok();
+}
+
+StatusOr<std::unique_ptr<KvTarget>> OpenRkvTarget(const TargetOptions& options) {
+  std::shared_ptr<Client> client = options.rkv_client;
+  if (client == nullptr) {
+    StatusOr<std::shared_ptr<Client>> own = ConnectRkv(options, 1);
+    if (!own.ok()) return own.status();
+    client = std::move(*own);
+  }
+  auto target = std::make_unique<RkvTarget>(std::move(client), options.read_any_replica);
   if (options.get_into) {
     if (Status s = target->UseGetInto(std::max(options.batch, 1)); !s.ok()) return s;
   }

@@ -98,6 +98,10 @@ DEFINE_uint64(location_cache_bytes, uint64_t{32} << 20,
 DEFINE_bool(get_into, false,
             "rkv: GETs read into one registered buffer per thread (Client::GetInto: the READ puts the value "
             "there, no copy) instead of into a string (default false)");
+DEFINE_string(rkv_client, "shared",
+              "rkv: shared = the threads share one rkv::Client with one connection per thread (its location "
+              "cache too), as an application's threads share its Client; per_thread = a Client of each "
+              "thread's own (default shared)");
 DEFINE_int32(timeout_ms, 5000, "per-call deadline and connect timeout in milliseconds (default 5000)");
 DEFINE_string(workload, "get",
               "get (100% GET) | put (100% PUT) | YCSB's a (50% read, 50% update) | b (95/5) | c (100% "
@@ -160,6 +164,7 @@ struct Config {
   uint64_t records = 0;
   bool load = true;
   bool warm_reads = false;
+  bool shared_rkv_client = false;  // --rkv_client=shared with --target=rkv
   uint64_t operations = 0;  // 0: no cap
   double duration_s = 0;    // 0: no cap
   uint64_t value_bytes = 0;
@@ -268,6 +273,10 @@ StatusOr<Config> ConfigFromFlags() {
   c.records = FLAGS_records;
   c.load = FLAGS_load;
   c.warm_reads = FLAGS_warm_reads;
+  if (FLAGS_rkv_client != "shared" && FLAGS_rkv_client != "per_thread") {
+    return InvalidArgument("--rkv_client must be shared or per_thread, not '" + FLAGS_rkv_client + "'");
+  }
+  c.shared_rkv_client = c.target.kind == "rkv" && FLAGS_rkv_client == "shared";
   if (!(FLAGS_duration_s >= 0) || FLAGS_duration_s > 1e7) {
     return InvalidArgument("--duration_s must be in 0..10^7");
   }
@@ -390,14 +399,21 @@ int Run(const Config& c) {
   std::fflush(info);
 
   // Connect every thread's target (connects run in parallel: rkv's may take
-  // a while).
+  // a while), after the Client they share if they share one.
+  TargetOptions target_options = c.target;
+  if (c.shared_rkv_client) {
+    if (Status s = ShareRkvClient(&target_options, c.threads); !s.ok()) {
+      std::fprintf(stderr, "rkv-ycsb: ERROR: %s\n", s.ToString().c_str());
+      return 1;
+    }
+  }
   std::vector<std::unique_ptr<KvTarget>> targets(static_cast<size_t>(c.threads));
   std::vector<Status> connect_status(static_cast<size_t>(c.threads));
   {
     std::vector<std::thread> threads;
     for (int t = 0; t < c.threads; ++t) {
-      threads.emplace_back([&c, &targets, &connect_status, t] {
-        StatusOr<std::unique_ptr<KvTarget>> target = OpenTarget(c.target);
+      threads.emplace_back([&target_options, &targets, &connect_status, t] {
+        StatusOr<std::unique_ptr<KvTarget>> target = OpenTarget(target_options);
         if (target.ok()) {
           targets[static_cast<size_t>(t)] = std::move(*target);
         } else {
@@ -507,7 +523,11 @@ int Run(const Config& c) {
   uint64_t cache_hits = 0;
   uint64_t cache_fallbacks = 0;
   uint64_t cache_misses = 0;
-  for (const auto& t : targets) t->AddCacheCounts(&cache_hits, &cache_fallbacks, &cache_misses);
+  if (c.shared_rkv_client) {
+    targets[0]->AddCacheCounts(&cache_hits, &cache_fallbacks, &cache_misses);  // the one Client's
+  } else {
+    for (const auto& t : targets) t->AddCacheCounts(&cache_hits, &cache_fallbacks, &cache_misses);
+  }
   targets.clear();
 
   for (const ThreadResult& r : results) figures.result.Merge(r);
