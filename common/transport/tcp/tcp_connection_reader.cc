@@ -128,9 +128,15 @@ bool TcpConnection::ServeWhilePolling(std::chrono::microseconds timeout) {
       const Status sent = FlushFromReader();
       if (!sent.ok()) Break(sent.message());
     }
-    bool readable = true;
-    bool woken = false;
     bool spinning = window.count() > 0;
+    // Without a spin the first look at the socket is the ppoll below, which
+    // returns at once when the reply is already there: a read before it
+    // finds nothing on most waits (the request has only just left), a
+    // system call per wait for an EAGAIN. A wait that ends before any
+    // ppoll still reads once (read_once).
+    bool readable = spinning;
+    bool read_once = false;
+    bool woken = false;
     Clock::time_point last = start;
     for (;;) {
       StatusOr<Watch> watch = ServeStep(readable, woken, /*from_poll=*/true);
@@ -138,9 +144,15 @@ bool TcpConnection::ServeWhilePolling(std::chrono::microseconds timeout) {
         Break(watch.status().message());
         break;
       }
+      read_once = read_once || readable;
       if (ready_.load(std::memory_order_acquire) || reader_done_.load(std::memory_order_acquire)) break;
       const Clock::time_point now = Clock::now();
-      if (now >= deadline) break;
+      if (now >= deadline) {
+        if (read_once) break;
+        readable = true;
+        woken = false;
+        continue;
+      }
       readable = true;
       woken = false;
       // LostCpu moves `last` on; it matters only while spinning (and busy
