@@ -580,6 +580,15 @@ def render(data, out):
             info["cpus"], info.get("cpu_model") or "unknown CPU", info["kernel"], info["load_start"], info["load_end"]))
         add("The client and every store share these CPUs. Versions: %s, redis-server %s." % (
             info.get("memcached_version", "-"), info.get("redis_version", "-")))
+        stress = int(info.get("stress_cpus", "0"))
+        if stress > 0:
+            add("")
+            add("**%d CPU(s) busy:** `stress-ng --cpu %d` (%d CPU-bound worker(s)) ran from before the first" % (
+                stress, stress, stress))
+            add("store started to the end of the last run (`--stress_cpus=%d`), so every store and the client" % stress)
+            add("had that much less CPU, as on a shared machine.")
+            if info.get("stress_exited"):
+                add("**stress-ng had exited before the run's end:** %s" % info["stress_exited"])
     add("")
     add("## Method")
     add("")
