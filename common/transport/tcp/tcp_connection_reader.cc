@@ -147,14 +147,10 @@ bool TcpConnection::ServeWhilePolling(std::chrono::microseconds timeout) {
       read_once = read_once || readable;
       if (ready_.load(std::memory_order_acquire) || reader_done_.load(std::memory_order_acquire)) break;
       const Clock::time_point now = Clock::now();
-      if (now >= deadline) {
-        if (read_once) break;
-        readable = true;
-        woken = false;
-        continue;
-      }
+      if (now >= deadline && read_once) break;
       readable = true;
       woken = false;
+      if (now >= deadline) continue;  // the one read before giving up
       // LostCpu moves `last` on; it matters only while spinning (and busy
       // never changes), so the other rounds need not.
       if (spinning && !busy && spin_cooldown_.LostCpu(now, &last)) spinning = false;
