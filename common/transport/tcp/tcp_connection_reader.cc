@@ -48,11 +48,24 @@ void TcpConnection::ServeOnThisThread(Clock::time_point until, bool begin) {
   }
   bool readable = false;
   bool woken = false;
+  // The last wait ended on the hand-back timer alone, the socket a polling
+  // thread's: the step it calls for is only a look.
+  bool look_only = false;
+  StatusOr<Watch> watch = Watch{false, false, Clock::time_point::max()};
   while (end.ok()) {
-    StatusOr<Watch> watch = [&] {
+    if (!look_only) {
       MutexLock serve(serve_mu_);
-      return ServeStep(readable, woken);
-    }();
+      watch = ServeStep(readable, woken);
+    } else if (serve_mu_.TryLock()) {
+      watch = ServeStep(readable, woken);
+      serve_mu_.Unlock();
+    }
+    // Otherwise a thread in Poll holds serve_mu_, and serves the socket
+    // itself: the reader looks again within kHandBack, with the watch of
+    // its last step. Queueing behind it instead made the reader a waiter
+    // on a mutex the poller takes and drops once per wait, so that nearly
+    // every one of its waits paid a futex wake for the reader until the
+    // reader got in (milliseconds of them, each hand-back).
     if (!watch.ok()) {
       end = watch.status();
       break;
@@ -84,6 +97,7 @@ void TcpConnection::ServeOnThisThread(Clock::time_point until, bool begin) {
     }
     woken = (fds[1].revents & POLLIN) != 0;
     readable = (fds[0].revents & (POLLIN | POLLHUP | POLLERR)) != 0;
+    look_only = handed_over && fds[0].revents == 0 && fds[1].revents == 0;
     if (handed_over && !polling_.load(std::memory_order_acquire)) {
       const int64_t now_ns = SteadyNanos(Clock::now());
       const int64_t away_ns = now_ns - poll_left_at_ns_.load(std::memory_order_acquire);
@@ -92,6 +106,7 @@ void TcpConnection::ServeOnThisThread(Clock::time_point until, bool begin) {
         // whatever came meanwhile.
         poller_serves_.store(false, std::memory_order_release);
         readable = true;
+        look_only = false;
       }
     }
   }
