@@ -79,6 +79,20 @@ Status ServerConnection::Init(transport::Transport& transport, Deadline deadline
   if (!buffer_) return ResourceExhausted("cannot allocate a " + to_string(total) + "-byte client buffer");
   std::memset(buffer_.get(), 0, total);
   RKV_ASSIGN_OR_RETURN(mr_, transport.Register(buffer_.get(), total, transport::kLocalWrite));
+  if (transport.kind() == transport::Kind::kTcp) {
+    // A lookup's block lands here (AskServer): slots of the common block
+    // sizes, up to a page; a larger block is READ instead.
+    landing_slot_bytes_ = std::min<size_t>(RoundUp(max_block_, layout::kBlockAlign), 4096);
+    const size_t landing_bytes = RoundUp(kMaxBatchKeys * landing_slot_bytes_, 4096);
+    landing_.reset(static_cast<uint8_t*>(std::aligned_alloc(4096, landing_bytes)));
+    if (!landing_) return ResourceExhausted("cannot allocate " + to_string(landing_bytes) + " bytes of landing slots");
+    std::memset(landing_.get(), 0, landing_bytes);
+    RKV_ASSIGN_OR_RETURN(landing_mr_, transport.Register(landing_.get(), landing_bytes,
+                                                         transport::kLocalWrite | transport::kRemoteWrite));
+    lookups_.reserve(kMaxBatchKeys);
+    looked_up_.resize(kMaxBatchKeys);
+    asked_.reserve(kMaxBatchKeys);
+  }
 
   for (uint32_t i = 0; i < posted_recvs_; ++i) {
     const transport::LocalBuf buf{mr_.get(), recv_offset_ + size_t{i} * protocol::kMaxMessageBytes,

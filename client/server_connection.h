@@ -15,6 +15,9 @@
 //                 local bytes stay untouched until the ring space is free;
 //   send area     kSendSlots RequestMsgs, one per request in flight;
 //   recv area     kMaxMessageBytes per posted receive.
+// On tcp a second region, kLocalWrite | kRemoteWrite: kMaxBatchKeys
+// landing slots, where the server WRITEs the blocks of the keys a Lookup
+// asks it for (AskServer; docs/design.md §4.1).
 //
 // Failure: any transport error, error completion, malformed or unexpected
 // reply, or a deadline that expires while operations are in flight marks
@@ -119,6 +122,9 @@ struct WriteOp {
   protocol::Condition condition = protocol::Condition::kNone;
   uint64_t expected_version = 0;
   int64_t expires_at_ms = 0;  // a PUT's expiry (layout::BlockHeader); 0 otherwise
+  // A lookup's (protocol::Op::kGet, the GET path's own; WriteBatch takes
+  // PUTs and DELETEs only): the landing slot its block is WRITTEN to.
+  uint32_t landing_slot = 0;
 };
 
 // What became of one WriteOp of a WriteBatch.
@@ -184,8 +190,12 @@ class ServerConnection {
   // Looks up every key whose result is not done yet (keys.size() ==
   // results.size()). A key with a location cache entry first gets one READ
   // of the remembered block, accepted only if it proves current
-  // (docs/design.md §4.4); the others, and every key whose cached READ was
-  // rejected, get one READ of the key's neighbourhood, then one READ of
+  // (docs/design.md §4.4). On tcp the others are asked of the server: one
+  // lookup request each, whose reply carries the key's block, accepted
+  // by the same checks as a READ's (AskServer; absent: NOT_FOUND at
+  // once); a key whose result has registered memory (`into->mr`) keeps
+  // its in-place READ. The keys left, and every key whose answer was not
+  // accepted, get one READ of the key's neighbourhood, then one READ of
   // each block whose slot fingerprint matches; a miss is confirmed by one
   // more neighbourhood READ (server_connection_get.cc). What that finds
   // refreshes the cache. Torn, reused or leased-out reads are retried with
@@ -350,6 +360,16 @@ class ServerConnection {
                                                     std::chrono::microseconds wait, std::string_view what);
   // `waited`: how long the READs were waited for (for the abandon check).
   [[gnu::cold, gnu::noinline]] Status AfterReads(Status s, std::string_view what, std::chrono::microseconds waited);
+  // Step 0b, on tcp: asks the server for the keys of `batch` without
+  // registered memory (server_connection_put.cc); Answer settles each
+  // reply.
+  Status AskServer(std::span<const std::string_view> keys, std::span<LookupResult> results,
+                   std::span<const size_t> batch, Deadline deadline);
+  // Whether lookup `i` of AskServer's last batch answered `r`: NOT_FOUND,
+  // or a landed block that proves current (the checksum, the key, the
+  // reply's version; `in_lease`: the reply came within the lease of the
+  // post); otherwise the READs answer it.
+  bool Answer(std::string_view key, uint64_t key_hash, LookupResult& r, size_t i, bool in_lease);
   // Step 0 with a location cache: READs the remembered block of every key
   // of `batch` that has an entry, all in one list when the block area holds
   // them; a block that proves current (valid checksum form, the key, the
@@ -408,6 +428,9 @@ class ServerConnection {
 
   // The checks of WriteBatch that leave the connection intact.
   Status CheckWriteOps(std::span<const WriteOp> ops) const;
+  // Sends `ops` (PUTs, DELETEs or lookups, checked) and waits for every
+  // reply and SEND completion; WriteBatch's outcomes and errors.
+  Status RunBatch(std::span<const WriteOp> ops, std::span<WriteOutcome> outcomes, Deadline deadline);
   // Builds and posts, as one list, as many of ops[*next, ...) as fit now
   // (advancing *next). Non-OK only when the connection broke.
   Status PostWrites(std::span<const WriteOp> ops, size_t* next);
@@ -428,6 +451,10 @@ class ServerConnection {
   // pair) goes first, then the registration, then the memory it covered.
   std::unique_ptr<uint8_t, FreeDeleter> buffer_;
   std::unique_ptr<transport::MemoryRegion> mr_;
+  // tcp: the landing slots (null elsewhere), landing_slot_bytes_ each.
+  std::unique_ptr<uint8_t, FreeDeleter> landing_;
+  std::unique_ptr<transport::MemoryRegion> landing_mr_;
+  size_t landing_slot_bytes_ = 0;
   transport::Transport* transport_ = nullptr;  // set by Init
   std::unique_ptr<transport::Connection> conn_;
 
@@ -466,6 +493,14 @@ class ServerConnection {
   // caller's, or own_key_hashes_).
   std::span<const uint64_t> key_hashes_;
   std::vector<uint64_t> own_key_hashes_;
+
+  // AskServer's batch: its lookups, their replies, the key of each (an
+  // index into Lookup's keys), and the request ids, one counter per
+  // connection (the server remembers no lookup).
+  std::vector<WriteOp> lookups_;
+  std::vector<WriteOutcome> looked_up_;
+  std::vector<size_t> asked_;
+  uint64_t next_lookup_id_ = 1;
 
   // GET scratch (see KeyState).
   std::vector<size_t> pending_;

@@ -2,6 +2,9 @@
 // of. A key costs one READ of its neighbourhood and one READ of each block
 // whose slot fingerprint matches (a miss: one more neighbourhood READ to
 // confirm it), all posted as lists and waited for by one signaled READ.
+// On tcp a key the location cache does not answer is asked of the server
+// first (AskServer, server_connection_put.cc; its replies checked by
+// Answer here): one request and one reply.
 //
 // The path was tuned by counting calls: the steps of LookupBatch are
 // always inlined into it, the clock is read only where a reading is used,
@@ -117,6 +120,11 @@ Status ServerConnection::Lookup(std::span<const std::string_view> keys,
     if (pending_.empty()) break;
     if (cache_ != nullptr) {
       RKV_RETURN_IF_ERROR(ReadCachedBlocks(keys, results, pending_, deadline));
+      std::erase_if(pending_, [&](size_t k) { return results[k].done; });
+      if (pending_.empty()) continue;
+    }
+    if (landing_mr_ != nullptr) {
+      RKV_RETURN_IF_ERROR(AskServer(keys, results, pending_, deadline));
       std::erase_if(pending_, [&](size_t k) { return results[k].done; });
       if (pending_.empty()) continue;
     }
@@ -254,6 +262,55 @@ Status ServerConnection::ReadCachedBlocks(std::span<const std::string_view> keys
   cache_->NoteHits(hits);
   cache_->NoteFallbacks(fallbacks);
   return Status::Ok();
+}
+
+// Why a landed block accepted here is the key's record at an instant of
+// the call: the server found it through the key's slot, after this
+// lookup's post, and its transport copied it before the reply, which came
+// within the lease of the post; a block is reused only a grace period
+// (twice the lease) after it stopped being current, so every byte landed
+// is that record's. Either checksum form is taken, as a block found
+// through a slot (ReadCandidates); the key and version are compared with
+// the reply's, as nothing remote is trusted.
+bool ServerConnection::Answer(std::string_view key, uint64_t key_hash, LookupResult& r, size_t i, bool in_lease) {
+  const WriteOutcome& o = looked_up_[i];
+  if (!o.replied) [[unlikely]] return false;
+  if (o.result.status.code() == StatusCode::kNotFound) {
+    r.done = true;
+    r.status = NotFound("key not found");
+    r.value.clear();
+    if (cache_ != nullptr) cache_->Erase(cache_server_, key, key_hash);
+    return true;
+  }
+  const uint64_t bytes = layout::SlotBlockBytes(o.block);
+  if (!o.result.status.ok() || !in_lease || bytes > landing_slot_bytes_ || bytes < layout::kBlockHeaderBytes ||
+      !SlotBlockInHeap(o.block, max_block_, accept_.heap.length)) [[unlikely]] {
+    return false;  // refused, late, or a block over the slot: READ
+  }
+  auto record = DecodeHeapBlock(std::span<const uint8_t>(landing_.get() + i * landing_slot_bytes_, bytes));
+  if (!record.ok() || record->key != key || record->version != o.result.version ||
+      (record->flags & layout::kBlockFlagTombstone) != 0) [[unlikely]] {
+    return false;
+  }
+  r.done = true;
+  r.status = Status::Ok();
+  if (r.into == nullptr) [[likely]] {
+    r.value.assign(record->value);
+  } else {
+    CopyInto(r, record->value);
+    SettleInto(r);
+  }
+  r.version = record->version;
+  SettleExpiry(r, record->expires_at_ms);
+  if (cache_ != nullptr) {
+    if (record->superseded) {
+      cache_->Erase(cache_server_, key, key_hash);
+    } else {
+      cache_->Insert(cache_server_, key, key_hash,
+                     CachedLocation{accept_.epoch, layout::SlotBlockOffset(o.block), bytes, record->version});
+    }
+  }
+  return true;
 }
 
 void ServerConnection::SettleExpiry(LookupResult& r, int64_t expires_at_ms) {

@@ -4,13 +4,15 @@
 // WRITE+SEND pair per record; the pairs of a batch go out as one posted
 // list). Replies arrive in order; each returns request credits, and once
 // its SEND has completed too the oldest record's ring space and send slot
-// are free again.
+// are free again. A GET's lookups over tcp (AskServer) take the same way,
+// each record a key alone.
 #include "client/server_connection.h"
 
 #include <algorithm>
 #include <cstring>
 
 #include "client/wire_checks.h"
+#include "common/clock.h"
 #include "common/hash.h"
 #include "common/record.h"
 
@@ -74,6 +76,24 @@ Status ServerConnection::WriteBatch(std::span<const WriteOp> ops, std::span<Writ
       cache_->Erase(cache_server_, ops[i].key, hashed ? key_hashes[i] : ShardHash(ops[i].key));
     }
   }
+  const Status s = RunBatch(ops, outcomes, deadline);
+  if (cache_ != nullptr) {
+    for (size_t i = 0; i < ops.size(); ++i) {
+      const WriteOutcome& o = outcomes[i];
+      if (ops[i].op != protocol::Op::kPut || !o.replied || !o.result.status.ok() || o.block == 0) continue;
+      // Checked again before any READ of it (ReadCachedBlocks), as
+      // nothing remote is trusted; the entry is believed only while the
+      // block holds this key at this version.
+      cache_->Insert(cache_server_, ops[i].key, hashed ? key_hashes[i] : ShardHash(ops[i].key),
+                     CachedLocation{accept_.epoch, layout::SlotBlockOffset(o.block), layout::SlotBlockBytes(o.block),
+                                    o.result.version});
+    }
+  }
+  return s;
+}
+
+Status ServerConnection::RunBatch(std::span<const WriteOp> ops, std::span<WriteOutcome> outcomes,
+                                  Deadline deadline) {
   batch_ = outcomes;
   batch_replied_ = 0;
   size_t next = 0;
@@ -96,19 +116,39 @@ Status ServerConnection::WriteBatch(std::span<const WriteOp> ops, std::span<Writ
   // completion behind for the next call (a GET's READs) to meet.
   if (s.ok()) s = WaitFor([&] { return in_flight_.empty(); }, deadline, Clock::now(), "the send completions");
   batch_ = {};
-  if (cache_ != nullptr) {
-    for (size_t i = 0; i < ops.size(); ++i) {
-      const WriteOutcome& o = outcomes[i];
-      if (ops[i].op != protocol::Op::kPut || !o.replied || !o.result.status.ok() || o.block == 0) continue;
-      // Checked again before any READ of it (ReadCachedBlocks), as
-      // nothing remote is trusted; the entry is believed only while the
-      // block holds this key at this version.
-      cache_->Insert(cache_server_, ops[i].key, hashed ? key_hashes[i] : ShardHash(ops[i].key),
-                     CachedLocation{accept_.epoch, layout::SlotBlockOffset(o.block), layout::SlotBlockBytes(o.block),
-                                    o.result.version});
-    }
-  }
   return s;
+}
+
+Status ServerConnection::AskServer(std::span<const std::string_view> keys, std::span<LookupResult> results,
+                                   std::span<const size_t> batch, Deadline deadline) {
+  // batch.size() <= kMaxBatchKeys: a landing slot each.
+  lookups_.clear();
+  asked_.clear();
+  for (const size_t k : batch) {
+    const ValueTarget* into = results[k].into;
+    if (into != nullptr && into->mr != nullptr) continue;  // its READ lands in place
+    if (keys[k].empty() || keys[k].size() > accept_.max_key_bytes) continue;  // the READs answer it
+    WriteOp& op = lookups_.emplace_back();
+    op.op = protocol::Op::kGet;
+    op.key = keys[k];
+    op.request_id = next_lookup_id_++;
+    op.landing_slot = static_cast<uint32_t>(asked_.size());
+    asked_.push_back(k);
+  }
+  if (lookups_.empty()) return Status::Ok();
+  const std::span<WriteOutcome> outcomes(looked_up_.data(), lookups_.size());
+  for (WriteOutcome& o : outcomes) o = WriteOutcome{};
+  const Clock::time_point posted = SteadyNow();
+  RKV_RETURN_IF_ERROR(RunBatch(lookups_, outcomes, deadline));
+  // Every reply came before this reading: within the lease of the post if
+  // it is.
+  const bool in_lease = SteadyNow() - posted < lease_;
+  for (size_t i = 0; i < asked_.size(); ++i) {
+    const size_t k = asked_[i];
+    const uint64_t hash = cache_ != nullptr ? key_hashes_[k] : 0;
+    Answer(keys[k], hash, results[k], i, in_lease);
+  }
+  return Status::Ok();
 }
 
 Status ServerConnection::PostWrites(std::span<const WriteOp> ops, size_t* next) {
@@ -126,6 +166,7 @@ Status ServerConnection::PostWrites(std::span<const WriteOp> ops, size_t* next) 
     }
     const size_t local = staging_offset_ + *at;
     const uint16_t flags = op.op == protocol::Op::kDelete ? layout::kBlockFlagTombstone : 0;
+    // A lookup's record is its key alone (value empty).
     const uint64_t block = EncodeRecord(std::span<uint8_t>(buffer_.get() + local, bytes), op.key, op.value,
                                         /*version=*/0, flags, op.expires_at_ms);
     const uint32_t slot = free_send_slots_.back();
@@ -138,6 +179,11 @@ Status ServerConnection::PostWrites(std::span<const WriteOp> ops, size_t* next) 
     request.ring_offset = *at;
     request.condition = static_cast<uint8_t>(op.condition);
     request.expected_version = op.expected_version;
+    if (op.op == protocol::Op::kGet) {
+      request.landing_addr = landing_mr_->remote_addr() + size_t{op.landing_slot} * landing_slot_bytes_;
+      request.landing_rkey = landing_mr_->rkey();
+      request.landing_bytes = static_cast<uint32_t>(landing_slot_bytes_);
+    }
     const size_t msg = send_offset_ + size_t{slot} * kSendSlotBytes;
     std::memcpy(buffer_.get() + msg, &request, sizeof(request));
 

@@ -120,9 +120,14 @@ class FakeServer {
     MutexLock lock(mu_);
     handler_ = std::move(handler);
   }
+  // The PUT and DELETE requests received (lookups are only counted).
   std::vector<protocol::RequestMsg> requests() const EXCLUDES(mu_) {
     MutexLock lock(mu_);
     return requests_;
+  }
+  int lookups() const EXCLUDES(mu_) {
+    MutexLock lock(mu_);
+    return lookups_;
   }
   // Waits until `n` connections have ended because their client went
   // away; false if that does not happen within a limit no test reaches.
@@ -236,7 +241,15 @@ class FakeServer {
         protocol::ReplyMsg reply{};
         reply.request_id = req.request_id;
         reply.credits = 1;
-        {
+        if (req.op == static_cast<uint8_t>(protocol::Op::kGet)) {
+          // A lookup (a GET of a key not in the location cache, on tcp):
+          // this server has no table to look in, and says so; the client
+          // then READs, which these tests are about.
+          reply.status_code = static_cast<int32_t>(StatusCode::kFailedPrecondition);
+          std::strncpy(reply.message, "the fake server answers no lookup", sizeof(reply.message) - 1);
+          MutexLock lock(mu_);
+          ++lookups_;
+        } else {
           MutexLock lock(mu_);
           requests_.push_back(req);
           if (handler_) handler_(record, req, &reply);
@@ -264,6 +277,7 @@ class FakeServer {
   uint32_t grace_period_us_ GUARDED_BY(mu_) = 60'000'000;  // a lease no test run can outlast
   RequestHandler handler_ GUARDED_BY(mu_);
   std::vector<protocol::RequestMsg> requests_ GUARDED_BY(mu_);
+  int lookups_ GUARDED_BY(mu_) = 0;
   int ended_ GUARDED_BY(mu_) = 0;
 };
 
@@ -330,6 +344,10 @@ TEST(ServerConnectionTest, FindsStoredKeysAndMissesAbsentOnes) {
   ASSERT_TRUE(b.status.ok()) << b.status;
   EXPECT_EQ(b.value, std::string("\0two\xff", 5));
   EXPECT_EQ(LookupOne(*c, "gamma").status.code(), StatusCode::kNotFound);
+  // On tcp each key was asked of the server first (no location cache
+  // here); its refusal left the key to the READs, and the connection lives.
+  EXPECT_EQ(server.lookups(), 3);
+  EXPECT_FALSE(c->broken());
 }
 
 TEST(ServerConnectionTest, AMissIsConfirmedByASecondNeighbourhoodRead) {

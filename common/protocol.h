@@ -17,6 +17,15 @@
 //   client RDMA-WRITEs a record (common/record.h, version 0) into its
 //   staging ring at a 64-byte aligned offset, then SENDs a RequestMsg naming
 //   it, chained in one doorbell. The server replies with a ReplyMsg SEND.
+// Lookups (kGet; a client on a transport without one-sided hardware,
+//   docs/design.md §4.1): the same, with a record of the key and an empty
+//   value. The request names a landing slot in memory the client
+//   registered kRemoteWrite for this connection (landing_*); the server
+//   looks the key up and, when found, WRITEs the key's heap block there
+//   (when it fits landing_bytes) chained before its reply, which carries
+//   the block's slot word and version (NOT_FOUND: absent). The client
+//   checks the landed block as it checks a READ's. Not remembered by the
+//   server (a lookup changes nothing; a resent one is answered afresh).
 //   At most AcceptData::request_credits requests may be outstanding on a
 //   connection; each reply returns ReplyMsg::credits of them.
 // Staging ring use: the server processes a connection's requests in order,
@@ -41,7 +50,7 @@
 //   fingerprint and epoch, and forwards each write as kReplicatePut /
 //   kReplicateDelete: the record carries the primary's version (non-zero)
 //   and RequestMsg::map_version the primary's map version. A client
-//   connection may send only kPut / kDelete, a peer connection only the
+//   connection may send only kPut / kDelete / kGet, a peer connection only the
 //   replica ops.
 // Versions: a server accepts kProtocolVersion only and refuses every other
 //   at the handshake, naming both (what each version changed:
@@ -56,7 +65,7 @@ namespace rkv::protocol {
 inline constexpr uint32_t kConnectMagic = 0x43564B52;  // "RKVC"
 inline constexpr uint32_t kAcceptMagic = 0x41564B52;   // "RKVA"
 inline constexpr uint32_t kPeerConnectMagic = 0x50564B52;  // "RKVP"
-inline constexpr uint16_t kProtocolVersion = 7;
+inline constexpr uint16_t kProtocolVersion = 8;
 
 inline constexpr size_t kMaxConnectPrivateData = 56;
 inline constexpr size_t kMaxAcceptPrivateData = 196;
@@ -156,7 +165,8 @@ static_assert(sizeof(AcceptData) <= kMaxAcceptPrivateData);
 // kPut / kDelete: a client's write (record version 0). kReplicatePut /
 // kReplicateDelete: a primary's forward of a write it applies (record
 // version = the primary's, non-zero); only on a peer connection.
-enum class Op : uint8_t { kPut = 1, kDelete = 2, kReplicatePut = 3, kReplicateDelete = 4 };
+// kGet: a client's lookup (see Lookups above).
+enum class Op : uint8_t { kPut = 1, kDelete = 2, kReplicatePut = 3, kReplicateDelete = 4, kGet = 5 };
 
 // RequestMsg::flags.
 inline constexpr uint8_t kRequestResent = 1;  // client ops: this request id was sent to
@@ -185,8 +195,14 @@ struct RequestMsg {
                          // routed the write by (>= 1); client ops: 0
   uint64_t expected_version;  // Condition::kVersionIs: the version (>= 1);
                               // otherwise 0
+  // kGet: where the found block is WRITTEN (a region of the client's,
+  // kRemoteWrite), and the most bytes it takes (0: reply only). Every
+  // other op: 0.
+  uint64_t landing_addr;
+  uint32_t landing_rkey;
+  uint32_t landing_bytes;
 };
-static_assert(sizeof(RequestMsg) == 40);
+static_assert(sizeof(RequestMsg) == 56);
 
 struct ReplyMsg {
   uint64_t request_id;

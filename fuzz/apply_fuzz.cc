@@ -4,7 +4,7 @@
 // live for the whole run, so requests meet the state earlier ones left.
 //
 // Input: a flags byte, a count byte (1..8 requests), then per request a
-// length byte (0..32) and that many message bytes; the rest is the ring,
+// length byte (0..56) and that many message bytes; the rest is the ring,
 // exactly its size (ASan sees any read past it). With flag bit 0 the
 // harness reseals the checksum of the record each well-sized message
 // names, so the fuzzer gets past the checksum to the checks behind it.
@@ -25,7 +25,12 @@
 // too); an OK replica DELETE leaves the key absent (reply version 0) or
 // newer than the record's. Applied together, each key's last OK write
 // decides what the key holds (as above), and an OK PUT of a key gets a
-// higher version than the OK writes of it before in the batch.
+// higher version than the OK writes of it before in the batch. A client's
+// message whose op is a lookup (applied one by one) goes to
+// Applier::Locate: OK only for a whole message naming a key record in the
+// ring whose key the table holds, at the reply's version and slot word,
+// the block to land named only when it fits the slot; NOT_FOUND only when
+// the table lacks the key; a lookup changes neither table nor store.
 #include <unistd.h>
 
 #include <chrono>
@@ -186,6 +191,33 @@ void CheckApplied(World& w, const protocol::RequestMsg& req, std::span<const uin
   }
 }
 
+// What a lookup's reply (OK or NOT_FOUND, to `req`, whole, its record in
+// `ring`) says of the table, and the block it has written (see
+// Properties).
+void CheckLocated(World& w, const protocol::RequestMsg& req, std::span<const uint8_t> ring,
+                  const protocol::ReplyMsg& reply, const Applier::Located& located) {
+  const auto record = DecodeRecord(ring.subspan(req.ring_offset, req.length));
+  RKV_FUZZ_CHECK(record.ok() && !record->key.empty() && record->value.empty());
+  const auto entry = w.table->Lookup(record->key);
+  if (reply.status_code == static_cast<int32_t>(StatusCode::kNotFound)) {
+    RKV_FUZZ_CHECK(!entry.has_value());
+    RKV_FUZZ_CHECK(located.bytes == 0 && reply.block == 0);
+    return;
+  }
+  RKV_FUZZ_CHECK(entry.has_value() && entry->version == reply.version && entry->slot == reply.block);
+  if (located.bytes == 0) {
+    RKV_FUZZ_CHECK(req.landing_bytes == 0 || layout::SlotBlockBytes(reply.block) > req.landing_bytes);
+    return;
+  }
+  RKV_FUZZ_CHECK(located.bytes == layout::SlotBlockBytes(reply.block) && located.bytes <= req.landing_bytes);
+  RKV_FUZZ_CHECK(located.heap_offset == layout::SlotBlockOffset(reply.block));
+  RKV_FUZZ_CHECK(located.landing_addr == req.landing_addr && located.landing_rkey == req.landing_rkey);
+  RKV_FUZZ_CHECK(located.heap_offset + located.bytes <= kHeapBytes);
+  const auto block =
+      DecodeHeapBlock(std::span<const uint8_t>(w.heap_memory.get() + located.heap_offset, located.bytes));
+  RKV_FUZZ_CHECK(block.ok() && block->key == record->key && block->version == reply.version);
+}
+
 }  // namespace
 }  // namespace rkv::server
 
@@ -242,6 +274,20 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       }
     }
     if (together) continue;  // applied below, once all are ready
+    if (!replica && !msg.empty() && msg[0] == static_cast<uint8_t>(protocol::Op::kGet)) {
+      const uint64_t puts = w.applier->snapshot().puts;
+      Applier::Located located;
+      const protocol::ReplyMsg reply = w.applier->Locate(msg, ring, &located);
+      const bool found = check_reply(k, reply);
+      RKV_FUZZ_CHECK(w.applier->snapshot().puts == puts);
+      if (found || reply.status_code == static_cast<int32_t>(StatusCode::kNotFound)) {
+        RKV_FUZZ_CHECK(in_ring[k]);
+        CheckLocated(w, req, ring, reply, located);
+      } else {
+        RKV_FUZZ_CHECK(located.bytes == 0);
+      }
+      continue;
+    }
     const protocol::ReplyMsg reply =
         replica ? w.applier->ApplyReplica("s-fuzz-primary", msg, ring) : w.applier->Apply(kClientId, msg, ring);
     if (check_reply(k, reply)) CheckApplied(w, req, ring, reply, replica);

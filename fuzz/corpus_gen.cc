@@ -217,6 +217,28 @@ void Apply() {
         Concat({Bytes{4, 2}, len(m_put), m_put, len(m_other), m_other, len(m_del), m_del, batch_ring}));
   Write("apply", "batch_conditional_puts", Concat({Bytes{4, 3}, len(m_absent), m_absent, len(m_absent), m_absent,
                                                     len(m_is_v1), m_is_v1, len(m_is_v1), m_is_v1, ring}));
+  // Lookups (Applier::Locate): of "key" before its PUT (absent), after it
+  // (found, its block landing), after its DELETE; and one whose landing
+  // slot is too small for the block.
+  const Bytes look = Record("key", "");
+  Bytes lookup_ring = ring;
+  lookup_ring.resize(256, 0);
+  lookup_ring.insert(lookup_ring.end(), look.begin(), look.end());
+  protocol::RequestMsg get{};
+  get.op = static_cast<uint8_t>(protocol::Op::kGet);
+  get.length = static_cast<uint32_t>(look.size());
+  get.request_id = 1;
+  get.ring_offset = 256;
+  get.landing_addr = 0x10000;
+  get.landing_rkey = 7;
+  get.landing_bytes = 4096;
+  Bytes m_get;
+  Put(m_get, get);
+  get.landing_bytes = layout::kBlockHeaderBytes;
+  Bytes m_get_small;
+  Put(m_get_small, get);
+  Write("apply", "lookups", Concat({Bytes{0, 4}, len(m_get), m_get, len(m_put), m_put, len(m_get), m_get,
+                                    len(m_get_small), m_get_small, len(m_del), m_del, lookup_ring}));
 }
 
 void Connect() {

@@ -234,7 +234,9 @@ std::vector<AdminCounter> ServerCounters(const CounterSources& s) {
       {"deletes", st.deletes, "DELETEs applied since start"},
       {"request_errors", st.request_errors, "error replies since start (NOT_FOUND excluded)"},
       {"connections", st.connections, "data-plane connections open now"},
-      {"gets_served_by_cpu", st.gets_served_by_cpu, "GETs the server CPU served: always 0, GETs are one-sided READs"},
+      {"gets_served_by_cpu", st.gets_served_by_cpu,
+       "GET lookups the server CPU answered: tcp clients' keys not in their location cache (0 on verbs: one-sided "
+       "READs)"},
       {"heap_bytes_used", st.heap_bytes_used, "heap bytes holding records"},
       {"heap_bytes_quarantined", st.heap_bytes_quarantined, "heap bytes freed but not yet reusable (grace period)"},
       {"heap_bytes", s.heap_bytes, "heap size in bytes"},

@@ -199,23 +199,24 @@ TEST(ConnectRequestTest, AClientOfAnEarlierVersionIsRefusedNamingBothVersions) {
   // would be refused one by one. Version 5 requests sent the token's
   // digest itself, which anyone who saw one could replay. Version 6
   // replies were 120 bytes, without the block word: such a client would
-  // refuse every reply as malformed. All are refused at once, whatever
-  // their size.
-  static_assert(protocol::kProtocolVersion == 7);
+  // refuse every reply as malformed. Version 7 requests were 40 bytes,
+  // without a lookup's landing slot: every PUT would be refused as
+  // malformed. All are refused at once, whatever their size.
+  static_assert(protocol::kProtocolVersion == 8);
   Challenger ch;
   const Sha256Digest digest = TokenDigest("secret");
-  for (const uint16_t old : {uint16_t{2}, uint16_t{3}, uint16_t{4}, uint16_t{5}, uint16_t{6}}) {
+  for (const uint16_t old : {uint16_t{2}, uint16_t{3}, uint16_t{4}, uint16_t{5}, uint16_t{6}, uint16_t{7}}) {
     protocol::ClientConnectParams p = Client("secret");
     p.protocol_version = old;
     // A version 5 request was 48 bytes: magic, versions, client id, digest;
-    // a version 6 one is a version 7 one's size.
+    // versions 6 and 7 are a version 8 one's size.
     const protocol::ConnectRequestData request = protocol::MakeClientRequest(p, nullptr);
-    const auto r = ParseConnectRequest(Bytes(request, old == 6 ? sizeof(request) : 48), digest, digest, *ch);
+    const auto r = ParseConnectRequest(Bytes(request, old >= 6 ? sizeof(request) : 48), digest, digest, *ch);
     EXPECT_EQ(r.status().code(), StatusCode::kFailedPrecondition);
     EXPECT_NE(r.status().message().find("unsupported protocol/layout version " + std::to_string(old) + "/"),
               std::string::npos)
         << r.status();
-    EXPECT_NE(r.status().message().find("server speaks 7/"), std::string::npos) << r.status();
+    EXPECT_NE(r.status().message().find("server speaks 8/"), std::string::npos) << r.status();
   }
 }
 

@@ -47,9 +47,12 @@
 //   gone without a disconnect holds its resources for at most
 //   probe_idle_ms + probe_timeout_ms and a polling round.
 //
-// No GET ever reaches this process: clients read the index and heap with
-// one-sided READs (ServerStats::gets_served_by_cpu stays 0; there is no GET
-// message in the protocol).
+// A GET over verbs never reaches this process: clients read the index and
+// heap with one-sided READs. Over tcp, a client asks a key its location
+// cache does not hold with a lookup (protocol::Op::kGet; docs/design.md
+// §4.1), one request and one reply that carries the block, answered by the
+// polling thread that read it after its round's writes; those are what
+// ServerStats::gets_served_by_cpu counts (0 on verbs).
 //
 // Thread safety: the accessors and Stats are thread-safe. Shutdown may be
 // called from any thread, also concurrently (the calls are serialized); the
@@ -132,7 +135,7 @@ struct ServerStats {
   uint64_t keys = 0;
   uint64_t heap_bytes_used = 0;
   uint64_t heap_bytes_quarantined = 0;
-  uint64_t gets_served_by_cpu = 0;    // always 0: GETs are one-sided READs
+  uint64_t gets_served_by_cpu = 0;    // lookups answered (tcp clients' uncached keys; 0 on verbs)
   // Replication (Applier::Snapshot).
   uint64_t forwarded_writes = 0;
   uint64_t backup_failures = 0;
@@ -231,6 +234,7 @@ class Server {
   struct Served;
   struct Poller;
   struct OwedReply;
+  struct Round;
 
   Server(const ServerOptions& options, transport::Transport* transport, ReplicationPolicy* replication,
          std::string_view server_id, std::shared_ptr<LiveClientCredentials> client_credentials);
@@ -275,18 +279,21 @@ class Server {
   // from the inbox. Polling thread `p` only.
   void CloseRevoked(Poller* p, const std::vector<transport::Connection*>* only);
   void PollLoop(Poller* p);
-  // Takes `s`'s completions and applies what it can, adding the replies
-  // to `*owed`: a replication connection's requests at once, a client's
-  // writes added to `*writes` (with their index in `*owed` in
-  // `*writes_owed`) for the round's ApplyBatch, which PollLoop runs after
-  // serving every ready connection and before SendReplies. False once the
+  // Takes `s`'s completions and applies what it can, adding a reply for
+  // each request to round->owed: a replication connection's requests at
+  // once, a client's writes and lookups added to round->writes and
+  // round->lookups, which PollLoop answers after serving every ready
+  // connection (AnswerRound) and before SendReplies. False once the
   // connection has ended (then closed).
-  bool Serve(Served& s, std::span<transport::Completion> completions, std::vector<OwedReply>* owed,
-             std::vector<Applier::BatchWrite>* writes, std::vector<size_t>* writes_owed,
+  bool Serve(Served& s, std::span<transport::Completion> completions, Round* round,
              std::chrono::steady_clock::time_point now);
+  // Applies the round's client writes together, then answers its lookups,
+  // writing each reply into its reply buffer.
+  void AnswerRound(Round* round);
   // Commits a round (SyncWrites: one fsync for all its writes with
   // --durability=sync), then re-posts the requests' receives and sends
-  // the replies; closes the connections where that fails.
+  // the replies (a found lookup's block WRITTEN before its reply); closes
+  // the connections where that fails.
   void SendReplies(Poller* p, std::vector<OwedReply>* owed);
   // Closes `s`: counted as released dead when `dead` (a failed or
   // unanswered probe).

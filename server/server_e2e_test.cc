@@ -4,11 +4,15 @@
 // and READs the table header, buckets and blocks back.
 #include "server/server.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <deque>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -52,6 +56,9 @@ class RawClient {
     auto c = std::unique_ptr<RawClient>(new RawClient());
     c->local_.assign(kLocalBytes, 0);
     RKV_ASSIGN_OR_RETURN(c->mr_, t->Register(c->local_.data(), c->local_.size(), transport::kLocalWrite));
+    c->landing_.assign(4096, 0);
+    RKV_ASSIGN_OR_RETURN(c->landing_mr_, t->Register(c->landing_.data(), c->landing_.size(),
+                                                     transport::kLocalWrite | transport::kRemoteWrite));
     // Request ids count per RawClient, so each is a client of its own.
     static std::atomic<uint64_t> next_client{0xC11E};
     RKV_ASSIGN_OR_RETURN(c->conn_, protocol::ConnectAsClient(*t, address,
@@ -72,34 +79,71 @@ class RawClient {
   // it; returns the reply.
   StatusOr<protocol::ReplyMsg> Request(protocol::Op op, std::string_view key, std::string_view value,
                                        uint64_t ring_offset = 0, bool corrupt = false) {
+    RKV_RETURN_IF_ERROR(Post(op, key, value, ring_offset, corrupt));
+    RKV_ASSIGN_OR_RETURN(std::vector<protocol::ReplyMsg> replies, Replies(1));
+    return replies[0];
+  }
+
+  // A lookup of `key` (protocol::Op::kGet) naming the landing slot at
+  // offset 0 of the landing region, `edit` applied to its message last.
+  StatusOr<protocol::ReplyMsg> Lookup(std::string_view key,
+                                      const std::function<void(protocol::RequestMsg&)>& edit = nullptr) {
+    RKV_RETURN_IF_ERROR(Post(protocol::Op::kGet, key, "", 0, false, edit));
+    RKV_ASSIGN_OR_RETURN(std::vector<protocol::ReplyMsg> replies, Replies(1));
+    return replies[0];
+  }
+  // The landing region's bytes (what the server WROTE there).
+  std::span<const uint8_t> landing() const { return landing_; }
+  void ClearLanding() { std::fill(landing_.begin(), landing_.end(), 0); }
+
+  // Posts one request (at most kRecvCount before Replies): its record
+  // staged at `ring_offset`, `edit` applied to its message last. A
+  // lookup's names the landing region's first slot.
+  Status Post(protocol::Op op, std::string_view key, std::string_view value, uint64_t ring_offset = 0,
+              bool corrupt = false, const std::function<void(protocol::RequestMsg&)>& edit = nullptr) {
     const uint16_t flags = op == protocol::Op::kDelete ? layout::kBlockFlagTombstone : 0;
-    const uint64_t len = EncodeRecord(std::span(local_).subspan(kStage), key, value, 0, flags);
-    if (corrupt) local_[kStage + layout::RecordBytes(key.size(), value.size()) - 1] ^= 0xFF;
+    const size_t stage = kStage + ring_offset;
+    const uint64_t len = EncodeRecord(std::span(local_).subspan(stage), key, value, 0, flags);
+    if (corrupt) local_[stage + layout::RecordBytes(key.size(), value.size()) - 1] ^= 0xFF;
     protocol::RequestMsg m{};
     m.op = static_cast<uint8_t>(op);
     m.length = static_cast<uint32_t>(len);
     m.request_id = ++next_id_;
     m.ring_offset = ring_offset;
-    std::memcpy(local_.data() + kSendBuf, &m, sizeof(m));
-    RKV_RETURN_IF_ERROR(conn_->PostWriteSend(LocalBuf{mr_.get(), kStage, static_cast<uint32_t>(len)},
-                                             RemoteBuf{accept_.ring.addr + ring_offset, accept_.ring.rkey},
-                                             LocalBuf{mr_.get(), kSendBuf, sizeof(m)}, 1));
-    bool sent = false;
-    std::optional<protocol::ReplyMsg> reply;
-    while (!sent || !reply) {
+    if (op == protocol::Op::kGet) {
+      m.landing_addr = landing_mr_->remote_addr();
+      m.landing_rkey = landing_mr_->rkey();
+      m.landing_bytes = static_cast<uint32_t>(landing_.size());
+    }
+    if (edit) edit(m);
+    const size_t send = kSendBuf + (next_id_ % kRecvCount) * 64;
+    std::memcpy(local_.data() + send, &m, sizeof(m));
+    expected_.push_back(m.request_id);
+    return conn_->PostWriteSend(LocalBuf{mr_.get(), stage, static_cast<uint32_t>(len)},
+                                RemoteBuf{accept_.ring.addr + ring_offset, accept_.ring.rkey},
+                                LocalBuf{mr_.get(), send, sizeof(m)}, 1);
+  }
+
+  // The replies to the next `n` requests posted, in order, once their
+  // SENDs completed too.
+  StatusOr<std::vector<protocol::ReplyMsg>> Replies(size_t n) {
+    size_t sent = 0;
+    std::vector<protocol::ReplyMsg> replies;
+    while (sent < n || replies.size() < n) {
       RKV_ASSIGN_OR_RETURN(const Completion c, Next());
       if (c.op == OpType::kSend) {
-        sent = true;
+        ++sent;
       } else if (c.op == OpType::kRecv) {
         if (c.byte_len != sizeof(protocol::ReplyMsg)) return Internal("reply of " + std::to_string(c.byte_len));
         protocol::ReplyMsg r;
         std::memcpy(&r, local_.data() + kRecvBufs + (c.wr_id - 100) * 128, sizeof(r));
         RKV_RETURN_IF_ERROR(conn_->PostRecv(LocalBuf{mr_.get(), kRecvBufs + (c.wr_id - 100) * 128, 128}, c.wr_id));
-        if (r.request_id != m.request_id) return Internal("reply for another request");
-        reply = r;
+        if (expected_.empty() || r.request_id != expected_.front()) return Internal("reply for another request");
+        expected_.pop_front();
+        replies.push_back(r);
       }
     }
-    return *reply;
+    return replies;
   }
 
   // READs `len` bytes at remote `addr` with `rkey`.
@@ -169,10 +213,13 @@ class RawClient {
   RawClient() = default;
   std::vector<uint8_t> local_;
   std::vector<uint8_t> block_;
+  std::vector<uint8_t> landing_;
   std::unique_ptr<transport::MemoryRegion> mr_;
+  std::unique_ptr<transport::MemoryRegion> landing_mr_;
   std::unique_ptr<transport::Connection> conn_;
   protocol::AcceptData accept_{};
   uint64_t next_id_ = 0;
+  std::deque<uint64_t> expected_;  // request ids posted and not yet answered
 };
 
 class ServerE2ETest : public ::testing::Test {
@@ -287,7 +334,7 @@ TEST_F(ServerE2ETest, PutReplaceDeleteAreVisibleToOneSidedReads) {
   EXPECT_EQ(s.puts, 2u);
   EXPECT_EQ(s.deletes, 1u);
   EXPECT_EQ(s.keys, 0u);
-  EXPECT_EQ(s.gets_served_by_cpu, 0u);
+  EXPECT_EQ(s.gets_served_by_cpu, 0u) << "READs only: no lookup";
 }
 
 TEST_F(ServerE2ETest, BadRequestsGetErrorRepliesAndTheConnectionLives) {
@@ -305,6 +352,118 @@ TEST_F(ServerE2ETest, BadRequestsGetErrorRepliesAndTheConnectionLives) {
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->status_code, 0) << r->message;
   EXPECT_EQ(server_->Stats().request_errors, 2u);
+}
+
+TEST_F(ServerE2ETest, ALookupIsAnsweredWithItsBlockAndBadLookupsAreRefused) {
+  StartServer();
+  auto c = MustConnect();
+  ASSERT_NE(c, nullptr);
+  auto r = c->Request(protocol::Op::kPut, "hello", "world");
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->status_code, 0) << r->message;
+  const uint64_t version = r->version;
+
+  // Found: the reply names the block and its version, and the block itself
+  // landed in the slot before the reply came.
+  r = c->Lookup("hello");
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->status_code, 0) << r->message;
+  EXPECT_EQ(r->version, version);
+  uint64_t slot = 0;
+  ASSERT_TRUE(c->Get("hello", &slot).has_value());
+  EXPECT_EQ(r->block, slot);
+  auto landed = DecodeHeapBlock(c->landing().first(layout::SlotBlockBytes(r->block)));
+  ASSERT_TRUE(landed.ok()) << landed.status();
+  EXPECT_EQ(landed->key, "hello");
+  EXPECT_EQ(landed->value, "world");
+  EXPECT_EQ(landed->version, version);
+
+  // Absent: NOT_FOUND, nothing written.
+  c->ClearLanding();
+  r = c->Lookup("nobody");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->status_code, static_cast<int32_t>(StatusCode::kNotFound));
+  EXPECT_EQ(r->block, 0u);
+  // A slot too small for the block: the reply alone.
+  r = c->Lookup("hello", [](protocol::RequestMsg& m) { m.landing_bytes = layout::kBlockHeaderBytes; });
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->status_code, 0) << r->message;
+  EXPECT_EQ(r->block, slot);
+  EXPECT_EQ(std::count(c->landing().begin(), c->landing().end(), 0), static_cast<ptrdiff_t>(c->landing().size()));
+  EXPECT_EQ(server_->Stats().gets_served_by_cpu, 3u);
+
+  // Malformed lookups: INVALID_ARGUMENT each, nothing written, and the
+  // connection goes on.
+  const std::vector<std::function<void(protocol::RequestMsg&)>> bad = {
+      [](protocol::RequestMsg& m) { m.flags = protocol::kRequestResent; },
+      [](protocol::RequestMsg& m) { m.condition = static_cast<uint8_t>(protocol::Condition::kAbsent); },
+      [](protocol::RequestMsg& m) { m.reserved = 1; },
+      [](protocol::RequestMsg& m) { m.map_version = 3; },
+      [](protocol::RequestMsg& m) { m.expected_version = 1; },
+      [](protocol::RequestMsg& m) { m.ring_offset = 8; },
+      [&](protocol::RequestMsg& m) { m.ring_offset = c->accept().ring.length; },
+      [](protocol::RequestMsg& m) { m.length = 8; },
+      [](protocol::RequestMsg& m) { m.landing_bytes = 8; },
+      [](protocol::RequestMsg& m) { m.length += 64; },
+  };
+  for (size_t i = 0; i < bad.size(); ++i) {
+    r = c->Lookup("hello", bad[i]);
+    ASSERT_TRUE(r.ok()) << i << ": " << r.status();
+    EXPECT_EQ(r->status_code, static_cast<int32_t>(StatusCode::kInvalidArgument)) << i << ": " << r->message;
+  }
+  // A lookup record with a value, and one with a corrupt checksum.
+  ASSERT_TRUE(c->Post(protocol::Op::kGet, "hello", "a value").ok());
+  auto replies = c->Replies(1);
+  ASSERT_TRUE(replies.ok()) << replies.status();
+  EXPECT_EQ((*replies)[0].status_code, static_cast<int32_t>(StatusCode::kInvalidArgument)) << (*replies)[0].message;
+  ASSERT_TRUE(c->Post(protocol::Op::kGet, "hello", "", 0, /*corrupt=*/true).ok());
+  replies = c->Replies(1);
+  ASSERT_TRUE(replies.ok()) << replies.status();
+  EXPECT_EQ((*replies)[0].status_code, static_cast<int32_t>(StatusCode::kDataLoss)) << (*replies)[0].message;
+  EXPECT_EQ(std::count(c->landing().begin(), c->landing().end(), 0), static_cast<ptrdiff_t>(c->landing().size()));
+  r = c->Lookup("hello");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->status_code, 0) << r->message;
+  // Lookups change nothing and are not writes.
+  const ServerStats s = server_->Stats();
+  EXPECT_EQ(s.puts, 1u);
+  EXPECT_EQ(s.connections, 1u);
+}
+
+TEST_F(ServerE2ETest, ALookupPipelinedBehindAPutOfItsKeyFindsThePut) {
+  StartServer();
+  auto c = MustConnect();
+  ASSERT_NE(c, nullptr);
+  uint64_t last = 0;
+  for (int i = 0; i < 20; ++i) {
+    // Both posted before either is answered: the server may take them in
+    // one round.
+    ASSERT_TRUE(c->Post(protocol::Op::kPut, "k", "v" + std::to_string(i), 0).ok());
+    ASSERT_TRUE(c->Post(protocol::Op::kGet, "k", "", 1024).ok());
+    auto replies = c->Replies(2);
+    ASSERT_TRUE(replies.ok()) << replies.status();
+    ASSERT_EQ((*replies)[0].status_code, 0) << (*replies)[0].message;
+    ASSERT_EQ((*replies)[1].status_code, 0) << (*replies)[1].message;
+    EXPECT_GT((*replies)[0].version, last);
+    last = (*replies)[0].version;
+    EXPECT_EQ((*replies)[1].version, (*replies)[0].version) << i;
+  }
+}
+
+TEST_F(ServerE2ETest, APeerCannotSendALookupAndAWriteIsNoLookup) {
+  // A write path handed a lookup refuses it (Serve routes lookups to
+  // Locate; Apply and ApplyReplica never answer one).
+  StartServer();
+  Applier* applier = server_->applier();
+  protocol::RequestMsg m{};
+  m.op = static_cast<uint8_t>(protocol::Op::kGet);
+  m.request_id = 5;
+  const std::span<const uint8_t> msg(reinterpret_cast<const uint8_t*>(&m), sizeof(m));
+  std::vector<uint8_t> ring(4096, 0);
+  const protocol::ReplyMsg as_write = applier->Apply(1, msg, ring);
+  EXPECT_EQ(as_write.status_code, static_cast<int32_t>(StatusCode::kInvalidArgument)) << as_write.message;
+  const protocol::ReplyMsg as_replica = applier->ApplyReplica("peer", msg, ring);
+  EXPECT_EQ(as_replica.status_code, static_cast<int32_t>(StatusCode::kPermissionDenied)) << as_replica.message;
 }
 
 TEST_F(ServerE2ETest, TableAndHeapAreNotRemotelyWritable) {

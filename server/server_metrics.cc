@@ -21,7 +21,9 @@ const std::vector<CounterMetric>& CounterMetrics() {
       {"request_errors", "rkv_server_request_errors_total", kCounter,
        "Error replies since start (NOT_FOUND excluded).", "", ""},
       {"gets_served_by_cpu", "rkv_server_cpu_gets_total", kCounter,
-       "GETs the server CPU served: always 0, GETs are one-sided reads.", "", ""},
+       "GET lookups the server CPU answered: tcp clients' keys not in their location cache (0 on verbs, "
+       "where GETs are one-sided reads).",
+       "", ""},
       {"connections", "rkv_server_connections", kGauge, "Data-plane connections open now.", "", ""},
       {"connections_accepted", "rkv_server_connections_accepted_total", kCounter,
        "Data-plane connections accepted since start.", "", ""},

@@ -314,6 +314,79 @@ TEST_F(ServerTest, AGetAfterTheClientsOwnPutReadsTheNewBlockAlone) {
   EXPECT_EQ(client->LocationCacheStats().hits, 2u);
 }
 
+// A key the location cache does not hold is asked of the server over tcp
+// (one request, the block in the reply; design §4.1) and READ over verbs:
+// either way the answer is the current record, and the key is cached.
+TEST_F(ServerTest, KeysTheCacheDoesNotHoldAreAnsweredAndThenCached) {
+  auto writer = NewClient();
+  auto reader = NewClient();
+  ASSERT_NE(writer, nullptr);
+  ASSERT_NE(reader, nullptr);
+  const std::string big(10'000, 'b');  // a block over a lookup's 4 KiB landing slot
+  auto v_small = writer->Put("small", "value");
+  auto v_big = writer->Put("big", big);
+  ASSERT_TRUE(v_small.ok()) << v_small.status();
+  ASSERT_TRUE(v_big.ok()) << v_big.status();
+
+  auto got = reader->GetVersioned("small");
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->value, "value");
+  EXPECT_EQ(got->version, *v_small);
+  got = reader->GetVersioned("big");
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->value, big);
+  EXPECT_EQ(got->version, *v_big);
+  EXPECT_EQ(reader->Get("absent").status().code(), StatusCode::kNotFound);
+  LocationCacheStatsInfo s = reader->LocationCacheStats();
+  EXPECT_EQ(s.misses, 3u);
+  EXPECT_EQ(s.hits, 0u);
+
+  // Now cached: one READ of the block each.
+  got = reader->GetVersioned("small");
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->value, "value");
+  ASSERT_TRUE(reader->Get("big").ok());
+  s = reader->LocationCacheStats();
+  EXPECT_EQ(s.hits, 2u);
+
+  // Rewritten by another client: the cached block is refused, and the
+  // key's new record answers.
+  auto v_new = writer->Put("small", "newer");
+  ASSERT_TRUE(v_new.ok()) << v_new.status();
+  got = reader->GetVersioned("small");
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->value, "newer");
+  EXPECT_EQ(got->version, *v_new);
+  EXPECT_EQ(reader->LocationCacheStats().fallbacks, 1u);
+
+  // A batch of new, cached and absent keys.
+  std::vector<std::string> keys;
+  for (int i = 0; i < 100; ++i) {
+    keys.push_back("batch-" + std::to_string(i));
+    if (i % 3 != 0) {
+      ASSERT_TRUE(writer->Put(keys.back(), "v" + std::to_string(i)).ok());
+    }
+  }
+  keys.push_back("small");
+  auto fresh = NewClient();
+  ASSERT_NE(fresh, nullptr);
+  for (int pass = 0; pass < 2; ++pass) {
+    std::vector<StatusOr<std::string>> values = fresh->MultiGet(keys);
+    ASSERT_EQ(values.size(), keys.size());
+    for (int i = 0; i < 100; ++i) {
+      if (i % 3 == 0) {
+        EXPECT_EQ(values[i].status().code(), StatusCode::kNotFound) << keys[i];
+      } else {
+        ASSERT_TRUE(values[i].ok()) << keys[i] << ": " << values[i].status();
+        EXPECT_EQ(*values[i], "v" + std::to_string(i));
+      }
+    }
+    ASSERT_TRUE(values[100].ok()) << values[100].status();
+    EXPECT_EQ(*values[100], "newer");
+  }
+  EXPECT_GE(fresh->LocationCacheStats().hits, 67u) << "the second pass reads the cached blocks";
+}
+
 TEST_F(ServerTest, ReplaceAndDelete) {
   auto client = NewClient();
   ASSERT_NE(client, nullptr);

@@ -29,7 +29,8 @@ protocol::ReplyMsg MakeReply(uint64_t request_id, StatusCode code, uint64_t vers
   r.map_version = map_version;
   r.reason = static_cast<uint8_t>(reason);
   const size_t n = std::min(message.size(), sizeof(r.message) - 1);
-  std::memcpy(r.message, message.data(), n);
+  // An empty view may have no data at all: nothing to copy.
+  if (n > 0) std::memcpy(r.message, message.data(), n);
   r.message[n] = '\0';
   return r;
 }
@@ -74,6 +75,12 @@ std::optional<protocol::ReplyMsg> Applier::Validate(std::span<const uint8_t> msg
   std::memcpy(&req, msg.data(), sizeof(req));
   const auto op = static_cast<protocol::Op>(req.op);
   const bool client_op = op == protocol::Op::kPut || op == protocol::Op::kDelete;
+  if (op == protocol::Op::kGet) {
+    // A client's lookup is answered by Locate; it is no write.
+    return Error(request_id, from_peer ? PermissionDenied("op 5 (a lookup) is a client's: a replication connection "
+                                                          "carries replica ops only")
+                                       : InvalidArgument("op 5 (a lookup) is not a write"));
+  }
   if (!client_op && !IsReplicaOp(op)) {
     return Error(request_id, InvalidArgument("unknown op " + std::to_string(req.op)));
   }
@@ -247,6 +254,7 @@ Applier::Snapshot Applier::snapshot() const {
   s.puts = puts_.load(std::memory_order_relaxed);
   s.deletes = deletes_.load(std::memory_order_relaxed);
   s.conditions_failed = conditions_failed_.load(std::memory_order_relaxed);
+  s.lookups = lookups_.load(std::memory_order_relaxed);
   s.replays = replays_.load(std::memory_order_relaxed);
   s.resent = resent_.load(std::memory_order_relaxed);
   s.request_errors = errors_.load(std::memory_order_relaxed);

@@ -19,6 +19,7 @@
 //                                          the fetcher's installs),
 //                                          apply_digest.cc (DigestShards,
 //                                          ListShard)
+//   a client's lookup (tcp GETs)           apply_locate.cc: Locate
 // What they share (validation, the local write and publish of a PUT,
 // replies, counters) is apply.cc. This comment holds the contract of all
 // four and the lock order, once.
@@ -247,6 +248,27 @@ class Applier {
   void ClientConnected(uint64_t client_id) EXCLUDES(cache_mu_);
   void ClientDisconnected(uint64_t client_id) EXCLUDES(cache_mu_);
 
+  // Where a lookup's block goes: the heap block [heap_offset, +bytes) is
+  // to be WRITTEN to the client's landing slot {landing_addr,
+  // landing_rkey}, chained before the reply; bytes 0: reply only (absent,
+  // refused, or a block over the slot).
+  struct Located {
+    uint64_t heap_offset = 0;
+    uint64_t bytes = 0;
+    uint64_t landing_addr = 0;
+    uint32_t landing_rkey = 0;
+  };
+  // A client's lookup (protocol::Op::kGet; docs/design.md §4.1): the
+  // request and its key record in `ring` are checked (as under Validation,
+  // with a record of a key and nothing else, and every write field 0: an
+  // error reply otherwise, nothing looked up), then the key is looked up
+  // under table_mu_, expired records included (the reader decides by its
+  // clock). OK with the record's version and its slot word in
+  // ReplyMsg::block, or NOT_FOUND; *located names the block to WRITE.
+  // Never cached, never forwarded; counted in Snapshot::lookups.
+  protocol::ReplyMsg Locate(std::span<const uint8_t> msg, std::span<const uint8_t> ring, Located* located)
+      EXCLUDES(table_mu_);
+
   // As Apply, for a request on a replication connection from the server
   // `sender_id` (resolved at the handshake): only replica ops, installed as
   // described under Replication above; never cached.
@@ -268,6 +290,7 @@ class Applier {
     uint64_t lease_refusals = 0;    // client writes refused because the lease had expired
     uint64_t conditions_failed = 0;  // conditional PUTs whose condition did not hold
     uint64_t expired_reclaimed = 0;  // expired records removed (ReclaimExpired that removed one)
+    uint64_t lookups = 0;            // client lookups answered (Locate past its checks)
     Heap::Stats heap;
   };
   Snapshot snapshot() const EXCLUDES(table_mu_);
@@ -598,6 +621,7 @@ class Applier {
   std::atomic<uint64_t> lease_refusals_{0};
   std::atomic<uint64_t> conditions_failed_{0};
   std::atomic<uint64_t> expired_reclaimed_{0};
+  std::atomic<uint64_t> lookups_{0};
 };
 
 // Fills a reply; `message` is cut to fit and NUL-terminated.

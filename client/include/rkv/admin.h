@@ -41,7 +41,9 @@ namespace rkv {
 // ones). The list is the server's (ServerCounters in rkv-server's Admin
 // service); `kvctl --output=json stats` prints every counter by name.
 // Among them: keys, puts, deletes, request_errors, connections,
-// gets_served_by_cpu (always 0: GETs are one-sided reads), heap_bytes,
+// gets_served_by_cpu (GET lookups the server CPU answered: a tcp client's
+// keys not in its location cache; 0 on verbs, where GETs are one-sided
+// reads), heap_bytes,
 // heap_bytes_used, heap_bytes_quarantined, polling_threads,
 // bytes_per_connection, store_unwritten_writes and store_unwritten_bytes
 // (--durability=none's exposure), store_write_stall_micros and

@@ -13,6 +13,8 @@
 #include <utility>
 
 #include "common/transport/spin_window.h"
+#include "common/transport/tcp/region_registry.h"
+#include "common/transport/tcp/shared_copy.h"
 #include "common/transport/tcp/tcp_poll_group.h"
 
 namespace rkv::transport::tcp {
@@ -169,9 +171,15 @@ Status TcpConnection::PostWriteSends(std::span<const WriteSendOp> ops) {
   }
   // Resolved before anything is queued: a bad buffer posts nothing.
   std::array<const uint8_t*, 2 * kMaxWriteSendsPerPost> src;
+  // A WRITE source that peers may READ (a server's heap block, sent to a
+  // client's lookup) is memory its owner's other threads store to as well
+  // (a block's superseded mark): copied as a served READ is, word by word.
+  std::array<bool, kMaxWriteSendsPerPost> shared{};
   for (size_t i = 0; i < ops.size(); ++i) {
     RKV_ASSIGN_OR_RETURN(src[2 * i], ResolveLocal(ops[i].write_src, false, "WRITE source"));
     RKV_ASSIGN_OR_RETURN(src[2 * i + 1], ResolveLocal(ops[i].send, false, "SEND buffer"));
+    // ResolveLocal checked the region is the tcp transport's.
+    shared[i] = (static_cast<const TcpMemoryRegion*>(ops[i].write_src.mr)->access() & kRemoteRead) != 0;
   }
   uint64_t seq = 0;
   {
@@ -195,7 +203,11 @@ Status TcpConnection::PostWriteSends(std::span<const WriteSendOp> ops) {
       w.rkey = op.write_dst.rkey;
       w.payload_len = op.write_src.length;
       out.Append(&w, kHeaderBytes);
-      out.Append(src[2 * i], op.write_src.length);
+      if (shared[i]) {
+        CopyFromShared(out.Append(op.write_src.length), src[2 * i], op.write_src.length);
+      } else {
+        out.Append(src[2 * i], op.write_src.length);
+      }
       FrameHeader s = MakeHeader(FrameType::kSend, seq + 2 * i + 1);
       s.payload_len = op.send.length;
       out.Append(&s, kHeaderBytes);
