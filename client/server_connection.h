@@ -318,6 +318,9 @@ class ServerConnection {
   // r.into's final answer from r.value_size: RESOURCE_EXHAUSTED when over
   // its capacity.
   static void SettleInto(LookupResult& r);
+  // Answers `r` with a record proven current (the value into `r.into` when
+  // set), then SettleExpiry.
+  static void SettleFound(LookupResult& r, const RecordView& record);
   // A found record's last step: its expiry, and NOT_FOUND when this
   // client's clock has reached it (docs/design.md §5.11).
   static void SettleExpiry(LookupResult& r, int64_t expires_at_ms);

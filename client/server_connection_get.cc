@@ -245,17 +245,7 @@ Status ServerConnection::ReadCachedBlocks(std::span<const std::string_view> keys
         ++fallbacks;
         continue;
       }
-      LookupResult& r = results[cr.key_index];
-      r.done = true;
-      r.status = Status::Ok();
-      if (r.into == nullptr) [[likely]] {
-        r.value.assign(record->value);
-      } else {
-        CopyInto(r, record->value);
-        SettleInto(r);
-      }
-      r.version = record->version;
-      SettleExpiry(r, record->expires_at_ms);
+      SettleFound(results[cr.key_index], *record);
       ++hits;
     }
   }
@@ -292,16 +282,7 @@ bool ServerConnection::Answer(std::string_view key, uint64_t key_hash, LookupRes
       (record->flags & layout::kBlockFlagTombstone) != 0) [[unlikely]] {
     return false;
   }
-  r.done = true;
-  r.status = Status::Ok();
-  if (r.into == nullptr) [[likely]] {
-    r.value.assign(record->value);
-  } else {
-    CopyInto(r, record->value);
-    SettleInto(r);
-  }
-  r.version = record->version;
-  SettleExpiry(r, record->expires_at_ms);
+  SettleFound(r, *record);
   if (cache_ != nullptr) {
     if (record->superseded) {
       cache_->Erase(cache_server_, key, key_hash);
@@ -311,6 +292,19 @@ bool ServerConnection::Answer(std::string_view key, uint64_t key_hash, LookupRes
     }
   }
   return true;
+}
+
+void ServerConnection::SettleFound(LookupResult& r, const RecordView& record) {
+  r.done = true;
+  r.status = Status::Ok();
+  if (r.into == nullptr) [[likely]] {
+    r.value.assign(record.value);
+  } else {
+    CopyInto(r, record.value);
+    SettleInto(r);
+  }
+  r.version = record.version;
+  SettleExpiry(r, record.expires_at_ms);
 }
 
 void ServerConnection::SettleExpiry(LookupResult& r, int64_t expires_at_ms) {

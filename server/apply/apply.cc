@@ -61,18 +61,24 @@ protocol::ReplyMsg Applier::Error(uint64_t request_id, const Status& status) {
   return MakeReply(request_id, status.code(), 0, status.message(), status.reason(), status.map_version());
 }
 
-std::optional<protocol::ReplyMsg> Applier::Validate(std::span<const uint8_t> msg, std::span<const uint8_t> ring,
-                                                    bool from_peer, Request* out, std::vector<uint8_t>* copy) {
-  protocol::RequestMsg req{};
+std::optional<protocol::ReplyMsg> Applier::ReadRequest(std::span<const uint8_t> msg, protocol::RequestMsg* req) {
   uint64_t request_id = 0;
   if (msg.size() >= offsetof(protocol::RequestMsg, request_id) + sizeof(uint64_t)) {
     std::memcpy(&request_id, msg.data() + offsetof(protocol::RequestMsg, request_id), sizeof(request_id));
   }
-  if (msg.size() != sizeof(req)) {
+  if (msg.size() != sizeof(*req)) {
     return Error(request_id, InvalidArgument("request message of " + std::to_string(msg.size()) +
-                                             " bytes, expected " + std::to_string(sizeof(req))));
+                                             " bytes, expected " + std::to_string(sizeof(*req))));
   }
-  std::memcpy(&req, msg.data(), sizeof(req));
+  std::memcpy(req, msg.data(), sizeof(*req));
+  return std::nullopt;
+}
+
+std::optional<protocol::ReplyMsg> Applier::Validate(std::span<const uint8_t> msg, std::span<const uint8_t> ring,
+                                                    bool from_peer, Request* out, std::vector<uint8_t>* copy) {
+  protocol::RequestMsg req{};
+  if (std::optional<protocol::ReplyMsg> refused = ReadRequest(msg, &req)) return refused;
+  const uint64_t request_id = req.request_id;
   const auto op = static_cast<protocol::Op>(req.op);
   const bool client_op = op == protocol::Op::kPut || op == protocol::Op::kDelete;
   if (op == protocol::Op::kGet) {

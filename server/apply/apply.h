@@ -442,6 +442,10 @@ class Applier {
     bool reclaim = false;
   };
   // ---- Shared by the jobs (apply.cc) ----
+  // Copies a request message of exactly sizeof(RequestMsg) bytes into
+  // *req; otherwise the INVALID_ARGUMENT reply (its request id read when
+  // the message is long enough to hold one).
+  std::optional<protocol::ReplyMsg> ReadRequest(std::span<const uint8_t> msg, protocol::RequestMsg* req);
   // Checks the message and its record (see Validation; `from_peer` selects
   // which ops and versions are allowed). The error reply, or nullopt with
   // *out filled.

@@ -2,7 +2,6 @@
 // §4.1): a client's kGet, checked like a write's request and record, then
 // the key looked up under table_mu_. The caller WRITEs the block it names
 // into the client's landing slot, chained before the reply.
-#include <cstring>
 #include <string>
 #include <vector>
 
@@ -15,15 +14,8 @@ namespace rkv::server {
 protocol::ReplyMsg Applier::Locate(std::span<const uint8_t> msg, std::span<const uint8_t> ring, Located* located) {
   *located = Located{};
   protocol::RequestMsg req{};
-  uint64_t request_id = 0;
-  if (msg.size() >= offsetof(protocol::RequestMsg, request_id) + sizeof(uint64_t)) {
-    std::memcpy(&request_id, msg.data() + offsetof(protocol::RequestMsg, request_id), sizeof(request_id));
-  }
-  if (msg.size() != sizeof(req)) {
-    return Error(request_id, InvalidArgument("request message of " + std::to_string(msg.size()) +
-                                             " bytes, expected " + std::to_string(sizeof(req))));
-  }
-  std::memcpy(&req, msg.data(), sizeof(req));
+  if (std::optional<protocol::ReplyMsg> refused = ReadRequest(msg, &req)) return *refused;
+  const uint64_t request_id = req.request_id;
   if (req.op != static_cast<uint8_t>(protocol::Op::kGet)) {
     return Error(request_id, InvalidArgument("op " + std::to_string(req.op) + " is not a lookup"));
   }
