@@ -42,6 +42,16 @@ using transport::fault::FaultTransport;
 using RequestHandler = std::function<void(std::span<const uint8_t> record, const protocol::RequestMsg& req,
                                           protocol::ReplyMsg* reply)>;
 
+// What the fake server does with a lookup (protocol::Op::kGet), when the
+// test sets one: given the key and the request, fills the reply and, to
+// land a block in the request's landing slot before it, sets *land to the
+// block's heap range {offset, bytes} (bytes 0: the reply alone).
+struct Landing {
+  uint64_t heap_offset = 0;
+  uint32_t bytes = 0;
+};
+using LookupHandler = std::function<void(std::string_view key, const protocol::RequestMsg& req,
+                                         protocol::ReplyMsg* reply, Landing* land)>;
 constexpr uint32_t kCredits = 4;
 constexpr uint64_t kReplyTag = uint64_t{1} << 32;
 
@@ -115,6 +125,10 @@ class FakeServer {
   void set_grace_period_us(uint32_t us) EXCLUDES(mu_) {
     MutexLock lock(mu_);
     grace_period_us_ = us;
+  }
+  void set_lookup_handler(LookupHandler handler) EXCLUDES(mu_) {
+    MutexLock lock(mu_);
+    lookup_handler_ = std::move(handler);
   }
   void set_handler(RequestHandler handler) EXCLUDES(mu_) {
     MutexLock lock(mu_);
@@ -241,14 +255,20 @@ class FakeServer {
         protocol::ReplyMsg reply{};
         reply.request_id = req.request_id;
         reply.credits = 1;
+        Landing land;
         if (req.op == static_cast<uint8_t>(protocol::Op::kGet)) {
           // A lookup (a GET of a key not in the location cache, on tcp):
-          // this server has no table to look in, and says so; the client
-          // then READs, which these tests are about.
-          reply.status_code = static_cast<int32_t>(StatusCode::kFailedPrecondition);
-          std::strncpy(reply.message, "the fake server answers no lookup", sizeof(reply.message) - 1);
+          // without a lookup handler this server says it has no table to
+          // look in, and the client READs, which most tests are about.
+          const auto key = DecodeRecord(record);
           MutexLock lock(mu_);
           ++lookups_;
+          if (lookup_handler_ && key.ok()) {
+            lookup_handler_(key->key, req, &reply, &land);
+          } else {
+            reply.status_code = static_cast<int32_t>(StatusCode::kFailedPrecondition);
+            std::strncpy(reply.message, "the fake server answers no lookup", sizeof(reply.message) - 1);
+          }
         } else {
           MutexLock lock(mu_);
           requests_.push_back(req);
@@ -258,7 +278,15 @@ class FakeServer {
         if (!conn->PostRecv(buffer(slot), slot).ok()) break;
         transport::LocalBuf send = buffer(kCredits + r);
         send.length = sizeof(reply);
-        if (!conn->PostSend(send, kReplyTag + r).ok()) break;
+        if (land.bytes > 0) {
+          if (!conn->PostWriteSend(transport::LocalBuf{heap_mr_.get(), land.heap_offset, land.bytes},
+                                   transport::RemoteBuf{req.landing_addr, req.landing_rkey}, send, kReplyTag + r)
+                   .ok()) {
+            break;
+          }
+        } else if (!conn->PostSend(send, kReplyTag + r).ok()) {
+          break;
+        }
         reply_busy[r] = true;
       }
     }
@@ -276,6 +304,7 @@ class FakeServer {
   CondVar ended_cv_;
   uint32_t grace_period_us_ GUARDED_BY(mu_) = 60'000'000;  // a lease no test run can outlast
   RequestHandler handler_ GUARDED_BY(mu_);
+  LookupHandler lookup_handler_ GUARDED_BY(mu_);
   std::vector<protocol::RequestMsg> requests_ GUARDED_BY(mu_);
   int lookups_ GUARDED_BY(mu_) = 0;
   int ended_ GUARDED_BY(mu_) = 0;
@@ -315,6 +344,16 @@ LookupResult LookupOne(ServerConnection& c, std::string_view key, Deadline deadl
 // READs the client has posted (one per list in these single-key tests).
 uint64_t Reads(const FaultTransport& t) { return t.faults().count(FaultOp::kRead); }
 
+// An OK lookup reply of `reply`'s request with `version` and slot word
+// `block`.
+protocol::ReplyMsg MakeOk(const protocol::ReplyMsg* reply, uint64_t version, uint64_t block) {
+  protocol::ReplyMsg r = *reply;
+  r.status_code = 0;
+  r.version = version;
+  r.block = block;
+  return r;
+}
+
 TEST(ServerConnectionTest, OpenChecksTheTableHeader) {
   FakeServer server(4, 64);
   auto t = ClientTransport();
@@ -348,6 +387,116 @@ TEST(ServerConnectionTest, FindsStoredKeysAndMissesAbsentOnes) {
   // here); its refusal left the key to the READs, and the connection lives.
   EXPECT_EQ(server.lookups(), 3);
   EXPECT_FALSE(c->broken());
+}
+
+// A lookup handler that answers as rkv-server does (Applier::Locate) from
+// the fake server's table: the key's slot word, its version, and its block
+// landed when it fits the slot; NOT_FOUND when absent.
+LookupHandler HonestLookups(FakeServer& server) {
+  return [&server](std::string_view key, const protocol::RequestMsg& req, protocol::ReplyMsg* reply,
+                   Landing* land) {
+    const Neighborhood nb = server.Choice(key);
+    for (const uint64_t slot : server.index[1 + nb.first].slots) {
+      if (slot == layout::kEmptySlot || layout::SlotFingerprint(slot) != nb.fingerprint) continue;
+      const auto rec = DecodeHeapBlock(std::span<const uint8_t>(server.heap_bytes() + layout::SlotBlockOffset(slot),
+                                                                layout::SlotBlockBytes(slot)));
+      if (!rec.ok() || rec->key != key) continue;
+      reply->version = rec->version;
+      reply->block = slot;
+      if (layout::SlotBlockBytes(slot) <= req.landing_bytes) {
+        *land = Landing{layout::SlotBlockOffset(slot), static_cast<uint32_t>(layout::SlotBlockBytes(slot))};
+      }
+      return;
+    }
+    reply->status_code = static_cast<int32_t>(StatusCode::kNotFound);
+  };
+}
+
+TEST(ServerConnectionTest, ALookupAnswersAKeyWithNoRead) {
+  FakeServer server(4, 64);
+  server.Store("alpha", "one", 7, 0);
+  server.set_lookup_handler(HonestLookups(server));
+  auto t = ClientTransport();
+  auto c = OpenOrDie(*t, server);
+  ASSERT_NE(c, nullptr);
+  const uint64_t reads = Reads(*t);  // the header's
+  LookupResult a = LookupOne(*c, "alpha");
+  ASSERT_TRUE(a.status.ok()) << a.status;
+  EXPECT_EQ(a.value, "one");
+  EXPECT_EQ(a.version, 7u);
+  EXPECT_EQ(LookupOne(*c, "gamma").status.code(), StatusCode::kNotFound);
+  EXPECT_EQ(Reads(*t), reads) << "found and absent alike: one request, one reply";
+  EXPECT_EQ(server.lookups(), 2);
+}
+
+// Nothing remote is trusted: a reply whose landed block does not prove the
+// key's record at the reply's version leaves the key to the READs, which
+// find the truth.
+TEST(ServerConnectionTest, ALandedBlockThatProvesNothingIsReadInstead) {
+  FakeServer server(4, 64);
+  const uint64_t alpha = server.Store("alpha", "one", 7, 0);
+  const uint64_t beta = server.Store("beta", "two", 9, 128, 3);
+  const auto alpha_bytes = static_cast<uint32_t>(layout::SlotBlockBytes(alpha));
+  const auto beta_bytes = static_cast<uint32_t>(layout::SlotBlockBytes(beta));
+  struct Case {
+    const char* what;
+    std::function<void(protocol::ReplyMsg*, Landing*)> lie;
+  };
+  const std::vector<Case> cases = {
+      {"another version",
+       [&](protocol::ReplyMsg* r, Landing* l) {
+         *r = MakeOk(r, 8, alpha);
+         *l = {0, alpha_bytes};
+       }},
+      {"another key's block",
+       [&](protocol::ReplyMsg* r, Landing* l) {
+         *r = MakeOk(r, 9, alpha);
+         *l = {128, beta_bytes};
+       }},
+      {"no block landed", [&](protocol::ReplyMsg* r, Landing*) { *r = MakeOk(r, 7, alpha); }},
+      {"a block word outside the heap",
+       [&](protocol::ReplyMsg* r, Landing* l) {
+         *r = MakeOk(r, 7, layout::MakeSlot(layout::SlotFingerprint(alpha), 64 * 1024, alpha_bytes));
+         *l = {0, alpha_bytes};
+       }},
+      {"a refusal", [&](protocol::ReplyMsg* r, Landing*) {
+         r->status_code = static_cast<int32_t>(StatusCode::kInvalidArgument);
+       }},
+  };
+  for (const Case& cs : cases) {
+    server.set_lookup_handler([&](std::string_view, const protocol::RequestMsg&, protocol::ReplyMsg* reply,
+                                  Landing* land) { cs.lie(reply, land); });
+    auto t = ClientTransport();
+    auto c = OpenOrDie(*t, server);
+    ASSERT_NE(c, nullptr);
+    const uint64_t reads = Reads(*t);
+    LookupResult a = LookupOne(*c, "alpha");
+    ASSERT_TRUE(a.status.ok()) << cs.what << ": " << a.status;
+    EXPECT_EQ(a.value, "one") << cs.what;
+    EXPECT_EQ(a.version, 7u) << cs.what;
+    EXPECT_GE(Reads(*t), reads + 2) << cs.what << ": the neighbourhood and the block READ";
+    EXPECT_FALSE(c->broken()) << cs.what;
+  }
+}
+
+TEST(ServerConnectionTest, ALookupAnsweredAfterTheLeaseIsReadInstead) {
+  FakeServer server(4, 64);
+  server.Store("alpha", "one", 7, 0);
+  server.set_grace_period_us(20'000);  // a 10 ms lease
+  const LookupHandler honest = HonestLookups(server);
+  server.set_lookup_handler([&](std::string_view key, const protocol::RequestMsg& req, protocol::ReplyMsg* reply,
+                                Landing* land) {
+    std::this_thread::sleep_for(30ms);
+    honest(key, req, reply, land);
+  });
+  auto t = ClientTransport();
+  auto c = OpenOrDie(*t, server);
+  ASSERT_NE(c, nullptr);
+  const uint64_t reads = Reads(*t);
+  LookupResult a = LookupOne(*c, "alpha");
+  ASSERT_TRUE(a.status.ok()) << a.status;
+  EXPECT_EQ(a.value, "one");
+  EXPECT_GE(Reads(*t), reads + 2) << "a late block may have been reused: READ";
 }
 
 TEST(ServerConnectionTest, AMissIsConfirmedByASecondNeighbourhoodRead) {
