@@ -79,7 +79,7 @@ Status ServerConnection::Init(transport::Transport& transport, Deadline deadline
   if (!buffer_) return ResourceExhausted("cannot allocate a " + to_string(total) + "-byte client buffer");
   std::memset(buffer_.get(), 0, total);
   RKV_ASSIGN_OR_RETURN(mr_, transport.Register(buffer_.get(), total, transport::kLocalWrite));
-  if (transport.kind() == transport::Kind::kTcp) {
+  if (transport.one_sided_uses_target_cpu()) {
     // A lookup's block lands here (AskServer): slots of the common block
     // sizes, up to a page; a larger block is READ instead.
     landing_slot_bytes_ = std::min<size_t>(RoundUp(max_block_, layout::kBlockAlign), 4096);

@@ -15,9 +15,10 @@
 //                 local bytes stay untouched until the ring space is free;
 //   send area     kSendSlots RequestMsgs, one per request in flight;
 //   recv area     kMaxMessageBytes per posted receive.
-// On tcp a second region, kLocalWrite | kRemoteWrite: kMaxBatchKeys
-// landing slots, where the server WRITEs the blocks of the keys a Lookup
-// asks it for (AskServer; docs/design.md §4.1).
+// On a transport whose target serves one-sided operations on its CPU
+// (Transport::one_sided_uses_target_cpu: tcp) a second region, kLocalWrite
+// | kRemoteWrite: kMaxBatchKeys landing slots, where the server WRITEs the
+// blocks of the keys a Lookup asks it for (AskServer; docs/design.md §4.1).
 //
 // Failure: any transport error, error completion, malformed or unexpected
 // reply, or a deadline that expires while operations are in flight marks

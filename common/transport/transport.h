@@ -470,6 +470,11 @@ class Transport {
  public:
   virtual ~Transport() = default;
   virtual Kind kind() const = 0;
+  // Whether the target's own threads serve a peer's READs and WRITEs (the
+  // tcp emulation) rather than its NIC (verbs). A client then asks a server
+  // for what would take it more than one READ (docs/design.md §4.1): the
+  // server's CPU works for every READ anyway.
+  virtual bool one_sided_uses_target_cpu() const = 0;
 
   // Registers memory that every connection of this transport may use
   // locally, and remotely with the rights in `access`.

@@ -39,6 +39,8 @@ INSTANTIATE_TEST_SUITE_P(Transports, TransportTest, ::testing::ValuesIn(Transpor
 TEST_P(TransportTest, KindIsTheImplementations) {
   EXPECT_EQ(server_->kind(), kind_);
   EXPECT_EQ(client_->kind(), kind_);
+  // Only the tcp emulation serves one-sided operations on the target's CPU.
+  EXPECT_EQ(server_->one_sided_uses_target_cpu(), kind_ == Kind::kTcp);
   EXPECT_EQ(KindName(kind_), BaseName(name_));
 }
 

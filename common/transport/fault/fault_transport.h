@@ -105,6 +105,7 @@ class FaultTransport final : public Transport {
 
   // The inner transport's kind.
   Kind kind() const override;
+  bool one_sided_uses_target_cpu() const override { return inner_->one_sided_uses_target_cpu(); }
   StatusOr<std::unique_ptr<MemoryRegion>> Register(void* addr, size_t length, uint32_t access) override;
   StatusOr<std::unique_ptr<PollGroup>> NewPollGroup() override;
   StatusOr<std::unique_ptr<Listener>> Listen(const std::string& address) override;

@@ -55,6 +55,7 @@ class TcpTransport final : public Transport {
       : options_(options), registry_(std::make_shared<Registry>()), tls_(std::move(tls)) {}
 
   Kind kind() const override { return Kind::kTcp; }
+  bool one_sided_uses_target_cpu() const override { return true; }
 
   StatusOr<std::unique_ptr<MemoryRegion>> Register(void* addr, size_t length, uint32_t access) override {
     return RegisterRegion(registry_, addr, length, access, /*owner=*/0);

@@ -193,6 +193,7 @@ class VerbsTransport final : public Transport {
   explicit VerbsTransport(ConnectionConfig config) : config_(std::move(config)) {}
 
   Kind kind() const override { return Kind::kVerbs; }
+  bool one_sided_uses_target_cpu() const override { return false; }
 
   StatusOr<std::unique_ptr<MemoryRegion>> Register(void* addr, size_t length,
                                                    uint32_t access) override {
