@@ -181,7 +181,8 @@ bool Server::Serve(Served& s, std::span<Completion> completions, Round* round,
     const auto start = std::chrono::steady_clock::now();
     const uint32_t r = s.free_replies.back();
     s.free_replies.pop_back();
-    if (s.peer_id.empty() && !msg.empty() && msg[0] == static_cast<uint8_t>(protocol::Op::kGet)) {
+    const bool lookup = s.peer_id.empty() && !msg.empty() && msg[0] == static_cast<uint8_t>(protocol::Op::kGet);
+    if (lookup) {
       // Answered after the round's writes (AnswerRound).
       round->lookups.push_back(Round::Lookup{msg, ring, round->owed.size()});
     } else if (s.peer_id.empty()) {
@@ -193,7 +194,7 @@ bool Server::Serve(Served& s, std::span<Completion> completions, Round* round,
       const protocol::ReplyMsg reply = applier_->ApplyReplica(s.peer_id, msg, ring);
       std::memcpy(s.messages.data() + ReplyOffset(credits, r), &reply, sizeof(reply));
     }
-    round->owed.push_back(OwedReply{&s, buf, r, start});
+    round->owed.push_back(OwedReply{&s, buf, r, start, lookup});
   }
   return true;
 }
@@ -215,7 +216,7 @@ void Server::SendReplies(Poller* p, std::vector<OwedReply>* owed) {
     if (!s.broken.ok()) continue;
     const size_t reply_offset = ReplyOffset(credits, o.reply);
     uint8_t* const reply_bytes = s.messages.data() + reply_offset;
-    if (!synced.ok()) {
+    if (!synced.ok() && !o.lookup) {
       protocol::ReplyMsg reply;
       std::memcpy(&reply, reply_bytes, sizeof(reply));
       if (reply.status_code == static_cast<int32_t>(StatusCode::kOk)) {
@@ -227,7 +228,8 @@ void Server::SendReplies(Poller* p, std::vector<OwedReply>* owed) {
     }
     // Counted before the reply goes out: a client that reads the counters
     // once it has its reply finds the reply counted.
-    (s.peer_id.empty() ? client_apply_latency_ : replica_apply_latency_).Record(answered - o.start);
+    // Writes only: a lookup applies nothing.
+    if (!o.lookup) (s.peer_id.empty() ? client_apply_latency_ : replica_apply_latency_).Record(answered - o.start);
     int32_t code = 0;
     std::memcpy(&code, reply_bytes + offsetof(protocol::ReplyMsg, status_code), sizeof(code));
     if (code != 0 && static_cast<uint32_t>(code) < kStatusCodeCount) [[unlikely]] {

@@ -110,6 +110,7 @@ struct Server::OwedReply {
   uint32_t buf;    // the request's receive buffer, re-posted first
   uint32_t reply;  // the reply buffer
   std::chrono::steady_clock::time_point start;  // when its apply began
+  bool lookup = false;  // a client's lookup (Applier::Locate), not a write
   // A lookup's found block (Applier::Located), WRITTEN from the heap to
   // the client's landing slot before the reply; bytes 0: the reply alone.
   Applier::Located write{};
