@@ -30,6 +30,7 @@
 #include "common/client_credentials.h"
 #include "common/daemon_signals.h"
 #include "common/metrics/metrics_endpoint.h"
+#include "common/program_help.h"
 #include "common/token.h"
 #include "proto/tls.h"
 #include "proto/validation.h"
@@ -185,7 +186,7 @@ int main(int argc, char** argv) {
   const sigset_t signals = rkv::BlockDaemonSignals({SIGTERM, SIGINT, SIGHUP});
   FLAGS_logtostderr = true;
   gflags::SetUsageMessage("rkv-coordinator (--data_dir=DIR | --etcd=HOST:PORT,... [--etcd_prefix=/P/]) --token_file=FILE [--cluster_token_file=FILE | --server_credentials_file=FILE] [--operator_token_file=FILE] [--listen=HOST:PORT] [--servers=N] [--replicas=R] [--lease_ms=MS] [--replace_after_ms=MS] ...");
-  gflags::ParseCommandLineFlags(&argc, &argv, true);
+  rkv::ParseProgramFlags(&argc, &argv, __FILE__);
   google::InitGoogleLogging(argv[0]);
   if (argc > 1) return BadFlag(std::string("unexpected argument '") + argv[1] + "'");
   const bool use_etcd = !FLAGS_etcd.empty();

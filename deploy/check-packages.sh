@@ -281,8 +281,7 @@ if grep -q '^no ' "$work/commands.log"; then
   fail "not every command is on PATH: $(paste -sd ' ' "$work/commands.log")"
 fi
 note "$(paste -sd ' ' "$work/commands.log")"
-# gflags' --help exits 1; what shows it ran is its list of flags.
-"${in_root[@]}" rkv-server --help > "$work/commands.log" 2>&1 || true
+"${in_root[@]}" rkv-server --help > "$work/commands.log" 2>&1 || fail "rkv-server --help failed"
 grep -q -- '-token_file' "$work/commands.log" || fail "rkv-server --help did not print its flags"
 "${in_root[@]}" kvctl --version >> "$work/commands.log" 2>&1 || fail "kvctl --version failed"
 note "$(tail -1 "$work/commands.log")"

@@ -89,7 +89,8 @@ done
 # libraries through their RUNPATH ($ORIGIN/../lib), none from the build.
 (cd / && env -u LD_LIBRARY_PATH "$root/usr/bin/kvctl" --version) || fail "the packaged kvctl --version failed"
 for bin in rkv-server rkv-coordinator; do
-  help=$(cd / && env -u LD_LIBRARY_PATH "$root/usr/bin/$bin" --help 2>&1) || true
+  help=$(cd / && env -u LD_LIBRARY_PATH "$root/usr/bin/$bin" --help 2>&1) ||
+    fail "the packaged $bin --help failed: $(head -5 <<< "$help")"
   grep -q -- '--listen' <<< "$help" || fail "the packaged $bin --help did not print its flags: $(head -5 <<< "$help")"
 done
 if printf '%s\n' "${debs[@]}" | grep -q '/python3-rkv_'; then

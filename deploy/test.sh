@@ -6,7 +6,8 @@
 #      progress with the elapsed time,
 #   3. host tests: every test ctest knows, on the host (unit tests and the
 #      cross-process suite over the tcp transport), one line per test as it
-#      ends,
+#      ends; unit tests one per CPU at a time, each cross-process suite's
+#      tests alone (RUN_SERIAL),
 #   4. verbs suite: boots a QEMU guest with SoftRoCE
 #      (deploy/softroce/run-in-guest.sh) and runs tests/verbs_suite.sh there:
 #      the verbs transport tests and the same cross-process suite with
@@ -52,7 +53,10 @@ run() {
 
   local regex=()
   [ -z "${RKV_TEST_REGEX:-}" ] || regex=(-R "${RKV_TEST_REGEX}")
-  stage_ctest "host tests" "${logs}/host" --test-dir "${build}" --timeout 900 "${regex[@]}"
+  # Two tests at a time (one per CPU): the unit tests; every cross-process
+  # suite is RUN_SERIAL and runs alone, as the sanitizer stages run them.
+  stage_ctest "host tests" "${logs}/host" --test-dir "${build}" --timeout 900 \
+    --parallel "$(nproc 2>/dev/null || echo 2)" "${regex[@]}"
 
   if [ "${RKV_SKIP_VERBS:-0}" = "1" ]; then
     stage_not_run "verbs suite" "skipped: RKV_SKIP_VERBS=1"

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "common/daemon_signals.h"
+#include "common/program_help.h"
 #include "common/token.h"
 #include "gateway/event_loop.h"
 #include "gateway/listener.h"
@@ -143,7 +144,7 @@ int main(int argc, char** argv) {
   FLAGS_logtostderr = true;
   gflags::SetUsageMessage(kUsage);
   gflags::SetVersionString(RKV_VERSION);
-  gflags::ParseCommandLineFlags(&argc, &argv, true);
+  rkv::ParseProgramFlags(&argc, &argv, __FILE__);
   google::InitGoogleLogging(argv[0]);
   if (argc > 1) return BadFlag(std::string("unexpected argument '") + argv[1] + "'");
 

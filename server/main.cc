@@ -52,6 +52,7 @@
 #include "common/net_address.h"
 #include "common/client_credentials.h"
 #include "common/daemon_signals.h"
+#include "common/program_help.h"
 #include "common/token.h"
 #include "common/transport/factory.h"
 #include "common/transport/transport.h"
@@ -274,7 +275,7 @@ int main(int argc, char** argv) {
   const sigset_t signals = rkv::BlockDaemonSignals({SIGTERM, SIGINT, SIGHUP});
   FLAGS_logtostderr = true;
   gflags::SetUsageMessage("rkv-server --data_dir=DIR --token_file=FILE [--listen=HOST:PORT] ...");
-  gflags::ParseCommandLineFlags(&argc, &argv, true);
+  rkv::ParseProgramFlags(&argc, &argv, __FILE__);
   google::InitGoogleLogging(argv[0]);
   if (argc > 1) return BadFlag(std::string("unexpected argument '") + argv[1] + "'");
 

@@ -34,7 +34,7 @@ namespace {
 
 bool Contains(std::string_view text, std::string_view part) { return text.find(part) != std::string_view::npos; }
 
-class TlsTest : public TestClusterTest {
+class TlsClusterTest : public TestClusterTest {
  protected:
   TestClusterOptions Options() const {
     TestClusterOptions o;
@@ -105,7 +105,7 @@ class TlsTest : public TestClusterTest {
   }
 };
 
-TEST_F(TlsTest, ClusterWorksWithTlsAndKvctlWithTheCa) {
+TEST_F(TlsClusterTest, ClusterWorksWithTlsAndKvctlWithTheCa) {
   ASSERT_NO_FATAL_FAILURE(StartCluster(Options()));
   auto client = cluster().ClusterClient();
   ASSERT_NE(client, nullptr);
@@ -139,7 +139,7 @@ TEST_F(TlsTest, ClusterWorksWithTlsAndKvctlWithTheCa) {
   }
 }
 
-TEST_F(TlsTest, AClientWithoutTheCaOrWithAnotherCaFailsSayingTls) {
+TEST_F(TlsClusterTest, AClientWithoutTheCaOrWithAnotherCaFailsSayingTls) {
   ASSERT_NO_FATAL_FAILURE(StartCluster(Options()));
   // librkv without the CA: plain gRPC to a TLS coordinator.
   ClientOptions plain = cluster().ClusterClientOptions(TestClientOptions(std::chrono::milliseconds(3000)));
@@ -195,7 +195,7 @@ TEST_F(TlsTest, AClientWithoutTheCaOrWithAnotherCaFailsSayingTls) {
 // certificates signed by the new CA (the same keys), each file replaced
 // by a rename. A load of PUTs and GETs runs throughout on one client; not
 // one call may fail. The end state is checked with the new CA alone.
-TEST_F(TlsTest, CertificatesRotateUnderLoadWithoutAFailedCall) {
+TEST_F(TlsClusterTest, CertificatesRotateUnderLoadWithoutAFailedCall) {
   ASSERT_NO_FATAL_FAILURE(StartCluster(Options()));
   auto client = cluster().ClusterClient();
   ASSERT_NE(client, nullptr);
@@ -293,9 +293,12 @@ TEST_F(TlsTest, CertificatesRotateUnderLoadWithoutAFailedCall) {
 // A catch-up over TLS: the server that takes over a killed server's
 // copies fetches them from the primaries' Replica services, presenting its
 // certificate (mutual TLS), and every shard ends with two copies that
-// agree.
-TEST_F(TlsTest, ACatchUpRunsOverMutualTls) {
-  ASSERT_NO_FATAL_FAILURE(StartCluster(QuickFailoverOptions()));
+// agree. The copies move 1.5 s after the kill is noticed, not after the
+// coordinator's default 30 s (--replace_after_ms).
+TEST_F(TlsClusterTest, ACatchUpRunsOverMutualTls) {
+  TestClusterOptions o = QuickFailoverOptions();
+  o.coordinator_flags.push_back("--replace_after_ms=" + std::to_string(SlowCpuMs(1500)));
+  ASSERT_NO_FATAL_FAILURE(StartCluster(o));
   auto client = cluster().ClusterClient();
   ASSERT_NE(client, nullptr);
   const std::string victim = cluster().IdOf(*client, 0);
@@ -331,7 +334,7 @@ TEST_F(TlsTest, ACatchUpRunsOverMutualTls) {
 // primary's forwards to its backups) runs over TLS; a client without it is
 // refused saying so; the writes the backups took over TLS survive the
 // primary's kill -9.
-TEST_F(TlsTest, TheDataPlaneRunsOverTlsThroughAFailover) {
+TEST_F(TlsClusterTest, TheDataPlaneRunsOverTlsThroughAFailover) {
   TestClusterOptions o = QuickFailoverOptions();
   o.data_plane_tls = true;
   ASSERT_NO_FATAL_FAILURE(StartCluster(o));
@@ -376,7 +379,7 @@ TEST_F(TlsTest, TheDataPlaneRunsOverTlsThroughAFailover) {
 // cluster credential over a channel with the CA alone is refused at the
 // coordinator (Heartbeat) and at a server's Replica service (FetchKeys),
 // and accepted with a certificate of the CA.
-TEST_F(TlsTest, AServerCallWithoutACertificateIsRefused) {
+TEST_F(TlsClusterTest, AServerCallWithoutACertificateIsRefused) {
   ASSERT_NO_FATAL_FAILURE(StartCluster(Options()));
   auto client = cluster().ClusterClient();
   ASSERT_NE(client, nullptr);

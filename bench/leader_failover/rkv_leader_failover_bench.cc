@@ -48,6 +48,7 @@
 #include "bench/failover/key_load.h"
 #include "bench/leader_failover/probes.h"
 #include "bench/leader_failover/window.h"
+#include "common/program_help.h"
 #include "tests/test_cluster.h"
 
 DEFINE_uint32(rounds, 10, "leader changes to measure (default 10)");
@@ -365,7 +366,7 @@ int main(int argc, char** argv) {
       "rkv-leader-failover-bench [--rounds=N] [--clients=N] [--records=N] [--value_bytes=N] [--read_percent=P] "
       "[--distribution=zipfian|uniform] [--deadline_ms=MS] [--warmup_s=S] [--steady_s=S] [--settle_s=S] "
       "[--poll_ms=MS] [--csv=FILE] [--md=FILE] [--seed=N]");
-  gflags::ParseCommandLineFlags(&argc, &argv, true);
+  rkv::ParseProgramFlags(&argc, &argv, __FILE__);
   google::InitGoogleLogging(argv[0]);
   FLAGS_logtostderr = true;
   return rkv::bench::Run();

@@ -32,6 +32,7 @@
 #include "client/wire_checks.h"
 #include "common/connect_handshake.h"
 #include "common/layout.h"
+#include "common/program_help.h"
 #include "common/protocol.h"
 #include "common/token.h"
 #include "common/transport/factory.h"
@@ -133,7 +134,7 @@ int main(int argc, char** argv) {
   gflags::SetUsageMessage(
       "READ latency through rkv's transport to a running rkv-server (splits a GET's time)\n"
       "usage: rkv-read-lat --server=HOST:PORT --token_file=FILE [--bytes=1024] [--iterations=1000]");
-  gflags::ParseCommandLineFlags(&argc, &argv, true);
+  rkv::ParseProgramFlags(&argc, &argv, __FILE__);
   google::InitGoogleLogging(argv[0]);
   if (argc > 1) {
     std::cerr << "rkv-read-lat: unexpected argument '" << argv[1] << "' (see --help)\n";

@@ -78,6 +78,7 @@
 #include <grpcpp/support/channel_arguments.h>
 
 #include "common/mutex.h"
+#include "common/program_help.h"
 #include "common/status.h"
 #include "common/token.h"
 #include "proto/auth.h"
@@ -861,7 +862,7 @@ int main(int argc, char** argv) {
   gflags::SetUsageMessage(
       "rkv-renewal-bench --coordinator=HOST:PORT --token_file=FILE [--mode=stream|unary] [--clients=N,N,...] "
       "[--duration_s=S] [--csv=FILE] [--coordinator_pid=PID]");
-  gflags::ParseCommandLineFlags(&argc, &argv, true);
+  rkv::ParseProgramFlags(&argc, &argv, __FILE__);
   google::InitGoogleLogging(argv[0]);
   return rkv::bench::Main();
 }

@@ -28,6 +28,7 @@
 
 #include "common/hash.h"
 #include "common/layout.h"
+#include "common/program_help.h"
 #include "server/table/heap.h"
 #include "server/table/mapped_memory.h"
 #include "server/table/rebuild.h"
@@ -205,7 +206,7 @@ int main(int argc, char** argv) {
   std::string command;
   for (int i = 0; i < argc; ++i) command += (i ? " " : "") + std::string(argv[i]);
   gflags::SetUsageMessage("times the table rebuild from RocksDB at server start");
-  gflags::ParseCommandLineFlags(&argc, &argv, true);
+  rkv::ParseProgramFlags(&argc, &argv, __FILE__);
   FLAGS_logtostderr = true;
   google::InitGoogleLogging(argv[0]);
   return rkv::server::Main(command);

@@ -73,6 +73,7 @@
 #include "bench/ycsb/report.h"
 #include "bench/ycsb/run_clock.h"
 #include "bench/ycsb/workload.h"
+#include "common/program_help.h"
 #include "rkv/status.h"
 
 DEFINE_string(target, "rkv", "store to drive: rkv | memcached | redis (default rkv)");
@@ -626,7 +627,7 @@ int main(int argc, char** argv) {
   // per-connection INFO lines only with --minloglevel=0.
   FLAGS_logtostderr = true;
   FLAGS_minloglevel = google::GLOG_WARNING;
-  gflags::ParseCommandLineFlags(&argc, &argv, true);
+  rkv::ParseProgramFlags(&argc, &argv, __FILE__);
   google::InitGoogleLogging(argv[0]);
   if (argc > 1) {
     std::fprintf(stderr, "rkv-ycsb: unexpected argument '%s'\n", argv[1]);
