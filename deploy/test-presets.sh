@@ -32,13 +32,21 @@
 # does not stop the next, and one summary at the end gives each stage's
 # time, its tests' passed/failed/skipped counts (each test's output in
 # build/PRESET/test-logs/tests/), the failures and the skips' reasons.
-# Usage: deploy/test-presets.sh [STAGE...]   (default: all four)
+# Usage: deploy/test-presets.sh [--build-only] [STAGE...]   (default: all four)
+# --build-only builds the stages' trees and nothing else, no summary
+# (.ci/run starts it at the lowest priority beside the tests, so that the
+# stages later find their builds done); exits non-zero when a build fails.
 # Exits non-zero when a build or a test fails, or when a test was skipped
 # and RKV_NO_SKIP=1 (CI).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 source deploy/test-stages.sh
 
+build_only=0
+if [ "${1:-}" = --build-only ]; then
+  build_only=1
+  shift
+fi
 presets=("$@")
 [ ${#presets[@]} -gt 0 ] || presets=(debug-asan tsan release-plain fuzz)
 for preset in "${presets[@]}"; do
@@ -69,6 +77,23 @@ sanitizer_excluded+='|^TlsClusterTest\.|^HaTest\.|HistoriesAcrossKillsOfTheLeadi
 sanitizer_excluded+='|^(prometheus_scrapes_a_cluster|gateway_redis_benchmark)$'
 tsan_excluded="${sanitizer_excluded}"'|^GrowTest\.|CrashTest\.'
 
+build_release_plain() {
+  cmake -S . -B build/release-plain -DCMAKE_BUILD_TYPE=Release -DRKV_BUILD_TESTS=OFF \
+    -DCMAKE_UNITY_BUILD=ON -DCMAKE_UNITY_BUILD_BATCH_SIZE=8 >/dev/null &&
+    cmake --build build/release-plain --parallel "$(nproc 2>/dev/null || echo 2)"
+}
+
+if [ "${build_only}" -eq 1 ]; then
+  for preset in "${presets[@]}"; do
+    echo "== test-presets: building ${preset}"
+    case "${preset}" in
+      release-plain) build_release_plain || exit 1 ;;
+      *) deploy/build.sh "${preset}" || exit 1 ;;
+    esac
+  done
+  exit 0
+fi
+
 if stage_step "dependencies" deploy/install-deps.sh; then
   for preset in "${presets[@]}"; do
     case "${preset}" in
@@ -93,11 +118,6 @@ if stage_step "dependencies" deploy/install-deps.sh; then
         fi
         ;;
       release-plain)
-        build_release_plain() {
-          cmake -S . -B build/release-plain -DCMAKE_BUILD_TYPE=Release -DRKV_BUILD_TESTS=OFF \
-            -DCMAKE_UNITY_BUILD=ON -DCMAKE_UNITY_BUILD_BATCH_SIZE=8 >/dev/null &&
-            cmake --build build/release-plain --parallel "$(nproc 2>/dev/null || echo 2)"
-        }
         stage_step "release-plain build" build_release_plain
         ;;
       fuzz)
