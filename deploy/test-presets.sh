@@ -99,7 +99,6 @@ if stage_step "dependencies" deploy/install-deps.sh; then
     case "${preset}" in
       debug-asan|tsan)
         if stage_step "${preset} build" deploy/build.sh "${preset}"; then
-          cycles=5
           excluded="${sanitizer_excluded}"
           [ "${preset}" = tsan ] && excluded="${tsan_excluded}"
           # Two tests at a time: the unit tests (most of them wait on
@@ -109,7 +108,7 @@ if stage_step "dependencies" deploy/install-deps.sh; then
           # sanitizer (the layer, install and package checks build with CMake; the
           # release run has them), and the crash suite's sync mode (it
           # differs from wal only in RocksDB's fsync).
-          RKV_TEST_SCALE="${RKV_TEST_SCALE:-0.25}" RKV_CRASH_CYCLES="${RKV_CRASH_CYCLES:-${cycles}}" \
+          RKV_TEST_SCALE="${RKV_TEST_SCALE:-0.25}" RKV_CRASH_CYCLES="${RKV_CRASH_CYCLES:-5}" \
             RKV_LIN_HISTORIES="${RKV_LIN_HISTORIES:-30}" \
             stage_ctest "${preset} tests" "build/${preset}/test-logs" --preset "${preset}" --timeout 1200 \
             --parallel "$(nproc 2>/dev/null || echo 2)" -E "${excluded}"
